@@ -1,0 +1,468 @@
+"""The task suite: how each task is read (Hub or offline mirror) and turned into model inputs.
+
+A task is one row of `TASK_KNOBS` (plain data: where the data lives, which fields are the
+inputs, the metric, the report split, the languages) and one entry of `LOADERS` (a function
+returning `(train_dict, per_lang_val, per_lang_test, num_labels, problem)`). Every loader
+reads rows with Hugging Face field names, from the Hub or from a mirror directory laid out
+as `<task>/<split>[.<lang>].jsonl`, and runs the same post-processing after, so a mirror
+and the Hub give the same inputs.
+
+A split is a dict of columns: `text` (list[str]), `text_pair` (list[str], pair tasks only)
+and `label` (list[int] or list[float]).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import HarnessError, unknown_name
+
+SINGLE_LABEL = "single_label_classification"
+REGRESSION = "regression"
+TRAIN_SHUFFLE_SEED = 20240531  # fixed: the multilingual train concatenation is the same for every cell
+
+Split = dict[str, list]
+LoaderResult = tuple[Split, dict[str, Split], dict[str, Split], int, str]
+
+
+@dataclass(frozen=True)
+class TaskKnobs:
+    """Everything the harness knows about a task, as data.
+
+    `inputs` says how a row becomes model input: ``("field",)`` for one text,
+    ``("a", "b")`` for a pair, or the name of a special formatter (``"wic"``, ``"wsc"``,
+    ``"seahorse"``). `languages` are the languages loaded and scored; `euro_languages`
+    those averaged into the headline score. `hub_splits` maps our split names
+    (train/validation/test) to the dataset's own.
+    """
+
+    bucket: str  # multilingual | glue | superglue | synthetic
+    hf_path: str | None
+    inputs: tuple[str, ...]
+    label_field: str
+    num_labels: int
+    problem: str
+    metric: str
+    report_split: str  # "test" (labelled test) or "validation" (dev, marked * in tables)
+    languages: tuple[str, ...] = ("en",)
+    euro_languages: tuple[str, ...] = ("en",)
+    hf_config: str | None = None  # single-language tasks
+    hf_lang_configs: dict[str, str] = field(default_factory=dict)  # multilingual: lang -> config
+    hub_splits: dict[str, str] = field(default_factory=dict)
+    language_field: str | None = None  # one file holding all languages, split by this field
+    label_map: str | None = None  # name of a label conversion in LABEL_MAPS
+    description: str = ""
+
+    @property
+    def multilingual(self) -> bool:
+        return len(self.languages) > 1 or self.bucket == "multilingual"
+
+    @property
+    def pair_format(self) -> str:
+        """A short, recorded description of how an example becomes model input."""
+        if len(self.inputs) == 1 and self.inputs[0] in FORMATTERS:
+            return self.inputs[0]
+        return "single" if len(self.inputs) == 1 else "pair"
+
+
+def _wic_inputs(row: dict) -> tuple[str, str]:
+    """WiC: mark the target word in each sentence with asterisks; the two sentences form a pair."""
+
+    def mark(text: str, start: int, end: int) -> str:
+        return f"{text[:start]}*{text[start:end]}*{text[end:]}"
+
+    s1 = mark(row["sentence1"], int(row["start1"]), int(row["end1"]))
+    s2 = mark(row["sentence2"], int(row["start2"]), int(row["end2"]))
+    return s1, s2
+
+
+def _wsc_inputs(row: dict) -> tuple[str, None]:
+    """WSC: mark the candidate noun with *..* and the pronoun with #..# (word indices)."""
+    words = row["text"].split(" ")
+    spans = [
+        (int(row["span1_index"]), len(str(row["span1_text"]).split(" ")), "*"),
+        (int(row["span2_index"]), len(str(row["span2_text"]).split(" ")), "#"),
+    ]
+    for start, length, mark in spans:
+        end = min(start + length, len(words)) - 1
+        if not 0 <= start < len(words):
+            raise ValueError(f"span index {start} outside the text's {len(words)} words")
+        words[start] = mark + words[start]
+        words[end] = words[end] + mark
+    return " ".join(words), None
+
+
+SEAHORSE_QUESTIONS = tuple(f"question{i}" for i in range(1, 7))
+
+
+def _seahorse_inputs(row: dict) -> tuple[str, str | None]:
+    """SeaHorse: the summary, paired with its source article when the dataset carries one."""
+    article = row.get("article") or row.get("text")
+    return str(row["summary"] or ""), (str(article) if article else None)
+
+
+def _seahorse_target(row: dict) -> float:
+    """SeaHorse target: share of 'Yes' over the six quality questions (blank/No/Unsure = 0)."""
+    return sum(str(row.get(q, "")).strip().lower() == "yes" for q in SEAHORSE_QUESTIONS) / 6.0
+
+
+FORMATTERS: dict[str, Callable[[dict], tuple[str, str | None]]] = {
+    "wic": _wic_inputs,
+    "wsc": _wsc_inputs,
+    "seahorse": _seahorse_inputs,
+}
+
+# Label conversions, by name, for datasets whose raw label is not 0..num_labels-1.
+LABEL_MAPS: dict[str, Callable[[dict], Any]] = {
+    "stars_minus_one": lambda row: int(row["stars"]) - 1 if "stars" in row else int(row["label"]),
+    "seahorse_yes_share": _seahorse_target,
+}
+
+_GLUE = "nyu-mll/glue"
+_SUPERGLUE = "aps/super_glue"
+_XNLI_LANGS = (
+    "ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh",
+)  # fmt: skip
+_MASSIVE_LOCALES = ("de-DE", "en-US", "es-ES", "fr-FR", "it-IT", "nl-NL", "pl-PL", "pt-PT")
+
+
+def _glue(config: str, inputs: tuple[str, ...], num_labels: int, metric: str, **kw) -> TaskKnobs:
+    return TaskKnobs(
+        bucket="glue", hf_path=_GLUE, hf_config=config, inputs=inputs, label_field="label",
+        num_labels=num_labels, problem=kw.pop("problem", SINGLE_LABEL), metric=metric,
+        report_split="validation", **kw,
+    )  # fmt: skip
+
+
+def _superglue(config: str, inputs: tuple[str, ...], num_labels: int, metric: str) -> TaskKnobs:
+    return TaskKnobs(
+        bucket="superglue", hf_path=_SUPERGLUE, hf_config=config, inputs=inputs,
+        label_field="label", num_labels=num_labels, problem=SINGLE_LABEL, metric=metric,
+        report_split="validation",
+    )  # fmt: skip
+
+
+TASK_KNOBS: dict[str, TaskKnobs] = {
+    # --- multilingual: train splits of all languages concatenated; report = labelled test
+    "xnli": TaskKnobs(
+        bucket="multilingual", hf_path="facebook/xnli", inputs=("premise", "hypothesis"),
+        label_field="label", num_labels=3, problem=SINGLE_LABEL, metric="accuracy",
+        report_split="test", languages=_XNLI_LANGS,
+        euro_languages=("bg", "de", "el", "en", "es", "fr", "ru"),
+        hf_lang_configs={lang: lang for lang in _XNLI_LANGS},
+    ),
+    "paws_x": TaskKnobs(
+        bucket="multilingual", hf_path="google-research-datasets/paws-x",
+        inputs=("sentence1", "sentence2"), label_field="label", num_labels=2,
+        problem=SINGLE_LABEL, metric="accuracy", report_split="test",
+        languages=("de", "en", "es", "fr", "ja", "ko", "zh"), euro_languages=("de", "en", "es", "fr"),
+        hf_lang_configs={lang: lang for lang in ("de", "en", "es", "fr", "ja", "ko", "zh")},
+    ),
+    "amazon_reviews_multi": TaskKnobs(
+        bucket="multilingual", hf_path="mteb/amazon_reviews_multi", inputs=("review_body",),
+        label_field="stars", num_labels=5, problem=SINGLE_LABEL, metric="accuracy",
+        report_split="test", languages=("de", "en", "es", "fr", "ja", "zh"),
+        euro_languages=("de", "en", "es", "fr"), label_map="stars_minus_one",
+        hf_lang_configs={lang: lang for lang in ("de", "en", "es", "fr", "ja", "zh")},
+    ),
+    "massive_intent": TaskKnobs(
+        bucket="multilingual", hf_path="AmazonScience/massive", inputs=("utt",),
+        label_field="intent", num_labels=60, problem=SINGLE_LABEL, metric="accuracy",
+        report_split="test", languages=_MASSIVE_LOCALES, euro_languages=_MASSIVE_LOCALES,
+        hf_lang_configs={loc: loc for loc in _MASSIVE_LOCALES},
+    ),
+    "seahorse": TaskKnobs(
+        bucket="multilingual", hf_path="RicardoRei/seahorse", inputs=("seahorse",),
+        label_field="question1", num_labels=1, problem=REGRESSION, metric="spearman",
+        report_split="test", languages=("de", "en-US", "es-ES", "ru", "tr", "vi"),
+        euro_languages=("de", "en-US", "es-ES", "ru"), language_field="worker_lang",
+        label_map="seahorse_yes_share",
+    ),
+    # --- GLUE: report split is dev (test labels are hidden)
+    "glue_cola": _glue("cola", ("sentence",), 2, "mcc"),
+    "glue_sst2": _glue("sst2", ("sentence",), 2, "accuracy"),
+    "glue_mrpc": _glue("mrpc", ("sentence1", "sentence2"), 2, "f1"),
+    "glue_stsb": _glue("stsb", ("sentence1", "sentence2"), 1, "spearman", problem=REGRESSION),
+    "glue_qqp": _glue("qqp", ("question1", "question2"), 2, "f1"),
+    "glue_mnli": _glue(
+        "mnli", ("premise", "hypothesis"), 3, "accuracy",
+        hub_splits={"validation": "validation_matched", "test": "test_matched"},
+    ),  # fmt: skip
+    "glue_qnli": _glue("qnli", ("question", "sentence"), 2, "accuracy"),
+    "glue_rte": _glue("rte", ("sentence1", "sentence2"), 2, "accuracy"),
+    # --- SuperGLUE
+    "sg_boolq": _superglue("boolq", ("question", "passage"), 2, "accuracy"),
+    "sg_cb": _superglue("cb", ("premise", "hypothesis"), 3, "macro_f1"),
+    "sg_wic": _superglue("wic", ("wic",), 2, "accuracy"),
+    "sg_wsc": _superglue("wsc.fixed", ("wsc",), 2, "accuracy"),
+}  # fmt: skip
+
+MULTILINGUAL_TASKS = tuple(k for k, v in TASK_KNOBS.items() if v.bucket == "multilingual")
+
+# Dataset revisions used when reading from the Hub (None = the repository's current head).
+# Pin them for a citable run; ENCODER_EVAL_DATASET_REVISIONS (a JSON object) overrides this.
+DATASET_REVISIONS: dict[str, str | None] = {
+    k.hf_path: None for k in TASK_KNOBS.values() if k.hf_path is not None
+}
+
+
+def task_knobs(name: str) -> TaskKnobs:
+    """Return a task's knobs, or raise an error listing the valid names."""
+    if name not in TASK_KNOBS:
+        raise unknown_name("task", name, TASK_KNOBS)
+    return TASK_KNOBS[name]
+
+
+def dataset_revisions() -> dict[str, str | None]:
+    """The dataset revisions in effect: DATASET_REVISIONS updated by the environment override."""
+    revisions = dict(DATASET_REVISIONS)
+    raw = os.environ.get("ENCODER_EVAL_DATASET_REVISIONS")
+    if raw:
+        try:
+            override = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise HarnessError(
+                f"ENCODER_EVAL_DATASET_REVISIONS is not valid JSON ({exc}); "
+                'set it to an object such as {"nyu-mll/glue": "<sha>"}'
+            ) from None
+        if not isinstance(override, dict):
+            raise HarnessError("ENCODER_EVAL_DATASET_REVISIONS must be a JSON object")
+        revisions.update(override)
+    return revisions
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
+    """The mirror directory in effect: the argument, else ENCODER_EVAL_DATA_DIR, else None (Hub)."""
+    chosen = data_dir if data_dir is not None else os.environ.get("ENCODER_EVAL_DATA_DIR")
+    return Path(chosen) if chosen else None
+
+
+# ----------------------------------------------------------------------------- reading rows
+
+
+def _mirror_file(data_dir: Path, task: str, split: str, lang: str | None) -> Path:
+    name = f"{split}.{lang}.jsonl" if lang else f"{split}.jsonl"
+    return data_dir / task / name
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Read a JSON-lines file; an invalid line is an error naming the file and line."""
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise HarnessError(f"{path}:{number}: invalid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise HarnessError(f"{path}:{number}: expected a JSON object per line")
+            rows.append(row)
+    return rows
+
+
+def _read_hub(knobs: TaskKnobs, split: str, lang: str | None) -> list[dict]:
+    """Read one split from the Hugging Face Hub at the dataset revision in effect."""
+    import datasets  # imported here: the mirror path does not need it
+
+    config = knobs.hf_lang_configs.get(lang, lang) if lang and knobs.hf_lang_configs else None
+    config = config or knobs.hf_config
+    revision = dataset_revisions().get(knobs.hf_path)
+    hub_split = knobs.hub_splits.get(split, split)
+    try:
+        ds = datasets.load_dataset(knobs.hf_path, config, split=hub_split, revision=revision)
+    except Exception as exc:  # network, auth or missing-config errors all end the same way
+        raise HarnessError(
+            f"could not load {knobs.hf_path} ({config or 'default'}, {hub_split}) from the Hub: "
+            f"{type(exc).__name__}: {exc}. Offline? Use --data-dir with a mirror written by "
+            "`python -m encoder_eval.prefetch`."
+        ) from None
+    return [dict(r) for r in ds]
+
+
+def read_split(
+    task: str, split: str, data_dir: Path | None
+) -> dict[str, tuple[list[dict], str]]:
+    """Read one split of a task as {language: (rows, where)}, from the mirror or the Hub."""
+    knobs = task_knobs(task)
+    out: dict[str, tuple[list[dict], str]] = {}
+    if knobs.language_field:
+        # One file with all languages: split it by the language field.
+        if data_dir is not None:
+            path = _mirror_file(data_dir, task, split, None)
+            rows, where = _read_mirror_file(path, task, split), str(path)
+        else:
+            rows, where = _read_hub(knobs, split, None), f"{knobs.hf_path}:{split}"
+        for lang in knobs.languages:
+            out[lang] = ([r for r in rows if r.get(knobs.language_field) == lang], where)
+        return out
+    langs = knobs.languages if knobs.hf_lang_configs or len(knobs.languages) > 1 else (None,)
+    for lang in langs:
+        if data_dir is not None:
+            path = _mirror_file(data_dir, task, split, lang)
+            if lang and lang not in knobs.euro_languages and not path.exists():
+                # A mirror may hold a subset of the languages, never less than the Euro set.
+                warnings.warn(f"{task}: mirror has no {path.name}; language {lang!r} skipped")
+                continue
+            out[lang or knobs.languages[0]] = (_read_mirror_file(path, task, split), str(path))
+        else:
+            rows = _read_hub(knobs, split, lang)
+            out[lang or knobs.languages[0]] = (rows, f"{knobs.hf_path}:{lang or ''}:{split}")
+    return out
+
+
+def _read_mirror_file(path: Path, task: str, split: str) -> list[dict]:
+    if not path.exists():
+        have = sorted(p.name for p in path.parent.glob("*.jsonl")) if path.parent.exists() else []
+        raise HarnessError(
+            f"the data mirror has no {path.name} for task {task!r} (looked at {path}; "
+            f"found: {', '.join(have) or 'no task directory'}). Write it with "
+            f"`python -m encoder_eval.prefetch --tasks {task} --out {path.parent.parent}`."
+        )
+    return read_jsonl(path)
+
+
+# ----------------------------------------------------------------------------- rows -> inputs
+
+
+def rows_to_split(task: str, rows: list[dict], where: str) -> Split:
+    """Turn raw rows into the model-input columns, checking fields and labels as it goes."""
+    knobs = task_knobs(task)
+    texts: list[str] = []
+    pairs: list[str] = []
+    labels: list = []
+    formatter = FORMATTERS.get(knobs.inputs[0]) if len(knobs.inputs) == 1 else None
+    label_of = LABEL_MAPS[knobs.label_map] if knobs.label_map else None
+    for number, row in enumerate(rows, start=1):
+        try:
+            if formatter is not None:
+                text, pair = formatter(row)
+            else:
+                text = row[knobs.inputs[0]]
+                pair = row[knobs.inputs[1]] if len(knobs.inputs) > 1 else None
+            label = label_of(row) if label_of else row[knobs.label_field]
+        except KeyError as exc:
+            raise HarnessError(
+                f"{where}: row {number} has no field {exc.args[0]!r} (task {task!r} needs "
+                f"{', '.join(knobs.inputs)} and {knobs.label_field})"
+            ) from None
+        except (TypeError, ValueError) as exc:
+            raise HarnessError(f"{where}: row {number}: {exc}") from None
+        label = _check_label(knobs, label, where, number)
+        texts.append("" if text is None else str(text))
+        if pair is not None:
+            pairs.append(str(pair))
+        labels.append(label)
+    if pairs and len(pairs) != len(texts):
+        raise HarnessError(f"{where}: some rows have a second text and some do not")
+    split: Split = {"text": texts, "label": labels}
+    if pairs:
+        split["text_pair"] = pairs
+    return split
+
+
+def _check_label(knobs: TaskKnobs, label: Any, where: str, number: int) -> int | float:
+    if knobs.problem == REGRESSION:
+        try:
+            value = float(label)
+        except (TypeError, ValueError):
+            raise HarnessError(f"{where}: row {number}: label {label!r} is not a number") from None
+        if not math.isfinite(value):
+            raise HarnessError(f"{where}: row {number}: label {label!r} is not finite")
+        return value
+    if isinstance(label, bool) or not isinstance(label, int | float) or int(label) != label:
+        raise HarnessError(f"{where}: row {number}: label {label!r} is not an integer class id")
+    if not 0 <= int(label) < knobs.num_labels:
+        hint = " (-1 marks a hidden test label)" if label == -1 else ""
+        raise HarnessError(
+            f"{where}: row {number}: label {label} is outside 0..{knobs.num_labels - 1}{hint}"
+        )
+    return int(label)
+
+
+def concat_and_shuffle(splits: list[Split], seed: int = TRAIN_SHUFFLE_SEED) -> Split:
+    """Concatenate splits column-wise and shuffle the rows with a fixed seed."""
+    keys = splits[0].keys()
+    merged: Split = {k: [v for s in splits for v in s[k]] for k in keys}
+    order = list(range(len(merged["label"])))
+    random.Random(seed).shuffle(order)
+    return {k: [col[i] for i in order] for k, col in merged.items()}
+
+
+def _nonempty(split: Split, task: str, name: str) -> Split:
+    if not split["label"]:
+        raise HarnessError(f"task {task!r}: the {name} split is empty")
+    return split
+
+
+def load_generic(task: str, data_dir: str | os.PathLike | None = None) -> LoaderResult:
+    """The loader every built-in task uses: read, convert, concatenate languages for training.
+
+    For multilingual tasks the train splits of all languages are concatenated and shuffled
+    with `TRAIN_SHUFFLE_SEED`; validation and test stay per language. For tasks whose report
+    split is validation, `per_lang_test` is the validation data itself.
+    """
+    knobs = task_knobs(task)
+    data_dir = resolve_data_dir(data_dir)
+
+    def per_lang(split: str) -> dict[str, Split]:
+        return {
+            lang: _nonempty(rows_to_split(task, rows, where), task, f"{split} ({lang})")
+            for lang, (rows, where) in read_split(task, split, data_dir).items()
+        }
+
+    train_parts = per_lang("train")
+    train = concat_and_shuffle(list(train_parts.values())) if knobs.multilingual else (
+        next(iter(train_parts.values()))
+    )  # fmt: skip
+    val = per_lang("validation")
+    test = per_lang("test") if knobs.report_split == "test" else val
+    return train, val, test, knobs.num_labels, knobs.problem
+
+
+LOADERS: dict[str, Callable[..., LoaderResult]] = {
+    name: (lambda data_dir=None, _name=name: load_generic(_name, data_dir)) for name in TASK_KNOBS
+}
+
+
+def load_task(task: str, data_dir: str | os.PathLike | None = None) -> LoaderResult:
+    """Load a registered task by name through its entry in LOADERS."""
+    task_knobs(task)
+    if task not in LOADERS:
+        raise unknown_name("task loader", task, LOADERS)
+    return LOADERS[task](data_dir)
+
+
+def data_provenance(task: str, data_dir: str | os.PathLike | None = None) -> dict:
+    """Where a task's data came from: Hub revisions in effect, or the mirror's manifest/hash."""
+    knobs = task_knobs(task)
+    data_dir = resolve_data_dir(data_dir)
+    if data_dir is None:
+        return {
+            "source": "hub",
+            "dataset": knobs.hf_path,
+            "revision": dataset_revisions().get(knobs.hf_path) if knobs.hf_path else None,
+        }
+    manifest = data_dir / "MANIFEST.json"
+    if manifest.exists():
+        try:
+            entry = json.loads(manifest.read_text()).get("tasks", {}).get(task)
+        except (json.JSONDecodeError, AttributeError):
+            entry = None
+        if entry:
+            return {"source": "mirror-manifest", **entry}
+    digest = hashlib.sha256()
+    for path in sorted((data_dir / task).glob("*.jsonl")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return {"source": "mirror-content-hash", "dataset": knobs.hf_path, "sha256": digest.hexdigest()}
