@@ -73,7 +73,7 @@ cmd_install() {
     need_root
     if command -v slurmctld >/dev/null && command -v slurmd >/dev/null &&
         command -v sbatch >/dev/null && command -v munged >/dev/null; then
-        log "slurm and munge already installed (slurm-wlm $(dpkg-query -W -f="${Version}" slurm-wlm 2>/dev/null || echo "?"))"
+        log "slurm and munge already installed (slurm-wlm $(dpkg-query -W -f='${Version}' slurm-wlm 2>/dev/null || echo "?"))"
         return 0
     fi
     export DEBIAN_FRONTEND=noninteractive

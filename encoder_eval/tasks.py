@@ -28,7 +28,9 @@ from .errors import HarnessError, unknown_name
 
 SINGLE_LABEL = "single_label_classification"
 REGRESSION = "regression"
-TRAIN_SHUFFLE_SEED = 20240531  # fixed: the multilingual train concatenation is the same for every cell
+TRAIN_SHUFFLE_SEED = (
+    20240531  # fixed: the multilingual train concatenation is the same for every cell
+)
 
 Split = dict[str, list]
 LoaderResult = tuple[Split, dict[str, Split], dict[str, Split], int, str]
@@ -60,6 +62,7 @@ class TaskKnobs:
     hub_splits: dict[str, str] = field(default_factory=dict)
     language_field: str | None = None  # one file holding all languages, split by this field
     label_map: str | None = None  # name of a label conversion in LABEL_MAPS
+    field_aliases: dict[str, str] = field(default_factory=dict)  # other name -> our field
     description: str = ""
 
     @property
@@ -168,20 +171,28 @@ TASK_KNOBS: dict[str, TaskKnobs] = {
         hf_lang_configs={lang: lang for lang in ("de", "en", "es", "fr", "ja", "ko", "zh")},
     ),
     "amazon_reviews_multi": TaskKnobs(
-        bucket="multilingual", hf_path="mteb/amazon_reviews_multi", inputs=("review_body",),
+        # The original amazon_reviews_multi is defunct; mteb's parquet copy has text/label
+        # (label = stars - 1). Mirrors in the original schema (review_body/stars) also load.
+        bucket="multilingual", hf_path="mteb/AmazonReviewsClassification", inputs=("review_body",),
+        field_aliases={"text": "review_body"},
         label_field="stars", num_labels=5, problem=SINGLE_LABEL, metric="accuracy",
         report_split="test", languages=("de", "en", "es", "fr", "ja", "zh"),
         euro_languages=("de", "en", "es", "fr"), label_map="stars_minus_one",
         hf_lang_configs={lang: lang for lang in ("de", "en", "es", "fr", "ja", "zh")},
     ),
     "massive_intent": TaskKnobs(
+        # A loading-script dataset: read through the Hub's parquet conversion (see
+        # DATASET_REVISIONS), which keeps `utt` and the 60-way `intent` class ids.
         bucket="multilingual", hf_path="AmazonScience/massive", inputs=("utt",),
         label_field="intent", num_labels=60, problem=SINGLE_LABEL, metric="accuracy",
         report_split="test", languages=_MASSIVE_LOCALES, euro_languages=_MASSIVE_LOCALES,
         hf_lang_configs={loc: loc for loc in _MASSIVE_LOCALES},
     ),
     "seahorse": TaskKnobs(
-        bucket="multilingual", hf_path="RicardoRei/seahorse", inputs=("seahorse",),
+        # Google publishes SeaHorse as TSV on GitHub; this Hub copy is unconfirmed in its column
+        # names beyond the original's (gem_id, worker_lang, summary, question1..6).
+        bucket="multilingual", hf_path="tasksource/seahorse_summarization_evaluation",
+        inputs=("seahorse",),
         label_field="question1", num_labels=1, problem=REGRESSION, metric="spearman",
         report_split="test", languages=("de", "en-US", "es-ES", "ru", "tr", "vi"),
         euro_languages=("de", "en-US", "es-ES", "ru"), language_field="worker_lang",
@@ -211,7 +222,9 @@ MULTILINGUAL_TASKS = tuple(k for k, v in TASK_KNOBS.items() if v.bucket == "mult
 # Dataset revisions used when reading from the Hub (None = the repository's current head).
 # Pin them for a citable run; ENCODER_EVAL_DATASET_REVISIONS (a JSON object) overrides this.
 DATASET_REVISIONS: dict[str, str | None] = {
-    k.hf_path: None for k in TASK_KNOBS.values() if k.hf_path is not None
+    **{k.hf_path: None for k in TASK_KNOBS.values() if k.hf_path is not None},
+    # Loading scripts are gone from `datasets` >= 4; the parquet conversion branch remains.
+    "AmazonScience/massive": "refs/convert/parquet",
 }
 
 
@@ -290,9 +303,7 @@ def _read_hub(knobs: TaskKnobs, split: str, lang: str | None) -> list[dict]:
     return [dict(r) for r in ds]
 
 
-def read_split(
-    task: str, split: str, data_dir: Path | None
-) -> dict[str, tuple[list[dict], str]]:
+def read_split(task: str, split: str, data_dir: Path | None) -> dict[str, tuple[list[dict], str]]:
     """Read one split of a task as {language: (rows, where)}, from the mirror or the Hub."""
     knobs = task_knobs(task)
     out: dict[str, tuple[list[dict], str]] = {}
@@ -312,7 +323,9 @@ def read_split(
             path = _mirror_file(data_dir, task, split, lang)
             if lang and lang not in knobs.euro_languages and not path.exists():
                 # A mirror may hold a subset of the languages, never less than the Euro set.
-                warnings.warn(f"{task}: mirror has no {path.name}; language {lang!r} skipped")
+                warnings.warn(
+                    f"{task}: mirror has no {path.name}; language {lang!r} skipped", stacklevel=2
+                )
                 continue
             out[lang or knobs.languages[0]] = (_read_mirror_file(path, task, split), str(path))
         else:
@@ -344,6 +357,9 @@ def rows_to_split(task: str, rows: list[dict], where: str) -> Split:
     formatter = FORMATTERS.get(knobs.inputs[0]) if len(knobs.inputs) == 1 else None
     label_of = LABEL_MAPS[knobs.label_map] if knobs.label_map else None
     for number, row in enumerate(rows, start=1):
+        for alias, canonical in knobs.field_aliases.items():
+            if canonical not in row and alias in row:
+                row = {**row, canonical: row[alias]}
         try:
             if formatter is not None:
                 text, pair = formatter(row)

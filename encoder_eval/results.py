@@ -1,0 +1,206 @@
+"""Result files: the versioned schema, atomic writing, and tolerant reading.
+
+A result is one JSON file per cell. It is written to a hidden temporary file in the same
+directory, fsynced and renamed over its final name, so a reader sees either nothing or
+the whole file. Readers skip hidden files, temporary files and anything that does not
+validate, with one warning each naming the file and why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .protocol import lr_key_for
+
+SCHEMA_NAME = "encoder-eval-result"
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "diverged")
+TMP_PREFIX = ".tmp-"
+PREDICTIONS_SUFFIX = ".predictions.json"  # per-example predictions written beside a result
+
+
+def lr_key(lr: float) -> str:
+    """The stable key of a learning rate: its grid key, or 'lr' + its value when off the grid."""
+    return lr_key_for(lr) or f"lr{lr:.3g}"
+
+
+def safe_component(text: str) -> str:
+    """Make a string safe as one file-name component (no separators, no control characters)."""
+    cleaned = re.sub(r"[/\\\x00-\x1f]", "_", text)
+    return cleaned if cleaned not in ("", ".", "..") else cleaned.replace(".", "_") or "_"
+
+
+def result_filename(model: str, task: str, lr: float, seed: int) -> str:
+    """`{model}_{task}_{lr key}_s{seed}.json`: seeds and learning rates never overwrite each other."""
+    return f"{safe_component(model)}_{safe_component(task)}_{lr_key(lr)}_s{seed}.json"
+
+
+def write_json_atomic(path: str | os.PathLike, obj: dict) -> None:
+    """Write `obj` as JSON so that `path` holds either its old content or the whole new one."""
+    path = Path(path)
+    data = json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass
+
+
+def clean_stale_temporaries(directory: str | os.PathLike, older_than_s: float = 60.0) -> int:
+    """Remove temporary files a killed writer left behind; returns how many were removed."""
+    removed = 0
+    now = time.time()
+    for tmp in Path(directory).glob(TMP_PREFIX + "*"):
+        try:
+            if now - tmp.stat().st_mtime > older_than_s:
+                tmp.unlink()
+                removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def validate_result(obj) -> list[str]:
+    """Return every way `obj` fails the result schema (an empty list: valid)."""
+    if not isinstance(obj, dict):
+        return ["not a JSON object"]
+    errors = []
+    if obj.get("schema") != SCHEMA_NAME:
+        errors.append(f"schema is {obj.get('schema')!r}, expected {SCHEMA_NAME!r}")
+    if obj.get("schema_version") != SCHEMA_VERSION:
+        errors.append(f"schema_version is {obj.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+    if errors:
+        return errors
+    cell = obj.get("cell")
+    if not isinstance(cell, dict):
+        return ["missing 'cell'"]
+    for key, kind in (("model", str), ("task", str), ("lr_key", str), ("phase", str)):
+        if not isinstance(cell.get(key), kind):
+            errors.append(f"cell.{key} missing or not a {kind.__name__}")
+    if not _is_number(cell.get("lr")) or cell.get("lr", 0) <= 0:
+        errors.append("cell.lr missing or not a positive number")
+    if not isinstance(cell.get("seed"), int):
+        errors.append("cell.seed missing or not an integer")
+    if cell.get("phase") not in ("select", "report"):
+        errors.append(f"cell.phase is {cell.get('phase')!r}, expected select or report")
+    status = obj.get("status")
+    if status not in STATUSES:
+        errors.append(f"status is {status!r}, expected one of {STATUSES}")
+    if not isinstance(obj.get("metric"), str):
+        errors.append("metric missing")
+    for section in ("training", "recipe", "protocol", "provenance"):
+        if not isinstance(obj.get(section), dict):
+            errors.append(f"missing section {section!r}")
+    if errors:
+        return errors
+    if status == "ok":
+        dev = obj.get("dev")
+        if not isinstance(dev, dict) or not _is_number(dev.get("mean")):
+            errors.append("status ok but dev.mean is missing or not finite")
+        elif not isinstance(dev.get("per_language"), dict):
+            errors.append("dev.per_language missing")
+        report = obj.get("report")
+        if cell["phase"] == "report":
+            if not isinstance(report, dict) or not _is_number(report.get("mean")):
+                errors.append("report cell without a finite report.mean")
+        elif report is not None:
+            errors.append("a select cell must not hold a report score")
+    else:
+        if not isinstance(obj["training"].get("diverged_at_step"), int):
+            errors.append("diverged cell without training.diverged_at_step")
+    if not isinstance(obj["protocol"].get("on_protocol"), bool):
+        errors.append("protocol.on_protocol missing")
+    return errors
+
+
+@dataclass(frozen=True)
+class LoadedResult:
+    path: Path
+    data: dict
+
+    @property
+    def cell(self) -> dict:
+        return self.data["cell"]
+
+    @property
+    def ok(self) -> bool:
+        return self.data["status"] == "ok"
+
+
+def read_result(path: str | os.PathLike) -> tuple[dict | None, str | None]:
+    """Read and validate one result file: (data, None) when good, (None, reason) when not."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"unreadable ({exc.__class__.__name__})"
+    if not text.strip():
+        return None, "empty file"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc.msg} at line {exc.lineno})"
+    errors = validate_result(data)
+    if errors:
+        return None, "not a valid result: " + "; ".join(errors[:3])
+    cell = data["cell"]
+    expected = result_filename(cell["model"], cell["task"], cell["lr"], cell["seed"])
+    if path.name != expected:
+        return None, f"its cell identity says {expected!r}, which disagrees with its filename"
+    return data, None
+
+
+def load_results(
+    results_dir: str | os.PathLike, warn=None, phase: str | None = None
+) -> list[LoadedResult]:
+    """Read every valid result under `results_dir` (recursively), warning once per bad file.
+
+    `warn` receives one message per skipped file (default: print to stderr). Hidden and
+    temporary files are ignored silently; so are files that are not `*.json`.
+    """
+    import sys
+
+    warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
+    root = Path(results_dir)
+    out = []
+    if not root.exists():
+        return out
+    for path in sorted(root.rglob("*.json")):
+        if path.name.startswith(".") or path.name.endswith(PREDICTIONS_SUFFIX):
+            continue
+        data, reason = read_result(path)
+        if data is None:
+            warn(f"skipping {path}: {reason}")
+            continue
+        if phase is not None and data["cell"]["phase"] != phase:
+            warn(f"skipping {path}: a {data['cell']['phase']} cell in a {phase} results directory")
+            continue
+        out.append(LoadedResult(path, data))
+    return out

@@ -1,0 +1,213 @@
+"""`python -m encoder_eval.run`: fine-tune one cell (or several in one process) and write JSON.
+
+A cell is one (model, task, learning rate, seed). Several seeds or learning rates
+(`--seed 42,43,44`, `--lr 1e-5,3.59e-5`) run one after another in this process, so the
+imports, data loading and tokenisation are paid once; each cell still writes its own JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+
+from .errors import HarnessError
+from .models import MODEL_REGISTRY, MODES, key_from_path, model_entry
+from .protocol import PHASE_SEEDS, PROTOCOL_RECIPE, Recipe, lr_key_for
+from .results import clean_stale_temporaries, read_result, result_filename
+from .tasks import TASK_KNOBS, task_knobs
+
+EXIT_INPUT_ERROR = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    r = PROTOCOL_RECIPE
+    p = argparse.ArgumentParser(
+        prog="python -m encoder_eval.run",
+        description="Fine-tune one (model, task, learning rate, seed) cell under the fixed "
+        "protocol and write its result as one JSON file.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    g = p.add_argument_group("the cell")
+    g.add_argument("--model-path", help="Hub id or local model directory (default: the "
+                   "registry's path for --model-key)")  # fmt: skip
+    g.add_argument("--model-key", help="the model's name in results and file names: a registry "
+                   f"key ({', '.join(MODEL_REGISTRY)}) or any name; derived from --model-path "
+                   "when omitted")  # fmt: skip
+    g.add_argument("--task", required=True, help=f"task name: {', '.join(TASK_KNOBS)}")
+    g.add_argument("--mode", choices=MODES, help="auto: AutoModelForSequenceClassification; "
+                   "liquid-bidir: encoder body + mean-pool linear head (default: the registry's "
+                   "mode, else auto)")  # fmt: skip
+    g.add_argument("--lr", required=True, help="learning rate(s), comma-separated; protocol "
+                   "values are the 10-point grid (python -m encoder_eval.sweep --show-grid)")  # fmt: skip
+    g.add_argument("--seed", required=True, help="seed(s), comma-separated (select 42-44, "
+                   "report 45-49)")  # fmt: skip
+    g.add_argument("--phase", choices=("select", "report"), default="report",
+                   help="select: score dev only; report: also score the report split")  # fmt: skip
+    g = p.add_argument_group("the recipe (defaults are the protocol's)")
+    g.add_argument("--bsz", type=int, default=r.batch_size, help="effective batch size")
+    g.add_argument("--micro-batch", type=int, default=None, help="micro-batch size for gradient "
+                   "accumulation when the effective batch does not fit in memory")  # fmt: skip
+    g.add_argument("--max-steps", type=int, default=r.max_steps,
+                   help="step cap; training runs min(max-steps, epoch-cap epochs)")  # fmt: skip
+    g.add_argument("--epoch-cap", type=int, default=r.epoch_cap, help="epoch cap")
+    g.add_argument("--max-seq-len", type=int, default=r.max_seq_len, help="truncation length")
+    g.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=r.early_stop,
+                   help="stop after --patience dev evaluations without improvement")  # fmt: skip
+    g.add_argument("--patience", type=int, default=r.patience, help="early-stopping patience")
+    g.add_argument("--weight-decay", type=float, default=r.weight_decay, help="AdamW weight decay")
+    g.add_argument("--adam-beta2", type=float, default=r.adam_beta2, help="AdamW beta2")
+    g.add_argument("--warmup-ratio", type=float, default=r.warmup_ratio, help="linear warmup share")
+    g.add_argument("--precision", choices=("bf16-autocast", "fp32"), default=r.precision,
+                   help="fp32 is for debugging and marks the cell off-protocol")  # fmt: skip
+    g.add_argument("--batching", choices=("length-grouped", "random"), default="length-grouped",
+                   help="how training batches are formed (see EVALUATION_METHODOLOGY.md)")  # fmt: skip
+    g.add_argument("--allow-off-protocol", action="store_true", help="accept a learning rate "
+                   "off the grid or a seed outside the phase's set (the result is marked "
+                   "off-protocol)")  # fmt: skip
+    g = p.add_argument_group("inputs and outputs")
+    g.add_argument("--out-json", help="result file (one cell only)")
+    g.add_argument("--results-dir", help="directory for results named "
+                   "{model}_{task}_{lrkey}_s{seed}.json (several cells)")  # fmt: skip
+    g.add_argument("--skip-existing", action="store_true",
+                   help="skip cells whose valid result already exists")  # fmt: skip
+    g.add_argument("--data-dir", help="offline data mirror (<task>/<split>[.<lang>].jsonl); "
+                   "default: $ENCODER_EVAL_DATA_DIR, else the Hub")  # fmt: skip
+    g.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                   help="auto picks a CUDA/ROCm GPU when one is visible")  # fmt: skip
+    g.add_argument("--model-revision", help="pin the model's Hub revision (commit sha)")
+    g.add_argument("--trust-remote-code", action=argparse.BooleanOptionalAction, default=None,
+                   help="run model-authored code (default: the registry's setting, else off)")  # fmt: skip
+    g.add_argument("--record-model-path", action="store_true",
+                   help="write the model path into the result (off: paths can be private)")  # fmt: skip
+    g.add_argument("--save-predictions", action="store_true",
+                   help="also write per-example report predictions beside the result")  # fmt: skip
+    g.add_argument("--progress", choices=("bar", "quiet", "json"), default="bar",
+                   help="progress display: a bar, nothing, or JSON lines on stderr")  # fmt: skip
+    return p
+
+
+def _parse_list(text: str, kind, flag: str) -> list:
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise HarnessError(f"{flag} {text!r} is not a comma-separated list of numbers") from None
+    if not values:
+        raise HarnessError(f"{flag} is empty")
+    return values
+
+
+def plan_cells(args: argparse.Namespace) -> list:
+    """Turn parsed flags into CellConfigs, checking every input before anything runs."""
+    from .train import CellConfig, validate_out_path
+
+    task_knobs(args.task)
+    if args.model_path is None and args.model_key is None:
+        raise HarnessError("give --model-path or a registry --model-key")
+    entry = None
+    if args.model_key in MODEL_REGISTRY:
+        entry = model_entry(args.model_key)
+    elif args.model_path is None:
+        model_entry(args.model_key)  # raises: unknown key, with the valid ones
+    model_path = args.model_path or entry.path
+    model_key = args.model_key or key_from_path(model_path)
+    mode = args.mode or (entry.mode if entry else "auto")
+    trust = args.trust_remote_code
+    if trust is None:
+        trust = bool(entry and entry.trust_remote_code)
+    lrs = _parse_list(args.lr, float, "--lr")
+    seeds = _parse_list(args.seed, int, "--seed")
+    for lr in lrs:
+        if not math.isfinite(lr) or lr <= 0 or lr >= 1:
+            raise HarnessError(f"--lr {lr} is not a usable learning rate (0 < lr < 1)")
+        if lr_key_for(lr) is None and not args.allow_off_protocol:
+            raise HarnessError(
+                f"--lr {lr:g} is not on the protocol grid; use a grid value or pass "
+                "--allow-off-protocol (the result is then marked off-protocol)"
+            )
+    for seed in seeds:
+        if seed < 0:
+            raise HarnessError(f"--seed {seed} must be a non-negative integer")
+        if seed not in PHASE_SEEDS[args.phase] and not args.allow_off_protocol:
+            raise HarnessError(
+                f"--seed {seed} is not a {args.phase} seed {list(PHASE_SEEDS[args.phase])}; "
+                "use one of those or pass --allow-off-protocol"
+            )
+    for flag in ("bsz", "max_steps", "epoch_cap", "max_seq_len", "patience"):
+        if getattr(args, flag) < 1:
+            raise HarnessError(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.micro_batch is not None and (args.micro_batch < 1 or args.bsz % args.micro_batch):
+        raise HarnessError(f"--micro-batch {args.micro_batch} must divide --bsz {args.bsz}")
+    n_cells = len(lrs) * len(seeds)
+    if args.out_json and n_cells > 1:
+        raise HarnessError("--out-json names one file; use --results-dir for several cells")
+    if not args.out_json and not args.results_dir:
+        raise HarnessError("give --out-json FILE (one cell) or --results-dir DIR")
+    if args.results_dir and not Path(args.results_dir).is_dir():
+        raise HarnessError(f"--results-dir {args.results_dir} does not exist; create it first")
+    recipe = Recipe(
+        weight_decay=args.weight_decay, adam_beta2=args.adam_beta2, warmup_ratio=args.warmup_ratio,
+        batch_size=args.bsz, max_steps=args.max_steps, epoch_cap=args.epoch_cap,
+        patience=args.patience, early_stop=args.early_stop, max_seq_len=args.max_seq_len,
+        precision=args.precision,
+    )  # fmt: skip
+    extra = [] if args.batching == "length-grouped" else [f"batching={args.batching}"]
+    cells = []
+    for lr in lrs:
+        for seed in seeds:
+            out = args.out_json or os.path.join(
+                args.results_dir, result_filename(model_key, args.task, lr, seed)
+            )
+            validate_out_path(out)
+            cells.append(CellConfig(
+                model_path=model_path, task=args.task, lr=lr, seed=seed, model_key=model_key,
+                mode=mode, phase=args.phase, recipe=recipe, data_dir=args.data_dir,
+                device=args.device, out_json=out, model_revision=args.model_revision,
+                trust_remote_code=trust, record_model_path=args.record_model_path,
+                save_predictions=args.save_predictions, micro_batch_size=args.micro_batch,
+                batching=args.batching, progress=args.progress, extra_off_protocol=extra,
+            ))  # fmt: skip
+    return cells
+
+
+def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]:
+    """Run cells in order in this process, sharing the task data; returns their results."""
+    from .tasks import load_task
+    from .train import run_cell
+
+    results = []
+    data = None
+    for cfg in cells:
+        clean_stale_temporaries(Path(cfg.out_json).parent)
+        if skip_existing and Path(cfg.out_json).exists() and read_result(cfg.out_json)[0]:
+            log(f"skip {cfg.out_json} (done)")
+            continue
+        if data is None:
+            data = load_task(cfg.task, cfg.data_dir)
+        result = run_cell(cfg, data=data)
+        results.append(result)
+        score = result["report"]["mean"] if result["report"] else (result["dev"] or {}).get("mean")
+        log(
+            f"{result['status']}: {cfg.model_key} {cfg.task} lr={cfg.lr:g} seed={cfg.seed} "
+            f"{result['metric']}={'-' if score is None else f'{score:.4f}'} "
+            f"steps={result['training']['steps']} -> {cfg.out_json}"
+        )
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    quiet = args.progress == "quiet"
+    try:
+        cells = plan_cells(args)
+        run_cells(cells, args.skip_existing, log=(lambda m: None) if quiet else print)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,466 @@
+"""One cell, top to bottom: load, tokenise, fine-tune with early stopping, score, write.
+
+The loop is written out rather than delegated to `transformers.Trainer` so that the
+protocol is visible in one file: fp32 master weights, bf16 autocast for the forward
+pass, AdamW with the shared recipe, linear warmup and decay, evaluation on dev at a
+fixed cadence, early stopping, best weights restored in memory, then the report split.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from . import metrics, provenance
+from .errors import HarnessError
+from .loaders import LoadedModel, load_model
+from .protocol import Recipe, off_protocol_reasons
+from .results import PREDICTIONS_SUFFIX, SCHEMA_NAME, SCHEMA_VERSION, lr_key, write_json_atomic
+from .tasks import REGRESSION, data_provenance, load_task, task_knobs
+
+EVAL_EVERY_MAX = 500  # evaluate at least every 500 optimizer steps (large tasks)
+MIN_EVALS_WHEN_CAPPED = 4  # a shortened run still evaluates at least this many times
+
+
+@dataclass
+class CellConfig:
+    """Everything that defines one cell; the CLI in `run.py` fills it from flags."""
+
+    model_path: str
+    task: str
+    lr: float
+    seed: int
+    model_key: str
+    mode: str = "auto"
+    phase: str = "report"
+    recipe: Recipe = field(default_factory=Recipe)
+    data_dir: str | None = None
+    device: str = "auto"
+    out_json: str | None = None
+    model_revision: str | None = None
+    trust_remote_code: bool = False
+    record_model_path: bool = False
+    save_predictions: bool = False
+    micro_batch_size: int | None = None  # gradient accumulation when smaller than batch_size
+    eval_batch_size: int = 128
+    batching: str = "length-grouped"  # or "random"
+    progress: str = "bar"  # bar | quiet | json
+    extra_off_protocol: list[str] = field(default_factory=list)
+
+
+def resolve_device(device: str) -> torch.device:
+    """`auto` picks CUDA/ROCm when present, else the CPU; `cuda` without a GPU is an error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise HarnessError("--device cuda but no CUDA or ROCm GPU is visible; use --device cpu")
+    if device not in ("cuda", "cpu"):
+        raise HarnessError(f"unknown device {device!r}; valid: auto, cuda, cpu")
+    return torch.device(device)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+@dataclass
+class Encoded:
+    """A tokenised split: one list of token ids per example (no padding), plus labels."""
+
+    features: dict[str, list[list[int]]]
+    labels: list
+    lengths: list[int]
+
+
+def encode(tokenizer, split: dict, max_len: int, input_names: tuple[str, ...]) -> Encoded:
+    """Tokenise a split without padding; truncation keeps both texts of a pair where it can."""
+    args = (split["text"], split["text_pair"]) if "text_pair" in split else (split["text"],)
+    enc = tokenizer(*args, truncation=True, max_length=max_len, padding=False)
+    features = {name: enc[name] for name in input_names if name in enc}
+    lengths = [len(ids) for ids in features["input_ids"]]
+    return Encoded(features=features, labels=list(split["label"]), lengths=lengths)
+
+
+def _collate(enc: Encoded, idx: list[int], pad_id: int, device, regression: bool) -> dict:
+    width = max(enc.lengths[i] for i in idx)
+    batch = {}
+    for name, seqs in enc.features.items():
+        fill = pad_id if name == "input_ids" else 0
+        rows = [seqs[i] + [fill] * (width - len(seqs[i])) for i in idx]
+        batch[name] = torch.tensor(rows, dtype=torch.long)
+    labels = [enc.labels[i] for i in idx]
+    batch["labels"] = torch.tensor(labels, dtype=torch.float32 if regression else torch.long)
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def train_batches(lengths: list[int], batch_size: int, rng: random.Random, grouped: bool):
+    """One epoch of training batches (lists of example indices), deterministic given `rng`.
+
+    Length-grouped: shuffle, cut into mega-batches of 50 batches, sort each by length,
+    cut into batches and shuffle the batch order; padding then wastes little compute while
+    every epoch still sees a fresh random grouping.
+    """
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    if not grouped:
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    mega = batch_size * 50
+    batches = []
+    for start in range(0, len(order), mega):
+        chunk = sorted(order[start : start + mega], key=lambda i: -lengths[i])
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
+    rng.shuffle(batches)
+    return batches
+
+
+# ----------------------------------------------------------------------------- model step
+
+
+def _autocast(device: torch.device, precision: str):
+    if precision == "fp32":
+        return torch.autocast(device.type, enabled=False)
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def _loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> torch.Tensor:
+    logits = logits.float()
+    if regression:
+        return nn.functional.mse_loss(logits.squeeze(-1), labels)
+    return nn.functional.cross_entropy(logits, labels)
+
+
+@torch.no_grad()
+def predict(model, enc: Encoded, pad_id: int, device, precision: str, batch_size: int, regression):
+    """Predictions for every example, in the split's original order (length-sorted batches)."""
+    model.eval()
+    order = sorted(range(len(enc.labels)), key=lambda i: enc.lengths[i])
+    preds: list = [None] * len(order)
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        batch = _collate(enc, idx, pad_id, device, regression)
+        batch.pop("labels")
+        with _autocast(device, precision):
+            logits = model(**batch).logits.float()
+        out = logits.squeeze(-1) if regression else logits.argmax(-1)
+        for i, value in zip(idx, out.cpu().tolist(), strict=True):
+            preds[i] = value
+    model.train()
+    return preds
+
+
+def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay on weight matrices only; biases and normalisation weights are not decayed."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def _lr_lambda(warmup: int, total: int):
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return f
+
+
+def eval_interval(steps_per_epoch: int, max_steps: int) -> int:
+    """Dev evaluation cadence: once an epoch, but at least every 500 steps on large tasks, and
+    at least MIN_EVALS_WHEN_CAPPED times when max_steps ends training early."""
+    return max(
+        1, min(steps_per_epoch, EVAL_EVERY_MAX, math.ceil(max_steps / MIN_EVALS_WHEN_CAPPED))
+    )
+
+
+# ----------------------------------------------------------------------------- the cell
+
+
+class _Progress:
+    """Step, loss, dev score and ETA, as a tqdm bar, JSON lines, or nothing."""
+
+    def __init__(self, style: str, total: int, label: str):
+        self.style, self.total, self.label = style, total, label
+        self.bar = None
+        self.start = time.perf_counter()
+        if style == "bar":
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=label, unit="step", file=sys.stderr, leave=False)
+
+    def step(self, loss: float, dev: float | None) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{loss:.4f}", dev="-" if dev is None else f"{dev:.4f}")
+
+    def event(self, **fields) -> None:
+        if self.style == "json":
+            import json
+
+            elapsed = time.perf_counter() - self.start
+            step = fields.get("step", 0)
+            eta = elapsed / step * (self.total - step) if step else None
+            print(json.dumps({"cell": self.label, "total_steps": self.total, "elapsed_s": round(
+                elapsed, 2), "eta_s": None if eta is None else round(eta, 1), **fields}),
+                file=sys.stderr, flush=True)  # fmt: skip
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _language_means(scores: dict[str, float], euro: tuple[str, ...]) -> tuple[float, list[str]]:
+    langs = [lang for lang in scores if lang in euro] or list(scores)
+    return float(np.mean([scores[lang] for lang in langs])), langs
+
+
+def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> dict:
+    """Fine-tune one cell and return its result dict (also written to `cfg.out_json`).
+
+    `loaded` and `data` let a multi-cell process pass in what it already has; a fresh
+    model is still loaded for every cell, since weights change during training.
+    """
+    knobs = task_knobs(cfg.task)
+    regression = knobs.problem == REGRESSION
+    device = resolve_device(cfg.device)
+    recipe = cfg.recipe
+    t0 = time.perf_counter()
+    if data is None:
+        data = load_task(cfg.task, cfg.data_dir)
+    train_split, val_splits, test_splits, num_labels, problem = data
+
+    seed_everything(cfg.seed)  # before the model load: the fresh head's init is seeded
+    if loaded is None:
+        loaded = load_model(
+            cfg.model_path, cfg.mode, num_labels, problem, revision=cfg.model_revision,
+            trust_remote_code=cfg.trust_remote_code, max_seq_len=recipe.max_seq_len,
+            model_label=cfg.model_key,
+        )  # fmt: skip
+    model, tok = loaded.model.to(device), loaded.tokenizer
+    pad_id = tok.pad_token_id
+    max_len = recipe.max_seq_len
+    enc_train = encode(tok, train_split, max_len, loaded.input_names)
+    enc_val = {lang: encode(tok, s, max_len, loaded.input_names) for lang, s in val_splits.items()}
+
+    micro = cfg.micro_batch_size or recipe.batch_size
+    if recipe.batch_size % micro:
+        raise HarnessError(f"--micro-batch {micro} must divide the batch size {recipe.batch_size}")
+    accum = recipe.batch_size // micro
+    n_train = len(enc_train.labels)
+    steps_per_epoch = math.ceil(n_train / recipe.batch_size)
+    max_steps = min(recipe.max_steps, recipe.epoch_cap * steps_per_epoch)
+    warmup = int(recipe.warmup_ratio * max_steps)
+    every = eval_interval(steps_per_epoch, max_steps)
+
+    optimizer = torch.optim.AdamW(
+        _param_groups(model, recipe.weight_decay), lr=cfg.lr,
+        betas=(recipe.adam_beta1, recipe.adam_beta2), eps=recipe.adam_eps,
+    )  # fmt: skip
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(warmup, max_steps))
+    data_rng = random.Random(cfg.seed)
+    label = f"{cfg.model_key}/{cfg.task}/{lr_key(cfg.lr)}/s{cfg.seed}"
+    progress = _Progress(cfg.progress, max_steps, label)
+
+    def dev_scores() -> dict[str, float]:
+        out = {}
+        for lang, enc in enc_val.items():
+            preds = predict(model, enc, pad_id, device, recipe.precision, cfg.eval_batch_size,
+                            regression)  # fmt: skip
+            out[lang] = metrics.compute_metric(knobs.metric, preds, enc.labels)
+        return out
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    model.train()
+    step, epoch, bad_evals = 0, 0, 0
+    best = {"mean": -math.inf, "step": 0, "per_language": {}, "state": None}
+    history: list[dict] = []
+    diverged_at = None
+    early_stopped = False
+    real_tokens = 0
+    t_train = time.perf_counter()
+    first_step_s = None
+    batches: list[list[int]] = []
+    last_loss = float("nan")
+    while step < max_steps and diverged_at is None and not early_stopped:
+        if not batches:
+            batches = train_batches(enc_train.lengths, recipe.batch_size, data_rng,
+                                    cfg.batching == "length-grouped")  # fmt: skip
+            epoch += 1
+        idx = batches.pop(0)
+        optimizer.zero_grad(set_to_none=True)
+        step_loss = 0.0
+        for m in range(0, len(idx), micro):
+            sub = idx[m : m + micro]
+            batch = _collate(enc_train, sub, pad_id, device, regression)
+            labels = batch.pop("labels")
+            with _autocast(device, recipe.precision):
+                logits = model(**batch).logits
+            loss = _loss(logits, labels, regression) * (len(sub) / len(idx))
+            loss.backward()
+            step_loss += loss.detach()
+            real_tokens += sum(enc_train.lengths[i] for i in sub)
+        step_loss = float(step_loss)
+        if not math.isfinite(step_loss):
+            diverged_at = step + 1
+            break
+        optimizer.step()
+        scheduler.step()
+        step += 1
+        last_loss = step_loss
+        if first_step_s is None:
+            first_step_s = time.perf_counter() - t0
+        dev_mean = None
+        if step % every == 0 or step == max_steps:
+            per_lang = dev_scores()
+            dev_mean, _ = _language_means(per_lang, knobs.euro_languages)
+            history.append({"step": step, "dev": dev_mean, "loss": step_loss})
+            progress.event(step=step, loss=step_loss, dev=dev_mean)
+            if dev_mean > best["mean"]:
+                best.update(mean=dev_mean, step=step, per_language=per_lang,
+                            state={k: v.detach().to("cpu", copy=True)
+                                   for k, v in model.state_dict().items()})  # fmt: skip
+                bad_evals = 0
+            else:
+                bad_evals += 1
+                if recipe.early_stop and bad_evals >= recipe.patience:
+                    early_stopped = True
+        progress.step(step_loss, dev_mean)
+    progress.close()
+    train_time = time.perf_counter() - t_train
+
+    status = "diverged" if diverged_at is not None else "ok"
+    report = None
+    predictions = {}
+    if status == "ok":
+        if best["state"] is not None:
+            model.load_state_dict(best["state"])
+        if cfg.phase == "report":
+            per_lang = {}
+            for lang, split in test_splits.items():
+                enc = encode(tok, split, max_len, loaded.input_names)
+                preds = predict(model, enc, pad_id, device, recipe.precision,
+                                cfg.eval_batch_size, regression)  # fmt: skip
+                per_lang[lang] = metrics.compute_metric(knobs.metric, preds, enc.labels)
+                predictions[lang] = {"predictions": preds, "labels": enc.labels}
+            mean, langs = _language_means(per_lang, knobs.euro_languages)
+            report = {"split": knobs.report_split, "per_language": per_lang, "mean": mean,
+                      "languages_in_mean": langs}  # fmt: skip
+
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _cpu_peak_rss()
+    off = off_protocol_reasons(recipe, cfg.lr, cfg.seed, cfg.phase) + list(cfg.extra_off_protocol)
+    result = {
+        "schema": SCHEMA_NAME,
+        "schema_version": SCHEMA_VERSION,
+        "cell": {
+            "model": cfg.model_key,
+            "task": cfg.task,
+            "lr": cfg.lr,
+            "lr_key": lr_key(cfg.lr),
+            "seed": cfg.seed,
+            "phase": cfg.phase,
+        },  # fmt: skip
+        "status": status,
+        "metric": knobs.metric,
+        "dev": None
+        if status != "ok"
+        else {
+            "per_language": best["per_language"],
+            "mean": best["mean"],
+            "languages_in_mean": _language_means(best["per_language"], knobs.euro_languages)[1],
+        },  # fmt: skip
+        "report": report,
+        "training": {
+            "steps": step,
+            "max_steps": max_steps,
+            "best_step": best["step"],
+            "epochs": epoch,
+            "steps_per_epoch": steps_per_epoch,
+            "eval_every": every,
+            "early_stopped": early_stopped,
+            "diverged_at_step": diverged_at,
+            "final_loss": last_loss if math.isfinite(last_loss) else None,
+            "train_examples": n_train,
+            "dev_history": history,
+            "wall_time_s": round(time.perf_counter() - t0, 3),
+            "train_time_s": round(train_time, 3),
+            "time_to_first_step_s": None if first_step_s is None else round(first_step_s, 3),
+            "train_tokens_per_s": round(real_tokens / train_time, 1) if train_time > 0 else None,
+            "peak_memory_bytes": int(peak) if peak else None,
+        },  # fmt: skip
+        "recipe": {
+            **recipe.to_dict(),
+            "effective_batch": recipe.batch_size,
+            "micro_batch": micro,
+            "grad_accumulation": accum,
+            "eval_batch": cfg.eval_batch_size,
+            "warmup_steps": warmup,
+            "optimizer": "AdamW",
+            "schedule": "linear warmup, linear decay",
+            "pair_format": knobs.pair_format,
+            "batching": cfg.batching,
+            "mode": cfg.mode,
+        },  # fmt: skip
+        "protocol": {"on_protocol": not off, "off_protocol_reasons": off},
+        "provenance": {
+            "software": provenance.software_versions(),
+            "hardware": provenance.device_info(str(device)),
+            "model_revision": loaded.revision,
+            "model_revision_requested": cfg.model_revision,
+            "model_source": loaded.source,
+            "model_path": cfg.model_path if cfg.record_model_path else None,
+            "trust_remote_code": cfg.trust_remote_code,
+            "data": data_provenance(cfg.task, cfg.data_dir),
+            "dataset_revisions": {knobs.hf_path: data_provenance(cfg.task, None)["revision"]}
+            if knobs.hf_path
+            else {},
+        },  # fmt: skip
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    if cfg.out_json:
+        if cfg.save_predictions and predictions:
+            pred_path = Path(str(cfg.out_json).removesuffix(".json") + PREDICTIONS_SUFFIX)
+            write_json_atomic(pred_path, {"cell": result["cell"], "splits": predictions})
+        write_json_atomic(cfg.out_json, result)
+    return result
+
+
+def _cpu_peak_rss() -> int | None:
+    try:
+        import resource
+
+        kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(kb) * 1024 if sys.platform != "darwin" else int(kb)
+    except Exception:
+        return None
+
+
+def validate_out_path(path: str | os.PathLike) -> None:
+    """Refuse an output path whose directory is missing or not writable, before any training."""
+    parent = Path(path).resolve().parent
+    if not parent.is_dir():
+        raise HarnessError(f"output directory {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK):
+        raise HarnessError(f"output directory {parent} is not writable; choose another --out-json")
