@@ -156,12 +156,15 @@ def load_model(
     try:
         if mode == "auto":
             model = AutoModelForSequenceClassification.from_pretrained(
-                model_path, config=config, torch_dtype=torch.float32, **kw
+                # A checkpoint fine-tuned with another label count gets a fresh head.
+                model_path,
+                config=config,
+                dtype=torch.float32,
+                ignore_mismatched_sizes=True,
+                **kw,
             )
         else:
-            body = AutoModel.from_pretrained(
-                model_path, config=config, torch_dtype=torch.float32, **kw
-            )
+            body = AutoModel.from_pretrained(model_path, config=config, dtype=torch.float32, **kw)
             hidden = getattr(config, "hidden_size", None) or getattr(config, "d_model", None)
             if hidden is None:
                 raise HarnessError(f"{label}'s config names no hidden_size for the pooled head")

@@ -185,7 +185,7 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
             log(f"skip {cfg.out_json} (done)")
             continue
         if data is None:
-            data = load_task(cfg.task, cfg.data_dir)
+            data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report")
         result = run_cell(cfg, data=data)
         results.append(result)
         score = result["report"]["mean"] if result["report"] else (result["dev"] or {}).get("mean")

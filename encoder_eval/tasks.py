@@ -89,19 +89,43 @@ def _wic_inputs(row: dict) -> tuple[str, str]:
 
 
 def _wsc_inputs(row: dict) -> tuple[str, None]:
-    """WSC: mark the candidate noun with *..* and the pronoun with #..# (word indices)."""
+    """WSC: mark the candidate noun with *..* and the pronoun with #..# (word indices).
+
+    Indices count words split on single spaces. Where the word at a span's index does not
+    start with the span's text (the original SuperGLUE files have a few such off-by-one
+    spans, which `wsc.fixed` on the Hub corrects), the nearest word within 3 that does is
+    marked instead, so a mirror of the original files gives the Hub's input.
+    """
     words = row["text"].split(" ")
     spans = [
-        (int(row["span1_index"]), len(str(row["span1_text"]).split(" ")), "*"),
-        (int(row["span2_index"]), len(str(row["span2_text"]).split(" ")), "#"),
-    ]
+        (_wsc_align(words, int(row["span1_index"]), str(row["span1_text"])),
+         len(str(row["span1_text"]).split(" ")), "*"),
+        (_wsc_align(words, int(row["span2_index"]), str(row["span2_text"])),
+         len(str(row["span2_text"]).split(" ")), "#"),
+    ]  # fmt: skip
     for start, length, mark in spans:
-        end = min(start + length, len(words)) - 1
         if not 0 <= start < len(words):
             raise ValueError(f"span index {start} outside the text's {len(words)} words")
+        end = min(start + length, len(words)) - 1
         words[start] = mark + words[start]
         words[end] = words[end] + mark
     return " ".join(words), None
+
+
+def _wsc_align(words: list[str], index: int, span_text: str) -> int:
+    """The index of the span's first word: `index` if it matches, else the nearest match."""
+    first = span_text.split(" ")[0].lower()
+
+    def matches(i: int) -> bool:
+        return 0 <= i < len(words) and words[i].lower().startswith(first)
+
+    if not first or matches(index):
+        return index
+    for distance in (1, 2, 3):
+        for i in (index - distance, index + distance):
+            if matches(i):
+                return i
+    return index
 
 
 SEAHORSE_QUESTIONS = tuple(f"question{i}" for i in range(1, 7))
@@ -262,9 +286,22 @@ def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
 # ----------------------------------------------------------------------------- reading rows
 
 
-def _mirror_file(data_dir: Path, task: str, split: str, lang: str | None) -> Path:
+def mirror_file(data_dir: Path, task: str, split: str, lang: str | None) -> Path:
+    """Where a mirror keeps one split (of one language): `<task>/<split>[.<lang>].jsonl`."""
     name = f"{split}.{lang}.jsonl" if lang else f"{split}.jsonl"
-    return data_dir / task / name
+    return Path(data_dir) / task / name
+
+
+def file_languages(task: str) -> tuple[str | None, ...]:
+    """The languages a split is stored under, one file (and one Hub read) each.
+
+    `(None,)` means one file for the whole split: single-language tasks, and tasks whose
+    rows carry their language in `language_field`.
+    """
+    knobs = task_knobs(task)
+    if knobs.language_field:
+        return (None,)
+    return knobs.languages if knobs.hf_lang_configs or len(knobs.languages) > 1 else (None,)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -284,21 +321,35 @@ def read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
-def _read_hub(knobs: TaskKnobs, split: str, lang: str | None) -> list[dict]:
+def read_hub_rows(
+    task: str, split: str, lang: str | None, revision: str | None = None
+) -> list[dict]:
+    """Read the raw rows of one split (of one language) from the Hugging Face Hub.
+
+    The one place rows come from the Hub: the loaders and `encoder_eval.prefetch` both call
+    it. `revision` defaults to the revision in effect (`dataset_revisions()`).
+    """
+    return _read_hub(task_knobs(task), split, lang, revision, task=task)
+
+
+def _read_hub(
+    knobs: TaskKnobs, split: str, lang: str | None, revision: str | None = None, task: str = ""
+) -> list[dict]:
     """Read one split from the Hugging Face Hub at the dataset revision in effect."""
     import datasets  # imported here: the mirror path does not need it
 
     config = knobs.hf_lang_configs.get(lang, lang) if lang and knobs.hf_lang_configs else None
     config = config or knobs.hf_config
-    revision = dataset_revisions().get(knobs.hf_path)
+    revision = revision or dataset_revisions().get(knobs.hf_path)
     hub_split = knobs.hub_splits.get(split, split)
     try:
         ds = datasets.load_dataset(knobs.hf_path, config, split=hub_split, revision=revision)
     except Exception as exc:  # network, auth or missing-config errors all end the same way
         raise HarnessError(
             f"could not load {knobs.hf_path} ({config or 'default'}, {hub_split}) from the Hub: "
-            f"{type(exc).__name__}: {exc}. Offline? Use --data-dir with a mirror written by "
-            "`python -m encoder_eval.prefetch`."
+            f"{type(exc).__name__}: {exc}. If this machine cannot reach the Hub, run "
+            f"`python -m encoder_eval.prefetch --tasks {task or '<task>'} --out DIR` on one that "
+            "can and pass --data-dir DIR (or set ENCODER_EVAL_DATA_DIR) here."
         ) from None
     return [dict(r) for r in ds]
 
@@ -310,17 +361,16 @@ def read_split(task: str, split: str, data_dir: Path | None) -> dict[str, tuple[
     if knobs.language_field:
         # One file with all languages: split it by the language field.
         if data_dir is not None:
-            path = _mirror_file(data_dir, task, split, None)
+            path = mirror_file(data_dir, task, split, None)
             rows, where = _read_mirror_file(path, task, split), str(path)
         else:
-            rows, where = _read_hub(knobs, split, None), f"{knobs.hf_path}:{split}"
+            rows, where = read_hub_rows(task, split, None), f"{knobs.hf_path}:{split}"
         for lang in knobs.languages:
             out[lang] = ([r for r in rows if r.get(knobs.language_field) == lang], where)
         return out
-    langs = knobs.languages if knobs.hf_lang_configs or len(knobs.languages) > 1 else (None,)
-    for lang in langs:
+    for lang in file_languages(task):
         if data_dir is not None:
-            path = _mirror_file(data_dir, task, split, lang)
+            path = mirror_file(data_dir, task, split, lang)
             if lang and lang not in knobs.euro_languages and not path.exists():
                 # A mirror may hold a subset of the languages, never less than the Euro set.
                 warnings.warn(
@@ -329,7 +379,7 @@ def read_split(task: str, split: str, data_dir: Path | None) -> dict[str, tuple[
                 continue
             out[lang or knobs.languages[0]] = (_read_mirror_file(path, task, split), str(path))
         else:
-            rows = _read_hub(knobs, split, lang)
+            rows = read_hub_rows(task, split, lang)
             out[lang or knobs.languages[0]] = (rows, f"{knobs.hf_path}:{lang or ''}:{split}")
     return out
 
@@ -421,12 +471,15 @@ def _nonempty(split: Split, task: str, name: str) -> Split:
     return split
 
 
-def load_generic(task: str, data_dir: str | os.PathLike | None = None) -> LoaderResult:
+def load_generic(
+    task: str, data_dir: str | os.PathLike | None = None, with_test: bool = True
+) -> LoaderResult:
     """The loader every built-in task uses: read, convert, concatenate languages for training.
 
     For multilingual tasks the train splits of all languages are concatenated and shuffled
     with `TRAIN_SHUFFLE_SEED`; validation and test stay per language. For tasks whose report
-    split is validation, `per_lang_test` is the validation data itself.
+    split is validation, `per_lang_test` is the validation data itself. With
+    `with_test=False` (select-phase cells) a labelled test split is not even read.
     """
     knobs = task_knobs(task)
     data_dir = resolve_data_dir(data_dir)
@@ -442,21 +495,27 @@ def load_generic(task: str, data_dir: str | os.PathLike | None = None) -> Loader
         next(iter(train_parts.values()))
     )  # fmt: skip
     val = per_lang("validation")
-    test = per_lang("test") if knobs.report_split == "test" else val
+    if knobs.report_split == "validation":
+        test = val
+    else:
+        test = per_lang("test") if with_test else {}
     return train, val, test, knobs.num_labels, knobs.problem
 
 
 LOADERS: dict[str, Callable[..., LoaderResult]] = {
-    name: (lambda data_dir=None, _name=name: load_generic(_name, data_dir)) for name in TASK_KNOBS
+    name: (lambda data_dir=None, with_test=True, _n=name: load_generic(_n, data_dir, with_test))
+    for name in TASK_KNOBS
 }
 
 
-def load_task(task: str, data_dir: str | os.PathLike | None = None) -> LoaderResult:
+def load_task(
+    task: str, data_dir: str | os.PathLike | None = None, with_test: bool = True
+) -> LoaderResult:
     """Load a registered task by name through its entry in LOADERS."""
     task_knobs(task)
     if task not in LOADERS:
         raise unknown_name("task loader", task, LOADERS)
-    return LOADERS[task](data_dir)
+    return LOADERS[task](data_dir, with_test=with_test)
 
 
 def data_provenance(task: str, data_dir: str | os.PathLike | None = None) -> dict:

@@ -178,6 +178,16 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
+def build_optimizer(model: nn.Module, recipe: Recipe, lr: float) -> torch.optim.AdamW:
+    """AdamW with the shared recipe; its state lives beside the fp32 parameters, so it is fp32."""
+    return torch.optim.AdamW(
+        _param_groups(model, recipe.weight_decay),
+        lr=lr,
+        betas=(recipe.adam_beta1, recipe.adam_beta2),
+        eps=recipe.adam_eps,
+    )
+
+
 def _lr_lambda(warmup: int, total: int):
     def f(step: int) -> float:
         if step < warmup:
@@ -248,7 +258,7 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
     recipe = cfg.recipe
     t0 = time.perf_counter()
     if data is None:
-        data = load_task(cfg.task, cfg.data_dir)
+        data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report")
     train_split, val_splits, test_splits, num_labels, problem = data
 
     seed_everything(cfg.seed)  # before the model load: the fresh head's init is seeded
@@ -274,10 +284,7 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
     warmup = int(recipe.warmup_ratio * max_steps)
     every = eval_interval(steps_per_epoch, max_steps)
 
-    optimizer = torch.optim.AdamW(
-        _param_groups(model, recipe.weight_decay), lr=cfg.lr,
-        betas=(recipe.adam_beta1, recipe.adam_beta2), eps=recipe.adam_eps,
-    )  # fmt: skip
+    optimizer = build_optimizer(model, recipe, cfg.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(warmup, max_steps))
     data_rng = random.Random(cfg.seed)
     label = f"{cfg.model_key}/{cfg.task}/{lr_key(cfg.lr)}/s{cfg.seed}"

@@ -19,6 +19,7 @@ from tiny_models import (  # noqa: E402
     build_all,
     build_remote_code_model,
     build_tiny_model,
+    train_tokenizer,
 )
 from transformers import (  # noqa: E402
     AutoConfig,
@@ -169,6 +170,14 @@ def test_remote_code_requires_trust(tiny):
 def _digest(path: Path) -> dict[str, str]:
     names = ("model.safetensors", "tokenizer.json")
     return {n: hashlib.sha256((path / n).read_bytes()).hexdigest() for n in names}
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_tokenizer_training_is_deterministic(tiny, tmp_path, kind):
+    train_tokenizer(tmp_path, kind)
+    assert (tmp_path / "tokenizer.json").read_bytes() == (
+        tiny[kind] / "tokenizer.json"
+    ).read_bytes()
 
 
 def test_builds_are_deterministic(tiny, tmp_path):

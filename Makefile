@@ -1,0 +1,57 @@
+# encoder-eval-harness: install, test, lint, demo.
+# `make install` builds .venv. On a machine without a GPU it installs the CPU build of
+# torch first (TORCH_CPU), so pip never pulls a multi-GB CUDA build; on a GPU machine it
+# uses uv when present. Elsewhere on a CPU-only machine, point TORCH_CPU at PyTorch's CPU
+# index, e.g.  make install TORCH_CPU="torch --index-url https://download.pytorch.org/whl/cpu"
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_CPU ?= torch==2.13.0
+EXTRAS ?= dev,demo
+STAMP := $(VENV)/.installed-$(shell echo $(EXTRAS) | tr ',' '-')
+HAS_GPU := $(shell (command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1) || command -v rocm-smi >/dev/null && echo yes)
+
+.PHONY: install test test-fast lint format demo smoke-paws clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+ifeq ($(HAS_GPU),yes)
+	@if command -v uv >/dev/null; then \
+	  uv venv $(VENV) && uv pip install --python $(PY) -e ".[$(EXTRAS)]"; \
+	else \
+	  $(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q --upgrade pip && \
+	  $(PY) -m pip install -q -e ".[$(EXTRAS)]"; \
+	fi
+else
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_CPU)
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+endif
+	@touch $(STAMP)
+
+# The test command CI runs (.ci/run). Tests never reach the Hub.
+test: install
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+# A fast, 1000-step XLM-R PAWS-X cell: needs the Hub and a GPU.
+smoke-paws: install
+	mkdir -p results/smoke
+	$(PY) -m encoder_eval.run \
+	  --model-path FacebookAI/xlm-roberta-base --task paws_x --mode auto \
+	  --lr 3.59e-05 --seed 45 --bsz 32 --max-steps 1000 --max-seq-len 256 \
+	  --early-stop --patience 3 --epoch-cap 20 \
+	  --out-json results/smoke/xlm-r_paws_lr06_s45.json
+
+clean:
+	rm -rf .pytest_cache .ruff_cache build *.egg-info

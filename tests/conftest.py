@@ -1,0 +1,63 @@
+"""Shared fixtures: tiny local models, a small slice of the real data mirror, no Hub."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+# (task, {split file: rows to keep}) for the small mirror most tests train on.
+SMALL_MIRROR = {
+    "glue_rte": {"train.jsonl": 64, "validation.jsonl": 32},
+    "glue_sst2": {"train.jsonl": 64, "validation.jsonl": 32},
+    "glue_stsb": {"train.jsonl": 64, "validation.jsonl": 32},
+    "sg_cb": {"train.jsonl": 48, "validation.jsonl": 24},
+    "amazon_reviews_multi": {
+        f"{split}.{lang}.jsonl": n
+        for lang in ("de", "en", "es", "fr")
+        for split, n in (("train", 16), ("validation", 12), ("test", 12))
+    },
+}
+
+
+def write_small_mirror(dest: Path, spec: dict = SMALL_MIRROR) -> Path:
+    """Copy the first rows of real mirror files into `dest` (same layout)."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"the real data mirror {SHARED_DATA} is absent")
+    for task, files in spec.items():
+        (dest / task).mkdir(parents=True, exist_ok=True)
+        for name, n in files.items():
+            with open(SHARED_DATA / task / name, encoding="utf-8") as src:
+                rows = [next(src) for _ in range(n)]
+            (dest / task / name).write_text("".join(rows), encoding="utf-8")
+    return dest
+
+
+@pytest.fixture(scope="session")
+def small_mirror(tmp_path_factory) -> Path:
+    return write_small_mirror(tmp_path_factory.mktemp("mirror"))
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> dict[str, Path]:
+    """Tiny BERT, XLM-R, DeBERTa-v2, ModernBERT and a remote-code encoder, saved like Hub
+    checkpoints without a classification head."""
+    from tiny_models import build_all
+
+    return build_all(tmp_path_factory.mktemp("models"), num_labels=None)
+
+
+def read_json(path) -> dict:
+    return json.loads(Path(path).read_text())

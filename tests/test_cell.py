@@ -1,0 +1,190 @@
+"""One cell, for real: tiny models fine-tuned for a few steps on slices of real data."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import REPO, read_json
+
+from encoder_eval import train
+from encoder_eval.errors import HarnessError
+from encoder_eval.loaders import check_fp32, load_model
+from encoder_eval.protocol import Recipe
+from encoder_eval.results import result_filename, validate_result
+from encoder_eval.tasks import load_task
+
+SHORT = Recipe(max_steps=6, patience=3, max_seq_len=128)
+
+
+def cell(tmp_path, model_path, task="glue_rte", **kw) -> train.CellConfig:
+    defaults = dict(
+        model_path=str(model_path), task=task, lr=1e-4, seed=45, model_key="tiny",
+        recipe=SHORT, device="cpu", progress="quiet",
+        out_json=str(tmp_path / result_filename("tiny", task, kw.get("lr", 1e-4), 45)),
+    )  # fmt: skip
+    defaults.update(kw)
+    return train.CellConfig(**defaults)
+
+
+@pytest.mark.parametrize("kind", ["bert", "xlm-roberta", "deberta-v2", "modernbert"])
+def test_auto_mode_trains_each_architecture(kind, tiny_models, small_mirror, tmp_path):
+    cfg = cell(tmp_path, tiny_models[kind], data_dir=str(small_mirror))
+    result = train.run_cell(cfg)
+    assert validate_result(read_json(cfg.out_json)) == []
+    assert result["status"] == "ok"
+    assert result["training"]["steps"] == 6
+    assert 0.0 <= result["report"]["mean"] <= 1.0
+    assert result["report"]["split"] == "validation"
+    assert result["provenance"]["model_revision"].startswith("sha256:")
+    assert result["provenance"]["model_path"] is None  # not recorded unless asked
+
+
+@pytest.mark.parametrize("kind", ["bert", "modernbert"])
+def test_liquid_bidir_mode_trains(kind, tiny_models, small_mirror, tmp_path):
+    cfg = cell(tmp_path, tiny_models[kind], data_dir=str(small_mirror), mode="liquid-bidir")
+    result = train.run_cell(cfg)
+    assert result["status"] == "ok" and result["recipe"]["mode"] == "liquid-bidir"
+    assert validate_result(result) == []
+
+
+@pytest.mark.parametrize("mode", ["auto", "liquid-bidir"])
+def test_remote_code_model_loads_and_trains(mode, tiny_models, small_mirror, tmp_path):
+    cfg = cell(tmp_path, tiny_models["tinyenc"], data_dir=str(small_mirror), mode=mode,
+               trust_remote_code=True, task="sg_cb")  # fmt: skip
+    with pytest.warns(UserWarning, match="trust_remote_code is on"):
+        result = train.run_cell(cfg)
+    assert result["status"] == "ok"
+    assert result["provenance"]["trust_remote_code"] is True
+
+
+def test_remote_code_model_refused_without_trust(tiny_models):
+    with pytest.raises(HarnessError, match="trust-remote-code"):
+        load_model(str(tiny_models["tinyenc"]), "auto", 2, "single_label_classification")
+
+
+def test_regression_task(tiny_models, small_mirror, tmp_path):
+    cfg = cell(tmp_path, tiny_models["bert"], task="glue_stsb", data_dir=str(small_mirror))
+    result = train.run_cell(cfg)
+    assert result["metric"] == "spearman"
+    assert -1.0 <= result["report"]["mean"] <= 1.0
+
+
+def test_multilingual_task_scores_each_language(tiny_models, small_mirror, tmp_path):
+    cfg = cell(tmp_path, tiny_models["xlm-roberta"], task="amazon_reviews_multi",
+               data_dir=str(small_mirror))  # fmt: skip
+    result = train.run_cell(cfg)
+    report = result["report"]
+    assert report["split"] == "test"
+    assert set(report["per_language"]) == {"de", "en", "es", "fr"}
+    assert math.isclose(report["mean"], sum(report["per_language"].values()) / 4)
+    assert set(result["dev"]["per_language"]) == {"de", "en", "es", "fr"}
+
+
+def test_select_cell_of_multilingual_task_never_reads_test(tiny_models, small_mirror, tmp_path):
+    # A mirror without any test file: a select cell must not need it.
+    mirror = tmp_path / "mirror"
+    src = small_mirror / "amazon_reviews_multi"
+    (mirror / "amazon_reviews_multi").mkdir(parents=True)
+    for f in src.glob("*.jsonl"):
+        if not f.name.startswith("test."):
+            (mirror / "amazon_reviews_multi" / f.name).write_bytes(f.read_bytes())
+    cfg = cell(tmp_path, tiny_models["bert"], task="amazon_reviews_multi", seed=42,
+               phase="select", data_dir=str(mirror))  # fmt: skip
+    result = train.run_cell(cfg)
+    assert result["report"] is None
+    assert validate_result(read_json(cfg.out_json)) == []
+    # ...while a report cell on the same mirror fails loudly, naming the missing file.
+    with pytest.raises(HarnessError, match="test.de.jsonl"):
+        train.run_cell(cell(tmp_path, tiny_models["bert"], task="amazon_reviews_multi",
+                            data_dir=str(mirror)))  # fmt: skip
+
+
+def test_autocast_bf16_activations_with_fp32_weights_and_state(tiny_models, small_mirror):
+    loaded = load_model(str(tiny_models["bert"]), "auto", 2, "single_label_classification")
+    model = loaded.model
+    seen = []
+    first_linear = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+    first_linear.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    train_split = load_task("glue_rte", small_mirror)[0]
+    enc = train.encode(loaded.tokenizer, train_split, 64, loaded.input_names)
+    batch = train._collate(enc, list(range(8)), loaded.tokenizer.pad_token_id, "cpu", False)
+    labels = batch.pop("labels")
+    optimizer = train.build_optimizer(model, Recipe(), 1e-4)
+    with train._autocast(torch.device("cpu"), "bf16-autocast"):
+        logits = model(**batch).logits
+    train._loss(logits, labels, False).backward()
+    optimizer.step()
+    assert seen == [torch.bfloat16]
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert all(p.grad.dtype == torch.float32 for p in model.parameters() if p.grad is not None)
+    states = [s for s in optimizer.state.values() if s]
+    assert states and all(
+        s["exp_avg"].dtype == torch.float32 and s["exp_avg_sq"].dtype == torch.float32
+        for s in states
+    )
+
+
+def test_non_fp32_model_is_refused(tiny_models):
+    loaded = load_model(str(tiny_models["bert"]), "auto", 2, "single_label_classification")
+    with pytest.raises(HarnessError, match="not float32"):
+        check_fp32(loaded.model.to(torch.bfloat16))
+
+
+def test_same_cell_twice_gives_the_same_score(tiny_models, small_mirror, tmp_path):
+    a = train.run_cell(cell(tmp_path / "a", tiny_models["bert"], data_dir=str(small_mirror),
+                            out_json=None))  # fmt: skip
+    b = train.run_cell(cell(tmp_path / "b", tiny_models["bert"], data_dir=str(small_mirror),
+                            out_json=None))  # fmt: skip
+    assert a["dev"] == b["dev"] and a["report"] == b["report"]
+    assert a["training"]["final_loss"] == b["training"]["final_loss"]
+
+
+def test_diverging_loss_is_recorded_not_raised(tiny_models, small_mirror, tmp_path):
+    cfg = cell(tmp_path, tiny_models["bert"], task="glue_stsb", data_dir=str(small_mirror),
+               lr=1e6, recipe=Recipe(max_steps=30, warmup_ratio=0.0, max_seq_len=128))  # fmt: skip
+    result = train.run_cell(cfg)
+    assert result["status"] == "diverged"
+    assert isinstance(result["training"]["diverged_at_step"], int)
+    assert result["dev"] is None and result["report"] is None
+    assert validate_result(read_json(cfg.out_json)) == []
+
+
+def test_cli_runs_a_cell_and_writes_valid_json(tiny_models, small_mirror, tmp_path):
+    out = tmp_path / "cell.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "encoder_eval.run", "--model-path", str(tiny_models["bert"]),
+         "--model-key", "tiny-bert", "--task", "sg_cb", "--lr", "3.59e-05", "--seed", "45",
+         "--max-steps", "4", "--max-seq-len", "128", "--data-dir", str(small_mirror), "--device", "cpu",
+         "--out-json", str(out), "--progress", "quiet", "--record-model-path"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = read_json(out)
+    assert validate_result(data) == []
+    assert data["cell"] == {"model": "tiny-bert", "task": "sg_cb", "lr": 3.59e-05,
+                            "lr_key": "lr06", "seed": 45, "phase": "report"}  # fmt: skip
+    assert data["protocol"]["on_protocol"] is False  # --max-steps 4 is not the protocol
+    assert any("max_steps" in r for r in data["protocol"]["off_protocol_reasons"])
+    assert data["provenance"]["model_path"] == str(tiny_models["bert"])
+
+
+def test_cli_several_seeds_in_one_process_match_single_runs(tiny_models, small_mirror, tmp_path):
+    common = ["--model-path", str(tiny_models["bert"]), "--model-key", "tiny", "--task",
+              "glue_rte", "--lr", "1e-4", "--max-steps", "3", "--max-seq-len", "128", "--data-dir", str(small_mirror),
+              "--device", "cpu", "--progress", "quiet", "--phase", "select"]  # fmt: skip
+    (tmp_path / "multi").mkdir()
+    (tmp_path / "single").mkdir()
+    run = [sys.executable, "-m", "encoder_eval.run"]
+    subprocess.run(run + common + ["--seed", "42,43", "--results-dir", str(tmp_path / "multi")],
+                   cwd=REPO, check=True, timeout=300)  # fmt: skip
+    subprocess.run(run + common + ["--seed", "43", "--results-dir", str(tmp_path / "single")],
+                   cwd=REPO, check=True, timeout=300)  # fmt: skip
+    name = result_filename("tiny", "glue_rte", 1e-4, 43)
+    multi, single = read_json(tmp_path / "multi" / name), read_json(tmp_path / "single" / name)
+    assert multi["dev"] == single["dev"]
+    assert multi["training"]["final_loss"] == single["training"]["final_loss"]
+    assert (tmp_path / "multi" / result_filename("tiny", "glue_rte", 1e-4, 42)).exists()
