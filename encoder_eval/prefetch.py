@@ -70,11 +70,13 @@ def write_jsonl_atomic(path: Path, rows: Iterable[dict]) -> tuple[int, str]:
     count = 0
     try:
         with open(tmp, "wb") as handle:
-            for count, row in enumerate(rows, start=1):  # noqa: B007 (count is the result)
+            for count, row in enumerate(rows, start=1):
                 try:
                     text = json.dumps(row, ensure_ascii=False, default=_json_default)
                 except (TypeError, ValueError) as exc:
-                    raise HarnessError(f"{path}: row {count} cannot be written as JSON: {exc}")
+                    raise HarnessError(
+                        f"{path}: row {count} cannot be written as JSON: {exc}"
+                    ) from None
                 line = (text + "\n").encode("utf-8")
                 handle.write(line)
                 digest.update(line)
