@@ -87,8 +87,9 @@ cmd_install() {
         apt-get update -q
         apt-get install "${opts[@]}" "${pkgs[@]}"
     fi
-    command -v slurmctld >/dev/null && command -v sbatch >/dev/null ||
+    if ! command -v slurmctld >/dev/null || ! command -v sbatch >/dev/null; then
         die "slurm binaries missing after install"
+    fi
 }
 
 # ------------------------------------------------------------------ munge ---
@@ -129,9 +130,9 @@ start_munge() {
     local started=0
     if id munge >/dev/null 2>&1; then
         if command -v runuser >/dev/null; then
-            runuser -u munge -- /usr/sbin/munged && started=1 || true
+            if runuser -u munge -- /usr/sbin/munged 9>&-; then started=1; fi
         else
-            su -s /bin/sh munge -c /usr/sbin/munged && started=1 || true
+            if su -s /bin/sh munge -c /usr/sbin/munged 9>&-; then started=1; fi
         fi
     fi
     if [[ $started -eq 1 ]]; then
@@ -141,10 +142,10 @@ start_munge() {
         # Fallback for containers where the munge user can't be used: run as
         # root and let munged accept root-owned files.
         log "munged as user 'munge' failed; falling back to root with --force"
-        [[ -e $MUNGE_PID ]] && kill "$(tr -dc '0-9' <"$MUNGE_PID")" 2>/dev/null || true
+        if old=$(pid_of "$MUNGE_PID" munged); then kill "$old" 2>/dev/null || true; fi
         chown -R root:root /etc/munge /var/lib/munge /var/log/munge "$MUNGE_RUN"
         rm -f "$MUNGE_RUN"/munge.socket.2 "$MUNGE_RUN"/munge.socket.2.lock "$MUNGE_PID"
-        /usr/sbin/munged --force
+        /usr/sbin/munged --force 9>&-
         for _ in $(seq 1 25); do munge_ok && break; sleep 0.2; done
     fi
     munge_ok || { tail -n 30 "$MUNGE_LOG" >&2 2>/dev/null || true; die "munged did not start"; }
@@ -309,7 +310,7 @@ start_slurmctld() {
         return 0
     fi
     log "starting slurmctld"
-    slurmctld -f "$SLURM_CONF_FILE" || true
+    slurmctld -f "$SLURM_CONF_FILE" 9>&- || true
     for _ in $(seq 1 50); do
         scontrol ping 2>/dev/null | grep -q 'is UP' && return 0
         sleep 0.2
@@ -318,7 +319,7 @@ start_slurmctld() {
     # retry once with a clean state.
     if ! pid_of "$SLURMCTLD_PID" slurmctld >/dev/null; then
         log "slurmctld exited; retrying with clean state (-c)"
-        slurmctld -c -f "$SLURM_CONF_FILE" || true
+        slurmctld -c -f "$SLURM_CONF_FILE" 9>&- || true
     fi
     for _ in $(seq 1 50); do
         scontrol ping 2>/dev/null | grep -q 'is UP' && return 0
@@ -333,7 +334,7 @@ start_slurmd() {
         return 0
     fi
     log "starting slurmd (node $NODE_NAME)"
-    slurmd -N "$NODE_NAME" -f "$SLURM_CONF_FILE" || { print_logs; die "slurmd failed to start"; }
+    slurmd -N "$NODE_NAME" -f "$SLURM_CONF_FILE" 9>&- || { print_logs; die "slurmd failed to start"; }
 }
 
 cmd_start() {

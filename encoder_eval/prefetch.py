@@ -201,8 +201,9 @@ def prefetch(
     """Write a mirror of `task_names` under `out`; the manifest is rewritten after each task."""
     out = Path(out)
     names = list(task_names)
-    for name in names:
-        tasks.task_knobs(name)  # unknown names fail before anything is fetched
+    for name in names:  # unknown names fail before anything is fetched
+        if tasks.task_knobs(name).hf_path is None:
+            raise HarnessError(f"task {name!r} is generated locally; there is nothing to prefetch")
     splits = _check_splits(splits)
     manifest = read_manifest(out)
     for name in names:
@@ -249,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tasks",
         required=True,
-        help=f"comma-separated task names, or 'all' ({', '.join(tasks.TASK_KNOBS)})",
+        help="comma-separated task names, or 'all' (every task read from the Hub): "
+        + ", ".join(name for name, k in tasks.TASK_KNOBS.items() if k.hf_path is not None),
     )
     p.add_argument("--out", required=True, help="the mirror directory (created if absent)")
     p.add_argument(
@@ -265,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         names = _csv(args.tasks)
         if names == ["all"]:
-            names = list(tasks.TASK_KNOBS)
+            names = [name for name, k in tasks.TASK_KNOBS.items() if k.hf_path is not None]
         if not names:
             raise HarnessError("--tasks is empty; give task names separated by commas, or 'all'")
         splits = _csv(args.splits) if args.splits is not None else None

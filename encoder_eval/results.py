@@ -8,12 +8,15 @@ validate, with one warning each naming the file and why.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import re
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +26,7 @@ SCHEMA_NAME = "encoder-eval-result"
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "diverged")
 TMP_PREFIX = ".tmp-"
+LOCK_PREFIX = ".lock-"
 PREDICTIONS_SUFFIX = ".predictions.json"  # per-example predictions written beside a result
 
 
@@ -81,6 +85,29 @@ def clean_stale_temporaries(directory: str | os.PathLike, older_than_s: float = 
         except FileNotFoundError:
             pass
     return removed
+
+
+@contextlib.contextmanager
+def cell_lock(out_json: str | os.PathLike) -> Iterator[bool]:
+    """Hold an exclusive lock for one cell while it runs; yields False if another runner has it.
+
+    The lock is `flock` on a hidden file beside the result: the kernel releases it when its
+    holder exits or is killed, so a dead runner never leaves a cell locked.
+    """
+    path = Path(out_json)
+    fd = os.open(path.parent / f"{LOCK_PREFIX}{path.name}", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def _is_number(x) -> bool:

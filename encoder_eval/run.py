@@ -16,7 +16,7 @@ from pathlib import Path
 from .errors import HarnessError
 from .models import MODEL_REGISTRY, MODES, key_from_path, model_entry
 from .protocol import PHASE_SEEDS, PROTOCOL_RECIPE, Recipe, lr_key_for
-from .results import clean_stale_temporaries, read_result, result_filename
+from .results import cell_lock, clean_stale_temporaries, read_result, result_filename
 from .tasks import TASK_KNOBS, task_knobs
 
 EXIT_INPUT_ERROR = 2
@@ -181,12 +181,16 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
     data = None
     for cfg in cells:
         clean_stale_temporaries(Path(cfg.out_json).parent)
-        if skip_existing and Path(cfg.out_json).exists() and read_result(cfg.out_json)[0]:
-            log(f"skip {cfg.out_json} (done)")
-            continue
-        if data is None:
-            data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report")
-        result = run_cell(cfg, data=data)
+        with cell_lock(cfg.out_json) as mine:
+            if not mine:
+                log(f"skip {cfg.out_json} (another runner is running this cell)")
+                continue
+            if skip_existing and Path(cfg.out_json).exists() and read_result(cfg.out_json)[0]:
+                log(f"skip {cfg.out_json} (done)")
+                continue
+            if data is None:
+                data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report")
+            result = run_cell(cfg, data=data)
         results.append(result)
         score = result["report"]["mean"] if result["report"] else (result["dev"] or {}).get("mean")
         log(
@@ -202,10 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     quiet = args.progress == "quiet"
     try:
         cells = plan_cells(args)
+        from .train import EXIT_PREEMPTED, Preempted
+
         run_cells(cells, args.skip_existing, log=(lambda m: None) if quiet else print)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    except Preempted as exc:
+        print(f"preempted: {exc}", file=sys.stderr)
+        return EXIT_PREEMPTED
     return 0
 
 

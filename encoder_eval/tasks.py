@@ -92,7 +92,8 @@ def _wic_inputs(row: dict) -> tuple[str, str]:
 def _wsc_inputs(row: dict) -> tuple[str, None]:
     """WSC: mark the candidate noun with *..* and the pronoun with #..# (word indices).
 
-    Indices count words split on single spaces. Where the word at a span's index does not
+    Indices count words of the text split on single spaces; a span covers as many words as
+    its text has (split on any whitespace: a few span texts hold a line break). Where the word at a span's index does not
     start with the span's text (the original SuperGLUE files have a few such off-by-one
     spans, which `wsc.fixed` on the Hub corrects), the nearest word within 3 that does is
     marked instead, so a mirror of the original files gives the Hub's input.
@@ -100,9 +101,9 @@ def _wsc_inputs(row: dict) -> tuple[str, None]:
     words = row["text"].split(" ")
     spans = [
         (_wsc_align(words, int(row["span1_index"]), str(row["span1_text"])),
-         len(str(row["span1_text"]).split(" ")), "*"),
+         len(str(row["span1_text"]).split()), "*"),
         (_wsc_align(words, int(row["span2_index"]), str(row["span2_text"])),
-         len(str(row["span2_text"]).split(" ")), "#"),
+         len(str(row["span2_text"]).split()), "#"),
     ]  # fmt: skip
     for start, length, mark in spans:
         if not 0 <= start < len(words):
@@ -115,7 +116,7 @@ def _wsc_inputs(row: dict) -> tuple[str, None]:
 
 def _wsc_align(words: list[str], index: int, span_text: str) -> int:
     """The index of the span's first word: `index` if it matches, else the nearest match."""
-    first = span_text.split(" ")[0].lower()
+    first = (span_text.split() or [""])[0].lower()
 
     def matches(i: int) -> bool:
         return 0 <= i < len(words) and words[i].lower().startswith(first)

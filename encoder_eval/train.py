@@ -8,11 +8,15 @@ fixed cadence, early stopping, best weights restored in memory, then the report 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
+import signal
 import sys
+import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -301,62 +305,71 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     model.train()
-    step, epoch, bad_evals = 0, 0, 0
-    best = {"mean": -math.inf, "step": 0, "per_language": {}, "state": None}
-    history: list[dict] = []
+    st = _LoopState()
+    resume_path = _resume_path(cfg.out_json)
+    signature = _signature(cfg, loaded.revision)
+    if resume_path is not None and resume_path.exists():
+        st = _restore(resume_path, signature, model, optimizer, scheduler, data_rng, st)
     diverged_at = None
-    early_stopped = False
-    real_tokens = 0
     t_train = time.perf_counter()
     first_step_s = None
-    batches: list[list[int]] = []
-    last_loss = float("nan")
-    while step < max_steps and diverged_at is None and not early_stopped:
-        if not batches:
-            batches = train_batches(enc_train.lengths, recipe.batch_size, data_rng,
-                                    cfg.batching == "length-grouped")  # fmt: skip
-            epoch += 1
-        idx = batches.pop(0)
-        optimizer.zero_grad(set_to_none=True)
-        step_loss = 0.0
-        for m in range(0, len(idx), micro):
-            sub = idx[m : m + micro]
-            batch = _collate(enc_train, sub, pad_id, device, regression)
-            labels = batch.pop("labels")
-            with _autocast(device, recipe.precision):
-                logits = model(**batch).logits
-            loss = _loss(logits, labels, regression) * (len(sub) / len(idx))
-            loss.backward()
-            step_loss += loss.detach()
-            real_tokens += sum(enc_train.lengths[i] for i in sub)
-        step_loss = float(step_loss)
-        if not math.isfinite(step_loss):
-            diverged_at = step + 1
-            break
-        optimizer.step()
-        scheduler.step()
-        step += 1
-        last_loss = step_loss
-        if first_step_s is None:
-            first_step_s = time.perf_counter() - t0
-        dev_mean = None
-        if step % every == 0 or step == max_steps:
-            per_lang = dev_scores()
-            dev_mean, _ = _language_means(per_lang, knobs.euro_languages)
-            history.append({"step": step, "dev": dev_mean, "loss": step_loss})
-            progress.event(step=step, loss=step_loss, dev=dev_mean)
-            if dev_mean > best["mean"]:
-                best.update(mean=dev_mean, step=step, per_language=per_lang,
-                            state={k: v.detach().to("cpu", copy=True)
-                                   for k, v in model.state_dict().items()})  # fmt: skip
-                bad_evals = 0
-            else:
-                bad_evals += 1
-                if recipe.early_stop and bad_evals >= recipe.patience:
-                    early_stopped = True
-        progress.step(step_loss, dev_mean)
+    with _sigterm_requests() as stop:
+        while st.step < max_steps and diverged_at is None and not st.early_stopped:
+            if stop.requested and resume_path is not None:
+                st.train_time_before += time.perf_counter() - t_train
+                _save_resume(resume_path, signature, st, model, optimizer, scheduler, data_rng)
+                progress.close()
+                raise Preempted(f"{label}: stopped by SIGTERM at step {st.step}; state saved to "
+                                f"{resume_path}; run the cell again to resume")  # fmt: skip
+            if not st.batches:
+                st.batches = train_batches(enc_train.lengths, recipe.batch_size, data_rng,
+                                           cfg.batching == "length-grouped")  # fmt: skip
+                st.epoch += 1
+            idx = st.batches.pop(0)
+            optimizer.zero_grad(set_to_none=True)
+            step_loss = 0.0
+            for m in range(0, len(idx), micro):
+                sub = idx[m : m + micro]
+                batch = _collate(enc_train, sub, pad_id, device, regression)
+                labels = batch.pop("labels")
+                with _autocast(device, recipe.precision):
+                    logits = model(**batch).logits
+                loss = _loss(logits, labels, regression) * (len(sub) / len(idx))
+                loss.backward()
+                step_loss += loss.detach()
+                st.real_tokens += sum(enc_train.lengths[i] for i in sub)
+            step_loss = float(step_loss)
+            if not math.isfinite(step_loss):
+                diverged_at = st.step + 1
+                break
+            optimizer.step()
+            scheduler.step()
+            st.step += 1
+            st.last_loss = step_loss
+            if first_step_s is None:
+                first_step_s = time.perf_counter() - t0
+            dev_mean = None
+            if st.step % every == 0 or st.step == max_steps:
+                per_lang = dev_scores()
+                dev_mean, _ = _language_means(per_lang, knobs.euro_languages)
+                st.history.append({"step": st.step, "dev": dev_mean, "loss": step_loss})
+                progress.event(step=st.step, loss=step_loss, dev=dev_mean)
+                if dev_mean > st.best_mean:
+                    st.best_mean, st.best_step, st.best_per_language = dev_mean, st.step, per_lang
+                    st.best_state = {k: v.detach().to("cpu", copy=True)
+                                     for k, v in model.state_dict().items()}  # fmt: skip
+                    st.bad_evals = 0
+                else:
+                    st.bad_evals += 1
+                    if recipe.early_stop and st.bad_evals >= recipe.patience:
+                        st.early_stopped = True
+            progress.step(step_loss, dev_mean)
     progress.close()
-    train_time = time.perf_counter() - t_train
+    train_time = st.train_time_before + time.perf_counter() - t_train
+    step, epoch, history, real_tokens = st.step, st.epoch, st.history, st.real_tokens
+    early_stopped, last_loss = st.early_stopped, st.last_loss
+    best = {"mean": st.best_mean, "step": st.best_step, "per_language": st.best_per_language,
+            "state": st.best_state}  # fmt: skip
 
     status = "diverged" if diverged_at is not None else "ok"
     report = None
@@ -447,11 +460,112 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     if cfg.out_json:
+        if resume_path is not None:
+            resume_path.unlink(missing_ok=True)
         if cfg.save_predictions and predictions:
             pred_path = Path(str(cfg.out_json).removesuffix(".json") + PREDICTIONS_SUFFIX)
             write_json_atomic(pred_path, {"cell": result["cell"], "splits": predictions})
         write_json_atomic(cfg.out_json, result)
     return result
+
+
+# ----------------------------------------------------------------------------- preemption
+
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: the cell saved its state and should be run again
+
+
+class Preempted(Exception):
+    """Raised when SIGTERM stopped a cell after it saved a resumable state."""
+
+
+@dataclass
+class _LoopState:
+    """Everything the training loop carries from one step to the next (saved on SIGTERM)."""
+
+    step: int = 0
+    epoch: int = 0
+    bad_evals: int = 0
+    best_mean: float = -math.inf
+    best_step: int = 0
+    best_per_language: dict = field(default_factory=dict)
+    best_state: dict | None = None
+    history: list = field(default_factory=list)
+    early_stopped: bool = False
+    real_tokens: int = 0
+    batches: list = field(default_factory=list)
+    last_loss: float = math.nan
+    train_time_before: float = 0.0
+
+
+class _StopFlag:
+    requested = False
+
+
+@contextlib.contextmanager
+def _sigterm_requests():
+    """Turn SIGTERM into a flag the loop checks between steps (main thread only)."""
+    flag = _StopFlag()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum, frame):
+        flag.requested = True
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _resume_path(out_json: str | None) -> Path | None:
+    if not out_json:
+        return None
+    path = Path(out_json)
+    return path.parent / f".resume-{path.name}.pt"
+
+
+def _signature(cfg: CellConfig, revision: str) -> dict:
+    """What must match for a saved state to be resumed: the cell, recipe and model revision."""
+    return {"model": cfg.model_key, "task": cfg.task, "lr": cfg.lr, "seed": cfg.seed,
+            "phase": cfg.phase, "recipe": cfg.recipe.to_dict(), "revision": revision,
+            "batching": cfg.batching, "micro": cfg.micro_batch_size}  # fmt: skip
+
+
+def _save_resume(path: Path, signature, st, model, optimizer, scheduler, data_rng) -> None:
+    state = {
+        "signature": signature, "loop": st.__dict__, "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+        "data_rng": data_rng.getstate(), "py_rng": random.getstate(),
+        "np_rng": np.random.get_state(), "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }  # fmt: skip
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def _restore(path: Path, signature, model, optimizer, scheduler, data_rng, st) -> _LoopState:
+    """Load a saved state into the live objects; a state of another cell is ignored."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # a torn or foreign file: start over rather than crash
+        warnings.warn(f"ignoring unreadable resume state {path}: {exc}", stacklevel=2)
+        return st
+    if state.get("signature") != signature:
+        warnings.warn(f"ignoring resume state {path}: it belongs to another setup", stacklevel=2)
+        return st
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    data_rng.setstate(state["data_rng"])
+    random.setstate(state["py_rng"])
+    np.random.set_state(state["np_rng"])
+    torch.set_rng_state(state["torch_rng"])
+    if state["cuda_rng"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    return _LoopState(**state["loop"])
 
 
 def _cpu_peak_rss() -> int | None:

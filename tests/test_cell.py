@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import signal
 import subprocess
 import sys
 
@@ -188,3 +190,36 @@ def test_cli_several_seeds_in_one_process_match_single_runs(tiny_models, small_m
     assert multi["dev"] == single["dev"]
     assert multi["training"]["final_loss"] == single["training"]["final_loss"]
     assert (tmp_path / "multi" / result_filename("tiny", "glue_rte", 1e-4, 42)).exists()
+
+
+def test_sigterm_saves_state_and_the_rerun_matches_an_uninterrupted_run(
+    tiny_models, small_mirror, tmp_path, monkeypatch
+):
+    recipe = Recipe(max_steps=12, patience=99, max_seq_len=128)
+    ref = train.run_cell(cell(tmp_path / "ref", tiny_models["bert"], data_dir=str(small_mirror),
+                              recipe=recipe, out_json=None))  # fmt: skip
+    (tmp_path / "cut").mkdir()
+    cfg = cell(tmp_path / "cut", tiny_models["bert"], data_dir=str(small_mirror), recipe=recipe,
+               out_json=str(tmp_path / "cut" / "cell.json"))  # fmt: skip
+    calls = {"n": 0}
+    real_collate = train._collate
+
+    def collate_then_sigterm(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 7:  # a real SIGTERM, delivered mid-training
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_collate(*args, **kwargs)
+
+    monkeypatch.setattr(train, "_collate", collate_then_sigterm)
+    with pytest.raises(train.Preempted):
+        train.run_cell(cfg)
+    monkeypatch.setattr(train, "_collate", real_collate)
+    assert not (tmp_path / "cut" / "cell.json").exists()
+    resume = tmp_path / "cut" / ".resume-cell.json.pt"
+    assert resume.exists()
+    resumed = train.run_cell(cfg)
+    assert not resume.exists()
+    assert resumed["training"]["steps"] == ref["training"]["steps"] == 12
+    assert resumed["dev"] == ref["dev"] and resumed["report"] == ref["report"]
+    assert resumed["training"]["final_loss"] == ref["training"]["final_loss"]
+    assert resumed["training"]["dev_history"] == ref["training"]["dev_history"]

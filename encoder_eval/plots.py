@@ -1,0 +1,423 @@
+"""Figures for a finished sweep: learning-rate sensitivity per (model, task) and final scores.
+
+`plot_lr_sensitivity` draws one PNG per (model, task) from select-phase results: the dev
+score against the learning rate, with the seed mean, the seed range, each seed, the seeds
+that diverged and the learning rate the selection chose. `plot_final_scores` draws one
+grouped bar chart of report scores (tasks on x, one colour per model). `write_plots` loads
+result directories and a selection file and writes both; `summarize --plots DIR` calls it.
+
+Figures are drawn on matplotlib's Agg canvas directly (`Figure` + `FigureCanvasAgg`), so
+nothing here touches pyplot's global backend or figure registry, and matplotlib is imported
+only when a function draws (importing this module stays cheap).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+DPI = 120
+SELECTION_SCHEMA = "encoder-eval-selection"
+VALIDATION_NOTE = "* reported on the validation split (the task has no labelled test set)"
+
+
+def safe_filename_part(text: str) -> str:
+    """Replace every character outside [A-Za-z0-9._-] with '_' (and never return '', '.', '..')."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", str(text))
+    return "_" if cleaned in ("", ".", "..") else cleaned
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _as_dict(result) -> dict:
+    """Accept a result dict or a `results.LoadedResult` (anything with a `.data` dict)."""
+    return result.data if hasattr(result, "data") else result
+
+
+def _finite(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _selection_pairs(selection: dict | None) -> dict:
+    """The {model: {task: entry}} mapping of a selection file (or of a plain dict of that shape)."""
+    if not isinstance(selection, dict):
+        return {}
+    pairs = selection.get("pairs", selection)
+    return pairs if isinstance(pairs, dict) else {}
+
+
+def selected_lr(selection: dict | None, model: str, task: str) -> tuple[str | None, float | None]:
+    """(lr_key, lr) the selection chose for (model, task); (None, None) when it has no choice.
+
+    An entry may be a dict with `lr_key` and/or `lr`, or a bare lr key string such as 'lr06'.
+    """
+    from .protocol import LR_GRID, lr_key_for
+
+    entry = _selection_pairs(selection).get(model, {})
+    entry = entry.get(task) if isinstance(entry, dict) else None
+    if isinstance(entry, str):
+        entry = {"lr_key": entry}
+    if not isinstance(entry, dict):
+        return None, None
+    key = entry.get("lr_key") if isinstance(entry.get("lr_key"), str) else None
+    lr = entry.get("lr") if _finite(entry.get("lr")) and entry.get("lr") > 0 else None
+    if lr is None and key in LR_GRID:
+        lr = LR_GRID[key]
+    if key is None and lr is not None:
+        key = lr_key_for(lr) or f"lr{lr:.3g}"
+    if lr is None:
+        return key, None
+    return key, float(lr)
+
+
+def _task_info(task: str, results: Iterable[dict]) -> tuple[str, str | None]:
+    """(metric, report split) of a task: from its results, else from TASK_KNOBS."""
+    from .tasks import TASK_KNOBS
+
+    metric, split = None, None
+    for data in results:
+        if metric is None and isinstance(data.get("metric"), str):
+            metric = data["metric"]
+        report = data.get("report")
+        if split is None and isinstance(report, dict) and isinstance(report.get("split"), str):
+            split = report["split"]
+    knobs = TASK_KNOBS.get(task)
+    if knobs is not None:
+        metric = metric or knobs.metric
+        split = split or knobs.report_split
+    return metric or "score", split
+
+
+def _task_order(tasks: Iterable[str]) -> list[str]:
+    """Tasks in the suite's order (TASK_KNOBS), unknown ones after it, alphabetically."""
+    from .tasks import TASK_KNOBS
+
+    known = list(TASK_KNOBS)
+    return sorted(set(tasks), key=lambda t: (0, known.index(t), t) if t in known else (1, 0, t))
+
+
+def _new_figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _model_colours(n: int) -> list:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+# --------------------------------------------------------------------------- LR sensitivity
+
+
+def plot_lr_sensitivity(
+    select_results: list[dict], selection: dict | None, out_dir: Path
+) -> list[Path]:
+    """Write `lr_<model>_<task>.png` for every (model, task) in the select-phase results.
+
+    x: learning rate (log scale; ticks show each value, with its grid key on the top axis);
+    y: dev score. Drawn: the mean over the seeds that finished (line with markers), their
+    min-max range (shaded band), each seed (faint dots), each diverged seed (red x at the
+    bottom of the axes) and the selection's chosen learning rate (dashed vertical line).
+    Results of another phase are ignored. Returns the written paths, in (model, task) order.
+    """
+    from matplotlib.ticker import NullFormatter, NullLocator
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    by_pair: dict[tuple[str, str], list[dict]] = {}
+    for result in select_results:
+        data = _as_dict(result)
+        cell = data.get("cell", {})
+        if cell.get("phase", "select") != "select":
+            continue
+        by_pair.setdefault((cell["model"], cell["task"]), []).append(data)
+
+    written = []
+    for (model, task), results in sorted(by_pair.items()):
+        metric, _ = _task_info(task, results)
+        # lr -> (lr key, [(seed, dev score)] that finished, [seeds] that diverged)
+        points: dict[float, tuple[str, list[tuple[int, float]], list[int]]] = {}
+        for data in results:
+            cell = data["cell"]
+            lr = float(cell["lr"])
+            key = cell.get("lr_key") or f"lr{lr:.3g}"
+            entry = points.setdefault(lr, (key, [], []))
+            dev = data.get("dev") or {}
+            if data.get("status") == "ok" and _finite(dev.get("mean")):
+                entry[1].append((cell.get("seed"), float(dev["mean"])))
+            else:
+                entry[2].append(cell.get("seed"))
+        chosen_key, chosen_lr = selected_lr(selection, model, task)
+
+        fig = _new_figure(9.5, 5.0)
+        ax = fig.add_subplot()
+        lrs = sorted(points)
+        means, lows, highs = [], [], []
+        for lr in lrs:
+            scores = [s for _, s in points[lr][1]]
+            means.append(statistics.fmean(scores) if scores else math.nan)
+            lows.append(min(scores) if scores else math.nan)
+            highs.append(max(scores) if scores else math.nan)
+
+        all_scores = [s for lr in lrs for _, s in points[lr][1]]
+        if any(len(points[lr][1]) > 1 for lr in lrs):  # a spread exists to show
+            ax.fill_between(lrs, lows, highs, color="tab:blue", alpha=0.18, linewidth=0,
+                            label="seed range (min–max)")  # fmt: skip
+        if all_scores:
+            xs = [lr for lr in lrs for _ in points[lr][1]]
+            ax.scatter(xs, all_scores, s=16, color="0.35", alpha=0.45, zorder=3, linewidths=0,
+                       label="individual seeds")  # fmt: skip
+            ax.plot(lrs, means, "-o", color="tab:blue", linewidth=2, markersize=6, zorder=4,
+                    label="seed mean")  # fmt: skip
+            lo, hi = min(all_scores), max(all_scores)
+            span = hi - lo if hi > lo else max(abs(hi) * 0.05, 0.01)
+            # Headroom below the data so the diverged markers never sit on a data point.
+            ax.set_ylim(lo - 0.22 * span, hi + 0.08 * span)
+        else:
+            ax.text(0.5, 0.5, "no seed finished: every run diverged", transform=ax.transAxes,
+                    ha="center", va="center", color="tab:red")  # fmt: skip
+            ax.set_yticks([])
+
+        n_diverged = sum(len(points[lr][2]) for lr in lrs)
+        if n_diverged:
+            from matplotlib.transforms import blended_transform_factory
+
+            trans = blended_transform_factory(ax.transData, ax.transAxes)
+            xs, ys = [], []
+            for lr in lrs:
+                for i, _ in enumerate(points[lr][2]):
+                    xs.append(lr)
+                    ys.append(0.035 + 0.045 * i)  # stack several diverged seeds at one LR
+            ax.scatter(xs, ys, marker="x", s=45, color="tab:red", linewidths=2, zorder=5,
+                       transform=trans, clip_on=False,
+                       label=f"diverged seed ({n_diverged} in all)")  # fmt: skip
+
+        tick_lrs = sorted(set(lrs) | ({chosen_lr} if chosen_lr else set()))
+        tick_keys = {lr: points[lr][0] for lr in lrs}
+        if chosen_lr and chosen_lr not in tick_keys:
+            tick_keys[chosen_lr] = chosen_key or f"lr{chosen_lr:.3g}"
+        if chosen_lr is not None:
+            ax.axvline(chosen_lr, color="tab:green", linestyle="--", linewidth=1.8, zorder=2,
+                       label=f"selected LR: {chosen_key} ({chosen_lr:.3g})")  # fmt: skip
+
+        ax.set_xscale("log")
+        if len(tick_lrs) == 1:  # a single LR: give the log axis some width around it
+            ax.set_xlim(tick_lrs[0] / 1.3, tick_lrs[0] * 1.3)
+        else:
+            ax.set_xlim(tick_lrs[0] / 1.08, tick_lrs[-1] * 1.08)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticks(tick_lrs, [f"{lr:.3g}" for lr in tick_lrs], rotation=35, ha="right",
+                      rotation_mode="anchor", fontsize=9)  # fmt: skip
+        top = ax.secondary_xaxis("top")
+        top.xaxis.set_minor_locator(NullLocator())
+        top.set_xticks(tick_lrs, [tick_keys[lr] for lr in tick_lrs], fontsize=8, color="0.3")
+
+        ax.set_xlabel("learning rate (log scale)")
+        ax.set_ylabel(f"dev {metric}")
+        ax.set_title(f"{model} · {task}: dev {metric} vs learning rate", pad=10)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.grid(True, axis="x", alpha=0.15)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
+        fig.tight_layout()
+        path = out_dir / f"lr_{safe_filename_part(model)}_{safe_filename_part(task)}.png"
+        fig.savefig(path, dpi=DPI)
+        written.append(path)
+    return written
+
+
+# --------------------------------------------------------------------------- final scores
+
+
+def plot_final_scores(
+    report_results: list[dict], out_dir: Path, selection: dict | None = None
+) -> Path:
+    """Write `scores.png`: report score per task (x) and model (bar colour).
+
+    A bar is the mean report score over the seeds that finished, at the selection's chosen
+    learning rate when `selection` is given and has the pair (else over every report result
+    of the pair); its error bar is the sample standard deviation over seeds (ddof=1; none
+    with one seed). Tasks reported on the validation split are marked `*` (explained in a
+    note); tasks named `synthetic_*` are labelled "(synthetic)". Returns the path.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for result in report_results:
+        data = _as_dict(result)
+        cell = data.get("cell", {})
+        if cell.get("phase", "report") != "report":
+            continue
+        model, task = cell["model"], cell["task"]
+        _, lr = selected_lr(selection, model, task)
+        if lr is not None and abs(float(cell["lr"]) - lr) > 5e-3 * lr:
+            continue  # a report result at a learning rate the selection did not choose
+        groups.setdefault((model, task), []).append(data)
+
+    models = sorted({m for m, _ in groups})
+    tasks = _task_order(t for _, t in groups)
+    colours = _model_colours(len(models))
+    n_models = max(len(models), 1)
+    group_width = 0.8
+    bar_width = group_width / n_models
+    width = max(7.0, 3.0 + len(tasks) * max(1.0, 0.28 * n_models + 0.35))
+    fig = _new_figure(width, 5.5)
+    ax = fig.add_subplot()
+
+    any_validation = False
+    any_diverged = False
+    any_mixed = False
+    labels = []
+    for ti, task in enumerate(tasks):
+        task_results = [d for m in models for d in groups.get((m, task), [])]
+        metric, split = _task_info(task, task_results)
+        label = f"{task}{'*' if split == 'validation' else ''}\n({metric})"
+        if task.startswith("synthetic_"):
+            label += " (synthetic)"
+        any_validation |= split == "validation"
+        labels.append(label)
+        for mi, model in enumerate(models):
+            results = groups.get((model, task), [])
+            x = ti - group_width / 2 + bar_width * (mi + 0.5)
+            scores = [
+                float(d["report"]["mean"])
+                for d in results
+                if d.get("status") == "ok"
+                and isinstance(d.get("report"), dict)
+                and _finite(d["report"].get("mean"))
+            ]
+            diverged = sum(d.get("status") == "diverged" for d in results)
+            if scores:
+                mean = statistics.fmean(scores)
+                # Several learning rates averaged (the pair has no selected LR): hatched.
+                mixed = len({d["cell"].get("lr_key") for d in results}) > 1
+                any_mixed |= mixed
+                ax.bar(x, mean, bar_width * 0.92, color=colours[mi], zorder=2,
+                       hatch="///" if mixed else None, edgecolor="white" if mixed else None,
+                       linewidth=0)  # fmt: skip
+                top = mean
+                if len(scores) > 1:
+                    sd = statistics.stdev(scores)
+                    ax.errorbar(x, mean, yerr=sd, color="black", capsize=3, linewidth=1,
+                                zorder=3)  # fmt: skip
+                    top = mean + sd
+                if diverged:
+                    any_diverged = True
+                    ax.annotate(f"{diverged} div.", (x, top), xytext=(0, 2),
+                                textcoords="offset points", ha="center", va="bottom",
+                                fontsize=7, color="tab:red")  # fmt: skip
+            elif results or diverged:
+                any_diverged |= bool(diverged)
+                ax.annotate("all\ndiverged", (x, 0), xytext=(0, 2), textcoords="offset points",
+                            ha="center", va="bottom", fontsize=7, color="tab:red")  # fmt: skip
+
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=colours[mi], label=model) for mi, model in enumerate(models)]
+    if not tasks:
+        ax.text(0.5, 0.5, "no report results", transform=ax.transAxes, ha="center",
+                va="center", color="0.4")  # fmt: skip
+    ax.set_xticks(range(len(tasks)), labels, rotation=30, ha="right", rotation_mode="anchor",
+                  multialignment="right", fontsize=9)  # fmt: skip
+    ax.set_xlim(-0.6, len(tasks) - 0.4 if tasks else 0.6)
+    ax.axhline(0, color="0.3", linewidth=0.8, zorder=1)
+    ax.set_ylabel("report score (task metric)")
+    ax.set_xlabel("task (metric)")
+    which = (
+        "at the selected learning rate"
+        if selection is not None
+        else "over all report results (no selection given)"
+    )
+    ax.set_title(f"Report scores {which}: mean ± sample std over seeds", pad=10)
+    ax.grid(True, axis="y", alpha=0.3, zorder=0)
+    if handles:
+        ax.legend(handles=handles, title="model", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  fontsize=9, frameon=False)  # fmt: skip
+    notes = []
+    if any_validation:
+        notes.append(VALIDATION_NOTE)
+    if any_diverged:
+        notes.append("red 'n div.' = n seeds diverged (left out of the mean)")
+    if any_mixed:
+        notes.append(
+            "hatched = seeds at several learning rates averaged (no selected LR for the pair)"
+        )
+    fig.tight_layout()
+    if notes:
+        # Place the note just under the tick labels, which tight_layout has already placed.
+        renderer = fig.canvas.get_renderer()
+        bottom = ax.get_tightbbox(renderer).y0 / fig.bbox.height
+        fig.text(0.01, bottom - 0.01, "\n".join(notes), ha="left", va="top", fontsize=8.5,
+                 color="0.25")  # fmt: skip
+    path = out_dir / "scores.png"
+    fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
+    return path
+
+
+# --------------------------------------------------------------------------- convenience
+
+
+def load_selection(path: str | Path, warn: Callable[[str], None] | None = None) -> dict | None:
+    """Read a selection file; warn and return None when it is missing or unreadable."""
+    warn = warn or (lambda msg: None)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        warn(f"ignoring selection {path}: {exc.__class__.__name__}: {exc}")
+        return None
+    if not isinstance(data, dict):
+        warn(f"ignoring selection {path}: not a JSON object")
+        return None
+    if "schema" in data and data["schema"] != SELECTION_SCHEMA:
+        warn(f"ignoring selection {path}: schema is {data['schema']!r}, not {SELECTION_SCHEMA!r}")
+        return None
+    return data
+
+
+def write_plots(
+    results_dir_select: Path | None,
+    results_dir_report: Path | None,
+    selection_path: Path | None,
+    out_dir: Path,
+    warn: Callable[[str], None] | None = None,
+) -> list[Path]:
+    """Load select/report results and the selection, write every figure into `out_dir`.
+
+    Bad result files are skipped with one warning each (`results.load_results`). The LR
+    sensitivity plots need select results, the score chart report results; a part whose
+    input is missing is skipped with a warning. Returns the written paths.
+    """
+    import sys
+
+    from .results import load_results
+
+    warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    selection = load_selection(selection_path, warn) if selection_path is not None else None
+    written: list[Path] = []
+    if results_dir_select is not None:
+        select = [r.data for r in load_results(results_dir_select, warn=warn, phase="select")]
+        if select:
+            written += plot_lr_sensitivity(select, selection, out_dir)
+        else:
+            warn(f"no select results under {results_dir_select}: no learning-rate plots")
+    if results_dir_report is not None:
+        report = [r.data for r in load_results(results_dir_report, warn=warn, phase="report")]
+        if report:
+            written.append(plot_final_scores(report, out_dir, selection))
+        else:
+            warn(f"no report results under {results_dir_report}: no score chart")
+    return written

@@ -1,0 +1,122 @@
+"""Helpers that build small data mirrors for the task and prefetch tests.
+
+- `shared_data()`: the real-data mirror next to the project (`../shared/data`), or a skip;
+- `split_mirror()`: a mirror whose train/validation/test are a seeded split of the real
+  validation files, for tasks whose real mirror has validation only (xnli, paws_x, seahorse);
+- `massive_mirror()`: a synthetic MASSIVE mirror in the dataset's real schema.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from encoder_eval import tasks
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+SPLIT_SEED = 1234
+SPLIT_FRACTIONS = (0.6, 0.2)  # train, validation; test gets the rest
+
+
+def shared_data() -> Path:
+    """The real-data mirror, or skip the test saying where it was looked for."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real-data mirror {SHARED_DATA} is absent (it is present in CI)")
+    return SHARED_DATA
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
+
+
+def seeded_split(rows: list[dict], seed: int = SPLIT_SEED) -> dict[str, list[dict]]:
+    """Shuffle rows with a fixed seed and cut them 60/20/20 into train/validation/test."""
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    n_train = int(len(rows) * SPLIT_FRACTIONS[0])
+    n_val = int(len(rows) * SPLIT_FRACTIONS[1])
+    shuffled = [rows[i] for i in order]
+    return {
+        "train": shuffled[:n_train],
+        "validation": shuffled[n_train : n_train + n_val],
+        "test": shuffled[n_train + n_val :],
+    }
+
+
+def split_mirror(
+    task: str, dest: Path, source: Path | None = None, limit: int | None = None
+) -> dict[str, dict[str | None, int]]:
+    """Write `dest/<task>/` from a seeded split of the source's validation files.
+
+    Every validation file of the task in the source (one per language, or one for all) is
+    split into train/validation/test; `limit` keeps only its first rows. Returns the rows
+    written as {split: {lang: n}} (lang None for a single file).
+    """
+    source = source or shared_data()
+    counts: dict[str, dict[str | None, int]] = {"train": {}, "validation": {}, "test": {}}
+    for lang in tasks.file_languages(task):
+        src = tasks.mirror_file(source, task, "validation", lang)
+        if not src.exists():
+            continue
+        rows = tasks.read_jsonl(src)[:limit]
+        for split, part in seeded_split(rows).items():
+            write_jsonl(tasks.mirror_file(dest, task, split, lang), part)
+            counts[split][lang] = len(part)
+    return counts
+
+
+# --------------------------------------------------------------------------- MASSIVE
+
+MASSIVE_LOCALES = ("de-DE", "en-US", "es-ES", "fr-FR", "it-IT", "nl-NL", "pl-PL", "pt-PT")
+_SCENARIOS = ("alarm", "audio", "calendar", "cooking", "iot", "music", "news", "weather")
+_OBJECTS = (
+    "the kitchen light", "my morning alarm", "tomorrow's meeting", "a pasta recipe",
+    "the radio", "some jazz", "the headlines", "the forecast", "the thermostat",
+    "my shopping list",
+)  # fmt: skip
+_VERBS = ("turn off", "set up", "check", "find", "play", "cancel")
+_WHEN = ("now", "at seven", "tonight", "on friday", "later today")
+
+
+def massive_rows(locale: str, partition: str, n: int, seed: int) -> list[dict]:
+    """Synthetic rows in MASSIVE's schema: `utt`, `intent` (0..59), `scenario`, `locale`."""
+    rng = random.Random(f"{locale}/{partition}/{seed}")
+    rows = []
+    for i in range(n):
+        intent = i % 60  # every intent appears once per 60 rows
+        verb = _VERBS[intent % len(_VERBS)]
+        obj = _OBJECTS[(intent // len(_VERBS)) % len(_OBJECTS)]
+        utt = f"[{locale}] please {verb} {obj} {rng.choice(_WHEN)}"
+        rows.append(
+            {
+                "id": f"{partition}-{locale}-{i}",
+                "locale": locale,
+                "partition": partition,
+                "scenario": intent % len(_SCENARIOS),
+                "intent": intent,
+                "utt": utt,
+                "annot_utt": utt,
+                "worker_id": str(rng.randrange(100)),
+            }
+        )
+    return rows
+
+
+MASSIVE_SIZES = {"train": 120, "validation": 60, "test": 60}
+
+
+def massive_mirror(dest: Path, sizes: dict[str, int] = MASSIVE_SIZES) -> Path:
+    """Write `dest/massive_intent/<split>.<locale>.jsonl` for every locale the task reads."""
+    for locale in MASSIVE_LOCALES:
+        for split, n in sizes.items():
+            path = tasks.mirror_file(dest, "massive_intent", split, locale)
+            write_jsonl(path, massive_rows(locale, split, n, seed=7))
+    return dest

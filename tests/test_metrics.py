@@ -1,0 +1,192 @@
+"""The metrics against scikit-learn and scipy on many random cases, and the degenerate ones."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+from encoder_eval.errors import HarnessError
+from encoder_eval.metrics import METRICS, compute_metric, macro_f1, mcc, spearman
+
+CASES = 200
+
+
+def _classes(rng: np.random.Generator, n_classes: int, size: int, skew: bool) -> np.ndarray:
+    p = rng.dirichlet(np.ones(n_classes) * (0.3 if skew else 3.0))
+    return rng.choice(n_classes, size=size, p=p)
+
+
+def _classification_cases(seed: int, n_classes=(2, 7)):
+    """(preds, labels, k) with varied sizes, class counts and agreement; seeded."""
+    rng = np.random.default_rng(seed)
+    for case in range(CASES):
+        k = int(rng.integers(*n_classes)) if isinstance(n_classes, tuple) else n_classes
+        size = int(rng.choice([2, 3, 5, 17, 64, 301, 1000]))
+        labels = _classes(rng, k, size, skew=case % 3 == 0)
+        noise = _classes(rng, k, size, skew=case % 5 == 0)
+        keep = rng.random(size) < rng.random()  # agreement between 0 and ~100%
+        preds = np.where(keep, labels, noise)
+        yield preds, labels, k
+
+
+def _as_list(case_index: int, array: np.ndarray):
+    """Alternate numpy arrays and plain lists: the metrics take any sequence."""
+    return array.tolist() if case_index % 2 else array
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_accuracy_matches_sklearn(seed):
+    for i, (preds, labels, _) in enumerate(_classification_cases(seed)):
+        got = compute_metric("accuracy", _as_list(i, preds), _as_list(i, labels))
+        assert got == pytest.approx(accuracy_score(labels, preds), abs=1e-12)
+        assert type(got) is float
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_binary_f1_matches_sklearn(seed):
+    for i, (preds, labels, _) in enumerate(_classification_cases(seed, n_classes=2)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no UndefinedMetricWarning from our call
+            got = compute_metric("f1", _as_list(i, preds), _as_list(i, labels))
+        want = f1_score(labels, preds, average="binary", pos_label=1, zero_division=0)
+        assert got == pytest.approx(want, abs=1e-12)
+        tp = int(np.sum((preds == 1) & (labels == 1)))
+        denominator = int(np.sum(preds == 1) + np.sum(labels == 1))
+        assert got == pytest.approx(2 * tp / denominator if denominator else 0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_macro_f1_matches_sklearn(seed):
+    for i, (preds, labels, _) in enumerate(_classification_cases(seed)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = compute_metric("macro_f1", _as_list(i, preds), _as_list(i, labels))
+        want = f1_score(labels, preds, average="macro", zero_division=0)
+        assert got == pytest.approx(want, abs=1e-12)
+        # By hand: the mean over classes seen in labels or predictions.
+        seen = np.union1d(labels, preds)
+        per_class = []
+        for c in seen:
+            tp = np.sum((preds == c) & (labels == c))
+            per_class.append(2 * tp / (np.sum(preds == c) + np.sum(labels == c)))
+        assert got == pytest.approx(float(np.mean(per_class)), abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", [6, 7])
+def test_mcc_matches_sklearn(seed):
+    for i, (preds, labels, _) in enumerate(_classification_cases(seed)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = compute_metric("mcc", _as_list(i, preds), _as_list(i, labels))
+        want = matthews_corrcoef(labels, preds)
+        if len(set(preds.tolist())) < 2 or len(set(labels.tolist())) < 2:
+            want = 0.0  # documented degenerate value
+        assert got == pytest.approx(want, abs=1e-12)
+        assert -1.0 <= got <= 1.0
+
+
+@pytest.mark.parametrize("seed", [8, 9])
+def test_spearman_matches_scipy(seed):
+    rng = np.random.default_rng(seed)
+    for i in range(CASES):
+        size = int(rng.choice([3, 4, 10, 57, 400, 1500]))
+        labels = rng.normal(size=size)
+        if i % 4 == 0:  # STS-B-like scores: many ties
+            labels = np.round(rng.uniform(0, 5, size=size) * 5) / 5
+        if i % 4 == 1:  # SeaHorse-like: sixths
+            labels = rng.integers(0, 7, size=size) / 6
+        preds = labels * rng.uniform(-1, 2) + rng.normal(scale=rng.uniform(0.01, 3), size=size)
+        if i % 7 == 0:
+            preds = preds.astype(np.float32)
+        got = compute_metric("spearman", _as_list(i, preds), _as_list(i, labels))
+        want = spearmanr(preds, labels).statistic
+        assert got == pytest.approx(float(want), abs=1e-9)
+        assert type(got) is float
+
+
+def test_perfect_and_inverted_scores():
+    labels = [0, 1, 1, 0, 1]
+    assert compute_metric("accuracy", labels, labels) == 1.0
+    assert compute_metric("f1", labels, labels) == 1.0
+    assert compute_metric("macro_f1", labels, labels) == 1.0
+    assert compute_metric("mcc", labels, labels) == 1.0
+    assert compute_metric("mcc", [1 - x for x in labels], labels) == -1.0
+    assert compute_metric("spearman", [0.1, 0.2, 0.3], [1, 2, 3]) == pytest.approx(1.0)
+    assert compute_metric("spearman", [0.3, 0.2, 0.1], [1, 2, 3]) == pytest.approx(-1.0)
+
+
+# ----------------------------------------------------------------------------- degenerate
+
+
+def _no_warnings(fn, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return fn(*args)
+
+
+@pytest.mark.parametrize("constant", [0, 1, 2])
+def test_mcc_constant_predictions_or_labels_is_zero(constant):
+    labels = [0, 1, 2, 1, 0, 2, 1]
+    assert _no_warnings(mcc, [constant] * len(labels), labels) == 0.0
+    assert _no_warnings(mcc, labels, [constant] * len(labels)) == 0.0
+    assert _no_warnings(mcc, [constant] * 4, [constant] * 4) == 0.0
+    assert compute_metric("mcc", [constant], [constant]) == 0.0
+
+
+def test_spearman_constant_targets_or_predictions_is_zero():
+    assert _no_warnings(spearman, [0.1, 0.5, 0.9], [2.0, 2.0, 2.0]) == 0.0
+    assert _no_warnings(spearman, [3.3, 3.3, 3.3], [1.0, 2.0, 5.0]) == 0.0
+    assert _no_warnings(spearman, [1.0, 1.0], [1.0, 1.0]) == 0.0
+    assert _no_warnings(spearman, [0.7], [4.0]) == 0.0  # one example: no ranking
+    assert np.isnan(spearmanr([0.1, 0.5, 0.9], [2.0, 2.0, 2.0]).statistic)  # scipy would say nan
+
+
+def test_f1_without_positive_predictions_is_zero():
+    assert _no_warnings(compute_metric, "f1", [0, 0, 0, 0], [0, 1, 1, 0]) == 0.0
+    assert _no_warnings(compute_metric, "f1", [0, 0, 0], [0, 0, 0]) == 0.0  # no positives at all
+    assert _no_warnings(compute_metric, "f1", [1, 1, 0], [0, 0, 0]) == 0.0
+
+
+def test_macro_f1_with_a_missing_class():
+    # Class 2 is in the labels but never predicted: its F1 is 0 and it still counts.
+    labels = [0, 0, 1, 1, 2, 2]
+    preds = [0, 0, 1, 1, 1, 0]
+    expected = (0.8 + 0.8 + 0.0) / 3  # class 0: p=2/3 r=1; class 1: p=2/3 r=1
+    assert _no_warnings(macro_f1, preds, labels) == pytest.approx(expected)
+    assert compute_metric("macro_f1", preds, labels) == pytest.approx(
+        f1_score(labels, preds, average="macro", zero_division=0)
+    )
+    # A class in neither labels nor predictions (CB's small dev can lack one) is not averaged.
+    assert compute_metric("macro_f1", [0, 1, 1], [0, 1, 1]) == 1.0
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_length_mismatch_is_an_error():
+    with pytest.raises(ValueError, match="3 predictions for 2 labels"):
+        compute_metric("accuracy", [0, 1, 1], [0, 1])
+
+
+def test_empty_input_is_an_error():
+    for name in METRICS:
+        with pytest.raises(ValueError, match="empty"):
+            compute_metric(name, [], [])
+
+
+def test_unknown_metric_suggests_a_close_one():
+    with pytest.raises(HarnessError) as err:
+        compute_metric("acuracy", [1], [1])
+    message = str(err.value)
+    assert "unknown metric 'acuracy'" in message and "Did you mean 'accuracy'?" in message
+    assert all(name in message for name in METRICS)
+    with pytest.raises(HarnessError, match="Did you mean 'macro_f1'"):
+        compute_metric("macro-f1", [1], [1])
+
+
+def test_metric_set():
+    assert set(METRICS) == {"accuracy", "f1", "macro_f1", "mcc", "spearman"}

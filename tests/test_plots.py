@@ -1,0 +1,273 @@
+"""The figures: LR-sensitivity plots, the final score chart and the write_plots convenience.
+
+Result dicts are built here (valid under the result schema); training is tested elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from encoder_eval import plots
+from encoder_eval.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
+from encoder_eval.results import result_filename, validate_result, write_json_atomic
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SAMPLE_DIR = os.environ.get("PLOTS_SAMPLE_DIR")  # set to keep copies of the figures to look at
+
+
+def make_result(
+    model: str,
+    task: str,
+    lr_key: str,
+    seed: int,
+    phase: str = "select",
+    score: float | None = 0.8,
+    metric: str = "accuracy",
+    report_split: str = "test",
+) -> dict:
+    """A schema-valid result dict; `score=None` makes a diverged cell."""
+    lr = LR_GRID[lr_key]
+    ok = score is not None
+    data = {
+        "schema": "encoder-eval-result",
+        "schema_version": 1,
+        "cell": {
+            "model": model,
+            "task": task,
+            "lr": lr,
+            "lr_key": lr_key,
+            "seed": seed,
+            "phase": phase,
+        },  # fmt: skip
+        "status": "ok" if ok else "diverged",
+        "metric": metric,
+        "dev": {"per_language": {"en": score}, "mean": score, "languages_in_mean": ["en"]}
+        if ok
+        else None,
+        "report": {
+            "split": report_split,
+            "per_language": {"en": score},
+            "mean": score,
+            "languages_in_mean": ["en"],
+        }  # fmt: skip
+        if ok and phase == "report"
+        else None,
+        "training": {"diverged_at_step": None if ok else 17},
+        "recipe": {},
+        "protocol": {"on_protocol": True},
+        "provenance": {},
+    }
+    assert validate_result(data) == [], validate_result(data)
+    return data
+
+
+def sweep(models=("tiny-a", "tiny/b"), tasks=("glue_rte", "synthetic_parity"), diverge=True):
+    """Select results over the whole grid: a hump-shaped curve, the top LRs diverging."""
+    rng = random.Random(0)
+    out = []
+    for mi, model in enumerate(models):
+        for ti, task in enumerate(tasks):
+            best = 3 + mi + ti
+            for i, key in enumerate(LR_GRID):
+                for seed in SELECT_SEEDS:
+                    diverged = diverge and (i >= 8 and seed != 42 or i == 9)
+                    score = 0.85 - 0.012 * (i - best) ** 2 + rng.uniform(-0.02, 0.02)
+                    out.append(make_result(model, task, key, seed, "select",
+                                           None if diverged else score))  # fmt: skip
+    return out
+
+
+def selection_for(results: list[dict]) -> dict:
+    """A selection in select.py's format: the best mean dev score per (model, task)."""
+    means: dict = {}
+    for d in results:
+        if d["status"] == "ok":
+            c = d["cell"]
+            means.setdefault((c["model"], c["task"]), {}).setdefault(c["lr_key"], []).append(
+                d["dev"]["mean"]
+            )
+    pairs: dict = {}
+    for (model, task), by_lr in means.items():
+        dev_mean = {k: sum(v) / len(v) for k, v in by_lr.items()}
+        key = max(dev_mean, key=dev_mean.get)
+        pairs.setdefault(model, {})[task] = {"lr_key": key, "lr": LR_GRID[key],
+                                             "dev_mean_by_lr": dev_mean}  # fmt: skip
+    return {"schema": "encoder-eval-selection", "version": 1, "pairs": pairs}
+
+
+def report_set(selection: dict, tasks=("glue_rte", "sg_cb", "xnli", "synthetic_parity")):
+    out = []
+    rng = random.Random(1)
+    metrics = {"glue_rte": "accuracy", "sg_cb": "macro_f1", "xnli": "accuracy"}
+    for mi, model in enumerate(("tiny-a", "tiny/b", "third-model")):
+        for ti, task in enumerate(tasks):
+            key = selection["pairs"].get(model, {}).get(task, {}).get("lr_key", "lr05")
+            split = "validation" if task.startswith(("glue_", "sg_")) else "test"
+            for seed in REPORT_SEEDS:
+                score = 0.6 + 0.05 * mi + 0.04 * ti + rng.uniform(-0.03, 0.03)
+                if model == "third-model" and task == "sg_cb" and seed == 45:
+                    score = None  # one diverged report seed
+                out.append(make_result(model, task, key, seed, "report", score,
+                                       metrics.get(task, "accuracy"), split))  # fmt: skip
+            # a report result at another LR: must be left out when a selection is given
+            out.append(make_result(model, task, "lr01", 45, "report", 0.01, "accuracy", split))
+    return out
+
+
+def check_png(path: Path, min_size=(400, 250)) -> np.ndarray:
+    """Assert `path` is a real, non-trivial PNG; return its pixels."""
+    import matplotlib.image as mpimg
+
+    assert path.is_file(), path
+    assert path.read_bytes()[:8] == PNG_MAGIC, f"{path} is not a PNG"
+    img = mpimg.imread(path)
+    height, width = img.shape[:2]
+    assert width >= min_size[0] and height >= min_size[1], (width, height)
+    assert width <= 6000 and height <= 4000, (width, height)
+    assert float(img.std()) > 0.01
+    colours = np.unique((img[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0)
+    assert len(colours) > 20, f"{path}: only {len(colours)} distinct colours"
+    if SAMPLE_DIR:
+        Path(SAMPLE_DIR).mkdir(parents=True, exist_ok=True)
+        (Path(SAMPLE_DIR) / f"{path.parent.name}_{path.name}").write_bytes(path.read_bytes())
+    return img
+
+
+def test_safe_filename_part():
+    assert plots.safe_filename_part("org/model name:v1") == "org_model_name_v1"
+    assert plots.safe_filename_part("ok-name_1.2") == "ok-name_1.2"
+    assert plots.safe_filename_part("..") == "_"
+
+
+def test_lr_sensitivity_one_png_per_pair(tmp_path):
+    results = sweep(models=("tiny/b",))
+    selection = selection_for(results)
+    paths = plots.plot_lr_sensitivity(results, selection, tmp_path / "lr")
+    names = sorted(p.name for p in paths)
+    assert names == ["lr_tiny_b_glue_rte.png", "lr_tiny_b_synthetic_parity.png"]
+    for path in paths:
+        img = check_png(path)
+        # the diverged markers and the band are coloured: not a greyscale image
+        assert np.abs(img[..., 0] - img[..., 2]).max() > 0.3
+
+
+def test_lr_sensitivity_without_selection_and_all_diverged(tmp_path):
+    results = [make_result("m", "glue_stsb", "lr04", s, score=None) for s in SELECT_SEEDS]
+    results += [make_result("m", "sg_cb", key, 42, score=0.5, metric="macro_f1")
+                for key in ("lr03", "lr07")]  # fmt: skip
+    results += [make_result("m", "sg_cb", "lr07", 43, score=None)]
+    # a single LR with a single seed, and a report-phase result that must be ignored
+    results += [make_result("solo", "glue_rte", "lr05", 42, score=0.7)]
+    results += [make_result("solo", "xnli", "lr05", 45, "report", 0.7)]
+    paths = plots.plot_lr_sensitivity(results, None, tmp_path / "none")
+    assert sorted(p.name for p in paths) == [
+        "lr_m_glue_stsb.png",
+        "lr_m_sg_cb.png",
+        "lr_solo_glue_rte.png",
+    ]
+    for path in paths:
+        check_png(path, min_size=(400, 250))
+
+
+def test_lr_sensitivity_plain_selection_dict_and_off_grid_choice(tmp_path):
+    results = sweep(models=("m",), tasks=("glue_rte",), diverge=False)
+    plain = {"m": {"glue_rte": {"lr_key": "lr02"}}}  # no "pairs" wrapper, no "lr"
+    assert plots.selected_lr(plain, "m", "glue_rte") == ("lr02", LR_GRID["lr02"])
+    assert plots.selected_lr({"pairs": {"m": {"glue_rte": "lr09"}}}, "m", "glue_rte") == (
+        "lr09",
+        LR_GRID["lr09"],
+    )
+    assert plots.selected_lr(plain, "m", "other") == (None, None)
+    off_grid = {"m": {"glue_rte": {"lr": 2.5e-5}}}
+    assert plots.selected_lr(off_grid, "m", "glue_rte") == ("lr2.5e-05", 2.5e-5)
+    (path,) = plots.plot_lr_sensitivity(results, off_grid, tmp_path / "off")
+    check_png(path)
+
+
+def test_final_scores_with_selection(tmp_path):
+    selection = selection_for(sweep())
+    path = plots.plot_final_scores(report_set(selection), tmp_path, selection)
+    assert path == tmp_path / "scores.png"
+    img = check_png(path, min_size=(800, 400))
+    assert img.shape[1] > img.shape[0]  # wider than tall: grows with the number of tasks
+
+
+def test_final_scores_without_selection_one_seed_and_diverged(tmp_path):
+    results = [make_result("a", "glue_cola", "lr05", 45, "report", 0.4, "mcc", "validation")]
+    results += [make_result("b", "glue_cola", "lr05", s, "report", None, "mcc", "validation")
+                for s in REPORT_SEEDS]  # fmt: skip
+    results += [make_result("b", "xnli", "lr05", s, "report", 0.7 + s / 1000)
+                for s in REPORT_SEEDS]  # fmt: skip
+    path = plots.plot_final_scores(results, tmp_path)
+    check_png(path)
+
+
+def test_final_scores_many_tasks_gets_wider(tmp_path):
+    from encoder_eval.tasks import TASK_KNOBS
+
+    def width(tasks):
+        res = [make_result("m", t, "lr05", 45, "report", 0.5, TASK_KNOBS[t].metric,
+                           TASK_KNOBS[t].report_split) for t in tasks]  # fmt: skip
+        out = tmp_path / str(len(tasks))
+        import matplotlib.image as mpimg
+
+        return mpimg.imread(plots.plot_final_scores(res, out)).shape[1]
+
+    assert width(list(TASK_KNOBS)) > width(list(TASK_KNOBS)[:3])
+
+
+def test_final_scores_empty_input(tmp_path):
+    path = plots.plot_final_scores([], tmp_path)
+    assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_write_plots_loads_dirs_skips_bad_files(tmp_path):
+    select_dir, report_dir = tmp_path / "select", tmp_path / "report"
+    select_dir.mkdir()
+    report_dir.mkdir()
+    select = sweep(models=("tiny-a",), tasks=("glue_rte",))
+    selection = selection_for(select)
+    for data in select:
+        c = data["cell"]
+        write_json_atomic(select_dir / result_filename(c["model"], c["task"], c["lr"], c["seed"]),
+                          data)  # fmt: skip
+    for data in report_set(selection, tasks=("glue_rte",)):
+        c = data["cell"]
+        write_json_atomic(report_dir / result_filename(c["model"], c["task"], c["lr"], c["seed"]),
+                          data)  # fmt: skip
+    (select_dir / "broken.json").write_text("{not json", encoding="utf-8")
+    selection_path = tmp_path / "selection.json"
+    selection_path.write_text(json.dumps(selection), encoding="utf-8")
+    warnings = []
+    out = tmp_path / "figs" / "nested"
+    paths = plots.write_plots(select_dir, report_dir, selection_path, out, warn=warnings.append)
+    assert sorted(p.name for p in paths) == ["lr_tiny-a_glue_rte.png", "scores.png"]
+    for path in paths:
+        assert path.parent == out
+        check_png(path)
+    assert len(warnings) == 1 and "broken.json" in warnings[0]
+
+
+def test_write_plots_missing_selection_and_dirs(tmp_path):
+    warnings = []
+    paths = plots.write_plots(None, tmp_path / "absent", tmp_path / "nope.json", tmp_path / "o",
+                              warn=warnings.append)  # fmt: skip
+    assert paths == []
+    assert (tmp_path / "o").is_dir()
+    assert any("nope.json" in w for w in warnings)
+    assert any("no report results" in w for w in warnings)
+
+
+@pytest.mark.parametrize("module", ["encoder_eval.plots"])
+def test_import_is_cheap(module):
+    code = f"import sys, {module}; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
