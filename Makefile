@@ -44,6 +44,16 @@ format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# The whole protocol on an embedded default (MiniLM + synthetic tasks, CPU, no Hub).
+# `make demo DATA_DIR=../shared/data` runs it on real GLUE tasks from a mirror instead.
+DATA_DIR ?=
+DEMO_OUT ?= $(if $(DATA_DIR),demo_out_mirror,demo_out)
+DEMO_TASKS ?= $(if $(DATA_DIR),glue_sst2$(comma)glue_rte,)
+comma := ,
+demo: install
+	HF_HUB_OFFLINE=1 $(PY) -m encoder_eval.demo --out $(DEMO_OUT) \
+	  $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(if $(DEMO_TASKS),--tasks $(DEMO_TASKS))
+
 # A fast, 1000-step XLM-R PAWS-X cell: needs the Hub and a GPU.
 smoke-paws: install
 	mkdir -p results/smoke

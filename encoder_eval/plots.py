@@ -241,19 +241,16 @@ def plot_lr_sensitivity(
 # --------------------------------------------------------------------------- final scores
 
 
-def plot_final_scores(
-    report_results: list[dict], out_dir: Path, selection: dict | None = None
-) -> Path:
-    """Write `scores.png`: report score per task (x) and model (bar colour).
+def final_score_table(report_results: list[dict], selection: dict | None = None) -> dict:
+    """Aggregate report results per (model, task), as `plot_final_scores` draws them.
 
-    A bar is the mean report score over the seeds that finished, at the selection's chosen
-    learning rate when `selection` is given and has the pair (else over every report result
-    of the pair); its error bar is the sample standard deviation over seeds (ddof=1; none
-    with one seed). Tasks reported on the validation split are marked `*` (explained in a
-    note); tasks named `synthetic_*` are labelled "(synthetic)". Returns the path.
+    Returns {(model, task): {"mean", "std", "n", "n_diverged", "lr_keys", "metric", "split"}}:
+    the mean report score over the seeds that finished (None when none did), its sample
+    standard deviation (ddof=1; None with fewer than two seeds), how many seeds finished and
+    diverged, and the lr keys averaged. With a selection, only results at the pair's chosen
+    learning rate count; a pair the selection lacks keeps all its report results.
+    Results of another phase are ignored.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     groups: dict[tuple[str, str], list[dict]] = {}
     for result in report_results:
         data = _as_dict(result)
@@ -265,6 +262,43 @@ def plot_final_scores(
         if lr is not None and abs(float(cell["lr"]) - lr) > 5e-3 * lr:
             continue  # a report result at a learning rate the selection did not choose
         groups.setdefault((model, task), []).append(data)
+    table = {}
+    for (model, task), results in groups.items():
+        scores = [
+            float(d["report"]["mean"])
+            for d in results
+            if d.get("status") == "ok"
+            and isinstance(d.get("report"), dict)
+            and _finite(d["report"].get("mean"))
+        ]
+        metric, split = _task_info(task, results)
+        table[(model, task)] = {
+            "mean": statistics.fmean(scores) if scores else None,
+            "std": statistics.stdev(scores) if len(scores) > 1 else None,
+            "n": len(scores),
+            "n_diverged": sum(d.get("status") == "diverged" for d in results),
+            "lr_keys": sorted({str(d["cell"].get("lr_key")) for d in results}),
+            "metric": metric,
+            "split": split,
+        }
+    return table
+
+
+def plot_final_scores(
+    report_results: list[dict], out_dir: Path, selection: dict | None = None
+) -> Path:
+    """Write `scores.png`: report score per task (x) and model (bar colour).
+
+    A bar is the mean report score over the seeds that finished, at the selection's chosen
+    learning rate when `selection` is given and has the pair (else over every report result
+    of the pair; a bar averaging several learning rates is hatched); its error bar is the
+    sample standard deviation over seeds (ddof=1; none with one seed). Tasks reported on
+    the validation split are marked `*` (explained in a note); tasks named `synthetic_*`
+    are labelled "(synthetic)". See `final_score_table`. Returns the path.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    groups = final_score_table(report_results, selection)
 
     models = sorted({m for m, _ in groups})
     tasks = _task_order(t for _, t in groups)
@@ -281,47 +315,38 @@ def plot_final_scores(
     any_mixed = False
     labels = []
     for ti, task in enumerate(tasks):
-        task_results = [d for m in models for d in groups.get((m, task), [])]
-        metric, split = _task_info(task, task_results)
+        rows = [groups[(m, task)] for m in models if (m, task) in groups]
+        metric, split = rows[0]["metric"], rows[0]["split"]
         label = f"{task}{'*' if split == 'validation' else ''}\n({metric})"
         if task.startswith("synthetic_"):
             label += " (synthetic)"
         any_validation |= split == "validation"
         labels.append(label)
         for mi, model in enumerate(models):
-            results = groups.get((model, task), [])
+            row = groups.get((model, task))
+            if row is None:
+                continue
             x = ti - group_width / 2 + bar_width * (mi + 0.5)
-            scores = [
-                float(d["report"]["mean"])
-                for d in results
-                if d.get("status") == "ok"
-                and isinstance(d.get("report"), dict)
-                and _finite(d["report"].get("mean"))
-            ]
-            diverged = sum(d.get("status") == "diverged" for d in results)
-            if scores:
-                mean = statistics.fmean(scores)
-                # Several learning rates averaged (the pair has no selected LR): hatched.
-                mixed = len({d["cell"].get("lr_key") for d in results}) > 1
-                any_mixed |= mixed
-                ax.bar(x, mean, bar_width * 0.92, color=colours[mi], zorder=2,
-                       hatch="///" if mixed else None, edgecolor="white" if mixed else None,
-                       linewidth=0)  # fmt: skip
-                top = mean
-                if len(scores) > 1:
-                    sd = statistics.stdev(scores)
-                    ax.errorbar(x, mean, yerr=sd, color="black", capsize=3, linewidth=1,
-                                zorder=3)  # fmt: skip
-                    top = mean + sd
-                if diverged:
-                    any_diverged = True
-                    ax.annotate(f"{diverged} div.", (x, top), xytext=(0, 2),
-                                textcoords="offset points", ha="center", va="bottom",
-                                fontsize=7, color="tab:red")  # fmt: skip
-            elif results or diverged:
-                any_diverged |= bool(diverged)
+            diverged = row["n_diverged"]
+            any_diverged |= diverged > 0
+            if row["mean"] is None:
                 ax.annotate("all\ndiverged", (x, 0), xytext=(0, 2), textcoords="offset points",
                             ha="center", va="bottom", fontsize=7, color="tab:red")  # fmt: skip
+                continue
+            mixed = len(row["lr_keys"]) > 1  # several LRs averaged (no selected LR): hatched
+            any_mixed |= mixed
+            ax.bar(x, row["mean"], bar_width * 0.92, color=colours[mi], zorder=2,
+                   hatch="///" if mixed else None, edgecolor="white" if mixed else None,
+                   linewidth=0)  # fmt: skip
+            top = row["mean"]
+            if row["std"] is not None:
+                ax.errorbar(x, row["mean"], yerr=row["std"], color="black", capsize=3,
+                            linewidth=1, zorder=3)  # fmt: skip
+                top += row["std"]
+            if diverged:
+                ax.annotate(f"{diverged} div.", (x, top), xytext=(0, 2),
+                            textcoords="offset points", ha="center", va="bottom", fontsize=7,
+                            color="tab:red")  # fmt: skip
 
     from matplotlib.patches import Patch
 

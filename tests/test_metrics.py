@@ -12,7 +12,10 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from encoder_eval.errors import HarnessError
 from encoder_eval.metrics import METRICS, compute_metric, macro_f1, mcc, spearman
 
-CASES = 200
+CASES = 200  # random cases per metric
+
+# The reference calls on tiny cases (sklearn's, not ours) warn about a single label.
+pytestmark = pytest.mark.filterwarnings("ignore:A single label was found:UserWarning")
 
 
 def _classes(rng: np.random.Generator, n_classes: int, size: int, skew: bool) -> np.ndarray:
@@ -38,7 +41,7 @@ def _as_list(case_index: int, array: np.ndarray):
     return array.tolist() if case_index % 2 else array
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0])
 def test_accuracy_matches_sklearn(seed):
     for i, (preds, labels, _) in enumerate(_classification_cases(seed)):
         got = compute_metric("accuracy", _as_list(i, preds), _as_list(i, labels))
@@ -46,7 +49,7 @@ def test_accuracy_matches_sklearn(seed):
         assert type(got) is float
 
 
-@pytest.mark.parametrize("seed", [2, 3])
+@pytest.mark.parametrize("seed", [2])
 def test_binary_f1_matches_sklearn(seed):
     for i, (preds, labels, _) in enumerate(_classification_cases(seed, n_classes=2)):
         with warnings.catch_warnings():
@@ -59,7 +62,7 @@ def test_binary_f1_matches_sklearn(seed):
         assert got == pytest.approx(2 * tp / denominator if denominator else 0.0, abs=1e-12)
 
 
-@pytest.mark.parametrize("seed", [4, 5])
+@pytest.mark.parametrize("seed", [4])
 def test_macro_f1_matches_sklearn(seed):
     for i, (preds, labels, _) in enumerate(_classification_cases(seed)):
         with warnings.catch_warnings():
@@ -76,7 +79,7 @@ def test_macro_f1_matches_sklearn(seed):
         assert got == pytest.approx(float(np.mean(per_class)), abs=1e-12)
 
 
-@pytest.mark.parametrize("seed", [6, 7])
+@pytest.mark.parametrize("seed", [6])
 def test_mcc_matches_sklearn(seed):
     for i, (preds, labels, _) in enumerate(_classification_cases(seed)):
         with warnings.catch_warnings():
@@ -89,7 +92,7 @@ def test_mcc_matches_sklearn(seed):
         assert -1.0 <= got <= 1.0
 
 
-@pytest.mark.parametrize("seed", [8, 9])
+@pytest.mark.parametrize("seed", [8])
 def test_spearman_matches_scipy(seed):
     rng = np.random.default_rng(seed)
     for i in range(CASES):
@@ -142,7 +145,8 @@ def test_spearman_constant_targets_or_predictions_is_zero():
     assert _no_warnings(spearman, [3.3, 3.3, 3.3], [1.0, 2.0, 5.0]) == 0.0
     assert _no_warnings(spearman, [1.0, 1.0], [1.0, 1.0]) == 0.0
     assert _no_warnings(spearman, [0.7], [4.0]) == 0.0  # one example: no ranking
-    assert np.isnan(spearmanr([0.1, 0.5, 0.9], [2.0, 2.0, 2.0]).statistic)  # scipy would say nan
+    with pytest.warns(Warning, match="constant"):  # where scipy would say nan
+        assert np.isnan(spearmanr([0.1, 0.5, 0.9], [2.0, 2.0, 2.0]).statistic)
 
 
 def test_f1_without_positive_predictions_is_zero():

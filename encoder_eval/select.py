@@ -1,0 +1,361 @@
+"""`python -m encoder_eval.select`: pick each (model, task)'s learning rate from the select phase.
+
+Usage::
+
+    python -m encoder_eval.select --results-dir results/select --out selection.json
+    # smoke runs: tell select what the shrunken sweep ran
+    python -m encoder_eval.select --results-dir results/select --out selection.json \\
+        --lr-keys lr03,lr06 --seeds 42,43
+
+For every (model, task) pair the chosen LR is the one with the best seed-averaged dev
+mean (`dev.mean` of the select cells). The policy, stated once:
+
+* Expected cells: every LR key of the grid (or `--lr-keys`) x every select seed 42-44
+  (or `--seeds`). Pairs are those present in the results, or `--models` x `--tasks`.
+* Incomplete rows: an LR whose seed row lacks a seed is not eligible, and select refuses
+  (exit 1, nothing written), listing every missing cell: a choice over a partly run grid is
+  not the protocol's. With `--allow-partial` an LR with at least one finished seed is
+  eligible with the mean over the seeds it has; the pair is marked `partial` and the seeds
+  each mean used are recorded.
+* Diverged cells: a diverged seed (non-finite loss) is never dropped. It makes its LR
+  ineligible, since that LR does not train reliably for this model and task; it is recorded
+  under `diverged_by_lr`, and that LR's `dev_mean_by_lr` is null. `--allow-partial` does not
+  change this.
+* No eligible LR: the pair gets `lr_key: null` with a `reason`, the file is still written,
+  and select exits 1 listing those pairs (the report sweep refuses them).
+* Ties (equal means) go to the smaller LR.
+* Cells of one pair must share a recipe (`recipe_signature`); a mismatch is refused.
+* Cells outside the expected LR keys or seeds are ignored, with a note.
+
+`selection.json`::
+
+    {"schema": "encoder-eval-selection", "version": 1, "created_at": ..., "results_dir": ...,
+     "policy": {"lr_keys": [...], "seeds": [...], "allow_partial": false, "rule": ...},
+     "on_protocol": true,
+     "pairs": {"<model>": {"<task>": {
+         "lr_key": "lr06", "lr": 3.59e-05, "dev_mean": 0.81, "metric": "accuracy",
+         "dev_mean_by_lr": {"lr01": 0.78, ...}, "seeds_by_lr": {"lr01": [42, 43, 44], ...},
+         "diverged_by_lr": {"lr10": [43]}, "missing_by_lr": {}, "partial": false,
+         "on_protocol": true, "reason": null}}}}
+
+Exit status: 0 written; 1 refused or some pair has no selection; 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .errors import HarnessError
+from .protocol import LR_GRID, PROTOCOL_RECIPE, SELECT_SEEDS
+from .results import LoadedResult, load_results, result_filename, write_json_atomic
+
+SCHEMA = "encoder-eval-selection"
+VERSION = 1
+EXIT_REFUSED = 1
+EXIT_INPUT_ERROR = 2
+POLICY_RULE = (
+    "best seed-averaged dev mean; an LR with a diverged seed is ineligible; an LR missing "
+    "seeds is ineligible unless allow_partial; ties go to the smaller LR"
+)
+# Recipe entries that legitimately differ between cells of one table (per task, per model,
+# or per machine: the effective batch is what the recipe fixes, not its micro-batching).
+_RECIPE_PER_CELL = {
+    "warmup_steps", "pair_format", "mode", "micro_batch", "grad_accumulation", "eval_batch",
+}  # fmt: skip
+
+
+class Refusal(Exception):
+    """The protocol forbids the requested output; `items` lists every offending cell."""
+
+    def __init__(self, summary: str, items: list[str]):
+        super().__init__(summary)
+        self.summary = summary
+        self.items = items
+
+    def render(self) -> str:
+        return "\n".join([f"error: {self.summary}", *(f"  {item}" for item in self.items)])
+
+
+def recipe_signature(data: dict) -> dict:
+    """The recipe entries that every cell of one comparison must share (precision included)."""
+    return {k: v for k, v in sorted(data.get("recipe", {}).items()) if k not in _RECIPE_PER_CELL}
+
+
+def _mean(values: list[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
+@dataclass
+class _Row:
+    ok: dict[int, float] = field(default_factory=dict)  # seed -> dev mean
+    diverged: list[int] = field(default_factory=list)
+    cells: list[LoadedResult] = field(default_factory=list)
+
+
+def select_pairs(
+    results: list[LoadedResult],
+    *,
+    models: list[str] | None = None,
+    tasks: list[str] | None = None,
+    lr_keys: list[str] | None = None,
+    seeds: list[int] | None = None,
+    allow_partial: bool = False,
+    note=None,
+) -> dict:
+    """Build the selection document from select-phase results (see the module docstring).
+
+    Raises `Refusal` when expected cells are missing (unless `allow_partial`) or a pair's
+    cells disagree on the recipe. `note` receives informational messages.
+    """
+    note = note or (lambda msg: None)
+    lr_keys = list(lr_keys) if lr_keys else list(LR_GRID)
+    seeds = list(seeds) if seeds else list(SELECT_SEEDS)
+    results = [r for r in results if r.cell["phase"] == "select"]
+    present = {(r.cell["model"], r.cell["task"]) for r in results}
+    if models or tasks:
+        ms = models or sorted({m for m, _ in present})
+        ts = tasks or sorted({t for _, t in present})
+        pairs = [(m, t) for m in ms for t in ts]
+    else:
+        pairs = sorted(present)
+    if not pairs:
+        raise HarnessError(
+            "no select-phase results to choose from; run the select sweep first, or check "
+            "--results-dir"
+        )
+    rows: dict[tuple[str, str], dict[str, _Row]] = {p: {k: _Row() for k in lr_keys} for p in pairs}
+    ignored = 0
+    for r in results:
+        pair = (r.cell["model"], r.cell["task"])
+        if pair not in rows:
+            continue
+        key, seed = r.cell["lr_key"], r.cell["seed"]
+        if key not in rows[pair] or seed not in seeds:
+            ignored += 1
+            continue
+        row = rows[pair][key]
+        row.cells.append(r)
+        if r.ok:
+            row.ok[seed] = float(r.data["dev"]["mean"])
+        else:
+            row.diverged.append(seed)
+    if ignored:
+        note(f"ignored {ignored} cell(s) outside lr keys {','.join(lr_keys)} / seeds "
+             f"{','.join(map(str, seeds))}")  # fmt: skip
+
+    missing_items, mismatch_items = [], []
+    for (model, task), by_lr in rows.items():
+        for key, row in by_lr.items():
+            lost = [s for s in seeds if s not in row.ok and s not in row.diverged]
+            for s in lost:
+                missing_items.append(
+                    f"{model}/{task}/{key}/s{s}: missing "
+                    f"({result_filename(model, task, LR_GRID[key], s)})"
+                )
+        cells = [c for row in by_lr.values() for c in row.cells]
+        signatures = {json.dumps(recipe_signature(c.data), sort_keys=True) for c in cells}
+        if len(signatures) > 1:
+            mismatch_items.append(
+                f"{model}/{task}: {len(signatures)} different recipes among "
+                + ", ".join(sorted(c.path.name for c in cells))
+            )
+    if mismatch_items:
+        raise Refusal(
+            "the select cells of a pair disagree on the recipe; re-run them with one recipe",
+            mismatch_items,
+        )
+    if missing_items and not allow_partial:
+        raise Refusal(
+            f"{len(missing_items)} select cell(s) are missing, so their LRs are not eligible; "
+            "finish the sweep (re-run its script) or pass --allow-partial",
+            missing_items,
+        )
+
+    out_pairs: dict[str, dict[str, dict]] = {}
+    all_on_protocol = lr_keys == list(LR_GRID) and seeds == list(SELECT_SEEDS)
+    for (model, task), by_lr in rows.items():
+        entry = _choose(by_lr, seeds, allow_partial)
+        all_on_protocol &= entry["on_protocol"] and not entry["partial"]
+        out_pairs.setdefault(model, {})[task] = entry
+    return {
+        "schema": SCHEMA,
+        "version": VERSION,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "policy": {
+            "lr_keys": lr_keys,
+            "seeds": seeds,
+            "allow_partial": allow_partial,
+            "rule": POLICY_RULE,
+            "protocol_max_steps": PROTOCOL_RECIPE.max_steps,
+        },
+        "on_protocol": bool(all_on_protocol),
+        "pairs": out_pairs,
+    }
+
+
+def _choose(by_lr: dict[str, _Row], seeds: list[int], allow_partial: bool) -> dict:
+    dev_by_lr, seeds_by_lr, diverged_by_lr, missing_by_lr = {}, {}, {}, {}
+    metric = None
+    on_protocol = True
+    eligible = []
+    for key, row in by_lr.items():
+        used = sorted(row.ok)
+        seeds_by_lr[key] = used
+        missing = [s for s in seeds if s not in row.ok and s not in row.diverged]
+        if missing:
+            missing_by_lr[key] = missing
+        if row.diverged:
+            diverged_by_lr[key] = sorted(row.diverged)
+        for c in row.cells:
+            metric = metric or c.data["metric"]
+            on_protocol &= bool(c.data["protocol"]["on_protocol"])
+        if row.diverged or not used or (missing and not allow_partial):
+            dev_by_lr[key] = None
+            continue
+        dev_by_lr[key] = _mean([row.ok[s] for s in used])
+        eligible.append(key)
+    entry = {
+        "lr_key": None,
+        "lr": None,
+        "dev_mean": None,
+        "metric": metric,
+        "dev_mean_by_lr": dev_by_lr,
+        "seeds_by_lr": seeds_by_lr,
+        "diverged_by_lr": diverged_by_lr,
+        "missing_by_lr": missing_by_lr,
+        "partial": bool(missing_by_lr),
+        "on_protocol": on_protocol,
+        "reason": None,
+    }
+    if not eligible:
+        entry["reason"] = "no eligible LR: " + "; ".join(
+            f"{k} diverged on seeds {v}" for k, v in diverged_by_lr.items()
+        ) if diverged_by_lr else "no eligible LR: no finished cells"  # fmt: skip
+        return entry
+    best = min(eligible, key=lambda k: (-dev_by_lr[k], LR_GRID[k]))
+    entry.update(lr_key=best, lr=LR_GRID[best], dev_mean=dev_by_lr[best])
+    return entry
+
+
+def unselected_pairs(selection: dict) -> list[str]:
+    """`model/task: reason` for every pair without a chosen LR."""
+    return [
+        f"{model}/{task}: {entry.get('reason') or 'no selection'}"
+        for model, by_task in selection["pairs"].items()
+        for task, entry in by_task.items()
+        if not entry.get("lr_key")
+    ]
+
+
+def load_selection(path: str | os.PathLike) -> dict:
+    """Read and check a selection.json; raises HarnessError naming the problem."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise HarnessError(
+            f"selection file {path} does not exist; create it with python -m encoder_eval.select"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HarnessError(f"cannot read selection file {path}: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise HarnessError(f"{path} is not a selection file (schema {SCHEMA!r}); "
+                           "pass the file encoder_eval.select wrote")  # fmt: skip
+    if data.get("version") != VERSION:
+        raise HarnessError(f"{path} has selection version {data.get('version')!r}, expected "
+                           f"{VERSION}; regenerate it with this harness")  # fmt: skip
+    pairs = data.get("pairs")
+    if not isinstance(pairs, dict) or not all(isinstance(v, dict) for v in pairs.values()):
+        raise HarnessError(f"{path} has no valid 'pairs' object; regenerate it")
+    for model, by_task in pairs.items():
+        for task, entry in by_task.items():
+            key = entry.get("lr_key") if isinstance(entry, dict) else "?"
+            if key is not None and (key not in LR_GRID or entry.get("lr") != LR_GRID[key]):
+                raise HarnessError(f"{path}: {model}/{task} has lr_key {key!r} / lr "
+                                   f"{entry.get('lr')!r}, not a grid entry; regenerate it")  # fmt: skip
+    return data
+
+
+def format_selection(selection: dict) -> str:
+    """A short human summary: one line per pair."""
+    lines = []
+    for model, by_task in selection["pairs"].items():
+        for task, e in by_task.items():
+            if e["lr_key"]:
+                head = f"{model}/{task}: {e['lr_key']} (lr {e['lr']:g}), dev {e['dev_mean']:.4f}"
+            else:
+                head = f"{model}/{task}: NO SELECTION ({e['reason']})"
+            means = " ".join(
+                f"{k}={'-' if v is None else f'{v:.4f}'}" for k, v in e["dev_mean_by_lr"].items()
+            )
+            extra = " [partial]" if e["partial"] else ""
+            lines.append(f"{head}{extra}  | {means}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m encoder_eval.select",
+        description="Choose each (model, task)'s learning rate by seed-averaged dev mean over "
+        "the select phase's cells and write selection.json.",
+    )
+    p.add_argument("--results-dir", required=True, help="select-phase result directory")
+    p.add_argument("--out", default="selection.json", help="file to write")
+    p.add_argument("--models", help="comma-separated models (default: those in the results)")
+    p.add_argument("--tasks", help="comma-separated tasks (default: those in the results)")
+    p.add_argument("--lr-keys", help="LR keys the sweep ran (default: the whole grid)")
+    p.add_argument("--seeds", help="seeds the sweep ran (default: 42,43,44)")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="choose among LRs with missing seeds too (diverged LRs stay out)")  # fmt: skip
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .sweep import parse_lr_keys, parse_seeds, resolve_tasks, split_csv
+
+    args = build_parser().parse_args(argv)
+    try:
+        if not Path(args.results_dir).is_dir():
+            raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
+        tasks = split_csv(args.tasks) or None
+        if tasks:
+            resolve_tasks(tasks)
+        results = load_results(args.results_dir, phase="select")
+        selection = select_pairs(
+            results, models=split_csv(args.models) or None, tasks=tasks,
+            lr_keys=parse_lr_keys(args.lr_keys), seeds=parse_seeds(args.seeds),
+            allow_partial=args.allow_partial,
+            note=lambda m: print(f"note: {m}", file=sys.stderr),
+        )  # fmt: skip
+        selection["results_dir"] = os.path.abspath(args.results_dir)
+        out = Path(args.out)
+        if not out.absolute().parent.is_dir():
+            raise HarnessError(f"--out {args.out}: directory {out.parent} does not exist")
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    except Refusal as exc:
+        print(exc.render(), file=sys.stderr)
+        return EXIT_REFUSED
+    write_json_atomic(out, selection)
+    print(format_selection(selection))
+    if not selection["on_protocol"]:
+        print("note: some select cells are off-protocol (shrunken sweep); so is this selection")
+    print(f"wrote {out}")
+    missing = unselected_pairs(selection)
+    if missing:
+        print(f"error: {len(missing)} pair(s) have no selection:", file=sys.stderr)
+        for item in missing:
+            print(f"  {item}", file=sys.stderr)
+        return EXIT_REFUSED
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
