@@ -286,6 +286,7 @@ def run_trainer(name: str, args, data, device, knobs) -> dict:
         AutoModelForSequenceClassification,
         AutoTokenizer,
         DataCollatorWithPadding,
+        PrinterCallback,
         Trainer,
         TrainerCallback,
         TrainingArguments,
@@ -373,6 +374,7 @@ def run_trainer(name: str, args, data, device, knobs) -> dict:
             data_collator=collator,
             callbacks=[FirstStep()],
         )
+        trainer.remove_callback(PrinterCallback)  # keep stdout to the bench's own table
         t_train0 = time.perf_counter()
         out = trainer.train()
         _sync(device)
@@ -391,7 +393,7 @@ def run_trainer(name: str, args, data, device, knobs) -> dict:
             preds = logits.squeeze(-1).tolist() if regression else logits.argmax(-1).tolist()
             per_lang[lang] = metrics.compute_metric(knobs.metric, preds, val_splits[lang]["label"])
         eval_time = time.perf_counter() - t_eval0
-        optim = str(training_args.optim)
+        optim = getattr(training_args.optim, "value", str(training_args.optim))
         precision = "bf16 autocast" if dynamic_bf16 else "fp32"
         backend = getattr(trainer, "use_cpu_amp", None)
 
@@ -588,32 +590,42 @@ def _fmt(v, spec: str) -> str:
 
 def print_table(results: dict, peaks: dict, metric: str) -> None:
     bf16 = peaks["bf16_peak_gflops"]
-    head = (f"{'configuration':<22} {'steps':>5} {'train s':>8} {'samples/s':>9} {'real tok/s':>10} "
-            f"{'pad x':>6} {'real GFLOP/s':>12} {'% bf16 pk':>9} {'1st step s':>10} "
-            f"{'dev ' + metric:>14}")  # fmt: skip
+    cols = [("configuration", 22), ("steps", 5), ("train s", 8), ("samples/s", 9),
+            ("real tok/s", 10), ("pad x", 6), ("real GFLOP/s", 12), ("% bf16 pk", 9),
+            ("1st step s", 10), ("dev " + metric, 14), ("cpu share", 9)]  # fmt: skip
+
+    def row(cells) -> str:
+        first = f"{cells[0]:<{cols[0][1]}}"
+        rest = [f"{c:>{w}}" for c, (_, w) in zip(cells[1:], cols[1:], strict=True)]
+        return " ".join([first, *rest]).rstrip()
+
+    head = row([name for name, _ in cols])
     print(head)
     print("-" * len(head))
     for name, r in results.items():
         gf = r.get("real_gflops_per_s")
-        print(f"{name:<22} {r['steps']:>5} {r['train_time_s']:>8.1f} {r['samples_per_s']:>9.2f} "
-              f"{_fmt(r.get('real_tokens_per_s'), '>10.0f')} {_fmt(r.get('padding_factor'), '>6.2f')} "
-              f"{_fmt(gf, '>12.1f')} {_fmt(gf / bf16 * 100 if gf else None, '>8.1f')}% "
-              f"{_fmt(r.get('time_to_first_step_s'), '>10.2f')} {_fmt(r.get('dev_score'), '>14.4f')}")  # fmt: skip
+        print(row([name, str(r["steps"]), _fmt(r["train_time_s"], ".1f"),
+                   _fmt(r["samples_per_s"], ".2f"), _fmt(r.get("real_tokens_per_s"), ".0f"),
+                   _fmt(r.get("padding_factor"), ".2f"), _fmt(gf, ".1f"),
+                   _fmt(gf / bf16 * 100 if gf else None, ".1f") + "%",
+                   _fmt(r.get("time_to_first_step_s"), ".2f"), _fmt(r.get("dev_score"), ".4f"),
+                   _fmt(r.get("cpu_share"), ".2f")]))  # fmt: skip
     ours = results.get("ours")
     if ours and ours.get("samples_per_s_excl_dev_eval"):
         gfx = ours.get("real_gflops_per_s_excl_dev_eval")
-        print(f"{'  ours excl. dev evals':<22} {'':>5} "
-              f"{ours['train_time_s'] - ours['dev_eval_in_loop_s']:>8.1f} "
-              f"{ours['samples_per_s_excl_dev_eval']:>9.2f} {'':>10} {'':>6} "
-              f"{_fmt(gfx, '>12.1f')} {_fmt(gfx / bf16 * 100 if gfx else None, '>8.1f')}%"
-              f"   ({ours['dev_evals_in_loop']} in-loop dev evals took "
-              f"{ours['dev_eval_in_loop_s']:.1f} s; best-of-evals dev "
-              f"{_fmt(ours.get('dev_score_best_of_evals'), '.4f')})")  # fmt: skip
-    print(f"matmul peak {peaks['peak_size']}^3 (best of {peaks['peak_reps']}): "
-          f"bf16 {peaks['bf16_peak_gflops']:.0f} GFLOP/s, fp32 {peaks['fp32_peak_gflops']:.0f} "
-          f"GFLOP/s (before runs: bf16 {peaks['before']['bf16']:.0f} / fp32 "
-          f"{peaks['before']['fp32']:.0f}; after: bf16 {peaks['after']['bf16']:.0f} / fp32 "
-          f"{peaks['after']['fp32']:.0f})")  # fmt: skip
+        print(row(["ours excl. dev evals", "",
+                   _fmt(ours["train_time_s"] - ours["dev_eval_in_loop_s"], ".1f"),
+                   _fmt(ours["samples_per_s_excl_dev_eval"], ".2f"), "", "", _fmt(gfx, ".1f"),
+                   _fmt(gfx / bf16 * 100 if gfx else None, ".1f") + "%", "", "", ""]))  # fmt: skip
+        print(f"  ours: {ours['dev_evals_in_loop']} in-loop dev evaluations took "
+              f"{ours['dev_eval_in_loop_s']:.1f} s of its {ours['train_time_s']:.1f} s train "
+              f"time; its reported dev score (best of those evaluations) is "
+              f"{_fmt(ours.get('dev_score_best_of_evals'), '.4f')}")  # fmt: skip
+    print(f"matmul peak {peaks['peak_size']}^3 (best of {peaks['peak_reps']}, before and after "
+          f"the runs): bf16 {peaks['bf16_peak_gflops']:.0f} GFLOP/s, fp32 "
+          f"{peaks['fp32_peak_gflops']:.0f} GFLOP/s (before: bf16 {peaks['before']['bf16']:.0f}"
+          f" / fp32 {peaks['before']['fp32']:.0f}; after: bf16 {peaks['after']['bf16']:.0f} / "
+          f"fp32 {peaks['after']['fp32']:.0f})")  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -623,7 +635,7 @@ def main(argv=None) -> int:
     import platform
     from datetime import UTC, datetime
 
-    import datasets  # noqa: F401  (run_glue's data path; imported here so its cost is not in (a))
+    import datasets  # run_glue's data path; imported here so its cost is not charged to (a)
     import torch
     import transformers
 
@@ -635,6 +647,7 @@ def main(argv=None) -> int:
 
     since_start = _seconds_since_process_start()
     transformers.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
     threads = args.threads or len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)
     device = resolve_device(args.device)
@@ -661,16 +674,21 @@ def main(argv=None) -> int:
     results: dict[str, dict] = {}
     for name in args.only:
         print(f"running {name} ...", file=sys.stderr, flush=True)
-        t = time.perf_counter()
+        t, cpu0 = time.perf_counter(), time.process_time()
         if name == "ours":
             results[name] = run_ours(args, data, device, knobs)
         else:
             results[name] = run_trainer(name, args, data, device, knobs)
         results[name]["config_wall_s"] = time.perf_counter() - t
+        # CPU seconds this process got per wall second per thread: well under 1 means other
+        # processes (or waiting) took the cores; read every CPU figure in that light.
+        results[name]["cpu_share"] = (time.process_time() - cpu0) / (
+            results[name]["config_wall_s"] * threads
+        )
         results[name]["load_average_after"] = round(os.getloadavg()[0], 2)
         print(
             f"  {name}: {results[name]['samples_per_s']:.2f} samples/s, "
-            f"{results[name]['config_wall_s']:.0f} s wall",
+            f"{results[name]['config_wall_s']:.0f} s wall, cpu share {results[name]['cpu_share']:.2f}",
             file=sys.stderr,
             flush=True,
         )

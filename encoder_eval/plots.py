@@ -13,7 +13,6 @@ only when a function draws (importing this module stays cheap).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
@@ -21,7 +20,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 DPI = 120
-SELECTION_SCHEMA = "encoder-eval-selection"
 VALIDATION_NOTE = "* reported on the validation split (the task has no labelled test set)"
 
 
@@ -201,7 +199,7 @@ def plot_lr_sensitivity(
                     ys.append(0.035 + 0.045 * i)  # stack several diverged seeds at one LR
             ax.scatter(xs, ys, marker="x", s=45, color="tab:red", linewidths=2, zorder=5,
                        transform=trans, clip_on=False,
-                       label=f"diverged seed ({n_diverged} in all)")  # fmt: skip
+                       label=f"diverged seed, drawn at the bottom ({n_diverged} in all)")  # fmt: skip
 
         tick_lrs = sorted(set(lrs) | ({chosen_lr} if chosen_lr else set()))
         tick_keys = {lr: points[lr][0] for lr in lrs}
@@ -218,7 +216,7 @@ def plot_lr_sensitivity(
             ax.set_xlim(tick_lrs[0] / 1.08, tick_lrs[-1] * 1.08)
         ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xticks(tick_lrs, [f"{lr:.3g}" for lr in tick_lrs], rotation=35, ha="right",
+        ax.set_xticks(tick_lrs, [f"{lr:.2e}" for lr in tick_lrs], rotation=35, ha="right",
                       rotation_mode="anchor", fontsize=9)  # fmt: skip
         top = ax.secondary_xaxis("top")
         top.xaxis.set_minor_locator(NullLocator())
@@ -244,11 +242,13 @@ def plot_lr_sensitivity(
 def final_score_table(report_results: list[dict], selection: dict | None = None) -> dict:
     """Aggregate report results per (model, task), as `plot_final_scores` draws them.
 
-    Returns {(model, task): {"mean", "std", "n", "n_diverged", "lr_keys", "metric", "split"}}:
+    Returns {(model, task): {"mean", "std", "n", "n_diverged", "lr_keys", "selected",
+    "metric", "split"}}:
     the mean report score over the seeds that finished (None when none did), its sample
     standard deviation (ddof=1; None with fewer than two seeds), how many seeds finished and
-    diverged, and the lr keys averaged. With a selection, only results at the pair's chosen
-    learning rate count; a pair the selection lacks keeps all its report results.
+    diverged, the lr keys averaged, and whether they were filtered to a selected LR. With a
+    selection, only results at the pair's chosen learning rate count; a pair the selection
+    lacks (or has no LR for) keeps all its report results and has `selected` False.
     Results of another phase are ignored.
     """
     groups: dict[tuple[str, str], list[dict]] = {}
@@ -273,6 +273,7 @@ def final_score_table(report_results: list[dict], selection: dict | None = None)
         ]
         metric, split = _task_info(task, results)
         table[(model, task)] = {
+            "selected": selected_lr(selection, model, task)[1] is not None,
             "mean": statistics.fmean(scores) if scores else None,
             "std": statistics.stdev(scores) if len(scores) > 1 else None,
             "n": len(scores),
@@ -300,14 +301,15 @@ def plot_final_scores(
     out_dir.mkdir(parents=True, exist_ok=True)
     groups = final_score_table(report_results, selection)
 
-    models = sorted({m for m, _ in groups})
+    models = sorted({m for m, _ in groups}, key=lambda m: (m.lower(), m))
     tasks = _task_order(t for _, t in groups)
     colours = _model_colours(len(models))
     n_models = max(len(models), 1)
     group_width = 0.8
     bar_width = group_width / n_models
-    width = max(7.0, 3.0 + len(tasks) * max(1.0, 0.28 * n_models + 0.35))
-    fig = _new_figure(width, 5.5)
+    # Wider with every task (about 1 inch for four models), within limits a screen can show.
+    width = min(26.0, max(7.0, 3.0 + len(tasks) * max(0.75, 0.16 * n_models + 0.3)))
+    fig = _new_figure(width, 5.5 if width < 14 else 6.5)
     ax = fig.add_subplot()
 
     any_validation = False
@@ -324,16 +326,19 @@ def plot_final_scores(
         labels.append(label)
         for mi, model in enumerate(models):
             row = groups.get((model, task))
-            if row is None:
-                continue
             x = ti - group_width / 2 + bar_width * (mi + 0.5)
+            if row is None:  # no report result for this pair: say so instead of a silent gap
+                ax.annotate("n/a", (x, 0), xytext=(0, 2), textcoords="offset points",
+                            ha="center", va="bottom", fontsize=7, color="0.5")  # fmt: skip
+                continue
             diverged = row["n_diverged"]
             any_diverged |= diverged > 0
             if row["mean"] is None:
                 ax.annotate("all\ndiverged", (x, 0), xytext=(0, 2), textcoords="offset points",
                             ha="center", va="bottom", fontsize=7, color="tab:red")  # fmt: skip
                 continue
-            mixed = len(row["lr_keys"]) > 1  # several LRs averaged (no selected LR): hatched
+            # Hatched: not at a selected LR (the selection lacks the pair), or several LRs.
+            mixed = len(row["lr_keys"]) > 1 or (selection is not None and not row["selected"])
             any_mixed |= mixed
             ax.bar(x, row["mean"], bar_width * 0.92, color=colours[mi], zorder=2,
                    hatch="///" if mixed else None, edgecolor="white" if mixed else None,
@@ -365,7 +370,8 @@ def plot_final_scores(
         if selection is not None
         else "over all report results (no selection given)"
     )
-    ax.set_title(f"Report scores {which}: mean ± sample std over seeds", pad=10)
+    ax.set_title(f"Report scores {which}\n(bar: mean over seeds, error bar: sample std)",
+                 pad=10)  # fmt: skip
     ax.grid(True, axis="y", alpha=0.3, zorder=0)
     if handles:
         ax.legend(handles=handles, title="model", loc="upper left", bbox_to_anchor=(1.01, 1.0),
@@ -376,9 +382,7 @@ def plot_final_scores(
     if any_diverged:
         notes.append("red 'n div.' = n seeds diverged (left out of the mean)")
     if any_mixed:
-        notes.append(
-            "hatched = seeds at several learning rates averaged (no selected LR for the pair)"
-        )
+        notes.append("hatched = no selected LR for the pair: mean over all its report results")
     fig.tight_layout()
     if notes:
         # Place the note just under the tick labels, which tight_layout has already placed.
@@ -395,20 +399,16 @@ def plot_final_scores(
 
 
 def load_selection(path: str | Path, warn: Callable[[str], None] | None = None) -> dict | None:
-    """Read a selection file; warn and return None when it is missing or unreadable."""
-    warn = warn or (lambda msg: None)
+    """Read a selection file with `select.load_selection`; warn and return None when bad."""
+    from .errors import HarnessError
+    from .select import load_selection as _load
+
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        warn(f"ignoring selection {path}: {exc.__class__.__name__}: {exc}")
+        return _load(path)
+    except HarnessError as exc:
+        if warn is not None:
+            warn(f"plotting without a selection: {exc}")
         return None
-    if not isinstance(data, dict):
-        warn(f"ignoring selection {path}: not a JSON object")
-        return None
-    if "schema" in data and data["schema"] != SELECTION_SCHEMA:
-        warn(f"ignoring selection {path}: schema is {data['schema']!r}, not {SELECTION_SCHEMA!r}")
-        return None
-    return data
 
 
 def write_plots(

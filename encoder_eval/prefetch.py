@@ -56,9 +56,8 @@ def resolve_revision(repo: str, revision: str | None) -> str | None:
 
 
 def _json_default(value: Any) -> Any:
-    for attribute in ("item", "tolist"):  # numpy scalars and arrays
-        if hasattr(value, attribute):
-            return getattr(value, attribute)()
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return value.tolist()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 

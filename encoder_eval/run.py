@@ -84,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the model path into the result (off: paths can be private)")  # fmt: skip
     g.add_argument("--save-predictions", action="store_true",
                    help="also write per-example report predictions beside the result")  # fmt: skip
+    g.add_argument("--cache-dir", default="default", help="tokenisation cache shared by the "
+                   "cells of a sweep (default: $ENCODER_EVAL_CACHE_DIR or "
+                   "~/.cache/encoder_eval/tokens)")  # fmt: skip
+    g.add_argument("--no-cache", action="store_true", help="tokenise without the cache")
     g.add_argument("--progress", choices=("bar", "quiet", "json"), default="bar",
                    help="progress display: a bar, nothing, or JSON lines on stderr")  # fmt: skip
     return p
@@ -168,6 +172,7 @@ def plan_cells(args: argparse.Namespace) -> list:
                 trust_remote_code=trust, record_model_path=args.record_model_path,
                 save_predictions=args.save_predictions, micro_batch_size=args.micro_batch,
                 batching=args.batching, progress=args.progress, extra_off_protocol=extra,
+                cache_dir=None if args.no_cache else args.cache_dir,
             ))  # fmt: skip
     return cells
 

@@ -304,7 +304,10 @@ def build_plan(
             raise HarnessError("--selection is for --phase report; drop it for --phase select")
         if lr_keys is None:
             lr_keys = list(LR_GRID)
-        elif lr_keys != list(LR_GRID):
+        for key in lr_keys:
+            lr_for_key(key)  # raises with the valid keys
+        lr_keys = sorted(dict.fromkeys(lr_keys), key=LR_GRID.__getitem__)  # grid order
+        if lr_keys != list(LR_GRID):
             shrunk.append(f"lr keys {','.join(lr_keys)} (protocol: all {len(LR_GRID)})")
     else:
         if lr_keys is not None:
@@ -394,7 +397,7 @@ class Emitted:
         todo = self.n_cells - self.n_done - len(self.blocked)
         what = f"{self.n_cells} cells ({self.n_done} already done, {todo} to run)"
         if self.mode == "shell":
-            what += f" in {self.n_units} processes (one per model, task and LR)"
+            what += f" in {self.n_units} process(es), one per (model, task, LR)"
         text = f"wrote {self.script}: {what}; run: bash {shlex.quote(str(self.script))}"
         if self.blocked:
             text += (

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import metrics, provenance
+from . import metrics, provenance, tokencache
 from .errors import HarnessError
 from .loaders import LoadedModel, load_model
 from .protocol import Recipe, off_protocol_reasons
@@ -59,6 +59,7 @@ class CellConfig:
     eval_batch_size: int = 128
     batching: str = "length-grouped"  # or "random"
     progress: str = "bar"  # bar | quiet | json
+    cache_dir: str | None = "default"  # tokenisation cache; None disables it
     extra_off_protocol: list[str] = field(default_factory=list)
 
 
@@ -100,6 +101,27 @@ def encode(tokenizer, split: dict, max_len: int, input_names: tuple[str, ...]) -
     features = {name: enc[name] for name in input_names if name in enc}
     lengths = [len(ids) for ids in features["input_ids"]]
     return Encoded(features=features, labels=list(split["label"]), lengths=lengths)
+
+
+def encode_cached(
+    tokenizer,
+    split: dict,
+    max_len: int,
+    input_names: tuple[str, ...],
+    cache_dir: Path | None,
+    tokenizer_fp: str | None = None,
+) -> Encoded:
+    """`encode` through the tokenisation cache (no cache when `cache_dir` is None)."""
+    if cache_dir is None:
+        return encode(tokenizer, split, max_len, input_names)
+    fp = tokenizer_fp or tokencache.tokenizer_fingerprint(tokenizer)
+    key = tokencache.cache_key(fp, split, max_len, input_names)
+    hit = tokencache.load(cache_dir, key)
+    if isinstance(hit, Encoded):
+        return hit
+    enc = encode(tokenizer, split, max_len, input_names)
+    tokencache.store(cache_dir, key, enc)
+    return enc
 
 
 def _collate(enc: Encoded, idx: list[int], pad_id: int, device, regression: bool) -> dict:
@@ -275,8 +297,18 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
     model, tok = loaded.model.to(device), loaded.tokenizer
     pad_id = tok.pad_token_id
     max_len = recipe.max_seq_len
-    enc_train = encode(tok, train_split, max_len, loaded.input_names)
-    enc_val = {lang: encode(tok, s, max_len, loaded.input_names) for lang, s in val_splits.items()}
+    cache_dir = None
+    if cfg.cache_dir is not None:
+        cache_dir = tokencache.default_cache_dir() if cfg.cache_dir == "default" else Path(
+            cfg.cache_dir
+        )  # fmt: skip
+    tok_fp = tokencache.tokenizer_fingerprint(tok) if cache_dir is not None else None
+
+    def tokenise(split: dict) -> Encoded:
+        return encode_cached(tok, split, max_len, loaded.input_names, cache_dir, tok_fp)
+
+    enc_train = tokenise(train_split)
+    enc_val = {lang: tokenise(s) for lang, s in val_splits.items()}
 
     micro = cfg.micro_batch_size or recipe.batch_size
     if recipe.batch_size % micro:
@@ -380,7 +412,7 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
         if cfg.phase == "report":
             per_lang = {}
             for lang, split in test_splits.items():
-                enc = encode(tok, split, max_len, loaded.input_names)
+                enc = tokenise(split)
                 preds = predict(model, enc, pad_id, device, recipe.precision,
                                 cfg.eval_batch_size, regression)  # fmt: skip
                 per_lang[lang] = metrics.compute_metric(knobs.metric, preds, enc.labels)

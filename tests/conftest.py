@@ -12,6 +12,10 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if "ENCODER_EVAL_CACHE_DIR" not in os.environ:  # keep the tests' token cache out of $HOME
+    import tempfile
+
+    os.environ["ENCODER_EVAL_CACHE_DIR"] = tempfile.mkdtemp(prefix="encoder-eval-cache-")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -104,12 +104,14 @@ def selection_for(results: list[dict]) -> dict:
 
 
 def report_set(selection: dict, tasks=("glue_rte", "sg_cb", "xnli", "synthetic_parity")):
+    """Report results at the selected LR (lr05 for pairs the selection lacks), plus strays."""
     out = []
     rng = random.Random(1)
     metrics = {"glue_rte": "accuracy", "sg_cb": "macro_f1", "xnli": "accuracy"}
     for mi, model in enumerate(("tiny-a", "tiny/b", "third-model")):
         for ti, task in enumerate(tasks):
-            key = selection["pairs"].get(model, {}).get(task, {}).get("lr_key", "lr05")
+            entry = selection["pairs"].get(model, {}).get(task)
+            key = entry["lr_key"] if entry else "lr05"
             split = "validation" if task.startswith(("glue_", "sg_")) else "test"
             for seed in REPORT_SEEDS:
                 score = 0.6 + 0.05 * mi + 0.04 * ti + rng.uniform(-0.03, 0.03)
@@ -117,9 +119,18 @@ def report_set(selection: dict, tasks=("glue_rte", "sg_cb", "xnli", "synthetic_p
                     score = None  # one diverged report seed
                 out.append(make_result(model, task, key, seed, "report", score,
                                        metrics.get(task, "accuracy"), split))  # fmt: skip
-            # a report result at another LR: must be left out when a selection is given
-            out.append(make_result(model, task, "lr01", 45, "report", 0.01, "accuracy", split))
+            if entry or (model, task) == ("third-model", "xnli"):
+                # a stray result at another LR: dropped where the selection chose an LR,
+                # averaged in (hatched bar) where it did not
+                stray = "lr01" if key != "lr01" else "lr02"
+                out.append(make_result(model, task, stray, 45, "report", 0.01,
+                                       metrics.get(task, "accuracy"), split))  # fmt: skip
     return out
+
+
+def full_selection(models=("tiny-a", "tiny/b"), tasks=("glue_rte", "sg_cb", "xnli",
+                                                      "synthetic_parity")):  # fmt: skip
+    return selection_for(sweep(models=models, tasks=tasks, diverge=False))
 
 
 def check_png(path: Path, min_size=(400, 250)) -> np.ndarray:
@@ -182,14 +193,35 @@ def test_lr_sensitivity_plain_selection_dict_and_off_grid_choice(tmp_path):
         LR_GRID["lr09"],
     )
     assert plots.selected_lr(plain, "m", "other") == (None, None)
+    unselected = {"pairs": {"m": {"glue_rte": {"lr_key": None, "lr": None}}}}  # select.py: no LR
+    assert plots.selected_lr(unselected, "m", "glue_rte") == (None, None)
     off_grid = {"m": {"glue_rte": {"lr": 2.5e-5}}}
     assert plots.selected_lr(off_grid, "m", "glue_rte") == ("lr2.5e-05", 2.5e-5)
     (path,) = plots.plot_lr_sensitivity(results, off_grid, tmp_path / "off")
     check_png(path)
 
 
+def test_final_score_table_filters_to_the_selected_lr():
+    selection = full_selection()
+    table = plots.final_score_table(report_set(selection), selection)
+    rte = table[("tiny-a", "glue_rte")]
+    assert rte["lr_keys"] == [selection["pairs"]["tiny-a"]["glue_rte"]["lr_key"]]
+    assert rte["n"] == len(REPORT_SEEDS) and rte["n_diverged"] == 0
+    assert rte["metric"] == "accuracy" and rte["split"] == "validation"
+    assert 0.55 < rte["mean"] < 0.7 and rte["std"] > 0
+    cb = table[("third-model", "sg_cb")]  # not in the selection: its report results, lr05
+    assert cb["lr_keys"] == ["lr05"] and cb["n"] == 4 and cb["n_diverged"] == 1
+    assert cb["metric"] == "macro_f1" and not cb["selected"] and rte["selected"]
+    assert table[("third-model", "xnli")]["lr_keys"] == ["lr01", "lr05"]
+    # without a selection every report result counts
+    unfiltered = plots.final_score_table(report_set(selection))
+    assert unfiltered[("tiny-a", "glue_rte")]["n"] == len(REPORT_SEEDS) + 1
+    one = plots.final_score_table([make_result("m", "xnli", "lr05", 45, "report", 0.5)])
+    assert one[("m", "xnli")]["std"] is None and one[("m", "xnli")]["mean"] == 0.5
+
+
 def test_final_scores_with_selection(tmp_path):
-    selection = selection_for(sweep())
+    selection = full_selection()
     path = plots.plot_final_scores(report_set(selection), tmp_path, selection)
     assert path == tmp_path / "scores.png"
     img = check_png(path, min_size=(800, 400))

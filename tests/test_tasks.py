@@ -358,6 +358,24 @@ def test_xnli_train_mixes_languages(split_mirrors):
     assert any(t in plain[-1]["text"] for t in first_100)  # nor ru
 
 
+@pytest.mark.parametrize("task", MULTILINGUAL)
+def test_multilingual_train_is_a_seeded_shuffle_of_all_languages(task, split_mirrors, massive):
+    root = {"amazon_reviews_multi": shared_data(), "massive_intent": massive}.get(
+        task, split_mirrors[0]
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*mirror has no .*skipped")
+        per_lang = tasks.read_split(task, "train", root)
+    plain = [rows_to_split(task, rows, where) for rows, where in per_lang.values()]
+    assert len(plain) > 1
+    concatenated = {k: [v for s in plain for v in s[k]] for k in plain[0]}
+    train = _quiet_load(task, root)[0]
+    assert train != concatenated
+    assert train == concat_and_shuffle(plain)
+    pairs = sorted(zip(*concatenated.values(), strict=True))
+    assert sorted(zip(*train.values(), strict=True)) == pairs  # same rows, all languages
+
+
 def test_seahorse_target_is_the_share_of_yes(split_mirrors):
     root, _ = split_mirrors
     rows = read_jsonl(root / "seahorse" / "validation.jsonl")

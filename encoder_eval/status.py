@@ -1,0 +1,155 @@
+"""`python -m encoder_eval.status`: how far a phase is, and a launch script for what is left.
+
+Usage::
+
+    python -m encoder_eval.status --results-dir results/select --phase select
+    python -m encoder_eval.status --results-dir results/report --phase report \\
+        --selection selection.json
+    # re-emit a script for just the missing cells (same flags as the sweep)
+    python -m encoder_eval.status --results-dir results/select --phase select \\
+        --emit runs/select-rest --mode slurm --slurm-template my.sbatch
+
+The expected cells are those `encoder_eval.sweep` would plan from the same flags
+(`--models`, `--model`, `--tasks`, `--lr-keys`, `--seeds`, `--max-steps`, ...: pass the
+ones the sweep got). Each is counted as one of:
+
+* done: a valid result with status ok;
+* diverged: a valid result whose training diverged (a finished outcome, not re-run);
+* failed: a result file that does not parse or validate (delete it to re-run the cell:
+  the scripts skip any existing file);
+* missing: no result file yet.
+
+Results in the directory that the plan does not cover are counted as "other".
+`--emit DIR` writes a script (`--mode shell|slurm|slurm-array`, with the sweep's options)
+covering only the missing cells; nothing is written when none are missing.
+
+Exit status: 0 when every cell is done or diverged; 1 when some are missing or failed;
+2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import HarnessError
+from .results import read_result
+from .sweep import Cell, Plan, add_emit_arguments, add_plan_arguments, emit, plan_from_args
+
+EXIT_INCOMPLETE = 1
+EXIT_INPUT_ERROR = 2
+STATES = ("done", "diverged", "failed", "missing")
+
+
+@dataclass
+class Status:
+    plan: Plan
+    cells: dict[str, list[Cell]]  # state -> cells
+    reasons: dict[str, str] = field(default_factory=dict)  # failed file -> why
+    other: list[str] = field(default_factory=list)  # result files the plan does not cover
+
+    def count(self, state: str) -> int:
+        return len(self.cells[state])
+
+    @property
+    def complete(self) -> bool:
+        return not self.cells["missing"] and not self.cells["failed"]
+
+
+def phase_status(plan: Plan) -> Status:
+    """Classify every cell of the plan by its result file."""
+    cells: dict[str, list[Cell]] = {s: [] for s in STATES}
+    reasons = {}
+    for cell in plan.cells:
+        path = plan.out_json(cell)
+        if not os.path.exists(path):
+            cells["missing"].append(cell)
+            continue
+        data, why = read_result(path)
+        if data is None:
+            cells["failed"].append(cell)
+            reasons[path] = why
+        elif data["status"] == "ok":
+            cells["done"].append(cell)
+        else:
+            cells["diverged"].append(cell)
+    planned = {os.path.basename(plan.out_json(c)) for c in plan.cells}
+    root = Path(plan.results_dir)
+    other = []
+    if root.is_dir():
+        other = sorted(
+            str(p) for p in root.glob("*.json")
+            if not p.name.startswith(".") and p.name not in planned
+            and not p.name.endswith(".predictions.json")
+        )  # fmt: skip
+    return Status(plan, cells, reasons, other)
+
+
+def format_status(status: Status, limit: int | None = 50) -> str:
+    plan = status.plan
+    total = len(plan.cells)
+    lines = [f"{plan.phase} phase, {plan.results_dir}: {total} cells planned"]
+    if plan.shrunk:
+        lines.append("  (shrunken plan: " + "; ".join(plan.shrunk) + ")")
+    for state in STATES:
+        lines.append(f"  {state:<9}{status.count(state):>6}")
+    if status.other:
+        lines.append(f"  {'other':<9}{len(status.other):>6}  (results outside this plan)")
+    for state in ("diverged", "failed", "missing"):
+        cells = status.cells[state]
+        if not cells:
+            continue
+        lines.append(f"{state}:")
+        shown = cells if limit is None else cells[:limit]
+        for c in shown:
+            path = plan.out_json(c)
+            why = f"  ({status.reasons[path]})" if path in status.reasons else ""
+            lines.append(f"  {c.label}  {path}{why}")
+        if len(shown) < len(cells):
+            lines.append(f"  ... and {len(cells) - len(shown)} more (--list-all shows them)")
+    if status.cells["failed"]:
+        lines.append("failed files block their cells (scripts skip existing files): delete "
+                     "them, then re-run the phase's script")  # fmt: skip
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m encoder_eval.status",
+        description="Count done / diverged / failed / missing cells of a phase and optionally "
+        "write a launch script for the missing ones.",
+    )
+    add_plan_arguments(p)
+    add_emit_arguments(p)
+    p.add_argument("--emit", metavar="DIR", help="write a launch script for the missing cells "
+                   "into DIR (--mode picks its kind)")  # fmt: skip
+    p.add_argument("--list-all", action="store_true", help="list every cell, not the first 50")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.results_dir is None:
+            raise HarnessError("give --results-dir (the phase's result directory)")
+        plan = plan_from_args(args)
+        status = phase_status(plan)
+        emitted = None
+        if args.emit and status.cells["missing"]:
+            emitted = emit(plan, args.emit, args.mode, cells=status.cells["missing"],
+                           template=args.slurm_template, requeue=args.requeue,
+                           python=args.python)  # fmt: skip
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    print(format_status(status, limit=None if args.list_all else 50))
+    if args.emit:
+        print(emitted.describe() if emitted else "nothing missing: no script written")
+    return 0 if status.complete else EXIT_INCOMPLETE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

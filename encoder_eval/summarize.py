@@ -1,0 +1,504 @@
+"""`python -m encoder_eval.summarize`: the results table, mean ± std over the report seeds.
+
+Usage::
+
+    python -m encoder_eval.summarize --results-dir results/report \\
+        --selection selection.json [--format markdown|json|csv] [--out FILE]
+    # a smoke or unfinished run: print anyway, footnotes give the real seed counts
+    python -m encoder_eval.summarize ... --allow-partial
+
+Each (model, task) cell of the table is the mean ± sample standard deviation (ddof=1)
+of the report-split score over the report seeds 45-49 at the LR chosen in
+`selection.json`; nothing is picked here. Scores are shown x100. Each task's column
+names its metric; tasks reported on dev (validation) are marked `*`. Bucket columns
+(Multilingual, GLUE, SuperGLUE) average the model's task means within the bucket, and
+`Average` averages all its task means (each task weighs the same); an average is shown
+only when all its tasks have a score.
+
+The table is refused (exit 1, each offending cell listed) when:
+
+* a cell lacks report seeds (`missing_seeds`) or a pair has no selected LR
+  (`no_selection`);
+* a result sits at an LR other than the selected one (`wrong_lr`; never averaged);
+* a result is off-protocol (`off_protocol`: shrunken recipe, seed outside 45-49, ...);
+* a report seed diverged (`diverged`; counted, never averaged);
+* cells disagree on the recipe (`recipe`), on precision (`precision`), on
+  `provenance.software.transformers` (`transformers`), or one model's cells on
+  `provenance.model_revision` (`model_revision`).
+
+`--allow-partial` prints the table anyway and turns every problem into a footnote; cells
+averaged over fewer seeds than expected carry `†` and a footnote such as "avg@2 instead of
+avg@5". Unparseable result files are skipped with one warning each.
+
+The library functions (`build_table`, `render_markdown`, `render_csv`, `table_to_dict`)
+return data and strings; only `main` prints. A `--plots DIR` option is meant to hook in
+after `build_table`, taking `table_to_dict(table)`.
+
+Exit status: 0 printed; 1 refused; 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import HarnessError
+from .protocol import REPORT_SEEDS
+from .results import LoadedResult, load_results, result_filename
+from .select import load_selection, recipe_signature
+from .tasks import TASK_KNOBS, task_knobs
+
+EXIT_REFUSED = 1
+EXIT_INPUT_ERROR = 2
+TABLE_SCHEMA = "encoder-eval-table"
+RULES = (
+    "no_selection", "missing_seeds", "wrong_lr", "off_protocol", "diverged", "recipe",
+    "precision", "transformers", "model_revision",
+)  # fmt: skip
+BUCKET_LABELS = {"multilingual": "Multilingual", "glue": "GLUE", "superglue": "SuperGLUE"}
+BUCKET_ORDER = ("multilingual", "glue", "superglue")
+TASK_LABELS = {
+    "xnli": "XNLI", "paws_x": "PAWS-X", "amazon_reviews_multi": "Amazon-Reviews",
+    "massive_intent": "MASSIVE-Intent", "seahorse": "SeaHorse", "glue_cola": "CoLA",
+    "glue_sst2": "SST-2", "glue_mrpc": "MRPC", "glue_stsb": "STS-B", "glue_qqp": "QQP",
+    "glue_mnli": "MNLI", "glue_qnli": "QNLI", "glue_rte": "RTE", "sg_boolq": "BoolQ",
+    "sg_cb": "CB", "sg_wic": "WiC", "sg_wsc": "WSC",
+}  # fmt: skip
+METRIC_LABELS = {
+    "accuracy": "acc", "f1": "F1", "macro_f1": "macro-F1", "mcc": "MCC", "spearman": "Spearman",
+}  # fmt: skip
+
+
+@dataclass
+class Problem:
+    """One reason the table cannot be printed as a protocol table."""
+
+    rule: str
+    message: str
+    cells: list[str] = field(default_factory=list)  # result files (or expected file names)
+
+    def to_dict(self) -> dict:
+        return {"rule": self.rule, "message": self.message, "cells": self.cells}
+
+
+@dataclass
+class CellStats:
+    """The aggregate of one (model, task) over its report seeds at the selected LR."""
+
+    model: str
+    task: str
+    metric: str
+    lr_key: str | None
+    lr: float | None
+    scores: dict[int, float]  # seed -> report mean, finished seeds at the selected LR
+    diverged: list[int]
+    missing: list[int]
+    off_protocol: bool
+
+    @property
+    def n(self) -> int:
+        return len(self.scores)
+
+    @property
+    def mean(self) -> float | None:
+        return math.fsum(self.scores.values()) / self.n if self.scores else None
+
+    @property
+    def std(self) -> float | None:
+        """Sample standard deviation (ddof=1); None for fewer than two seeds."""
+        if self.n < 2:
+            return None
+        m = self.mean
+        return math.sqrt(math.fsum((x - m) ** 2 for x in self.scores.values()) / (self.n - 1))
+
+
+@dataclass
+class Table:
+    models: list[str]
+    tasks: list[str]
+    cells: dict[tuple[str, str], CellStats]
+    problems: list[Problem]
+    expected_seeds: list[int]
+
+    @property
+    def buckets(self) -> list[str]:
+        present = {TASK_KNOBS[t].bucket for t in self.tasks}
+        return [b for b in BUCKET_ORDER if b in present] + sorted(present - set(BUCKET_ORDER))
+
+    def bucket_mean(self, model: str, bucket: str) -> float | None:
+        return self._avg(model, [t for t in self.tasks if TASK_KNOBS[t].bucket == bucket])
+
+    def overall_mean(self, model: str) -> float | None:
+        return self._avg(model, self.tasks)
+
+    def _avg(self, model: str, tasks: list[str]) -> float | None:
+        means = [self.cells[(model, t)].mean for t in tasks if (model, t) in self.cells]
+        if not tasks or len(means) < len(tasks) or any(m is None for m in means):
+            return None
+        return math.fsum(means) / len(means)
+
+    def partial_cells(self) -> list[CellStats]:
+        n = len(self.expected_seeds)
+        return [c for c in self.cells.values() if c.n != n]
+
+
+def _order_models(names: set[str], selection: dict) -> list[str]:
+    sel_order = list(selection.get("pairs", {}))
+    return [m for m in sel_order if m in names] + sorted(names - set(sel_order))
+
+
+def _group_disagreement(rule: str, what: str, groups: dict[str, list[LoadedResult]]) -> Problem:
+    parts = []
+    cells = []
+    for value, members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        parts.append(f"{value} in {len(members)} cell(s)")
+        cells += [f"{m.path} ({what} {value})" for m in members]
+    return Problem(rule, f"cells disagree on {what}: " + "; ".join(parts), cells)
+
+
+def _recipe_problems(cells: list[LoadedResult]) -> list[Problem]:
+    problems = []
+    by_precision = defaultdict(list)
+    by_recipe = defaultdict(list)
+    by_tf = defaultdict(list)
+    by_rev: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for c in cells:
+        sig = recipe_signature(c.data)
+        by_precision[str(sig.pop("precision", None))].append(c)
+        by_recipe[json.dumps(sig, sort_keys=True)].append(c)
+        software = c.data["provenance"].get("software") or {}
+        by_tf[str(software.get("transformers"))].append(c)
+        by_rev[c.cell["model"]][str(c.data["provenance"].get("model_revision"))].append(c)
+    if len(by_precision) > 1:
+        problems.append(_group_disagreement("precision", "precision", by_precision))
+    if len(by_recipe) > 1:
+        # Name only the entries that differ, so the message stays readable.
+        sigs = [json.loads(k) for k in by_recipe]
+        keys = sorted({k for s in sigs for k in s if len({json.dumps(x.get(k)) for x in sigs}) > 1})
+        groups = {
+            ", ".join(f"{k}={json.loads(sig).get(k)}" for k in keys): members
+            for sig, members in by_recipe.items()
+        }
+        problems.append(_group_disagreement("recipe", "recipe", groups))
+    if len(by_tf) > 1:
+        problems.append(_group_disagreement("transformers", "transformers version", by_tf))
+    for model, groups in by_rev.items():
+        if len(groups) > 1:
+            p = _group_disagreement("model_revision", f"{model}'s model revision", groups)
+            problems.append(p)
+    return problems
+
+
+def build_table(
+    results: list[LoadedResult],
+    selection: dict,
+    *,
+    models: list[str] | None = None,
+    tasks: list[str] | None = None,
+    expected_seeds: list[int] | None = None,
+) -> Table:
+    """Aggregate report-phase results at each pair's selected LR and collect every problem."""
+    expected = list(expected_seeds or REPORT_SEEDS)
+    results = [r for r in results if r.cell["phase"] == "report"]
+    pairs_sel = selection.get("pairs", {})
+    if models is None:
+        model_set = set(pairs_sel) | {r.cell["model"] for r in results}
+    else:
+        model_set = set(models)
+    if tasks is None:
+        task_set = {t for by_task in pairs_sel.values() for t in by_task}
+        task_set |= {r.cell["task"] for r in results}
+    else:
+        task_set = set(tasks)
+    for t in task_set:
+        task_knobs(t)  # raises for an unknown task, with the valid names
+    model_list = _order_models(model_set, selection) if models is None else list(models)
+    task_list = [t for t in TASK_KNOBS if t in task_set] if tasks is None else list(tasks)
+    if not model_list or not task_list:
+        raise HarnessError(
+            "nothing to tabulate: no report results and no selected pairs; check "
+            "--results-dir and --selection"
+        )
+
+    by_pair: dict[tuple[str, str], list[LoadedResult]] = defaultdict(list)
+    for r in results:
+        by_pair[(r.cell["model"], r.cell["task"])].append(r)
+
+    problems: list[Problem] = []
+    no_sel, missing_cells, wrong_lr, off, diverged = [], [], [], [], []
+    included: list[LoadedResult] = []
+    cells: dict[tuple[str, str], CellStats] = {}
+    for model in model_list:
+        for task in task_list:
+            here = by_pair.get((model, task), [])
+            chosen = (pairs_sel.get(model) or {}).get(task) or {}
+            key, lr = chosen.get("lr_key"), chosen.get("lr")
+            if not key:
+                no_sel.append(f"{model}/{task}" + (
+                    f": {len(here)} result(s) but no selected LR" if here else ": no selected LR"
+                ))  # fmt: skip
+                continue
+            stats = CellStats(model, task, task_knobs(task).metric, key, lr, {}, [], [], False)
+            for r in sorted(here, key=lambda r: (r.cell["lr"], r.cell["seed"])):
+                if r.cell["lr_key"] != key:
+                    wrong_lr.append(f"{r.path} (lr {r.cell['lr_key']}, selected {key})")
+                    continue
+                included.append(r)
+                if not r.data["protocol"]["on_protocol"]:
+                    reasons = "; ".join(r.data["protocol"].get("off_protocol_reasons") or [])
+                    off.append(f"{r.path} ({reasons or 'off-protocol'})")
+                    stats.off_protocol = True
+                if r.ok:
+                    stats.metric = r.data["metric"]
+                    stats.scores[r.cell["seed"]] = float(r.data["report"]["mean"])
+                else:
+                    stats.diverged.append(r.cell["seed"])
+                    step = r.data["training"].get("diverged_at_step")
+                    diverged.append(f"{r.path} (diverged at step {step})")
+            stats.missing = [
+                s for s in expected if s not in stats.scores and s not in stats.diverged
+            ]
+            for s in stats.missing:
+                missing_cells.append(
+                    f"{model}/{task}/{key}/s{s}: missing ({result_filename(model, task, lr, s)})"
+                )
+            cells[(model, task)] = stats
+    if no_sel:
+        problems.append(Problem("no_selection", f"{len(no_sel)} pair(s) have no selected LR "
+                                "in the selection file", no_sel))  # fmt: skip
+    if missing_cells:
+        problems.append(Problem("missing_seeds", f"{len(missing_cells)} report seed(s) are "
+                                "missing", missing_cells))  # fmt: skip
+    if wrong_lr:
+        problems.append(Problem("wrong_lr", f"{len(wrong_lr)} result(s) sit at an LR other than "
+                                "the selected one (never averaged)", wrong_lr))  # fmt: skip
+    if off:
+        problems.append(Problem("off_protocol", f"{len(off)} result(s) are off-protocol", off))
+    if diverged:
+        problems.append(Problem("diverged", f"{len(diverged)} report seed(s) diverged "
+                                "(counted, never averaged)", diverged))  # fmt: skip
+    problems += _recipe_problems(included)
+    return Table(model_list, task_list, cells, problems, expected)
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.2f}"
+
+
+def format_cell(stats: CellStats | None, expected_n: int) -> str:
+    """`72.31 ± 1.05` (x100); `—` for no score; `†` when averaged over fewer seeds."""
+    if stats is None or stats.mean is None:
+        return "—"
+    std = "n/a" if stats.std is None else f"{100 * stats.std:.2f}"
+    mark = " †" if stats.n != expected_n else ""
+    return f"{_pct(stats.mean)} ± {std}{mark}"
+
+
+def task_header(task: str) -> str:
+    knobs = TASK_KNOBS[task]
+    star = "*" if knobs.report_split == "validation" else ""
+    metric = METRIC_LABELS.get(knobs.metric, knobs.metric)
+    return f"{TASK_LABELS.get(task, task)}{star} ({metric})"
+
+
+def _seed_range(seeds: list[int]) -> str:
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(map(str, seeds))
+
+
+def footnotes(table: Table) -> list[str]:
+    n = len(table.expected_seeds)
+    seeds = _seed_range(table.expected_seeds)
+    partial = table.partial_cells()
+    over = (
+        f"over the report seeds each cell has (the protocol's: {seeds}, avg@{n}; see †)"
+        if partial
+        else f"over report seeds {seeds} (avg@{n})"
+    )
+    notes = [
+        f"Scores x100: mean ± sample std (ddof=1) of the report-split score {over}, at the LR "
+        "chosen on the select seeds."
+    ]
+    if any(TASK_KNOBS[t].report_split == "validation" for t in table.tasks):
+        notes.append("* reported on the dev (validation) split: the test labels are hidden.")
+    if partial:
+        by_n: dict[int, list[str]] = defaultdict(list)
+        for c in partial:
+            by_n[c.n].append(f"{c.model}/{c.task}")
+        for k in sorted(by_n):
+            notes.append(f"† avg@{k} instead of avg@{n}: {', '.join(by_n[k])}.")
+    for p in table.problems:
+        notes.append(f"Not a protocol table: {p.message} [{p.rule}].")
+    return notes
+
+
+def render_markdown(table: Table) -> str:
+    n = len(table.expected_seeds)
+    head = ["Model", *(task_header(t) for t in table.tasks)]
+    head += [BUCKET_LABELS.get(b, b.title()) for b in table.buckets] + ["Average"]
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" + "---:|" * (len(head) - 1),
+    ]
+    for model in table.models:
+        row = [model]
+        row += [format_cell(table.cells.get((model, t)), n) for t in table.tasks]
+        row += [_pct(table.bucket_mean(model, b)) for b in table.buckets]
+        row.append(_pct(table.overall_mean(model)))
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join([*lines, "", *footnotes(table)]) + "\n"
+
+
+def table_to_dict(table: Table) -> dict:
+    """The table as plain data (the json format; also what a plotting hook takes)."""
+    rows = []
+    for model in table.models:
+        cells = {}
+        for t in table.tasks:
+            c = table.cells.get((model, t))
+            cells[t] = None if c is None else {
+                "mean": c.mean, "std": c.std, "n": c.n, "seeds": sorted(c.scores),
+                "scores": {str(s): v for s, v in sorted(c.scores.items())},
+                "diverged_seeds": c.diverged, "missing_seeds": c.missing,
+                "lr_key": c.lr_key, "lr": c.lr, "metric": c.metric, "off_protocol": c.off_protocol,
+            }  # fmt: skip
+        rows.append({
+            "model": model, "cells": cells,
+            "buckets": {b: table.bucket_mean(model, b) for b in table.buckets},
+            "average": table.overall_mean(model),
+        })  # fmt: skip
+    return {
+        "schema": TABLE_SCHEMA,
+        "version": 1,
+        "std": "sample standard deviation (ddof=1)",
+        "expected_seeds": table.expected_seeds,
+        "tasks": [
+            {
+                "task": t,
+                "metric": TASK_KNOBS[t].metric,
+                "bucket": TASK_KNOBS[t].bucket,
+                "report_split": TASK_KNOBS[t].report_split,
+                "dev_reported": TASK_KNOBS[t].report_split == "validation",
+            }
+            for t in table.tasks
+        ],  # fmt: skip
+        "rows": rows,
+        "footnotes": footnotes(table),
+        "problems": [p.to_dict() for p in table.problems],
+    }
+
+
+def render_csv(table: Table) -> str:
+    """Long format: one row per (model, task), then one per bucket and overall average."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["model", "kind", "task", "metric", "report_split", "bucket", "lr_key", "lr",
+                "n", "seeds", "mean", "std", "diverged_seeds"])  # fmt: skip
+    for model in table.models:
+        for t in table.tasks:
+            k = TASK_KNOBS[t]
+            c = table.cells.get((model, t))
+            if c is None:
+                w.writerow([model, "task", t, k.metric, k.report_split, k.bucket] + [""] * 7)
+                continue
+            w.writerow([model, "task", t, c.metric, k.report_split, k.bucket, c.lr_key,
+                        "" if c.lr is None else f"{c.lr:g}", c.n,
+                        " ".join(map(str, sorted(c.scores))),
+                        "" if c.mean is None else repr(c.mean),
+                        "" if c.std is None else repr(c.std),
+                        " ".join(map(str, c.diverged))])  # fmt: skip
+        for b in table.buckets:
+            m = table.bucket_mean(model, b)
+            w.writerow([model, "bucket", b, "", "", b, "", "", "", "", "" if m is None else repr(m),
+                        "", ""])  # fmt: skip
+        m = table.overall_mean(model)
+        w.writerow([model, "average", "", "", "", "", "", "", "", "", "" if m is None else repr(m),
+                    "", ""])  # fmt: skip
+    return buf.getvalue()
+
+
+def render(table: Table, fmt: str) -> str:
+    if fmt == "markdown":
+        return render_markdown(table)
+    if fmt == "json":
+        return json.dumps(table_to_dict(table), indent=2) + "\n"
+    if fmt == "csv":
+        return render_csv(table)
+    raise HarnessError(f"--format {fmt!r} must be markdown, json or csv")
+
+
+def format_refusal(table: Table) -> str:
+    lines = [
+        f"error: summarize refuses to print this table ({len(table.problems)} problem(s)); fix "
+        "them, or pass --allow-partial to print it anyway with footnotes"
+    ]
+    for p in table.problems:
+        lines.append(f"[{p.rule}] {p.message}:")
+        lines += [f"  {c}" for c in p.cells]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m encoder_eval.summarize",
+        description="Tabulate mean ± std over the report seeds at each pair's selected LR; "
+        "refuses incomplete or non-comparable tables unless --allow-partial.",
+    )
+    p.add_argument("--results-dir", required=True, help="report-phase result directory")
+    p.add_argument("--selection", required=True, help="selection.json from encoder_eval.select")
+    p.add_argument("--format", choices=("markdown", "json", "csv"), default="markdown")
+    p.add_argument("--models", help="comma-separated models (default: selection + results)")
+    p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="print despite problems; footnotes give real seed counts and problems")  # fmt: skip
+    p.add_argument("--out", help="write the table here instead of stdout")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .sweep import split_csv
+
+    args = build_parser().parse_args(argv)
+    try:
+        if not Path(args.results_dir).is_dir():
+            raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
+        selection = load_selection(args.selection)
+        results = load_results(args.results_dir, phase="report")
+        table = build_table(results, selection, models=split_csv(args.models) or None,
+                            tasks=split_csv(args.tasks) or None)  # fmt: skip
+        text = render(table, args.format)
+        if args.out and not Path(args.out).absolute().parent.is_dir():
+            raise HarnessError(f"--out {args.out}: its directory does not exist")
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    if table.problems and not args.allow_partial:
+        print(format_refusal(table), file=sys.stderr)
+        return EXIT_REFUSED
+    # Hook: a later `--plots DIR` option plots table_to_dict(table) here.
+    if args.format == "csv" and table.problems:
+        for note in footnotes(table):
+            print(f"note: {note}", file=sys.stderr)
+    if args.out:
+        tmp = Path(args.out).with_name(f".tmp-{Path(args.out).name}")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(args.out)
+        print(f"wrote {args.out}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+#!/bin/bash
+# Example Slurm template for `python -m encoder_eval.sweep --mode slurm|slurm-array`.
+# The contract is the emit_slurm docstring in encoder_eval/sweep.py. In short: each job
+# gets the complete `python -m encoder_eval.run` argument list of its cell as "$@", and
+# the cell's values as exported variables (MODEL, MODEL_PATH, MODE, TASK, LR, LR_KEY,
+# SEED, PHASE, OUT_JSON, RESULTS_DIR, DATA_DIR, DEVICE, MAX_STEPS, RECIPE_ARGS, RUN_ARGS).
+# Adapt the #SBATCH lines and the environment activation to your cluster; keep the rest.
+#SBATCH --job-name=encoder-eval
+#SBATCH --gres=gpu:1
+#SBATCH --cpus-per-task=8
+#SBATCH --mem=64G
+#SBATCH --time=12:00:00
+# #SBATCH --partition=gpu
+# #SBATCH --account=my-project
+
+set -euo pipefail
+
+# Activate the environment the harness is installed in (edit this path).
+source "$HOME/encoder-eval-harness/.venv/bin/activate"
+# export HF_HOME=/scratch/$USER/hf-cache   # a shared model/dataset cache, if you have one
+
+echo "cell: model=$MODEL task=$TASK lr=$LR ($LR_KEY) seed=$SEED phase=$PHASE -> $OUT_JSON"
+exec python -m encoder_eval.run "$@"

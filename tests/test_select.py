@@ -1,0 +1,194 @@
+"""select.py: the LR-selection policy, stated in its docstring, rule by rule."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from result_helpers import make_result, write_many
+
+from encoder_eval import select
+from encoder_eval.errors import HarnessError
+from encoder_eval.protocol import LR_GRID
+from encoder_eval.results import load_results
+
+KEYS = ["lr03", "lr06"]
+SEEDS = [42, 43]
+
+
+def grid(scores: dict[str, list[float]], model="m", task="glue_rte", seeds=SEEDS) -> list[dict]:
+    """Select cells: scores[lr_key][i] is seed seeds[i]'s dev mean (None: diverged)."""
+    out = []
+    for key, row in scores.items():
+        for seed, s in zip(seeds, row, strict=True):
+            status = "diverged" if s is None else "ok"
+            out.append(make_result(model, task, key, seed, "select", s, status=status))
+    return out
+
+
+def run_cli(tmp_path, results, *extra, shrink=True):
+    rdir = tmp_path / "res"
+    rdir.mkdir(exist_ok=True)
+    write_many(rdir, results)
+    out = tmp_path / "selection.json"
+    args = ["--results-dir", str(rdir), "--out", str(out)]
+    if shrink:
+        args += ["--lr-keys", ",".join(KEYS), "--seeds", ",".join(map(str, SEEDS))]
+    rc = select.main(args + list(extra))
+    return rc, out
+
+
+def test_best_seed_averaged_mean_wins(tmp_path, capsys):
+    rc, out = run_cli(tmp_path, grid({"lr03": [0.6, 0.8], "lr06": [0.75, 0.7]}))
+    assert rc == 0
+    sel = select.load_selection(out)
+    e = sel["pairs"]["m"]["glue_rte"]
+    assert e["lr_key"] == "lr06" and e["lr"] == LR_GRID["lr06"] == 3.59e-05
+    assert e["dev_mean_by_lr"] == {"lr03": pytest.approx(0.7), "lr06": pytest.approx(0.725)}
+    assert e["seeds_by_lr"] == {"lr03": [42, 43], "lr06": [42, 43]}
+    assert e["diverged_by_lr"] == {} and not e["partial"]
+    assert sel["policy"]["lr_keys"] == KEYS and sel["policy"]["seeds"] == SEEDS
+    assert "lr06" in capsys.readouterr().out
+
+
+def test_tie_goes_to_the_smaller_lr(tmp_path):
+    rc, out = run_cli(tmp_path, grid({"lr03": [0.5, 0.7], "lr06": [0.7, 0.5]}))
+    assert rc == 0
+    assert select.load_selection(out)["pairs"]["m"]["glue_rte"]["lr_key"] == "lr03"
+
+
+def test_diverged_seed_makes_its_lr_ineligible(tmp_path):
+    # lr06 has the better mean over its finished seed, but one seed diverged.
+    rc, out = run_cli(tmp_path, grid({"lr03": [0.6, 0.6], "lr06": [0.9, None]}))
+    assert rc == 0
+    e = select.load_selection(out)["pairs"]["m"]["glue_rte"]
+    assert e["lr_key"] == "lr03"
+    assert e["diverged_by_lr"] == {"lr06": [43]}
+    assert e["dev_mean_by_lr"]["lr06"] is None
+    assert e["seeds_by_lr"]["lr06"] == [42]
+
+
+def test_diverged_stays_ineligible_with_allow_partial(tmp_path):
+    rc, out = run_cli(tmp_path, grid({"lr03": [0.6, 0.6], "lr06": [0.9, None]}), "--allow-partial")
+    assert rc == 0
+    assert select.load_selection(out)["pairs"]["m"]["glue_rte"]["lr_key"] == "lr03"
+
+
+def test_all_lrs_diverged_means_no_selection_and_exit_1(tmp_path, capsys):
+    rc, out = run_cli(tmp_path, grid({"lr03": [None, 0.6], "lr06": [0.9, None]}))
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "m/glue_rte" in err and "no eligible LR" in err
+    e = select.load_selection(out)["pairs"]["m"]["glue_rte"]  # written, for inspection
+    assert e["lr_key"] is None and e["lr"] is None
+    assert e["diverged_by_lr"] == {"lr03": [42], "lr06": [43]}
+    assert select.unselected_pairs(select.load_selection(out))
+
+
+def test_missing_seed_refuses_and_writes_nothing(tmp_path, capsys):
+    results = grid({"lr03": [0.6, 0.6], "lr06": [0.9, 0.9]})
+    results = [
+        r for r in results if not (r["cell"]["lr_key"] == "lr06" and r["cell"]["seed"] == 43)
+    ]
+    rc, out = run_cli(tmp_path, results)
+    assert rc == 1
+    assert not out.exists()
+    err = capsys.readouterr().err
+    assert "m/glue_rte/lr06/s43: missing (m_glue_rte_lr06_s43.json)" in err
+    assert "--allow-partial" in err
+
+
+def test_allow_partial_uses_the_seeds_it_has(tmp_path):
+    results = grid({"lr03": [0.6, 0.6], "lr06": [0.9, 0.9]})
+    results = [
+        r for r in results if not (r["cell"]["lr_key"] == "lr06" and r["cell"]["seed"] == 43)
+    ]
+    rc, out = run_cli(tmp_path, results, "--allow-partial")
+    assert rc == 0
+    sel = select.load_selection(out)
+    e = sel["pairs"]["m"]["glue_rte"]
+    assert e["lr_key"] == "lr06" and e["partial"]
+    assert e["seeds_by_lr"]["lr06"] == [42] and e["missing_by_lr"] == {"lr06": [43]}
+    assert sel["on_protocol"] is False
+
+
+def test_default_expects_the_whole_grid_and_select_seeds(tmp_path, capsys):
+    rc, out = run_cli(tmp_path, grid({"lr03": [0.6, 0.6]}), shrink=False)
+    assert rc == 1 and not out.exists()
+    err = capsys.readouterr().err
+    # 10 LRs x 3 seeds expected, 2 present
+    assert "28 select cell(s) are missing" in err
+    assert "m/glue_rte/lr01/s42" in err and "m/glue_rte/lr03/s44" in err
+
+
+def test_full_protocol_grid_is_on_protocol(tmp_path):
+    scores = {k: [0.5 + i / 100] * 3 for i, k in enumerate(LR_GRID)}
+    results = grid(scores, seeds=[42, 43, 44])
+    rdir = tmp_path / "res"
+    write_many(rdir, results)
+    sel = select.select_pairs(load_results(rdir))
+    assert sel["on_protocol"] is True
+    assert sel["pairs"]["m"]["glue_rte"]["lr_key"] == "lr10"
+
+
+def test_recipe_mismatch_within_a_pair_is_refused(tmp_path, capsys):
+    results = grid({"lr03": [0.6, 0.6], "lr06": [0.9, 0.9]})
+    results[-1] = make_result("m", "glue_rte", "lr06", 43, "select", 0.9,
+                              recipe={"weight_decay": 0.0})  # fmt: skip
+    rc, out = run_cli(tmp_path, results)
+    assert rc == 1 and not out.exists()
+    assert "disagree on the recipe" in capsys.readouterr().err
+
+
+def test_pairs_are_independent_and_listed(tmp_path):
+    results = grid({"lr03": [0.6, 0.6], "lr06": [0.5, 0.5]}, model="a")
+    results += grid({"lr03": [0.1, 0.1], "lr06": [0.2, 0.2]}, model="b", task="glue_sst2")
+    rc, out = run_cli(tmp_path, results)
+    assert rc == 0
+    pairs = select.load_selection(out)["pairs"]
+    assert pairs["a"]["glue_rte"]["lr_key"] == "lr03"
+    assert pairs["b"]["glue_sst2"]["lr_key"] == "lr06"
+
+
+def test_models_and_tasks_make_absent_pairs_missing(tmp_path, capsys):
+    rc, out = run_cli(tmp_path, grid({"lr03": [0.6, 0.6], "lr06": [0.5, 0.5]}),
+                      "--models", "m,other", "--tasks", "glue_rte")  # fmt: skip
+    assert rc == 1 and not out.exists()
+    assert "other/glue_rte/lr03/s42" in capsys.readouterr().err
+
+
+def test_unparseable_file_is_skipped_with_a_warning(tmp_path, capsys):
+    rdir = tmp_path / "res"
+    rdir.mkdir()
+    (rdir / "broken.json").write_text("{not json")
+    rc, _ = run_cli(tmp_path, grid({"lr03": [0.6, 0.6], "lr06": [0.5, 0.5]}))
+    assert rc == 0
+    assert "broken.json" in capsys.readouterr().err
+
+
+def test_input_errors_exit_2_and_write_nothing(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    assert select.main(["--results-dir", str(tmp_path / "nope"), "--out", str(out)]) == 2
+    (tmp_path / "empty").mkdir()
+    assert select.main(["--results-dir", str(tmp_path / "empty"), "--out", str(out)]) == 2
+    assert select.main(["--results-dir", str(tmp_path / "empty"), "--out", str(out),
+                        "--lr-keys", "lr99"]) == 2  # fmt: skip
+    assert select.main(["--results-dir", str(tmp_path / "empty"), "--out", str(out),
+                        "--tasks", "glue_rtee"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "Did you mean 'glue_rte'" in err
+    assert all(line.startswith(("error:", "  ")) for line in err.strip().splitlines())
+    assert not out.exists()
+
+
+def test_load_selection_rejects_other_files(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema": "something-else"}))
+    with pytest.raises(HarnessError, match="not a selection file"):
+        select.load_selection(bad)
+    with pytest.raises(HarnessError, match="does not exist"):
+        select.load_selection(tmp_path / "missing.json")
+    bad.write_text(json.dumps({"schema": select.SCHEMA, "version": 1,
+                               "pairs": {"m": {"t": {"lr_key": "lr06", "lr": 1.0}}}}))  # fmt: skip
+    with pytest.raises(HarnessError, match="not a grid entry"):
+        select.load_selection(bad)

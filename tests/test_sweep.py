@@ -1,0 +1,503 @@
+"""sweep.py: planning, the shell script, and the Slurm scripts against fake sbatch/squeue.
+
+The generated scripts run for real here (bash), with a fake `python` or fake Slurm
+commands on PATH that record what they receive; tests/test_slurm.py runs them against a
+real cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from encoder_eval import models, sweep
+from encoder_eval.errors import HarnessError
+from encoder_eval.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
+from encoder_eval.results import result_filename
+from encoder_eval.tasks import MULTILINGUAL_TASKS
+
+RECIPE = ["--weight-decay", "0.1", "--adam-beta2", "0.95", "--early-stop", "--patience", "3",
+          "--epoch-cap", "20", "--bsz", "32"]  # fmt: skip
+
+
+def hostile(canary: Path) -> str:
+    """A value that would create `canary` if any shell ever executed it. It holds no `/`
+    (so it can name a directory); scripts run with the canary's directory as cwd."""
+    return f'evil $(touch {canary.name}) `touch {canary.name}`; echo \'q"x" {{a,b}} % \\ end'
+
+
+def has_flags(args: list[str], flags: list[str]) -> bool:
+    """True when `flags` (flag, value, ...) appear in `args` with those values."""
+    i = 0
+    while i < len(flags):
+        flag = flags[i]
+        if flag not in args:
+            return False
+        nxt = flags[i + 1] if i + 1 < len(flags) else None
+        if nxt is not None and not nxt.startswith("--"):
+            if args[args.index(flag) + 1] != nxt:
+                return False
+            i += 2
+        else:
+            i += 1
+    return True
+
+
+def selection_for(pairs: dict) -> dict:
+    return {"schema": "encoder-eval-selection", "version": 1,
+            "pairs": {m: {t: {"lr_key": k, "lr": LR_GRID[k]} for t, k in by.items()}
+                      for m, by in pairs.items()}}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+def test_registry_is_the_models_registry():
+    assert sweep.MODEL_REGISTRY is models.MODEL_REGISTRY
+    assert len(sweep.MODEL_REGISTRY) == 14
+
+
+def test_select_plan_default_is_the_full_protocol(tmp_path):
+    plan = sweep.build_plan("select", results_dir=tmp_path)
+    assert len(plan.cells) == 14 * len(MULTILINGUAL_TASKS) * 10 * 3
+    assert {c.task for c in plan.cells} == set(MULTILINGUAL_TASKS)
+    assert {c.seed for c in plan.cells} == set(SELECT_SEEDS)
+    assert not plan.shrunk
+    units = plan.units()
+    assert len(units) == 14 * len(MULTILINGUAL_TASKS) * 10
+    args = plan.run_args(units[5])
+    assert has_flags(args, RECIPE + ["--seed", "42,43,44", "--phase", "select", "--skip-existing",
+                                     "--max-steps", "10000", "--max-seq-len", "256"])  # fmt: skip
+    assert "--allow-off-protocol" not in args
+    lr06 = next(u for u in units if u[0].lr_key == "lr06")
+    assert has_flags(plan.run_args(lr06), ["--lr", "3.59e-05"])
+
+
+def test_report_plan_uses_the_selected_lr_and_report_seeds(tmp_path):
+    sel = selection_for({"xlm-r-base": {"xnli": "lr06", "paws_x": "lr02"}})
+    plan = sweep.build_plan("report", results_dir=tmp_path, models=["xlm-r-base"],
+                            tasks=["xnli", "paws_x"], selection=sel)  # fmt: skip
+    assert [(c.task, c.lr_key) for c in plan.cells[::5]] == [("xnli", "lr06"), ("paws_x", "lr02")]
+    assert [c.seed for c in plan.cells[:5]] == list(REPORT_SEEDS)
+    args = plan.run_args(plan.units()[0])
+    assert has_flags(args, RECIPE + ["--lr", "3.59e-05", "--seed", "45,46,47,48,49",
+                                     "--phase", "report"])  # fmt: skip
+
+
+def test_report_plan_refuses_pairs_without_selection(tmp_path):
+    sel = selection_for({"xlm-r-base": {"xnli": "lr06"}})
+    with pytest.raises(HarnessError, match="no selected LR for 1 pair.*xlm-r-base/paws_x"):
+        sweep.build_plan("report", results_dir=tmp_path, models=["xlm-r-base"],
+                         tasks=["xnli", "paws_x"], selection=sel)  # fmt: skip
+    with pytest.raises(HarnessError, match="needs --selection"):
+        sweep.build_plan("report", results_dir=tmp_path)
+    with pytest.raises(HarnessError, match="--lr-keys is for --phase select"):
+        sweep.build_plan("report", results_dir=tmp_path, selection=sel, lr_keys=["lr01"])
+
+
+def test_model_additions_and_shrinking(tmp_path):
+    mdir = tmp_path / "my model"
+    mdir.mkdir()
+    plan = sweep.build_plan(
+        "select", results_dir=tmp_path / "r", extra_models=[f"mine={mdir}:liquid-bidir"],
+        tasks=["glue_rte"], lr_keys=["lr08", "lr03"], seeds=[42, 7], max_steps=4,
+        max_seq_len=64, device="cpu",
+    )  # fmt: skip
+    assert {c.model for c in plan.cells} == {"mine"}  # additions only, when given
+    assert [c.lr_key for c in plan.cells] == ["lr03", "lr03", "lr08", "lr08"]  # grid order
+    assert plan.cells[0].mode == "liquid-bidir" and plan.cells[0].model_path == str(mdir)
+    assert len(plan.shrunk) == 4
+    args = plan.run_args(plan.units()[0])
+    assert has_flags(args, ["--seed", "42,7", "--max-steps", "4", "--max-seq-len", "64",
+                            "--device", "cpu", "--allow-off-protocol", "--no-trust-remote-code"])  # fmt: skip
+    both = sweep.build_plan("select", results_dir=tmp_path, extra_models=["mine=org/x"],
+                            models=["mine", "xlm-r-base"], tasks=["xnli"])  # fmt: skip
+    assert {c.model for c in both.cells} == {"mine", "xlm-r-base"}
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"models": ["xlm-r-bse"]}, "Did you mean 'xlm-r-base'"),
+        ({"tasks": ["xnlii"]}, "Did you mean 'xnli'"),
+        ({"extra_models": ["xlm-r-base=org/x"]}, "shadows the registry"),
+        ({"extra_models": ["noequals"]}, "NAME=PATH_OR_HUB_ID"),
+        ({"max_steps": 0}, "--max-steps"),
+        ({"extra_run_args": ["--seed", "1"]}, "may not set --seed"),
+        ({"data_dir": "/nonexistent/dir"}, "not a directory"),
+        ({"selection": {"pairs": {}}}, "--selection is for --phase report"),
+    ],
+)
+def test_bad_inputs_raise_one_line_errors(tmp_path, kwargs, message):
+    with pytest.raises(HarnessError, match=message) as info:
+        sweep.build_plan("select", results_dir=tmp_path, **kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_cli_errors_exit_2_and_write_nothing(tmp_path, capsys):
+    out = tmp_path / "runs"
+    base = ["--out-dir", str(out), "--results-dir", str(tmp_path / "res")]
+    assert sweep.main(["--phase", "select", "--models", "nope", *base]) == 2
+    assert sweep.main(["--phase", "select", "--lr-keys", "lr11", *base]) == 2
+    assert sweep.main(["--phase", "select", "--mode", "slurm", *base]) == 2  # no template
+    bad_tpl = tmp_path / "t.sh"
+    bad_tpl.write_text('python -m encoder_eval.run "$@"\n')  # no #! line
+    assert sweep.main(["--phase", "select", "--mode", "slurm", "--slurm-template", str(bad_tpl),
+                       *base]) == 2  # fmt: skip
+    sh_tpl = tmp_path / "sh.sh"
+    sh_tpl.write_text('#!/bin/sh\npython -m encoder_eval.run "$@"\n')
+    assert sweep.main(["--phase", "select", "--mode", "slurm-array", "--slurm-template",
+                       str(sh_tpl), *base]) == 2  # fmt: skip
+    assert sweep.main(["--phase", "report", *base]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 6 and all(line.startswith("error: ") for line in lines)
+    assert not out.exists() and not (tmp_path / "res").exists()
+
+
+def test_show_grid(capsys):
+    assert sweep.main(["--show-grid"]) == 0
+    out = capsys.readouterr().out
+    assert "lr06   3.59e-05" in out and "lr01   1e-05" in out and "lr10   0.0001" in out
+    assert "--weight-decay 0.1 --adam-beta2 0.95" in out and "45,46,47,48,49" in out
+
+
+# ----------------------------------------------------------------------------- fakes
+
+
+def _exe(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text).lstrip())
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+FAKE_PYTHON = """
+#!{python}
+# Records its argv, then writes an (invalid, placeholder) result file per seed.
+import json, os, sys
+from encoder_eval.results import result_filename
+argv = sys.argv[1:]
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(json.dumps(argv) + "\\n")
+args = argv[2:]
+get = lambda flag: args[args.index(flag) + 1]
+if os.environ.get("FAKE_FAIL") and os.environ["FAKE_FAIL"] == get("--lr"):
+    print("boom: simulated failure", file=sys.stderr)
+    sys.exit(3)
+for seed in get("--seed").split(","):
+    name = result_filename(get("--model-key"), get("--task"), float(get("--lr")), int(seed))
+    with open(os.path.join(get("--results-dir"), name), "w") as f:
+        f.write("{{}}")
+"""
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+    bindir = tmp_path / "fakebin"
+    bindir.mkdir()
+    exe = _exe(bindir / "python", FAKE_PYTHON.format(python=sys.executable))
+    log = tmp_path / "calls.jsonl"
+    env = {**os.environ, "PYTHON": str(exe), "FAKE_LOG": str(log)}
+    return env, log
+
+
+def _calls(log: Path) -> list[list[str]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def shell_plan(tmp_path, **kw) -> sweep.Plan:
+    return sweep.build_plan("select", results_dir=tmp_path / "res", tasks=["glue_rte", "glue_sst2"],
+                            lr_keys=["lr03", "lr06"], seeds=[42, 43], max_steps=4, **kw)  # fmt: skip
+
+
+def test_shell_runs_one_process_per_unit_and_skips_done_units(tmp_path, fake_python):
+    env, log = fake_python
+    plan = shell_plan(tmp_path, extra_models=["a=org/a", "b=org/b"])
+    emitted = sweep.emit_shell(plan, tmp_path / "runs")
+    assert emitted.n_cells == 16 and emitted.n_units == 8
+    script = str(emitted.script)
+    proc = subprocess.run(["bash", script], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    calls = _calls(log)
+    assert len(calls) == 8
+    assert all(c[:2] == ["-m", "encoder_eval.run"] and has_flags(c, ["--seed", "42,43"])
+               for c in calls)  # fmt: skip
+    assert "[cells 0/16 done, units 0/8, failed 0] starting a_glue_rte_lr03" in proc.stdout
+    assert "[cells 2/16 done, units 1/8, failed 0] starting a_glue_rte_lr06" in proc.stdout
+    assert "[cells 16/16 done, units 8/8, failed 0] finished: 8 run, 0 skipped" in proc.stdout
+    assert len(list((tmp_path / "runs" / "logs").glob("*.log"))) == 8
+    # Re-running starts nothing; removing one cell re-runs only its unit.
+    (tmp_path / "res" / result_filename("b", "glue_sst2", LR_GRID["lr06"], 43)).unlink()
+    proc = subprocess.run(["bash", script], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0
+    calls = _calls(log)[8:]
+    assert len(calls) == 1 and has_flags(calls[0], ["--model-key", "b", "--task", "glue_sst2",
+                                                    "--lr", "3.59e-05", "--seed", "42,43"])  # fmt: skip
+    assert "skip a_glue_rte_lr03 (all 2 cells done)" in proc.stdout
+    assert "finished: 1 run, 7 skipped" in proc.stdout
+
+
+def test_shell_reports_failed_units_and_exits_1(tmp_path, fake_python):
+    env, log = fake_python
+    plan = shell_plan(tmp_path, extra_models=["a=org/a"])
+    script = str(sweep.emit_shell(plan, tmp_path / "runs").script)
+    proc = subprocess.run(["bash", script], env={**env, "FAKE_FAIL": "1.67e-05"},
+                          capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 1
+    assert "FAILED a_glue_rte_lr03 (exit 3, 0 of 2 cells written)" in proc.stderr
+    assert "boom: simulated failure" in proc.stderr
+    assert "failed units: a_glue_rte_lr03 a_glue_sst2_lr03" in proc.stderr
+    assert "[cells 8/8 done" not in proc.stdout and "failed 2] finished" in proc.stdout
+    assert len(_calls(log)) == 4  # the failures did not stop the other units
+
+
+def test_shell_passes_hostile_values_verbatim(tmp_path, fake_python):
+    env, log = fake_python
+    canary = tmp_path / "canary"
+    evil = hostile(canary) + "\nsecond line"
+    mdir = tmp_path / evil
+    mdir.mkdir()
+    plan = sweep.build_plan("select", results_dir=tmp_path / f"res {evil}",
+                            extra_models=[f"{evil}={mdir}"], tasks=["glue_rte"],
+                            lr_keys=["lr06"], seeds=[42])  # fmt: skip
+    emitted = sweep.emit_shell(plan, tmp_path / f"runs {evil}")
+    proc = subprocess.run(
+        ["bash", str(emitted.script)], env=env, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    (call,) = _calls(log)
+    assert has_flags(call, ["--model-key", evil, "--model-path", str(mdir),
+                            "--results-dir", str(tmp_path / f"res {evil}")])  # fmt: skip
+    assert not canary.exists()
+    assert "[cells 1/1 done, units 1/1, failed 0] finished" in proc.stdout
+
+
+# ----------------------------------------------------------------------------- Slurm (faked)
+
+FAKE_SBATCH = """
+#!{python}
+# A synchronous sbatch: records the submission, then runs the script like Slurm would
+# (with --export=ALL the job's environment is the caller's; arrays get one run per index).
+import json, os, subprocess, sys
+args = sys.argv[1:]
+opts, i = {{}}, 0
+while i < len(args) and args[i].startswith("--"):
+    k, _, v = args[i][2:].partition("=")
+    opts[k] = v
+    i += 1
+script, script_args = args[i], args[i + 1:]
+with open(os.environ["FAKE_SUBMITS"], "a") as f:
+    f.write(json.dumps({{"opts": opts, "script": script, "args": script_args}}) + "\\n")
+indices = [None]
+if "array" in opts:
+    lo, hi = opts["array"].split("%")[0].split("-")
+    indices = list(range(int(lo), int(hi) + 1))
+for idx in indices:
+    env = dict(os.environ)
+    if idx is not None:
+        env["SLURM_ARRAY_TASK_ID"] = str(idx)
+    subprocess.run(["bash", script, *script_args], env=env, check=False)
+print("Submitted batch job 1")
+"""
+FAKE_SQUEUE = """
+#!/bin/bash
+cat "${FAKE_QUEUE:-/dev/null}"
+"""
+FAKE_SCONTROL = """
+#!/bin/bash
+echo "MaxArraySize            = ${FAKE_MAX_ARRAY:-1001}"
+"""
+# The job body: record argv and the contract's variables as one JSON line per job.
+TEMPLATE = """
+#!/bin/bash
+#SBATCH --time=5
+#SBATCH --mem=100M
+
+# a comment before the body
+set -euo pipefail
+{python} - "$@" <<'PY'
+import json, os, sys
+names = "OUT_JSON MODEL MODEL_PATH MODE TASK LR LR_KEY SEED PHASE RESULTS_DIR DATA_DIR DEVICE MAX_STEPS RECIPE_ARGS RUN_ARGS".split()
+rec = {{"argv": sys.argv[1:], "env": {{n: os.environ.get(n) for n in names}}}}
+with open(os.environ["FAKE_JOBS"], "a") as f:
+    f.write(json.dumps(rec) + "\\n")
+open(os.environ["OUT_JSON"], "w").write("{{}}")
+PY
+"""
+
+
+@pytest.fixture
+def fake_slurm(tmp_path):
+    bindir = tmp_path / "slurmbin"
+    bindir.mkdir()
+    _exe(bindir / "sbatch", FAKE_SBATCH.format(python=sys.executable))
+    _exe(bindir / "squeue", FAKE_SQUEUE)
+    _exe(bindir / "scontrol", FAKE_SCONTROL)
+    tpl = _exe(tmp_path / "template.sh", TEMPLATE.format(python=sys.executable))
+    env = {
+        **os.environ, "PATH": f"{bindir}:{os.environ['PATH']}",
+        "FAKE_SUBMITS": str(tmp_path / "submits.jsonl"), "FAKE_JOBS": str(tmp_path / "jobs.jsonl"),
+    }  # fmt: skip
+    return env, tpl
+
+
+def _lines(path) -> list[dict]:
+    p = Path(path)
+    return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
+
+def test_slurm_one_sbatch_per_missing_cell_with_the_contract(tmp_path, fake_slurm):
+    env, tpl = fake_slurm
+    canary = tmp_path / "canary"
+    evil = hostile(canary) + "\nline two"
+    plan = sweep.build_plan("select", results_dir=tmp_path / "res",
+                            extra_models=[f"{evil}=org/{evil}"], tasks=["glue_rte"],
+                            lr_keys=["lr03", "lr06"], seeds=[42], max_steps=4,
+                            data_dir=tmp_path, device="cpu")  # fmt: skip
+    emitted = sweep.emit_slurm(plan, tmp_path / "runs", tpl, requeue=True)
+    assert (tmp_path / "runs" / "template.sh").read_text() == tpl.read_text()
+    # One cell is already done: it is not submitted.
+    done = plan.out_json(plan.cells[0])
+    Path(done).write_text("{}")
+    proc = subprocess.run(
+        ["bash", str(emitted.script)], env=env, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "submitted 1 job(s); 1 cell(s) already done; 0 already queued" in proc.stdout
+    (sub,) = _lines(env["FAKE_SUBMITS"])
+    assert sub["opts"]["export"] == "ALL" and "requeue" in sub["opts"]
+    assert sub["opts"]["job-name"].startswith("ee-select-")
+    assert sub["opts"]["output"].endswith("/logs/%x-%j.out")
+    (job,) = _lines(env["FAKE_JOBS"])
+    cell = plan.cells[1]
+    assert job["argv"] == plan.run_args([cell])  # "$@" is exactly the run arguments
+    assert job["env"]["MODEL"] == evil and job["env"]["MODEL_PATH"] == f"org/{evil}"
+    assert job["env"]["OUT_JSON"] == plan.out_json(cell)
+    assert (job["env"]["LR"], job["env"]["LR_KEY"], job["env"]["SEED"]) == (
+        "3.59e-05",
+        "lr06",
+        "42",
+    )
+    assert job["env"]["PHASE"] == "select" and job["env"]["MAX_STEPS"] == "4"
+    assert job["env"]["DATA_DIR"] == str(tmp_path) and job["env"]["DEVICE"] == "cpu"
+    assert "--weight-decay 0.1 --adam-beta2 0.95" in job["env"]["RECIPE_ARGS"]
+    import shlex
+
+    assert shlex.split(job["env"]["RUN_ARGS"]) == job["argv"]
+    assert not canary.exists()
+    # Launching again submits nothing.
+    proc = subprocess.run(
+        ["bash", str(emitted.script)], env=env, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert "submitted 0 job(s); 2 cell(s) already done" in proc.stdout
+    assert len(_lines(env["FAKE_SUBMITS"])) == 1
+
+
+def test_slurm_does_not_resubmit_queued_cells(tmp_path, fake_slurm):
+    env, tpl = fake_slurm
+    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
+                            tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42, 43])  # fmt: skip
+    emitted = sweep.emit_slurm(plan, tmp_path / "runs", tpl)
+    queue = tmp_path / "queue.txt"
+    queue.write_text(sweep._job_name(plan, plan.cells[0]) + "\n")
+    proc = subprocess.run(["bash", str(emitted.script)], env={**env, "FAKE_QUEUE": str(queue)},
+                          capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert "submitted 1 job(s); 0 cell(s) already done; 1 already queued" in proc.stdout
+    (sub,) = _lines(env["FAKE_SUBMITS"])
+    assert "requeue" not in sub["opts"]
+
+
+def test_slurm_array_chunks_to_max_array_size(tmp_path, fake_slurm):
+    env, tpl = fake_slurm
+    canary = tmp_path / "canary"
+    evil = hostile(canary)
+    plan = sweep.build_plan("select", results_dir=tmp_path / "res",
+                            extra_models=[f"{evil}=org/{evil}"], tasks=["glue_rte", "glue_sst2"],
+                            lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
+    emitted = sweep.emit_slurm_array(plan, tmp_path / "runs", tpl)
+    manifest = (tmp_path / "runs" / "manifest.tsv").read_text().splitlines()
+    assert len(manifest) == 1 + 8 and manifest[0].startswith("OUT_JSON\tMODEL\t")
+    array = (tmp_path / "runs" / "array.sh").read_text()
+    # The inserted block comes after every #SBATCH line and before the template's body.
+    assert array.index("#SBATCH --mem") < array.index(">>> inserted") < array.index("set -euo")
+    # Two cells done already; MaxArraySize 3 -> 6 pending rows in chunks of 3.
+    for cell in plan.cells[:2]:
+        Path(plan.out_json(cell)).write_text("{}")
+    proc = subprocess.run(["bash", str(emitted.script)], env={**env, "FAKE_MAX_ARRAY": "3"},
+                          capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "submitted 6 array task(s) in 2 array job(s) of at most 3; 2 cell(s) already done" in (
+        proc.stdout
+    )
+    subs = _lines(env["FAKE_SUBMITS"])
+    assert [s["opts"]["array"] for s in subs] == ["0-2", "0-2"]
+    jobs = _lines(env["FAKE_JOBS"])
+    assert len(jobs) == 6
+    by_out = {j["env"]["OUT_JSON"]: j for j in jobs}
+    for cell in plan.cells[2:]:
+        job = by_out[plan.out_json(cell)]
+        assert job["argv"] == plan.run_args([cell])
+        assert job["env"]["MODEL"] == evil and job["env"]["SEED"] == str(cell.seed)
+        assert job["env"]["DATA_DIR"] == ""
+    assert not canary.exists()
+    # Everything done now: nothing is submitted.
+    proc = subprocess.run(
+        ["bash", str(emitted.script)], env=env, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert "submitted 0 array task(s): all 8 cells are done" in proc.stdout
+    assert len(_lines(env["FAKE_SUBMITS"])) == 2
+
+
+def test_slurm_array_task_skips_a_done_cell(tmp_path, fake_slurm):
+    env, tpl = fake_slurm
+    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
+                            tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42])  # fmt: skip
+    sweep.emit_slurm_array(plan, tmp_path / "runs", tpl)
+    rows = tmp_path / "rows.txt"
+    rows.write_text("0\n")
+    Path(plan.out_json(plan.cells[0])).write_text("{}")
+    proc = subprocess.run(
+        ["bash", str(tmp_path / "runs" / "array.sh"), str(tmp_path / "runs" / "manifest.tsv"),
+         str(rows)], env={**env, "SLURM_ARRAY_TASK_ID": "0"}, capture_output=True, text=True,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "already done, skipping" in proc.stdout
+    assert _lines(env["FAKE_JOBS"]) == []
+
+
+def test_slurm_array_refuses_while_its_jobs_are_queued(tmp_path, fake_slurm):
+    env, tpl = fake_slurm
+    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
+                            tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42])  # fmt: skip
+    emitted = sweep.emit_slurm_array(plan, tmp_path / "runs", tpl)
+    queue = tmp_path / "queue.txt"
+    queue.write_text("12345\n")  # squeue -n NAME -o %i prints job ids
+    proc = subprocess.run(["bash", str(emitted.script)], env={**env, "FAKE_QUEUE": str(queue)},
+                          capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 3 and "still queued or running" in proc.stderr
+    assert _lines(env["FAKE_SUBMITS"]) == []
+
+
+def test_slurm_array_refuses_values_with_newlines(tmp_path, fake_slurm):
+    _, tpl = fake_slurm
+    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a\nb=org/a"],
+                            tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42])  # fmt: skip
+    with pytest.raises(HarnessError, match="use --mode slurm"):
+        sweep.emit_slurm_array(plan, tmp_path / "runs", tpl)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_example_template_follows_the_contract():
+    text = (Path(__file__).resolve().parents[1] / "examples" / "slurm_template.sh").read_text()
+    assert text.startswith("#!/bin/bash") and 'python -m encoder_eval.run "$@"' in text
+    head, body = sweep._split_template_header(text)
+    assert "#SBATCH --gres=gpu:1" in head and body.lstrip().startswith("set -euo pipefail")
