@@ -87,7 +87,8 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
         if phase == "select":
             log("== select the learning rate per (model, task)")
             _run([py, "-m", "encoder_eval.select", "--results-dir", str(out / "results" / phase),
-                  "--out", str(selection), "--allow-partial"], log)  # fmt: skip
+                  "--out", str(selection), "--lr-keys", args.lr_keys, "--seeds", seeds],
+                 log)  # fmt: skip
     log("== summarize")
     table = out / "table.md"
     summarize = [py, "-m", "encoder_eval.summarize", "--results-dir", str(out / "results/report"),

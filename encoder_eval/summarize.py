@@ -31,8 +31,8 @@ averaged over fewer seeds than expected carry `†` and a footnote such as "avg@
 avg@5". Unparseable result files are skipped with one warning each.
 
 The library functions (`build_table`, `render_markdown`, `render_csv`, `table_to_dict`)
-return data and strings; only `main` prints. A `--plots DIR` option is meant to hook in
-after `build_table`, taking `table_to_dict(table)`.
+return data and strings; only `main` prints. `--plots DIR` writes the figures of
+`encoder_eval.plots` once the table is accepted.
 
 Exit status: 0 printed; 1 refused; 2 bad input.
 """
@@ -463,6 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-partial", action="store_true",
                    help="print despite problems; footnotes give real seed counts and problems")  # fmt: skip
     p.add_argument("--out", help="write the table here instead of stdout")
+    p.add_argument("--plots", metavar="DIR", help="also write PNG plots here: the final "
+                   "scores, and (with --select-results-dir) the learning-rate curves")  # fmt: skip
+    p.add_argument("--select-results-dir", help="select-phase results, for the LR curves")
     return p
 
 
@@ -486,7 +489,14 @@ def main(argv: list[str] | None = None) -> int:
     if table.problems and not args.allow_partial:
         print(format_refusal(table), file=sys.stderr)
         return EXIT_REFUSED
-    # Hook: a later `--plots DIR` option plots table_to_dict(table) here.
+    if args.plots:
+        from .plots import write_plots
+
+        written = write_plots(
+            Path(args.select_results_dir) if args.select_results_dir else None,
+            Path(args.results_dir), Path(args.selection), Path(args.plots),
+        )  # fmt: skip
+        print(f"wrote {len(written)} plot(s) to {args.plots}", file=sys.stderr)
     if args.format == "csv" and table.problems:
         for note in footnotes(table):
             print(f"note: {note}", file=sys.stderr)

@@ -395,7 +395,7 @@ class Emitted:
 
     def describe(self) -> str:
         todo = self.n_cells - self.n_done - len(self.blocked)
-        what = f"{self.n_cells} cells ({self.n_done} already done, {todo} to run)"
+        what = f"{self.n_cells} cell(s) ({self.n_done} already done, {todo} to run)"
         if self.mode == "shell":
             what += f" in {self.n_units} process(es), one per (model, task, LR)"
         text = f"wrote {self.script}: {what}; run: bash {shlex.quote(str(self.script))}"
@@ -663,8 +663,9 @@ def emit_slurm(
     so a value holding ``$(...)``, backticks, ``;``, quotes, spaces or newlines arrives
     verbatim and is never executed. Because of `--export=ALL` the job also sees the
     environment `launch.sh` ran in; sbatch's own input variables (SBATCH_PARTITION,
-    SBATCH_ACCOUNT, ...) apply to every submission. `--output` on the command line
-    overrides an `#SBATCH --output` in the template.
+    SBATCH_ACCOUNT, ...) apply to every submission. `--job-name` and `--output` on the
+    command line override the template's `#SBATCH` lines of those names (the job name is
+    how `launch.sh` recognises a cell already queued).
 
     `launch.sh` checks, when it runs, which result files exist and which cells are
     already queued or running (by job name, via squeue), and submits only the others:

@@ -5,7 +5,7 @@
 # the cell's values as exported variables (MODEL, MODEL_PATH, MODE, TASK, LR, LR_KEY,
 # SEED, PHASE, OUT_JSON, RESULTS_DIR, DATA_DIR, DEVICE, MAX_STEPS, RECIPE_ARGS, RUN_ARGS).
 # Adapt the #SBATCH lines and the environment activation to your cluster; keep the rest.
-#SBATCH --job-name=encoder-eval
+# (launch.sh sets --job-name and --output itself.)
 #SBATCH --gres=gpu:1
 #SBATCH --cpus-per-task=8
 #SBATCH --mem=64G

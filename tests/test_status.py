@@ -57,7 +57,7 @@ def test_emit_writes_a_script_for_only_the_missing_cells(tmp_path, capsys):
     )
     assert rc == 1
     out = capsys.readouterr().out
-    assert "1 cells (0 already done, 1 to run)" in out
+    assert "1 cell(s) (0 already done, 1 to run)" in out
     script = (emit_dir / "run_all.sh").read_text()
     units = [line for line in script.splitlines() if line.startswith("unit ")]
     assert len(units) == 1

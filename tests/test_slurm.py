@@ -1,0 +1,201 @@
+"""The sweep's Slurm modes against a real Slurm cluster (see .ci/slurm.sh and .ci/SLURM.md).
+
+Skipped, with the reason, where no cluster answers; failed instead when
+ENCODER_EVAL_REQUIRE_SLURM=1 (CI sets it). The jobs run as the submitting user in this
+interpreter's environment: the test writes its own template pointing at sys.executable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from encoder_eval.results import load_results
+
+REPO = Path(__file__).resolve().parents[1]
+WAIT_S = 420
+pytestmark = pytest.mark.slurm
+
+
+def _slurm_problem() -> str | None:
+    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+        return "Slurm client commands (sinfo, sbatch) are not installed"
+    script = REPO / ".ci" / "slurm.sh"
+    if not script.exists():
+        return f"{script} is missing"
+    try:
+        proc = subprocess.run(["bash", str(script), "status"], capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return "bash .ci/slurm.sh status timed out"
+    if proc.returncode != 0:
+        return f"no healthy Slurm cluster (bash .ci/slurm.sh status: {proc.stdout}{proc.stderr})"
+    return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def require_slurm():
+    problem = _slurm_problem()
+    if problem:
+        if os.environ.get("ENCODER_EVAL_REQUIRE_SLURM") == "1":
+            pytest.fail(f"ENCODER_EVAL_REQUIRE_SLURM=1 but {problem}")
+        pytest.skip(problem)
+
+
+def env() -> dict:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+            "OMP_NUM_THREADS": "1"}  # fmt: skip
+
+
+def sh(cmd: list[str], cwd: Path, ok=(0,)) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=cwd, env=env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode in ok, (
+        f"{cmd[:4]} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    )
+    return proc
+
+
+def py(*args: str) -> list[str]:
+    return [sys.executable, "-m", *args]
+
+
+def job_ids(output: str) -> list[str]:
+    return re.findall(r"Submitted batch job (\d+)", output)
+
+
+def wait_for(ids: list[str], logs: Path) -> None:
+    """Poll squeue until none of `ids` is pending or running; fail after WAIT_S."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        proc = subprocess.run(
+            ["squeue", "-h", "-j", ",".join(ids), "-t", "PD,R,CG,CF,S", "-o", "%i %T"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if proc.returncode == 0 and not proc.stdout.strip():
+            return
+        time.sleep(2)
+    tails = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(logs.glob("*")))
+    pytest.fail(f"Slurm jobs {ids} still queued after {WAIT_S}s:\n{proc.stdout}\n{tails}")
+
+
+def template(path: Path, body: str) -> Path:
+    path.write_text(
+        "#!/bin/bash\n#SBATCH --time=15\n#SBATCH --cpus-per-task=1\n\n"
+        "set -euo pipefail\nexport HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=1\n"
+        + body
+    )
+    return path
+
+
+def test_contract_values_arrive_verbatim_and_are_never_executed(tmp_path):
+    """Per-cell and array jobs receive hostile values exactly, as "$@" and variables."""
+    canary = tmp_path / "canary"
+    evil = f"evil $(touch {canary.name}) `touch {canary.name}`; echo 'q\"x\"' {{a,b}} % \\ end"
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    tpl = template(tmp_path / "record.sh", (
+        f"cd {shlex.quote(str(seen))}\n"  # a command run by the shell would touch ./canary here
+        'printf "%s\\0" "$@" > "args-$SLURM_JOB_ID"\n'
+        'printf "%s" "$MODEL" > "model-$SLURM_JOB_ID"\n'
+        'printf "%s" "$MODEL_PATH" > "path-$SLURM_JOB_ID"\n'
+        'printf "%s" "$RUN_ARGS" > "runargs-$SLURM_JOB_ID"\n'
+    ))  # fmt: skip
+    from encoder_eval import sweep
+
+    for mode, name in (("slurm", evil + "\nline two"), ("slurm-array", evil)):
+        for p in seen.iterdir():
+            p.unlink()
+        plan = sweep.build_plan("select", results_dir=tmp_path / f"res-{mode}",
+                                extra_models=[f"{name}=org/{name}"], tasks=["glue_rte"],
+                                lr_keys=["lr06"], seeds=[42])  # fmt: skip
+        out = tmp_path / f"runs-{mode}"
+        emitted = sweep.emit(plan, out, mode, template=tpl)
+        launch = sh(["bash", str(emitted.script)], seen)
+        ids = job_ids(launch.stdout)
+        assert len(ids) == 1, launch.stdout + launch.stderr
+        wait_for(ids, out / "logs")
+        jid = ids[0] + ("_0" if mode == "slurm-array" else "")
+        files = {p.name.split("-")[0]: p for p in seen.iterdir()}
+        assert files, (
+            f"the job wrote nothing; logs: {[p.read_text() for p in (out / 'logs').glob('*')]}"
+        )
+        args = files["args"].read_bytes().split(b"\0")[:-1]
+        assert [a.decode() for a in args] == plan.run_args(plan.cells), jid
+        assert files["model"].read_text() == name
+        assert files["path"].read_text() == f"org/{name}"
+        assert shlex.split(files["runargs"].read_text()) == plan.run_args(plan.cells)
+        assert not canary.exists() and not (seen / canary.name).exists()
+        assert not (tmp_path / canary.name).exists()
+
+
+@pytest.mark.slow
+def test_select_and_report_through_real_slurm(tmp_path, small_mirror):
+    """select via one sbatch per cell, report via an array job, then the table; relaunching
+    submits nothing. The model's name and directory hold shell metacharacters."""
+    from tiny_models import build_tiny_model
+
+    name = "tiny $(touch canary) `touch canary`; 'q'"
+    model_dir = build_tiny_model("bert", tmp_path / "models" / name, num_labels=None)
+    tpl = template(
+        tmp_path / "job.sh", f'exec {shlex.quote(sys.executable)} -m encoder_eval.run "$@"\n'
+    )
+    common = ["--model", f"{name}={model_dir}", "--tasks", "glue_rte", "--data-dir",
+              str(small_mirror), "--max-steps", "3", "--max-seq-len", "64", "--device", "cpu",
+              "--slurm-template", str(tpl)]  # fmt: skip
+
+    # select: one sbatch per cell
+    sh(py("encoder_eval.sweep", "--phase", "select", *common, "--mode", "slurm",
+          "--lr-keys", "lr03,lr10", "--seeds", "42", "--out-dir", "runs/select",
+          "--results-dir", "results/select"), tmp_path)  # fmt: skip
+    launch = sh(["bash", "runs/select/launch.sh"], tmp_path)
+    ids = job_ids(launch.stdout)
+    assert len(ids) == 2 and "submitted 2 job(s)" in launch.stdout
+    wait_for(ids, tmp_path / "runs/select/logs")
+    logs = "\n".join(p.read_text()[-1500:] for p in (tmp_path / "runs/select/logs").glob("*"))
+    assert len(load_results(tmp_path / "results/select")) == 2, logs
+    again = sh(["bash", "runs/select/launch.sh"], tmp_path)
+    assert (
+        job_ids(again.stdout) == [] and "submitted 0 job(s); 2 cell(s) already done" in again.stdout
+    )
+
+    sh(py("encoder_eval.select", "--results-dir", "results/select", "--out", "selection.json",
+          "--lr-keys", "lr03,lr10", "--seeds", "42"), tmp_path)  # fmt: skip
+    chosen = json.loads((tmp_path / "selection.json").read_text())["pairs"][name]["glue_rte"]
+
+    # report: one array job over the manifest
+    sh(py("encoder_eval.sweep", "--phase", "report", "--selection", "selection.json", *common,
+          "--mode", "slurm-array", "--seeds", "45,46", "--out-dir", "runs/report",
+          "--results-dir", "results/report"), tmp_path)  # fmt: skip
+    launch = sh(["bash", "runs/report/launch.sh"], tmp_path)
+    ids = job_ids(launch.stdout)
+    assert len(ids) == 1 and "submitted 2 array task(s) in 1 array job(s)" in launch.stdout
+    wait_for(ids, tmp_path / "runs/report/logs")
+    report = load_results(tmp_path / "results/report")
+    logs = "\n".join(p.read_text()[-1500:] for p in (tmp_path / "runs/report/logs").glob("*"))
+    assert len(report) == 2, logs
+    again = sh(["bash", "runs/report/launch.sh"], tmp_path)
+    assert job_ids(again.stdout) == [] and "submitted 0 array task(s)" in again.stdout
+
+    status = sh(py("encoder_eval.status", "--phase", "report", "--selection", "selection.json",
+                   *common[:-2], "--seeds", "45,46", "--results-dir", "results/report"),
+                tmp_path)  # fmt: skip
+    assert "done          2" in status.stdout
+
+    table = sh(py("encoder_eval.summarize", "--results-dir", "results/report", "--selection",
+                  "selection.json", "--allow-partial"), tmp_path).stdout  # fmt: skip
+    scores = [r.data["report"]["mean"] for r in report]
+    assert {r.cell["lr_key"] for r in report} == {chosen["lr_key"]}
+    expected = f"{100 * statistics.mean(scores):.2f} ± {100 * statistics.stdev(scores):.2f} †"
+    row = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
+    assert row.split("|")[2].strip() == expected
+    assert not (tmp_path / "canary").exists()
