@@ -88,26 +88,41 @@ def clean_stale_temporaries(directory: str | os.PathLike, older_than_s: float = 
 
 
 @contextlib.contextmanager
-def cell_lock(out_json: str | os.PathLike) -> Iterator[bool]:
+def cell_lock(out_json: str | os.PathLike, wait: bool = False) -> Iterator[bool]:
     """Hold an exclusive lock for one cell while it runs; yields False if another runner has it.
 
     The lock is `flock` on a hidden file beside the result: the kernel releases it when its
-    holder exits or is killed, so a dead runner never leaves a cell locked.
+    holder exits or is killed, so a dead runner never leaves a cell locked. `wait=True`
+    blocks until the holder is done instead of yielding False. The holder removes the file
+    on release (a killed holder leaves it behind, harmlessly); a runner that opened the file
+    just before that notices, once it has the lock, that the path names another file now,
+    and locks that one instead.
     """
     path = Path(out_json)
-    fd = os.open(path.parent / f"{LOCK_PREFIX}{path.name}", os.O_CREAT | os.O_RDWR, 0o644)
-    try:
+    lock_path = path.parent / f"{LOCK_PREFIX}{path.name}"
+    while True:
+        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
             yield False
             return
         try:
-            yield True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            current = os.stat(lock_path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fd).st_ino:
+            break
+        os.close(fd)  # the previous holder removed this file: lock the one at the path now
+    try:
+        yield True
     finally:
-        os.close(fd)
+        try:
+            os.unlink(lock_path)
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # releases the lock
 
 
 def _is_number(x) -> bool:

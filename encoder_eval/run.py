@@ -178,24 +178,26 @@ def plan_cells(args: argparse.Namespace) -> list:
 
 
 def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]:
-    """Run cells in order in this process, sharing the task data; returns their results."""
+    """Run cells in order in this process, sharing the task data; returns their results.
+
+    A cell another runner holds is skipped and come back to at the end: this process then
+    waits for that runner's lock and skips the cell if the other runner finished it (or runs
+    it, if that runner died first), so a unit's process ends only when its cells are done.
+    """
     from .tasks import load_task
     from .train import run_cell
 
     results = []
     data = None
-    for cfg in cells:
-        clean_stale_temporaries(Path(cfg.out_json).parent)
-        with cell_lock(cfg.out_json) as mine:
-            if not mine:
-                log(f"skip {cfg.out_json} (another runner is running this cell)")
-                continue
-            if skip_existing and Path(cfg.out_json).exists() and read_result(cfg.out_json)[0]:
-                log(f"skip {cfg.out_json} (done)")
-                continue
-            if data is None:
-                data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report")
-            result = run_cell(cfg, data=data)
+
+    def done(cfg) -> bool:
+        return Path(cfg.out_json).exists() and read_result(cfg.out_json)[0] is not None
+
+    def run_one(cfg) -> None:
+        nonlocal data
+        if data is None:
+            data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report")
+        result = run_cell(cfg, data=data)
         results.append(result)
         score = result["report"]["mean"] if result["report"] else (result["dev"] or {}).get("mean")
         log(
@@ -203,6 +205,25 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
             f"{result['metric']}={'-' if score is None else f'{score:.4f}'} "
             f"steps={result['training']['steps']} -> {cfg.out_json}"
         )
+
+    held_elsewhere = []
+    for cfg in cells:
+        clean_stale_temporaries(Path(cfg.out_json).parent)
+        with cell_lock(cfg.out_json) as mine:
+            if not mine:
+                log(f"skip {cfg.out_json} (another runner is running this cell; back to it later)")
+                held_elsewhere.append(cfg)
+                continue
+            if skip_existing and done(cfg):
+                log(f"skip {cfg.out_json} (done)")
+                continue
+            run_one(cfg)
+    for cfg in held_elsewhere:
+        with cell_lock(cfg.out_json, wait=True):
+            if done(cfg):
+                log(f"skip {cfg.out_json} (done by another runner)")
+                continue
+            run_one(cfg)
     return results
 
 

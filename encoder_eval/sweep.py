@@ -503,9 +503,10 @@ def emit_shell(
     """Write `out_dir/run_all.sh`: one `encoder_eval.run` process per (model, task, LR) unit.
 
     Each unit passes all its seeds in one `--seed 42,43,44` with `--results-dir` and
-    `--skip-existing`; the script skips a unit whose result files all exist, logs each unit
-    to `out_dir/logs/<unit>.log`, prints `[cells 6/12 done, units 2/4, failed 0] starting
-    ...` before each unit and a summary at the end, and exits 1 if any unit failed.
+    `--skip-existing`; the script skips a unit whose result files all exist, appends each
+    unit's output to `out_dir/logs/<unit>.log` (appends: two runners of one script keep both
+    logs), prints `[cells 6/12 done, units 2/4, failed 0] starting ...` before each unit and a
+    summary at the end, and exits 1 if any unit failed.
     The interpreter is `$PYTHON` when set, else the Python that wrote the script.
     """
     cells = _cells_or_all(plan, cells)
@@ -542,7 +543,8 @@ def emit_shell(
         "    fi",
         '    echo "[cells $cells_done/$TOTAL_CELLS done, units $((units_seen - 1))/$TOTAL_UNITS,'
         ' failed $failed] starting $label ($((n - have)) of $n cells to run), log: $log"',
-        '    "$PYTHON" -m encoder_eval.run "$@" >"$log" 2>&1',
+        # Appended, not truncated: a second runner of this script must not wipe this log.
+        '    "$PYTHON" -m encoder_eval.run "$@" >>"$log" 2>&1',
         "    rc=$?",
         "    units_run=$((units_run + 1))",
         '    have=$(count_existing "${outs[@]}")',

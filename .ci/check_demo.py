@@ -1,0 +1,16 @@
+"""CI check of `make demo`'s output: the table and non-trivial plots exist."""
+
+import sys
+from pathlib import Path
+
+out = Path(sys.argv[1] if len(sys.argv) > 1 else "demo_out")
+table = (out / "table.md").read_text()
+problems = [t for t in ("synthetic_sentiment", "synthetic_nli", "synthetic_similarity", "±")
+            if t not in table]  # fmt: skip
+pngs = list((out / "plots").glob("*.png"))
+if not any(p.name == "scores.png" for p in pngs) or len(pngs) < 4:
+    problems.append(f"expected scores.png and 3 LR curves, found {[p.name for p in pngs]}")
+problems += [f"{p} is only {p.stat().st_size} bytes" for p in pngs if p.stat().st_size < 10_000]
+if problems:
+    sys.exit("demo output check failed: " + "; ".join(problems))
+print(f"demo output ok: table with {len(table.splitlines())} lines, {len(pngs)} plots")

@@ -1,0 +1,138 @@
+"""Concurrent runners: two launchers on one sweep never run a cell twice or at the same time,
+never corrupt a result, and a lock whose holder was SIGKILLed is free again.
+"""
+
+from __future__ import annotations
+
+import collections
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from fault_helpers import (
+    LOCKED,
+    REPO,
+    SHRINK,
+    cells_run,
+    env,
+    logs_text,
+    py,
+    result_files,
+    sh,
+)
+
+from encoder_eval.results import cell_lock, read_result, result_filename
+
+MODEL, TASK, LR_KEYS, SEEDS = "tiny", "glue_rte", ("lr03", "lr10"), (42, 43)
+
+
+def _sweep(tmp_path, tiny_models, small_mirror, mode: str, *extra: str) -> Path:
+    out = tmp_path / f"runs-{mode}"
+    sh(py("encoder_eval.sweep", "--phase", "select", "--model", f"{MODEL}={tiny_models['bert']}",
+          "--tasks", TASK, "--lr-keys", ",".join(LR_KEYS), "--seeds", ",".join(map(str, SEEDS)),
+          "--data-dir", small_mirror, *SHRINK, "--out-dir", out,
+          "--results-dir", tmp_path / "results", "--mode", mode, *extra), tmp_path)  # fmt: skip
+    return out
+
+
+def _expected() -> set[str]:
+    return {result_filename(MODEL, TASK, lr, s) for lr in (1.67e-05, 1e-4) for s in SEEDS}
+
+
+def _check_once(transcripts: list[str], rdir: Path) -> collections.Counter:
+    """Every cell written exactly once over all runners, every result whole and valid."""
+    runs = collections.Counter(Path(p).name for t in transcripts for p in cells_run(t))
+    assert set(runs) == _expected() and set(runs.values()) == {1}, runs
+    files = result_files(rdir)
+    assert {p.name for p in files} == _expected()
+    assert all(read_result(p)[0] is not None for p in files)
+    return runs
+
+
+@pytest.mark.slow
+def test_two_run_all_scripts_at_once_run_each_cell_once(tmp_path, tiny_models, small_mirror):
+    runs = _sweep(tmp_path, tiny_models, small_mirror, "shell")
+    procs = [
+        subprocess.Popen(["bash", str(runs / "run_all.sh")], cwd=tmp_path, env=env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, out + err
+        assert f"[cells {len(_expected())}/{len(_expected())} done" in out
+    log = logs_text(runs / "logs")
+    _check_once([log], tmp_path / "results")
+    # The runners really met: one of them found a cell the other one was running, or done.
+    assert LOCKED in log or "(done)" in log, log
+
+
+@pytest.mark.slow
+def test_an_array_task_and_a_shell_run_at_once(tmp_path, tiny_models, small_mirror):
+    tpl = tmp_path / "job.sh"
+    tpl.write_text(f'#!/bin/bash\nexec {sys.executable} -m encoder_eval.run "$@"\n')
+    shell = _sweep(tmp_path, tiny_models, small_mirror, "shell")
+    array = _sweep(tmp_path, tiny_models, small_mirror, "slurm-array", "--slurm-template",
+                   str(tpl))  # fmt: skip
+    rows = tmp_path / "rows.txt"
+    rows.write_text("".join(f"{i}\n" for i in range(len(_expected()))))
+    # The array's tasks, one after another (as a one-slot cluster runs them), each logged.
+    tasks = textwrap.dedent(f"""
+        for i in 0 1 2 3; do
+            SLURM_ARRAY_TASK_ID=$i bash {array / "array.sh"} {array / "manifest.tsv"} {rows} \\
+                >"{tmp_path}/task-$i.log" 2>&1 || echo "task $i exited $?"
+        done
+    """)  # fmt: skip
+    both = [
+        subprocess.Popen(["bash", "-c", tasks], cwd=tmp_path, env=env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True),
+        subprocess.Popen(["bash", str(shell / "run_all.sh")], cwd=tmp_path, env=env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+    ]  # fmt: skip
+    outs = [p.communicate(timeout=600)[0] for p in both]
+    assert "exited" not in outs[0], outs[0]
+    assert both[1].returncode == 0, outs[1]
+    task_logs = "".join(p.read_text() for p in sorted(tmp_path.glob("task-*.log")))
+    _check_once([task_logs, logs_text(shell / "logs")], tmp_path / "results")
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from encoder_eval.results import cell_lock
+    with cell_lock(sys.argv[1]) as mine:
+        print("HELD" if mine else "BUSY", flush=True)
+        time.sleep(600)
+    """
+)
+
+
+def test_a_lock_held_by_a_sigkilled_runner_is_free(tmp_path, tiny_models, small_mirror):
+    rdir = tmp_path / "results"
+    rdir.mkdir()
+    out = rdir / result_filename(MODEL, TASK, 1.67e-05, 42)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], cwd=REPO, env=env(),
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "HELD"
+        with cell_lock(out) as mine:
+            assert mine is False  # held by a live process: refused
+        cell = py("encoder_eval.run", "--model-path", tiny_models["bert"], "--model-key", MODEL,
+                  "--task", TASK, "--lr", "1.67e-05", "--seed", "42", "--phase", "select",
+                  "--data-dir", small_mirror, "--results-dir", rdir, "--skip-existing",
+                  *SHRINK)  # fmt: skip
+        busy = sh(cell, tmp_path, ok=(0, 1, 3, 75))
+        assert LOCKED in busy.stdout + busy.stderr and not out.exists()
+        holder.send_signal(signal.SIGKILL)
+        assert holder.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    with cell_lock(out) as mine:
+        assert mine is True  # the kernel released the dead holder's lock
+    done = sh(cell, tmp_path)
+    assert LOCKED not in done.stdout and cells_run(done.stdout) == [str(out)]
+    assert read_result(out)[0] is not None
