@@ -19,7 +19,7 @@ For each it reports
   samples/s        steps x batch / train wall time. Train time excludes model load and
                    tokenisation: for (a)/(b) the wall time of `trainer.train()`; for (c) the
                    cell's own `training.train_time_s`, which INCLUDES the cell's dev evaluations
-                   inside the training loop (4 of them when the run is capped at --steps). The
+                   inside the training loop (4 when --steps caps a short run, as here). The
                    bench also times those evaluations (by wrapping encoder_eval.train.predict)
                    and reports samples/s without them as `samples_per_s_excl_dev_eval`.
   real GFLOP/s     real-token training FLOPs / train time, with
@@ -48,6 +48,7 @@ dev score that is only a sanity check, not evidence of score parity.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -126,6 +127,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         default="length-grouped",
         choices=("length-grouped", "random"),
         help="(c)'s batching; (a)/(b) always draw random batches (default length-grouped)",
+    )
+    p.add_argument(
+        "--ours-token-cache",
+        default="default",
+        help="(c)'s tokenisation cache: 'default' (the cell's default directory, as users get "
+        "it; hits and misses are recorded), 'off', or a directory",
     )
     p.add_argument(
         "--peak-size",
@@ -438,10 +445,15 @@ def run_ours(args, data, device, knobs) -> dict:
 
     recipe = Recipe(max_steps=args.steps, early_stop=False, max_seq_len=args.max_seq_len,
                     batch_size=args.batch_size)  # fmt: skip
+    extra = {}
+    if "cache_dir" in {f.name for f in dataclasses.fields(train_mod.CellConfig)}:
+        setting = args.ours_token_cache
+        extra["cache_dir"] = {"default": "default", "off": None}.get(setting, setting)
     cfg = train_mod.CellConfig(
         model_path=args.model_path, task=args.task, lr=args.lr, seed=args.seed,
         model_key="bench", phase="select", recipe=recipe, data_dir=args.data_dir,
         device=device.type, out_json=None, progress="quiet", batching=args.ours_batching,
+        **extra,
     )  # fmt: skip
 
     # Measurement only: wrap predict (to time in-loop dev evaluations) and _collate (to count
@@ -473,6 +485,17 @@ def run_ours(args, data, device, knobs) -> dict:
                 pass
         return orig_collate(*a, **kw)
 
+    cache_mod = getattr(train_mod, "tokencache", None)
+    orig_cache_load = getattr(cache_mod, "load", None)
+    cache_counts = {"hits": 0, "misses": 0}
+
+    def counted_cache_load(*a, **kw):
+        value = orig_cache_load(*a, **kw)
+        cache_counts["hits" if value is not None else "misses"] += 1
+        return value
+
+    if orig_cache_load is not None:
+        cache_mod.load = counted_cache_load
     if orig_predict is not None:
         train_mod.predict = timed_predict
     if orig_collate is not None:
@@ -486,6 +509,8 @@ def run_ours(args, data, device, knobs) -> dict:
             train_mod.predict = orig_predict
         if orig_collate is not None:
             train_mod._collate = orig_collate
+        if orig_cache_load is not None:
+            cache_mod.load = orig_cache_load
 
     tr = result["training"]
     steps = int(tr["steps"])
@@ -520,6 +545,10 @@ def run_ours(args, data, device, knobs) -> dict:
         "time_to_first_step_s": tr.get("time_to_first_step_s"),
         "cell_wall_time_s": tr.get("wall_time_s"),
         "bench_wall_time_s": wall,
+        "token_cache": {
+            "setting": extra.get("cache_dir", "n/a (this cell has no cache)"),
+            **(cache_counts if orig_cache_load is not None else {}),
+        },
         "dev_score": final_dev,
         "dev_score_best_of_evals": (result.get("dev") or {}).get("mean"),
         "best_step": tr.get("best_step"),
@@ -617,6 +646,12 @@ def print_table(results: dict, peaks: dict, metric: str) -> None:
                    _fmt(ours["train_time_s"] - ours["dev_eval_in_loop_s"], ".1f"),
                    _fmt(ours["samples_per_s_excl_dev_eval"], ".2f"), "", "", _fmt(gfx, ".1f"),
                    _fmt(gfx / bf16 * 100 if gfx else None, ".1f") + "%", "", "", ""]))  # fmt: skip
+        cache = ours.get("token_cache") or {}
+        if cache.get("setting") is None:
+            print("  ours: tokenisation cache off")
+        elif "hits" in cache:
+            print(f"  ours: tokenisation cache {cache['setting']}: {cache['hits']} hits, "
+                  f"{cache['misses']} misses (on a miss, 1st step s includes tokenising)")  # fmt: skip
         print(f"  ours: {ours['dev_evals_in_loop']} in-loop dev evaluations took "
               f"{ours['dev_eval_in_loop_s']:.1f} s of its {ours['train_time_s']:.1f} s train "
               f"time; its reported dev score (best of those evaluations) is "
@@ -730,7 +765,10 @@ def main(argv=None) -> int:
                 )
     print()
     for key, value in ratios.items():
-        print(f"{key}: {_fmt(value, '.2f')}x (samples/s of ours over the reference)")
+        if value is None:
+            print(f"{key}: n/a (needs both configurations; see --only)")
+        else:
+            print(f"{key}: {value:.2f}x (samples/s of ours over the reference)")
 
     load_after = os.getloadavg()
     summary = {
@@ -751,6 +789,7 @@ def main(argv=None) -> int:
             "seed": args.seed,
             "max_seq_len": args.max_seq_len,
             "ours_batching": args.ours_batching,
+            "ours_token_cache": args.ours_token_cache,
             "metric": knobs.metric,
             "train_rows": n_train,
             "warmup": not args.no_warmup,
@@ -796,4 +835,10 @@ def _round(v, nd: int = 4):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Exception as exc:  # a harness input error gets its one-line message, not a traceback
+        if type(exc).__name__ != "HarnessError":
+            raise
+        print(f"bench_cell.py: error: {exc}", file=sys.stderr)
+        sys.exit(2)

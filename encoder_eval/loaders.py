@@ -175,6 +175,7 @@ def load_model(
         raise HarnessError(_load_error("model", label, exc, local, trust_remote_code)) from None
     model = model.float()
     check_fp32(model)
+    output_layer_in_fp32(model, 1 if problem == "regression" else num_labels)
     commit = getattr(config, "_commit_hash", None)
     resolved = directory_content_hash(os.path.expanduser(model_path)) if local else commit
     if trust_remote_code:
@@ -197,6 +198,29 @@ def load_model(
         max_positions=positions,
         input_names=names,
     )
+
+
+def output_layer_in_fp32(model: nn.Module, num_outputs: int) -> nn.Module:
+    """Run the model's output layer (its last Linear onto the labels) outside autocast.
+
+    Under bf16 autocast the logits would be bf16, whose 8-bit mantissa rounds a regression
+    output near 2.5 to steps of 1/64: measured on MiniLM, 96 distinct predictions became 6,
+    and the ties distort Spearman. The output layer is tiny; computing it in fp32 costs
+    nothing and keeps predictions exact. Returns the layer it patched.
+    """
+    candidates = [m for m in model.modules()
+                  if isinstance(m, nn.Linear) and m.out_features == num_outputs]  # fmt: skip
+    if not candidates:
+        raise HarnessError(f"found no output layer with {num_outputs} outputs in the model")
+    layer = candidates[-1]
+    plain_forward = layer.forward
+
+    def forward_fp32(x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return plain_forward(x.float())
+
+    layer.forward = forward_fp32
+    return layer
 
 
 def check_fp32(model: nn.Module) -> None:

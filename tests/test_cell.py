@@ -130,6 +130,20 @@ def test_autocast_bf16_activations_with_fp32_weights_and_state(tiny_models, smal
     )
 
 
+def test_output_layer_runs_in_fp32_so_regression_predictions_are_not_rounded(tiny_models):
+    loaded = load_model(str(tiny_models["bert"]), "auto", 1, "regression")
+    enc = train.encode(loaded.tokenizer, {"text": [f"sentence number {i}" for i in range(40)],
+                                          "label": [0.0] * 40}, 32, loaded.input_names)  # fmt: skip
+    with torch.no_grad():
+        loaded.model.classifier.bias.fill_(2.5)  # bf16 would round outputs here to 1/64 steps
+    with train._autocast(torch.device("cpu"), "bf16-autocast"):
+        batch = train._collate(enc, list(range(40)), loaded.tokenizer.pad_token_id, "cpu", True)
+        batch.pop("labels")
+        logits = loaded.model(**batch).logits
+    assert logits.dtype == torch.float32
+    assert len(set(logits.squeeze(-1).tolist())) >= 35  # bf16 logits would be rounded to 1/64 steps
+
+
 def test_non_fp32_model_is_refused(tiny_models):
     loaded = load_model(str(tiny_models["bert"]), "auto", 2, "single_label_classification")
     with pytest.raises(HarnessError, match="not float32"):

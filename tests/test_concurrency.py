@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -110,29 +111,60 @@ HOLDER = textwrap.dedent(
 )
 
 
-def test_a_lock_held_by_a_sigkilled_runner_is_free(tmp_path, tiny_models, small_mirror):
+def _hold(out: Path) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], cwd=REPO, env=env(),
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert holder.stdout.readline().strip() == "HELD"
+    return holder
+
+
+def _sigkill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+
+
+def test_a_lock_held_by_a_sigkilled_runner_is_free(tmp_path):
+    out = tmp_path / result_filename(MODEL, TASK, 1.67e-05, 42)
+    holder = _hold(out)
+    try:
+        with cell_lock(out) as mine:
+            assert mine is False  # held by a live process: refused
+        _sigkill(holder)
+    finally:
+        holder.kill()
+    assert (tmp_path / f".lock-{out.name}").exists()  # what the killed holder left behind...
+    with cell_lock(out) as mine:
+        assert mine is True  # ...does not block: the kernel released the dead holder's lock
+    assert not (tmp_path / f".lock-{out.name}").exists()  # a clean release removes the file
+
+
+@pytest.mark.slow
+def test_a_runner_waits_for_a_held_cell_and_takes_over_when_its_holder_is_killed(
+    tmp_path, tiny_models, small_mirror
+):
     rdir = tmp_path / "results"
     rdir.mkdir()
     out = rdir / result_filename(MODEL, TASK, 1.67e-05, 42)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], cwd=REPO, env=env(),
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = _hold(out)
+    waiter = None
     try:
-        assert holder.stdout.readline().strip() == "HELD"
-        with cell_lock(out) as mine:
-            assert mine is False  # held by a live process: refused
-        cell = py("encoder_eval.run", "--model-path", tiny_models["bert"], "--model-key", MODEL,
-                  "--task", TASK, "--lr", "1.67e-05", "--seed", "42", "--phase", "select",
-                  "--data-dir", small_mirror, "--results-dir", rdir, "--skip-existing",
-                  *SHRINK)  # fmt: skip
-        busy = sh(cell, tmp_path, ok=(0, 1, 3, 75))
-        assert LOCKED in busy.stdout + busy.stderr and not out.exists()
-        holder.send_signal(signal.SIGKILL)
-        assert holder.wait(timeout=30) == -signal.SIGKILL
+        waiter = subprocess.Popen(
+            py("encoder_eval.run", "--model-path", tiny_models["bert"], "--model-key", MODEL,
+               "--task", TASK, "--lr", "1.67e-05", "--seed", "42", "--phase", "select",
+               "--data-dir", small_mirror, "--results-dir", rdir, "--skip-existing", *SHRINK),
+            cwd=tmp_path, env=env(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        first = waiter.stdout.readline()
+        assert LOCKED in first, first
+        time.sleep(1.0)
+        assert waiter.poll() is None and not out.exists()  # waiting, not running the cell
+        _sigkill(holder)
+        rest = waiter.communicate(timeout=300)[0]
+        assert waiter.returncode == 0, rest
     finally:
-        if holder.poll() is None:
-            holder.kill()
-    with cell_lock(out) as mine:
-        assert mine is True  # the kernel released the dead holder's lock
-    done = sh(cell, tmp_path)
-    assert LOCKED not in done.stdout and cells_run(done.stdout) == [str(out)]
+        holder.kill()
+        if waiter is not None and waiter.poll() is None:
+            waiter.kill()
+    assert cells_run(first + rest) == [str(out)]  # the holder died: the waiter ran the cell
     assert read_result(out)[0] is not None
