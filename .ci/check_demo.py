@@ -5,7 +5,7 @@ from pathlib import Path
 
 out = Path(sys.argv[1] if len(sys.argv) > 1 else "demo_out")
 table = (out / "table.md").read_text()
-problems = [t for t in ("synthetic_sentiment", "synthetic_nli", "synthetic_similarity", "±")
+problems = [t for t in ("synthetic_sentiment", "synthetic_nli", "synthetic_rating", "±")
             if t not in table]  # fmt: skip
 pngs = list((out / "plots").glob("*.png"))
 if not any(p.name == "scores.png" for p in pngs) or len(pngs) < 4:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import HarnessError
 
-DEMO_TASKS = "synthetic_sentiment,synthetic_nli,synthetic_similarity"
+DEMO_TASKS = "synthetic_sentiment,synthetic_nli,synthetic_rating"
 DEMO_MODEL_KEY = "all-minilm-l6-v2"
 
 

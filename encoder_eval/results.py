@@ -2,8 +2,9 @@
 
 A result is one JSON file per cell. It is written to a hidden temporary file in the same
 directory, fsynced and renamed over its final name, so a reader sees either nothing or
-the whole file. Readers skip hidden files, temporary files and anything that does not
-validate, with one warning each naming the file and why.
+the whole file. Readers pass over the harness's own hidden files (temporaries, locks,
+resume states) silently, and skip anything else that is not a valid result (including
+subdirectories, which they never descend into) with one warning each naming it and why.
 """
 
 from __future__ import annotations
@@ -219,13 +220,40 @@ def read_result(path: str | os.PathLike) -> tuple[dict | None, str | None]:
     return data, None
 
 
+# Hidden files the harness itself keeps beside results (writer temporaries, cell locks,
+# SIGTERM resume states): readers pass over them without a word.
+OWN_HIDDEN_PREFIXES = (TMP_PREFIX, LOCK_PREFIX, ".resume-")
+
+
+def foreign_entry(path: Path) -> str | None:
+    """Why an entry of a results directory is not a result file to read (None: it is a
+    candidate, or one of the harness's own files, which `is_own_file` tells apart)."""
+    if path.is_dir():
+        return "a subdirectory; results are read from the top level of the directory only"
+    if not path.name.endswith(".json"):
+        return "not a result file (result files are *.json)"
+    if path.name.startswith("."):
+        return "not a result file (a hidden file)"
+    return None
+
+
+def is_own_file(path: Path) -> bool:
+    """A file the harness writes beside results that is not a result (read by no reader)."""
+    return path.name.startswith(OWN_HIDDEN_PREFIXES) or (
+        path.name.endswith(PREDICTIONS_SUFFIX) and not path.is_dir()
+    )
+
+
 def load_results(
     results_dir: str | os.PathLike, warn=None, phase: str | None = None
 ) -> list[LoadedResult]:
-    """Read every valid result under `results_dir` (recursively), warning once per bad file.
+    """Read every valid result in `results_dir`, warning once per entry it skips.
 
-    `warn` receives one message per skipped file (default: print to stderr). Hidden and
-    temporary files are ignored silently; so are files that are not `*.json`.
+    `warn` receives one message per skipped entry, naming it and why (default: print to
+    stderr): files that do not parse or validate, files that are not `*.json` result files,
+    subdirectories (never descended into: a backup copy there must not fill a gap), and,
+    with `phase`, results of the other phase. The harness's own files (writer temporaries,
+    lock files, resume states, `*.predictions.json`) are passed over silently.
     """
     import sys
 
@@ -234,11 +262,13 @@ def load_results(
     out = []
     if not root.exists():
         return out
-    for path in sorted(root.rglob("*.json")):
-        if path.name.startswith(".") or path.name.endswith(PREDICTIONS_SUFFIX):
+    for path in sorted(root.iterdir()):
+        if is_own_file(path):
             continue
-        data, reason = read_result(path)
-        if data is None:
+        reason = foreign_entry(path)
+        if reason is None:
+            data, reason = read_result(path)
+        if reason is not None:
             warn(f"skipping {path}: {reason}")
             continue
         if phase is not None and data["cell"]["phase"] != phase:

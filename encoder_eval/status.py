@@ -19,7 +19,9 @@ ones the sweep got). Each is counted as one of:
   the scripts skip any existing file);
 * missing: no result file yet.
 
-Results in the directory that the plan does not cover are counted as "other".
+Results in the directory that the plan does not cover are counted as "other". Every entry
+of the directory that is not a valid result of this phase gets one warning on stderr naming
+it and why, as in `select` and `summarize`.
 `--emit DIR` writes a script (`--mode shell|slurm|slurm-array`, with the sweep's options)
 covering only the missing cells; nothing is written when none are missing.
 
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import HarnessError
-from .results import read_result
+from .results import load_results, read_result
 from .sweep import Cell, Plan, add_emit_arguments, add_plan_arguments, emit, plan_from_args
 
 EXIT_INCOMPLETE = 1
@@ -137,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             raise HarnessError("give --results-dir (the phase's result directory)")
         plan = plan_from_args(args)
         status = phase_status(plan)
+        load_results(plan.results_dir, phase=plan.phase)  # one warning per entry it skips
         emitted = None
         if args.emit and status.cells["missing"]:
             emitted = emit(plan, args.emit, args.mode, cells=status.cells["missing"],

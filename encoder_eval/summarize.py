@@ -473,11 +473,18 @@ def main(argv: list[str] | None = None) -> int:
     from .sweep import split_csv
 
     args = build_parser().parse_args(argv)
+    warned: set[str] = set()
+
+    def warn(msg: str) -> None:  # --plots reads the report results again: warn once per file
+        if msg not in warned:
+            warned.add(msg)
+            print(f"warning: {msg}", file=sys.stderr)
+
     try:
         if not Path(args.results_dir).is_dir():
             raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
         selection = load_selection(args.selection)
-        results = load_results(args.results_dir, phase="report")
+        results = load_results(args.results_dir, warn=warn, phase="report")
         table = build_table(results, selection, models=split_csv(args.models) or None,
                             tasks=split_csv(args.tasks) or None)  # fmt: skip
         text = render(table, args.format)
@@ -494,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
 
         written = write_plots(
             Path(args.select_results_dir) if args.select_results_dir else None,
-            Path(args.results_dir), Path(args.selection), Path(args.plots),
+            Path(args.results_dir), Path(args.selection), Path(args.plots), warn=warn,
         )  # fmt: skip
         print(f"wrote {len(written)} plot(s) to {args.plots}", file=sys.stderr)
     if args.format == "csv" and table.problems:

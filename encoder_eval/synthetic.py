@@ -8,8 +8,8 @@ The texts are generated here from word lists and templates written for this proj
 - `synthetic_nli`: a premise/hypothesis pair, 3 labels (like MNLI): entailment when the
   hypothesis restates facts of the premise, contradiction when it changes one, neutral
   when it adds one the premise does not mention;
-- `synthetic_similarity`: a sentence pair scored 0-5 (like STS-B, regression): five
-  times the share of slots the two sentences have in common.
+- `synthetic_rating`: one review scored 0-5 (regression with Spearman, like STS-B's
+  label): the number of praising words among the five judgements it makes.
 
 Scores on these tasks say nothing about a model's quality; they exist so the whole
 protocol can run end to end anywhere in minutes.
@@ -78,22 +78,18 @@ def _nli(rng: random.Random) -> tuple[dict, int]:
     return {"premise": _say(premise), "hypothesis": hyp}, label
 
 
-def _similarity(rng: random.Random) -> tuple[dict, float]:
-    a = _scene(rng)
-    a["extra"] = rng.choice(_EXTRAS)
-    shared = rng.randint(0, 5)
-    slots = list(a)
-    keep = set(rng.sample(slots, shared))
-    pools = {"colour": _COLOURS, "animal": _ANIMALS, "action": _ACTIONS, "place": _PLACES,
-             "extra": _EXTRAS}  # fmt: skip
-    b = {k: a[k] if k in keep else rng.choice([v for v in pools[k] if v != a[k]]) for k in slots}
-    return {"sentence1": _say(a, a["extra"]), "sentence2": _say(b, b["extra"])}, float(shared)
+def _rating(rng: random.Random) -> tuple[dict, float]:
+    good = rng.randint(0, 5)
+    words = rng.sample(_GOOD, good) + rng.sample(_BAD, 5 - good)
+    rng.shuffle(words)
+    thing = rng.choice(_THINGS)
+    return {"sentence": f"the {thing} was " + ", ".join(words) + "."}, float(good)
 
 
 GENERATORS = {
     "synthetic_sentiment": _sentiment,
     "synthetic_nli": _nli,
-    "synthetic_similarity": _similarity,
+    "synthetic_rating": _rating,
 }
 
 

@@ -252,10 +252,10 @@ TASK_KNOBS: dict[str, TaskKnobs] = {
         num_labels=3, problem=SINGLE_LABEL, metric="accuracy", report_split="test",
         description="SYNTHETIC sentence-pair inference, MNLI schema",
     ),
-    "synthetic_similarity": TaskKnobs(
-        bucket="synthetic", hf_path=None, inputs=("sentence1", "sentence2"), label_field="label",
+    "synthetic_rating": TaskKnobs(
+        bucket="synthetic", hf_path=None, inputs=("sentence",), label_field="label",
         num_labels=1, problem=REGRESSION, metric="spearman", report_split="test",
-        description="SYNTHETIC sentence-pair similarity 0-5, STS-B schema",
+        description="SYNTHETIC single-sentence rating 0-5 (regression)",
     ),
 }  # fmt: skip
 

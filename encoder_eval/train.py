@@ -328,12 +328,16 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
     label = f"{cfg.model_key}/{cfg.task}/{lr_key(cfg.lr)}/s{cfg.seed}"
     progress = _Progress(cfg.progress, max_steps, label)
 
+    eval_seconds = [0.0]  # time spent scoring dev inside the training loop
+
     def dev_scores() -> dict[str, float]:
+        t = time.perf_counter()
         out = {}
         for lang, enc in enc_val.items():
             preds = predict(model, enc, pad_id, device, recipe.precision, cfg.eval_batch_size,
                             regression)  # fmt: skip
             out[lang] = metrics.compute_metric(knobs.metric, preds, enc.labels)
+        eval_seconds[0] += time.perf_counter() - t
         return out
 
     if device.type == "cuda":
@@ -460,6 +464,7 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
             "dev_history": history,
             "wall_time_s": round(time.perf_counter() - t0, 3),
             "train_time_s": round(train_time, 3),
+            "dev_eval_time_s": round(eval_seconds[0], 3),
             "time_to_first_step_s": None if first_step_s is None else round(first_step_s, 3),
             "train_tokens_per_s": round(real_tokens / train_time, 1) if train_time > 0 else None,
             "peak_memory_bytes": int(peak) if peak else None,

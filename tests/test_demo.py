@@ -18,7 +18,7 @@ def test_demo_pipeline_end_to_end_on_a_tiny_model(tiny_models, tmp_path):
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = (out / "table.md").read_text()
-    for task in ("synthetic_sentiment", "synthetic_nli", "synthetic_similarity"):
+    for task in ("synthetic_sentiment", "synthetic_nli", "synthetic_rating"):
         assert task in table
     assert "tiny-bert" in table and "±" in table
     assert "avg@2 instead of avg@5" in table  # the shrunken run says so
