@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import difflib
 from collections.abc import Iterable
 
@@ -16,3 +17,11 @@ def unknown_name(kind: str, name: str, valid: Iterable[str]) -> HarnessError:
     close = difflib.get_close_matches(name, valid, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return HarnessError(f"unknown {kind} {name!r}.{hint} Valid {kind}s: {', '.join(valid)}")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the harness's one-line errors: `error: ...` and a pointer to --help
+    (exit 2), instead of the whole usage block before the message."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message}; run {self.prog} --help for the valid flags\n")

@@ -13,18 +13,18 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import HarnessError
+from .errors import ArgumentParser, HarnessError
 from .models import MODEL_REGISTRY, MODES, key_from_path, model_entry
 from .protocol import PHASE_SEEDS, PROTOCOL_RECIPE, Recipe, lr_key_for
 from .results import cell_lock, clean_stale_temporaries, read_result, result_filename
-from .tasks import TASK_KNOBS, task_knobs
+from .tasks import TASK_KNOBS, dataset_revisions, task_knobs
 
 EXIT_INPUT_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
     r = PROTOCOL_RECIPE
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m encoder_eval.run",
         description="Fine-tune one (model, task, learning rate, seed) cell under the fixed "
         "protocol and write its result as one JSON file.",
@@ -108,6 +108,7 @@ def plan_cells(args: argparse.Namespace) -> list:
     from .train import CellConfig, validate_out_path
 
     task_knobs(args.task)
+    dataset_revisions()  # a malformed ENCODER_EVAL_DATASET_REVISIONS fails now, not after training
     if args.model_path is None and args.model_key is None:
         raise HarnessError("give --model-path or a registry --model-key")
     entry = None

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .errors import HarnessError
+from .errors import ArgumentParser, HarnessError
 from .protocol import LR_GRID, PROTOCOL_RECIPE, SELECT_SEEDS
 from .results import LoadedResult, load_results, result_filename, write_json_atomic
 
@@ -263,7 +263,10 @@ def load_selection(path: str | os.PathLike) -> dict:
             f"selection file {path} does not exist; create it with python -m encoder_eval.select"
         ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HarnessError(f"cannot read selection file {path}: {exc}") from None
+        raise HarnessError(
+            f"cannot read selection file {path}: {exc}; regenerate it with "
+            "python -m encoder_eval.select"
+        ) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise HarnessError(f"{path} is not a selection file (schema {SCHEMA!r}); "
                            "pass the file encoder_eval.select wrote")  # fmt: skip
@@ -300,7 +303,7 @@ def format_selection(selection: dict) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m encoder_eval.select",
         description="Choose each (model, task)'s learning rate by seed-averaged dev mean over "
         "the select phase's cells and write selection.json.",

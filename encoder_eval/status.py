@@ -37,7 +37,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import HarnessError
+from .errors import ArgumentParser, HarnessError
 from .results import load_results, read_result
 from .sweep import Cell, Plan, add_emit_arguments, add_plan_arguments, emit, plan_from_args
 
@@ -119,7 +119,7 @@ def format_status(status: Status, limit: int | None = 50) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m encoder_eval.status",
         description="Count done / diverged / failed / missing cells of a phase and optionally "
         "write a launch script for the missing ones.",

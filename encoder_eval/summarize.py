@@ -49,7 +49,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import HarnessError
+from .errors import ArgumentParser, HarnessError
 from .protocol import REPORT_SEEDS
 from .results import LoadedResult, load_results, result_filename
 from .select import load_selection, recipe_signature
@@ -450,7 +450,7 @@ def format_refusal(table: Table) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m encoder_eval.summarize",
         description="Tabulate mean ± std over the report seeds at each pair's selected LR; "
         "refuses incomplete or non-comparable tables unless --allow-partial.",

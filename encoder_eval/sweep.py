@@ -47,7 +47,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import HarnessError, unknown_name
+from .errors import ArgumentParser, HarnessError, unknown_name
 from .models import MODEL_REGISTRY, MODES, ModelEntry, model_entry, parse_model_spec
 from .protocol import LR_GRID, PHASE_SEEDS, PROTOCOL_RECIPE, lr_for_key, lr_key_for
 from .results import read_result, result_filename
@@ -603,7 +603,27 @@ def _read_template(template: str | os.PathLike | None, *, need_bash: bool) -> st
             f"--slurm-template {template} starts with {first!r}; slurm-array mode inserts bash "
             "code into it, so make its first line #!/bin/bash"
         )
+    if not _template_runs_the_cell(text):
+        raise HarnessError(
+            f"--slurm-template {template} never passes the cell to encoder_eval.run: it uses "
+            'neither "$@" nor $RUN_ARGS (nor all of '
+            + ", ".join(f"${v}" for v in _OWN_COMMAND)
+            + '); add the line python -m encoder_eval.run "$@" (see examples/slurm_template.sh)'
+        )
     return text
+
+
+# A template that writes its own command line must use at least these variables.
+_OWN_COMMAND = ("MODEL_PATH", "TASK", "LR", "SEED", "OUT_JSON")
+
+
+def _template_runs_the_cell(text: str) -> bool:
+    """Whether a template's code (comments aside) hands a job its cell: "$@" / $RUN_ARGS, or
+    the identity variables for a command of its own."""
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    if re.search(r"\$@|\$\{@\}|\bRUN_ARGS\b", code):
+        return True
+    return all(re.search(rf"\$\{{?{name}\b", code) for name in _OWN_COMMAND)
 
 
 def _sbatch_path(path: Path) -> str:
@@ -970,7 +990,7 @@ def format_grid() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m encoder_eval.sweep",
         description="Write the launch script (shell, Slurm, or Slurm array) for one phase of "
         "the protocol. Scripts skip cells whose result exists, so re-running fills gaps.",

@@ -487,7 +487,10 @@ def concat_and_shuffle(splits: list[Split], seed: int = TRAIN_SHUFFLE_SEED) -> S
 
 def _nonempty(split: Split, task: str, name: str) -> Split:
     if not split["label"]:
-        raise HarnessError(f"task {task!r}: the {name} split is empty")
+        raise HarnessError(
+            f"task {task!r}: the {name} split is empty; check its data (the mirror file under "
+            "--data-dir, or the Hub dataset) holds rows for it"
+        )
     return split
 
 

@@ -1,0 +1,360 @@
+"""Bad input, one test per case: every command exits non-zero with exactly one stderr line,
+`error: ...`, naming the problem and the fix, and writes nothing.
+
+Each case runs the command as a user would (a subprocess). "Writes nothing" is checked on
+the whole test directory, hidden files included: the output and results directories, the
+inputs, everything. Two cases need permission bits to stop the command; the tests run as
+root, so those run it without root's CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from fault_helpers import env, snapshot
+from result_helpers import make_result, write_result
+
+from encoder_eval.protocol import LR_GRID
+
+
+@dataclass
+class Ctx:
+    """Paths a case builds its command from; `root` is the directory that must not change."""
+
+    root: Path
+    bert: Path
+    mirror: Path
+    remote: Path  # a tiny model whose architecture is remote code
+    extra_env: dict = field(default_factory=dict)
+    restricted: bool = False  # run the command without root's permission override
+
+    @property
+    def out(self) -> Path:
+        return self.root / "out"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results"
+
+    def cell(self, *override: str, drop: tuple[str, ...] = ()) -> list[str]:
+        """A valid `run` command line, with flags replaced by `override` or dropped."""
+        args = {
+            "--model-path": str(self.bert), "--model-key": "tiny", "--task": "glue_rte",
+            "--lr": "1.67e-05", "--seed": "45", "--data-dir": str(self.mirror),
+            "--device": "cpu", "--max-steps": "3", "--max-seq-len": "128",
+            "--out-json": str(self.out / "cell.json"), "--progress": "quiet",
+        }  # fmt: skip
+        extra = []
+        i = 0
+        while i < len(override):
+            flag = override[i]
+            takes = i + 1 < len(override) and not override[i + 1].startswith("--")
+            if flag in args or takes:
+                args[flag] = override[i + 1] if takes else ""
+                i += 2
+            else:
+                extra.append(flag)
+                i += 1
+        line = ["encoder_eval.run"]
+        for flag, value in args.items():
+            if flag not in drop:
+                line += [flag] + ([value] if value != "" else [])
+        return line + extra
+
+    def sweep(self, *args: str) -> list[str]:
+        return ["encoder_eval.sweep", "--out-dir", str(self.root / "runs"),
+                "--results-dir", str(self.results), *args]  # fmt: skip
+
+
+def _model_copy(ctx: Ctx, name: str) -> Path:
+    dest = ctx.root / name
+    shutil.copytree(ctx.bert, dest)
+    return dest
+
+
+def _decoder(ctx: Ctx) -> Path:
+    """A tiny GPT-2 (a decoder, no encoder classification path) saved like a Hub checkpoint."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    dest = ctx.root / "tiny-gpt2"
+    config = GPT2Config(vocab_size=1000, n_positions=128, n_embd=32, n_layer=1, n_head=2)
+    GPT2LMHeadModel(config).save_pretrained(dest)
+    for tok in ctx.bert.glob("*token*"):
+        shutil.copy(tok, dest / tok.name)
+    return dest
+
+
+def _vision(ctx: Ctx) -> Path:
+    """A tiny ViT with a text tokenizer: a checkpoint with no sequence-classification path."""
+    from transformers import ViTConfig, ViTModel
+
+    dest = ctx.root / "tiny-vit"
+    ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                       intermediate_size=64, image_size=32, patch_size=16)).save_pretrained(dest)  # fmt: skip
+    for tok in ctx.bert.glob("*token*"):
+        shutil.copy(tok, dest / tok.name)
+    return dest
+
+
+def _mirror_with(ctx: Ctx, task: str, files: dict[str, str]) -> Path:
+    mirror = ctx.root / "mirror"
+    shutil.copytree(ctx.mirror / task, mirror / task)
+    for name, text in files.items():
+        (mirror / task / name).write_text(text)
+    return mirror
+
+
+def _template(ctx: Ctx, body: str) -> Path:
+    path = ctx.root / "job.sh"
+    path.write_text(body)
+    return path
+
+
+def _selection(ctx: Ctx, text: str) -> Path:
+    path = ctx.root / "selection.json"
+    path.write_text(text)
+    return path
+
+
+def _select_grid(ctx: Ctx) -> Path:
+    for key in ("lr03", "lr06"):
+        for seed in (42, 43):
+            write_result(ctx.results, make_result("m", "glue_rte", key, seed, "select", 0.5))
+    return ctx.results
+
+
+def _read_only(ctx: Ctx) -> Path:
+    ctx.out.chmod(0o555)
+    return ctx.out
+
+
+def _unreadable_model(ctx: Ctx) -> Path:
+    model = _model_copy(ctx, "locked-model")
+    model.chmod(0)
+    return model
+
+
+def _good_selection(ctx: Ctx) -> Path:
+    return _selection(ctx, json.dumps({"schema": "encoder-eval-selection", "version": 1,
+                                       "pairs": {"m": {"glue_rte": {"lr_key": "lr06",
+                                                                    "lr": LR_GRID["lr06"]}}}}))  # fmt: skip
+
+
+# id -> (build the command from a Ctx, regex the one error line must match)
+CASES = {
+    # --- run: the cell's identity
+    "unknown-model-key": (lambda c: c.cell("--model-key", "xlm-r-bse", drop=("--model-path",)),
+                          r"unknown model 'xlm-r-bse'\. Did you mean 'xlm-r-base'"),
+    "unknown-task": (lambda c: c.cell("--task", "glue_rtee"),
+                     r"unknown task 'glue_rtee'\. Did you mean 'glue_rte'"),
+    "unknown-mode": (lambda c: c.cell("--mode", "bidirectional"),
+                     r"--mode: invalid choice: 'bidirectional'.*--help"),
+    "unknown-flag": (lambda c: c.cell("--learning-rate", "1e-5"),
+                     r"unrecognized arguments: --learning-rate.*--help"),
+    "lr-off-grid": (lambda c: c.cell("--lr", "2e-05"),
+                    r"--lr 2e-05 is not on the protocol grid; use a grid value or pass "
+                    r"--allow-off-protocol"),
+    "lr-not-a-number": (lambda c: c.cell("--lr", "fast"),
+                        r"--lr 'fast' is not a comma-separated list of numbers"),
+    "lr-out-of-range": (lambda c: c.cell("--lr=1.5", "--allow-off-protocol", drop=("--lr",)),
+                        r"not a usable learning rate \(0 < lr < 1\)"),
+    "seed-outside-phase": (lambda c: c.cell("--seed", "42"),
+                           r"--seed 42 is not a report seed \[45, 46, 47, 48, 49\]; use one of "
+                           r"those or pass --allow-off-protocol"),
+    "seed-negative": (lambda c: c.cell("--seed=-3", "--allow-off-protocol", drop=("--seed",)),
+                      r"--seed -3 must be a non-negative integer"),
+    # --- run: the model
+    "missing-model-dir": (lambda c: c.cell("--model-path", str(c.root / "no-such-model")),
+                          r"model directory .*no-such-model' does not exist; check --model-path"),
+    "unreadable-model-dir": (lambda c: c.cell("--model-path", str(_unreadable_model(c))),
+                             r"model directory .*locked-model' is not readable; fix its "
+                             r"permissions"),
+    "not-a-model-dir": (lambda c: c.cell("--model-path", str(c.mirror)),
+                        r"could not load the config of tiny: .*is it a Hugging Face model "
+                        r"directory"),
+    "decoder-model": (lambda c: c.cell("--model-path", str(_decoder(c))),
+                      r"tiny is a decoder \(GPT2LMHeadModel\), not an encoder; this harness "
+                      r"fine-tunes bidirectional encoders"),
+    "no-classification-path": (lambda c: c.cell("--model-path", str(_vision(c))),
+                               r"could not load the model of tiny: Unrecognized configuration "
+                               r"class .*ViTConfig"),
+    "remote-code-without-trust": (lambda c: c.cell("--model-path", str(c.remote), "--task",
+                                                   "sg_cb", "--no-trust-remote-code"),
+                                  r"tiny needs trust_remote_code to load its config; pass "
+                                  r"--trust-remote-code only if you trust its code \(and pin "
+                                  r"--model-revision\)"),
+    "max-seq-len-beyond-positions": (lambda c: c.cell("--max-seq-len", "512"),
+                                     r"--max-seq-len 512 is beyond tiny's 128 positions; use "
+                                     r"--max-seq-len 128 or less"),
+    # --- run: the data
+    "data-dir-without-task": (lambda c: c.cell("--data-dir", str(c.out)),
+                              r"the data mirror has no train\.jsonl for task 'glue_rte'.*"
+                              r"encoder_eval\.prefetch --tasks glue_rte"),
+    "empty-task": (lambda c: c.cell("--data-dir", str(_mirror_with(c, "glue_rte",
+                                                                     {"train.jsonl": ""}))),
+                   r"task 'glue_rte': the train \(en\) split is empty; check its data"),
+    "mirror-row-not-json": (lambda c: c.cell("--data-dir", str(_mirror_with(
+                                c, "glue_rte", {"validation.jsonl": '{"sentence1": "a",\n'}))),
+                            r"validation\.jsonl:1: invalid JSON"),  # fmt: skip
+    "bad-dataset-revisions-env": (lambda c: (c.extra_env.update(
+        ENCODER_EVAL_DATASET_REVISIONS="{nyu-mll/glue: abc}") or c.cell()),
+        r"ENCODER_EVAL_DATASET_REVISIONS is not valid JSON .*set it to an object"),
+    # --- run: the recipe
+    "bsz-zero": (lambda c: c.cell("--bsz", "0"), r"--bsz must be at least 1"),
+    "bsz-negative": (lambda c: c.cell("--bsz=-32", drop=()), r"--bsz must be at least 1"),
+    "bsz-not-an-integer": (lambda c: c.cell("--bsz", "32.5"),
+                           r"--bsz: invalid int value: '32\.5'"),
+    "micro-batch-not-dividing": (lambda c: c.cell("--micro-batch", "5"),
+                                 r"--micro-batch 5 must divide --bsz 32"),
+    "max-steps-zero": (lambda c: c.cell("--max-steps", "0"), r"--max-steps must be at least 1"),
+    "device-cuda-without-gpu": (lambda c: c.cell("--device", "cuda"),
+                                r"--device cuda but no CUDA or ROCm GPU is visible; use "
+                                r"--device cpu"),
+    # --- run: the outputs
+    "out-json-in-missing-dir": (lambda c: c.cell("--out-json", str(c.root / "nope" / "c.json")),
+                                r"output directory .*nope does not exist; create it first"),
+    "out-json-in-read-only-dir": (lambda c: c.cell("--out-json", str(_read_only(c) / "c.json")),
+                                  r"output directory .* is not writable; choose another "
+                                  r"--out-json"),
+    "out-json-for-several-seeds": (lambda c: c.cell("--seed", "45,46"),
+                                   r"--out-json names one file; use --results-dir"),
+    "results-dir-missing": (lambda c: c.cell("--results-dir", str(c.root / "nope"),
+                                             drop=("--out-json",)),
+                            r"--results-dir .*nope does not exist; create it first"),
+    # --- sweep
+    "sweep-unknown-lr-key": (lambda c: c.sweep("--phase", "select", "--lr-keys", "lr03,lr11"),
+                             r"lr11"),
+    "sweep-report-without-selection": (lambda c: c.sweep("--phase", "report"),
+                                       r"--phase report needs --selection selection\.json; "
+                                       r"create it with python -m encoder_eval\.select"),
+    "sweep-malformed-selection": (lambda c: c.sweep("--phase", "report", "--selection",
+                                                    str(_selection(c, '{"schema": "encoder'))),
+                                  r"cannot read selection file .*selection\.json: .*; "
+                                  r"regenerate it with python -m encoder_eval\.select"),
+    "sweep-foreign-selection": (lambda c: c.sweep("--phase", "report", "--selection",
+                                                  str(_selection(c, '{"pairs": {}}'))),
+                                r"is not a selection file .*pass the file encoder_eval\.select "
+                                r"wrote"),
+    "sweep-template-without-the-cell": (lambda c: c.sweep(
+        "--phase", "select", "--models", "xlm-r-base", "--mode", "slurm", "--slurm-template",
+        str(_template(c, "#!/bin/bash\n#SBATCH --gres=gpu:1\n# runs \"$@\"\n"
+                         "python -m encoder_eval.run --task xnli\n"))),
+        r"job\.sh never passes the cell to encoder_eval\.run.*python -m encoder_eval\.run "
+        r"\"\$@\""),
+    "sweep-template-missing": (lambda c: c.sweep("--phase", "select", "--mode", "slurm-array",
+                                                 "--slurm-template", str(c.root / "nope.sh")),
+                               r"cannot read --slurm-template .*nope\.sh"),
+    "sweep-requeue-in-shell-mode": (lambda c: c.sweep("--phase", "select", "--requeue"),
+                                    r"--requeue are for --mode slurm/slurm-array"),
+    "sweep-data-dir-missing": (lambda c: c.sweep("--phase", "select", "--data-dir",
+                                                 str(c.root / "nope")),
+                               r"--data-dir .*nope is not a directory; give the mirror's path"),
+    "sweep-reserved-extra-run-args": (lambda c: c.sweep("--phase", "select",
+                                                        "--extra-run-args", "--seed 1"),
+                                      r"--extra-run-args may not set --seed"),
+    "sweep-malformed-model-spec": (lambda c: c.sweep("--phase", "select", "--model", "mine"),
+                                   r"--model 'mine' must look like NAME=PATH_OR_HUB_ID\[:MODE\]"),
+    # --- select, summarize, status
+    "select-results-dir-missing": (lambda c: ["encoder_eval.select", "--results-dir",
+                                              str(c.root / "nope"), "--out",
+                                              str(c.out / "sel.json")],
+                                   r"--results-dir .*nope is not a directory"),
+    "select-out-in-missing-dir": (lambda c: ["encoder_eval.select", "--results-dir",
+                                             str(_select_grid(c)), "--out",
+                                             str(c.root / "nope" / "sel.json"), "--lr-keys",
+                                             "lr03,lr06", "--seeds", "42,43"],
+                                  r"--out .*sel\.json: directory .*nope does not exist"),
+    "summarize-malformed-selection": (lambda c: ["encoder_eval.summarize", "--results-dir",
+                                                 str(c.out), "--selection",
+                                                 str(_selection(c, "[1, 2"))],
+                                      r"cannot read selection file .*; regenerate it"),
+    "summarize-out-in-missing-dir": (lambda c: ["encoder_eval.summarize", "--results-dir",
+                                                str(c.out), "--selection",
+                                                str(_good_selection(c)), "--out",
+                                                str(c.root / "nope" / "t.md")],
+                                     r"--out .*t\.md: its directory does not exist"),
+    "status-without-results-dir": (lambda c: ["encoder_eval.status", "--phase", "select"],
+                                   r"give --results-dir"),
+}  # fmt: skip
+# Cases that need permission bits to stop the command. The tests run as root, whose
+# CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH ignore them, so these commands run with both
+# capabilities dropped (prctl PR_CAPBSET_DROP before exec): a root without them is held to
+# the permission bits like any user.
+NEEDS_PERMISSIONS = {"unreadable-model-dir", "out-json-in-read-only-dir"}
+_PR_CAPBSET_DROP, _CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH = 24, 1, 2
+
+
+def _drop_dac_capabilities() -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH):
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+def _permissions_problem(locked: Path) -> str | None:
+    """None when a command started like the cases can be stopped by permission bits."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", f"import os, sys; sys.exit(os.access({str(locked)!r}, os.R_OK))"],
+            preexec_fn=_drop_dac_capabilities, capture_output=True, text=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"dropping CAP_DAC_OVERRIDE failed ({exc})"
+    return None if probe.returncode == 0 else "root still reads a mode-000 directory"
+
+
+@pytest.fixture
+def ctx(request, tmp_path, tiny_models, small_mirror):
+    c = Ctx(tmp_path, tiny_models["bert"], small_mirror, tiny_models["tinyenc"])
+    c.out.mkdir()
+    if request.node.callspec.params["case"] in NEEDS_PERMISSIONS:
+        locked = tmp_path / "probe"
+        locked.mkdir(mode=0)
+        locked.chmod(0)
+        problem = _permissions_problem(locked)
+        locked.rmdir()
+        if problem:
+            pytest.skip(f"the tests run as root, whom permission bits do not stop: {problem}")
+        c.restricted = True
+    yield c
+    for p in tmp_path.rglob("*"):  # give pytest's clean-up its directories back
+        if p.is_dir() and not p.is_symlink():
+            p.chmod(0o755)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_fails_with_one_line_and_writes_nothing(case, ctx):
+    build, pattern = CASES[case]
+    if case == "device-cuda-without-gpu":
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is visible: --device cuda is valid here")
+    argv = build(ctx)
+    before = snapshot(ctx.root)
+    proc = subprocess.run(
+        [sys.executable, "-m", *argv], cwd=ctx.root, env=env(**ctx.extra_env),
+        capture_output=True, text=True, timeout=300,
+        preexec_fn=_drop_dac_capabilities if ctx.restricted else None,
+    )  # fmt: skip
+    assert proc.returncode == 2, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    lines = proc.stderr.strip("\n").splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert __import__("re").search(pattern, lines[0]), lines[0]
+    assert snapshot(ctx.root) == before, "the command wrote something"
+    print(f"\n{case}: exit {proc.returncode}: {lines[0]}")
+
+
+def test_at_least_twenty_cases():
+    assert len(CASES) >= 20

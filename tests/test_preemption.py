@@ -1,0 +1,160 @@
+"""Preemption: a real SIGTERM to a running cell saves a resumable state and exits 75
+(`train.EXIT_PREEMPTED`); the next run resumes, and its result equals an uninterrupted run
+with the same seed exactly (on the CPU). Slurm modes pass `--requeue` when asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from fault_helpers import env as run_env
+from fault_helpers import py, read_json, sh
+from test_sweep import _lines, fake_slurm  # noqa: F401  (fake_slurm is a fixture)
+
+from encoder_eval import sweep
+from encoder_eval.results import result_filename
+from encoder_eval.train import EXIT_PREEMPTED
+
+MODEL, TASK, LR, SEED = "tiny", "glue_rte", "3.59e-05", 45
+# 60 steps with a dev evaluation every 2: long enough that a SIGTERM sent after step 4
+# always lands inside the training loop.
+CELL = ["--task", TASK, "--lr", LR, "--seed", SEED, "--max-steps", "60", "--epoch-cap", "100",
+        "--no-early-stop", "--max-seq-len", "128", "--device", "cpu"]  # fmt: skip
+SAME = ("dev", "report")
+SAME_TRAINING = ("final_loss", "steps", "best_step", "epochs", "dev_history", "diverged_at_step")
+
+
+def _cell(tiny_models, mirror, out: Path, progress: str = "json") -> list[str]:
+    return py("encoder_eval.run", "--model-path", tiny_models["bert"], "--model-key", MODEL,
+              *CELL, "--data-dir", mirror, "--out-json", out, "--progress", progress)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, tiny_models, small_mirror) -> dict:
+    out = tmp_path_factory.mktemp("reference") / "cell.json"
+    sh(_cell(tiny_models, small_mirror, out, "quiet"), out.parent)
+    return read_json(out)
+
+
+def _assert_same_as(result: dict, reference: dict) -> None:
+    for key in SAME:
+        assert result[key] == reference[key], key
+    for key in SAME_TRAINING:
+        assert result["training"][key] == reference["training"][key], key
+    assert result["training"]["steps"] == 60
+
+
+def _wait_for_step(proc: subprocess.Popen, step: int, timeout: float = 240) -> list[str]:
+    """Read the cell's JSON progress lines until it reports `step` (training is running)."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if line.startswith("{") and json.loads(line).get("step", 0) >= step:
+            return seen
+    raise AssertionError(f"the cell never reported step {step}:\n" + "".join(seen))
+
+
+def test_sigterm_saves_state_exits_75_and_the_rerun_matches(
+    tmp_path, tiny_models, small_mirror, uninterrupted
+):
+    out = tmp_path / "cell.json"
+    resume = tmp_path / f".resume-{out.name}.pt"
+    proc = subprocess.Popen(_cell(tiny_models, small_mirror, out), cwd=tmp_path,
+                            env=run_env(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        _wait_for_step(proc, 4)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == EXIT_PREEMPTED == 75, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("preempted: ") and "run the cell again to resume" in last
+    assert resume.exists() and not out.exists()  # state saved, nothing published
+    again = sh(_cell(tiny_models, small_mirror, out, "quiet"), tmp_path)
+    assert not resume.exists()
+    result = read_json(out)
+    assert result["status"] == "ok"
+    _assert_same_as(result, uninterrupted)
+    assert again.returncode == 0
+
+
+def test_sigterm_to_a_whole_run_all_sh_like_slurm_then_the_rerun_resumes(
+    tmp_path, tiny_models, small_mirror, uninterrupted
+):
+    """Slurm signals every process of the job: the script and its cell process get SIGTERM."""
+    rdir = tmp_path / "results"
+    sh(py("encoder_eval.sweep", "--phase", "report", "--selection", _selection(tmp_path),
+          "--model", f"{MODEL}={tiny_models['bert']}", "--tasks", TASK, "--seeds", str(SEED),
+          "--max-steps", "60", "--max-seq-len", "128", "--device", "cpu", "--data-dir",
+          small_mirror, "--extra-run-args", "--epoch-cap 100 --no-early-stop",
+          "--out-dir", tmp_path / "runs", "--results-dir", rdir), tmp_path)  # fmt: skip
+    script = tmp_path / "runs" / "run_all.sh"
+    log = tmp_path / "runs" / "logs" / f"{MODEL}_{TASK}_lr06.log"
+    proc = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=run_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while '"step": 4' not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline and proc.poll() is None, "the cell never started"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=120)
+        deadline = time.monotonic() + 120  # the cell process may outlive the script briefly
+        while "preempted: " not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = rdir / result_filename(MODEL, TASK, float(LR), SEED)
+    assert (rdir / f".resume-{out.name}.pt").exists() and not out.exists()
+    rerun = sh(["bash", str(script)], tmp_path)
+    assert "[cells 1/1 done, units 1/1, failed 0] finished: 1 run" in rerun.stdout
+    result = read_json(out)
+    _assert_same_as(result, uninterrupted)
+    # The report cell differs from the reference only in what the sweep adds (the recipe
+    # flags are the same values), so the scores must match exactly.
+
+
+def _selection(tmp_path: Path) -> Path:
+    path = tmp_path / "selection.json"
+    path.write_text(json.dumps({"schema": "encoder-eval-selection", "version": 1, "pairs": {
+        MODEL: {TASK: {"lr_key": "lr06", "lr": float(LR)}}}}))  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize("mode", ["slurm", "slurm-array"])
+@pytest.mark.parametrize("requeue", [True, False], ids=["requeue", "no-requeue"])
+def test_slurm_modes_pass_requeue_only_when_asked(tmp_path, fake_slurm, mode, requeue):  # noqa: F811
+    env, tpl = fake_slurm
+    out = tmp_path / "runs"
+    argv = ["--phase", "select", "--model", "a=org/a", "--tasks", TASK, "--lr-keys", "lr03",
+            "--seeds", "42", "--mode", mode, "--slurm-template", str(tpl), "--out-dir", str(out),
+            "--results-dir", str(tmp_path / "res")] + (["--requeue"] if requeue else [])  # fmt: skip
+    assert sweep.main(argv) == 0
+    proc = subprocess.run(["bash", str(out / "launch.sh")], env=env, capture_output=True,
+                          text=True, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (sub,) = _lines(env["FAKE_SUBMITS"])
+    assert ("requeue" in sub["opts"]) is requeue
+    assert len(_lines(env["FAKE_JOBS"])) == 1  # the job ran its cell
+
+
+def test_requeue_is_refused_in_shell_mode(tmp_path, capsys):
+    assert sweep.main(["--phase", "select", "--requeue", "--out-dir", str(tmp_path / "r"),
+                       "--results-dir", str(tmp_path / "s")]) == 2  # fmt: skip
+    assert "--requeue are for --mode slurm/slurm-array" in capsys.readouterr().err
