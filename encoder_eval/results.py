@@ -47,12 +47,22 @@ def result_filename(model: str, task: str, lr: float, seed: int) -> str:
     return f"{safe_component(model)}_{safe_component(task)}_{lr_key(lr)}_s{seed}.json"
 
 
+def _default_file_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+_FILE_MODE = _default_file_mode()
+
+
 def write_json_atomic(path: str | os.PathLike, obj: dict) -> None:
     """Write `obj` as JSON so that `path` holds either its old content or the whole new one."""
     path = Path(path)
     data = json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n"
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
     try:
+        os.fchmod(fd, _FILE_MODE)  # mkstemp creates 0600; results are for the whole team
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(data)
             handle.flush()

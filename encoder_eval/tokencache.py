@@ -17,6 +17,8 @@ import pickle
 import tempfile
 from pathlib import Path
 
+from .results import clean_stale_temporaries
+
 CACHE_VERSION = 1
 
 
@@ -79,6 +81,7 @@ def store(cache_dir: Path, key: str, value) -> None:
     cache_dir = Path(cache_dir)
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
+        clean_stale_temporaries(cache_dir, older_than_s=3600)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=cache_dir)
         with os.fdopen(fd, "wb") as handle:
             pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
