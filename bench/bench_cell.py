@@ -557,7 +557,7 @@ def run_ours(args, data, device, knobs) -> dict:
         "batching": args.ours_batching,
         "padding": "dynamic",
         "precision": recipe.precision,
-        "optimizer": "torch.optim.AdamW (defaults)",
+        "optimizer": "torch.optim.AdamW (fused where available)",
         "torch_threads_after": torch.get_num_threads(),
         "model_dims": dims,
     }

@@ -350,7 +350,7 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
         st = _restore(resume_path, signature, model, optimizer, scheduler, data_rng, st)
     diverged_at = None
     t_train = time.perf_counter()
-    first_step_s = None
+    first_step_s = process_first_step_s = None
     with _sigterm_requests() as stop:
         while st.step < max_steps and diverged_at is None and not st.early_stopped:
             if stop.requested and resume_path is not None:
@@ -386,6 +386,7 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
             st.last_loss = step_loss
             if first_step_s is None:
                 first_step_s = time.perf_counter() - t0
+                process_first_step_s = _seconds_since_process_start()
             dev_mean = None
             if st.step % every == 0 or st.step == max_steps:
                 per_lang = dev_scores()
@@ -466,6 +467,7 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
             "train_time_s": round(train_time, 3),
             "dev_eval_time_s": round(eval_seconds[0], 3),
             "time_to_first_step_s": None if first_step_s is None else round(first_step_s, 3),
+            "process_start_to_first_step_s": process_first_step_s,
             "train_tokens_per_s": round(real_tokens / train_time, 1) if train_time > 0 else None,
             "peak_memory_bytes": int(peak) if peak else None,
         },  # fmt: skip
@@ -605,6 +607,16 @@ def _restore(path: Path, signature, model, optimizer, scheduler, data_rng, st) -
     if state["cuda_rng"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda_rng"])
     return _LoopState(**state["loop"])
+
+
+def _seconds_since_process_start() -> float | None:
+    """Wall time since this process started (imports included), for start-up measurements."""
+    try:
+        import psutil
+
+        return round(time.time() - psutil.Process().create_time(), 3)
+    except Exception:
+        return None
 
 
 def _cpu_peak_rss() -> int | None:
