@@ -20,6 +20,11 @@ from .results import cell_lock, clean_stale_temporaries, read_result, result_fil
 from .tasks import TASK_KNOBS, dataset_revisions, task_knobs
 
 EXIT_INPUT_ERROR = 2
+EXIT_CELL_FAILED = 1
+
+
+class CellsFailed(Exception):
+    """Some cells of a multi-cell process crashed; the others ran and wrote their results."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -184,9 +189,14 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
     A cell another runner holds is skipped and come back to at the end: this process then
     waits for that runner's lock and skips the cell if the other runner finished it (or runs
     it, if that runner died first), so a unit's process ends only when its cells are done.
+    A cell that crashes (an exception other than bad input or preemption, e.g. running out
+    of memory) writes nothing; its traceback is printed and the next cell runs. CellsFailed
+    is raised at the end, naming the crashed cells.
     """
+    import traceback
+
     from .tasks import load_task
-    from .train import run_cell
+    from .train import Preempted, run_cell
 
     results = []
     data = None
@@ -207,6 +217,18 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
             f"steps={result['training']['steps']} -> {cfg.out_json}"
         )
 
+    crashed = []
+
+    def guarded(cfg) -> None:
+        try:
+            run_one(cfg)
+        except (HarnessError, Preempted):
+            raise
+        except Exception:
+            crashed.append(cfg)
+            print(f"FAILED {cfg.model_key} {cfg.task} lr={cfg.lr:g} seed={cfg.seed} "
+                  f"(nothing written):\n{traceback.format_exc()}", file=sys.stderr, flush=True)  # fmt: skip
+
     held_elsewhere = []
     for cfg in cells:
         clean_stale_temporaries(Path(cfg.out_json).parent)
@@ -218,13 +240,19 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
             if skip_existing and done(cfg):
                 log(f"skip {cfg.out_json} (done)")
                 continue
-            run_one(cfg)
+            guarded(cfg)
     for cfg in held_elsewhere:
         with cell_lock(cfg.out_json, wait=True):
             if done(cfg):
                 log(f"skip {cfg.out_json} (done by another runner)")
                 continue
-            run_one(cfg)
+            guarded(cfg)
+    if crashed:
+        raise CellsFailed(
+            f"{len(crashed)} of {len(cells)} cell(s) crashed and wrote nothing: "
+            + ", ".join(f"lr={c.lr:g} seed={c.seed}" for c in crashed)
+            + "; see the tracebacks above, then run again to retry them"
+        )
     return results
 
 
@@ -242,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     except Preempted as exc:
         print(f"preempted: {exc}", file=sys.stderr)
         return EXIT_PREEMPTED
+    except CellsFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CELL_FAILED
     return 0
 
 

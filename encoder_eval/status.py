@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.emit and status.cells["missing"]:
             emitted = emit(plan, args.emit, args.mode, cells=status.cells["missing"],
                            template=args.slurm_template, requeue=args.requeue,
-                           python=args.python)  # fmt: skip
+                           python=args.python, group=args.group)  # fmt: skip
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INPUT_ERROR

@@ -69,6 +69,9 @@ __all__ = [
 EXIT_INPUT_ERROR = 2
 PHASES = ("select", "report")
 EMIT_MODES = ("shell", "slurm", "slurm-array")
+# How many cells share one `encoder_eval.run` process (see `Plan.units`).
+GROUPS = ("pair", "lr", "cell")
+DEFAULT_GROUP = {"shell": "pair", "slurm": "cell", "slurm-array": "cell"}
 DEFAULT_MAX_ARRAY_SIZE = 1001
 # Flags that define a cell's identity; --extra-run-args must not override them.
 _RESERVED_RUN_FLAGS = (
@@ -78,7 +81,7 @@ _RESERVED_RUN_FLAGS = (
 # Exported to a Slurm template, in this order (also the manifest's leading columns).
 SLURM_VARIABLES = (
     "OUT_JSON", "MODEL", "MODEL_PATH", "MODE", "TASK", "LR", "LR_KEY", "SEED", "PHASE",
-    "RESULTS_DIR", "DATA_DIR", "DEVICE", "MAX_STEPS", "RECIPE_ARGS", "RUN_ARGS",
+    "RESULTS_DIR", "DATA_DIR", "DEVICE", "MAX_STEPS", "RECIPE_ARGS", "RUN_ARGS", "N_CELLS",
 )  # fmt: skip
 
 
@@ -188,9 +191,8 @@ class Cell:
         return result_filename(self.model, self.task, self.lr, self.seed)
 
     @property
-    def unit(self) -> tuple[str, str, str]:
-        """Cells of one unit (model, task, LR) share one process in shell mode."""
-        return (self.model, self.task, self.lr_key)
+    def pair(self) -> tuple[str, str]:
+        return (self.model, self.task)
 
     @property
     def label(self) -> str:
@@ -226,14 +228,24 @@ class Plan:
         ]  # fmt: skip
 
     def run_args(self, cells: list[Cell]) -> list[str]:
-        """Arguments of `python -m encoder_eval.run` for cells of one (model, task, LR) unit."""
+        """Arguments of `python -m encoder_eval.run` for the cells of one unit.
+
+        A unit is every (LR, seed) combination of its LRs and seeds for one (model, task):
+        the process runs them LR by LR, each LR's seeds in order (see `Plan.units`).
+        """
         first = cells[0]
-        if any(c.unit != first.unit for c in cells):
-            raise ValueError("run_args takes the cells of one (model, task, LR) unit")
-        seeds = [c.seed for c in cells]
+        lrs = list(dict.fromkeys(c.lr for c in cells))
+        seeds = list(dict.fromkeys(c.seed for c in cells))
+        if (
+            any(c.pair != first.pair for c in cells)
+            or len(cells) != len(lrs) * len(seeds)
+            or ({(c.lr, c.seed) for c in cells} != {(lr, s) for lr in lrs for s in seeds})
+        ):
+            raise ValueError("run_args takes the cells of one unit (LRs x seeds of one pair)")
         args = [
             "--model-key", first.model, "--model-path", first.model_path, "--mode", first.mode,
-            "--task", first.task, "--lr", f"{first.lr:g}", "--seed", ",".join(map(str, seeds)),
+            "--task", first.task, "--lr", ",".join(f"{lr:g}" for lr in lrs),
+            "--seed", ",".join(map(str, seeds)),
             "--phase", self.phase, "--results-dir", self.results_dir, "--skip-existing",
             "--trust-remote-code" if first.trust_remote_code else "--no-trust-remote-code",
             *self.recipe_args(), "--device", self.device,
@@ -245,12 +257,33 @@ class Plan:
         args += ["--progress", "json", *self.extra_run_args]
         return args
 
-    def units(self, cells: list[Cell] | None = None) -> list[list[Cell]]:
-        """Group cells by (model, task, LR), in plan order."""
-        groups: dict[tuple, list[Cell]] = {}
+    def units(self, cells: list[Cell] | None = None, group: str = "pair") -> list[list[Cell]]:
+        """Split cells into units, each run by one process, in plan order.
+
+        group "pair": every cell of one (model, task), when they are all combinations of
+        their LRs and seeds (a plan's always are; a subset that is not, e.g. from `status
+        --emit`, falls back to one unit per LR); "lr": the seeds of one (model, task, LR);
+        "cell": one cell per unit.
+        """
+        if group not in GROUPS:
+            raise HarnessError(f"--group {group!r} must be one of {', '.join(GROUPS)}")
+        if group == "cell":
+            return [[c] for c in (self.cells if cells is None else cells)]
+        by_pair: dict[tuple, list[Cell]] = {}
         for cell in self.cells if cells is None else cells:
-            groups.setdefault(cell.unit, []).append(cell)
-        return list(groups.values())
+            by_pair.setdefault(cell.pair, []).append(cell)
+        units = []
+        for pair_cells in by_pair.values():
+            by_lr: dict[float, list[Cell]] = {}
+            for cell in pair_cells:
+                by_lr.setdefault(cell.lr, []).append(cell)
+            seed_sets = {tuple(sorted(c.seed for c in v)) for v in by_lr.values()}
+            if group == "pair" and len(seed_sets) == 1:
+                seeds = [c.seed for c in next(iter(by_lr.values()))]
+                units.append([c for lr in by_lr for s in seeds for c in by_lr[lr] if c.seed == s])
+            else:
+                units.extend(by_lr.values())
+        return units
 
     def cell_state(self, cell: Cell) -> str:
         """'missing', 'ok', 'diverged' or 'unparseable' (a file that does not validate)."""
@@ -392,12 +425,13 @@ class Emitted:
     n_units: int
     files: list[Path] = field(default_factory=list)
     blocked: list[str] = field(default_factory=list)  # unparseable result files
+    group: str = "pair"
 
     def describe(self) -> str:
         todo = self.n_cells - self.n_done - len(self.blocked)
         what = f"{self.n_cells} cell(s) ({self.n_done} already done, {todo} to run)"
-        if self.mode == "shell":
-            what += f" in {self.n_units} process(es), one per (model, task, LR)"
+        what += f" in {self.n_units} {'process(es)' if self.mode == 'shell' else 'job(s)'}, "
+        what += f"one per {_GROUP_WORDS[self.group]}"
         text = f"wrote {self.script}: {what}; run: bash {shlex.quote(str(self.script))}"
         if self.blocked:
             text += (
@@ -406,6 +440,20 @@ class Emitted:
                 + " ".join(shlex.quote(b) for b in self.blocked)
             )
         return text
+
+
+_GROUP_WORDS = {"pair": "(model, task)", "lr": "(model, task, LR)", "cell": "cell"}
+
+
+def _unit_label(cells: list[Cell]) -> str:
+    """`model_task[_lrkey[_sSEED]]`, file-name safe: names a unit's log and job."""
+    first = cells[0]
+    label = f"{first.model}_{first.task}"
+    if len({c.lr_key for c in cells}) == 1:
+        label += f"_{first.lr_key}"
+        if len(cells) == 1:
+            label += f"_s{first.seed}"
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", label)
 
 
 def _states(plan: Plan, cells: list[Cell]) -> tuple[int, list[str]]:
@@ -431,28 +479,35 @@ def _write_script(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _job_name(plan: Plan, cell: Cell) -> str:
-    """`ee-<phase>-<hash of the results dir>-<cell>`: unique across sweeps, readable in squeue."""
-    stem = re.sub(r"[^A-Za-z0-9._+-]", "_", cell.filename.removesuffix(".json"))[:160]
-    return f"ee-{plan.phase}-{_short_hash(plan.results_dir)}-{stem}"
+def _job_name(plan: Plan, cells: list[Cell]) -> str:
+    """`ee-<phase>-<hash of the results dir>-<unit>`: unique across sweeps, readable in squeue.
+
+    A one-cell job is named for its result file; a job of several cells for its unit."""
+    if len(cells) == 1:
+        stem = re.sub(r"[^A-Za-z0-9._+-]", "_", cells[0].filename.removesuffix(".json"))
+    else:
+        stem = _unit_label(cells) + f"_{len(cells)}cells"
+    return f"ee-{plan.phase}-{_short_hash(plan.results_dir)}-{stem[:160]}"
 
 
 def _short_hash(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:6]
 
 
-def _cell_env(plan: Plan, cell: Cell) -> dict[str, str]:
-    """The variables a Slurm template receives for one cell (see `emit_slurm`)."""
-    run_args = plan.run_args([cell])
+def _unit_env(plan: Plan, cells: list[Cell]) -> dict[str, str]:
+    """The variables a Slurm template receives for one job's cells (see `emit_slurm`)."""
+    cell = cells[0]
+    run_args = plan.run_args(cells)
+    outs = [plan.out_json(c) for c in cells]
     return {
-        "OUT_JSON": plan.out_json(cell),
+        "OUT_JSON": outs[0] if len(outs) == 1 else shlex.join(outs),
         "MODEL": cell.model,
         "MODEL_PATH": cell.model_path,
         "MODE": cell.mode,
         "TASK": cell.task,
-        "LR": f"{cell.lr:g}",
-        "LR_KEY": cell.lr_key,
-        "SEED": str(cell.seed),
+        "LR": ",".join(dict.fromkeys(f"{c.lr:g}" for c in cells)),
+        "LR_KEY": ",".join(dict.fromkeys(c.lr_key for c in cells)),
+        "SEED": ",".join(dict.fromkeys(str(c.seed) for c in cells)),
         "PHASE": plan.phase,
         "RESULTS_DIR": plan.results_dir,
         "DATA_DIR": plan.data_dir or "",
@@ -460,6 +515,7 @@ def _cell_env(plan: Plan, cell: Cell) -> dict[str, str]:
         "MAX_STEPS": str(plan.max_steps),
         "RECIPE_ARGS": shlex.join(plan.recipe_args()),
         "RUN_ARGS": shlex.join(run_args),
+        "N_CELLS": str(len(cells)),
     }
 
 
@@ -498,12 +554,14 @@ def _cells_or_all(plan: Plan, cells: list[Cell] | None) -> list[Cell]:
 
 def emit_shell(
     plan: Plan, out_dir: str | os.PathLike, cells: list[Cell] | None = None,
-    python: str | None = None,
+    python: str | None = None, group: str = "pair",
 ) -> Emitted:  # fmt: skip
-    """Write `out_dir/run_all.sh`: one `encoder_eval.run` process per (model, task, LR) unit.
+    """Write `out_dir/run_all.sh`: one `encoder_eval.run` process per unit (`Plan.units`).
 
-    Each unit passes all its seeds in one `--seed 42,43,44` with `--results-dir` and
-    `--skip-existing`; the script skips a unit whose result files all exist, appends each
+    By default a unit is every cell of one (model, task): one process runs all its LRs and
+    seeds (`--lr a,b,c --seed 42,43,44`), so imports, data loading and tokenisation are
+    paid once per pair, and writes each cell's JSON as that cell ends (`--results-dir`,
+    `--skip-existing`). The script skips a unit whose result files all exist, appends each
     unit's output to `out_dir/logs/<unit>.log` (appends: two runners of one script keep both
     logs), prints `[cells 6/12 done, units 2/4, failed 0] starting ...` before each unit and a
     summary at the end, and exits 1 if any unit failed.
@@ -511,10 +569,10 @@ def emit_shell(
     """
     cells = _cells_or_all(plan, cells)
     out = _prepare_out_dir(plan, out_dir)
-    units = plan.units(cells)
+    units = plan.units(cells, group)
     python = python or sys.executable
     body = [
-        _header(plan, "run every cell in order, one process per (model, task, LR)"),
+        _header(plan, f"run every cell in order, one process per {_GROUP_WORDS[group]}"),
         "set -u",
         f"PYTHON=${{PYTHON:-{_q(python)}}}",
         f"LOG_DIR={_q(out / 'logs')}",
@@ -558,9 +616,7 @@ def emit_shell(
         "",
     ]
     for unit_cells in units:
-        first = unit_cells[0]
-        label = re.sub(r"[^A-Za-z0-9._+-]", "_", f"{first.model}_{first.task}_{first.lr_key}")
-        words = ["unit", label, str(len(unit_cells))]
+        words = ["unit", _unit_label(unit_cells), str(len(unit_cells))]
         words += [plan.out_json(c) for c in unit_cells]
         words += ["--", *plan.run_args(unit_cells)]
         body.append(" ".join(_q(w) for w in words))
@@ -579,7 +635,7 @@ def emit_shell(
     script = out / "run_all.sh"
     _write_script(script, "\n".join(body))
     n_done, blocked = _states(plan, cells)
-    return Emitted("shell", script, len(cells), n_done, len(units), [script], blocked)
+    return Emitted("shell", script, len(cells), n_done, len(units), [script], blocked, group)
 
 
 def _read_template(template: str | os.PathLike | None, *, need_bash: bool) -> str:
@@ -644,9 +700,13 @@ fi
 
 def emit_slurm(
     plan: Plan, out_dir: str | os.PathLike, template: str | os.PathLike | None,
-    cells: list[Cell] | None = None, requeue: bool = False,
+    cells: list[Cell] | None = None, requeue: bool = False, group: str = "cell",
 ) -> Emitted:  # fmt: skip
     """Write `out_dir/launch.sh`: one `sbatch` per missing cell, each running your template.
+
+    With `group` "lr" or "pair" (`--group`), one job runs a unit of several cells in one
+    process instead (`Plan.units`): the seeds of one (model, task, LR), or every cell of
+    one (model, task). Each cell still writes its own result file as it ends.
 
     The template contract
     ---------------------
@@ -694,6 +754,14 @@ def emit_slurm(
     running it again submits nothing for done or pending cells. The run itself also
     skips a cell whose valid result exists (`--skip-existing`).
 
+    A job of several cells (`--group lr|pair`) gets the same contract, with: ``"$@"`` and
+    ``RUN_ARGS`` for the whole unit (``--lr`` and ``--seed`` take comma-separated lists);
+    ``LR``, ``LR_KEY`` and ``SEED`` as comma-separated lists of the unit's distinct values
+    (in run order); ``OUT_JSON`` as the unit's result files in one shell-quoted string
+    (like ``RUN_ARGS``); and ``N_CELLS``, the number of cells (1 for a one-cell job).
+    `launch.sh` submits a unit while any of its result files is missing; the process
+    then skips the cells already done.
+
     slurm-array mode (`emit_slurm_array`) keeps this same contract for every array task.
     """
     cells = _cells_or_all(plan, cells)
@@ -708,28 +776,33 @@ def emit_slurm(
         f"REQUEUE=({'--requeue' if requeue else ''})",
         _QUEUE_PRELUDE,
         "submitted=0; done_cells=0; queued=0",
-        "cell() {  # cell JOB_NAME OUT_JSON LOG VAR=VALUE... -- RUN_ARGS...",
-        "    local name=$1 out=$2 log=$3; shift 3",
-        "    local envs=()",
+        "unit() {  # unit JOB_NAME LOG N OUT_JSON_1..OUT_JSON_N VAR=VALUE... -- RUN_ARGS...",
+        "    local name=$1 log=$2 n=$3; shift 3",
+        '    local outs=("${@:1:$n}"); shift "$n"',
+        "    local envs=() have=0 f",
         '    while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift',
-        '    if [ -s "$out" ]; then done_cells=$((done_cells + 1)); return 0; fi',
-        '    if [ -n "${QUEUED[$name]+x}" ]; then queued=$((queued + 1)); return 0; fi',
+        '    for f in "${outs[@]}"; do [ -s "$f" ] && have=$((have + 1)); done',
+        "    done_cells=$((done_cells + have))",
+        '    if [ "$have" -eq "$n" ]; then return 0; fi',
+        '    if [ -n "${QUEUED[$name]+x}" ]; then queued=$((queued + n - have)); return 0; fi',
         '    env "${envs[@]}" sbatch --export=ALL --job-name="$name" --output="$log" \\',
         '        ${REQUEUE[@]+"${REQUEUE[@]}"} "$TEMPLATE" "$@"',
         "    submitted=$((submitted + 1))",
         "}",
         "",
     ]
-    for cell in cells:
-        env = _cell_env(plan, cell)
-        words = ["cell", _job_name(plan, cell), env["OUT_JSON"], _sbatch_path(logs) + "/%x-%j.out"]
+    units = plan.units(cells, group)
+    for unit_cells in units:
+        env = _unit_env(plan, unit_cells)
+        words = ["unit", _job_name(plan, unit_cells), _sbatch_path(logs) + "/%x-%j.out"]
+        words += [str(len(unit_cells)), *(plan.out_json(c) for c in unit_cells)]
         words += [f"{k}={v}" for k, v in env.items()]
-        words += ["--", *plan.run_args([cell])]
+        words += ["--", *plan.run_args(unit_cells)]
         lines.append(" ".join(_q(w) for w in words))
     lines += [
         "",
         'echo "submitted $submitted job(s); $done_cells cell(s) already done;'
-        ' $queued already queued or running"',
+        ' $queued cell(s) already queued or running"',
         "",
     ]
     _make_dirs(plan, out)
@@ -737,11 +810,11 @@ def emit_slurm(
     script = out / "launch.sh"
     _write_script(script, "\n".join(lines))
     n_done, blocked = _states(plan, cells)
-    return Emitted("slurm", script, len(cells), n_done, len(cells), [script, tpl], blocked)
+    return Emitted("slurm", script, len(cells), n_done, len(units), [script, tpl], blocked, group)
 
 
 _ARRAY_PREAMBLE = r"""
-# >>> inserted by encoder_eval.sweep (slurm-array): load this array task's cell.
+# >>> inserted by encoder_eval.sweep (slurm-array): load this array task's cells.
 # $1 is the cells manifest, $2 the list of manifest rows this array job covers.
 __ee_manifest=$1 __ee_rows=$2
 __ee_index=$(sed -n "$((${SLURM_ARRAY_TASK_ID:?not an array task} + 1))p" "$__ee_rows")
@@ -756,17 +829,20 @@ while [[ $__ee_row == *$'\t'* ]]; do
     __ee_row=${__ee_row#*$'\t'}
 done
 __ee_f+=("$__ee_row")
-__ee_i=0
+__ee_n=${__ee_f[0]}  # the row: N, N result files, the variables, the run arguments
+__ee_have=0
+for __ee_out in "${__ee_f[@]:1:__ee_n}"; do [ -s "$__ee_out" ] && __ee_have=$((__ee_have + 1)); done
+__ee_i=$((__ee_n + 1))
 for __ee_var in __VARIABLES__; do
     export "$__ee_var=${__ee_f[$__ee_i]}"
     __ee_i=$((__ee_i + 1))
 done
-set -- "${__ee_f[@]:__NVARS__}"
-unset __ee_manifest __ee_rows __ee_index __ee_row __ee_f __ee_i __ee_var
-if [ -s "$OUT_JSON" ]; then
-    echo "encoder_eval: $OUT_JSON exists; cell already done, skipping"
+set -- "${__ee_f[@]:__ee_i}"
+if [ "$__ee_have" -eq "$__ee_n" ]; then
+    echo "encoder_eval: all $__ee_n result file(s) of this task exist; already done, skipping"
     exit 0
 fi
+unset __ee_manifest __ee_rows __ee_index __ee_row __ee_f __ee_i __ee_var __ee_n __ee_have __ee_out
 # <<< end of the inserted part; the template follows.
 """
 
@@ -786,20 +862,21 @@ def _split_template_header(text: str) -> tuple[str, str]:
 
 def emit_slurm_array(
     plan: Plan, out_dir: str | os.PathLike, template: str | os.PathLike | None,
-    cells: list[Cell] | None = None, requeue: bool = False,
+    cells: list[Cell] | None = None, requeue: bool = False, group: str = "cell",
 ) -> Emitted:  # fmt: skip
     """Write a cells manifest, an array job script and `launch.sh` for one array job per phase.
 
-    * `out_dir/manifest.tsv`: a header line, then one cell per line, tab-separated: the
-      variables of the `emit_slurm` contract (OUT_JSON first) followed by the cell's
-      `encoder_eval.run` arguments. Values may not contain tabs or newlines here (use
-      `--mode slurm` for such values).
+    * `out_dir/manifest.tsv`: a header line, then one unit per line (one array task: a
+      cell, or with `--group lr|pair` several cells run by one process), tab-separated:
+      the number of cells N, their N result files, the variables of the `emit_slurm`
+      contract, then the unit's `encoder_eval.run` arguments. Values may not contain tabs
+      or newlines here (use `--mode slurm` for such values).
     * `out_dir/array.sh`: your template with a bash block inserted after its leading
       comment/`#SBATCH` lines; the block reads the task's manifest row, exports the same
       variables and sets the same positional arguments as in `emit_slurm`, and exits early
-      when the cell's result file exists. The template therefore needs no change, but must
-      be a bash script.
-    * `out_dir/launch.sh`: at launch time lists the manifest rows whose result file is
+      when all the task's result files exist. The template therefore needs no change, but
+      must be a bash script.
+    * `out_dir/launch.sh`: at launch time lists the manifest rows with a result file
       missing, reads the cluster's MaxArraySize (`scontrol show config`; 1001 when it cannot
       be read), and submits `sbatch --array=0-<n-1>` chunks of at most that many tasks, each
       over a rows file written to `out_dir/arrays/`. It refuses to submit while jobs of this
@@ -811,22 +888,23 @@ def emit_slurm_array(
     text = _read_template(template, need_bash=True)
     out = _prepare_out_dir(plan, out_dir)
     rows = []
-    for cell in cells:
-        env = _cell_env(plan, cell)
-        values = [env[k] for k in SLURM_VARIABLES] + plan.run_args([cell])
+    units = plan.units(cells, group)
+    for unit_cells in units:
+        env = _unit_env(plan, unit_cells)
+        outs = [plan.out_json(c) for c in unit_cells]
+        values = [str(len(outs)), *outs, *(env[k] for k in SLURM_VARIABLES)]
+        values += plan.run_args(unit_cells)
         for v in values:
             if "\t" in v or "\n" in v or "\r" in v:
                 raise HarnessError(
-                    f"cell {cell.label} has a value with a tab or newline ({v!r}), which the "
-                    "array manifest cannot hold; use --mode slurm for this sweep"
+                    f"cell {unit_cells[0].label} has a value with a tab or newline ({v!r}), "
+                    "which the array manifest cannot hold; use --mode slurm for this sweep"
                 )
         rows.append("\t".join(values))
     manifest = out / "manifest.tsv"
     array = out / "array.sh"
     head, rest = _split_template_header(text)
-    preamble = _ARRAY_PREAMBLE.replace("__VARIABLES__", " ".join(SLURM_VARIABLES)).replace(
-        "__NVARS__", str(len(SLURM_VARIABLES))
-    )
+    preamble = _ARRAY_PREAMBLE.replace("__VARIABLES__", " ".join(SLURM_VARIABLES))
     job_name = f"ee-{plan.phase}-{_short_hash(plan.results_dir)}-array"
     launch = [
         _header(plan, "submit one Slurm array job (chunked to MaxArraySize) over the manifest"),
@@ -852,15 +930,16 @@ def emit_slurm_array(
         '[ "$chunk" -gt "$max" ] && chunk=$max',
         "throttle=${EE_ARRAY_THROTTLE:+%$EE_ARRAY_THROTTLE}",
         "",
-        "# Manifest rows (0-based, header excluded) whose result file is still missing.",
-        "pending=(); n=0",
-        "while IFS= read -r row; do",
-        "    out=${row%%$'\\t'*}",
-        '    [ -s "$out" ] || pending+=("$n")',
-        "    n=$((n + 1))",
+        "# Manifest rows (0-based, header excluded) with a result file still missing.",
+        "pending=(); n=0; cells=0; todo=0",
+        "while IFS=$'\\t' read -r -a f; do  # f: N, then N result files, then the rest",
+        "    missing=0",
+        '    for out in "${f[@]:1:f[0]}"; do [ -s "$out" ] || missing=$((missing + 1)); done',
+        '    [ "$missing" -gt 0 ] && pending+=("$n")',
+        "    n=$((n + 1)); cells=$((cells + f[0])); todo=$((todo + missing))",
         'done < <(tail -n +2 "$MANIFEST")',
         'if [ "${#pending[@]}" -eq 0 ]; then',
-        '    echo "submitted 0 array task(s): all $n cells are done"',
+        '    echo "submitted 0 array task(s): all $cells cells are done"',
         "    exit 0",
         "fi",
         'mkdir -p "$ARRAYS_DIR"',
@@ -875,13 +954,15 @@ def emit_slurm_array(
         '        "$ARRAY_SCRIPT" "$MANIFEST" "$rows"',
         "    k=$((k + 1)); total=$((total + ${#part[@]}))",
         "done",
-        'echo "submitted $total array task(s) in $k array job(s) of at most $chunk;'
-        ' $((n - total)) cell(s) already done"',
+        'echo "submitted $total array task(s) ($todo cell(s) to run) in $k array job(s)'
+        ' of at most $chunk; $((cells - todo)) cell(s) already done"',
         "",
     ]
     _make_dirs(plan, out)
     manifest.write_text(
-        "\t".join([*SLURM_VARIABLES, "RUN_ARG..."]) + "\n" + "".join(r + "\n" for r in rows),
+        "\t".join(["N", "OUT_JSON_1..N", *SLURM_VARIABLES, "RUN_ARG..."])
+        + "\n"
+        + "".join(r + "\n" for r in rows),
         encoding="utf-8",
     )
     _write_script(array, head + preamble + rest)
@@ -889,24 +970,31 @@ def emit_slurm_array(
     _write_script(script, "\n".join(launch))
     n_done, blocked = _states(plan, cells)
     files = [script, array, manifest]
-    return Emitted("slurm-array", script, len(cells), n_done, len(cells), files, blocked)
+    return Emitted("slurm-array", script, len(cells), n_done, len(units), files, blocked, group)
 
 
 def emit(
     plan: Plan, out_dir: str | os.PathLike, mode: str = "shell", *,
     cells: list[Cell] | None = None, template: str | os.PathLike | None = None,
-    requeue: bool = False, python: str | None = None,
+    requeue: bool = False, python: str | None = None, group: str | None = None,
 ) -> Emitted:  # fmt: skip
-    """Write the launch script of `mode` for `cells` (default: every cell of the plan)."""
+    """Write the launch script of `mode` for `cells` (default: every cell of the plan).
+
+    `group` says which cells share one process (`Plan.units`); default `DEFAULT_GROUP`:
+    one per (model, task) in shell mode, one per cell in the Slurm modes.
+    """
+    if mode not in EMIT_MODES:
+        raise HarnessError(f"--mode {mode!r} must be one of {', '.join(EMIT_MODES)}")
+    group = group or DEFAULT_GROUP[mode]
+    if group not in GROUPS:
+        raise HarnessError(f"--group {group!r} must be one of {', '.join(GROUPS)}")
     if mode == "shell":
         if template is not None or requeue:
             raise HarnessError("--slurm-template and --requeue are for --mode slurm/slurm-array")
-        return emit_shell(plan, out_dir, cells, python=python)
+        return emit_shell(plan, out_dir, cells, python=python, group=group)
     if mode == "slurm":
-        return emit_slurm(plan, out_dir, template, cells, requeue=requeue)
-    if mode == "slurm-array":
-        return emit_slurm_array(plan, out_dir, template, cells, requeue=requeue)
-    raise HarnessError(f"--mode {mode!r} must be one of {', '.join(EMIT_MODES)}")
+        return emit_slurm(plan, out_dir, template, cells, requeue=requeue, group=group)
+    return emit_slurm_array(plan, out_dir, template, cells, requeue=requeue, group=group)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -950,6 +1038,10 @@ def add_emit_arguments(p: argparse.ArgumentParser, out_flag: str = "--out-dir") 
                    "slurm-array: launch.sh submitting array jobs over a manifest")  # fmt: skip
     g.add_argument("--slurm-template", help="your sbatch script (contract: the emit_slurm "
                    "docstring in encoder_eval/sweep.py; example: examples/slurm_template.sh)")  # fmt: skip
+    g.add_argument("--group", choices=GROUPS, help="cells run by one process: pair = every "
+                   "cell of a (model, task), lr = the seeds of one (model, task, LR), cell = "
+                   "one (default: pair for shell, cell for slurm/slurm-array, where long "
+                   "jobs meet time limits)")  # fmt: skip
     g.add_argument("--requeue", action="store_true", help="pass --requeue to sbatch")
     g.add_argument("--python", help="interpreter run_all.sh uses (default: this one; "
                    "$PYTHON overrides at run time)")  # fmt: skip
@@ -1012,7 +1104,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_from_args(args)
         out_dir = args.out_dir or os.path.join("runs", plan.phase)
         emitted = emit(plan, out_dir, args.mode, template=args.slurm_template,
-                       requeue=args.requeue, python=args.python)  # fmt: skip
+                       requeue=args.requeue, python=args.python, group=args.group)  # fmt: skip
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INPUT_ERROR

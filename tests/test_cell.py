@@ -188,22 +188,54 @@ def test_cli_runs_a_cell_and_writes_valid_json(tiny_models, small_mirror, tmp_pa
     assert data["provenance"]["model_path"] == str(tiny_models["bert"])
 
 
-def test_cli_several_seeds_in_one_process_match_single_runs(tiny_models, small_mirror, tmp_path):
+def test_cli_several_lrs_and_seeds_in_one_process_match_single_runs(
+    tiny_models, small_mirror, tmp_path
+):
     common = ["--model-path", str(tiny_models["bert"]), "--model-key", "tiny", "--task",
-              "glue_rte", "--lr", "1e-4", "--max-steps", "3", "--max-seq-len", "128", "--data-dir", str(small_mirror),
+              "glue_rte", "--max-steps", "3", "--max-seq-len", "128", "--data-dir", str(small_mirror),
               "--device", "cpu", "--progress", "quiet", "--phase", "select"]  # fmt: skip
     (tmp_path / "multi").mkdir()
     (tmp_path / "single").mkdir()
     run = [sys.executable, "-m", "encoder_eval.run"]
-    subprocess.run(run + common + ["--seed", "42,43", "--results-dir", str(tmp_path / "multi")],
+    subprocess.run(run + common + ["--lr", "1e-4,5.99e-05", "--seed", "42,43", "--results-dir",
+                                   str(tmp_path / "multi")],
                    cwd=REPO, check=True, timeout=300)  # fmt: skip
-    subprocess.run(run + common + ["--seed", "43", "--results-dir", str(tmp_path / "single")],
+    subprocess.run(run + common + ["--lr", "5.99e-05", "--seed", "43", "--results-dir",
+                                   str(tmp_path / "single")],
                    cwd=REPO, check=True, timeout=300)  # fmt: skip
-    name = result_filename("tiny", "glue_rte", 1e-4, 43)
+    names = [
+        result_filename("tiny", "glue_rte", lr, s) for lr in (1e-4, 5.99e-05) for s in (42, 43)
+    ]
+    assert sorted(p.name for p in (tmp_path / "multi").glob("*.json")) == sorted(names)
+    name = result_filename("tiny", "glue_rte", 5.99e-05, 43)  # the last cell of the process
     multi, single = read_json(tmp_path / "multi" / name), read_json(tmp_path / "single" / name)
     assert multi["dev"] == single["dev"]
-    assert multi["training"]["final_loss"] == single["training"]["final_loss"]
-    assert (tmp_path / "multi" / result_filename("tiny", "glue_rte", 1e-4, 42)).exists()
+    for key in ("final_loss", "dev_history", "steps", "best_step"):
+        assert multi["training"][key] == single["training"][key], key
+    assert multi["cell"] == single["cell"] and multi["recipe"] == single["recipe"]
+
+
+def test_a_crashing_cell_does_not_stop_the_others(tiny_models, small_mirror, tmp_path, monkeypatch):
+    from encoder_eval import run
+
+    args = run.build_parser().parse_args([
+        "--model-path", str(tiny_models["bert"]), "--model-key", "tiny", "--task", "glue_rte",
+        "--lr", "1e-4", "--seed", "42,43,44", "--max-steps", "2", "--max-seq-len", "128",
+        "--data-dir", str(small_mirror), "--device", "cpu", "--progress", "quiet",
+        "--phase", "select", "--results-dir", str(tmp_path),
+    ])  # fmt: skip
+    real_run_cell = train.run_cell
+
+    def run_cell_failing_for_43(cfg, *a, **kw):  # the fault: seed 43 runs out of memory
+        if cfg.seed == 43:
+            raise RuntimeError("CUDA out of memory (injected)")
+        return real_run_cell(cfg, *a, **kw)
+
+    monkeypatch.setattr(train, "run_cell", run_cell_failing_for_43)
+    with pytest.raises(run.CellsFailed, match="1 of 3 cell.*lr=0.0001 seed=43"):
+        run.run_cells(run.plan_cells(args), log=lambda m: None)
+    written = sorted(p.name for p in tmp_path.glob("*.json"))
+    assert written == [result_filename("tiny", "glue_rte", 1e-4, s) for s in (42, 44)]
 
 
 def test_sigterm_saves_state_and_the_rerun_matches_an_uninterrupted_run(

@@ -60,8 +60,9 @@ def test_select_report_summarize_end_to_end(tmp_path, tiny_pair, small_mirror):
           "--seeds", SELECT_SEEDS, "--out-dir", "runs/select", "--results-dir", "results/select"),
        tmp_path)  # fmt: skip
     run = sh(["bash", "runs/select/run_all.sh"], tmp_path)
-    assert "[cells 16/16 done, units 8/8, failed 0] finished: 8 run" in run.stdout
-    assert len(list((tmp_path / "runs/select/logs").glob("*.log"))) == 8
+    # one process per (model, task): 2 LRs x 2 seeds in each
+    assert "[cells 16/16 done, units 4/4, failed 0] finished: 4 run" in run.stdout
+    assert len(list((tmp_path / "runs/select/logs").glob("*.log"))) == 4
     status = sh(py("encoder_eval.status", "--phase", "select", *common, "--lr-keys", LR_KEYS,
                    "--seeds", SELECT_SEEDS, "--results-dir", "results/select"), tmp_path)  # fmt: skip
     assert "done         16" in status.stdout and "missing       0" in status.stdout

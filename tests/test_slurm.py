@@ -153,16 +153,17 @@ def test_select_and_report_through_real_slurm(tmp_path, small_mirror):
               str(small_mirror), "--max-steps", "3", "--max-seq-len", "64", "--device", "cpu",
               "--slurm-template", str(tpl)]  # fmt: skip
 
-    # select: one sbatch per cell
+    # select: one sbatch for the (model, task) pair, both LRs in one process
     sh(py("encoder_eval.sweep", "--phase", "select", *common, "--mode", "slurm",
-          "--lr-keys", "lr03,lr10", "--seeds", "42", "--out-dir", "runs/select",
-          "--results-dir", "results/select"), tmp_path)  # fmt: skip
+          "--group", "pair", "--lr-keys", "lr03,lr10", "--seeds", "42", "--out-dir",
+          "runs/select", "--results-dir", "results/select"), tmp_path)  # fmt: skip
     launch = sh(["bash", "runs/select/launch.sh"], tmp_path)
     ids = job_ids(launch.stdout)
-    assert len(ids) == 2 and "submitted 2 job(s)" in launch.stdout
+    assert len(ids) == 1 and "submitted 1 job(s)" in launch.stdout
     wait_for(ids, tmp_path / "runs/select/logs")
     logs = "\n".join(p.read_text()[-1500:] for p in (tmp_path / "runs/select/logs").glob("*"))
     assert len(load_results(tmp_path / "results/select")) == 2, logs
+    assert logs.count("ok: ") == 2, logs  # one job's process ran both cells
     again = sh(["bash", "runs/select/launch.sh"], tmp_path)
     assert (
         job_ids(again.stdout) == [] and "submitted 0 job(s); 2 cell(s) already done" in again.stdout

@@ -73,7 +73,7 @@ def test_emit_slurm_uses_the_sweep_emitter(tmp_path, capsys):
     status.main([*PLAN, "--results-dir", str(rdir), "--emit", str(emit_dir), "--mode", "slurm",
                  "--slurm-template", str(tpl)])  # fmt: skip
     launch = (emit_dir / "launch.sh").read_text()
-    assert launch.count("\ncell ") == 1 and "m_glue_rte_lr06_s43.json" in launch
+    assert launch.count("\nunit ") == 1 and "m_glue_rte_lr06_s43.json" in launch
 
 
 def test_nothing_missing_writes_nothing(tmp_path, capsys):

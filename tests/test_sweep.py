@@ -70,14 +70,41 @@ def test_select_plan_default_is_the_full_protocol(tmp_path):
     assert {c.task for c in plan.cells} == set(MULTILINGUAL_TASKS)
     assert {c.seed for c in plan.cells} == set(SELECT_SEEDS)
     assert not plan.shrunk
-    units = plan.units()
-    assert len(units) == 14 * len(MULTILINGUAL_TASKS) * 10
+    units = plan.units()  # default: one per (model, task), every LR and seed in it
+    assert len(units) == 14 * len(MULTILINGUAL_TASKS)
+    assert all(len(u) == 30 and len({c.pair for c in u}) == 1 for u in units)
+    assert sorted(c.label for u in units for c in u) == sorted(c.label for c in plan.cells)
     args = plan.run_args(units[5])
-    assert has_flags(args, RECIPE + ["--seed", "42,43,44", "--phase", "select", "--skip-existing",
-                                     "--max-steps", "10000", "--max-seq-len", "256"])  # fmt: skip
+    grid = ",".join(f"{lr:g}" for lr in LR_GRID.values())
+    assert has_flags(args, RECIPE + ["--lr", grid, "--seed", "42,43,44", "--phase", "select",
+                                     "--skip-existing", "--max-steps", "10000",
+                                     "--max-seq-len", "256"])  # fmt: skip
     assert "--allow-off-protocol" not in args
-    lr06 = next(u for u in units if u[0].lr_key == "lr06")
-    assert has_flags(plan.run_args(lr06), ["--lr", "3.59e-05"])
+    # The process runs LR by LR, each LR's seeds in order: the unit lists cells that way.
+    assert [(c.lr_key, c.seed) for c in units[5][:4]] == [
+        ("lr01", 42), ("lr01", 43), ("lr01", 44), ("lr02", 42)]  # fmt: skip
+    by_lr = plan.units(group="lr")
+    assert len(by_lr) == 14 * len(MULTILINGUAL_TASKS) * 10
+    lr06 = next(u for u in by_lr if u[0].lr_key == "lr06")
+    assert has_flags(plan.run_args(lr06), ["--lr", "3.59e-05", "--seed", "42,43,44"])
+    assert len(plan.units(group="cell")) == len(plan.cells)
+    with pytest.raises(HarnessError, match="--group 'seed' must be one of pair, lr, cell"):
+        plan.units(group="seed")
+
+
+def test_units_of_a_subset_that_is_not_a_product_fall_back_to_one_per_lr(tmp_path):
+    plan = sweep.build_plan("select", results_dir=tmp_path, models=["xlm-r-base"],
+                            tasks=["xnli"], lr_keys=["lr01", "lr02"])  # fmt: skip
+    missing = [c for c in plan.cells if (c.lr_key, c.seed) != ("lr01", 43)]  # lr01/s43 done
+    units = plan.units(missing)
+    assert [[(c.lr_key, c.seed) for c in u] for u in units] == [
+        [("lr01", 42), ("lr01", 44)], [("lr02", 42), ("lr02", 43), ("lr02", 44)]]  # fmt: skip
+    assert has_flags(plan.run_args(units[0]), ["--lr", "1e-05", "--seed", "42,44"])
+    whole = plan.units([c for c in plan.cells if c.seed != 43])  # a product: still one unit
+    assert len(whole) == 1 and has_flags(plan.run_args(whole[0]),
+                                         ["--lr", "1e-05,1.29e-05", "--seed", "42,44"])  # fmt: skip
+    with pytest.raises(ValueError, match="one unit"):
+        plan.run_args(missing)
 
 
 def test_report_plan_uses_the_selected_lr_and_report_seeds(tmp_path):
@@ -180,7 +207,8 @@ def _exe(path: Path, text: str) -> Path:
 
 FAKE_PYTHON = """
 #!{python}
-# Records its argv, then writes an (invalid, placeholder) result file per seed.
+# Records its argv, then writes an (invalid, placeholder) result file per (LR, seed),
+# LR by LR; FAKE_FAIL=<lr> makes it exit 3 when it reaches that LR.
 import json, os, sys
 from encoder_eval.results import result_filename
 argv = sys.argv[1:]
@@ -188,13 +216,14 @@ with open(os.environ["FAKE_LOG"], "a") as f:
     f.write(json.dumps(argv) + "\\n")
 args = argv[2:]
 get = lambda flag: args[args.index(flag) + 1]
-if os.environ.get("FAKE_FAIL") and os.environ["FAKE_FAIL"] == get("--lr"):
-    print("boom: simulated failure", file=sys.stderr)
-    sys.exit(3)
-for seed in get("--seed").split(","):
-    name = result_filename(get("--model-key"), get("--task"), float(get("--lr")), int(seed))
-    with open(os.path.join(get("--results-dir"), name), "w") as f:
-        f.write("{{}}")
+for lr in get("--lr").split(","):
+    if os.environ.get("FAKE_FAIL") == lr:
+        print("boom: simulated failure", file=sys.stderr)
+        sys.exit(3)
+    for seed in get("--seed").split(","):
+        name = result_filename(get("--model-key"), get("--task"), float(lr), int(seed))
+        with open(os.path.join(get("--results-dir"), name), "w") as f:
+            f.write("{{}}")
 """
 
 
@@ -223,27 +252,46 @@ def test_shell_runs_one_process_per_unit_and_skips_done_units(tmp_path, fake_pyt
     env, log = fake_python
     plan = shell_plan(tmp_path, extra_models=["a=org/a", "b=org/b"])
     emitted = sweep.emit_shell(plan, tmp_path / "runs")
-    assert emitted.n_cells == 16 and emitted.n_units == 8
+    assert emitted.n_cells == 16 and emitted.n_units == 4
+    assert "in 4 process(es), one per (model, task)" in emitted.describe()
     script = str(emitted.script)
     proc = subprocess.run(["bash", script], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     calls = _calls(log)
-    assert len(calls) == 8
-    assert all(c[:2] == ["-m", "encoder_eval.run"] and has_flags(c, ["--seed", "42,43"])
+    assert len(calls) == 4
+    assert all(c[:2] == ["-m", "encoder_eval.run"]
+               and has_flags(c, ["--lr", "1.67e-05,3.59e-05", "--seed", "42,43"])
                for c in calls)  # fmt: skip
-    assert "[cells 0/16 done, units 0/8, failed 0] starting a_glue_rte_lr03" in proc.stdout
-    assert "[cells 2/16 done, units 1/8, failed 0] starting a_glue_rte_lr06" in proc.stdout
-    assert "[cells 16/16 done, units 8/8, failed 0] finished: 8 run, 0 skipped" in proc.stdout
-    assert len(list((tmp_path / "runs" / "logs").glob("*.log"))) == 8
+    assert "[cells 0/16 done, units 0/4, failed 0] starting a_glue_rte (4 of 4" in proc.stdout
+    assert "[cells 4/16 done, units 1/4, failed 0] starting a_glue_sst2" in proc.stdout
+    assert "[cells 16/16 done, units 4/4, failed 0] finished: 4 run, 0 skipped" in proc.stdout
+    assert len(list((tmp_path / "runs" / "logs").glob("*.log"))) == 4
     # Re-running starts nothing; removing one cell re-runs only its unit.
     (tmp_path / "res" / result_filename("b", "glue_sst2", LR_GRID["lr06"], 43)).unlink()
     proc = subprocess.run(["bash", script], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0
-    calls = _calls(log)[8:]
+    calls = _calls(log)[4:]
     assert len(calls) == 1 and has_flags(calls[0], ["--model-key", "b", "--task", "glue_sst2",
-                                                    "--lr", "3.59e-05", "--seed", "42,43"])  # fmt: skip
-    assert "skip a_glue_rte_lr03 (all 2 cells done)" in proc.stdout
-    assert "finished: 1 run, 7 skipped" in proc.stdout
+                                                    "--lr", "1.67e-05,3.59e-05", "--seed", "42,43"])  # fmt: skip
+    assert "skip a_glue_rte (all 4 cells done)" in proc.stdout
+    assert "starting b_glue_sst2 (1 of 4 cells to run)" in proc.stdout
+    assert "finished: 1 run, 3 skipped" in proc.stdout
+
+
+@pytest.mark.parametrize("group, n_units, label", [("lr", 8, "a_glue_rte_lr03"),
+                                                    ("cell", 16, "a_glue_rte_lr03_s42")])  # fmt: skip
+def test_shell_group_flag_splits_units(tmp_path, fake_python, group, n_units, label):
+    env, log = fake_python
+    plan = shell_plan(tmp_path, extra_models=["a=org/a", "b=org/b"])
+    emitted = sweep.emit(plan, tmp_path / "runs", "shell", group=group)
+    assert emitted.n_units == n_units
+    proc = subprocess.run(["bash", str(emitted.script)], env=env, capture_output=True, text=True,
+                          cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    calls = _calls(log)
+    assert len(calls) == n_units and all("," not in c[c.index("--lr") + 1] for c in calls)
+    assert f"starting {label} " in proc.stdout
+    assert len(list((tmp_path / "res").glob("*.json"))) == 16
 
 
 def test_shell_reports_failed_units_and_exits_1(tmp_path, fake_python):
@@ -253,11 +301,14 @@ def test_shell_reports_failed_units_and_exits_1(tmp_path, fake_python):
     proc = subprocess.run(["bash", script], env={**env, "FAKE_FAIL": "1.67e-05"},
                           capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 1
-    assert "FAILED a_glue_rte_lr03 (exit 3, 0 of 2 cells written)" in proc.stderr
+    assert "FAILED a_glue_rte (exit 3, 0 of 4 cells written)" in proc.stderr
     assert "boom: simulated failure" in proc.stderr
-    assert "failed units: a_glue_rte_lr03 a_glue_sst2_lr03" in proc.stderr
+    assert "failed units: a_glue_rte a_glue_sst2" in proc.stderr
     assert "[cells 8/8 done" not in proc.stdout and "failed 2] finished" in proc.stdout
-    assert len(_calls(log)) == 4  # the failures did not stop the other units
+    assert len(_calls(log)) == 2  # the first failure did not stop the other unit
+    proc = subprocess.run(["bash", script], env={**env, "FAKE_FAIL": "3.59e-05"},
+                          capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert "FAILED a_glue_rte (exit 3, 2 of 4 cells written)" in proc.stderr
 
 
 def test_shell_passes_hostile_values_verbatim(tmp_path, fake_python):
@@ -326,11 +377,12 @@ TEMPLATE = """
 set -euo pipefail
 {python} - "$@" <<'PY'
 import json, os, sys
-names = "OUT_JSON MODEL MODEL_PATH MODE TASK LR LR_KEY SEED PHASE RESULTS_DIR DATA_DIR DEVICE MAX_STEPS RECIPE_ARGS RUN_ARGS".split()
+names = "OUT_JSON MODEL MODEL_PATH MODE TASK LR LR_KEY SEED PHASE RESULTS_DIR DATA_DIR DEVICE MAX_STEPS RECIPE_ARGS RUN_ARGS N_CELLS".split()
 rec = {{"argv": sys.argv[1:], "env": {{n: os.environ.get(n) for n in names}}}}
 with open(os.environ["FAKE_JOBS"], "a") as f:
     f.write(json.dumps(rec) + "\\n")
-open(os.environ["OUT_JSON"], "w").write("{{}}")
+if os.environ["N_CELLS"] == "1":
+    open(os.environ["OUT_JSON"], "w").write("{{}}")
 PY
 """
 
@@ -372,7 +424,7 @@ def test_slurm_one_sbatch_per_missing_cell_with_the_contract(tmp_path, fake_slur
         ["bash", str(emitted.script)], env=env, capture_output=True, text=True, cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr
-    assert "submitted 1 job(s); 1 cell(s) already done; 0 already queued" in proc.stdout
+    assert "submitted 1 job(s); 1 cell(s) already done; 0 cell(s) already queued" in proc.stdout
     (sub,) = _lines(env["FAKE_SUBMITS"])
     assert sub["opts"]["export"] == "ALL" and "requeue" in sub["opts"]
     assert sub["opts"]["job-name"].startswith("ee-select-")
@@ -388,6 +440,7 @@ def test_slurm_one_sbatch_per_missing_cell_with_the_contract(tmp_path, fake_slur
         "42",
     )
     assert job["env"]["PHASE"] == "select" and job["env"]["MAX_STEPS"] == "4"
+    assert job["env"]["N_CELLS"] == "1"
     assert job["env"]["DATA_DIR"] == str(tmp_path) and job["env"]["DEVICE"] == "cpu"
     assert "--weight-decay 0.1 --adam-beta2 0.95" in job["env"]["RECIPE_ARGS"]
     import shlex
@@ -408,10 +461,10 @@ def test_slurm_does_not_resubmit_queued_cells(tmp_path, fake_slurm):
                             tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42, 43])  # fmt: skip
     emitted = sweep.emit_slurm(plan, tmp_path / "runs", tpl)
     queue = tmp_path / "queue.txt"
-    queue.write_text(sweep._job_name(plan, plan.cells[0]) + "\n")
+    queue.write_text(sweep._job_name(plan, plan.cells[:1]) + "\n")
     proc = subprocess.run(["bash", str(emitted.script)], env={**env, "FAKE_QUEUE": str(queue)},
                           capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
-    assert "submitted 1 job(s); 0 cell(s) already done; 1 already queued" in proc.stdout
+    assert "submitted 1 job(s); 0 cell(s) already done; 1 cell(s) already queued" in proc.stdout
     (sub,) = _lines(env["FAKE_SUBMITS"])
     assert "requeue" not in sub["opts"]
 
@@ -425,7 +478,7 @@ def test_slurm_array_chunks_to_max_array_size(tmp_path, fake_slurm):
                             lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
     emitted = sweep.emit_slurm_array(plan, tmp_path / "runs", tpl)
     manifest = (tmp_path / "runs" / "manifest.tsv").read_text().splitlines()
-    assert len(manifest) == 1 + 8 and manifest[0].startswith("OUT_JSON\tMODEL\t")
+    assert len(manifest) == 1 + 8 and manifest[0].startswith("N\tOUT_JSON_1..N\tOUT_JSON\tMODEL\t")
     array = (tmp_path / "runs" / "array.sh").read_text()
     # The inserted block comes after every #SBATCH line and before the template's body.
     assert array.index("#SBATCH --mem") < array.index(">>> inserted") < array.index("set -euo")
@@ -435,9 +488,8 @@ def test_slurm_array_chunks_to_max_array_size(tmp_path, fake_slurm):
     proc = subprocess.run(["bash", str(emitted.script)], env={**env, "FAKE_MAX_ARRAY": "3"},
                           capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "submitted 6 array task(s) in 2 array job(s) of at most 3; 2 cell(s) already done" in (
-        proc.stdout
-    )
+    assert ("submitted 6 array task(s) (6 cell(s) to run) in 2 array job(s) of at most 3; "
+            "2 cell(s) already done") in proc.stdout  # fmt: skip
     subs = _lines(env["FAKE_SUBMITS"])
     assert [s["opts"]["array"] for s in subs] == ["0-2", "0-2"]
     jobs = _lines(env["FAKE_JOBS"])
@@ -455,6 +507,64 @@ def test_slurm_array_chunks_to_max_array_size(tmp_path, fake_slurm):
     )
     assert "submitted 0 array task(s): all 8 cells are done" in proc.stdout
     assert len(_lines(env["FAKE_SUBMITS"])) == 2
+
+
+def test_slurm_group_pair_runs_one_job_per_pair(tmp_path, fake_slurm):
+    env, tpl = fake_slurm
+    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
+                            tasks=["glue_rte", "glue_sst2"], lr_keys=["lr03", "lr06"],
+                            seeds=[42, 43])  # fmt: skip
+    emitted = sweep.emit(plan, tmp_path / "runs", "slurm", template=tpl, group="pair")
+    assert emitted.n_units == 2 and "in 2 job(s), one per (model, task)" in emitted.describe()
+    Path(plan.out_json(plan.cells[0])).write_text("{}")  # a glue_rte cell done: still submitted
+    for c in plan.cells[4:]:  # glue_sst2 all done: not submitted
+        Path(plan.out_json(c)).write_text("{}")
+    proc = subprocess.run(["bash", str(emitted.script)], env=env, capture_output=True, text=True,
+                          cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "submitted 1 job(s); 5 cell(s) already done" in proc.stdout
+    (job,) = _lines(env["FAKE_JOBS"])
+    rte = plan.cells[:4]
+    assert job["argv"] == plan.run_args(rte)
+    assert has_flags(job["argv"], ["--lr", "1.67e-05,3.59e-05", "--seed", "42,43"])
+    assert (job["env"]["LR"], job["env"]["LR_KEY"], job["env"]["SEED"]) == (
+        "1.67e-05,3.59e-05", "lr03,lr06", "42,43")  # fmt: skip
+    assert job["env"]["N_CELLS"] == "4"
+    import shlex
+
+    assert shlex.split(job["env"]["OUT_JSON"]) == [plan.out_json(c) for c in rte]
+
+
+def test_slurm_array_group_lr_rows_are_units(tmp_path, fake_slurm):
+    env, tpl = fake_slurm
+    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
+                            tasks=["glue_rte"], lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
+    emitted = sweep.emit(plan, tmp_path / "runs", "slurm-array", template=tpl, group="lr")
+    assert emitted.n_units == 2
+    rows = (tmp_path / "runs" / "manifest.tsv").read_text().splitlines()[1:]
+    assert [r.split("\t")[0] for r in rows] == ["2", "2"]
+    Path(plan.out_json(plan.cells[0])).write_text("{}")  # half of the lr03 unit
+    for c in plan.cells[2:]:  # the whole lr06 unit
+        Path(plan.out_json(c)).write_text("{}")
+    proc = subprocess.run(["bash", str(emitted.script)], env=env, capture_output=True, text=True,
+                          cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert ("submitted 1 array task(s) (1 cell(s) to run) in 1 array job(s) of at most 1001; "
+            "3 cell(s) already done") in proc.stdout  # fmt: skip
+    (job,) = _lines(env["FAKE_JOBS"])
+    assert job["argv"] == plan.run_args(plan.cells[:2])
+    assert job["env"]["SEED"] == "42,43" and job["env"]["N_CELLS"] == "2"
+    # The array task itself exits early once every cell of its unit exists.
+    Path(plan.out_json(plan.cells[1])).write_text("{}")
+    rows_file = tmp_path / "rows.txt"
+    rows_file.write_text("0\n")
+    proc = subprocess.run(["bash", str(tmp_path / "runs" / "array.sh"),
+                           str(tmp_path / "runs" / "manifest.tsv"), str(rows_file)],
+                          env={**env, "SLURM_ARRAY_TASK_ID": "0"}, capture_output=True,
+                          text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "all 2 result file(s) of this task exist" in proc.stdout
+    assert len(_lines(env["FAKE_JOBS"])) == 1
 
 
 def test_slurm_array_task_skips_a_done_cell(tmp_path, fake_slurm):
