@@ -445,14 +445,16 @@ class Emitted:
 _GROUP_WORDS = {"pair": "(model, task)", "lr": "(model, task, LR)", "cell": "cell"}
 
 
-def _unit_label(cells: list[Cell]) -> str:
-    """`model_task[_lrkey[_sSEED]]`, file-name safe: names a unit's log and job."""
+def _unit_label(cells: list[Cell], group: str) -> str:
+    """`model_task[_lrkey][_sSEED]`, file-name safe: names a unit's log and job.
+
+    The LR key is added when the unit has one LR, the seed for `--group cell`."""
     first = cells[0]
     label = f"{first.model}_{first.task}"
     if len({c.lr_key for c in cells}) == 1:
         label += f"_{first.lr_key}"
-        if len(cells) == 1:
-            label += f"_s{first.seed}"
+    if group == "cell":
+        label += f"_s{first.seed}"
     return re.sub(r"[^A-Za-z0-9._+-]", "_", label)
 
 
@@ -486,7 +488,7 @@ def _job_name(plan: Plan, cells: list[Cell]) -> str:
     if len(cells) == 1:
         stem = re.sub(r"[^A-Za-z0-9._+-]", "_", cells[0].filename.removesuffix(".json"))
     else:
-        stem = _unit_label(cells) + f"_{len(cells)}cells"
+        stem = _unit_label(cells, "pair") + f"_{len(cells)}cells"
     return f"ee-{plan.phase}-{_short_hash(plan.results_dir)}-{stem[:160]}"
 
 
@@ -616,7 +618,7 @@ def emit_shell(
         "",
     ]
     for unit_cells in units:
-        words = ["unit", _unit_label(unit_cells), str(len(unit_cells))]
+        words = ["unit", _unit_label(unit_cells, group), str(len(unit_cells))]
         words += [plan.out_json(c) for c in unit_cells]
         words += ["--", *plan.run_args(unit_cells)]
         body.append(" ".join(_q(w) for w in words))

@@ -56,7 +56,7 @@ class CellConfig:
     record_model_path: bool = False
     save_predictions: bool = False
     micro_batch_size: int | None = None  # gradient accumulation when smaller than batch_size
-    eval_batch_size: int = 128
+    eval_batch_size: int | None = None  # None: EVAL_BATCH_SIZE for the device
     batching: str = "length-grouped"  # or "random"
     progress: str = "bar"  # bar | quiet | json
     cache_dir: str | None = "default"  # tokenisation cache; None disables it
@@ -191,6 +191,13 @@ def predict(model, enc: Encoded, pad_id: int, device, precision: str, batch_size
     return preds
 
 
+# Evaluation batch by device type. Batches are length-sorted, so padding is small either
+# way; a GPU is fastest with large batches, while on the CPU (bf16 autocast, MiniLM, RTE
+# dev) batches of 8-32 scored the split in 1.7-1.9 s against 3.0 s with 128. Predictions
+# do not depend on it beyond bf16 rounding (max |logit difference| 6e-4, same argmax).
+EVAL_BATCH_SIZE = {"cuda": 128, "cpu": 16}
+
+
 def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Weight decay on weight matrices only; biases and normalisation weights are not decayed."""
     decay, no_decay = [], []
@@ -283,6 +290,7 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
     knobs = task_knobs(cfg.task)
     regression = knobs.problem == REGRESSION
     device = resolve_device(cfg.device)
+    eval_batch = cfg.eval_batch_size or EVAL_BATCH_SIZE.get(device.type, EVAL_BATCH_SIZE["cuda"])
     recipe = cfg.recipe
     t0 = time.perf_counter()
     if data is None:
@@ -334,7 +342,7 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
         t = time.perf_counter()
         out = {}
         for lang, enc in enc_val.items():
-            preds = predict(model, enc, pad_id, device, recipe.precision, cfg.eval_batch_size,
+            preds = predict(model, enc, pad_id, device, recipe.precision, eval_batch,
                             regression)  # fmt: skip
             out[lang] = metrics.compute_metric(knobs.metric, preds, enc.labels)
         eval_seconds[0] += time.perf_counter() - t
@@ -421,7 +429,7 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
             for lang, split in test_splits.items():
                 enc = tokenise(split)
                 preds = predict(model, enc, pad_id, device, recipe.precision,
-                                cfg.eval_batch_size, regression)  # fmt: skip
+                                eval_batch, regression)  # fmt: skip
                 per_lang[lang] = metrics.compute_metric(knobs.metric, preds, enc.labels)
                 predictions[lang] = {"predictions": preds, "labels": enc.labels}
             mean, langs = _language_means(per_lang, knobs.euro_languages)
@@ -476,7 +484,7 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
             "effective_batch": recipe.batch_size,
             "micro_batch": micro,
             "grad_accumulation": accum,
-            "eval_batch": cfg.eval_batch_size,
+            "eval_batch": eval_batch,
             "warmup_steps": warmup,
             "optimizer": "AdamW",
             "schedule": "linear warmup, linear decay",

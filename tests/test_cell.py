@@ -43,6 +43,7 @@ def test_auto_mode_trains_each_architecture(kind, tiny_models, small_mirror, tmp
     assert result["report"]["split"] == "validation"
     assert result["provenance"]["model_revision"].startswith("sha256:")
     assert result["provenance"]["model_path"] is None  # not recorded unless asked
+    assert result["recipe"]["eval_batch"] == train.EVAL_BATCH_SIZE["cpu"]
 
 
 @pytest.mark.parametrize("kind", ["bert", "modernbert"])

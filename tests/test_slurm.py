@@ -173,13 +173,15 @@ def test_select_and_report_through_real_slurm(tmp_path, small_mirror):
           "--lr-keys", "lr03,lr10", "--seeds", "42"), tmp_path)  # fmt: skip
     chosen = json.loads((tmp_path / "selection.json").read_text())["pairs"][name]["glue_rte"]
 
-    # report: one array job over the manifest
+    # report: one array job over the manifest, one task running both seeds (--group lr)
     sh(py("encoder_eval.sweep", "--phase", "report", "--selection", "selection.json", *common,
-          "--mode", "slurm-array", "--seeds", "45,46", "--out-dir", "runs/report",
-          "--results-dir", "results/report"), tmp_path)  # fmt: skip
+          "--mode", "slurm-array", "--group", "lr", "--seeds", "45,46", "--out-dir",
+          "runs/report", "--results-dir", "results/report"), tmp_path)  # fmt: skip
     launch = sh(["bash", "runs/report/launch.sh"], tmp_path)
     ids = job_ids(launch.stdout)
-    assert len(ids) == 1 and "submitted 2 array task(s) in 1 array job(s)" in launch.stdout
+    assert len(ids) == 1 and (
+        "submitted 1 array task(s) (2 cell(s) to run) in 1 array job(s)" in launch.stdout
+    )
     wait_for(ids, tmp_path / "runs/report/logs")
     report = load_results(tmp_path / "results/report")
     logs = "\n".join(p.read_text()[-1500:] for p in (tmp_path / "runs/report/logs").glob("*"))
