@@ -43,6 +43,8 @@ def main() -> int:
     p.add_argument("--seeds", default="42,43,44")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
     p.add_argument("--out-dir", default="parity-batching")
+    p.add_argument("--no-run", action="store_true",
+                   help="only summarise the results already in --out-dir")  # fmt: skip
     args = p.parse_args()
 
     from encoder_eval.results import load_results
@@ -59,8 +61,9 @@ def main() -> int:
                "--lr", args.lr, "--seed", args.seeds, "--phase", phase, "--batching", batching,
                "--data-dir", args.data_dir, "--device", args.device, "--results-dir", str(rdir),
                "--skip-existing", "--allow-off-protocol", "--progress", "json"]  # fmt: skip
-        with open(out_dir / f"{batching}.log", "a") as log:
-            subprocess.run(cmd, cwd=REPO, check=True, stdout=log, stderr=subprocess.STDOUT)
+        if not args.no_run:
+            with open(out_dir / f"{batching}.log", "a") as log:
+                subprocess.run(cmd, cwd=REPO, check=True, stdout=log, stderr=subprocess.STDOUT)
         scores[batching] = {
             r.cell["seed"]: r.data["dev"]["mean"] for r in load_results(rdir)
             if r.cell["seed"] in seeds and r.cell["task"] == args.task
@@ -69,11 +72,15 @@ def main() -> int:
     out: dict = {"task": args.task, "lr": args.lr, "seeds": seeds}
     print(f"{args.task}, lr {args.lr}, seeds {args.seeds}: dev score per seed")
     for batching in BATCHINGS:
-        vals = [scores[batching][s] for s in seeds]
+        done = [s for s in seeds if s in scores[batching]]
+        vals = [scores[batching][s] for s in done]
+        if not vals:
+            raise SystemExit(f"no {batching} results for these seeds in {out_dir / batching}")
         mean, std = statistics.mean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0
-        out[batching] = {"dev": vals, "mean": round(mean, 4), "std": round(std, 4)}
-        print(f"  {batching:15s} {' '.join(f'{v:.4f}' for v in vals)}   "
-              f"mean {mean:.4f} ± {std:.4f}")  # fmt: skip
+        out[batching] = {"seeds": done, "dev": vals, "mean": round(mean, 4), "std": round(std, 4)}
+        print(f"  {batching:15s} {' '.join(f's{s}={v:.4f}' for s, v in zip(done, vals, strict=True))}"
+              f"   "
+              f"mean {mean:.4f} ± {std:.4f} ({len(vals)} seeds)")  # fmt: skip
     diff = out["length-grouped"]["mean"] - out["random"]["mean"]
     spread = max(out["length-grouped"]["std"], out["random"]["std"])
     out["mean_difference"] = round(diff, 4)
