@@ -78,7 +78,7 @@ _RESERVED_RUN_FLAGS = (
     "--model-key", "--model-path", "--mode", "--task", "--lr", "--seed", "--phase",
     "--results-dir", "--out-json", "--skip-existing",
 )  # fmt: skip
-# Exported to a Slurm template, in this order (also the manifest's leading columns).
+# Exported to a Slurm template, in this order (manifest columns after N and the N result files).
 SLURM_VARIABLES = (
     "OUT_JSON", "MODEL", "MODEL_PATH", "MODE", "TASK", "LR", "LR_KEY", "SEED", "PHASE",
     "RESULTS_DIR", "DATA_DIR", "DEVICE", "MAX_STEPS", "RECIPE_ARGS", "RUN_ARGS", "N_CELLS",
