@@ -1,9 +1,12 @@
 """Each task's one primary metric, computed with scikit-learn and scipy.
 
-Degenerate inputs get a defined value rather than NaN, so a table never shows a hole:
-- MCC with constant predictions or constant labels: 0.0 (no correlation measurable);
-- F1 / macro-F1 when a class is never predicted: that class's F1 is 0.0;
-- Spearman when predictions or targets are constant: 0.0.
+A metric that is undefined on its input is reported as undefined (None, with the reason
+from `undefined_reason`), never as a plain 0.0 that a table would average as a score:
+- MCC with constant predictions or constant labels;
+- Spearman with fewer than two examples, or constant predictions or targets;
+- binary F1 when neither the labels nor the predictions hold a positive example.
+F1 / macro-F1 count a class that is never predicted as F1 0 (that value is defined).
+Every metric here is "higher is better".
 """
 
 from __future__ import annotations
@@ -32,17 +35,32 @@ def macro_f1(preds: Sequence, labels: Sequence) -> float:
 
 
 def mcc(preds: Sequence, labels: Sequence) -> float:
-    preds, labels = np.asarray(preds), np.asarray(labels)
-    if np.unique(preds).size < 2 or np.unique(labels).size < 2:
-        return 0.0
-    return float(matthews_corrcoef(labels, preds))
+    """Matthews correlation (call `compute_metric` for the undefined cases)."""
+    return float(matthews_corrcoef(np.asarray(labels), np.asarray(preds)))
 
 
 def spearman(preds: Sequence, labels: Sequence) -> float:
+    """Spearman rank correlation (call `compute_metric` for the undefined cases)."""
     preds, labels = np.asarray(preds, dtype=float), np.asarray(labels, dtype=float)
-    if preds.size < 2 or np.ptp(preds) == 0 or np.ptp(labels) == 0:
-        return 0.0
     return float(spearmanr(preds, labels).statistic)
+
+
+def _constant(values: Sequence) -> bool:
+    return np.unique(np.asarray(values)).size < 2
+
+
+def undefined_reason(name: str, preds: Sequence, labels: Sequence) -> str | None:
+    """Why metric `name` is undefined on this input, or None when it is defined."""
+    if name in ("mcc", "spearman"):
+        if len(labels) < 2:
+            return "fewer than two examples"
+        if _constant(labels):
+            return "constant labels"
+        if _constant(preds):
+            return "constant predictions"
+    if name == "f1" and not (np.any(np.asarray(labels) == 1) or np.any(np.asarray(preds) == 1)):
+        return "no positive example in labels or predictions"
+    return None
 
 
 METRICS: dict[str, Callable[[Sequence, Sequence], float]] = {
@@ -54,12 +72,15 @@ METRICS: dict[str, Callable[[Sequence, Sequence], float]] = {
 }
 
 
-def compute_metric(name: str, preds: Sequence, labels: Sequence) -> float:
-    """Score predictions with the named metric; higher is better for every metric here."""
+def compute_metric(name: str, preds: Sequence, labels: Sequence) -> float | None:
+    """Score predictions with the named metric; None when it is undefined on this input
+    (`undefined_reason` says why). Higher is better for every metric here."""
     if name not in METRICS:
         raise unknown_name("metric", name, METRICS)
     if len(preds) != len(labels):
         raise ValueError(f"{len(preds)} predictions for {len(labels)} labels")
     if len(labels) == 0:
         raise ValueError("cannot score an empty split")
+    if undefined_reason(name, preds, labels) is not None:
+        return None
     return METRICS[name](preds, labels)

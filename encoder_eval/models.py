@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import NamedTuple
@@ -58,24 +59,27 @@ def model_entry(key: str, registry: dict[str, tuple] | None = None) -> ModelEntr
 
 
 def key_from_path(path: str) -> str:
-    """A model key derived from a path or Hub id: its registry key if listed, else its last part."""
-    for key, row in MODEL_REGISTRY.items():
-        if row[0] == path:
-            return key
+    """A model key derived from a path or Hub id: the registry key of a listed Hub id, or of a
+    local directory named like one (case-insensitively), else the path's last part."""
     name = Path(path.rstrip("/")).name or "model"
+    local = os.path.isdir(os.path.expanduser(path))  # the loaders' test of a local model
+    for key, row in MODEL_REGISTRY.items():
+        if row[0] == path or (local and row[0].rsplit("/", 1)[-1].lower() == name.lower()):
+            return key
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name)
 
 
 def parse_model_spec(spec: str) -> tuple[str, ModelEntry]:
-    """Parse `NAME=PATH_OR_HUB_ID[:MODE]` (the sweep's --model flag)."""
+    """Parse `NAME=PATH_OR_HUB_ID[:MODE]` (the sweep's --model flag); a ':' in the last path
+    component starts a mode, which must be a valid one."""
     if "=" not in spec:
         raise HarnessError(f"--model {spec!r} must look like NAME=PATH_OR_HUB_ID[:MODE]")
     name, target = spec.split("=", 1)
     mode = "auto"
-    for candidate in MODES:
-        if target.endswith(":" + candidate):
-            target, mode = target[: -len(candidate) - 1], candidate
-            break
+    if ":" in target.rsplit("/", 1)[-1]:
+        target, mode = target.rsplit(":", 1)
+        if mode not in MODES:
+            raise HarnessError(f"--model {spec!r}: {unknown_name('mode', mode, MODES)}")
     if not name or not target:
         raise HarnessError(f"--model {spec!r} must look like NAME=PATH_OR_HUB_ID[:MODE]")
     return name, ModelEntry(target, mode, False)

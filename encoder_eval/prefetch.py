@@ -22,6 +22,7 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -46,13 +47,24 @@ def default_splits(task: str) -> tuple[str, ...]:
 
 
 def resolve_revision(repo: str, revision: str | None) -> str | None:
-    """The commit SHA `revision` (None = the default branch) of a Hub dataset, or None."""
+    """The commit SHA `revision` (None = the default branch) of a Hub dataset, or None when
+    it cannot be resolved (the manifest then records the requested revision only)."""
     try:
-        from huggingface_hub import HfApi
-
-        return HfApi().dataset_info(repo, revision=revision).sha
-    except Exception:  # offline, unknown repo, no huggingface_hub: recorded as unresolved
+        return tasks.resolve_dataset_revision(repo, revision)
+    except HarnessError:
         return None
+
+
+def pin_line(manifest: dict) -> str | None:
+    """The shell line that pins later Hub reads to exactly the commits this mirror holds."""
+    pins = {
+        e["dataset"]: e["revision"]
+        for e in (manifest or {}).get("tasks", {}).values()
+        if isinstance(e, dict) and e.get("dataset") and e.get("revision")
+    }
+    if not pins:
+        return None
+    return "export ENCODER_EVAL_DATASET_REVISIONS=" + shlex.quote(json.dumps(pins, sort_keys=True))
 
 
 def _json_default(value: Any) -> Any:
@@ -270,7 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         if not names:
             raise HarnessError("--tasks is empty; give task names separated by commas, or 'all'")
         splits = _csv(args.splits) if args.splits is not None else None
-        prefetch(names, args.out, splits)
+        manifest = prefetch(names, args.out, splits)
+        pin = pin_line(manifest)
+        if pin:
+            print(f"to read exactly these commits from the Hub later: {pin}")
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INPUT_ERROR

@@ -3,8 +3,9 @@
 A result is one JSON file per cell. It is written to a hidden temporary file in the same
 directory, fsynced and renamed over its final name, so a reader sees either nothing or
 the whole file. Readers pass over the harness's own hidden files (temporaries, locks,
-resume states) silently, and skip anything else that is not a valid result (including
-subdirectories, which they never descend into) with one warning each naming it and why.
+resume states, the `.corrupt/` directory of results moved aside) silently, and skip anything
+else that is not a valid result (including subdirectories, which they never descend into)
+with one warning each naming it and why. `cell_state` is the one definition of a done cell.
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ import json
 import math
 import os
 import re
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .protocol import lr_key_for
+from .protocol import SELECTION_SPLITS, lr_key_for
 
 SCHEMA_NAME = "encoder-eval-result"
-SCHEMA_VERSION = 1
+# 2: provenance.data.identity (the resolved data source), recipe.selection_split, and
+# scores that may be undefined (null, with the reason under `undefined`).
+SCHEMA_VERSION = 2
 STATUSES = ("ok", "diverged")
 TMP_PREFIX = ".tmp-"
 LOCK_PREFIX = ".lock-"
@@ -147,8 +151,14 @@ def validate_result(obj) -> list[str]:
     errors = []
     if obj.get("schema") != SCHEMA_NAME:
         errors.append(f"schema is {obj.get('schema')!r}, expected {SCHEMA_NAME!r}")
-    if obj.get("schema_version") != SCHEMA_VERSION:
-        errors.append(f"schema_version is {obj.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+    version = obj.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version < SCHEMA_VERSION:
+        errors.append(
+            f"written by an older harness (schema_version {version}, this one reads "
+            f"{SCHEMA_VERSION}); re-run the cell"
+        )
+    elif version != SCHEMA_VERSION:
+        errors.append(f"schema_version is {version!r}, expected {SCHEMA_VERSION}")
     if errors:
         return errors
     cell = obj.get("cell")
@@ -174,15 +184,10 @@ def validate_result(obj) -> list[str]:
     if errors:
         return errors
     if status == "ok":
-        dev = obj.get("dev")
-        if not isinstance(dev, dict) or not _is_number(dev.get("mean")):
-            errors.append("status ok but dev.mean is missing or not finite")
-        elif not isinstance(dev.get("per_language"), dict):
-            errors.append("dev.per_language missing")
+        errors += _score_errors("dev", obj.get("dev"))
         report = obj.get("report")
         if cell["phase"] == "report":
-            if not isinstance(report, dict) or not _is_number(report.get("mean")):
-                errors.append("report cell without a finite report.mean")
+            errors += _score_errors("report", report)
         elif report is not None:
             errors.append("a select cell must not hold a report score")
     else:
@@ -190,7 +195,39 @@ def validate_result(obj) -> list[str]:
             errors.append("diverged cell without training.diverged_at_step")
     if not isinstance(obj["protocol"].get("on_protocol"), bool):
         errors.append("protocol.on_protocol missing")
+    if obj["recipe"].get("selection_split") not in SELECTION_SPLITS:
+        errors.append(f"recipe.selection_split is {obj['recipe'].get('selection_split')!r}, "
+                      f"expected one of {SELECTION_SPLITS}")  # fmt: skip
+    data = obj["provenance"].get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("identity"), str):
+        errors.append("provenance.data.identity missing (the data source the cell read)")
     return errors
+
+
+def _score_errors(name: str, section) -> list[str]:
+    """A score section holds a finite mean, or a null mean with the reason it is undefined."""
+    if not isinstance(section, dict):
+        return [f"status ok but {name} scores are missing"]
+    if not isinstance(section.get("per_language"), dict):
+        return [f"{name}.per_language missing"]
+    if _is_number(section.get("mean")):
+        return []
+    undefined = section.get("undefined")
+    if section.get("mean") is None and isinstance(undefined, dict) and undefined:
+        return []
+    return [f"{name}.mean is missing or not finite, and no {name}.undefined says why"]
+
+
+def score_mean(data: dict, section: str) -> float | None:
+    """The mean of a result's `dev` or `report` scores; None when missing or undefined."""
+    scores = data.get(section) or {}
+    mean = scores.get("mean")
+    return float(mean) if _is_number(mean) else None
+
+
+def data_identity(data: dict) -> str:
+    """The data source a cell read (one comparable string: source kind, dataset, commit)."""
+    return str(((data.get("provenance") or {}).get("data") or {}).get("identity"))
 
 
 @dataclass(frozen=True)
@@ -233,6 +270,8 @@ def read_result(path: str | os.PathLike) -> tuple[dict | None, str | None]:
 # Hidden files the harness itself keeps beside results (writer temporaries, cell locks,
 # SIGTERM resume states): readers pass over them without a word.
 OWN_HIDDEN_PREFIXES = (TMP_PREFIX, LOCK_PREFIX, ".resume-")
+# The subdirectory of a results directory that corrupt results are moved into (never read).
+QUARANTINE_DIR = ".corrupt"
 
 
 def foreign_entry(path: Path) -> str | None:
@@ -249,9 +288,101 @@ def foreign_entry(path: Path) -> str | None:
 
 def is_own_file(path: Path) -> bool:
     """A file the harness writes beside results that is not a result (read by no reader)."""
-    return path.name.startswith(OWN_HIDDEN_PREFIXES) or (
-        path.name.endswith(PREDICTIONS_SUFFIX) and not path.is_dir()
+    return (
+        path.name.startswith(OWN_HIDDEN_PREFIXES)
+        or path.name == QUARANTINE_DIR
+        or (path.name.endswith(PREDICTIONS_SUFFIX) and not path.is_dir())
     )
+
+
+# ----------------------------------------------------------------------------- done cells
+
+MISSING, CORRUPT, MOVED = "missing", "corrupt", "moved"
+DONE_STATES = STATUSES  # a diverged cell is a finished outcome too: it is never re-run
+
+
+def cell_state(
+    path: str | os.PathLike, phase: str | None = None
+) -> tuple[str, dict | None, str | None]:
+    """Whether the result file at `path` makes its cell done: the one definition of "done".
+
+    Done ('ok' or 'diverged', data, None) means the file parses, validates and names the
+    cell its file name (and `phase`, when given) says; ('missing', None, None) is no file;
+    anything else is ('corrupt', None, why) and never counts as done.
+    """
+    path = Path(path)
+    if not os.path.lexists(path):
+        return MISSING, None, None
+    data, why = read_result(path)
+    if data is None:
+        return CORRUPT, None, why
+    cell = data["cell"]
+    if cell["lr_key"] != lr_key(cell["lr"]):
+        why = f"its cell.lr_key {cell['lr_key']!r} disagrees with its lr {cell['lr']:g}"
+        return CORRUPT, None, why
+    if phase is not None and cell["phase"] != phase:
+        return CORRUPT, None, f"a {cell['phase']} cell in a {phase} results directory"
+    return data["status"], data, None
+
+
+def quarantine_result(path: str | os.PathLike) -> Path | None:
+    """Move a corrupt result into `<its directory>/.corrupt/<name>.<UTC time>`, never deleting
+    it, so its cell runs again; returns where it went (None: the file was already gone)."""
+    path = Path(path)
+    qdir = path.parent / QUARANTINE_DIR
+    qdir.mkdir(exist_ok=True)
+    now_ns = time.time_ns()
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now_ns // 10**9))
+    stamp += f".{now_ns % 10**9 // 1000:06d}Z"
+    dest = qdir / f"{path.name}.{stamp}"
+    n = 0
+    while os.path.lexists(dest):
+        n += 1
+        dest = qdir / f"{path.name}.{stamp}-{n}"
+    try:
+        os.rename(path, dest)
+    except FileNotFoundError:
+        return None
+    return dest
+
+
+def settle_cell(
+    path: str | os.PathLike, phase: str | None = None, *, locked: bool = False, warn=None
+) -> tuple[str, dict | None, str | None]:
+    """`cell_state`, after moving a corrupt result aside so that its cell runs again.
+
+    The move happens under the cell's lock (`locked`: the caller holds it already), so a
+    result another runner is writing at that moment is never moved; a corrupt file whose
+    cell another runner holds stays where it is ('corrupt'). A moved file gives 'moved'
+    and one line to `warn` (default: stderr) naming it, where it went and why.
+    """
+    state, data, why = cell_state(path, phase)
+    if state != CORRUPT:
+        return state, data, why
+    warn = warn or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    try:
+        lock = contextlib.nullcontext(True) if locked else cell_lock(path)
+        with lock as mine:
+            if not mine:
+                return state, data, why
+            state, data, why = cell_state(path, phase)  # again, now that nobody writes it
+            if state != CORRUPT:
+                return state, data, why
+            dest = quarantine_result(path)
+    except OSError as exc:
+        warn(f"warning: cannot move the corrupt result {path} aside ({exc.strerror or exc}); "
+             "fix the directory's permissions or move it yourself")  # fmt: skip
+        return state, data, why
+    if dest is None:
+        return MISSING, None, None
+    warn(f"moved the corrupt result {path} to {dest} ({why}); its cell runs again")
+    return MOVED, None, why
+
+
+def count_quarantined(results_dir: str | os.PathLike) -> int:
+    """How many corrupt results have been moved aside into `results_dir`'s `.corrupt/`."""
+    qdir = Path(results_dir) / QUARANTINE_DIR
+    return sum(1 for p in qdir.iterdir() if p.is_file()) if qdir.is_dir() else 0
 
 
 def load_results(
@@ -260,13 +391,12 @@ def load_results(
     """Read every valid result in `results_dir`, warning once per entry it skips.
 
     `warn` receives one message per skipped entry, naming it and why (default: print to
-    stderr): files that do not parse or validate, files that are not `*.json` result files,
-    subdirectories (never descended into: a backup copy there must not fill a gap), and,
-    with `phase`, results of the other phase. The harness's own files (writer temporaries,
-    lock files, resume states, `*.predictions.json`) are passed over silently.
+    stderr): files that are not done results by `cell_state` (that do not parse, validate
+    or name their cell, or with `phase` are of the other phase), files that are not `*.json`
+    result files and subdirectories (never descended into: a backup copy there must not fill
+    a gap). The harness's own files (writer temporaries, lock files, resume states,
+    `*.predictions.json`, `.corrupt/`) are passed over silently.
     """
-    import sys
-
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     root = Path(results_dir)
     out = []
@@ -277,12 +407,11 @@ def load_results(
             continue
         reason = foreign_entry(path)
         if reason is None:
-            data, reason = read_result(path)
+            _, data, reason = cell_state(path, phase)
+            if data is None and reason is None:
+                continue  # moved aside or removed since the listing
         if reason is not None:
             warn(f"skipping {path}: {reason}")
-            continue
-        if phase is not None and data["cell"]["phase"] != phase:
-            warn(f"skipping {path}: a {data['cell']['phase']} cell in a {phase} results directory")
             continue
         out.append(LoadedResult(path, data))
     return out

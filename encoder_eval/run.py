@@ -15,8 +15,14 @@ from pathlib import Path
 
 from .errors import ArgumentParser, HarnessError
 from .models import MODEL_REGISTRY, MODES, key_from_path, model_entry
-from .protocol import PHASE_SEEDS, PROTOCOL_RECIPE, Recipe, lr_key_for
-from .results import cell_lock, clean_stale_temporaries, read_result, result_filename
+from .protocol import PHASE_SEEDS, PROTOCOL_RECIPE, SELECTION_SPLITS, Recipe, lr_key_for
+from .results import (
+    DONE_STATES,
+    cell_lock,
+    clean_stale_temporaries,
+    result_filename,
+    settle_cell,
+)
 from .tasks import TASK_KNOBS, dataset_revisions, task_knobs
 
 EXIT_INPUT_ERROR = 2
@@ -67,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--warmup-ratio", type=float, default=r.warmup_ratio, help="linear warmup share")
     g.add_argument("--precision", choices=("bf16-autocast", "fp32"), default=r.precision,
                    help="fp32 is for debugging and marks the cell off-protocol")  # fmt: skip
+    g.add_argument("--selection-split", choices=SELECTION_SPLITS, default=r.selection_split,
+                   help="what picks the LR and the early-stopping checkpoint: dev (the "
+                   "specification's default) or holdout (strict: a fixed slice of train; the "
+                   "official dev split is only scored for the report)")  # fmt: skip
     g.add_argument("--batching", choices=("length-grouped", "random"), default="length-grouped",
                    help="how training batches are formed (see EVALUATION_METHODOLOGY.md)")  # fmt: skip
     g.add_argument("--allow-off-protocol", action="store_true", help="accept a learning rate "
@@ -123,6 +133,8 @@ def plan_cells(args: argparse.Namespace) -> list:
         model_entry(args.model_key)  # raises: unknown key, with the valid ones
     model_path = args.model_path or entry.path
     model_key = args.model_key or key_from_path(model_path)
+    if entry is None and model_key in MODEL_REGISTRY:  # --model-path alone names a registry model
+        entry = model_entry(model_key)
     mode = args.mode or (entry.mode if entry else "auto")
     trust = args.trust_remote_code
     if trust is None:
@@ -161,7 +173,7 @@ def plan_cells(args: argparse.Namespace) -> list:
         weight_decay=args.weight_decay, adam_beta2=args.adam_beta2, warmup_ratio=args.warmup_ratio,
         batch_size=args.bsz, max_steps=args.max_steps, epoch_cap=args.epoch_cap,
         patience=args.patience, early_stop=args.early_stop, max_seq_len=args.max_seq_len,
-        precision=args.precision,
+        precision=args.precision, selection_split=args.selection_split,
     )  # fmt: skip
     extra = [] if args.batching == "length-grouped" else [f"batching={args.batching}"]
     cells = []
@@ -186,6 +198,8 @@ def plan_cells(args: argparse.Namespace) -> list:
 def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]:
     """Run cells in order in this process, sharing the task data; returns their results.
 
+    With `skip_existing`, a cell that is done (`results.cell_state`) is skipped, and a
+    corrupt result file in its place is moved aside into `.corrupt/` and the cell run again.
     A cell another runner holds is skipped and come back to at the end: this process then
     waits for that runner's lock and skips the cell if the other runner finished it (or runs
     it, if that runner died first), so a unit's process ends only when its cells are done.
@@ -201,13 +215,14 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
     results = []
     data = None
 
-    def done(cfg) -> bool:
-        return Path(cfg.out_json).exists() and read_result(cfg.out_json)[0] is not None
+    def done(cfg) -> bool:  # called with the cell's lock held; a corrupt result is moved aside
+        return settle_cell(cfg.out_json, cfg.phase, locked=True)[0] in DONE_STATES
 
     def run_one(cfg) -> None:
         nonlocal data
         if data is None:
-            data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report")
+            data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report",
+                             selection_split=cfg.recipe.selection_split)  # fmt: skip
         result = run_cell(cfg, data=data)
         results.append(result)
         score = result["report"]["mean"] if result["report"] else (result["dev"] or {}).get("mean")
@@ -261,15 +276,22 @@ def main(argv: list[str] | None = None) -> int:
     quiet = args.progress == "quiet"
     try:
         cells = plan_cells(args)
-        from .train import EXIT_PREEMPTED, Preempted
+        from .train import EXIT_INTERRUPTED, EXIT_PREEMPTED, Interrupted, Preempted
 
         run_cells(cells, args.skip_existing, log=(lambda m: None) if quiet else print)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    except Interrupted as exc:
+        print(f"interrupted: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Preempted as exc:
         print(f"preempted: {exc}", file=sys.stderr)
         return EXIT_PREEMPTED
+    except KeyboardInterrupt:  # Ctrl-C outside a training loop: nothing was lost
+        print("interrupted: Ctrl-C before training started or after a result was written; "
+              "run the same command again to continue", file=sys.stderr)  # fmt: skip
+        return EXIT_INTERRUPTED
     except CellsFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CELL_FAILED

@@ -14,29 +14,39 @@ mean (`dev.mean` of the select cells). The policy, stated once:
   (or `--seeds`). Pairs are those present in the results, or `--models` x `--tasks`.
 * Incomplete rows: an LR whose seed row lacks a seed is not eligible, and select refuses
   (exit 1, nothing written), listing every missing cell: a choice over a partly run grid is
-  not the protocol's. With `--allow-partial` an LR with at least one finished seed is
-  eligible with the mean over the seeds it has; the pair is marked `partial` and the seeds
-  each mean used are recorded.
+  not the protocol's. When the results are a complete smaller grid, the refusal names the
+  `--lr-keys`/`--seeds` that describe it. With `--allow-partial` an LR with at least one
+  finished seed is eligible with the mean over the seeds it has; the pair is marked
+  `partial` and the seeds each mean used are recorded.
 * Diverged cells: a diverged seed (non-finite loss) is never dropped. It makes its LR
   ineligible, since that LR does not train reliably for this model and task; it is recorded
   under `diverged_by_lr`, and that LR's `dev_mean_by_lr` is null. `--allow-partial` does not
   change this.
+* Undefined scores: a seed whose dev mean is undefined (null: the metric is undefined on
+  constant predictions) makes its LR ineligible the same way, recorded under
+  `undefined_by_lr`; it is never read as 0.
 * No eligible LR: the pair gets `lr_key: null` with a `reason`, the file is still written,
   and select exits 1 listing those pairs (the report sweep refuses them).
 * Ties (equal means) go to the smaller LR.
-* Cells of one pair must share a recipe (`recipe_signature`); a mismatch is refused.
+* Cells of one pair must share their setup (`cell_setup`: the recipe signature, model
+  revision, loader mode and trust_remote_code, data identity and selection split); a
+  mismatch is refused, naming the entry and the cells. The shared setup is recorded per pair
+  as `select_setup`, so that `summarize` can check the report cells ran with the same.
 * Cells outside the expected LR keys or seeds are ignored, with a note.
 
-`selection.json`::
+`selection.json` (version 2; a file of another version must be regenerated)::
 
-    {"schema": "encoder-eval-selection", "version": 1, "created_at": ..., "results_dir": ...,
+    {"schema": "encoder-eval-selection", "version": 2, "created_at": ..., "results_dir": ...,
      "policy": {"lr_keys": [...], "seeds": [...], "allow_partial": false, "rule": ...},
      "on_protocol": true,
      "pairs": {"<model>": {"<task>": {
          "lr_key": "lr06", "lr": 3.59e-05, "dev_mean": 0.81, "metric": "accuracy",
          "dev_mean_by_lr": {"lr01": 0.78, ...}, "seeds_by_lr": {"lr01": [42, 43, 44], ...},
-         "diverged_by_lr": {"lr10": [43]}, "missing_by_lr": {}, "partial": false,
-         "on_protocol": true, "reason": null}}}}
+         "diverged_by_lr": {"lr10": [43]}, "undefined_by_lr": {}, "missing_by_lr": {},
+         "partial": false, "on_protocol": true, "reason": null,
+         "select_setup": {"model_revision": ..., "mode": "auto", "trust_remote_code": false,
+                          "selection_split": "dev", "data_identity": "hub:...@<sha>",
+                          "recipe": {...}}}}}}
 
 Exit status: 0 written; 1 refused or some pair has no selection; 2 bad input.
 """
@@ -54,18 +64,28 @@ from pathlib import Path
 
 from .errors import ArgumentParser, HarnessError
 from .protocol import LR_GRID, PROTOCOL_RECIPE, SELECT_SEEDS
-from .results import LoadedResult, load_results, result_filename, write_json_atomic
+from .results import (
+    LoadedResult,
+    data_identity,
+    load_results,
+    result_filename,
+    score_mean,
+    write_json_atomic,
+)
 
 SCHEMA = "encoder-eval-selection"
-VERSION = 1
+# 2: per pair, `select_setup` (what its select cells ran with) and `undefined_by_lr`.
+VERSION = 2
 EXIT_REFUSED = 1
 EXIT_INPUT_ERROR = 2
 POLICY_RULE = (
-    "best seed-averaged dev mean; an LR with a diverged seed is ineligible; an LR missing "
-    "seeds is ineligible unless allow_partial; ties go to the smaller LR"
+    "best seed-averaged dev mean; an LR with a diverged seed or an undefined dev score is "
+    "ineligible; an LR missing seeds is ineligible unless allow_partial; ties go to the "
+    "smaller LR"
 )
 # Recipe entries that legitimately differ between cells of one table (per task, per model,
 # or per machine: the effective batch is what the recipe fixes, not its micro-batching).
+# The loader `mode` is per model: `cell_setup` holds it, and one model's cells must agree.
 _RECIPE_PER_CELL = {
     "warmup_steps", "pair_format", "mode", "micro_batch", "grad_accumulation", "eval_batch",
 }  # fmt: skip
@@ -88,6 +108,38 @@ def recipe_signature(data: dict) -> dict:
     return {k: v for k, v in sorted(data.get("recipe", {}).items()) if k not in _RECIPE_PER_CELL}
 
 
+def cell_setup(data: dict) -> dict:
+    """What a cell ran with that every cell of one (model, task), select and report alike,
+    must share: the recipe signature, model revision, loader, data and selection split."""
+    recipe = data.get("recipe") or {}
+    provenance = data.get("provenance") or {}
+    return {
+        "model_revision": provenance.get("model_revision"),
+        "mode": recipe.get("mode"),
+        "trust_remote_code": provenance.get("trust_remote_code"),
+        "selection_split": recipe.get("selection_split"),
+        "data_identity": data_identity(data),
+        "recipe": recipe_signature(data),
+    }
+
+
+def setup_differences(setup: dict, reference: dict, reference_has: str) -> list[str]:
+    """`entry value (reference_has other value)` for each `cell_setup` entry in which `setup`
+    departs from `reference`; the recipe by its differing keys, its selection split once."""
+    pairs = [(k, v, reference.get(k)) for k, v in setup.items() if k != "recipe"]
+    recipe, ref = setup.get("recipe") or {}, reference.get("recipe") or {}
+    pairs += [
+        (f"recipe {k}=", recipe.get(k), ref.get(k))
+        for k in sorted(set(recipe) | set(ref))
+        if k != "selection_split"
+    ]
+    return [
+        f"{name}{'' if name.endswith('=') else ' '}{value} ({reference_has} {other})"
+        for name, value, other in pairs
+        if value != other
+    ]
+
+
 def _mean(values: list[float]) -> float:
     return math.fsum(values) / len(values)
 
@@ -96,6 +148,7 @@ def _mean(values: list[float]) -> float:
 class _Row:
     ok: dict[int, float] = field(default_factory=dict)  # seed -> dev mean
     diverged: list[int] = field(default_factory=list)
+    undefined: list[int] = field(default_factory=list)  # finished, but the dev mean is null
     cells: list[LoadedResult] = field(default_factory=list)
 
 
@@ -112,7 +165,7 @@ def select_pairs(
     """Build the selection document from select-phase results (see the module docstring).
 
     Raises `Refusal` when expected cells are missing (unless `allow_partial`) or a pair's
-    cells disagree on the recipe. `note` receives informational messages.
+    cells disagree on their setup (`cell_setup`). `note` receives informational messages.
     """
     note = note or (lambda msg: None)
     lr_keys = list(lr_keys) if lr_keys else list(LR_GRID)
@@ -142,10 +195,13 @@ def select_pairs(
             continue
         row = rows[pair][key]
         row.cells.append(r)
-        if r.ok:
-            row.ok[seed] = float(r.data["dev"]["mean"])
-        else:
+        score = score_mean(r.data, "dev")
+        if not r.ok:
             row.diverged.append(seed)
+        elif score is None:
+            row.undefined.append(seed)
+        else:
+            row.ok[seed] = score
     if ignored:
         note(f"ignored {ignored} cell(s) outside lr keys {','.join(lr_keys)} / seeds "
              f"{','.join(map(str, seeds))}")  # fmt: skip
@@ -153,28 +209,29 @@ def select_pairs(
     missing_items, mismatch_items = [], []
     for (model, task), by_lr in rows.items():
         for key, row in by_lr.items():
-            lost = [s for s in seeds if s not in row.ok and s not in row.diverged]
-            for s in lost:
+            for s in _missing_seeds(row, seeds):
                 missing_items.append(
                     f"{model}/{task}/{key}/s{s}: missing "
                     f"({result_filename(model, task, LR_GRID[key], s)})"
                 )
-        cells = [c for row in by_lr.values() for c in row.cells]
-        signatures = {json.dumps(recipe_signature(c.data), sort_keys=True) for c in cells}
-        if len(signatures) > 1:
-            mismatch_items.append(
-                f"{model}/{task}: {len(signatures)} different recipes among "
-                + ", ".join(sorted(c.path.name for c in cells))
-            )
+        cells = sorted((c for row in by_lr.values() for c in row.cells), key=lambda c: c.path)
+        if cells:
+            reference = cell_setup(cells[0].data)
+            for c in cells[1:]:
+                has = f"{cells[0].path.name} has"
+                differs = setup_differences(cell_setup(c.data), reference, has)
+                if differs:
+                    mismatch_items.append(f"{model}/{task}: {c.path.name} has {'; '.join(differs)}")
     if mismatch_items:
         raise Refusal(
-            "the select cells of a pair disagree on the recipe; re-run them with one recipe",
+            "the select cells of a pair disagree on their setup (recipe, model revision, "
+            "loader mode, trust_remote_code, data or selection split); re-run them with one",
             mismatch_items,
         )
     if missing_items and not allow_partial:
         raise Refusal(
             f"{len(missing_items)} select cell(s) are missing, so their LRs are not eligible; "
-            "finish the sweep (re-run its script) or pass --allow-partial",
+            + _missing_fix(rows, lr_keys, seeds),
             missing_items,
         )
 
@@ -200,23 +257,50 @@ def select_pairs(
     }
 
 
+def _missing_seeds(row: _Row, seeds: list[int]) -> list[int]:
+    return [s for s in seeds if s not in row.ok and s not in row.diverged + row.undefined]
+
+
+def _missing_fix(rows: dict[tuple[str, str], dict[str, _Row]], lr_keys: list[str],
+                 seeds: list[int]) -> str:  # fmt: skip
+    """The fix for missing cells: the flags of a complete smaller sweep, else finishing it."""
+    ran_keys = [k for k in lr_keys if any(by_lr[k].cells for by_lr in rows.values())]
+    ran_seeds = [s for s in seeds if any(
+        s not in _missing_seeds(row, seeds) for by_lr in rows.values() for row in by_lr.values()
+    )]  # fmt: skip
+    complete = all(
+        not set(ran_seeds) & set(_missing_seeds(by_lr[k], seeds))
+        for by_lr in rows.values()
+        for k in ran_keys
+    )
+    if ran_keys and complete and (len(ran_keys), len(ran_seeds)) != (len(lr_keys), len(seeds)):
+        keys, ran = ",".join(ran_keys), ",".join(map(str, ran_seeds))
+        return (f"this looks like a shrunken sweep that ran lr keys {keys} and seeds {ran}; "
+                f"pass --lr-keys {keys} --seeds {ran} (or finish the sweep)")  # fmt: skip
+    return "finish the sweep (re-run its script) or pass --allow-partial"
+
+
 def _choose(by_lr: dict[str, _Row], seeds: list[int], allow_partial: bool) -> dict:
     dev_by_lr, seeds_by_lr, diverged_by_lr, missing_by_lr = {}, {}, {}, {}
+    undefined_by_lr: dict[str, list[int]] = {}
     metric = None
     on_protocol = True
     eligible = []
+    cells = sorted((c for row in by_lr.values() for c in row.cells), key=lambda c: c.path)
     for key, row in by_lr.items():
         used = sorted(row.ok)
         seeds_by_lr[key] = used
-        missing = [s for s in seeds if s not in row.ok and s not in row.diverged]
+        missing = _missing_seeds(row, seeds)
         if missing:
             missing_by_lr[key] = missing
         if row.diverged:
             diverged_by_lr[key] = sorted(row.diverged)
+        if row.undefined:
+            undefined_by_lr[key] = sorted(row.undefined)
         for c in row.cells:
             metric = metric or c.data["metric"]
             on_protocol &= bool(c.data["protocol"]["on_protocol"])
-        if row.diverged or not used or (missing and not allow_partial):
+        if row.diverged or row.undefined or not used or (missing and not allow_partial):
             dev_by_lr[key] = None
             continue
         dev_by_lr[key] = _mean([row.ok[s] for s in used])
@@ -229,15 +313,17 @@ def _choose(by_lr: dict[str, _Row], seeds: list[int], allow_partial: bool) -> di
         "dev_mean_by_lr": dev_by_lr,
         "seeds_by_lr": seeds_by_lr,
         "diverged_by_lr": diverged_by_lr,
+        "undefined_by_lr": undefined_by_lr,
         "missing_by_lr": missing_by_lr,
         "partial": bool(missing_by_lr),
         "on_protocol": on_protocol,
         "reason": None,
+        "select_setup": cell_setup(cells[0].data) if cells else None,
     }
     if not eligible:
-        entry["reason"] = "no eligible LR: " + "; ".join(
-            f"{k} diverged on seeds {v}" for k, v in diverged_by_lr.items()
-        ) if diverged_by_lr else "no eligible LR: no finished cells"  # fmt: skip
+        why = [f"{k} diverged on seeds {v}" for k, v in diverged_by_lr.items()]
+        why += [f"{k} undefined on seeds {v}" for k, v in undefined_by_lr.items()]
+        entry["reason"] = "no eligible LR: " + ("; ".join(why) or "no finished cells")
         return entry
     best = min(eligible, key=lambda k: (-dev_by_lr[k], LR_GRID[k]))
     entry.update(lr_key=best, lr=LR_GRID[best], dev_mean=dev_by_lr[best])
@@ -271,8 +357,8 @@ def load_selection(path: str | os.PathLike) -> dict:
         raise HarnessError(f"{path} is not a selection file (schema {SCHEMA!r}); "
                            "pass the file encoder_eval.select wrote")  # fmt: skip
     if data.get("version") != VERSION:
-        raise HarnessError(f"{path} has selection version {data.get('version')!r}, expected "
-                           f"{VERSION}; regenerate it with this harness")  # fmt: skip
+        raise HarnessError(f"{path} has selection version {data.get('version')!r}, this harness "
+                           f"reads {VERSION}; regenerate it with python -m encoder_eval.select")  # fmt: skip
     pairs = data.get("pairs")
     if not isinstance(pairs, dict) or not all(isinstance(v, dict) for v in pairs.values()):
         raise HarnessError(f"{path} has no valid 'pairs' object; regenerate it")

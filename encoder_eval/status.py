@@ -11,21 +11,23 @@ Usage::
 
 The expected cells are those `encoder_eval.sweep` would plan from the same flags
 (`--models`, `--model`, `--tasks`, `--lr-keys`, `--seeds`, `--max-steps`, ...: pass the
-ones the sweep got). Each is counted as one of:
+ones the sweep got). Each is counted, by `results.cell_state` (the definition every script
+and command shares), as one of:
 
-* done: a valid result with status ok;
-* diverged: a valid result whose training diverged (a finished outcome, not re-run);
-* failed: a result file that does not parse or validate (delete it to re-run the cell:
-  the scripts skip any existing file);
+* done: a result that parses, validates and names this cell (phase included), status ok;
+* diverged: such a result whose training diverged (a finished outcome, not re-run);
+* corrupt: a result file that does not parse, validate or name this cell (listed with why;
+  the scripts and `run --skip-existing` move it aside into `.corrupt/` and re-run the cell);
 * missing: no result file yet.
 
-Results in the directory that the plan does not cover are counted as "other". Every entry
-of the directory that is not a valid result of this phase gets one warning on stderr naming
-it and why, as in `select` and `summarize`.
+Results in the directory that the plan does not cover are counted as "other", and the
+files moved aside into `.corrupt/` as "moved aside". Every entry of the directory that is
+not a valid result of this phase gets one warning on stderr naming it and why, as in
+`select` and `summarize`. Status only reads: it moves nothing.
 `--emit DIR` writes a script (`--mode shell|slurm|slurm-array`, with the sweep's options)
-covering only the missing cells; nothing is written when none are missing.
+covering only the missing and corrupt cells; nothing is written when there are none.
 
-Exit status: 0 when every cell is done or diverged; 1 when some are missing or failed;
+Exit status: 0 when every cell is done or diverged; 1 when some are missing or corrupt;
 2 on bad input.
 """
 
@@ -38,46 +40,46 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ArgumentParser, HarnessError
-from .results import load_results, read_result
+from .results import CORRUPT, MISSING, QUARANTINE_DIR, cell_state, count_quarantined, load_results
 from .sweep import Cell, Plan, add_emit_arguments, add_plan_arguments, emit, plan_from_args
 
 EXIT_INCOMPLETE = 1
 EXIT_INPUT_ERROR = 2
-STATES = ("done", "diverged", "failed", "missing")
+STATES = ("done", "diverged", "corrupt", "missing")
 
 
 @dataclass
 class Status:
     plan: Plan
     cells: dict[str, list[Cell]]  # state -> cells
-    reasons: dict[str, str] = field(default_factory=dict)  # failed file -> why
+    reasons: dict[str, str] = field(default_factory=dict)  # corrupt file -> why
     other: list[str] = field(default_factory=list)  # result files the plan does not cover
+    moved_aside: int = 0  # corrupt results moved into the results directory's .corrupt/
 
     def count(self, state: str) -> int:
         return len(self.cells[state])
 
     @property
+    def to_run(self) -> list[Cell]:
+        """The cells a script still has to run (missing or corrupt), in plan order."""
+        todo = {id(c) for c in self.cells["missing"] + self.cells["corrupt"]}
+        return [c for c in self.plan.cells if id(c) in todo]
+
+    @property
     def complete(self) -> bool:
-        return not self.cells["missing"] and not self.cells["failed"]
+        return not self.to_run
 
 
 def phase_status(plan: Plan) -> Status:
-    """Classify every cell of the plan by its result file."""
+    """Classify every cell of the plan by its result file (`results.cell_state`)."""
     cells: dict[str, list[Cell]] = {s: [] for s in STATES}
     reasons = {}
     for cell in plan.cells:
         path = plan.out_json(cell)
-        if not os.path.exists(path):
-            cells["missing"].append(cell)
-            continue
-        data, why = read_result(path)
-        if data is None:
-            cells["failed"].append(cell)
+        state, _, why = cell_state(path, plan.phase)
+        if state == CORRUPT:
             reasons[path] = why
-        elif data["status"] == "ok":
-            cells["done"].append(cell)
-        else:
-            cells["diverged"].append(cell)
+        cells[{MISSING: "missing", CORRUPT: "corrupt", "ok": "done"}.get(state, state)].append(cell)
     planned = {os.path.basename(plan.out_json(c)) for c in plan.cells}
     root = Path(plan.results_dir)
     other = []
@@ -87,7 +89,7 @@ def phase_status(plan: Plan) -> Status:
             if not p.name.startswith(".") and p.name not in planned
             and not p.name.endswith(".predictions.json")
         )  # fmt: skip
-    return Status(plan, cells, reasons, other)
+    return Status(plan, cells, reasons, other, count_quarantined(plan.results_dir))
 
 
 def format_status(status: Status, limit: int | None = 50) -> str:
@@ -100,7 +102,11 @@ def format_status(status: Status, limit: int | None = 50) -> str:
         lines.append(f"  {state:<9}{status.count(state):>6}")
     if status.other:
         lines.append(f"  {'other':<9}{len(status.other):>6}  (results outside this plan)")
-    for state in ("diverged", "failed", "missing"):
+    if status.moved_aside:
+        where = os.path.join(plan.results_dir, QUARANTINE_DIR)
+        lines.append(f"  {'moved aside':<9}{status.moved_aside:>4}  (corrupt results kept in "
+                     f"{where}; never read)")  # fmt: skip
+    for state in ("diverged", "corrupt", "missing"):
         cells = status.cells[state]
         if not cells:
             continue
@@ -112,22 +118,22 @@ def format_status(status: Status, limit: int | None = 50) -> str:
             lines.append(f"  {c.label}  {path}{why}")
         if len(shown) < len(cells):
             lines.append(f"  ... and {len(cells) - len(shown)} more (--list-all shows them)")
-    if status.cells["failed"]:
-        lines.append("failed files block their cells (scripts skip existing files): delete "
-                     "them, then re-run the phase's script")  # fmt: skip
+    if status.cells["corrupt"]:
+        lines.append("corrupt files do not count as done: the phase's script (or --emit) moves "
+                     "them aside into .corrupt/ and re-runs their cells")  # fmt: skip
     return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="python -m encoder_eval.status",
-        description="Count done / diverged / failed / missing cells of a phase and optionally "
-        "write a launch script for the missing ones.",
+        description="Count done / diverged / corrupt / missing cells of a phase and optionally "
+        "write a launch script for the missing and corrupt ones.",
     )
     add_plan_arguments(p)
     add_emit_arguments(p)
-    p.add_argument("--emit", metavar="DIR", help="write a launch script for the missing cells "
-                   "into DIR (--mode picks its kind)")  # fmt: skip
+    p.add_argument("--emit", metavar="DIR", help="write a launch script for the missing and "
+                   "corrupt cells into DIR (--mode picks its kind)")  # fmt: skip
     p.add_argument("--list-all", action="store_true", help="list every cell, not the first 50")
     return p
 
@@ -141,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         status = phase_status(plan)
         load_results(plan.results_dir, phase=plan.phase)  # one warning per entry it skips
         emitted = None
-        if args.emit and status.cells["missing"]:
-            emitted = emit(plan, args.emit, args.mode, cells=status.cells["missing"],
+        if args.emit and status.to_run:
+            emitted = emit(plan, args.emit, args.mode, cells=status.to_run,
                            template=args.slurm_template, requeue=args.requeue,
                            python=args.python, group=args.group)  # fmt: skip
     except HarnessError as exc:
@@ -150,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT_ERROR
     print(format_status(status, limit=None if args.list_all else 50))
     if args.emit:
-        print(emitted.describe() if emitted else "nothing missing: no script written")
+        print(emitted.describe() if emitted else "nothing to run: no script written")
     return 0 if status.complete else EXIT_INCOMPLETE
 
 

@@ -19,12 +19,25 @@ The table is refused (exit 1, each offending cell listed) when:
 
 * a cell lacks report seeds (`missing_seeds`) or a pair has no selected LR
   (`no_selection`);
+* the selection is off-protocol for a pair of the table (`selection_off_protocol`: a
+  shrunken select sweep, off-protocol select cells) or was made over missing select seeds
+  (`selection_partial`), as `selection.json` itself records;
 * a result sits at an LR other than the selected one (`wrong_lr`; never averaged);
 * a result is off-protocol (`off_protocol`: shrunken recipe, seed outside 45-49, ...);
 * a report seed diverged (`diverged`; counted, never averaged);
-* cells disagree on the recipe (`recipe`), on precision (`precision`), on
-  `provenance.software.transformers` (`transformers`), or one model's cells on
-  `provenance.model_revision` (`model_revision`).
+* a report score is undefined (`undefined_metric`: a null `report.mean`, e.g. constant
+  predictions; never averaged, never read as 0);
+* cells disagree on the recipe (`recipe`), on precision (`precision`), on the selection
+  split (`selection_split`: a protocol variant, one per table), on
+  `provenance.software.transformers` (`transformers`), one model's cells on
+  `provenance.model_revision` (`model_revision`) or on the loader mode and
+  trust_remote_code (`loader`), or one task's cells on the data they read
+  (`data_identity`);
+* a report cell ran otherwise than its pair's select cells did, as `select_setup` in the
+  selection records them (`select_report_mismatch`: model revision, loader, recipe, data
+  identity or selection split).
+
+The footnote and the json format name the selection split the table used.
 
 `--allow-partial` prints the table anyway and turns every problem into a footnote; cells
 averaged over fewer seeds than expected carry `†` and a footnote such as "avg@2 instead of
@@ -50,18 +63,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ArgumentParser, HarnessError
-from .protocol import REPORT_SEEDS
-from .results import LoadedResult, load_results, result_filename
-from .select import load_selection, recipe_signature
+from .protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
+from .results import LoadedResult, load_results, result_filename, score_mean
+from .select import cell_setup, load_selection, setup_differences
 from .tasks import TASK_KNOBS, task_knobs
 
 EXIT_REFUSED = 1
 EXIT_INPUT_ERROR = 2
 TABLE_SCHEMA = "encoder-eval-table"
 RULES = (
-    "no_selection", "missing_seeds", "wrong_lr", "off_protocol", "diverged", "recipe",
-    "precision", "transformers", "model_revision",
+    "no_selection", "selection_off_protocol", "selection_partial", "missing_seeds", "wrong_lr",
+    "off_protocol", "diverged", "undefined_metric", "recipe", "precision", "selection_split",
+    "transformers", "model_revision", "loader", "data_identity", "select_report_mismatch",
 )  # fmt: skip
+# What each selection split means, as the table's footnote states it.
+SELECTION_SPLIT_NOTES = {
+    "dev": "LR selection and early stopping on the official dev split (the specification's "
+    "default; for dev-reported tasks the score is a maximum over evaluations).",
+    "holdout": "LR selection and early stopping on a held-out slice of train (strict: the "
+    "official dev split is untouched until the report score).",
+}
 BUCKET_LABELS = {"multilingual": "Multilingual", "glue": "GLUE", "superglue": "SuperGLUE"}
 BUCKET_ORDER = ("multilingual", "glue", "superglue")
 TASK_LABELS = {
@@ -101,6 +122,7 @@ class CellStats:
     diverged: list[int]
     missing: list[int]
     off_protocol: bool
+    undefined: list[int] = field(default_factory=list)  # finished, but report.mean is null
 
     @property
     def n(self) -> int:
@@ -126,6 +148,12 @@ class Table:
     cells: dict[tuple[str, str], CellStats]
     problems: list[Problem]
     expected_seeds: list[int]
+    selection_splits: list[str] = field(default_factory=list)  # those the cells used
+
+    @property
+    def selection_split(self) -> str | None:
+        """The table's selection split; None when its cells mix several (or there are none)."""
+        return self.selection_splits[0] if len(self.selection_splits) == 1 else None
 
     @property
     def buckets(self) -> list[str]:
@@ -166,18 +194,28 @@ def _group_disagreement(rule: str, what: str, groups: dict[str, list[LoadedResul
 def _recipe_problems(cells: list[LoadedResult]) -> list[Problem]:
     problems = []
     by_precision = defaultdict(list)
+    by_split = defaultdict(list)
     by_recipe = defaultdict(list)
     by_tf = defaultdict(list)
     by_rev: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    by_loader: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    by_data: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for c in cells:
-        sig = recipe_signature(c.data)
+        setup = cell_setup(c.data)
+        sig = dict(setup["recipe"])
         by_precision[str(sig.pop("precision", None))].append(c)
+        by_split[str(sig.pop("selection_split", None))].append(c)
         by_recipe[json.dumps(sig, sort_keys=True)].append(c)
         software = c.data["provenance"].get("software") or {}
         by_tf[str(software.get("transformers"))].append(c)
-        by_rev[c.cell["model"]][str(c.data["provenance"].get("model_revision"))].append(c)
+        by_rev[c.cell["model"]][str(setup["model_revision"])].append(c)
+        loader = f"mode={setup['mode']}, trust_remote_code={setup['trust_remote_code']}"
+        by_loader[c.cell["model"]][loader].append(c)
+        by_data[c.cell["task"]][setup["data_identity"]].append(c)
     if len(by_precision) > 1:
         problems.append(_group_disagreement("precision", "precision", by_precision))
+    if len(by_split) > 1:
+        problems.append(_group_disagreement("selection_split", "selection split", by_split))
     if len(by_recipe) > 1:
         # Name only the entries that differ, so the message stays readable.
         sigs = [json.loads(k) for k in by_recipe]
@@ -189,10 +227,53 @@ def _recipe_problems(cells: list[LoadedResult]) -> list[Problem]:
         problems.append(_group_disagreement("recipe", "recipe", groups))
     if len(by_tf) > 1:
         problems.append(_group_disagreement("transformers", "transformers version", by_tf))
-    for model, groups in by_rev.items():
-        if len(groups) > 1:
-            p = _group_disagreement("model_revision", f"{model}'s model revision", groups)
-            problems.append(p)
+    for rule, what, per in (("model_revision", "{}'s model revision", by_rev),
+                            ("loader", "{}'s loader", by_loader),
+                            ("data_identity", "{}'s data", by_data)):  # fmt: skip
+        for name, groups in per.items():
+            if len(groups) > 1:
+                problems.append(_group_disagreement(rule, what.format(name), groups))
+    return problems
+
+
+def _selection_problems(selection: dict, pairs: list[tuple[str, str, dict]]) -> list[Problem]:
+    """What `selection.json` itself says is wrong with the choices the table's pairs use."""
+    off, partial = [], []
+    policy = selection.get("policy") or {}
+    keys, seeds = policy.get("lr_keys"), policy.get("seeds")
+    if (
+        keys is not None
+        and seeds is not None
+        and (sorted(keys) != sorted(LR_GRID) or sorted(seeds) != sorted(SELECT_SEEDS))
+    ):
+        off.append(f"the select sweep ran lr keys {','.join(keys)} and seeds "
+                   f"{','.join(map(str, seeds))}; the protocol's are {','.join(LR_GRID)} and "
+                   f"{','.join(map(str, SELECT_SEEDS))}")  # fmt: skip
+    for model, task, entry in pairs:
+        if entry.get("on_protocol") is False:
+            off.append(f"{model}/{task}: its select cells are off-protocol")
+        if entry.get("partial"):
+            missing = "; ".join(
+                f"{k} seeds {v}" for k, v in (entry.get("missing_by_lr") or {}).items()
+            )
+            partial.append(
+                f"{model}/{task}: its LR was chosen over missing select cells ({missing})"
+            )
+    entries = [e for by_task in selection.get("pairs", {}).values() for e in by_task.values()]
+    if (
+        selection.get("on_protocol") is False
+        and not off
+        and not any(e.get("on_protocol") is False or e.get("partial") for e in entries)
+    ):
+        off.append("selection.json says on_protocol: false")
+    problems = []
+    if off:
+        problems.append(Problem("selection_off_protocol", "the selection is off-protocol; "
+                                "run the whole select sweep on protocol, then select", off))  # fmt: skip
+    if partial:
+        problems.append(Problem("selection_partial", f"{len(partial)} pair(s) were selected with "
+                                "--allow-partial; finish the select sweep and re-run select",
+                                partial))  # fmt: skip
     return problems
 
 
@@ -233,6 +314,8 @@ def build_table(
 
     problems: list[Problem] = []
     no_sel, missing_cells, wrong_lr, off, diverged = [], [], [], [], []
+    undefined, unrecorded, phase_mismatch = [], [], []
+    selected: list[tuple[str, str, dict]] = []
     included: list[LoadedResult] = []
     cells: dict[tuple[str, str], CellStats] = {}
     for model in model_list:
@@ -245,6 +328,11 @@ def build_table(
                     f": {len(here)} result(s) but no selected LR" if here else ": no selected LR"
                 ))  # fmt: skip
                 continue
+            selected.append((model, task, chosen))
+            select_setup = chosen.get("select_setup")
+            if not isinstance(select_setup, dict):
+                unrecorded.append(f"{model}/{task}: selection.json does not record what its "
+                                  "select cells ran with")  # fmt: skip
             stats = CellStats(model, task, task_knobs(task).metric, key, lr, {}, [], [], False)
             for r in sorted(here, key=lambda r: (r.cell["lr"], r.cell["seed"])):
                 if r.cell["lr_key"] != key:
@@ -255,16 +343,28 @@ def build_table(
                     reasons = "; ".join(r.data["protocol"].get("off_protocol_reasons") or [])
                     off.append(f"{r.path} ({reasons or 'off-protocol'})")
                     stats.off_protocol = True
-                if r.ok:
+                if isinstance(select_setup, dict):
+                    has = "its select cells have"
+                    differs = setup_differences(cell_setup(r.data), select_setup, has)
+                    if differs:
+                        phase_mismatch.append(f"{r.path} ({'; '.join(differs)})")
+                score = score_mean(r.data, "report")
+                if r.ok and score is None:
+                    stats.undefined.append(r.cell["seed"])
+                    why = r.data["report"].get("undefined") or {}
+                    reasons = "; ".join(f"{lang}: {text}" for lang, text in why.items())
+                    undefined.append(f"{r.path} (report mean undefined: {reasons})")
+                elif r.ok:
                     stats.metric = r.data["metric"]
-                    stats.scores[r.cell["seed"]] = float(r.data["report"]["mean"])
+                    stats.scores[r.cell["seed"]] = score
                 else:
                     stats.diverged.append(r.cell["seed"])
                     step = r.data["training"].get("diverged_at_step")
                     diverged.append(f"{r.path} (diverged at step {step})")
             stats.missing = [
-                s for s in expected if s not in stats.scores and s not in stats.diverged
-            ]
+                s for s in expected
+                if s not in stats.scores and s not in stats.diverged + stats.undefined
+            ]  # fmt: skip
             for s in stats.missing:
                 missing_cells.append(
                     f"{model}/{task}/{key}/s{s}: missing ({result_filename(model, task, lr, s)})"
@@ -273,6 +373,7 @@ def build_table(
     if no_sel:
         problems.append(Problem("no_selection", f"{len(no_sel)} pair(s) have no selected LR "
                                 "in the selection file", no_sel))  # fmt: skip
+    problems += _selection_problems(selection, selected)
     if missing_cells:
         problems.append(Problem("missing_seeds", f"{len(missing_cells)} report seed(s) are "
                                 "missing", missing_cells))  # fmt: skip
@@ -284,8 +385,23 @@ def build_table(
     if diverged:
         problems.append(Problem("diverged", f"{len(diverged)} report seed(s) diverged "
                                 "(counted, never averaged)", diverged))  # fmt: skip
+    if undefined:
+        problems.append(Problem("undefined_metric", f"{len(undefined)} report seed(s) have an "
+                                "undefined score (never averaged, never read as 0)", undefined))  # fmt: skip
     problems += _recipe_problems(included)
-    return Table(model_list, task_list, cells, problems, expected)
+    if unrecorded:
+        problems.append(Problem("select_report_mismatch", f"{len(unrecorded)} pair(s) cannot be "
+                                "checked against their select cells; regenerate selection.json "
+                                "with python -m encoder_eval.select", unrecorded))  # fmt: skip
+    if phase_mismatch:
+        problems.append(Problem("select_report_mismatch", f"{len(phase_mismatch)} report cell(s) "
+                                "ran otherwise than their pair's select cells; re-run the select "
+                                "and report phases with one setup", phase_mismatch))  # fmt: skip
+    splits = {str(cell_setup(r.data)["selection_split"]) for r in included}
+    if not included:
+        splits = {str((e.get("select_setup") or {}).get("selection_split")) for *_, e in selected}
+    splits.discard("None")
+    return Table(model_list, task_list, cells, problems, expected, sorted(splits))
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -330,6 +446,11 @@ def footnotes(table: Table) -> list[str]:
         f"Scores x100: mean ± sample std (ddof=1) of the report-split score {over}, at the LR "
         "chosen on the select seeds."
     ]
+    if table.selection_split in SELECTION_SPLIT_NOTES:
+        notes.append(SELECTION_SPLIT_NOTES[table.selection_split])
+    elif len(table.selection_splits) > 1:
+        notes.append("LR selection and early stopping: the cells mix selection splits "
+                     f"({', '.join(table.selection_splits)}) [selection_split].")  # fmt: skip
     if any(TASK_KNOBS[t].report_split == "validation" for t in table.tasks):
         notes.append("* reported on the dev (validation) split: the test labels are hidden.")
     if partial:
@@ -370,7 +491,8 @@ def table_to_dict(table: Table) -> dict:
             cells[t] = None if c is None else {
                 "mean": c.mean, "std": c.std, "n": c.n, "seeds": sorted(c.scores),
                 "scores": {str(s): v for s, v in sorted(c.scores.items())},
-                "diverged_seeds": c.diverged, "missing_seeds": c.missing,
+                "diverged_seeds": c.diverged, "undefined_seeds": c.undefined,
+                "missing_seeds": c.missing,
                 "lr_key": c.lr_key, "lr": c.lr, "metric": c.metric, "off_protocol": c.off_protocol,
             }  # fmt: skip
         rows.append({
@@ -383,6 +505,8 @@ def table_to_dict(table: Table) -> dict:
         "version": 1,
         "std": "sample standard deviation (ddof=1)",
         "expected_seeds": table.expected_seeds,
+        "selection_split": table.selection_split,
+        "selection_splits": table.selection_splits,
         "tasks": [
             {
                 "task": t,

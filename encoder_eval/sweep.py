@@ -27,9 +27,10 @@ off-protocol, and `summarize` refuses them without `--allow-partial`.
 
 Every cell command carries the whole recipe explicitly (`--weight-decay 0.1
 --adam-beta2 0.95 --early-stop --patience 3 --epoch-cap 20 --bsz 32 ...`). Every script
-is idempotent: a cell whose result file already exists is skipped when the script gets
-to it, so re-running a script fills the gaps. Nothing here imports torch: it runs on a
-login node.
+is idempotent: a cell that is done (`results.cell_state`: its result file parses, validates
+and names the cell) is skipped when the script gets to it, a corrupt result file is moved
+aside into `<results dir>/.corrupt/` and its cell runs again, so re-running a script fills
+the gaps. Nothing here imports torch: it runs on a login node.
 
 Adding a model is one row of `MODEL_REGISTRY` (re-exported here from `models.py`)::
 
@@ -50,7 +51,7 @@ from pathlib import Path
 from .errors import ArgumentParser, HarnessError, unknown_name
 from .models import MODEL_REGISTRY, MODES, ModelEntry, model_entry, parse_model_spec
 from .protocol import LR_GRID, PHASE_SEEDS, PROTOCOL_RECIPE, lr_for_key, lr_key_for
-from .results import read_result, result_filename
+from .results import CORRUPT, DONE_STATES, QUARANTINE_DIR, cell_state, result_filename
 from .tasks import MULTILINGUAL_TASKS, TASK_KNOBS, task_knobs
 
 __all__ = [
@@ -286,14 +287,8 @@ class Plan:
         return units
 
     def cell_state(self, cell: Cell) -> str:
-        """'missing', 'ok', 'diverged' or 'unparseable' (a file that does not validate)."""
-        path = self.out_json(cell)
-        if not os.path.exists(path):
-            return "missing"
-        data, _ = read_result(path)
-        if data is None:
-            return "unparseable"
-        return data["status"]
+        """'ok' or 'diverged' (done), 'missing' or 'corrupt', by `results.cell_state`."""
+        return cell_state(self.out_json(cell), self.phase)[0]
 
 
 def _abs_if_local(path: str) -> str:
@@ -424,20 +419,21 @@ class Emitted:
     n_done: int
     n_units: int
     files: list[Path] = field(default_factory=list)
-    blocked: list[str] = field(default_factory=list)  # unparseable result files
+    corrupt: list[str] = field(default_factory=list)  # result files that are not done results
     group: str = "pair"
 
     def describe(self) -> str:
-        todo = self.n_cells - self.n_done - len(self.blocked)
+        todo = self.n_cells - self.n_done
         what = f"{self.n_cells} cell(s) ({self.n_done} already done, {todo} to run)"
         what += f" in {self.n_units} {'process(es)' if self.mode == 'shell' else 'job(s)'}, "
         what += f"one per {_GROUP_WORDS[self.group]}"
         text = f"wrote {self.script}: {what}; run: bash {shlex.quote(str(self.script))}"
-        if self.blocked:
+        if self.corrupt:
+            where = Path(self.corrupt[0]).parent / QUARANTINE_DIR
             text += (
-                f"\nwarning: {len(self.blocked)} unparseable result file(s) block their cells "
-                "(the scripts skip existing files); delete them to re-run: "
-                + " ".join(shlex.quote(b) for b in self.blocked)
+                f"\nnote: {len(self.corrupt)} corrupt result file(s) among the cells to run; "
+                f"the script moves them aside into {shlex.quote(str(where))} and re-runs "
+                "their cells"
             )
         return text
 
@@ -459,15 +455,77 @@ def _unit_label(cells: list[Cell], group: str) -> str:
 
 
 def _states(plan: Plan, cells: list[Cell]) -> tuple[int, list[str]]:
-    """(cells with a valid result, paths of unparseable result files) among `cells`."""
-    done, blocked = 0, []
+    """(cells that are done, paths of corrupt result files) among `cells`."""
+    done, corrupt = 0, []
     for cell in cells:
         state = plan.cell_state(cell)
-        if state in ("ok", "diverged"):
+        if state in DONE_STATES:
             done += 1
-        elif state == "unparseable":
-            blocked.append(plan.out_json(cell))
-    return done, blocked
+        elif state == CORRUPT:
+            corrupt.append(plan.out_json(cell))
+    return done, corrupt
+
+
+# Every script decides "done" with `python -m encoder_eval.done` (no torch: fast on a login
+# node), which also moves corrupt results aside. `__ON_FAILURE__` is the script's reaction
+# to a check that could not run (exit status > 1 in $rc).
+_CHECK_FUNCTION = r"""
+# check FILE...: STATES gets one word per file, in order (ok and diverged are done; see
+# python -m encoder_eval.done --help), N_DONE how many are done. Corrupt result files are
+# moved aside into .corrupt/ in their results directory (one line each), so their cells run.
+check() {
+    local out rc=0 s
+    STATES=(); N_DONE=0
+    if [ "$#" -eq 0 ]; then return 0; fi
+    out=$(printf '%s\0' "$@" |
+        "$PYTHON" -m encoder_eval.done --phase "$PHASE" --states --files0-from -) || rc=$?
+    if [ "$rc" -gt 1 ]; then
+        __ON_FAILURE__
+    fi
+    while IFS= read -r s; do
+        if [ -n "$s" ]; then STATES+=("$s"); fi
+        case $s in ok | diverged) N_DONE=$((N_DONE + 1)) ;; esac
+    done <<<"$out"
+}
+"""
+_CHECK_FAILED = (
+    'echo "error: could not check the result files with $PYTHON (exit $rc); set PYTHON to the'
+    ' interpreter encoder_eval is installed in, then run this script again" >&2'
+)
+
+
+def _check_function(on_failure: str) -> str:
+    """The bash `check` function of a generated script, reacting to a failed check so."""
+    return _CHECK_FUNCTION.replace("__ON_FAILURE__", on_failure)
+
+
+def _unit_passes(units_body: list[str], first_pass: str) -> list[str]:
+    """Bash that lists the units once in a function, calls it with `unit` defined as
+    `first_pass` (to collect every result file for one check), and leaves the second pass,
+    with the real `unit`, to the caller."""
+    return [
+        "units() {  # every unit of this script, in order",
+        *units_body,
+        "}",
+        "",
+        "# First pass: check every result file at once, so done units cost no Python start-up.",
+        "ALL_OUTS=()",
+        f"unit() {{ {first_pass}; }}",
+        "units",
+        'check ${ALL_OUTS[@]+"${ALL_OUTS[@]}"}',
+        'DONE_AT_START=(${STATES[@]+"${STATES[@]}"}); seen_outs=0',
+        "",
+    ]
+
+
+# Bash for the second pass: how many of this unit's `n` files were done at the first pass.
+_DONE_AT_START = [
+    "    local i",
+    "    for ((i = seen_outs; i < seen_outs + n; i++)); do",
+    "        case ${DONE_AT_START[i]:-} in ok | diverged) have=$((have + 1)) ;; esac",
+    "    done",
+    "    seen_outs=$((seen_outs + n))",
+]
 
 
 def _q(value) -> str:
@@ -563,37 +621,64 @@ def emit_shell(
     By default a unit is every cell of one (model, task): one process runs all its LRs and
     seeds (`--lr a,b,c --seed 42,43,44`), so imports, data loading and tokenisation are
     paid once per pair, and writes each cell's JSON as that cell ends (`--results-dir`,
-    `--skip-existing`). The script skips a unit whose result files all exist, appends each
-    unit's output to `out_dir/logs/<unit>.log` (appends: two runners of one script keep both
-    logs), prints `[cells 6/12 done, units 2/4, failed 0] starting ...` before each unit and a
-    summary at the end, and exits 1 if any unit failed.
+    `--skip-existing`). The script skips a unit whose cells are all done
+    (`results.cell_state`, checked by `encoder_eval.done`, which moves corrupt result files
+    aside so their cells run again), appends each unit's output to
+    `out_dir/logs/<unit>.log` (appends: two runners of one script keep both logs), prints
+    `[cells 6/12 done, units 2/4, failed 0] starting ...` before each unit and a summary at
+    the end, and exits 1 if any unit failed. Ctrl-C (SIGINT), or a unit that exits 130,
+    stops it before the next unit with one line saying how to resume, and exit status 130.
     The interpreter is `$PYTHON` when set, else the Python that wrote the script.
     """
     cells = _cells_or_all(plan, cells)
     out = _prepare_out_dir(plan, out_dir)
     units = plan.units(cells, group)
     python = python or sys.executable
+    script = out / "run_all.sh"
     body = [
         _header(plan, f"run every cell in order, one process per {_GROUP_WORDS[group]}"),
         "set -u",
         f"PYTHON=${{PYTHON:-{_q(python)}}}",
+        f"PHASE={plan.phase}",
         f"LOG_DIR={_q(out / 'logs')}",
+        f"RERUN={_q('bash ' + shlex.quote(str(script)))}",
         f'mkdir -p "$LOG_DIR" {_q(plan.results_dir)}',
         f"TOTAL_CELLS={len(cells)}",
         f"TOTAL_UNITS={len(units)}",
         "cells_done=0; units_seen=0; units_run=0; units_skipped=0; failed=0; failed_units=()",
+        "current=",
         "",
-        "count_existing() {  # count_existing FILE...: how many exist and are non-empty",
-        "    local n=0 f",
-        '    for f in "$@"; do [ -s "$f" ] && n=$((n + 1)); done',
-        '    echo "$n"',
+        "# Ctrl-C reaches this script and its unit's process; the process saves what it must",
+        "# and exits 130, and this script then stops instead of going on to the next unit.",
+        "interrupted() {",
+        "    trap - INT",
+        '    echo "interrupted${current:+ during $current}: finished cells are kept and an'
+        ' interrupted one resumes where it stopped; run $RERUN again to go on" >&2',
+        "    exit 130",
         "}",
-        "",
+        "trap interrupted INT",
+        _check_function(
+            'if [ "$rc" -eq 130 ]; then interrupted; fi\n        '
+            + _CHECK_FAILED
+            + "\n        exit 2"
+        ),
+    ]
+    units_body = []
+    for unit_cells in units:
+        words = ["unit", _unit_label(unit_cells, group), str(len(unit_cells))]
+        words += [plan.out_json(c) for c in unit_cells]
+        words += ["--", *plan.run_args(unit_cells)]
+        units_body.append(" ".join(_q(w) for w in words))
+    body += _unit_passes(units_body, 'ALL_OUTS+=("${@:3:$2}")')
+    body += [
         "unit() {  # unit LABEL N OUT_1..OUT_N -- RUN_ARGS...",
         "    local label=$1 n=$2; shift 2",
         '    local outs=("${@:1:$n}"); shift "$n"; shift  # drop the --',
-        '    local log="$LOG_DIR/$label.log" have rc',
-        '    have=$(count_existing "${outs[@]}")',
+        '    local log="$LOG_DIR/$label.log" have=0 rc',
+        *_DONE_AT_START,
+        '    if [ "$have" -lt "$n" ]; then  # again: another runner may have done some since',
+        '        check "${outs[@]}"; have=$N_DONE',
+        "    fi",
         "    units_seen=$((units_seen + 1))",
         '    if [ "$have" -eq "$n" ]; then',
         "        cells_done=$((cells_done + n)); units_skipped=$((units_skipped + 1))",
@@ -601,28 +686,24 @@ def emit_shell(
         ' failed $failed] skip $label (all $n cells done)"',
         "        return 0",
         "    fi",
+        "    current=$label",
         '    echo "[cells $cells_done/$TOTAL_CELLS done, units $((units_seen - 1))/$TOTAL_UNITS,'
         ' failed $failed] starting $label ($((n - have)) of $n cells to run), log: $log"',
         # Appended, not truncated: a second runner of this script must not wipe this log.
         '    "$PYTHON" -m encoder_eval.run "$@" >>"$log" 2>&1',
         "    rc=$?",
+        '    if [ "$rc" -eq 130 ]; then interrupted; fi',
         "    units_run=$((units_run + 1))",
-        '    have=$(count_existing "${outs[@]}")',
+        '    check "${outs[@]}"; have=$N_DONE',
         "    cells_done=$((cells_done + have))",
         '    if [ "$rc" -ne 0 ] || [ "$have" -ne "$n" ]; then',
         '        failed=$((failed + 1)); failed_units+=("$label")',
         '        echo "FAILED $label (exit $rc, $have of $n cells written), see $log" >&2',
         "        tail -n 5 \"$log\" | sed 's/^/    /' >&2",
         "    fi",
+        "    current=",
         "}",
-        "",
-    ]
-    for unit_cells in units:
-        words = ["unit", _unit_label(unit_cells, group), str(len(unit_cells))]
-        words += [plan.out_json(c) for c in unit_cells]
-        words += ["--", *plan.run_args(unit_cells)]
-        body.append(" ".join(_q(w) for w in words))
-    body += [
+        "units",
         "",
         'echo "[cells $cells_done/$TOTAL_CELLS done, units $units_seen/$TOTAL_UNITS,'
         ' failed $failed] finished: $units_run run, $units_skipped skipped (already done)"',
@@ -634,10 +715,9 @@ def emit_shell(
         "",
     ]
     _make_dirs(plan, out)
-    script = out / "run_all.sh"
     _write_script(script, "\n".join(body))
-    n_done, blocked = _states(plan, cells)
-    return Emitted("shell", script, len(cells), n_done, len(units), [script], blocked, group)
+    n_done, corrupt = _states(plan, cells)
+    return Emitted("shell", script, len(cells), n_done, len(units), [script], corrupt, group)
 
 
 def _read_template(template: str | os.PathLike | None, *, need_bash: bool) -> str:
@@ -703,8 +783,9 @@ fi
 def emit_slurm(
     plan: Plan, out_dir: str | os.PathLike, template: str | os.PathLike | None,
     cells: list[Cell] | None = None, requeue: bool = False, group: str = "cell",
+    python: str | None = None,
 ) -> Emitted:  # fmt: skip
-    """Write `out_dir/launch.sh`: one `sbatch` per missing cell, each running your template.
+    """Write `out_dir/launch.sh`: one `sbatch` per cell not done, each running your template.
 
     With `group` "lr" or "pair" (`--group`), one job runs a unit of several cells in one
     process instead (`Plan.units`): the seeds of one (model, task, LR), or every cell of
@@ -716,7 +797,7 @@ def emit_slurm(
     any `#SBATCH` directives your cluster needs (GPU, time, partition, account), then the
     lines that activate your environment and run the cell. It is copied to
     `out_dir/template.sh` when the launch script is written, and `launch.sh` submits
-    that copy once per cell whose result file does not exist yet, as::
+    that copy once per cell that is not done yet, as::
 
         VAR=value ... sbatch --export=ALL --job-name=ee-<phase>-<cell> \\
             --output=<out_dir>/logs/%x-%j.out [--requeue] template.sh RUN_ARGS...
@@ -751,18 +832,23 @@ def emit_slurm(
     command line override the template's `#SBATCH` lines of those names (the job name is
     how `launch.sh` recognises a cell already queued).
 
-    `launch.sh` checks, when it runs, which result files exist and which cells are
-    already queued or running (by job name, via squeue), and submits only the others:
-    running it again submits nothing for done or pending cells. The run itself also
-    skips a cell whose valid result exists (`--skip-existing`).
+    `launch.sh` checks, when it runs, which cells are done and which are already queued
+    or running (by job name, via squeue), and submits only the others: running it again
+    submits nothing for done or pending cells. Done is `results.cell_state`: the result
+    file parses, validates and names the cell, phase included (a diverged result is done).
+    A corrupt result file is moved aside into `<results dir>/.corrupt/` (never deleted) and
+    its cell submitted again. The check runs `python -m encoder_eval.done` (no torch) with
+    `$PYTHON` when set, else the Python that wrote the script (`--python`); the job's own
+    Python is the one your template activates, and the run skips a cell already done
+    (`--skip-existing`) by the same definition.
 
     A job of several cells (`--group lr|pair`) gets the same contract, with: ``"$@"`` and
     ``RUN_ARGS`` for the whole unit (``--lr`` and ``--seed`` take comma-separated lists);
     ``LR``, ``LR_KEY`` and ``SEED`` as comma-separated lists of the unit's distinct values
     (in run order); ``OUT_JSON`` as the unit's result files in one shell-quoted string
     (like ``RUN_ARGS``); and ``N_CELLS``, the number of cells (1 for a one-cell job).
-    `launch.sh` submits a unit while any of its result files is missing; the process
-    then skips the cells already done.
+    `launch.sh` submits a unit while any of its cells is not done; the process then skips
+    the cells already done.
 
     slurm-array mode (`emit_slurm_array`) keeps this same contract for every array task.
     """
@@ -772,18 +858,33 @@ def emit_slurm(
     tpl = out / "template.sh"
     logs = out / "logs"
     lines = [
-        _header(plan, "submit one sbatch job per missing cell"),
+        _header(plan, "submit one sbatch job per cell not done"),
         "set -euo pipefail",
         f"TEMPLATE={_q(tpl)}",
         f"REQUEUE=({'--requeue' if requeue else ''})",
+        f"PYTHON=${{PYTHON:-{_q(python or sys.executable)}}}",
+        f"PHASE={plan.phase}",
         _QUEUE_PRELUDE,
+        _check_function(_CHECK_FAILED + "\n        exit 2"),
         "submitted=0; done_cells=0; queued=0",
+    ]
+    units = plan.units(cells, group)
+    units_body = []
+    for unit_cells in units:
+        env = _unit_env(plan, unit_cells)
+        words = ["unit", _job_name(plan, unit_cells), _sbatch_path(logs) + "/%x-%j.out"]
+        words += [str(len(unit_cells)), *(plan.out_json(c) for c in unit_cells)]
+        words += [f"{k}={v}" for k, v in env.items()]
+        words += ["--", *plan.run_args(unit_cells)]
+        units_body.append(" ".join(_q(w) for w in words))
+    lines += _unit_passes(units_body, 'ALL_OUTS+=("${@:4:$3}")')
+    lines += [
         "unit() {  # unit JOB_NAME LOG N OUT_JSON_1..OUT_JSON_N VAR=VALUE... -- RUN_ARGS...",
         "    local name=$1 log=$2 n=$3; shift 3",
-        '    local outs=("${@:1:$n}"); shift "$n"',
-        "    local envs=() have=0 f",
+        '    shift "$n"  # the result files: checked in the first pass',
+        "    local envs=() have=0",
         '    while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift',
-        '    for f in "${outs[@]}"; do [ -s "$f" ] && have=$((have + 1)); done',
+        *_DONE_AT_START,
         "    done_cells=$((done_cells + have))",
         '    if [ "$have" -eq "$n" ]; then return 0; fi',
         '    if [ -n "${QUEUED[$name]+x}" ]; then queued=$((queued + n - have)); return 0; fi',
@@ -791,17 +892,7 @@ def emit_slurm(
         '        ${REQUEUE[@]+"${REQUEUE[@]}"} "$TEMPLATE" "$@"',
         "    submitted=$((submitted + 1))",
         "}",
-        "",
-    ]
-    units = plan.units(cells, group)
-    for unit_cells in units:
-        env = _unit_env(plan, unit_cells)
-        words = ["unit", _job_name(plan, unit_cells), _sbatch_path(logs) + "/%x-%j.out"]
-        words += [str(len(unit_cells)), *(plan.out_json(c) for c in unit_cells)]
-        words += [f"{k}={v}" for k, v in env.items()]
-        words += ["--", *plan.run_args(unit_cells)]
-        lines.append(" ".join(_q(w) for w in words))
-    lines += [
+        "units",
         "",
         'echo "submitted $submitted job(s); $done_cells cell(s) already done;'
         ' $queued cell(s) already queued or running"',
@@ -811,8 +902,8 @@ def emit_slurm(
     _write_script(tpl, text)
     script = out / "launch.sh"
     _write_script(script, "\n".join(lines))
-    n_done, blocked = _states(plan, cells)
-    return Emitted("slurm", script, len(cells), n_done, len(units), [script, tpl], blocked, group)
+    n_done, corrupt = _states(plan, cells)
+    return Emitted("slurm", script, len(cells), n_done, len(units), [script, tpl], corrupt, group)
 
 
 _ARRAY_PREAMBLE = r"""
@@ -832,19 +923,28 @@ while [[ $__ee_row == *$'\t'* ]]; do
 done
 __ee_f+=("$__ee_row")
 __ee_n=${__ee_f[0]}  # the row: N, N result files, the variables, the run arguments
-__ee_have=0
-for __ee_out in "${__ee_f[@]:1:__ee_n}"; do [ -s "$__ee_out" ] && __ee_have=$((__ee_have + 1)); done
 __ee_i=$((__ee_n + 1))
 for __ee_var in __VARIABLES__; do
     export "$__ee_var=${__ee_f[$__ee_i]}"
     __ee_i=$((__ee_i + 1))
 done
-set -- "${__ee_f[@]:__ee_i}"
-if [ "$__ee_have" -eq "$__ee_n" ]; then
-    echo "encoder_eval: all $__ee_n result file(s) of this task exist; already done, skipping"
+# Done already (e.g. by another runner since the launch)? The check is encoder_eval.done
+# (no torch) run by $PYTHON, else by the Python that wrote this script; it moves corrupt
+# result files aside. When it cannot run here, the task runs: the run skips done cells.
+__ee_python=${PYTHON:-__PYTHON__}
+__ee_rc=0
+printf '%s\0' "${__ee_f[@]:1:__ee_n}" |
+    "$__ee_python" -m encoder_eval.done --phase "$PHASE" --files0-from - || __ee_rc=$?
+if [ "$__ee_rc" -eq 0 ]; then
+    echo "encoder_eval: all $__ee_n cell(s) of this task are already done, skipping"
     exit 0
+elif [ "$__ee_rc" -ne 1 ]; then
+    echo "encoder_eval: could not check this task's result files with $__ee_python (exit" \
+        "$__ee_rc); running the task, which skips the cells already done" >&2
 fi
-unset __ee_manifest __ee_rows __ee_index __ee_row __ee_f __ee_i __ee_var __ee_n __ee_have __ee_out
+set -- "${__ee_f[@]:__ee_i}"
+unset __ee_manifest __ee_rows __ee_index __ee_row __ee_f __ee_i __ee_var __ee_n __ee_python \
+    __ee_rc
 # <<< end of the inserted part; the template follows.
 """
 
@@ -865,6 +965,7 @@ def _split_template_header(text: str) -> tuple[str, str]:
 def emit_slurm_array(
     plan: Plan, out_dir: str | os.PathLike, template: str | os.PathLike | None,
     cells: list[Cell] | None = None, requeue: bool = False, group: str = "cell",
+    python: str | None = None,
 ) -> Emitted:  # fmt: skip
     """Write a cells manifest, an array job script and `launch.sh` for one array job per phase.
 
@@ -876,10 +977,12 @@ def emit_slurm_array(
     * `out_dir/array.sh`: your template with a bash block inserted after its leading
       comment/`#SBATCH` lines; the block reads the task's manifest row, exports the same
       variables and sets the same positional arguments as in `emit_slurm`, and exits early
-      when all the task's result files exist. The template therefore needs no change, but
-      must be a bash script.
-    * `out_dir/launch.sh`: at launch time lists the manifest rows with a result file
-      missing, reads the cluster's MaxArraySize (`scontrol show config`; 1001 when it cannot
+      when all the task's cells are done (checked as in `emit_slurm`, before your template
+      activates its environment: with `$PYTHON` when set, else the Python that wrote the
+      script; when that cannot run on the node, the task runs and skips done cells itself).
+      The template therefore needs no change, but must be a bash script.
+    * `out_dir/launch.sh`: at launch time lists the manifest rows with a cell not done
+      (moving corrupt result files aside, as in `emit_slurm`), reads the cluster's MaxArraySize (`scontrol show config`; 1001 when it cannot
       be read), and submits `sbatch --array=0-<n-1>` chunks of at most that many tasks, each
       over a rows file written to `out_dir/arrays/`. It refuses to submit while jobs of this
       sweep are still queued or running (scancel them or wait), and submits nothing when
@@ -906,7 +1009,9 @@ def emit_slurm_array(
     manifest = out / "manifest.tsv"
     array = out / "array.sh"
     head, rest = _split_template_header(text)
+    python = python or sys.executable
     preamble = _ARRAY_PREAMBLE.replace("__VARIABLES__", " ".join(SLURM_VARIABLES))
+    preamble = preamble.replace("__PYTHON__", _q(python))
     job_name = f"ee-{plan.phase}-{_short_hash(plan.results_dir)}-array"
     launch = [
         _header(plan, "submit one Slurm array job (chunked to MaxArraySize) over the manifest"),
@@ -917,7 +1022,9 @@ def emit_slurm_array(
         f"LOG={_q(_sbatch_path(out / 'logs') + '/%x-%A_%a.out')}",
         f"JOB_NAME={_q(job_name)}",
         f"REQUEUE=({'--requeue' if requeue else ''})",
-        "",
+        f"PYTHON=${{PYTHON:-{_q(python)}}}",
+        f"PHASE={plan.phase}",
+        _check_function(_CHECK_FAILED + "\n        exit 2"),
         "if command -v squeue >/dev/null 2>&1 &&",
         '    [ -n "$(squeue -h -u "$(id -un)" -n "$JOB_NAME" -o %i 2>/dev/null)" ]; then',
         '    echo "jobs of this sweep ($JOB_NAME) are still queued or running; wait for them'
@@ -932,14 +1039,22 @@ def emit_slurm_array(
         '[ "$chunk" -gt "$max" ] && chunk=$max',
         "throttle=${EE_ARRAY_THROTTLE:+%$EE_ARRAY_THROTTLE}",
         "",
-        "# Manifest rows (0-based, header excluded) with a result file still missing.",
-        "pending=(); n=0; cells=0; todo=0",
+        "# Manifest rows (0-based, header excluded) with a cell not done yet.",
+        "row_cells=(); ALL_OUTS=()",
         "while IFS=$'\\t' read -r -a f; do  # f: N, then N result files, then the rest",
-        "    missing=0",
-        '    for out in "${f[@]:1:f[0]}"; do [ -s "$out" ] || missing=$((missing + 1)); done',
-        '    [ "$missing" -gt 0 ] && pending+=("$n")',
-        "    n=$((n + 1)); cells=$((cells + f[0])); todo=$((todo + missing))",
+        '    row_cells+=("${f[0]}"); ALL_OUTS+=("${f[@]:1:f[0]}")',
         'done < <(tail -n +2 "$MANIFEST")',
+        'check ${ALL_OUTS[@]+"${ALL_OUTS[@]}"}',
+        "pending=(); n=0; cells=0; todo=0; seen_outs=0",
+        'for size in "${row_cells[@]}"; do',
+        "    missing=0",
+        "    for ((i = seen_outs; i < seen_outs + size; i++)); do",
+        "        case ${STATES[i]:-} in ok | diverged) ;; *) missing=$((missing + 1)) ;; esac",
+        "    done",
+        '    [ "$missing" -gt 0 ] && pending+=("$n")',
+        "    seen_outs=$((seen_outs + size)); n=$((n + 1)); cells=$((cells + size))",
+        "    todo=$((todo + missing))",
+        "done",
         'if [ "${#pending[@]}" -eq 0 ]; then',
         '    echo "submitted 0 array task(s): all $cells cells are done"',
         "    exit 0",
@@ -970,9 +1085,9 @@ def emit_slurm_array(
     _write_script(array, head + preamble + rest)
     script = out / "launch.sh"
     _write_script(script, "\n".join(launch))
-    n_done, blocked = _states(plan, cells)
+    n_done, corrupt = _states(plan, cells)
     files = [script, array, manifest]
-    return Emitted("slurm-array", script, len(cells), n_done, len(units), files, blocked, group)
+    return Emitted("slurm-array", script, len(cells), n_done, len(units), files, corrupt, group)
 
 
 def emit(
@@ -995,8 +1110,8 @@ def emit(
             raise HarnessError("--slurm-template and --requeue are for --mode slurm/slurm-array")
         return emit_shell(plan, out_dir, cells, python=python, group=group)
     if mode == "slurm":
-        return emit_slurm(plan, out_dir, template, cells, requeue=requeue, group=group)
-    return emit_slurm_array(plan, out_dir, template, cells, requeue=requeue, group=group)
+        return emit_slurm(plan, out_dir, template, cells, requeue, group, python)
+    return emit_slurm_array(plan, out_dir, template, cells, requeue, group, python)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -1045,8 +1160,9 @@ def add_emit_arguments(p: argparse.ArgumentParser, out_flag: str = "--out-dir") 
                    "one (default: pair for shell, cell for slurm/slurm-array, where long "
                    "jobs meet time limits)")  # fmt: skip
     g.add_argument("--requeue", action="store_true", help="pass --requeue to sbatch")
-    g.add_argument("--python", help="interpreter run_all.sh uses (default: this one; "
-                   "$PYTHON overrides at run time)")  # fmt: skip
+    g.add_argument("--python", help="interpreter run_all.sh runs cells with, and every "
+                   "script checks which cells are done with (default: this one; $PYTHON "
+                   "overrides at run time)")  # fmt: skip
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
@@ -1087,7 +1203,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="python -m encoder_eval.sweep",
         description="Write the launch script (shell, Slurm, or Slurm array) for one phase of "
-        "the protocol. Scripts skip cells whose result exists, so re-running fills gaps.",
+        "the protocol. Scripts skip cells that are done and move corrupt result files aside, "
+        "so re-running fills gaps.",
     )
     add_plan_arguments(p)
     add_emit_arguments(p)

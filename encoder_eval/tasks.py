@@ -13,11 +13,13 @@ and `label` (list[int] or list[float]).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import os
 import random
+import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,7 +47,9 @@ class TaskKnobs:
     ``("a", "b")`` for a pair, or the name of a special formatter (``"wic"``, ``"wsc"``,
     ``"seahorse"``). `languages` are the languages loaded and scored; `euro_languages`
     those averaged into the headline score. `hub_splits` maps our split names
-    (train/validation/test) to the dataset's own.
+    (train/validation/test) to the dataset's own. `row_grouping` names a step in
+    `ROW_GROUPINGS` that turns the rows read into one row per example first, for datasets
+    stored with several rows per example.
     """
 
     bucket: str  # multilingual | glue | superglue | synthetic
@@ -64,6 +68,7 @@ class TaskKnobs:
     language_field: str | None = None  # one file holding all languages, split by this field
     label_map: str | None = None  # name of a label conversion in LABEL_MAPS
     field_aliases: dict[str, str] = field(default_factory=dict)  # other name -> our field
+    row_grouping: str | None = None  # name of a step in ROW_GROUPINGS: rows -> examples
     description: str = ""
 
     @property
@@ -144,6 +149,83 @@ def _seahorse_target(row: dict) -> float:
     return sum(str(row.get(q, "")).strip().lower() == "yes" for q in SEAHORSE_QUESTIONS) / 6.0
 
 
+# The long schema (the Hub copy, one row per answered question) names a question by its text,
+# which the dataset card words as below; `questionN`, `qN`, `N` and the short names work too.
+SEAHORSE_QUESTION_NAMES = (
+    ("comprehensible", "The summary can be read and understood by the rater."),
+    ("repetition", "The summary is free of unnecessarily repeated information."),
+    ("grammar", "The summary is grammatically correct."),
+    ("attribution",
+     "All the information in the summary is fully attributable to the source article."),
+    ("main ideas", "The summary captures the main idea(s) of the source article."),
+    ("conciseness", "The summary concisely represents the information in the source article."),
+)  # fmt: skip
+SEAHORSE_EXAMPLE_KEY = ("summary", "article", "worker_lang", "model", "gem_id")
+
+
+def _words(text: Any) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", str(text).lower()))
+
+
+def _seahorse_question(value: Any) -> str | None:
+    """The wide-schema column (`question1`..`question6`) a long-schema `question` value names."""
+    words = _words(value)
+    for number, (short, text) in enumerate(SEAHORSE_QUESTION_NAMES, start=1):
+        if words in (f"question{number}", f"question {number}", f"q{number}", str(number)):
+            return f"question{number}"
+        if words == short or _words(text) in words:  # the card adds a citation to one text
+            return f"question{number}"
+    return None
+
+
+def _seahorse_long_to_wide(rows: list[dict], where: str) -> list[dict]:
+    """SeaHorse rows in the long schema regrouped to one wide row per rated summary.
+
+    A long row (`question`, `answer`, no `question1`..`question6`) joins the example keyed by
+    `SEAHORSE_EXAMPLE_KEY`; examples keep the order of their first row, and wide rows pass
+    through unchanged. A question without a row stays blank, which the target counts as 0,
+    as it counts a blank in the wide schema: the long copy leaves out the blank answers
+    (questions 2-6 after a "No" to question 1) and the "Unsure" ones, both 0 in the wide one.
+    """
+    out: list[dict] = []
+    examples: dict[tuple, dict] = {}
+    columns: dict[str, str | None] = {}  # a split repeats six question texts over its rows
+    for number, row in enumerate(rows, start=1):
+        if "question" not in row or "answer" not in row or SEAHORSE_QUESTIONS[0] in row:
+            out.append(row)
+            continue
+        question = str(row["question"])
+        if question not in columns:
+            columns[question] = _seahorse_question(question)
+        column = columns[question]
+        if column is None:
+            raise HarnessError(
+                f"{where}: row {number}: question {row['question']!r} is none of SeaHorse's six "
+                f"({'; '.join(text for _, text in SEAHORSE_QUESTION_NAMES)})"
+            )
+        answer = "" if row["answer"] is None else str(row["answer"]).strip()
+        if answer.lower() not in ("yes", "no", "unsure", ""):
+            raise HarnessError(
+                f"{where}: row {number}: answer {row['answer']!r} is not Yes, No or Unsure"
+            )
+        key = tuple(row.get(name) for name in SEAHORSE_EXAMPLE_KEY)
+        example = examples.get(key)
+        if example is None:
+            example = {name: row.get(name) for name in SEAHORSE_EXAMPLE_KEY}
+            example.update(dict.fromkeys(SEAHORSE_QUESTIONS, ""))
+            examples[key] = example
+            out.append(example)
+        elif example[column]:
+            raise HarnessError(
+                f"{where}: row {number}: {column} is answered twice for one summary (gem_id "
+                f"{row.get('gem_id')!r}, model {row.get('model')!r}, worker_lang "
+                f"{row.get('worker_lang')!r}); the long schema cannot tell two ratings of one "
+                "summary apart: remove the repeated rows, or use the wide schema"
+            )
+        example[column] = answer
+    return out
+
+
 FORMATTERS: dict[str, Callable[[dict], tuple[str, str | None]]] = {
     "wic": _wic_inputs,
     "wsc": _wsc_inputs,
@@ -156,12 +238,27 @@ LABEL_MAPS: dict[str, Callable[[dict], Any]] = {
     "seahorse_yes_share": _seahorse_target,
 }
 
+# Row groupings, by name, for datasets that store one example over several rows.
+ROW_GROUPINGS: dict[str, Callable[[list[dict], str], list[dict]]] = {
+    "seahorse_long_to_wide": _seahorse_long_to_wide,
+}
+
 _GLUE = "nyu-mll/glue"
 _SUPERGLUE = "aps/super_glue"
 _XNLI_LANGS = (
     "ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh",
 )  # fmt: skip
-_MASSIVE_LOCALES = ("de-DE", "en-US", "es-ES", "fr-FR", "it-IT", "nl-NL", "pl-PL", "pt-PT")
+# The 51 locales of MASSIVE 1.0 (the loading script's _LANGUAGE_PAIRS, each a config of
+# AmazonScience/massive); the Hub's v1.1 script adds ca-ES, which is not among them.
+_MASSIVE_LOCALES = (
+    "af-ZA", "am-ET", "ar-SA", "az-AZ", "bn-BD", "cy-GB", "da-DK", "de-DE", "el-GR", "en-US",
+    "es-ES", "fa-IR", "fi-FI", "fr-FR", "he-IL", "hi-IN", "hu-HU", "hy-AM", "id-ID", "is-IS",
+    "it-IT", "ja-JP", "jv-ID", "ka-GE", "km-KH", "kn-IN", "ko-KR", "lv-LV", "ml-IN", "mn-MN",
+    "ms-MY", "my-MM", "nb-NO", "nl-NL", "pl-PL", "pt-PT", "ro-RO", "ru-RU", "sl-SL", "sq-AL",
+    "sv-SE", "sw-KE", "ta-IN", "te-IN", "th-TH", "tl-PH", "tr-TR", "ur-PK", "vi-VN", "zh-CN",
+    "zh-TW",
+)  # fmt: skip
+_MASSIVE_EURO = ("de-DE", "en-US", "es-ES", "fr-FR", "it-IT", "nl-NL", "pl-PL", "pt-PT")
 
 
 def _glue(config: str, inputs: tuple[str, ...], num_labels: int, metric: str, **kw) -> TaskKnobs:
@@ -211,18 +308,19 @@ TASK_KNOBS: dict[str, TaskKnobs] = {
         # DATASET_REVISIONS), which keeps `utt` and the 60-way `intent` class ids.
         bucket="multilingual", hf_path="AmazonScience/massive", inputs=("utt",),
         label_field="intent", num_labels=60, problem=SINGLE_LABEL, metric="accuracy",
-        report_split="test", languages=_MASSIVE_LOCALES, euro_languages=_MASSIVE_LOCALES,
+        report_split="test", languages=_MASSIVE_LOCALES, euro_languages=_MASSIVE_EURO,
         hf_lang_configs={loc: loc for loc in _MASSIVE_LOCALES},
     ),
     "seahorse": TaskKnobs(
-        # Google publishes SeaHorse as TSV on GitHub; this Hub copy is unconfirmed in its column
-        # names beyond the original's (gem_id, worker_lang, summary, question1..6).
+        # Google's TSVs are wide (gem_id, worker_lang, summary, model, question1..6); this Hub
+        # copy is long (gem_id, worker_lang, model, article, summary, question, answer; one row
+        # per answered question) and is regrouped to the wide rows. Both schemas load.
         bucket="multilingual", hf_path="tasksource/seahorse_summarization_evaluation",
         inputs=("seahorse",),
         label_field="question1", num_labels=1, problem=REGRESSION, metric="spearman",
         report_split="test", languages=("de", "en-US", "es-ES", "ru", "tr", "vi"),
         euro_languages=("de", "en-US", "es-ES", "ru"), language_field="worker_lang",
-        label_map="seahorse_yes_share",
+        label_map="seahorse_yes_share", row_grouping="seahorse_long_to_wide",
     ),
     # --- GLUE: report split is dev (test labels are hidden)
     "glue_cola": _glue("cola", ("sentence",), 2, "mcc"),
@@ -358,7 +456,8 @@ def _read_hub(
 
     config = knobs.hf_lang_configs.get(lang, lang) if lang and knobs.hf_lang_configs else None
     config = config or knobs.hf_config
-    revision = revision or dataset_revisions().get(knobs.hf_path)
+    if revision is None:
+        revision = _resolved_revision(knobs, task)
     hub_split = knobs.hub_splits.get(split, split)
     try:
         ds = datasets.load_dataset(knobs.hf_path, config, split=hub_split, revision=revision)
@@ -421,6 +520,8 @@ def _read_mirror_file(path: Path, task: str, split: str) -> list[dict]:
 def rows_to_split(task: str, rows: list[dict], where: str) -> Split:
     """Turn raw rows into the model-input columns, checking fields and labels as it goes."""
     knobs = task_knobs(task)
+    if knobs.row_grouping:
+        rows = ROW_GROUPINGS[knobs.row_grouping](rows, where)
     texts: list[str] = []
     pairs: list[str] = []
     labels: list = []
@@ -494,6 +595,32 @@ def _nonempty(split: Split, task: str, name: str) -> Split:
     return split
 
 
+def _varied(split: Split, knobs: TaskKnobs, task: str, name: str, lang: str, where: str) -> Split:
+    """Refuse, before any model work, a split whose labels are all one class or one value."""
+    labels = split["label"]
+    if len(set(labels)) > 1:
+        return split
+    if knobs.problem == REGRESSION:
+        what = f"has a constant target (all {len(labels)} targets are {labels[0]!r})"
+        why = "a regression needs targets that vary (Spearman of a constant is undefined)"
+        fix = (
+            "a schema the loader does not know, or a target it does not read, gives every "
+            "row the same target; give the split rows whose targets differ"
+        )
+    else:
+        what = f"holds a single class (all {len(labels)} labels are {labels[0]!r})"
+        why = "a classifier needs two classes or more to learn from and to be scored on"
+        fix = (
+            "a mirror cut to the first rows of a file sorted by label holds one class; give "
+            "the split rows of several classes, e.g. a seeded sample of the file"
+        )
+    raise HarnessError(
+        f"task {task!r}: the {name} split of language {lang!r} {what} ({where}); {why}. "
+        f"Fix its data (the mirror file under --data-dir, or the Hub dataset and revision): "
+        f"{fix}"
+    )
+
+
 def load_generic(
     task: str, data_dir: str | os.PathLike | None = None, with_test: bool = True
 ) -> LoaderResult:
@@ -502,16 +629,19 @@ def load_generic(
     For multilingual tasks the train splits of all languages are concatenated and shuffled
     with `TRAIN_SHUFFLE_SEED`; validation and test stay per language. For tasks whose report
     split is validation, `per_lang_test` is the validation data itself. With
-    `with_test=False` (select-phase cells) a labelled test split is not even read.
+    `with_test=False` (select-phase cells) a labelled test split is not even read. A split
+    of a language that is empty, single-class or has a constant target is an error here,
+    before any model work.
     """
     knobs = task_knobs(task)
     data_dir = resolve_data_dir(data_dir)
 
     def per_lang(split: str) -> dict[str, Split]:
-        return {
-            lang: _nonempty(rows_to_split(task, rows, where), task, f"{split} ({lang})")
-            for lang, (rows, where) in read_split(task, split, data_dir).items()
-        }
+        out = {}
+        for lang, (rows, where) in read_split(task, split, data_dir).items():
+            part = _nonempty(rows_to_split(task, rows, where), task, f"{split} ({lang})")
+            out[lang] = _varied(part, knobs, task, split, lang, where)
+        return out
 
     train_parts = per_lang("train")
     train = concat_and_shuffle(list(train_parts.values())) if knobs.multilingual else (
@@ -532,37 +662,115 @@ LOADERS: dict[str, Callable[..., LoaderResult]] = {
 
 
 def load_task(
-    task: str, data_dir: str | os.PathLike | None = None, with_test: bool = True
+    task: str,
+    data_dir: str | os.PathLike | None = None,
+    with_test: bool = True,
+    selection_split: str = "dev",
 ) -> LoaderResult:
-    """Load a registered task by name through its entry in LOADERS."""
+    """Load a registered task by name through its entry in LOADERS; with `selection_split`
+    "holdout", dev is replaced by a fixed slice of train (`encoder_eval.holdout`)."""
+    from .holdout import apply_selection_split
+
     task_knobs(task)
     if task not in LOADERS:
         raise unknown_name("task loader", task, LOADERS)
-    return LOADERS[task](data_dir, with_test=with_test)
+    return apply_selection_split(LOADERS[task](data_dir, with_test=with_test), selection_split)
 
 
 def data_provenance(task: str, data_dir: str | os.PathLike | None = None) -> dict:
-    """Where a task's data came from: Hub revisions in effect, or the mirror's manifest/hash."""
+    """Where a task's data comes from, resolved: the Hub commit, or the mirror's content hash.
+
+    Called before a cell trains (a cell never trains and then fails on bookkeeping). For
+    the Hub it resolves the revision in effect to a commit, which `read_hub_rows` then
+    loads, so the commit recorded is the commit read. `identity` is one string that two
+    cells share exactly when they read the same data from the same kind of source.
+    """
     knobs = task_knobs(task)
     data_dir = resolve_data_dir(data_dir)
     if knobs.bucket == "synthetic":
-        return {"source": "synthetic", "generator_version": synthetic.GENERATOR_VERSION}
+        version = synthetic.GENERATOR_VERSION
+        return {"source": "synthetic", "generator_version": version,
+                "identity": f"synthetic:{task}:v{version}"}  # fmt: skip
     if data_dir is None:
-        return {
-            "source": "hub",
-            "dataset": knobs.hf_path,
-            "revision": dataset_revisions().get(knobs.hf_path) if knobs.hf_path else None,
-        }
+        requested = dataset_revisions().get(knobs.hf_path) if knobs.hf_path else None
+        sha = _resolved_revision(knobs, task)
+        return {"source": "hub", "dataset": knobs.hf_path, "revision": sha,
+                "revision_requested": requested, "identity": f"hub:{knobs.hf_path}@{sha}"}  # fmt: skip
+    digest = hashlib.sha256()
+    for path in sorted((data_dir / task).glob("*.jsonl")):
+        digest.update(path.name.encode() + b"\0")
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    out = {"source": "mirror", "dataset": knobs.hf_path, "sha256": digest.hexdigest(),
+           "identity": f"mirror:sha256:{digest.hexdigest()}"}  # fmt: skip
     manifest = data_dir / "MANIFEST.json"
     if manifest.exists():
         try:
             entry = json.loads(manifest.read_text()).get("tasks", {}).get(task)
-        except (json.JSONDecodeError, AttributeError):
+        except (json.JSONDecodeError, AttributeError, OSError):
             entry = None
-        if entry:
-            return {"source": "mirror-manifest", **entry}
-    digest = hashlib.sha256()
-    for path in sorted((data_dir / task).glob("*.jsonl")):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return {"source": "mirror-content-hash", "dataset": knobs.hf_path, "sha256": digest.hexdigest()}
+        if isinstance(entry, dict):
+            out["manifest"] = {k: entry.get(k) for k in ("dataset", "revision", "revision_requested")}
+            out["revision"] = entry.get("revision")
+    return out
+
+
+_SHA = re.compile(r"[0-9a-f]{40}")
+
+
+@functools.cache
+def resolve_dataset_revision(repo: str, revision: str | None) -> str:
+    """The commit a Hub dataset revision (None: the default branch) points to, asked once per
+    process so that what is recorded and what is loaded are the same commit.
+
+    Online it asks the Hub; offline (HF_HUB_OFFLINE) it reads the ref the local Hugging Face
+    cache stored when the dataset was downloaded. A revision that is already a commit is its
+    own answer. Unresolvable is an error: a result must name the data it read.
+    """
+    if revision and _SHA.fullmatch(revision):
+        return revision
+    try:
+        return _hub_dataset_sha(repo, revision)
+    except Exception as exc:  # offline, unknown repo or revision, no network
+        cached = _cached_dataset_ref(repo, revision or "main")
+        if cached:
+            return cached
+        raise HarnessError(
+            f"cannot resolve {repo}@{revision or 'main'} to a commit ({type(exc).__name__}: "
+            f"{exc})"
+        ) from None
+
+
+def _resolved_revision(knobs: TaskKnobs, task: str) -> str:
+    """The commit of the task's dataset revision in effect; the error says how to go offline."""
+    try:
+        return resolve_dataset_revision(knobs.hf_path, dataset_revisions().get(knobs.hf_path))
+    except HarnessError as exc:
+        raise HarnessError(
+            f"{exc}. If this machine cannot reach the Hub, run `python -m encoder_eval.prefetch "
+            f"--tasks {task} --out DIR` on one that can and pass --data-dir DIR (or set "
+            "ENCODER_EVAL_DATA_DIR) here; to read a known commit, pin it with "
+            "ENCODER_EVAL_DATASET_REVISIONS."
+        ) from None
+
+
+def _hub_dataset_sha(repo: str, revision: str | None) -> str:
+    """The Hub's answer for a dataset revision's commit (the one network call; tests replace it)."""
+    from huggingface_hub import HfApi
+
+    return HfApi().dataset_info(repo, revision=revision).sha
+
+
+def _cached_dataset_ref(repo: str, revision: str) -> str | None:
+    """The commit the local Hugging Face cache recorded for `repo@revision`, if any."""
+    try:
+        from huggingface_hub.constants import HF_HUB_CACHE
+    except ImportError:
+        return None
+    ref = Path(HF_HUB_CACHE) / ("datasets--" + repo.replace("/", "--")) / "refs" / revision
+    try:
+        sha = ref.read_text().strip()
+    except OSError:
+        return None
+    return sha if _SHA.fullmatch(sha) else None

@@ -276,9 +276,35 @@ class _Progress:
             self.bar.close()
 
 
-def _language_means(scores: dict[str, float], euro: tuple[str, ...]) -> tuple[float, list[str]]:
+def _language_means(
+    scores: dict[str, float | None], euro: tuple[str, ...]
+) -> tuple[float | None, list[str]]:
+    """The headline mean over the Euro languages scored (all of them when none is Euro);
+    None when any of those is undefined: an undefined score is never averaged as 0."""
     langs = [lang for lang in scores if lang in euro] or list(scores)
-    return float(np.mean([scores[lang] for lang in langs])), langs
+    values = [scores[lang] for lang in langs]
+    if not values or any(v is None for v in values):
+        return None, langs
+    return float(np.mean(values)), langs
+
+
+def score_splits(
+    metric: str, predictions: dict[str, list], labels: dict[str, list]
+) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Score each language; returns (scores, undefined) where undefined maps a language
+    whose metric is undefined on its predictions to the reason (its score is None)."""
+    scores, undefined = {}, {}
+    for lang, preds in predictions.items():
+        scores[lang] = metrics.compute_metric(metric, preds, labels[lang])
+        if scores[lang] is None:
+            undefined[lang] = metrics.undefined_reason(metric, preds, labels[lang])
+    return scores, undefined
+
+
+def _score_section(scores: dict, undefined: dict, euro: tuple[str, ...]) -> dict:
+    mean, langs = _language_means(scores, euro)
+    return {"per_language": scores, "mean": mean, "languages_in_mean": langs,
+            "undefined": undefined}  # fmt: skip
 
 
 def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> dict:
@@ -286,15 +312,43 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
 
     `loaded` and `data` let a multi-cell process pass in what it already has; a fresh
     model is still loaded for every cell, since weights change during training.
+    SIGTERM or Ctrl-C during training saves a resumable state and raises Preempted or
+    Interrupted; one that arrives after training lets the cell finish and write first.
     """
+    with _stop_requests() as stop:
+        result = _run_cell(cfg, loaded, data, stop)
+        if stop.signal is not None:
+            kind, how = _stop_kind(stop.signal)
+            raise kind(f"{_label(cfg)}: {how} arrived after training; the result is written "
+                       f"to {cfg.out_json}; run the same command again for any remaining "
+                       "cells")  # fmt: skip
+    return result
+
+
+def _label(cfg: CellConfig) -> str:
+    return f"{cfg.model_key}/{cfg.task}/{lr_key(cfg.lr)}/s{cfg.seed}"
+
+
+def _stop_kind(signum: int) -> tuple[type, str]:
+    if signum == signal.SIGINT:
+        return Interrupted, "Ctrl-C (SIGINT)"
+    return Preempted, "SIGTERM"
+
+
+def _run_cell(cfg: CellConfig, loaded: LoadedModel | None, data, stop: _StopFlag) -> dict:
     knobs = task_knobs(cfg.task)
     regression = knobs.problem == REGRESSION
     device = resolve_device(cfg.device)
     eval_batch = cfg.eval_batch_size or EVAL_BATCH_SIZE.get(device.type, EVAL_BATCH_SIZE["cuda"])
     recipe = cfg.recipe
     t0 = time.perf_counter()
+    # Where the data comes from is resolved before it is read (for the Hub, the commit that
+    # is then loaded), and before any training: a cell never trains and then fails on
+    # bookkeeping.
+    data_prov = data_provenance(cfg.task, cfg.data_dir)
     if data is None:
-        data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report")
+        data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report",
+                         selection_split=recipe.selection_split)  # fmt: skip
     train_split, val_splits, test_splits, num_labels, problem = data
 
     seed_everything(cfg.seed)  # before the model load: the fresh head's init is seeded
@@ -305,6 +359,17 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
             model_label=cfg.model_key,
         )  # fmt: skip
     model, tok = loaded.model.to(device), loaded.tokenizer
+    prov = {
+        "software": provenance.software_versions(),
+        "hardware": provenance.device_info(str(device)),
+        "model_revision": loaded.revision,
+        "model_revision_requested": cfg.model_revision,
+        "model_source": loaded.source,
+        "model_path": cfg.model_path if cfg.record_model_path else None,
+        "trust_remote_code": cfg.trust_remote_code,
+        "data": data_prov,
+        "dataset_revisions": {knobs.hf_path: data_prov.get("revision")} if knobs.hf_path else {},
+    }
     pad_id = tok.pad_token_id
     max_len = recipe.max_seq_len
     cache_dir = None
@@ -333,18 +398,16 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
     optimizer = build_optimizer(model, recipe, cfg.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(warmup, max_steps))
     data_rng = random.Random(cfg.seed)
-    label = f"{cfg.model_key}/{cfg.task}/{lr_key(cfg.lr)}/s{cfg.seed}"
+    label = _label(cfg)
     progress = _Progress(cfg.progress, max_steps, label)
 
     eval_seconds = [0.0]  # time spent scoring dev inside the training loop
 
-    def dev_scores() -> dict[str, float]:
+    def dev_scores() -> tuple[dict[str, float | None], dict[str, str]]:
         t = time.perf_counter()
-        out = {}
-        for lang, enc in enc_val.items():
-            preds = predict(model, enc, pad_id, device, recipe.precision, eval_batch,
-                            regression)  # fmt: skip
-            out[lang] = metrics.compute_metric(knobs.metric, preds, enc.labels)
+        preds = {lang: predict(model, enc, pad_id, device, recipe.precision, eval_batch,
+                               regression) for lang, enc in enc_val.items()}  # fmt: skip
+        out = score_splits(knobs.metric, preds, {k: e.labels for k, e in enc_val.items()})
         eval_seconds[0] += time.perf_counter() - t
         return out
 
@@ -359,58 +422,66 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
     diverged_at = None
     t_train = time.perf_counter()
     first_step_s = process_first_step_s = None
-    with _sigterm_requests() as stop:
-        while st.step < max_steps and diverged_at is None and not st.early_stopped:
-            if stop.requested and resume_path is not None:
-                st.train_time_before += time.perf_counter() - t_train
-                _save_resume(resume_path, signature, st, model, optimizer, scheduler, data_rng)
-                progress.close()
-                raise Preempted(f"{label}: stopped by SIGTERM at step {st.step}; state saved to "
-                                f"{resume_path}; run the cell again to resume")  # fmt: skip
-            if not st.batches:
-                st.batches = train_batches(enc_train.lengths, recipe.batch_size, data_rng,
-                                           cfg.batching == "length-grouped")  # fmt: skip
-                st.epoch += 1
-            idx = st.batches.pop(0)
-            optimizer.zero_grad(set_to_none=True)
-            step_loss = 0.0
-            for m in range(0, len(idx), micro):
-                sub = idx[m : m + micro]
-                batch = _collate(enc_train, sub, pad_id, device, regression)
-                labels = batch.pop("labels")
-                with _autocast(device, recipe.precision):
-                    logits = model(**batch).logits
-                loss = _loss(logits, labels, regression) * (len(sub) / len(idx))
-                loss.backward()
-                step_loss += loss.detach()
-                st.real_tokens += sum(enc_train.lengths[i] for i in sub)
-            step_loss = float(step_loss)
-            if not math.isfinite(step_loss):
-                diverged_at = st.step + 1
-                break
-            optimizer.step()
-            scheduler.step()
-            st.step += 1
-            st.last_loss = step_loss
-            if first_step_s is None:
-                first_step_s = time.perf_counter() - t0
-                process_first_step_s = _seconds_since_process_start()
-            dev_mean = None
-            if st.step % every == 0 or st.step == max_steps:
-                per_lang = dev_scores()
-                dev_mean, _ = _language_means(per_lang, knobs.euro_languages)
-                st.history.append({"step": st.step, "dev": dev_mean, "loss": step_loss})
-                progress.event(step=st.step, loss=step_loss, dev=dev_mean)
-                if dev_mean > st.best_mean:
-                    st.best_mean, st.best_step, st.best_per_language = dev_mean, st.step, per_lang
-                    st.best_state = {k: v.detach().to("cpu", copy=True)
-                                     for k, v in model.state_dict().items()}  # fmt: skip
-                    st.bad_evals = 0
-                else:
-                    st.bad_evals += 1
-                    if recipe.early_stop and st.bad_evals >= recipe.patience:
-                        st.early_stopped = True
-            progress.step(step_loss, dev_mean)
+    while st.step < max_steps and diverged_at is None and not st.early_stopped:
+        if stop.signal is not None:
+            progress.close()
+            kind, how = _stop_kind(stop.signal)
+            if resume_path is None:
+                raise kind(f"{label}: stopped by {how} at step {st.step}; no --out-json, so "
+                           "no state was saved")  # fmt: skip
+            st.train_time_before += time.perf_counter() - t_train
+            _save_resume(resume_path, signature, st, model, optimizer, scheduler, data_rng)
+            raise kind(f"{label}: stopped by {how} at step {st.step}; state saved to "
+                       f"{resume_path}; run the cell again to resume (the same command)")  # fmt: skip
+        if not st.batches:
+            st.batches = train_batches(enc_train.lengths, recipe.batch_size, data_rng,
+                                       cfg.batching == "length-grouped")  # fmt: skip
+            st.epoch += 1
+        idx = st.batches.pop(0)
+        optimizer.zero_grad(set_to_none=True)
+        step_loss = 0.0
+        for m in range(0, len(idx), micro):
+            sub = idx[m : m + micro]
+            batch = _collate(enc_train, sub, pad_id, device, regression)
+            labels = batch.pop("labels")
+            with _autocast(device, recipe.precision):
+                logits = model(**batch).logits
+            loss = _loss(logits, labels, regression) * (len(sub) / len(idx))
+            loss.backward()
+            step_loss += loss.detach()
+            st.real_tokens += sum(enc_train.lengths[i] for i in sub)
+        step_loss = float(step_loss)
+        if not math.isfinite(step_loss):
+            diverged_at = st.step + 1
+            break
+        optimizer.step()
+        scheduler.step()
+        st.step += 1
+        st.last_loss = step_loss
+        if first_step_s is None:
+            first_step_s = time.perf_counter() - t0
+            process_first_step_s = _seconds_since_process_start()
+        dev_mean = None
+        if st.step % every == 0 or st.step == max_steps:
+            per_lang, undefined = dev_scores()
+            dev_mean, _ = _language_means(per_lang, knobs.euro_languages)
+            st.history.append({"step": st.step, "dev": dev_mean, "loss": step_loss})
+            st.last_per_language, st.last_undefined = per_lang, undefined
+            progress.event(step=st.step, loss=step_loss, dev=dev_mean)
+            # An undefined dev score (constant predictions) never counts as a best.
+            if dev_mean is not None and dev_mean > st.best_mean:
+                st.best_mean, st.best_step, st.best_per_language = dev_mean, st.step, per_lang
+                st.best_state = {k: v.detach().to("cpu", copy=True)
+                                 for k, v in model.state_dict().items()}  # fmt: skip
+                st.bad_evals = 0
+            else:
+                st.bad_evals += 1
+                # Patience running out at the last allowed step is the cap ending training,
+                # not an early stop.
+                if (recipe.early_stop and st.bad_evals >= recipe.patience
+                        and st.step < max_steps):  # fmt: skip
+                    st.early_stopped = True
+        progress.step(step_loss, dev_mean)
     progress.close()
     train_time = st.train_time_before + time.perf_counter() - t_train
     step, epoch, history, real_tokens = st.step, st.epoch, st.history, st.real_tokens
@@ -419,22 +490,31 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
             "state": st.best_state}  # fmt: skip
 
     status = "diverged" if diverged_at is not None else "ok"
-    report = None
+    report = dev = None
     predictions = {}
     if status == "ok":
         if best["state"] is not None:
             model.load_state_dict(best["state"])
+            dev = _score_section(best["per_language"], {}, knobs.euro_languages)
+        else:  # no evaluation had a defined score: the last one says why
+            dev = _score_section(st.last_per_language, st.last_undefined, knobs.euro_languages)
         if cfg.phase == "report":
-            per_lang = {}
+            labels = {}
             for lang, split in test_splits.items():
                 enc = tokenise(split)
                 preds = predict(model, enc, pad_id, device, recipe.precision,
                                 eval_batch, regression)  # fmt: skip
-                per_lang[lang] = metrics.compute_metric(knobs.metric, preds, enc.labels)
                 predictions[lang] = {"predictions": preds, "labels": enc.labels}
-            mean, langs = _language_means(per_lang, knobs.euro_languages)
-            report = {"split": knobs.report_split, "per_language": per_lang, "mean": mean,
-                      "languages_in_mean": langs}  # fmt: skip
+                labels[lang] = enc.labels
+            scores, undefined = score_splits(
+                knobs.metric, {k: v["predictions"] for k, v in predictions.items()}, labels
+            )
+            report = {"split": knobs.report_split,
+                      **_score_section(scores, undefined, knobs.euro_languages)}  # fmt: skip
+        for name, section in (("dev", dev), ("report", report)):
+            for lang, why in (section or {}).get("undefined", {}).items():
+                print(f"warning: {label}: {knobs.metric} is undefined on the {name} split "
+                      f"({lang}: {why}); recorded as undefined, not as 0", file=sys.stderr)  # fmt: skip
 
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _cpu_peak_rss()
     off = off_protocol_reasons(recipe, cfg.lr, cfg.seed, cfg.phase) + list(cfg.extra_off_protocol)
@@ -451,22 +531,18 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
         },  # fmt: skip
         "status": status,
         "metric": knobs.metric,
-        "dev": None
-        if status != "ok"
-        else {
-            "per_language": best["per_language"],
-            "mean": best["mean"],
-            "languages_in_mean": _language_means(best["per_language"], knobs.euro_languages)[1],
-        },  # fmt: skip
+        "dev": dev,
         "report": report,
         "training": {
             "steps": step,
             "max_steps": max_steps,
             "best_step": best["step"],
-            "epochs": epoch,
+            "epochs": round(step / steps_per_epoch, 3),
+            "epochs_started": epoch,
             "steps_per_epoch": steps_per_epoch,
             "eval_every": every,
             "early_stopped": early_stopped,
+            "stopped_by": _stopped_by(diverged_at, early_stopped, max_steps, recipe),
             "diverged_at_step": diverged_at,
             "final_loss": last_loss if math.isfinite(last_loss) else None,
             "train_examples": n_train,
@@ -493,19 +569,7 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
             "mode": cfg.mode,
         },  # fmt: skip
         "protocol": {"on_protocol": not off, "off_protocol_reasons": off},
-        "provenance": {
-            "software": provenance.software_versions(),
-            "hardware": provenance.device_info(str(device)),
-            "model_revision": loaded.revision,
-            "model_revision_requested": cfg.model_revision,
-            "model_source": loaded.source,
-            "model_path": cfg.model_path if cfg.record_model_path else None,
-            "trust_remote_code": cfg.trust_remote_code,
-            "data": data_provenance(cfg.task, cfg.data_dir),
-            "dataset_revisions": {knobs.hf_path: data_provenance(cfg.task, None)["revision"]}
-            if knobs.hf_path
-            else {},
-        },  # fmt: skip
+        "provenance": prov,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     if cfg.out_json:
@@ -523,8 +587,15 @@ def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> d
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: the cell saved its state and should be run again
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+
+
 class Preempted(Exception):
     """Raised when SIGTERM stopped a cell after it saved a resumable state."""
+
+
+class Interrupted(Preempted):
+    """Raised when Ctrl-C (SIGINT) stopped a cell after it saved a resumable state."""
 
 
 @dataclass
@@ -544,28 +615,33 @@ class _LoopState:
     batches: list = field(default_factory=list)
     last_loss: float = math.nan
     train_time_before: float = 0.0
+    last_per_language: dict = field(default_factory=dict)
+    last_undefined: dict = field(default_factory=dict)
 
 
 class _StopFlag:
-    requested = False
+    signal: int | None = None  # the first stop signal received
 
 
 @contextlib.contextmanager
-def _sigterm_requests():
-    """Turn SIGTERM into a flag the loop checks between steps (main thread only)."""
+def _stop_requests():
+    """Turn SIGTERM and SIGINT into a flag the loop checks between steps (main thread only),
+    so a preempted or interrupted cell saves its state instead of losing its progress."""
     flag = _StopFlag()
     if threading.current_thread() is not threading.main_thread():
         yield flag
         return
 
     def handler(signum, frame):
-        flag.requested = True
+        if flag.signal is None:
+            flag.signal = signum
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield flag
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _resume_path(out_json: str | None) -> Path | None:
@@ -615,6 +691,15 @@ def _restore(path: Path, signature, model, optimizer, scheduler, data_rng, st) -
     if state["cuda_rng"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda_rng"])
     return _LoopState(**state["loop"])
+
+
+def _stopped_by(diverged_at: int | None, early_stopped: bool, max_steps: int, recipe) -> str:
+    """What ended training: divergence, early stopping, or the step or epoch cap."""
+    if diverged_at is not None:
+        return "diverged"
+    if early_stopped:
+        return "early_stop"
+    return "step_cap" if max_steps == recipe.max_steps else "epoch_cap"
 
 
 def _seconds_since_process_start() -> float | None:

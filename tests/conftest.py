@@ -19,8 +19,9 @@ if "ENCODER_EVAL_CACHE_DIR" not in os.environ:  # keep the tests' token cache ou
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from mirror_helpers import shared_data  # noqa: E402  (needs the sys.path entry above)
+
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
 
 # (task, {split file: rows to keep}) for the small mirror most tests train on.
 SMALL_MIRROR = {
@@ -37,13 +38,13 @@ SMALL_MIRROR = {
 
 
 def write_small_mirror(dest: Path, spec: dict = SMALL_MIRROR) -> Path:
-    """Copy the first rows of real mirror files into `dest` (same layout)."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"the real data mirror {SHARED_DATA} is absent")
+    """Copy the first rows of real mirror files into `dest` (same layout); skips, or fails
+    under ENCODER_EVAL_REQUIRE_DATA=1, without the real mirror (`shared_data`)."""
+    source = shared_data()
     for task, files in spec.items():
         (dest / task).mkdir(parents=True, exist_ok=True)
         for name, n in files.items():
-            with open(SHARED_DATA / task / name, encoding="utf-8") as src:
+            with open(source / task / name, encoding="utf-8") as src:
                 rows = [next(src) for _ in range(n)]
             (dest / task / name).write_text("".join(rows), encoding="utf-8")
     return dest

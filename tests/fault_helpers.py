@@ -10,8 +10,10 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,6 +22,42 @@ SHRINK = ["--max-steps", "3", "--max-seq-len", "128", "--device", "cpu"]
 # What `run` prints once per finished cell: "<status>: <model> <task> ... -> <out json>".
 CELL_DONE = re.compile(r"^(ok|diverged): .* -> (?P<out>.+)$", re.M)
 LOCKED = "another runner is running this cell"
+
+# Runs `python -m MODULE ARGS` with os.fsync hooked. Each fsync of a result file in
+# $EE_RESULTS_DIR (its temporary, or the final path if a writer wrote there directly) is a
+# result write with its data on disk and the rename still to come: the hook counts it in
+# the file $EE_WRITE_COUNT (shared by the processes of one run_all.sh), announces it as
+# "W <path>" on the inherited descriptor $EE_WRITE_FD, and the $EE_BLOCK_AT-th one says
+# "B <path>" instead and then blocks inside the write until the process is killed.
+IN_WRITE_HOOK = textwrap.dedent(
+    """
+    import os, runpy, signal, sys
+    from encoder_eval.results import TMP_PREFIX
+    results_dir = os.path.realpath(os.environ["EE_RESULTS_DIR"])
+    real_fsync = os.fsync
+    def fsync(fd):
+        real_fsync(fd)
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        name = os.path.basename(path)
+        hidden = name.startswith(".") and not name.startswith(TMP_PREFIX)  # locks, resume state
+        if os.path.dirname(path) != results_dir or hidden or ".predictions.json" in name:
+            return
+        count = os.open(os.environ["EE_WRITE_COUNT"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(count, b"w")
+        nth = os.fstat(count).st_size
+        os.close(count)
+        block = nth == int(os.environ["EE_BLOCK_AT"])
+        os.write(int(os.environ["EE_WRITE_FD"]), f"{'B' if block else 'W'} {path}\\n".encode())
+        while block:
+            signal.pause()
+    os.fsync = fsync
+    if sys.argv[1:2] != ["-m"]:
+        sys.exit("usage: python-with-write-hook -m MODULE [ARG...]")
+    sys.argv = sys.argv[2:]
+    sys.path[0] = os.getcwd()
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+    """
+)
 
 
 def env(**extra: str) -> dict[str, str]:
@@ -33,6 +71,20 @@ def env(**extra: str) -> dict[str, str]:
         "PYTHON": sys.executable,
         **extra,
     }
+
+
+def hooked_python(directory: Path) -> Path:
+    """Write an executable that stands in for `$PYTHON` in run_all.sh: this interpreter
+    with IN_WRITE_HOOK, so a test can see every result write and block one of them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    hook = directory / "in_write_hook.py"
+    hook.write_text(IN_WRITE_HOOK)
+    wrapper = directory / "python-with-write-hook"
+    wrapper.write_text(
+        f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(hook))} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 def py(*args: str) -> list[str]:

@@ -1,6 +1,7 @@
 """Helpers that build small data mirrors for the task and prefetch tests.
 
-- `shared_data()`: the real-data mirror next to the project (`../shared/data`), or a skip;
+- `shared_data()`: the real-data mirror (`../shared/data`, or $ENCODER_EVAL_SHARED_DATA), or a
+  skip; a failure instead under ENCODER_EVAL_REQUIRE_DATA=1 (`missing_requirement`);
 - `split_mirror()`: a mirror whose train/validation/test are a seeded split of the real
   validation files, for tasks whose real mirror has validation only (xnli, paws_x, seahorse);
 - `massive_mirror()`: a synthetic MASSIVE mirror in the dataset's real schema.
@@ -9,24 +10,41 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 from encoder_eval import tasks
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED_DATA_ENV = "ENCODER_EVAL_SHARED_DATA"  # another mirror location than SHARED_DATA
+REQUIRE_DATA_ENV = "ENCODER_EVAL_REQUIRE_DATA"  # "1" (CI): a missing input fails the test
 
 SPLIT_SEED = 1234
 SPLIT_FRACTIONS = (0.6, 0.2)  # train, validation; test gets the rest
 
 
+def missing_requirement(problem: str) -> NoReturn:
+    """Skip the test for want of an input this machine lacks, or fail it when
+    ENCODER_EVAL_REQUIRE_DATA=1: CI has every input, so there a skip would hide a test
+    that never ran. Every test that needs the real data goes through here."""
+    if os.environ.get(REQUIRE_DATA_ENV) == "1":
+        pytest.fail(f"{REQUIRE_DATA_ENV}=1 but {problem}", pytrace=False)
+    pytest.skip(problem)
+
+
 def shared_data() -> Path:
-    """The real-data mirror, or skip the test saying where it was looked for."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"real-data mirror {SHARED_DATA} is absent (it is present in CI)")
-    return SHARED_DATA
+    """The real-data mirror, or skip (fail under ENCODER_EVAL_REQUIRE_DATA=1) saying where
+    it was looked for."""
+    path = Path(os.environ.get(SHARED_DATA_ENV) or SHARED_DATA)
+    if not path.is_dir():
+        missing_requirement(
+            f"the real-data mirror {path} is absent (put it there or point {SHARED_DATA_ENV} at one)"
+        )
+    return path
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -75,7 +93,16 @@ def split_mirror(
 
 # --------------------------------------------------------------------------- MASSIVE
 
-MASSIVE_LOCALES = ("de-DE", "en-US", "es-ES", "fr-FR", "it-IT", "nl-NL", "pl-PL", "pt-PT")
+# The 51 locale configs of AmazonScience/massive 1.0 (its loading script's _LANGUAGE_PAIRS).
+MASSIVE_LOCALES = (
+    "af-ZA", "am-ET", "ar-SA", "az-AZ", "bn-BD", "cy-GB", "da-DK", "de-DE", "el-GR", "en-US",
+    "es-ES", "fa-IR", "fi-FI", "fr-FR", "he-IL", "hi-IN", "hu-HU", "hy-AM", "id-ID", "is-IS",
+    "it-IT", "ja-JP", "jv-ID", "ka-GE", "km-KH", "kn-IN", "ko-KR", "lv-LV", "ml-IN", "mn-MN",
+    "ms-MY", "my-MM", "nb-NO", "nl-NL", "pl-PL", "pt-PT", "ro-RO", "ru-RU", "sl-SL", "sq-AL",
+    "sv-SE", "sw-KE", "ta-IN", "te-IN", "th-TH", "tl-PH", "tr-TR", "ur-PK", "vi-VN", "zh-CN",
+    "zh-TW",
+)  # fmt: skip
+MASSIVE_EURO = ("de-DE", "en-US", "es-ES", "fr-FR", "it-IT", "nl-NL", "pl-PL", "pt-PT")
 _SCENARIOS = ("alarm", "audio", "calendar", "cooking", "iot", "music", "news", "weather")
 _OBJECTS = (
     "the kitchen light", "my morning alarm", "tomorrow's meeting", "a pasta recipe",
@@ -113,9 +140,11 @@ def massive_rows(locale: str, partition: str, n: int, seed: int) -> list[dict]:
 MASSIVE_SIZES = {"train": 120, "validation": 60, "test": 60}
 
 
-def massive_mirror(dest: Path, sizes: dict[str, int] = MASSIVE_SIZES) -> Path:
-    """Write `dest/massive_intent/<split>.<locale>.jsonl` for every locale the task reads."""
-    for locale in MASSIVE_LOCALES:
+def massive_mirror(
+    dest: Path, sizes: dict[str, int] = MASSIVE_SIZES, locales: tuple[str, ...] = MASSIVE_LOCALES
+) -> Path:
+    """Write `dest/massive_intent/<split>.<locale>.jsonl` for each locale (default: all 51)."""
+    for locale in locales:
         for split, n in sizes.items():
             path = tasks.mirror_file(dest, "massive_intent", split, locale)
             write_jsonl(path, massive_rows(locale, split, n, seed=7))

@@ -24,13 +24,19 @@ def make_result(
     transformers: str = "4.56.2",
     revision: str = "rev-a",
     on_protocol: bool | None = None,
+    data_identity: str | None = None,
+    mode: str = "auto",
+    trust_remote_code: bool = False,
+    selection_split: str = "dev",
 ) -> dict:
-    """A result that passes `validate_result`; `score` is dev.mean (select) or report.mean."""
+    """A result that passes `validate_result`; `score` is dev.mean (select) or report.mean
+    (None: undefined, as for a constant prediction)."""
     lr = LR_GRID[lr_key]
     rec = {**PROTOCOL_RECIPE.to_dict(), "effective_batch": 32, "micro_batch": 32,
            "grad_accumulation": 1, "eval_batch": 128, "warmup_steps": 100,
            "optimizer": "AdamW", "schedule": "linear warmup, linear decay",
-           "pair_format": "pair", "batching": "length-grouped", "mode": "auto"}  # fmt: skip
+           "pair_format": "pair", "batching": "length-grouped", "mode": mode,
+           "selection_split": selection_split}  # fmt: skip
     rec.update(recipe or {})
     if on_protocol is None:
         from encoder_eval.protocol import Recipe
@@ -40,6 +46,7 @@ def make_result(
     else:
         reasons = [] if on_protocol else ["forced off-protocol for a test"]
     ok = status == "ok"
+    undefined = {"en": "constant predictions"} if score is None else {}
     data = {
         "schema": SCHEMA_NAME,
         "schema_version": SCHEMA_VERSION,
@@ -53,11 +60,14 @@ def make_result(
         },  # fmt: skip
         "status": status,
         "metric": task_knobs(task).metric,
-        "dev": {"per_language": {"en": score}, "mean": score} if ok else None,
+        "dev": {"per_language": {"en": score}, "mean": score, "undefined": undefined}
+        if ok
+        else None,
         "report": {
             "split": task_knobs(task).report_split,
             "per_language": {"en": score},
             "mean": score,
+            "undefined": undefined,
         }
         if ok and phase == "report"
         else None,  # fmt: skip
@@ -67,11 +77,29 @@ def make_result(
         "provenance": {
             "software": {"transformers": transformers, "torch": "2.4"},
             "model_revision": revision,
+            "trust_remote_code": trust_remote_code,
+            "data": {"identity": data_identity or f"hub:{task_knobs(task).hf_path}@sha-a"},
         },
     }
     errors = validate_result(data)
     assert not errors, errors
     return data
+
+
+def make_selection(lr_keys: dict[tuple[str, str], str], **result_kw) -> dict:
+    """A valid selection document choosing `lr_keys[(model, task)]`, whose select cells ran
+    with what `make_result(**result_kw)` describes."""
+    from encoder_eval import select
+
+    pairs: dict[str, dict] = {}
+    for (model, task), key in lr_keys.items():
+        setup = select.cell_setup(make_result(model, task, key, 42, "select", **result_kw))
+        pairs.setdefault(model, {})[task] = {
+            "lr_key": key, "lr": LR_GRID[key], "partial": False, "on_protocol": True,
+            "select_setup": setup,
+        }  # fmt: skip
+    return {"schema": select.SCHEMA, "version": select.VERSION, "on_protocol": True,
+            "policy": {"lr_keys": list(LR_GRID), "seeds": [42, 43, 44]}, "pairs": pairs}  # fmt: skip
 
 
 def write_result(directory: Path, data: dict) -> Path:

@@ -142,7 +142,7 @@ def _unreadable_model(ctx: Ctx) -> Path:
 
 
 def _good_selection(ctx: Ctx) -> Path:
-    return _selection(ctx, json.dumps({"schema": "encoder-eval-selection", "version": 1,
+    return _selection(ctx, json.dumps({"schema": "encoder-eval-selection", "version": 2,
                                        "pairs": {"m": {"glue_rte": {"lr_key": "lr06",
                                                                     "lr": LR_GRID["lr06"]}}}}))  # fmt: skip
 
@@ -261,6 +261,10 @@ CASES = {
                                       r"--extra-run-args may not set --seed"),
     "sweep-malformed-model-spec": (lambda c: c.sweep("--phase", "select", "--model", "mine"),
                                    r"--model 'mine' must look like NAME=PATH_OR_HUB_ID\[:MODE\]"),
+    "sweep-unknown-model-mode": (lambda c: c.sweep("--phase", "select", "--model",
+                                                   "mine=org/m:bidir"),
+                                 r"--model 'mine=org/m:bidir': unknown mode 'bidir'\. Valid "
+                                 r"modes: auto, liquid-bidir"),
     # --- select, summarize, status
     "select-results-dir-missing": (lambda c: ["encoder_eval.select", "--results-dir",
                                               str(c.root / "nope"), "--out",
@@ -275,6 +279,13 @@ CASES = {
                                                  str(c.out), "--selection",
                                                  str(_selection(c, "[1, 2"))],
                                       r"cannot read selection file .*; regenerate it"),
+    "summarize-selection-of-an-old-version": (lambda c: ["encoder_eval.summarize", "--results-dir",
+                                                         str(c.out), "--selection",
+                                                         str(_selection(c, json.dumps({
+                                                             "schema": "encoder-eval-selection",
+                                                             "version": 1, "pairs": {}})))],
+                                              r"selection version 1, this harness reads 2; "
+                                              r"regenerate it with python -m encoder_eval\.select"),
     "summarize-out-in-missing-dir": (lambda c: ["encoder_eval.summarize", "--results-dir",
                                                 str(c.out), "--selection",
                                                 str(_good_selection(c)), "--out",

@@ -270,3 +270,107 @@ def test_sigterm_saves_state_and_the_rerun_matches_an_uninterrupted_run(
     assert resumed["dev"] == ref["dev"] and resumed["report"] == ref["report"]
     assert resumed["training"]["final_loss"] == ref["training"]["final_loss"]
     assert resumed["training"]["dev_history"] == ref["training"]["dev_history"]
+
+
+# ----------------------------------------------------------------------------- issue 11
+
+
+def test_a_mirror_from_the_environment_is_recorded_and_the_cell_writes(
+    tiny_models, small_mirror, tmp_path, monkeypatch
+):
+    """ENCODER_EVAL_DATA_DIR with no MANIFEST.json: the cell used to train, then crash on
+    its provenance and write nothing."""
+    monkeypatch.setenv("ENCODER_EVAL_DATA_DIR", str(small_mirror))
+    cfg = cell(tmp_path, tiny_models["bert"], task="sg_cb")
+    result = train.run_cell(cfg)
+    assert read_json(cfg.out_json) == result
+    data = result["provenance"]["data"]
+    assert data["source"] == "mirror" and data["identity"] == f"mirror:sha256:{data['sha256']}"
+    assert result["provenance"]["dataset_revisions"] == {"aps/super_glue": None}
+
+
+def test_provenance_is_resolved_before_the_first_step(
+    tiny_models, small_mirror, tmp_path, monkeypatch
+):
+    """A cell never trains and then fails on bookkeeping: a provenance failure comes first."""
+    steps = []
+    monkeypatch.setattr(train, "build_optimizer", lambda *a: steps.append(a) or 1 / 0)
+
+    def unresolvable(task, data_dir=None):
+        raise HarnessError("cannot resolve nyu-mll/glue@main to a commit")
+
+    monkeypatch.setattr(train, "data_provenance", unresolvable)
+    with pytest.raises(HarnessError, match="cannot resolve"):
+        train.run_cell(cell(tmp_path, tiny_models["bert"], data_dir=str(small_mirror)))
+    assert steps == []
+
+
+def test_epochs_are_fractional_and_the_step_cap_is_not_an_early_stop(
+    tiny_models, small_mirror, tmp_path
+):
+    # 64 train rows = 2 steps an epoch; 3 steps = 1.5 epochs. The learning rate is too small to
+    # change a prediction, so the dev score never improves after the first evaluation: the
+    # third bad evaluation comes at the last allowed step, which is the cap, not patience.
+    recipe = Recipe(max_steps=3, patience=2, max_seq_len=128)
+    cfg = cell(tmp_path, tiny_models["bert"], data_dir=str(small_mirror), recipe=recipe, lr=1e-12)
+    t = train.run_cell(cfg)["training"]
+    assert (t["steps"], t["steps_per_epoch"], t["epochs"]) == (3, 2, 1.5)
+    assert [h["step"] for h in t["dev_history"]] == [1, 2, 3]
+    assert t["early_stopped"] is False and t["stopped_by"] == "step_cap"
+    # Evaluations at steps 2, 4, 6, 8: patience runs out at step 6, before the cap.
+    recipe = Recipe(max_steps=8, patience=2, max_seq_len=128)
+    cfg = cell(tmp_path, tiny_models["bert"], data_dir=str(small_mirror), recipe=recipe, lr=1e-12)
+    t = train.run_cell(cfg)["training"]
+    assert t["early_stopped"] is True and t["stopped_by"] == "early_stop" and t["steps"] == 6
+
+
+def _cola_mirror(dest):
+    from conftest import write_small_mirror
+
+    return write_small_mirror(dest, {"glue_cola": {"train.jsonl": 64, "validation.jsonl": 32}})
+
+
+def test_an_undefined_metric_is_recorded_as_undefined_not_zero(tiny_models, tmp_path, capfd):
+    """A model that predicts one class everywhere has no MCC: the result says so."""
+    mirror = _cola_mirror(tmp_path / "mirror")
+    loaded = load_model(str(tiny_models["bert"]), "auto", 2, "single_label_classification",
+                        max_seq_len=128)  # fmt: skip
+    with torch.no_grad():  # a head that always says class 0, far beyond what training moves
+        loaded.model.classifier.weight.zero_()
+        loaded.model.classifier.bias.copy_(torch.tensor([10.0, -10.0]))
+    cfg = cell(tmp_path, tiny_models["bert"], task="glue_cola", data_dir=str(mirror), lr=1e-12)
+    result = train.run_cell(cfg, loaded=loaded)
+    assert validate_result(result) == []
+    for section in ("dev", "report"):
+        assert result[section]["mean"] is None
+        assert result[section]["per_language"] == {"en": None}
+        assert result[section]["undefined"] == {"en": "constant predictions"}
+    assert all(h["dev"] is None for h in result["training"]["dev_history"])
+    assert "mcc is undefined on the report split (en: constant predictions)" in capfd.readouterr().err
+
+
+def test_holdout_selects_on_a_slice_of_train_and_reports_the_official_dev(
+    tiny_models, small_mirror, tmp_path
+):
+    from encoder_eval.holdout import HOLDOUT_KEY, holdout_indices, holdout_size
+
+    default = load_task("glue_rte", small_mirror)
+    strict = load_task("glue_rte", small_mirror, selection_split="holdout")
+    train_rows, dev_rows = default[0], default[1]["en"]
+    held = holdout_indices(train_rows["label"], "single_label_classification")
+    assert len(held) == holdout_size(64) == 12  # 20 % of 64: the small-task share cap
+    assert strict[1][HOLDOUT_KEY]["text"] == [train_rows["text"][i] for i in held]
+    assert len(strict[0]["label"]) == 64 - 12
+    assert not set(strict[0]["text_pair"]) & set(strict[1][HOLDOUT_KEY]["text_pair"])
+    assert strict[2] == {"en": dev_rows}  # the report split is the official dev, untouched
+    # Stratified: the slice's class shares follow train's (largest remainders).
+    share = sum(train_rows["label"]) / 64
+    assert abs(sum(strict[1][HOLDOUT_KEY]["label"]) - 12 * share) < 1
+    recipe = Recipe(max_steps=4, patience=3, max_seq_len=128, selection_split="holdout")
+    result = train.run_cell(cell(tmp_path, tiny_models["bert"], data_dir=str(small_mirror),
+                                 recipe=recipe))  # fmt: skip
+    assert list(result["dev"]["per_language"]) == [HOLDOUT_KEY]
+    assert list(result["report"]["per_language"]) == ["en"]
+    assert result["recipe"]["selection_split"] == "holdout"
+    assert result["protocol"]["off_protocol_reasons"] == [
+        "max_steps=4 (protocol: 10000)", "max_seq_len=128 (protocol: 256)"]  # fmt: skip

@@ -1,6 +1,7 @@
 """Corrupt and foreign files in a results directory: `select`, `summarize` and `status` skip
 each with exactly one warning naming the file and why, ignore the harness's own hidden
-files silently, and still refuse a table the skips leave incomplete.
+files silently, and still refuse a table the skips leave incomplete; `run --skip-existing`
+moves a corrupt result aside (never deleting it) and runs its cell again.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ import re
 from pathlib import Path
 
 import pytest
-from fault_helpers import py, sh
-from result_helpers import make_result, write_result
+from fault_helpers import SHRINK, py, sh
+from result_helpers import make_result, make_selection, write_result
 
 from encoder_eval.protocol import LR_GRID
-from encoder_eval.results import result_filename
+from encoder_eval.results import QUARANTINE_DIR, SCHEMA_VERSION, read_result, result_filename
 
 MODEL, TASK = "m", "glue_rte"
 
@@ -40,9 +41,9 @@ def plant(rdir: Path, phase: str, key: str, good: list[int], bad: list[int]) -> 
     (rdir / "notes.json").write_text(json.dumps({"note": "hand-written", "score": 0.9}))
     expect["notes.json"] = "not a valid result: schema is None"
     future = make_result(MODEL, TASK, "lr10", 44, phase, 0.99)
-    future["schema_version"] = 2
+    future["schema_version"] = SCHEMA_VERSION + 1
     (rdir / _name("lr10", 44)).write_text(json.dumps(future))
-    expect[_name("lr10", 44)] = "schema_version is 2"
+    expect[_name("lr10", 44)] = f"schema_version is {SCHEMA_VERSION + 1}"
     (rdir / "README.txt").write_text("these are my results\n")
     expect["README.txt"] = "not a result file"
     (rdir / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1\x00")
@@ -59,6 +60,9 @@ def plant(rdir: Path, phase: str, key: str, good: list[int], bad: list[int]) -> 
     (rdir / f".tmp-{truncated.name}.x1y2z3").write_text(valid_text[:40])
     (rdir / f".resume-{truncated.name}.pt").write_bytes(b"\x80\x04torn")
     (rdir / _name(key, good[0]).replace(".json", ".predictions.json")).write_text("{}")
+    (rdir / QUARANTINE_DIR).mkdir()  # corrupt results moved aside: never read, never warned
+    kept = rdir / QUARANTINE_DIR / f"{_name(key, good[0])}.20260101T000000.000000Z"
+    kept.write_text(valid_text)
     return expect
 
 
@@ -69,7 +73,7 @@ def check_warnings(stderr: str, rdir: Path, expect: dict[str, str]) -> None:
         assert len(mine) == 1, f"{name}: {len(mine)} warnings in\n{stderr}"
         assert re.search(why, mine[0]), mine[0]
     assert len(lines) == len(expect), stderr  # nothing else: the harness's own files are silent
-    for own in (".lock-", ".tmp-", ".resume-", ".predictions.json"):
+    for own in (".lock-", ".tmp-", ".resume-", ".predictions.json", QUARANTINE_DIR):
         assert own not in stderr
 
 
@@ -102,15 +106,11 @@ def test_status_skips_each_bad_file_once_and_reports_incomplete(tmp_path, select
                  "--tasks", TASK, "--lr-keys", "lr03,lr06", "--seeds", "42,43",
                  "--results-dir", rdir), tmp_path, ok=(1,))  # fmt: skip
     check_warnings(proc.stderr, rdir, expect)
-    assert re.search(r"done\s+3\b", proc.stdout) and re.search(r"failed\s+1\b", proc.stdout)
+    assert re.search(r"done\s+3\b", proc.stdout) and re.search(r"corrupt\s+1\b", proc.stdout)
     assert "disagrees with its filename" in proc.stdout  # the failed cell, with why
 
 
-SELECTION = {
-    "schema": "encoder-eval-selection",
-    "version": 1,
-    "pairs": {MODEL: {TASK: {"lr_key": "lr06", "lr": LR_GRID["lr06"]}}},
-}
+SELECTION = make_selection({(MODEL, TASK): "lr06"})
 
 
 @pytest.fixture
@@ -146,3 +146,31 @@ def test_summarize_with_plots_still_warns_once_per_file(tmp_path, report_dir, se
     cell = json.loads(proc.stdout)["rows"][0]["cells"][TASK]
     assert cell["seeds"] == [45, 49] and cell["missing_seeds"] == [46, 47, 48]
     assert cell["mean"] == pytest.approx((0.645 + 0.649) / 2)  # the backups in old/ unused
+
+
+def test_run_skip_existing_moves_corrupt_and_other_cells_results_aside_and_reruns(
+    tmp_path, tiny_models, small_mirror
+):
+    """A truncated result and a valid select result under a report cell's name are not done:
+    `run --skip-existing` moves each into .corrupt/ byte for byte and runs the cell again."""
+    rdir = tmp_path / "results"
+    rdir.mkdir()
+    lr = LR_GRID["lr06"]
+    truncated, other_phase = (rdir / result_filename("tiny", TASK, lr, s) for s in (45, 46))
+    good = json.dumps(make_result("tiny", TASK, "lr06", 45, "report", 0.6))
+    truncated.write_text(good[: len(good) // 2])
+    other_phase.write_text(json.dumps(make_result("tiny", TASK, "lr06", 46, "select", 0.9)))
+    before = {p.name: p.read_bytes() for p in (truncated, other_phase)}
+    proc = sh(py("encoder_eval.run", "--model-path", tiny_models["bert"], "--model-key", "tiny",
+                 "--task", TASK, "--lr", f"{lr:g}", "--seed", "45,46", "--phase", "report",
+                 "--data-dir", small_mirror, "--results-dir", rdir, "--skip-existing",
+                 "--progress", "quiet", *SHRINK), tmp_path)  # fmt: skip
+    for path in (truncated, other_phase):
+        data, why = read_result(path)
+        assert why is None and data["cell"]["phase"] == "report"  # run again, for real
+        (kept,) = (rdir / QUARANTINE_DIR).glob(f"{path.name}.*Z")
+        assert kept.read_bytes() == before[path.name]  # moved aside, never deleted
+        (line,) = [x for x in proc.stderr.splitlines() if f"result {path} to {kept}" in x]
+        assert line.startswith("moved the corrupt result") and "its cell runs again" in line
+    assert "not valid JSON" in proc.stderr
+    assert "a select cell in a report results directory" in proc.stderr

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -26,6 +28,7 @@ from fault_helpers import (
     SHRINK,
     cells_run,
     env,
+    hooked_python,
     logs_text,
     py,
     result_files,
@@ -145,6 +148,11 @@ def test_a_left_temporary_is_ignored_by_every_reader_and_removed_by_the_next_run
 KILLS = int(os.environ.get("EE_KILLS", "30"))
 MODEL, TASKS, LR_KEYS, SEEDS = "tiny", ("glue_rte", "sg_cb"), ("lr03", "lr10"), (42, 43)
 N_CELLS = len(TASKS) * len(LR_KEYS) * len(SEEDS)
+KEEP_MISSING = 3  # cells the storm leaves unfinished, for the final re-run to complete
+MAX_NTH = 3  # a round blocks at its 1st, 2nd or 3rd result write at the latest
+CALIBRATION = (1, 2, 3)  # the first rounds: killed inside these writes, which are timed
+AT_WRITE = 0.25  # later rounds: the share killed inside a write rather than by a timer
+ROUND_LIMIT_S = 600.0  # no write reached in this long: the harness hangs
 
 
 def _killpg(proc: subprocess.Popen) -> bool:
@@ -159,27 +167,73 @@ def _killpg(proc: subprocess.Popen) -> bool:
     return True
 
 
-def _wait_for_tmp(proc: subprocess.Popen, rdir: Path, nth: int, timeout: float = 120) -> bool:
-    """Poll until the `nth` new result temporary appears (a writer is inside the write)."""
-    before = {p.name for p in _tmp_files(rdir)}
-    seen: set[str] = set()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        with os.scandir(rdir) as it:
-            for entry in it:
-                if entry.name.startswith(TMP_PREFIX) and entry.name not in before:
-                    seen.add(entry.name)
-        if len(seen) >= nth:
-            return True
-        time.sleep(0.0002)
-    return False
+def _storm_round(script: Path, rdir: Path, python: Path, counter: Path, nth: int,
+                 delay: float | None) -> tuple[str, list[tuple[float, str]]]:  # fmt: skip
+    """Run `script` with IN_WRITE_HOOK blocking its `nth` result write, and SIGKILL its
+    process group `delay` seconds after the start or when it blocks, whichever comes first
+    (`delay` None: when it blocks). The script has at least `nth` cells to write, so the
+    kill always finds it alive. Returns "timer" or "write" (what timed the kill) and the
+    result writes it announced, as (seconds since the start, path)."""
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            ["bash", str(script)], cwd=script.parent, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True, pass_fds=(write_fd,),
+            env=env(PYTHON=str(python), EE_RESULTS_DIR=str(rdir), EE_WRITE_COUNT=str(counter),
+                    EE_BLOCK_AT=str(nth), EE_WRITE_FD=str(write_fd)),
+        )  # fmt: skip
+    finally:
+        os.close(write_fd)  # only the script's processes hold it: EOF means they all exited
+    start = time.monotonic()
+    writes: list[tuple[float, str]] = []
+    pending = b""
+    try:
+        while not (writes and writes[-1][1].startswith("B ")):
+            now = time.monotonic() - start
+            if delay is not None and now >= delay:
+                break
+            assert now < ROUND_LIMIT_S, f"{len(writes)} of {nth} result writes in {now:.0f}s"
+            wait = ROUND_LIMIT_S - now if delay is None else min(delay, ROUND_LIMIT_S) - now
+            if not select.select([read_fd], [], [], wait)[0]:
+                continue
+            chunk = os.read(read_fd, 65536)
+            assert chunk, (
+                f"run_all.sh exited ({proc.wait()}) after {len(writes)} result writes with "
+                f"at least {nth} cells to write"
+            )
+            *lines, pending = (pending + chunk).split(b"\n")
+            writes += [(time.monotonic() - start, line.decode()) for line in lines]
+        how = "write" if writes and writes[-1][1].startswith("B ") else "timer"
+        assert _killpg(proc), "run_all.sh finished although it had a write blocked"
+    finally:
+        os.close(read_fd)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return how, [(t, line[2:]) for t, line in writes]
+
+
+def _published_by(write_path: str) -> str:
+    """The result name a write publishes: its temporary's name without prefix and suffix
+    (mkstemp's `<prefix><name>.<random>`), or the path itself if written in place."""
+    name = Path(write_path).name
+    if name.startswith(TMP_PREFIX):
+        return name[len(TMP_PREFIX) :].rsplit(".", 1)[0]
+    return name
 
 
 @pytest.mark.slow
 def test_random_sigkills_of_a_sweep_never_publish_a_partial_result(
     tmp_path, tiny_models, small_mirror
 ):
+    """SIGKILL a sweep's run_all.sh KILLS times, at random moments drawn from how long its
+    result writes take on this machine (timed in the same run) and, on purpose, inside
+    result writes. Every round kills a live script, whatever the machine's speed: a
+    round's script always has more cells to write than the write it blocks at. No kill may
+    publish a partial result, and re-running the script completes exactly the missing
+    cells."""
     seed = int(os.environ.get("EE_KILL_SEED", str(time.time_ns() % 10**6)))
+    print(f"\nkill storm seed {seed} (EE_KILL_SEED={seed} repeats the draws)")
     rng = random.Random(seed)
     rdir, runs = tmp_path / "results", tmp_path / "runs"
     sh(py("encoder_eval.sweep", "--phase", "select", "--model", f"{MODEL}={tiny_models['bert']}",
@@ -190,54 +244,57 @@ def test_random_sigkills_of_a_sweep_never_publish_a_partial_result(
     expected = {result_filename(MODEL, t, lr, s) for t in TASKS
                 for lr in (1.67e-05, 1e-4) for s in SEEDS}  # fmt: skip
     assert len(expected) == N_CELLS
+    python = hooked_python(tmp_path / "hook")
 
-    kills = in_write = rounds = 0
+    # seconds from a round's start to its k-th result write, as measured here, per round
+    write_times: dict[int, list[float]] = {}
+    kills = at_write = timer_in_write = 0
     bad: list[str] = []
     t0 = time.monotonic()
-    while kills < KILLS:
-        rounds += 1
-        assert rounds < 4 * KILLS, f"only {kills} kills in {rounds} rounds (seed {seed})"
-        done = len(result_files(rdir))
+    for round_no in range(KILLS):
+        missing = N_CELLS - len(result_files(rdir))
+        # A round publishes at most nth - 1 results, so KEEP_MISSING cells stay missing.
+        top = min(MAX_NTH, missing - KEEP_MISSING + 1)
+        if round_no < len(CALIBRATION):
+            nth, delay = min(CALIBRATION[round_no], top), None
+        else:
+            nth = rng.randint(1, top)
+            seen = write_times.get(nth) or write_times[max(write_times)]
+            typical = statistics.median(seen[-3:])  # the latest, to follow the machine's load
+            delay = None if rng.random() < AT_WRITE else rng.uniform(0.0, 1.25 * typical)
         tmp_before = {p.name for p in _tmp_files(rdir)}
-        proc = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=env(),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)  # fmt: skip
-        try:
-            if done >= N_CELLS - 3:  # keep cells missing: kill before anything new is published
-                kind = rng.choice(["early", "early", "early", "write1"])
-            else:
-                kind = rng.choice(["random", "random", "write1", "write2"])
-            if kind == "early":
-                time.sleep(rng.uniform(0.0, 1.5))
-            elif kind == "random":
-                time.sleep(rng.uniform(0.0, 4.0))
-            else:
-                _wait_for_tmp(proc, rdir, nth=int(kind[-1]))
-            killed = _killpg(proc)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        kills += killed
-        if killed and {p.name for p in _tmp_files(rdir)} - tmp_before:
-            in_write += 1  # died between writing its temporary and renaming it
+        how, writes = _storm_round(script, rdir, python, tmp_path / f"writes{round_no}", nth,
+                                   delay)  # fmt: skip
+        kills += 1
+        for k, (t, _) in enumerate(writes, 1):
+            write_times.setdefault(k, []).append(t)
+        left = {p.name for p in _tmp_files(rdir)} - tmp_before
+        where = f"kill {kills} (seed {seed}, {how}, write {nth})"
+        if how == "write":  # killed inside its nth write: a temporary left, nothing published
+            at_write += 1
+            blocked = writes[-1][1]
+            name = _published_by(blocked)
+            assert name in expected and not (rdir / name).exists(), f"{where}: published {name}"
+            assert Path(blocked).name in left, f"{where}: {blocked} not left behind"
+        elif left:
+            timer_in_write += 1  # a random moment that fell inside a result write
         # After every kill: each published result is whole and valid.
         for path in result_files(rdir):
             data, why = read_result(path)
             if data is None:
-                bad.append(f"after kill {kills}: {path.name}: {why}")
+                bad.append(f"after {where}: {path.name}: {why}")
     storm_s = time.monotonic() - t0
 
     assert bad == [], bad
+    assert at_write >= min(KILLS, len(CALIBRATION))  # kills inside a result write happened
     before = {p.name: p.read_bytes() for p in result_files(rdir)}
     assert set(before) <= expected
     missing = expected - set(before)
-    assert missing, f"the storm finished every cell (seed {seed}); nothing left to re-run"
-    assert in_write >= 3, f"only {in_write} kills landed inside a result write (seed {seed})"
+    assert len(missing) >= KEEP_MISSING, f"{sorted(missing)} (seed {seed})"
     # Readers ignore what the kills left: temporaries and lock files are never read.
     warnings: list[str] = []
     assert len(load_results(rdir, warn=warnings.append)) == len(before) and warnings == []
-    leftovers = _tmp_files(rdir)
+    leftovers = _tmp_files(rdir)  # the latest kills' (a run removes those over a minute old)
     _age(leftovers)  # the next run happens later; stale temporaries then go
 
     shutil.rmtree(runs / "logs")
@@ -252,8 +309,11 @@ def test_random_sigkills_of_a_sweep_never_publish_a_partial_result(
     assert all(after[n] == b for n, b in before.items())  # finished results untouched
     assert all(read_result(rdir / n)[0] is not None for n in after)
     assert _tmp_files(rdir) == []
+    first = statistics.median(write_times[1])
     print(
-        f"\nkill storm (seed {seed}): {kills} SIGKILLs in {rounds} rounds, {in_write} inside a "
-        f"result write, {len(leftovers)} temporaries left and then cleaned, 0 corrupt results; "
-        f"{len(before)}/{N_CELLS} cells survived, {len(rerun)} re-run; storm {storm_s:.0f}s"
+        f"kill storm (seed {seed}): {kills} SIGKILLs, {at_write} blocked inside a result "
+        f"write, {kills - at_write} at random moments ({timer_in_write} of them inside a "
+        f"write); median {first:.1f}s to a round's first write; {len(leftovers)} temporaries "
+        f"left and then cleaned, 0 corrupt results; {len(before)}/{N_CELLS} cells survived, "
+        f"{len(rerun)} re-run; storm {storm_s:.0f}s"
     )

@@ -10,7 +10,7 @@ from scipy.stats import spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from encoder_eval.errors import HarnessError
-from encoder_eval.metrics import METRICS, compute_metric, macro_f1, mcc, spearman
+from encoder_eval.metrics import METRICS, compute_metric, macro_f1, undefined_reason
 
 CASES = 200  # random cases per metric
 
@@ -55,11 +55,14 @@ def test_binary_f1_matches_sklearn(seed):
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no UndefinedMetricWarning from our call
             got = compute_metric("f1", _as_list(i, preds), _as_list(i, labels))
-        want = f1_score(labels, preds, average="binary", pos_label=1, zero_division=0)
-        assert got == pytest.approx(want, abs=1e-12)
         tp = int(np.sum((preds == 1) & (labels == 1)))
         denominator = int(np.sum(preds == 1) + np.sum(labels == 1))
-        assert got == pytest.approx(2 * tp / denominator if denominator else 0.0, abs=1e-12)
+        if not denominator:
+            assert got is None  # no positive anywhere: undefined
+            continue
+        want = f1_score(labels, preds, average="binary", pos_label=1, zero_division=0)
+        assert got == pytest.approx(want, abs=1e-12)
+        assert got == pytest.approx(2 * tp / denominator, abs=1e-12)
 
 
 @pytest.mark.parametrize("seed", [4])
@@ -85,10 +88,10 @@ def test_mcc_matches_sklearn(seed):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             got = compute_metric("mcc", _as_list(i, preds), _as_list(i, labels))
-        want = matthews_corrcoef(labels, preds)
         if len(set(preds.tolist())) < 2 or len(set(labels.tolist())) < 2:
-            want = 0.0  # documented degenerate value
-        assert got == pytest.approx(want, abs=1e-12)
+            assert got is None  # undefined, never a plain 0.0
+            continue
+        assert got == pytest.approx(matthews_corrcoef(labels, preds), abs=1e-12)
         assert -1.0 <= got <= 1.0
 
 
@@ -132,27 +135,29 @@ def _no_warnings(fn, *args):
 
 
 @pytest.mark.parametrize("constant", [0, 1, 2])
-def test_mcc_constant_predictions_or_labels_is_zero(constant):
+def test_mcc_constant_predictions_or_labels_is_undefined(constant):
     labels = [0, 1, 2, 1, 0, 2, 1]
-    assert _no_warnings(mcc, [constant] * len(labels), labels) == 0.0
-    assert _no_warnings(mcc, labels, [constant] * len(labels)) == 0.0
-    assert _no_warnings(mcc, [constant] * 4, [constant] * 4) == 0.0
-    assert compute_metric("mcc", [constant], [constant]) == 0.0
+    assert _no_warnings(compute_metric, "mcc", [constant] * len(labels), labels) is None
+    assert undefined_reason("mcc", [constant] * len(labels), labels) == "constant predictions"
+    assert undefined_reason("mcc", labels, [constant] * len(labels)) == "constant labels"
+    assert _no_warnings(compute_metric, "mcc", [constant] * 4, [constant] * 4) is None
+    assert compute_metric("mcc", [constant], [constant]) is None
 
 
-def test_spearman_constant_targets_or_predictions_is_zero():
-    assert _no_warnings(spearman, [0.1, 0.5, 0.9], [2.0, 2.0, 2.0]) == 0.0
-    assert _no_warnings(spearman, [3.3, 3.3, 3.3], [1.0, 2.0, 5.0]) == 0.0
-    assert _no_warnings(spearman, [1.0, 1.0], [1.0, 1.0]) == 0.0
-    assert _no_warnings(spearman, [0.7], [4.0]) == 0.0  # one example: no ranking
+def test_spearman_constant_targets_or_predictions_is_undefined():
+    assert _no_warnings(compute_metric, "spearman", [0.1, 0.5, 0.9], [2.0, 2.0, 2.0]) is None
+    assert _no_warnings(compute_metric, "spearman", [3.3, 3.3, 3.3], [1.0, 2.0, 5.0]) is None
+    assert _no_warnings(compute_metric, "spearman", [1.0, 1.0], [1.0, 1.0]) is None
+    assert undefined_reason("spearman", [0.7], [4.0]) == "fewer than two examples"
     with pytest.warns(Warning, match="constant"):  # where scipy would say nan
         assert np.isnan(spearmanr([0.1, 0.5, 0.9], [2.0, 2.0, 2.0]).statistic)
 
 
-def test_f1_without_positive_predictions_is_zero():
+def test_f1_without_positive_predictions_is_zero_and_without_positives_undefined():
     assert _no_warnings(compute_metric, "f1", [0, 0, 0, 0], [0, 1, 1, 0]) == 0.0
-    assert _no_warnings(compute_metric, "f1", [0, 0, 0], [0, 0, 0]) == 0.0  # no positives at all
     assert _no_warnings(compute_metric, "f1", [1, 1, 0], [0, 0, 0]) == 0.0
+    assert _no_warnings(compute_metric, "f1", [0, 0, 0], [0, 0, 0]) is None  # no positives
+    assert undefined_reason("f1", [0, 0], [0, 0]).startswith("no positive")
 
 
 def test_macro_f1_with_a_missing_class():

@@ -64,9 +64,15 @@ def _wait_for_step(proc: subprocess.Popen, step: int, timeout: float = 240) -> l
     raise AssertionError(f"the cell never reported step {step}:\n" + "".join(seen))
 
 
-def test_sigterm_saves_state_exits_75_and_the_rerun_matches(
-    tmp_path, tiny_models, small_mirror, uninterrupted
+@pytest.mark.parametrize(
+    ("signum", "code", "prefix"),
+    [(signal.SIGTERM, EXIT_PREEMPTED, "preempted: "), (signal.SIGINT, 130, "interrupted: ")],
+    ids=["sigterm", "sigint"],
+)
+def test_a_stop_signal_saves_state_exits_with_its_code_and_the_rerun_matches(
+    tmp_path, tiny_models, small_mirror, uninterrupted, signum, code, prefix
 ):
+    """SIGTERM (preemption, exit 75) and Ctrl-C (SIGINT, exit 130) both save the state."""
     out = tmp_path / "cell.json"
     resume = tmp_path / f".resume-{out.name}.pt"
     proc = subprocess.Popen(_cell(tiny_models, small_mirror, out), cwd=tmp_path,
@@ -74,14 +80,14 @@ def test_sigterm_saves_state_exits_75_and_the_rerun_matches(
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         _wait_for_step(proc, 4)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == EXIT_PREEMPTED == 75, err
+    assert proc.returncode == code, err
     last = err.strip().splitlines()[-1]
-    assert last.startswith("preempted: ") and "run the cell again to resume" in last
+    assert last.startswith(prefix) and "run the cell again to resume" in last
     assert resume.exists() and not out.exists()  # state saved, nothing published
     again = sh(_cell(tiny_models, small_mirror, out, "quiet"), tmp_path)
     assert not resume.exists()

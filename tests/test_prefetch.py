@@ -49,12 +49,13 @@ def _fill_languages(source: Path, task: str) -> None:
                 write_jsonl(path, rows)
 
 
-def _copy_head(task: str, dest: Path, n: int) -> None:
+def _copy_spread(task: str, dest: Path, n: int) -> None:
+    """Copy n rows spread evenly over each real file: its head can be one class (sorted files)."""
     for path in sorted((shared_data() / task).glob("*.jsonl")):
-        with open(path, encoding="utf-8") as handle:
-            head = [line for _, line in zip(range(n), handle, strict=False)]
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        spread = lines[:: max(1, len(lines) // n)][:n]
         (dest / task).mkdir(parents=True, exist_ok=True)
-        (dest / task / path.name).write_text("".join(head), encoding="utf-8")
+        (dest / task / path.name).write_text("".join(spread), encoding="utf-8")
 
 
 def build_source(task: str, root: Path) -> Path:
@@ -64,7 +65,7 @@ def build_source(task: str, root: Path) -> Path:
     if task == "massive_intent":
         return massive_mirror(root, {"train": 60, "validation": 20, "test": 20})
     if task == "amazon_reviews_multi":
-        _copy_head(task, root, 60)
+        _copy_spread(task, root, 60)
     else:  # xnli, paws_x, seahorse: validation only in the real mirror
         split_mirror(task, root, limit=None if task == "seahorse" else 300)
     _fill_languages(root, task)
@@ -145,12 +146,56 @@ def test_prefetch_writes_a_mirror_that_loads_like_the_source(task, tmp_path, hub
     from_mirror = _quiet_load(task, out)
     assert from_mirror == _quiet_load(task, source)
     assert _quiet_load(task, None) == from_mirror
-    assert data_provenance(task, out) == {"source": "mirror-manifest", **entry}
+    prov = data_provenance(task, out)
+    assert prov["source"] == "mirror" and prov["revision"] == entry["revision"] == SHA["current"]
+    assert prov["manifest"] == {k: entry[k] for k in ("dataset", "revision", "revision_requested")}
+    assert prov["identity"] == f"mirror:sha256:{prov['sha256']}"
 
     printed = capsys.readouterr().out
     for name in names:
         assert f"{task}: wrote {out / task / name} ({entry['files'][name]['rows']} rows" in printed
     assert "manifest updated" in printed
+
+
+SEAHORSE_TEXTS = (  # the six questions as the Hub copy's `question` field holds them
+    "The summary can be read and understood by the rater.",
+    "The summary is free of unnecessarily repeated information.",
+    "The summary is grammatically correct.",
+    "All the information in the summary is fully attributable to the source article.",
+    "The summary captures the main idea(s) of the source article.",
+    "The summary concisely represents the information in the source article.",
+)
+
+
+def _seahorse_long(wide: list[dict]) -> list[dict]:
+    """The Hub copy's long schema: a row per Yes/No answer, `question` holding its text."""
+    keep = ("gem_id", "worker_lang", "model", "article", "summary")
+    long = []
+    for row in wide:
+        for number, text in enumerate(SEAHORSE_TEXTS, start=1):
+            if (answer := row[f"question{number}"]) in ("Yes", "No"):
+                long.append({**{k: row[k] for k in keep}, "question": text, "answer": answer})
+    return long
+
+
+def test_seahorse_prefetched_in_the_long_schema_loads_like_the_wide(tmp_path, hub, capsys):
+    wide = tmp_path / "wide"
+    split_mirror("seahorse", wide, limit=1500)
+    for split in ("train", "validation", "test"):
+        path = tasks.mirror_file(wide, "seahorse", split, None)
+        rows = [{**r, "article": f"Article {r['gem_id']}."} for r in read_jsonl(path)]
+        write_jsonl(path, rows)
+        write_jsonl(tasks.mirror_file(tmp_path / "hub", "seahorse", split, None),
+                    _seahorse_long(rows))  # fmt: skip
+    hub(tmp_path / "hub")
+    out = tmp_path / "mirror"
+    assert prefetch.main(["--tasks", "seahorse", "--out", str(out)]) == 0
+    assert "will not load" not in capsys.readouterr().out
+    for name in ("train.jsonl", "validation.jsonl", "test.jsonl"):  # the Hub's rows, as read
+        assert read_jsonl(out / "seahorse" / name) == read_jsonl(tmp_path / "hub/seahorse" / name)
+    expected = _quiet_load("seahorse", wide)
+    assert len({v for s in expected[1].values() for v in s["label"]}) == 7
+    assert _quiet_load("seahorse", out) == expected
 
 
 def test_default_splits():
@@ -218,6 +263,11 @@ def test_hub_reads_use_the_task_config_split_and_revision(monkeypatch):
         asked.append((path, name, split, revision))
         return [{"premise": "p", "hypothesis": "h", "label": 0}]
 
+    def commit_of(repo, revision):
+        return hashlib.sha1(f"{repo}@{revision}".encode()).hexdigest()
+
+    tasks.resolve_dataset_revision.cache_clear()
+    monkeypatch.setattr(tasks, "_hub_dataset_sha", commit_of)
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
     monkeypatch.setenv("ENCODER_EVAL_DATASET_REVISIONS", json.dumps({"facebook/xnli": "r1"}))
     assert tasks.read_hub_rows("glue_mnli", "validation", None, revision="abc") == [
@@ -227,10 +277,13 @@ def test_hub_reads_use_the_task_config_split_and_revision(monkeypatch):
     tasks.read_hub_rows("seahorse", "validation", None)
     assert asked == [
         ("nyu-mll/glue", "mnli", "validation_matched", "abc"),
-        ("facebook/xnli", "de", "test", "r1"),
-        ("AmazonScience/massive", "fr-FR", "train", "refs/convert/parquet"),
-        ("tasksource/seahorse_summarization_evaluation", None, "validation", None),
-    ]
+        ("facebook/xnli", "de", "test", commit_of("facebook/xnli", "r1")),
+        ("AmazonScience/massive", "fr-FR", "train",
+         commit_of("AmazonScience/massive", "refs/convert/parquet")),
+        ("tasksource/seahorse_summarization_evaluation", None, "validation",
+         commit_of("tasksource/seahorse_summarization_evaluation", None)),
+    ]  # the revision in effect, resolved to the commit that is then read
+    tasks.resolve_dataset_revision.cache_clear()
 
 
 def test_resolve_revision_asks_the_hub_and_is_guarded(monkeypatch):
@@ -362,7 +415,7 @@ def test_offline_hub_gives_a_clear_error_not_a_traceback(tmp_path):
     (p_out, p_err), (l_out, l_err) = (p.communicate(timeout=120) for p in procs)
     assert procs[0].returncode == 2, p_err
     assert p_err.startswith("error: prefetch of glue_rte stopped before train.jsonl: "), p_err
-    assert "could not load nyu-mll/glue (rte, train) from the Hub" in p_err
+    assert "cannot resolve nyu-mll/glue@main to a commit" in p_err
     assert "HF_HUB_OFFLINE is set: unset it, on a machine with internet access" in p_err
     assert "Traceback" not in p_err
     assert not (out / "MANIFEST.json").exists() and not list(out.glob("*/*.jsonl"))

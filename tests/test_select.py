@@ -137,7 +137,7 @@ def test_recipe_mismatch_within_a_pair_is_refused(tmp_path, capsys):
                               recipe={"weight_decay": 0.0})  # fmt: skip
     rc, out = run_cli(tmp_path, results)
     assert rc == 1 and not out.exists()
-    assert "disagree on the recipe" in capsys.readouterr().err
+    assert "disagree on their setup" in capsys.readouterr().err
 
 
 def test_pairs_are_independent_and_listed(tmp_path):
@@ -188,7 +188,86 @@ def test_load_selection_rejects_other_files(tmp_path):
         select.load_selection(bad)
     with pytest.raises(HarnessError, match="does not exist"):
         select.load_selection(tmp_path / "missing.json")
-    bad.write_text(json.dumps({"schema": select.SCHEMA, "version": 1,
+    bad.write_text(json.dumps({"schema": select.SCHEMA, "version": select.VERSION,
                                "pairs": {"m": {"t": {"lr_key": "lr06", "lr": 1.0}}}}))  # fmt: skip
     with pytest.raises(HarnessError, match="not a grid entry"):
         select.load_selection(bad)
+
+
+def test_undefined_dev_mean_makes_its_lr_ineligible(tmp_path):
+    # lr06 has the better mean over its defined seed, but seed 43 predicted a constant.
+    results = grid({"lr03": [0.6, 0.6], "lr06": [0.9, 0.9]})
+    results[-1] = make_result("m", "glue_rte", "lr06", 43, "select", None)
+    rc, out = run_cli(tmp_path, results, "--allow-partial")
+    assert rc == 0
+    e = select.load_selection(out)["pairs"]["m"]["glue_rte"]
+    assert e["lr_key"] == "lr03"
+    assert e["undefined_by_lr"] == {"lr06": [43]} and e["dev_mean_by_lr"]["lr06"] is None
+    assert e["missing_by_lr"] == {} and not e["partial"]
+
+
+def test_every_lr_undefined_means_no_selection_with_the_reason(tmp_path, capsys):
+    results = [make_result("m", "glue_rte", k, s, "select", None) for k in KEYS for s in SEEDS]
+    rc, _ = run_cli(tmp_path, results)
+    assert rc == 1
+    assert "lr06 undefined on seeds [42, 43]" in capsys.readouterr().err
+
+
+def test_each_pair_records_what_its_select_cells_used(tmp_path):
+    kw = {"revision": "rev-z", "mode": "liquid-bidir", "trust_remote_code": True,
+          "data_identity": "mirror-sha256:abc", "selection_split": "holdout"}  # fmt: skip
+    results = [make_result("m", "glue_rte", k, s, "select", 0.5, **kw) for k in KEYS for s in SEEDS]
+    rc, out = run_cli(tmp_path, results)
+    assert rc == 0
+    sel = select.load_selection(out)
+    assert sel["version"] == 2
+    setup = sel["pairs"]["m"]["glue_rte"]["select_setup"]
+    assert setup == select.cell_setup(results[0])
+    assert setup["model_revision"] == "rev-z" and setup["mode"] == "liquid-bidir"
+    assert setup["trust_remote_code"] is True and setup["data_identity"] == "mirror-sha256:abc"
+    assert setup["selection_split"] == "holdout" and setup["recipe"]["weight_decay"] == 0.1
+
+
+@pytest.mark.parametrize(
+    "odd, named",
+    [
+        ({"revision": "rev-b"}, "model_revision rev-b"),
+        ({"mode": "liquid-bidir"}, "mode liquid-bidir"),
+        ({"trust_remote_code": True}, "trust_remote_code True"),
+        ({"data_identity": "mirror-sha256:abc"}, "data_identity mirror-sha256:abc"),
+        ({"selection_split": "holdout"}, "selection_split holdout"),
+        ({"recipe": {"weight_decay": 0.0}}, "recipe weight_decay=0.0"),
+    ],
+    ids=["revision", "mode", "trust", "data", "selection-split", "recipe"],
+)
+def test_select_cells_of_a_pair_must_agree_on_their_setup(tmp_path, capsys, odd, named):
+    results = grid({"lr03": [0.6, 0.6], "lr06": [0.9, 0.9]})
+    results[-1] = make_result("m", "glue_rte", "lr06", 43, "select", 0.9, **odd)
+    rc, out = run_cli(tmp_path, results)
+    assert rc == 1 and not out.exists()
+    err = capsys.readouterr().err
+    assert "m/glue_rte" in err and named in err and "m_glue_rte_lr06_s43.json" in err
+
+
+def test_a_selection_of_the_previous_version_must_be_regenerated(tmp_path):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"schema": select.SCHEMA, "version": 1, "pairs": {}}))
+    with pytest.raises(HarnessError, match=r"version 1.*regenerate it with python -m "
+                       r"encoder_eval\.select"):  # fmt: skip
+        select.load_selection(old)
+
+
+def test_a_shrunken_sweep_is_named_with_the_flags_that_fit_it(tmp_path, capsys):
+    rc, out = run_cli(tmp_path, grid({"lr03": [0.6, 0.6], "lr06": [0.5, 0.5]}), shrink=False)
+    assert rc == 1 and not out.exists()
+    err = capsys.readouterr().err
+    assert "this looks like a shrunken sweep that ran lr keys lr03,lr06 and seeds 42,43; " \
+           "pass --lr-keys lr03,lr06 --seeds 42,43" in err  # fmt: skip
+
+
+def test_a_partly_run_sweep_is_not_called_shrunken(tmp_path, capsys):
+    results = grid({"lr03": [0.6, 0.6], "lr06": [0.5, 0.5]})[:-1]  # lr06/s43 missing
+    rc, _ = run_cli(tmp_path, results, shrink=False)
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "shrunken" not in err and "finish the sweep" in err

@@ -202,3 +202,54 @@ def test_select_and_report_through_real_slurm(tmp_path, small_mirror):
     row = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
     assert row.split("|")[2].strip() == expected
     assert not (tmp_path / "canary").exists()
+
+
+def test_a_corrupt_result_is_kept_aside_and_its_cell_run_again_through_real_slurm(tmp_path):
+    """A truncated result is not done: launch.sh (one sbatch per cell) and an array task's
+    own check on the node each move it into .corrupt/, byte for byte, and the cell runs."""
+    from result_helpers import make_result
+
+    from encoder_eval import sweep
+
+    tpl = template(tmp_path / "writer.sh", (  # writes the cell's result directly (no training)
+        ': "$@"  # the run arguments: unused here\n'
+        f"{shlex.quote(sys.executable)} - <<'PY'\n"
+        "import json, os, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+        "from result_helpers import make_result\n"
+        "e = os.environ\n"
+        'r = make_result(e["MODEL"], e["TASK"], e["LR_KEY"], int(e["SEED"]), e["PHASE"])\n'
+        'open(e["OUT_JSON"], "w").write(json.dumps(r))\n'
+        "PY\n"
+    ))  # fmt: skip
+    for mode in ("slurm", "slurm-array"):
+        plan = sweep.build_plan("select", results_dir=tmp_path / f"res-{mode}",
+                                extra_models=["a=org/a"], tasks=["glue_rte"], lr_keys=["lr03"],
+                                seeds=[42, 43])  # fmt: skip
+        out = tmp_path / f"runs-{mode}"
+        emitted = sweep.emit(plan, out, mode, template=tpl)
+        done, spoiled = (Path(plan.out_json(c)) for c in plan.cells)
+        done.write_text(json.dumps(make_result("a", "glue_rte", "lr03", 42, "select")))
+        text = json.dumps(make_result("a", "glue_rte", "lr03", 43, "select"))
+        spoiled.write_text(text[: len(text) // 2])
+        if mode == "slurm":
+            launch = sh(["bash", str(emitted.script)], tmp_path)
+            assert "submitted 1 job(s); 1 cell(s) already done" in launch.stdout
+            assert f"moved the corrupt result {spoiled} " in launch.stderr  # at launch
+        else:  # the array task's own check, on the node: submit a task over the row directly
+            rows = tmp_path / "rows.txt"
+            rows.write_text("1\n")
+            launch = sh(["sbatch", "--export=ALL", f"--output={out}/logs/%A_%a.out",
+                         "--array=0", str(out / "array.sh"), str(out / "manifest.tsv"),
+                         str(rows)], tmp_path)  # fmt: skip
+        ids = job_ids(launch.stdout)
+        assert len(ids) == 1, launch.stdout + launch.stderr
+        wait_for(ids, out / "logs")
+        logs = "".join(p.read_text() for p in (out / "logs").glob("*"))
+        assert len(load_results(plan.results_dir, phase="select")) == 2, logs
+        (kept,) = (Path(plan.results_dir) / ".corrupt").iterdir()
+        assert kept.read_text() == text[: len(text) // 2]
+        if mode == "slurm-array":
+            assert f"moved the corrupt result {spoiled} to {kept}" in logs
+        again = sh(["bash", str(emitted.script)], tmp_path)
+        assert job_ids(again.stdout) == [] and "submitted 0" in again.stdout

@@ -1,4 +1,4 @@
-"""status.py: counts of done / diverged / failed / missing cells, and re-emitting the missing."""
+"""status.py: counts of done / diverged / corrupt / missing cells, and re-emitting the rest."""
 
 from __future__ import annotations
 
@@ -6,15 +6,16 @@ import json
 
 from result_helpers import make_result, write_result
 
-from encoder_eval import status
+from encoder_eval import select, status
 from encoder_eval.protocol import LR_GRID
+from encoder_eval.results import QUARANTINE_DIR
 
 PLAN = ["--phase", "select", "--model", "m=org/m", "--tasks", "glue_rte",
         "--lr-keys", "lr03,lr06", "--seeds", "42,43"]  # fmt: skip
 
 
 def fill(rdir):
-    """lr03: two ok seeds; lr06: s42 diverged, s43 an unparseable file; plus a stranger."""
+    """lr03: two ok seeds; lr06: s42 diverged, s43 missing; plus a stranger."""
     write_result(rdir, make_result("m", "glue_rte", "lr03", 42, "select", 0.5))
     write_result(rdir, make_result("m", "glue_rte", "lr03", 43, "select", 0.6))
     write_result(rdir, make_result("m", "glue_rte", "lr06", 42, "select", None, status="diverged"))
@@ -28,7 +29,7 @@ def test_counts_and_lists(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "4 cells planned" in out
     assert "done          2" in out and "diverged      1" in out
-    assert "failed        0" in out and "missing       1" in out
+    assert "corrupt       0" in out and "missing       1" in out
     assert "other         1" in out
     assert "m/glue_rte/lr06/s42" in out.split("diverged:")[1]
     assert "m/glue_rte/lr06/s43" in out.split("missing:")[1]
@@ -36,8 +37,41 @@ def test_counts_and_lists(tmp_path, capsys):
     (rdir / "m_glue_rte_lr06_s43.json").write_text("{ truncated")
     assert status.main([*PLAN, "--results-dir", str(rdir)]) == 1
     out = capsys.readouterr().out
-    assert "failed        1" in out and "missing       0" in out
-    assert "not valid JSON" in out and "delete" in out
+    assert "corrupt       1" in out and "missing       0" in out
+    assert "not valid JSON" in out and "moves them aside" in out
+
+
+def test_corrupt_and_other_cells_results_are_not_done_and_are_emitted(tmp_path, capsys):
+    """A truncated file, another cell's valid result and a result of the other phase under a
+    cell's name are corrupt: listed with why, re-emitted, and never moved by status."""
+    rdir = tmp_path / "res"
+    fill(rdir)
+    lr03_s42 = rdir / "m_glue_rte_lr03_s42.json"
+    lr03_s43 = rdir / "m_glue_rte_lr03_s43.json"
+    truncated = lr03_s42.read_text()[:50]
+    lr03_s42.write_text(truncated)
+    write_result(rdir, make_result("m", "glue_rte", "lr06", 43, "report", 0.7))  # other phase
+    lr03_s43.write_text((rdir / "m_glue_rte_lr06_s43.json").read_text())  # another cell
+    (rdir / QUARANTINE_DIR).mkdir()
+    (rdir / QUARANTINE_DIR / "m_glue_rte_lr06_s42.json.20260101T000000.000000Z").write_text("{")
+    emit_dir = tmp_path / "rest"
+    argv = [*PLAN, "--results-dir", str(rdir), "--emit", str(emit_dir), "--mode", "shell"]
+    assert status.main(argv) == 1
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "done          0" in out and "corrupt       3" in out and "missing       0" in out
+    assert "moved aside   1" in out and f"{rdir / QUARANTINE_DIR}" in out
+    corrupt = out.split("corrupt:")[1]
+    assert "m/glue_rte/lr03/s42" in corrupt and "not valid JSON" in corrupt
+    assert "m/glue_rte/lr03/s43" in corrupt and "disagrees with its filename" in corrupt
+    assert "m/glue_rte/lr06/s43" in corrupt and "a report cell in a select results" in corrupt
+    assert "3 cell(s) (0 already done, 3 to run)" in out
+    assert "3 corrupt result file(s) among the cells to run" in out
+    units = [line for line in (emit_dir / "run_all.sh").read_text().splitlines()
+             if line.startswith("unit ")]  # fmt: skip
+    assert len(units) == 2  # lr03 (both seeds) and lr06 s43
+    assert lr03_s42.read_text() == truncated  # status only reads
+    assert QUARANTINE_DIR not in captured.err  # readers pass over .corrupt/ silently
 
 
 def test_complete_phase_exits_0(tmp_path, capsys):
@@ -82,13 +116,13 @@ def test_nothing_missing_writes_nothing(tmp_path, capsys):
     write_result(rdir, make_result("m", "glue_rte", "lr06", 43, "select", 0.7))
     emit_dir = tmp_path / "rest"
     assert status.main([*PLAN, "--results-dir", str(rdir), "--emit", str(emit_dir)]) == 0
-    assert "nothing missing" in capsys.readouterr().out
+    assert "nothing to run" in capsys.readouterr().out
     assert not emit_dir.exists()
 
 
 def test_report_phase_reads_the_selection(tmp_path, capsys):
     sel = tmp_path / "sel.json"
-    sel.write_text(json.dumps({"schema": "encoder-eval-selection", "version": 1,
+    sel.write_text(json.dumps({"schema": "encoder-eval-selection", "version": select.VERSION,
                                "pairs": {"m": {"glue_rte": {"lr_key": "lr06",
                                                             "lr": LR_GRID["lr06"]}}}}))  # fmt: skip
     rdir = tmp_path / "rep"

@@ -8,27 +8,15 @@ import json
 import statistics
 
 import pytest
-from result_helpers import make_result, write_many, write_result
+from result_helpers import make_result, make_selection, write_many, write_result
 
 from encoder_eval import summarize
 from encoder_eval.protocol import REPORT_SEEDS
 
-SEL = {
-    "schema": "encoder-eval-selection",
-    "version": 1,
-    "pairs": {
-        "alpha": {
-            "glue_rte": {"lr_key": "lr06", "lr": 3.59e-05},
-            "glue_sst2": {"lr_key": "lr03", "lr": 1.67e-05},
-            "sg_cb": {"lr_key": "lr06", "lr": 3.59e-05},
-        },
-        "beta": {
-            "glue_rte": {"lr_key": "lr08", "lr": 5.99e-05},
-            "glue_sst2": {"lr_key": "lr06", "lr": 3.59e-05},
-            "sg_cb": {"lr_key": "lr10", "lr": 1e-4},
-        },
-    },
-}
+SEL = make_selection({
+    ("alpha", "glue_rte"): "lr06", ("alpha", "glue_sst2"): "lr03", ("alpha", "sg_cb"): "lr06",
+    ("beta", "glue_rte"): "lr08", ("beta", "glue_sst2"): "lr06", ("beta", "sg_cb"): "lr10",
+})  # fmt: skip
 SCORES = {  # (model, task) -> five report scores, one per report seed
     ("alpha", "glue_rte"): [0.61, 0.64, 0.58, 0.66, 0.60],
     ("alpha", "glue_sst2"): [0.90, 0.91, 0.89, 0.92, 0.905],
@@ -55,7 +43,9 @@ def setup(tmp_path):
     rdir = tmp_path / "report"
     rdir.mkdir()
 
-    def run(results, *extra):
+    def run(results, *extra, selection=None):
+        if selection is not None:
+            sel.write_text(json.dumps(selection))
         write_many(rdir, results)
         return summarize.main(["--results-dir", str(rdir), "--selection", str(sel), *extra])
 
@@ -110,8 +100,7 @@ def test_json_and_csv_formats_carry_the_raw_numbers(setup, capsys):
 
 
 def test_multilingual_bucket_and_unstarred_test_split(tmp_path, capsys):
-    sel = {"schema": "encoder-eval-selection", "version": 1,
-           "pairs": {"m": {"xnli": {"lr_key": "lr06", "lr": 3.59e-05}}}}  # fmt: skip
+    sel = make_selection({("m", "xnli"): "lr06"})
     (tmp_path / "s.json").write_text(json.dumps(sel))
     rdir = tmp_path / "r"
     write_many(rdir, [make_result("m", "xnli", "lr06", s, "report", 0.7) for s in REPORT_SEEDS])
@@ -123,8 +112,8 @@ def test_multilingual_bucket_and_unstarred_test_split(tmp_path, capsys):
     assert "70.00 ± 0.00" in out and "dev (validation)" not in out
 
 
-def refused(setup, capsys, results, rule: str, *needles: str) -> str:
-    assert setup(results) == 1
+def refused(setup, capsys, results, rule: str, *needles: str, selection=None) -> str:
+    assert setup(results, selection=selection) == 1
     captured = capsys.readouterr()
     assert captured.out == ""  # nothing printed on stdout when refused
     assert f"[{rule}]" in captured.err
@@ -193,7 +182,11 @@ def test_different_models_may_have_different_revisions(setup):
     results = [make_result(r["cell"]["model"], r["cell"]["task"], r["cell"]["lr_key"],
                            r["cell"]["seed"], "report", r["report"]["mean"],
                            revision=f"rev-{r['cell']['model']}") for r in full_results()]  # fmt: skip
-    assert setup(results) == 0
+    sel = json.loads(json.dumps(SEL))
+    for model, by_task in sel["pairs"].items():
+        for entry in by_task.values():
+            entry["select_setup"]["model_revision"] = f"rev-{model}"
+    assert setup(results, selection=sel) == 0
 
 
 def test_refuses_a_pair_without_selection(setup, capsys):
@@ -259,3 +252,142 @@ def test_out_file(setup, tmp_path, capsys):
     out = tmp_path / "table.md"
     assert setup(full_results(), "--out", str(out)) == 0
     assert out.read_text().startswith("| Model |")
+
+
+def test_refuses_an_undefined_report_metric_and_never_averages_it(setup, capsys):
+    results = full_results()
+    results[2] = make_result("alpha", "glue_rte", "lr06", 47, "report", None)
+    refused(setup, capsys, results, "undefined_metric", "alpha_glue_rte_lr06_s47.json",
+            "en: constant predictions")  # fmt: skip
+    assert setup(results, "--allow-partial", "--format", "json") == 0
+    cell = json.loads(capsys.readouterr().out)["rows"][0]["cells"]["glue_rte"]
+    kept = [s for i, s in enumerate(SCORES[("alpha", "glue_rte")]) if i != 2]
+    assert cell["n"] == 4 and cell["undefined_seeds"] == [47] and cell["missing_seeds"] == []
+    assert cell["mean"] == pytest.approx(statistics.mean(kept))
+
+
+@pytest.mark.parametrize(
+    "odd, needle",
+    [({"mode": "liquid-bidir"}, "mode=liquid-bidir"),
+     ({"trust_remote_code": True}, "trust_remote_code=True")],
+    ids=["mode", "trust"],
+)  # fmt: skip
+def test_refuses_one_model_run_with_two_loaders(setup, capsys, odd, needle):
+    results = full_results()
+    results[-1] = make_result("beta", "sg_cb", "lr10", 49, "report", 0.66, **odd)
+    err = refused(setup, capsys, results, "loader", "beta_sg_cb_lr10_s49.json", needle)
+    assert "beta's loader" in err
+
+
+def test_different_models_may_have_different_loaders(setup):
+    results = [r for r in full_results() if r["cell"]["model"] == "alpha"]
+    results += [make_result("beta", t, SEL["pairs"]["beta"][t]["lr_key"], seed, "report", s,
+                            mode="liquid-bidir", trust_remote_code=True)
+                for (m, t), scores in SCORES.items() if m == "beta"
+                for seed, s in zip(REPORT_SEEDS, scores, strict=True)]  # fmt: skip
+    sel = json.loads(json.dumps(SEL))
+    for entry in sel["pairs"]["beta"].values():
+        entry["select_setup"].update(mode="liquid-bidir", trust_remote_code=True)
+    assert setup(results, selection=sel) == 0
+
+
+def test_refuses_one_task_read_from_two_data_sources(setup, capsys):
+    results = full_results()
+    results[-1] = make_result("beta", "sg_cb", "lr10", 49, "report", 0.66,
+                              data_identity="mirror-sha256:abc")  # fmt: skip
+    err = refused(setup, capsys, results, "data_identity", "beta_sg_cb_lr10_s49.json",
+                  "mirror-sha256:abc")  # fmt: skip
+    assert "sg_cb's data" in err
+
+
+def test_refuses_a_table_that_mixes_selection_splits(setup, capsys):
+    results = [r for r in full_results() if r["cell"]["model"] == "alpha"]
+    results += [make_result("beta", t, SEL["pairs"]["beta"][t]["lr_key"], seed, "report", s,
+                            selection_split="holdout")
+                for (m, t), scores in SCORES.items() if m == "beta"
+                for seed, s in zip(REPORT_SEEDS, scores, strict=True)]  # fmt: skip
+    sel = json.loads(json.dumps(SEL))
+    for entry in sel["pairs"]["beta"].values():
+        entry["select_setup"]["selection_split"] = "holdout"
+        entry["select_setup"]["recipe"]["selection_split"] = "holdout"
+    err = refused(setup, capsys, results, "selection_split", "beta_sg_cb_lr10_s49.json",
+                  "selection split holdout", selection=sel)  # fmt: skip
+    assert "[recipe]" not in err  # named once, as the variant it is
+
+
+@pytest.mark.parametrize(
+    "split, label",
+    [("dev", "LR selection and early stopping on the official dev split (the specification's "
+              "default; for dev-reported tasks the score is a maximum over evaluations)"),
+     ("holdout", "LR selection and early stopping on a held-out slice of train (strict")],
+    ids=["dev", "holdout"],
+)  # fmt: skip
+def test_the_table_names_its_selection_split(setup, capsys, split, label):
+    results = [make_result(r["cell"]["model"], r["cell"]["task"], r["cell"]["lr_key"],
+                           r["cell"]["seed"], "report", r["report"]["mean"],
+                           selection_split=split) for r in full_results()]  # fmt: skip
+    sel = make_selection({(m, t): SEL["pairs"][m][t]["lr_key"] for m, t in SCORES},
+                         selection_split=split)  # fmt: skip
+    assert setup(results, selection=sel) == 0
+    assert label in capsys.readouterr().out
+    assert setup(results, "--format", "json", selection=sel) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["selection_split"] == split and any(label in n for n in data["footnotes"])
+
+
+def test_refuses_an_off_protocol_selection(setup, capsys):
+    sel = json.loads(json.dumps(SEL))
+    sel["on_protocol"] = False
+    sel["policy"].update(lr_keys=["lr03", "lr06"], seeds=[42, 43])
+    sel["pairs"]["beta"]["sg_cb"]["on_protocol"] = False
+    err = refused(setup, capsys, full_results(), "selection_off_protocol", "lr03,lr06",
+                  "42,43", "beta/sg_cb", selection=sel)  # fmt: skip
+    assert setup(full_results(), "--allow-partial", selection=sel) == 0
+    assert "[selection_off_protocol]" in capsys.readouterr().out
+    assert err
+
+
+def test_refuses_a_selection_made_over_missing_select_seeds(setup, capsys):
+    sel = json.loads(json.dumps(SEL))
+    sel["pairs"]["alpha"]["sg_cb"].update(partial=True, missing_by_lr={"lr06": [44]})
+    refused(setup, capsys, full_results(), "selection_partial", "alpha/sg_cb", "lr06",
+            selection=sel)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "field, value, needle",
+    [("model_revision", "rev-old", "model_revision rev-a (its select cells have rev-old)"),
+     ("mode", "liquid-bidir", "mode auto (its select cells have liquid-bidir)"),
+     ("trust_remote_code", True, "trust_remote_code False (its select cells have True)"),
+     ("data_identity", "mirror-sha256:abc", "(its select cells have mirror-sha256:abc)"),
+     ("selection_split", "holdout", "selection_split dev (its select cells have holdout)"),
+     ("recipe", {"weight_decay": 0.0}, "recipe weight_decay=0.1 (its select cells have 0.0)")],
+    ids=["revision", "mode", "trust", "data", "selection-split", "recipe"],
+)  # fmt: skip
+def test_refuses_report_cells_that_ran_otherwise_than_their_select_cells(
+    setup, capsys, field, value, needle
+):
+    sel = json.loads(json.dumps(SEL))
+    setup_ = sel["pairs"]["alpha"]["glue_rte"]["select_setup"]
+    if field == "recipe":
+        setup_["recipe"].update(value)
+    else:
+        setup_[field] = value
+    err = refused(setup, capsys, full_results(), "select_report_mismatch",
+                  "alpha_glue_rte_lr06_s45.json", "alpha_glue_rte_lr06_s49.json", needle,
+                  selection=sel)  # fmt: skip
+    assert "alpha_glue_sst2" not in err
+
+
+def test_refuses_a_selection_that_does_not_record_its_select_cells(setup, capsys):
+    sel = json.loads(json.dumps(SEL))
+    del sel["pairs"]["beta"]["glue_rte"]["select_setup"]
+    refused(setup, capsys, full_results(), "select_report_mismatch", "beta/glue_rte",
+            "regenerate", selection=sel)  # fmt: skip
+
+
+def test_refuses_a_selection_of_the_previous_version(setup, capsys):
+    sel = json.loads(json.dumps(SEL))
+    sel["version"] = 1
+    assert setup(full_results(), selection=sel) == 2
+    assert "regenerate it with python -m encoder_eval.select" in capsys.readouterr().err

@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from result_helpers import make_result, write_result
 
 from encoder_eval import models, sweep
 from encoder_eval.errors import HarnessError
@@ -207,10 +208,15 @@ def _exe(path: Path, text: str) -> Path:
 
 FAKE_PYTHON = """
 #!{python}
-# Records its argv, then writes an (invalid, placeholder) result file per (LR, seed),
-# LR by LR; FAKE_FAIL=<lr> makes it exit 3 when it reaches that LR.
+# Stands in for `python -m encoder_eval.run` (anything else goes to the real interpreter):
+# records its argv, then writes a valid result file per (LR, seed), LR by LR;
+# FAKE_FAIL=<lr> makes it exit $FAKE_RC (default 3) when it reaches that LR.
 import json, os, sys
-from encoder_eval.results import result_filename
+if sys.argv[1:3] != ["-m", "encoder_eval.run"]:
+    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+sys.path.insert(0, {tests!r})
+from result_helpers import make_result, write_result
+from encoder_eval.protocol import lr_key_for
 argv = sys.argv[1:]
 with open(os.environ["FAKE_LOG"], "a") as f:
     f.write(json.dumps(argv) + "\\n")
@@ -219,19 +225,19 @@ get = lambda flag: args[args.index(flag) + 1]
 for lr in get("--lr").split(","):
     if os.environ.get("FAKE_FAIL") == lr:
         print("boom: simulated failure", file=sys.stderr)
-        sys.exit(3)
+        sys.exit(int(os.environ.get("FAKE_RC", "3")))
     for seed in get("--seed").split(","):
-        name = result_filename(get("--model-key"), get("--task"), float(lr), int(seed))
-        with open(os.path.join(get("--results-dir"), name), "w") as f:
-            f.write("{{}}")
+        write_result(get("--results-dir"), make_result(
+            get("--model-key"), get("--task"), lr_key_for(float(lr)), int(seed), get("--phase")))
 """
+TESTS = str(Path(__file__).resolve().parent)
 
 
 @pytest.fixture
 def fake_python(tmp_path):
     bindir = tmp_path / "fakebin"
     bindir.mkdir()
-    exe = _exe(bindir / "python", FAKE_PYTHON.format(python=sys.executable))
+    exe = _exe(bindir / "python", FAKE_PYTHON.format(python=sys.executable, tests=TESTS))
     log = tmp_path / "calls.jsonl"
     env = {**os.environ, "PYTHON": str(exe), "FAKE_LOG": str(log)}
     return env, log
@@ -311,6 +317,62 @@ def test_shell_reports_failed_units_and_exits_1(tmp_path, fake_python):
     assert "FAILED a_glue_rte (exit 3, 2 of 4 cells written)" in proc.stderr
 
 
+def _corrupt_three(plan: sweep.Plan) -> dict[str, bytes]:
+    """Spoil three done cells of `plan` (cells 0, 1, 3) three ways; return name -> bytes."""
+    paths = [Path(plan.out_json(c)) for c in plan.cells]
+    text = paths[0].read_text()
+    paths[0].write_text(text[: len(text) // 2])  # truncated, as by a full disk
+    paths[1].write_text(paths[2].read_text())  # another cell's valid result under its name
+    other = plan.cells[3]
+    other_phase = "report" if plan.phase == "select" else "select"
+    paths[3].write_text(json.dumps(make_result(other.model, other.task, other.lr_key,
+                                               other.seed, other_phase)))  # fmt: skip
+    return {p.name: p.read_bytes() for p in (paths[0], paths[1], paths[3])}
+
+
+def _assert_kept_aside(plan: sweep.Plan, spoiled: dict[str, bytes], stderr: str) -> None:
+    """Each spoiled file sits byte for byte in .corrupt/, named in one line of stderr."""
+    qdir = Path(plan.results_dir) / ".corrupt"
+    for name, content in spoiled.items():
+        (kept,) = qdir.glob(f"{name}.*Z")
+        assert kept.read_bytes() == content
+        assert stderr.count(f"moved the corrupt result {Path(plan.results_dir) / name} ") == 1
+    assert all(plan.cell_state(c) == "ok" for c in plan.cells)
+
+
+def test_shell_moves_corrupt_results_aside_and_reruns_their_cells(tmp_path, fake_python):
+    env, log = fake_python
+    plan = shell_plan(tmp_path, extra_models=["a=org/a"])
+    script = str(sweep.emit(plan, tmp_path / "runs", "shell", group="cell").script)
+    assert subprocess.run(["bash", script], env=env, capture_output=True).returncode == 0
+    rte = [c for c in plan.cells if c.task == "glue_rte"]
+    spoiled = _corrupt_three(sweep.Plan(plan.phase, rte, plan.results_dir))
+    assert "3 corrupt result file(s)" in sweep.emit(plan, tmp_path / "runs", "shell",
+                                                     group="cell").describe()  # fmt: skip
+    proc = subprocess.run(["bash", script], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rerun = {(c[c.index("--lr") + 1], c[c.index("--seed") + 1]) for c in _calls(log)[8:]}
+    assert rerun == {(f"{c.lr:g}", str(c.seed)) for c in (rte[0], rte[1], rte[3])}
+    assert "finished: 3 run, 5 skipped" in proc.stdout
+    _assert_kept_aside(plan, spoiled, proc.stderr)
+
+
+def test_shell_stops_at_a_unit_that_exits_130_and_says_how_to_resume(tmp_path, fake_python):
+    """A unit's process that exits 130 (Ctrl-C, handled) ends the script: no next unit."""
+    env, log = fake_python
+    plan = shell_plan(tmp_path, extra_models=["a=org/a"])
+    script = sweep.emit(plan, tmp_path / "runs", "shell", group="lr").script
+    proc = subprocess.run(["bash", str(script)], env={**env, "FAKE_FAIL": "3.59e-05",
+                          "FAKE_RC": "130"}, capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 130
+    assert [c[c.index("--lr") + 1] for c in _calls(log)] == ["1.67e-05", "3.59e-05"]
+    assert "starting a_glue_sst2" not in proc.stdout and "finished" not in proc.stdout
+    (last,) = proc.stderr.strip().splitlines()[-1:]
+    assert last.startswith("interrupted during a_glue_rte_lr06: ")
+    assert f"run bash {script} again" in last
+    assert "FAILED" not in proc.stderr
+
+
 def test_shell_passes_hostile_values_verbatim(tmp_path, fake_python):
     env, log = fake_python
     canary = tmp_path / "canary"
@@ -367,7 +429,8 @@ FAKE_SCONTROL = """
 #!/bin/bash
 echo "MaxArraySize            = ${FAKE_MAX_ARRAY:-1001}"
 """
-# The job body: record argv and the contract's variables as one JSON line per job.
+# The job body: record argv and the contract's variables as one JSON line per job, and
+# write a valid result for a one-cell job.
 TEMPLATE = """
 #!/bin/bash
 #SBATCH --time=5
@@ -382,7 +445,11 @@ rec = {{"argv": sys.argv[1:], "env": {{n: os.environ.get(n) for n in names}}}}
 with open(os.environ["FAKE_JOBS"], "a") as f:
     f.write(json.dumps(rec) + "\\n")
 if os.environ["N_CELLS"] == "1":
-    open(os.environ["OUT_JSON"], "w").write("{{}}")
+    sys.path.insert(0, {tests!r})
+    from result_helpers import make_result
+    e = os.environ
+    result = make_result(e["MODEL"], e["TASK"], e["LR_KEY"], int(e["SEED"]), e["PHASE"])
+    open(e["OUT_JSON"], "w").write(json.dumps(result))
 PY
 """
 
@@ -394,7 +461,7 @@ def fake_slurm(tmp_path):
     _exe(bindir / "sbatch", FAKE_SBATCH.format(python=sys.executable))
     _exe(bindir / "squeue", FAKE_SQUEUE)
     _exe(bindir / "scontrol", FAKE_SCONTROL)
-    tpl = _exe(tmp_path / "template.sh", TEMPLATE.format(python=sys.executable))
+    tpl = _exe(tmp_path / "template.sh", TEMPLATE.format(python=sys.executable, tests=TESTS))
     env = {
         **os.environ, "PATH": f"{bindir}:{os.environ['PATH']}",
         "FAKE_SUBMITS": str(tmp_path / "submits.jsonl"), "FAKE_JOBS": str(tmp_path / "jobs.jsonl"),
@@ -405,6 +472,13 @@ def fake_slurm(tmp_path):
 def _lines(path) -> list[dict]:
     p = Path(path)
     return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
+
+def mark_done(plan: sweep.Plan, *cells: sweep.Cell) -> None:
+    """Write a valid result for each cell, as a finished run would."""
+    for c in cells:
+        write_result(Path(plan.results_dir), make_result(c.model, c.task, c.lr_key, c.seed,
+                                                         plan.phase))  # fmt: skip
 
 
 def test_slurm_one_sbatch_per_missing_cell_with_the_contract(tmp_path, fake_slurm):
@@ -418,8 +492,7 @@ def test_slurm_one_sbatch_per_missing_cell_with_the_contract(tmp_path, fake_slur
     emitted = sweep.emit_slurm(plan, tmp_path / "runs", tpl, requeue=True)
     assert (tmp_path / "runs" / "template.sh").read_text() == tpl.read_text()
     # One cell is already done: it is not submitted.
-    done = plan.out_json(plan.cells[0])
-    Path(done).write_text("{}")
+    mark_done(plan, plan.cells[0])
     proc = subprocess.run(
         ["bash", str(emitted.script)], env=env, capture_output=True, text=True, cwd=tmp_path
     )
@@ -455,6 +528,28 @@ def test_slurm_one_sbatch_per_missing_cell_with_the_contract(tmp_path, fake_slur
     assert len(_lines(env["FAKE_SUBMITS"])) == 1
 
 
+@pytest.mark.parametrize("mode", ["slurm", "slurm-array"])
+def test_slurm_launch_moves_corrupt_results_aside_and_resubmits(tmp_path, fake_slurm, mode):
+    env, tpl = fake_slurm
+    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
+                            tasks=["glue_rte"], lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
+    emitted = sweep.emit(plan, tmp_path / "runs", mode, template=tpl)
+    mark_done(plan, *plan.cells)
+    spoiled = _corrupt_three(plan)
+    proc = subprocess.run(["bash", str(emitted.script)], env=env, capture_output=True, text=True,
+                          cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    jobs = _lines(env["FAKE_JOBS"])
+    assert sorted(j["env"]["OUT_JSON"] for j in jobs) == sorted(
+        plan.out_json(plan.cells[i]) for i in (0, 1, 3))  # fmt: skip
+    assert "1 cell(s) already done" in proc.stdout
+    _assert_kept_aside(plan, spoiled, proc.stderr)
+    again = subprocess.run(["bash", str(emitted.script)], env=env, capture_output=True,
+                           text=True, cwd=tmp_path)  # fmt: skip
+    assert "4 cell(s) already done" in again.stdout or "all 4 cells are done" in again.stdout
+    assert len(_lines(env["FAKE_JOBS"])) == 3
+
+
 def test_slurm_does_not_resubmit_queued_cells(tmp_path, fake_slurm):
     env, tpl = fake_slurm
     plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
@@ -483,8 +578,7 @@ def test_slurm_array_chunks_to_max_array_size(tmp_path, fake_slurm):
     # The inserted block comes after every #SBATCH line and before the template's body.
     assert array.index("#SBATCH --mem") < array.index(">>> inserted") < array.index("set -euo")
     # Two cells done already; MaxArraySize 3 -> 6 pending rows in chunks of 3.
-    for cell in plan.cells[:2]:
-        Path(plan.out_json(cell)).write_text("{}")
+    mark_done(plan, *plan.cells[:2])
     proc = subprocess.run(["bash", str(emitted.script)], env={**env, "FAKE_MAX_ARRAY": "3"},
                           capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -516,9 +610,8 @@ def test_slurm_group_pair_runs_one_job_per_pair(tmp_path, fake_slurm):
                             seeds=[42, 43])  # fmt: skip
     emitted = sweep.emit(plan, tmp_path / "runs", "slurm", template=tpl, group="pair")
     assert emitted.n_units == 2 and "in 2 job(s), one per (model, task)" in emitted.describe()
-    Path(plan.out_json(plan.cells[0])).write_text("{}")  # a glue_rte cell done: still submitted
-    for c in plan.cells[4:]:  # glue_sst2 all done: not submitted
-        Path(plan.out_json(c)).write_text("{}")
+    mark_done(plan, plan.cells[0])  # a glue_rte cell done: still submitted
+    mark_done(plan, *plan.cells[4:])  # glue_sst2 all done: not submitted
     proc = subprocess.run(["bash", str(emitted.script)], env=env, capture_output=True, text=True,
                           cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -543,9 +636,8 @@ def test_slurm_array_group_lr_rows_are_units(tmp_path, fake_slurm):
     assert emitted.n_units == 2
     rows = (tmp_path / "runs" / "manifest.tsv").read_text().splitlines()[1:]
     assert [r.split("\t")[0] for r in rows] == ["2", "2"]
-    Path(plan.out_json(plan.cells[0])).write_text("{}")  # half of the lr03 unit
-    for c in plan.cells[2:]:  # the whole lr06 unit
-        Path(plan.out_json(c)).write_text("{}")
+    mark_done(plan, plan.cells[0])  # half of the lr03 unit
+    mark_done(plan, *plan.cells[2:])  # the whole lr06 unit
     proc = subprocess.run(["bash", str(emitted.script)], env=env, capture_output=True, text=True,
                           cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -554,8 +646,8 @@ def test_slurm_array_group_lr_rows_are_units(tmp_path, fake_slurm):
     (job,) = _lines(env["FAKE_JOBS"])
     assert job["argv"] == plan.run_args(plan.cells[:2])
     assert job["env"]["SEED"] == "42,43" and job["env"]["N_CELLS"] == "2"
-    # The array task itself exits early once every cell of its unit exists.
-    Path(plan.out_json(plan.cells[1])).write_text("{}")
+    # The array task itself exits early once every cell of its unit is done.
+    mark_done(plan, plan.cells[1])
     rows_file = tmp_path / "rows.txt"
     rows_file.write_text("0\n")
     proc = subprocess.run(["bash", str(tmp_path / "runs" / "array.sh"),
@@ -563,7 +655,7 @@ def test_slurm_array_group_lr_rows_are_units(tmp_path, fake_slurm):
                           env={**env, "SLURM_ARRAY_TASK_ID": "0"}, capture_output=True,
                           text=True)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "all 2 result file(s) of this task exist" in proc.stdout
+    assert "all 2 cell(s) of this task are already done" in proc.stdout
     assert len(_lines(env["FAKE_JOBS"])) == 1
 
 
@@ -574,7 +666,7 @@ def test_slurm_array_task_skips_a_done_cell(tmp_path, fake_slurm):
     sweep.emit_slurm_array(plan, tmp_path / "runs", tpl)
     rows = tmp_path / "rows.txt"
     rows.write_text("0\n")
-    Path(plan.out_json(plan.cells[0])).write_text("{}")
+    mark_done(plan, plan.cells[0])
     proc = subprocess.run(
         ["bash", str(tmp_path / "runs" / "array.sh"), str(tmp_path / "runs" / "manifest.tsv"),
          str(rows)], env={**env, "SLURM_ARRAY_TASK_ID": "0"}, capture_output=True, text=True,
@@ -582,6 +674,27 @@ def test_slurm_array_task_skips_a_done_cell(tmp_path, fake_slurm):
     )  # fmt: skip
     assert proc.returncode == 0 and "already done, skipping" in proc.stdout
     assert _lines(env["FAKE_JOBS"]) == []
+
+
+def test_slurm_array_task_runs_a_cell_whose_result_is_corrupt(tmp_path, fake_slurm):
+    env, tpl = fake_slurm
+    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
+                            tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42])  # fmt: skip
+    sweep.emit_slurm_array(plan, tmp_path / "runs", tpl)
+    rows = tmp_path / "rows.txt"
+    rows.write_text("0\n")
+    out = Path(plan.out_json(plan.cells[0]))
+    out.write_text('{"schema": "encoder-eval-result", "cell": {"mod')  # truncated
+    proc = subprocess.run(
+        ["bash", str(tmp_path / "runs" / "array.sh"), str(tmp_path / "runs" / "manifest.tsv"),
+         str(rows)], env={**env, "SLURM_ARRAY_TASK_ID": "0"}, capture_output=True, text=True,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "already done" not in proc.stdout and len(_lines(env["FAKE_JOBS"])) == 1
+    assert plan.cell_state(plan.cells[0]) == "ok"
+    (kept,) = (out.parent / ".corrupt").iterdir()
+    assert kept.read_text().endswith('"cell": {"mod') and f"to {kept} " in proc.stderr
 
 
 def test_slurm_array_refuses_while_its_jobs_are_queued(tmp_path, fake_slurm):

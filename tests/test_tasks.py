@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from mirror_helpers import (
+    MASSIVE_EURO,
     MASSIVE_LOCALES,
     MASSIVE_SIZES,
     massive_mirror,
@@ -398,6 +399,138 @@ def test_seahorse_pairs_the_article_when_rows_have_one(tmp_path):
     assert split["text"] == ["kurz", "kurz"] and split["text_pair"] == ["lang", "noch"]
 
 
+# The Hub copy tasksource/seahorse_summarization_evaluation@c641c22 (card: gem_id, worker_lang,
+# model, article, summary, question, answer; 334,806/49,265/101,652 rows): one row per answered
+# question, `question` its text, `answer` "Yes" or "No"; blank and "Unsure" answers are absent.
+SEAHORSE_LONG_QUESTIONS = (
+    "The summary can be read and understood by the rater.",
+    "The summary is free of unnecessarily repeated information.",
+    "The summary is grammatically correct.",
+    "All the information in the summary is fully attributable to the source article.",
+    "The summary captures the main idea(s) of the source article.",
+    "The summary concisely represents the information in the source article.",
+)
+SEAHORSE_CARD_VALIDATION_ROWS = 49265
+
+
+def _with_article(rows: list[dict]) -> list[dict]:
+    return [{**r, "article": f"The article {r['gem_id']} ({r['worker_lang']})."} for r in rows]
+
+
+def _seahorse_long(wide: list[dict], question_major: bool = False) -> list[dict]:
+    """Wide SeaHorse rows melted into the Hub copy's long schema, one row per Yes/No answer."""
+    cells = [(i, q) for q in range(6) for i in range(len(wide))] if question_major else [
+        (i, q) for i in range(len(wide)) for q in range(6)]  # fmt: skip
+    long = []
+    for i, q in cells:
+        row, answer = wide[i], wide[i][f"question{q + 1}"]
+        if answer in ("Yes", "No"):
+            long.append({"gem_id": row["gem_id"], "worker_lang": row["worker_lang"],
+                         "model": row["model"], "article": row.get("article"),
+                         "summary": row["summary"], "question": SEAHORSE_LONG_QUESTIONS[q],
+                         "answer": answer})  # fmt: skip
+    return long
+
+
+def test_seahorse_long_melt_of_the_real_validation_has_the_cards_row_count():
+    """Dropping blank and Unsure answers reproduces the Hub card's 49,265 validation rows."""
+    wide = read_jsonl(shared_data() / "seahorse" / "validation.jsonl")
+    assert len(_seahorse_long(wide)) == SEAHORSE_CARD_VALIDATION_ROWS
+
+
+def test_seahorse_long_schema_loads_like_the_wide_schema(split_mirrors, tmp_path, monkeypatch):
+    """Hub rows and a mirror in the long schema give the wide schema's texts, pairs, targets."""
+    root, _ = split_mirrors
+    wide = {s: _with_article(read_jsonl(root / "seahorse" / f"{s}.jsonl")[:n])
+            for s, n in (("train", 900), ("validation", 300), ("test", 300))}  # fmt: skip
+    for split, rows in wide.items():
+        write_jsonl(tmp_path / "wide" / "seahorse" / f"{split}.jsonl", rows)
+        write_jsonl(tmp_path / "long" / "seahorse" / f"{split}.jsonl", _seahorse_long(rows))
+    expected = load_task("seahorse", tmp_path / "wide")
+    labels = [v for s in expected[1].values() for v in s["label"]]
+    assert len(set(labels)) == 7 and all("text_pair" in s for s in expected[1].values())
+    assert load_task("seahorse", tmp_path / "long") == expected
+
+    monkeypatch.delenv("ENCODER_EVAL_DATA_DIR", raising=False)
+    asked = []
+
+    def hub(task, split, lang, revision=None):
+        asked.append((task, split, lang))
+        return _seahorse_long(wide[split])
+
+    monkeypatch.setattr(tasks, "read_hub_rows", hub)
+    assert load_task("seahorse") == expected
+    assert asked == [("seahorse", s, None) for s in ("train", "validation", "test")]
+    # Any row order regroups to the same examples (the order of their first row).
+    _, val, test, *_ = expected
+    question_major = rows_to_split("seahorse", _seahorse_long(wide["test"], True), "x")
+    flat = {k: [v for lang in test for v in test[lang][k]] for k in ("text", "text_pair", "label")}
+    assert sorted(zip(*question_major.values(), strict=True)) == sorted(
+        zip(flat["text"], flat["label"], flat["text_pair"], strict=True))  # fmt: skip
+
+
+def test_seahorse_long_rows_regroup_with_missing_questions_counting_zero():
+    base = {"gem_id": "g1", "worker_lang": "de", "model": "m", "article": "A", "summary": "S"}
+    cited = "Q4. " + SEAHORSE_LONG_QUESTIONS[3][:-1] + ", as defined in Rashkin et al. (2021)."
+    rows = [
+        {**base, "question": SEAHORSE_LONG_QUESTIONS[0], "answer": "Yes"},
+        {**base, "summary": "T", "question": "question1", "answer": "No"},  # 2-6 skipped
+        {**base, "question": "The summary is grammatically correct. ", "answer": "yes"},
+        {**base, "question": cited, "answer": "Yes"},
+        {**base, "question": 5, "answer": "No"},
+        {**base, "question": "conciseness", "answer": "Unsure"},
+    ]
+    grouped = tasks._seahorse_long_to_wide(rows, "x")
+    assert [(g["summary"], [g[f"question{i}"] for i in range(1, 7)]) for g in grouped] == [
+        ("S", ["Yes", "", "yes", "Yes", "No", "Unsure"]),
+        ("T", ["No", "", "", "", "", ""]),
+    ]
+    split = rows_to_split("seahorse", rows, "x")
+    assert split == {"text": ["S", "T"], "label": [0.5, 0.0], "text_pair": ["A", "A"]}
+    wide = {**base, **{f"question{i}": "Yes" for i in range(1, 7)}}
+    assert tasks._seahorse_long_to_wide([wide], "x") == [wide]  # the wide schema passes
+    with pytest.raises(HarnessError, match=r"x: row 1: question 'How long\?' is none of Sea"):
+        rows_to_split("seahorse", [{**base, "question": "How long?", "answer": "Yes"}], "x")
+    with pytest.raises(HarnessError, match=r"row 1: answer '1' is not Yes, No or Unsure"):
+        rows_to_split("seahorse", [{**base, "question": "question2", "answer": "1"}], "x")
+    with pytest.raises(HarnessError, match=r"row 2: question3 is answered twice for one summ"):
+        rows_to_split("seahorse", [rows[2], rows[2]], "x")
+
+
+def test_massive_trains_on_all_51_locales_and_averages_the_euro_set(massive, monkeypatch):
+    """The specification: every language's train split, every locale scored, Euro averaged."""
+    knobs = TASK_KNOBS["massive_intent"]
+    assert knobs.languages == MASSIVE_LOCALES and len(MASSIVE_LOCALES) == 51
+    assert knobs.euro_languages == MASSIVE_EURO
+    assert knobs.hf_lang_configs == {loc: loc for loc in MASSIVE_LOCALES}
+    train, val, test, *_ = load_task("massive_intent", massive)
+    assert {t.split("]")[0][1:] for t in train["text"]} == set(MASSIVE_LOCALES)
+    assert list(val) == list(test) == list(MASSIVE_LOCALES)
+    monkeypatch.delenv("ENCODER_EVAL_DATA_DIR", raising=False)
+    asked = []
+
+    def hub(task, split, lang, revision=None):
+        asked.append((split, lang))
+        return read_jsonl(tasks.mirror_file(massive, task, split, lang))
+
+    monkeypatch.setattr(tasks, "read_hub_rows", hub)
+    assert load_task("massive_intent") == (train, val, test, 60, SINGLE_LABEL)
+    assert asked == [(s, loc) for s in ("train", "validation", "test") for loc in MASSIVE_LOCALES]
+
+
+def test_massive_mirror_with_some_non_euro_locales_skips_the_rest(tmp_path):
+    some = MASSIVE_EURO + ("ja-JP", "sw-KE")
+    massive_mirror(tmp_path, locales=some)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train, val, test, *_ = load_task("massive_intent", tmp_path)
+    assert set(val) == set(test) == set(some)
+    assert len(train["label"]) == MASSIVE_SIZES["train"] * len(some)
+    skipped = {str(w.message) for w in caught}
+    assert "massive_intent: mirror has no train.af-ZA.jsonl; language 'af-ZA' skipped" in skipped
+    assert len(skipped) == 3 * (51 - len(some))
+
+
 def test_massive_synthetic_mirror_in_the_real_schema(massive):
     train, val, test, num_labels, problem = load_task("massive_intent", massive)
     assert (num_labels, problem) == (60, SINGLE_LABEL)
@@ -423,13 +556,13 @@ def test_select_phase_does_not_read_the_test_split(massive, tmp_path):
     train, val, test, *_ = load_task("massive_intent", tmp_path, with_test=False)
     assert test == {} and set(val) == set(MASSIVE_LOCALES)
     with pytest.raises(HarnessError, match=r"test\.de-DE\.jsonl"):
-        load_task("massive_intent", tmp_path)
+        _quiet_load("massive_intent", tmp_path)  # after skipping af-ZA .. da-DK
 
 
 def test_data_dir_from_the_environment(massive, monkeypatch):
     monkeypatch.setenv("ENCODER_EVAL_DATA_DIR", str(massive))
     assert load_task("massive_intent")[3] == 60
-    assert data_provenance("massive_intent")["source"] == "mirror-content-hash"
+    assert data_provenance("massive_intent")["source"] == "mirror"
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -544,6 +677,51 @@ def test_empty_language_file_says_which(massive, tmp_path):
         load_task("massive_intent", tmp_path)
 
 
+def test_single_class_split_is_refused_before_training(tmp_path):
+    ones = _lines({"sentence": "fine.", "label": 1}, {"sentence": "also fine.", "label": 1})
+    root = _mirror(tmp_path, "glue_cola", {"train.jsonl": ones, "validation.jsonl": GOOD})
+    with pytest.raises(HarnessError) as err:
+        load_task("glue_cola", root)
+    message = str(err.value)
+    assert message.startswith("task 'glue_cola': the train split of language 'en' holds a "
+                              "single class (all 2 labels are 1)")  # fmt: skip
+    assert str(root / "glue_cola" / "train.jsonl") in message and "seeded sample" in message
+    root = _mirror(tmp_path, "glue_cola", {"train.jsonl": GOOD, "validation.jsonl": ones})
+    with pytest.raises(HarnessError, match=r"the validation split of language 'en' holds a sin"):
+        load_task("glue_cola", root, with_test=False)
+    ok = _lines({"review_body": "gut", "stars": 5}, {"review_body": "schlecht", "stars": 1})
+    one = _lines({"review_body": "gut", "stars": 5}, {"review_body": "sehr gut", "stars": 5})
+    files = {f"{s}.{lang}.jsonl": ok for s in ("train", "validation", "test")
+             for lang in ("de", "en", "es", "fr")}  # fmt: skip
+    root = _mirror(tmp_path / "m", "amazon_reviews_multi", {**files, "test.fr.jsonl": one})
+    assert _quiet_load("amazon_reviews_multi", root, with_test=False)[1]["fr"]["label"] == [4, 0]
+    with pytest.raises(HarnessError, match=r"the test split of language 'fr' holds a single"):
+        _quiet_load("amazon_reviews_multi", root)
+
+
+def test_constant_target_is_refused_before_training(tmp_path):
+    pairs = [{"sentence1": f"a{i}", "sentence2": "b", "label": 2.5} for i in range(3)]
+    root = _mirror(tmp_path, "glue_stsb", {"train.jsonl": _lines(*pairs)})
+    with pytest.raises(HarnessError) as err:
+        load_task("glue_stsb", root)
+    assert str(err.value).startswith("task 'glue_stsb': the train split of language 'en' has a "
+                                     "constant target (all 3 targets are 2.5)")  # fmt: skip
+    # SeaHorse rows the loader cannot read a rating from (the old failure: every target 0).
+    rows = [{"gem_id": f"g{i}", "worker_lang": lang, "summary": "s", "score": 1}
+            for i in range(2) for lang in TASK_KNOBS["seahorse"].languages]  # fmt: skip
+    root = _mirror(tmp_path, "seahorse", {"train.jsonl": _lines(*rows)})
+    with pytest.raises(HarnessError, match=r"train split of language 'de' has a constant target "
+                                           r"\(all 2 targets are 0\.0\)"):  # fmt: skip
+        load_task("seahorse", root)
+
+
+@pytest.mark.parametrize("task", [t for t, k in TASK_KNOBS.items() if k.bucket == "synthetic"])
+def test_synthetic_tasks_still_load(task):
+    train, val, test, num_labels, problem = load_task(task)
+    for split in (train, *val.values(), *test.values()):
+        assert len(set(split["label"])) > 1
+
+
 def test_missing_split_file_says_which_and_how_to_fix(tmp_path):
     root = _mirror(tmp_path, "glue_cola", {"train.jsonl": GOOD})
     with pytest.raises(HarnessError) as err:
@@ -579,17 +757,87 @@ def test_invalid_revision_override(monkeypatch):
 def test_revision_override_is_visible_in_hub_provenance(monkeypatch):
     monkeypatch.delenv("ENCODER_EVAL_DATA_DIR", raising=False)
     monkeypatch.delenv("ENCODER_EVAL_DATASET_REVISIONS", raising=False)
+    asked = _fake_hub_commits(monkeypatch)
     assert dataset_revisions()["nyu-mll/glue"] is None
     assert dataset_revisions()["AmazonScience/massive"] == "refs/convert/parquet"
-    assert data_provenance("glue_cola") == {
-        "source": "hub", "dataset": "nyu-mll/glue", "revision": None}  # fmt: skip
+    head = data_provenance("glue_cola")
+    assert head == {"source": "hub", "dataset": "nyu-mll/glue", "revision": HEAD_SHA,
+                    "revision_requested": None, "identity": f"hub:nyu-mll/glue@{HEAD_SHA}"}  # fmt: skip
+    assert asked == [("nyu-mll/glue", None)]
     sha = "0123456789abcdef0123456789abcdef01234567"
     monkeypatch.setenv("ENCODER_EVAL_DATASET_REVISIONS", json.dumps({"nyu-mll/glue": sha}))
     assert dataset_revisions()["nyu-mll/glue"] == sha
     assert dataset_revisions()["aps/super_glue"] is None  # others keep their default
-    assert data_provenance("glue_cola")["revision"] == sha
-    assert data_provenance("sg_cb")["revision"] is None
+    pinned = data_provenance("glue_cola")
+    assert pinned["revision"] == pinned["revision_requested"] == sha  # a commit needs no lookup
+    assert pinned["identity"] == f"hub:nyu-mll/glue@{sha}" != head["identity"]
+    assert data_provenance("sg_cb")["revision"] == HEAD_SHA
     assert tasks.DATASET_REVISIONS["nyu-mll/glue"] is None  # the module default is untouched
+
+
+HEAD_SHA = "c641c22879b601fb2edaa0a3f0edf3a68e5f5d23"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_revision_cache():
+    """Resolved dataset commits are cached per process; each test starts and ends empty."""
+    tasks.resolve_dataset_revision.cache_clear()
+    yield
+    tasks.resolve_dataset_revision.cache_clear()
+
+
+def _fake_hub_commits(monkeypatch, sha: str = HEAD_SHA) -> list:
+    """Replace the one Hub call that resolves a dataset revision; returns what it was asked."""
+    asked = []
+
+    def resolve(repo, revision):
+        asked.append((repo, revision))
+        return sha
+
+    monkeypatch.setattr(tasks, "_hub_dataset_sha", resolve)
+    return asked
+
+
+def test_hub_rows_are_read_at_the_commit_the_provenance_records(monkeypatch):
+    """What a result records as the data's commit is the commit the loader read (item 8)."""
+    import datasets
+
+    monkeypatch.delenv("ENCODER_EVAL_DATA_DIR", raising=False)
+    monkeypatch.delenv("ENCODER_EVAL_DATASET_REVISIONS", raising=False)
+    _fake_hub_commits(monkeypatch)
+    loads = []
+
+    def load_dataset(path, config=None, split=None, revision=None):
+        loads.append((path, config, split, revision))
+        label = len(loads) % 2
+        return [{"sentence": f"row {i} of {split}", "label": (i + label) % 2} for i in range(4)]
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    prov = data_provenance("glue_cola")
+    load_task("glue_cola")
+    assert loads and {rev for *_, rev in loads} == {prov["revision"]} == {HEAD_SHA}
+
+
+def test_an_unresolvable_hub_revision_is_an_error_naming_the_fixes(monkeypatch, tmp_path):
+    monkeypatch.delenv("ENCODER_EVAL_DATA_DIR", raising=False)
+    monkeypatch.delenv("ENCODER_EVAL_DATASET_REVISIONS", raising=False)
+
+    def offline(repo, revision):
+        raise OSError("offline")
+
+    monkeypatch.setattr(tasks, "_hub_dataset_sha", offline)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(HarnessError, match="cannot resolve nyu-mll/glue@main.*--data-dir"):
+        data_provenance("glue_rte")
+    # Offline, the ref the Hugging Face cache stored when the data was downloaded answers.
+    ref = tmp_path / "hub" / "datasets--nyu-mll--glue" / "refs" / "main"
+    ref.parent.mkdir(parents=True)
+    ref.write_text(HEAD_SHA)
+    tasks.resolve_dataset_revision.cache_clear()
+    assert data_provenance("glue_rte")["revision"] == HEAD_SHA
 
 
 # ----------------------------------------------------------------------------- provenance
@@ -598,8 +846,9 @@ def test_revision_override_is_visible_in_hub_provenance(monkeypatch):
 def test_content_hash_changes_when_a_mirror_file_changes(tmp_path):
     root = _mirror(tmp_path, "glue_cola", {"train.jsonl": GOOD, "validation.jsonl": GOOD})
     first = data_provenance("glue_cola", root)
-    assert first["source"] == "mirror-content-hash" and first["dataset"] == "nyu-mll/glue"
+    assert first["source"] == "mirror" and first["dataset"] == "nyu-mll/glue"
     assert re.fullmatch(r"[0-9a-f]{64}", first["sha256"])
+    assert first["identity"] == f"mirror:sha256:{first['sha256']}"
     assert data_provenance("glue_cola", root) == first
     (root / "glue_cola" / "validation.jsonl").write_text(
         GOOD + _lines({"sentence": "new", "label": 0})
@@ -617,8 +866,13 @@ def test_manifest_entry_is_used_when_present(tmp_path):
              "files": {"train.jsonl": {"rows": 2, "sha256": "b" * 64}}}  # fmt: skip
     manifest = {"schema": "encoder-eval-mirror", "version": 1, "tasks": {"glue_cola": entry}}
     (root / "MANIFEST.json").write_text(json.dumps(manifest))
-    assert data_provenance("glue_cola", root) == {"source": "mirror-manifest", **entry}
-    # A task the manifest does not list falls back to the content hash.
-    assert data_provenance("glue_rte", root)["source"] == "mirror-content-hash"
+    prov = data_provenance("glue_cola", root)
+    assert prov["revision"] == "a" * 40 and prov["manifest"]["dataset"] == "nyu-mll/glue"
+    # The identity is the content actually there, whatever the manifest claims.
+    assert prov["identity"] == f"mirror:sha256:{prov['sha256']}"
+    # A task the manifest does not list, or an unreadable manifest: the content hash alone.
+    assert "revision" not in data_provenance("glue_rte", root)
     (root / "MANIFEST.json").write_text("{not json")
-    assert data_provenance("glue_cola", root)["source"] == "mirror-content-hash"
+    assert data_provenance("glue_cola", root) == {
+        k: v for k, v in prov.items() if k not in ("manifest", "revision")
+    }

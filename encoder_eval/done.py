@@ -1,0 +1,71 @@
+"""`python -m encoder_eval.done`: whether result files are done, for the generated scripts.
+
+Usage::
+
+    python -m encoder_eval.done --phase select results/select/m_xnli_lr06_s42.json ...
+    printf '%s\\0' FILE... | python -m encoder_eval.done --phase select --states --files0-from -
+
+Done is `results.cell_state`: a file that parses, validates and names its cell (and phase).
+A corrupt file is moved aside into `<results dir>/.corrupt/` (never deleted), with one line
+on stderr, so its cell runs again. `--states` prints one word per file, in order: ok or
+diverged (done), missing, moved (was corrupt, moved aside now), corrupt (another runner
+holds its cell, so it stays). It imports no torch, so it is fast on a login node.
+
+Exit status: 0 when every file is done; 1 when some are not; 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .errors import ArgumentParser
+from .results import DONE_STATES, settle_cell
+
+EXIT_NOT_DONE = 1
+EXIT_INPUT_ERROR = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(
+        prog="python -m encoder_eval.done",
+        description="Exit 0 iff every result file is done (parses, validates, names its cell); "
+        "corrupt ones are moved aside into .corrupt/ so their cells run again.",
+    )
+    p.add_argument("files", nargs="*", metavar="FILE", help="result files to check")
+    p.add_argument("--phase", choices=("select", "report"),
+                   help="the phase the files must be of")  # fmt: skip
+    p.add_argument("--files0-from", metavar="F", help="also read NUL-separated file names "
+                   "from F ('-': stdin), for lists longer than a command line")  # fmt: skip
+    p.add_argument("--states", action="store_true",
+                   help="print one state word per file, in order, on stdout")  # fmt: skip
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    files = list(args.files)
+    if args.files0_from:
+        try:
+            if args.files0_from == "-":
+                raw = sys.stdin.buffer.read()
+            else:
+                with open(args.files0_from, "rb") as handle:
+                    raw = handle.read()
+        except OSError as exc:
+            print(f"error: cannot read --files0-from {args.files0_from} ({exc.strerror}); "
+                  "give a readable file, or - for stdin", file=sys.stderr)  # fmt: skip
+            return EXIT_INPUT_ERROR
+        files += [os.fsdecode(f) for f in raw.split(b"\0") if f]
+    try:
+        states = [settle_cell(f, args.phase)[0] for f in files]
+    except KeyboardInterrupt:  # Ctrl-C in a script: the script itself says how to resume
+        return 130
+    if args.states:
+        sys.stdout.write("".join(s + "\n" for s in states))
+    return 0 if all(s in DONE_STATES for s in states) else EXIT_NOT_DONE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
