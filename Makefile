@@ -58,10 +58,10 @@ demo: install
 smoke-paws: install
 	mkdir -p results/smoke
 	$(PY) -m encoder_eval.run \
-	  --model-path FacebookAI/xlm-roberta-base --task paws_x --mode auto \
+	  --model-key xlm-r-base --task paws_x \
 	  --lr 3.59e-05 --seed 45 --bsz 32 --max-steps 1000 --max-seq-len 256 \
 	  --early-stop --patience 3 --epoch-cap 20 \
-	  --out-json results/smoke/xlm-r_paws_lr06_s45.json
+	  --results-dir results/smoke   # writes xlm-r-base_paws_x_lr06_s45.json
 
 clean:
 	rm -rf .pytest_cache .ruff_cache build *.egg-info

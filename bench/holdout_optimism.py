@@ -122,8 +122,10 @@ def main() -> int:
                     f"{_fmt(*_stats(last))} | {_fmt(*_stats(strict))} | "
                     f"{_fmt(*_stats(sel))} | {_fmt(*_stats(diff))} | "
                     f"{min(evals)}-{max(evals)} |")  # fmt: skip
-    print("| task | seeds | default (best on dev) | default, last eval | strict (holdout) | "
-          "best − last | default − strict | dev evals |")
+    print(
+        "| task | seeds | default (best on dev) | default, last eval | strict (holdout) | "
+        "best − last | default − strict | dev evals |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     print("\n".join(rows))
     print(json.dumps({"bench": "holdout_optimism", "lr": args.lr, "max_steps": args.max_steps,

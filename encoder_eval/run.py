@@ -271,11 +271,22 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
     return results
 
 
+def _note_unreadable_name(cells: list) -> None:
+    """Say so when --out-json names a file that select, summarize and status will not read."""
+    for cfg in cells:
+        expected = result_filename(cfg.model_key, cfg.task, cfg.lr, cfg.seed)
+        if Path(cfg.out_json).name != expected:
+            print(f"note: select, summarize and status read this cell's result only under the "
+                  f"name {expected}; they will skip {cfg.out_json} (use --results-dir DIR to "
+                  "get the name right)", file=sys.stderr)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     quiet = args.progress == "quiet"
     try:
         cells = plan_cells(args)
+        _note_unreadable_name(cells)
         from .train import EXIT_INTERRUPTED, EXIT_PREEMPTED, Interrupted, Preempted
 
         run_cells(cells, args.skip_existing, log=(lambda m: None) if quiet else print)

@@ -50,7 +50,14 @@ from pathlib import Path
 
 from .errors import ArgumentParser, HarnessError, unknown_name
 from .models import MODEL_REGISTRY, MODES, ModelEntry, model_entry, parse_model_spec
-from .protocol import LR_GRID, PHASE_SEEDS, PROTOCOL_RECIPE, lr_for_key, lr_key_for
+from .protocol import (
+    LR_GRID,
+    PHASE_SEEDS,
+    PROTOCOL_RECIPE,
+    SELECTION_SPLITS,
+    lr_for_key,
+    lr_key_for,
+)
 from .results import CORRUPT, DONE_STATES, QUARANTINE_DIR, cell_state, result_filename
 from .tasks import MULTILINGUAL_TASKS, TASK_KNOBS, task_knobs
 
@@ -209,6 +216,7 @@ class Plan:
     results_dir: str
     max_steps: int = PROTOCOL_RECIPE.max_steps
     max_seq_len: int = PROTOCOL_RECIPE.max_seq_len
+    selection_split: str = PROTOCOL_RECIPE.selection_split
     data_dir: str | None = None
     device: str = "auto"
     extra_run_args: list[str] = field(default_factory=list)
@@ -225,7 +233,7 @@ class Plan:
             "--warmup-ratio", f"{r.warmup_ratio:g}", "--bsz", str(r.batch_size),
             "--early-stop", "--patience", str(r.patience), "--epoch-cap", str(r.epoch_cap),
             "--max-steps", str(self.max_steps), "--max-seq-len", str(self.max_seq_len),
-            "--precision", r.precision,
+            "--precision", r.precision, "--selection-split", self.selection_split,
         ]  # fmt: skip
 
     def run_args(self, cells: list[Cell]) -> list[str]:
@@ -312,11 +320,13 @@ def build_plan(
     device: str | None = None,
     extra_run_args: list[str] | None = None,
     trust_remote_code: bool = False,
+    selection_split: str | None = None,
 ) -> Plan:
     """Expand a phase into its cells, checking every input; raises HarnessError on bad input.
 
     select: models x tasks x LR keys (default: the whole grid) x seeds (default 42-44).
-    report: models x tasks x seeds (default 45-49) at each pair's LR in `selection`.
+    report: models x tasks x seeds (default 45-49) at each pair's LR in `selection`, with
+    the selection split its select cells used (a contradicting `selection_split` is refused).
     """
     if phase not in PHASES:
         raise HarnessError(f"--phase {phase!r} must be select or report")
@@ -347,6 +357,7 @@ def build_plan(
                 "--phase report needs --selection selection.json; "
                 "create it with python -m encoder_eval.select"
             )
+    selection_split = _selection_split(phase, selection, selection_split)
     if max_steps is not None and max_steps < 1:
         raise HarnessError("--max-steps must be at least 1")
     if max_seq_len is not None and max_seq_len < 1:
@@ -400,10 +411,35 @@ def build_plan(
         )
     return Plan(
         phase=phase, cells=cells, results_dir=os.path.abspath(results_dir),
-        max_steps=max_steps, max_seq_len=max_seq_len,
+        max_steps=max_steps, max_seq_len=max_seq_len, selection_split=selection_split,
         data_dir=None if data_dir is None else str(data_dir), device=device,
         extra_run_args=extra, shrunk=shrunk,
     )  # fmt: skip
+
+
+def _selection_split(phase: str, selection: dict | None, requested: str | None) -> str:
+    """The split that picks LRs and checkpoints: as requested, and for a report phase the
+    one its select cells used (a report phase never contradicts its select phase)."""
+    if requested is not None and requested not in SELECTION_SPLITS:
+        raise HarnessError(f"--selection-split {requested!r}: valid: {', '.join(SELECTION_SPLITS)}")
+    if phase != "report" or selection is None:
+        return requested or PROTOCOL_RECIPE.selection_split
+    used = {
+        (entry.get("select_setup") or {}).get("selection_split")
+        for by_task in selection.get("pairs", {}).values()
+        for entry in by_task.values()
+        if isinstance(entry, dict) and entry.get("lr_key")
+    } - {None}
+    if len(used) > 1:
+        raise HarnessError(f"the selection mixes selection splits ({', '.join(sorted(used))}); "
+                           "select each variant into its own selection file")  # fmt: skip
+    chosen = next(iter(used), None) or requested or PROTOCOL_RECIPE.selection_split
+    if requested is not None and requested != chosen:
+        raise HarnessError(
+            f"--selection-split {requested} contradicts the selection, whose select cells used "
+            f"{chosen}; drop the flag (the report phase follows its select phase)"
+        )
+    return chosen
 
 
 # ----------------------------------------------------------------------------- emitting
@@ -1139,6 +1175,11 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                    f"{PROTOCOL_RECIPE.max_steps})")  # fmt: skip
     g.add_argument("--max-seq-len", type=int, help="truncation length (protocol: "
                    f"{PROTOCOL_RECIPE.max_seq_len})")  # fmt: skip
+    g = p.add_argument_group("protocol variant")
+    g.add_argument("--selection-split", choices=SELECTION_SPLITS, help="what picks the LR "
+                   "and the early-stopping checkpoint: dev (default, the specification's) or "
+                   "holdout (strict: a fixed slice of train; see EVALUATION_METHODOLOGY.md); "
+                   "a report phase follows its selection")  # fmt: skip
     g = p.add_argument_group("where")
     g.add_argument("--results-dir", help="result JSON directory (default: results/<phase>)")
     g.add_argument("--data-dir", help="offline data mirror passed to every cell")
@@ -1186,6 +1227,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         seeds=parse_seeds(args.seeds), selection=selection, max_steps=args.max_steps,
         max_seq_len=args.max_seq_len, data_dir=args.data_dir, device=args.device,
         extra_run_args=extra, trust_remote_code=args.trust_remote_code,
+        selection_split=args.selection_split,
     )  # fmt: skip
 
 

@@ -711,7 +711,9 @@ def data_provenance(task: str, data_dir: str | os.PathLike | None = None) -> dic
         except (json.JSONDecodeError, AttributeError, OSError):
             entry = None
         if isinstance(entry, dict):
-            out["manifest"] = {k: entry.get(k) for k in ("dataset", "revision", "revision_requested")}
+            out["manifest"] = {
+                k: entry.get(k) for k in ("dataset", "revision", "revision_requested")
+            }
             out["revision"] = entry.get("revision")
     return out
 
@@ -737,8 +739,7 @@ def resolve_dataset_revision(repo: str, revision: str | None) -> str:
         if cached:
             return cached
         raise HarnessError(
-            f"cannot resolve {repo}@{revision or 'main'} to a commit ({type(exc).__name__}: "
-            f"{exc})"
+            f"cannot resolve {repo}@{revision or 'main'} to a commit ({type(exc).__name__}: {exc})"
         ) from None
 
 

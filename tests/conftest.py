@@ -23,14 +23,16 @@ from mirror_helpers import shared_data  # noqa: E402  (needs the sys.path entry 
 
 REPO = Path(__file__).resolve().parents[1]
 
-# (task, {split file: rows to keep}) for the small mirror most tests train on.
+# (task, {split file: rows to keep}) for the small mirror most tests train on: the first n
+# rows, or ("spread", n) for n rows evenly spaced through files sorted by label (the real
+# Amazon files are, so their first rows are all one class, which the loader refuses).
 SMALL_MIRROR = {
     "glue_rte": {"train.jsonl": 64, "validation.jsonl": 32},
     "glue_sst2": {"train.jsonl": 64, "validation.jsonl": 32},
     "glue_stsb": {"train.jsonl": 64, "validation.jsonl": 32},
     "sg_cb": {"train.jsonl": 48, "validation.jsonl": 24},
     "amazon_reviews_multi": {
-        f"{split}.{lang}.jsonl": n
+        f"{split}.{lang}.jsonl": ("spread", n)
         for lang in ("de", "en", "es", "fr")
         for split, n in (("train", 16), ("validation", 12), ("test", 12))
     },
@@ -45,7 +47,11 @@ def write_small_mirror(dest: Path, spec: dict = SMALL_MIRROR) -> Path:
         (dest / task).mkdir(parents=True, exist_ok=True)
         for name, n in files.items():
             with open(source / task / name, encoding="utf-8") as src:
-                rows = [next(src) for _ in range(n)]
+                if isinstance(n, tuple):
+                    lines = src.readlines()
+                    rows = [lines[i * len(lines) // n[1]] for i in range(n[1])]
+                else:
+                    rows = [next(src) for _ in range(n)]
             (dest / task / name).write_text("".join(rows), encoding="utf-8")
     return dest
 

@@ -346,7 +346,9 @@ def test_an_undefined_metric_is_recorded_as_undefined_not_zero(tiny_models, tmp_
         assert result[section]["per_language"] == {"en": None}
         assert result[section]["undefined"] == {"en": "constant predictions"}
     assert all(h["dev"] is None for h in result["training"]["dev_history"])
-    assert "mcc is undefined on the report split (en: constant predictions)" in capfd.readouterr().err
+    assert (
+        "mcc is undefined on the report split (en: constant predictions)" in capfd.readouterr().err
+    )
 
 
 def test_holdout_selects_on_a_slice_of_train_and_reports_the_official_dev(

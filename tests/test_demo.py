@@ -3,6 +3,7 @@ on a tiny local model so it stays fast; CI runs the real `make demo` on MiniLM a
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -30,3 +31,31 @@ def test_demo_pipeline_end_to_end_on_a_tiny_model(tiny_models, tmp_path):
     again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0
     assert "0 to run" in again.stdout + again.stderr
+
+
+def test_make_smoke_paws_writes_a_result_name_the_readers_accept(tmp_path, capsys):
+    """The Makefile's smoke cell must land where select, summarize and status look."""
+    import shlex
+
+    from encoder_eval import run
+    from encoder_eval.results import result_filename
+
+    dry = subprocess.run(["make", "-n", "-s", "smoke-paws", "PY=python"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    line = next(ln for ln in dry.replace("\\\n", " ").splitlines() if "encoder_eval.run" in ln)
+    argv = shlex.split(line.split("encoder_eval.run", 1)[1].split("#", 1)[0])
+    (tmp_path / "results" / "smoke").mkdir(parents=True)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        cells = run.plan_cells(run.build_parser().parse_args(argv))
+    finally:
+        os.chdir(cwd)
+    (cfg,) = cells
+    assert os.path.basename(cfg.out_json) == result_filename(cfg.model_key, cfg.task, cfg.lr,
+                                                             cfg.seed)  # fmt: skip
+    run._note_unreadable_name(cells)
+    assert capsys.readouterr().err == ""
+    cfg.out_json = str(tmp_path / "xlm-r_paws_lr06_s45.json")  # the name the Makefile used
+    run._note_unreadable_name(cells)
+    assert "they will skip" in capsys.readouterr().err

@@ -1,9 +1,9 @@
 """Divergence: a cell whose loss becomes NaN or inf is recorded `diverged` with its step;
 `select`, `summarize` and `status` count it and never average it.
 
-Two real ways to diverge: a huge learning rate (off the grid, so `--allow-off-protocol`),
-and, for cells that must sit at a grid learning rate, training labels so large that the
-squared error overflows float32 to inf on the first step.
+Real ways to diverge: a huge learning rate (off the grid, so `--allow-off-protocol`),
+and, for cells that must sit at a grid learning rate, training labels or a regression head
+bias so large that the squared error overflows float32 to inf on the first step.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ import statistics
 from pathlib import Path
 
 import pytest
+import torch
 from fault_helpers import SHRINK, py, read_json, sh
 
 from encoder_eval import train
+from encoder_eval.loaders import load_model
 from encoder_eval.protocol import LR_GRID, Recipe
 from encoder_eval.results import read_result, result_filename, validate_result
 
@@ -57,21 +59,30 @@ def test_cli_cell_whose_loss_overflows_is_recorded_diverged(tmp_path, tiny_model
 
 
 def _poisoned_mirror(src: Path, dest: Path) -> Path:
-    """The stsb slice with every training label 1e20: (pred - 1e20)^2 overflows to inf."""
+    """The stsb slice with training labels near 1e20 (varied, so the loader accepts them):
+    (pred - label)^2 overflows float32 to inf on the first step."""
     (dest / TASK).mkdir(parents=True)
     for f in (src / TASK).glob("*.jsonl"):
         rows = [json.loads(line) for line in f.read_text().splitlines()]
         if f.name == "train.jsonl":
-            rows = [{**r, "label": 1e20} for r in rows]
+            rows = [{**r, "label": 1e20 * (1 + r["label"])} for r in rows]
         (dest / TASK / f.name).write_text("".join(json.dumps(r) + "\n" for r in rows))
     return dest
+
+
+def _poisoned_model(path: str):
+    """The tiny model with its regression head's bias at 1e30: (pred - y)^2 overflows to inf
+    in the first loss, on the same data and model revision as the healthy cells."""
+    loaded = load_model(path, "auto", 1, "regression", max_seq_len=128)
+    with torch.no_grad():
+        loaded.model.classifier.bias.fill_(1e30)
+    return loaded
 
 
 @pytest.fixture(scope="module")
 def sweep_with_divergence(tmp_path_factory, tiny_models, small_mirror):
     """Real select and report cells at grid LRs, one of each phase diverged."""
     root = tmp_path_factory.mktemp("divergence")
-    poisoned = _poisoned_mirror(small_mirror, root / "poisoned")
     recipe = Recipe(max_steps=4, max_seq_len=128, warmup_ratio=0.0)
     plan = {  # (phase, lr key, seed) -> diverges?
         ("select", "lr03", 42): False, ("select", "lr03", 43): False,
@@ -86,9 +97,9 @@ def sweep_with_divergence(tmp_path_factory, tiny_models, small_mirror):
         train.run_cell(train.CellConfig(
             model_path=str(tiny_models["bert"]), task=TASK, lr=lr, seed=seed, model_key=MODEL,
             phase=phase, recipe=recipe, device="cpu", progress="quiet",
-            data_dir=str(poisoned if bad else small_mirror),
+            data_dir=str(small_mirror),
             out_json=str(rdir / result_filename(MODEL, TASK, lr, seed)),
-        ))  # fmt: skip
+        ), loaded=_poisoned_model(str(tiny_models["bert"])) if bad else None)  # fmt: skip
     return root
 
 
@@ -130,8 +141,10 @@ def test_status_counts_the_diverged_cell_as_finished(sweep_with_divergence, tmp_
 def test_summarize_refuses_a_diverged_seed_and_never_averages_it(sweep_with_divergence, tmp_path):
     root = sweep_with_divergence
     sel = tmp_path / "selection.json"
-    sel.write_text(json.dumps({"schema": "encoder-eval-selection", "version": 1, "pairs": {
-        MODEL: {TASK: {"lr_key": "lr03", "lr": LR_GRID["lr03"]}}}}))  # fmt: skip
+    # The real selection of this shrunken sweep: lr06 has a diverged seed, so lr03 is chosen.
+    sh(py("encoder_eval.select", "--results-dir", root / "select", "--lr-keys", "lr03,lr06",
+          "--seeds", "42,43", "--out", sel), tmp_path)  # fmt: skip
+    assert json.loads(sel.read_text())["pairs"][MODEL][TASK]["lr_key"] == "lr03"
     base = ["encoder_eval.summarize", "--results-dir", root / "report", "--selection", sel]
     refused = sh(py(*base), tmp_path, ok=(1,))
     assert "[diverged] 1 report seed(s) diverged (counted, never averaged)" in refused.stderr

@@ -56,7 +56,7 @@ def test_real_cells_behind_run_all_get_hostile_values_verbatim(tmp_path, tiny_mo
     assert "\n" not in res.name  # the file name is made safe; the identity is kept verbatim
     data_json = read_json(res)
     assert data_json["cell"]["model"] == name
-    assert data_json["provenance"]["data"]["source"] == "mirror-content-hash"
+    assert data_json["provenance"]["data"]["source"] == "mirror"
     assert any(cache.iterdir())  # --extra-run-args reached the cell verbatim and was used
     # status --emit writes a script for the missing cell (another seed), with the same values.
     emitted = tmp_path / f"rest {EVIL}"

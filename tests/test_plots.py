@@ -15,9 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from encoder_eval import plots
+from encoder_eval import plots, select
 from encoder_eval.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
-from encoder_eval.results import result_filename, validate_result, write_json_atomic
+from encoder_eval.results import (
+    SCHEMA_VERSION,
+    result_filename,
+    validate_result,
+    write_json_atomic,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SAMPLE_DIR = os.environ.get("PLOTS_SAMPLE_DIR")  # set to keep copies of the figures to look at
@@ -38,7 +43,7 @@ def make_result(
     ok = score is not None
     data = {
         "schema": "encoder-eval-result",
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "cell": {
             "model": model,
             "task": task,
@@ -61,9 +66,9 @@ def make_result(
         if ok and phase == "report"
         else None,
         "training": {"diverged_at_step": None if ok else 17},
-        "recipe": {},
+        "recipe": {"selection_split": "dev"},
         "protocol": {"on_protocol": True},
-        "provenance": {},
+        "provenance": {"data": {"identity": f"hub:{task}@sha-a"}},
     }
     assert validate_result(data) == [], validate_result(data)
     return data
@@ -100,7 +105,7 @@ def selection_for(results: list[dict]) -> dict:
         key = max(dev_mean, key=dev_mean.get)
         pairs.setdefault(model, {})[task] = {"lr_key": key, "lr": LR_GRID[key],
                                              "dev_mean_by_lr": dev_mean}  # fmt: skip
-    return {"schema": "encoder-eval-selection", "version": 1, "pairs": pairs}
+    return {"schema": "encoder-eval-selection", "version": select.VERSION, "pairs": pairs}
 
 
 def report_set(selection: dict, tasks=("glue_rte", "sg_cb", "xnli", "synthetic_parity")):

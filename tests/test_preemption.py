@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from fault_helpers import env as run_env
 from fault_helpers import py, read_json, sh
+from result_helpers import make_selection
 from test_sweep import _lines, fake_slurm  # noqa: F401  (fake_slurm is a fixture)
 
 from encoder_eval import sweep
@@ -138,8 +139,7 @@ def test_sigterm_to_a_whole_run_all_sh_like_slurm_then_the_rerun_resumes(
 
 def _selection(tmp_path: Path) -> Path:
     path = tmp_path / "selection.json"
-    path.write_text(json.dumps({"schema": "encoder-eval-selection", "version": 1, "pairs": {
-        MODEL: {TASK: {"lr_key": "lr06", "lr": float(LR)}}}}))  # fmt: skip
+    path.write_text(json.dumps(make_selection({(MODEL, TASK): "lr06"})))
     return path
 
 

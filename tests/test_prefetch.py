@@ -278,10 +278,18 @@ def test_hub_reads_use_the_task_config_split_and_revision(monkeypatch):
     assert asked == [
         ("nyu-mll/glue", "mnli", "validation_matched", "abc"),
         ("facebook/xnli", "de", "test", commit_of("facebook/xnli", "r1")),
-        ("AmazonScience/massive", "fr-FR", "train",
-         commit_of("AmazonScience/massive", "refs/convert/parquet")),
-        ("tasksource/seahorse_summarization_evaluation", None, "validation",
-         commit_of("tasksource/seahorse_summarization_evaluation", None)),
+        (
+            "AmazonScience/massive",
+            "fr-FR",
+            "train",
+            commit_of("AmazonScience/massive", "refs/convert/parquet"),
+        ),
+        (
+            "tasksource/seahorse_summarization_evaluation",
+            None,
+            "validation",
+            commit_of("tasksource/seahorse_summarization_evaluation", None),
+        ),
     ]  # the revision in effect, resolved to the commit that is then read
     tasks.resolve_dataset_revision.cache_clear()
 

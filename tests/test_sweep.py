@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from result_helpers import make_result, write_result
 
-from encoder_eval import models, sweep
+from encoder_eval import models, select, sweep
 from encoder_eval.errors import HarnessError
 from encoder_eval.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
 from encoder_eval.results import result_filename
@@ -52,7 +52,7 @@ def has_flags(args: list[str], flags: list[str]) -> bool:
 
 
 def selection_for(pairs: dict) -> dict:
-    return {"schema": "encoder-eval-selection", "version": 1,
+    return {"schema": "encoder-eval-selection", "version": select.VERSION,
             "pairs": {m: {t: {"lr_key": k, "lr": LR_GRID[k]} for t, k in by.items()}
                       for m, by in pairs.items()}}  # fmt: skip
 
@@ -342,18 +342,18 @@ def _assert_kept_aside(plan: sweep.Plan, spoiled: dict[str, bytes], stderr: str)
 
 def test_shell_moves_corrupt_results_aside_and_reruns_their_cells(tmp_path, fake_python):
     env, log = fake_python
-    plan = shell_plan(tmp_path, extra_models=["a=org/a"])
+    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
+                            tasks=["glue_rte"], lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
     script = str(sweep.emit(plan, tmp_path / "runs", "shell", group="cell").script)
     assert subprocess.run(["bash", script], env=env, capture_output=True).returncode == 0
-    rte = [c for c in plan.cells if c.task == "glue_rte"]
-    spoiled = _corrupt_three(sweep.Plan(plan.phase, rte, plan.results_dir))
+    spoiled = _corrupt_three(plan)
     assert "3 corrupt result file(s)" in sweep.emit(plan, tmp_path / "runs", "shell",
                                                      group="cell").describe()  # fmt: skip
     proc = subprocess.run(["bash", script], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    rerun = {(c[c.index("--lr") + 1], c[c.index("--seed") + 1]) for c in _calls(log)[8:]}
-    assert rerun == {(f"{c.lr:g}", str(c.seed)) for c in (rte[0], rte[1], rte[3])}
-    assert "finished: 3 run, 5 skipped" in proc.stdout
+    rerun = {(c[c.index("--lr") + 1], c[c.index("--seed") + 1]) for c in _calls(log)[4:]}
+    assert rerun == {(f"{c.lr:g}", str(c.seed)) for c in (plan.cells[i] for i in (0, 1, 3))}
+    assert "finished: 3 run, 1 skipped" in proc.stdout
     _assert_kept_aside(plan, spoiled, proc.stderr)
 
 
