@@ -272,7 +272,8 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
 
 
 def _note_unreadable_name(cells: list) -> None:
-    """Say so when --out-json names a file that select, summarize and status will not read."""
+    """Say so, once the result is written, when --out-json named a file that select,
+    summarize and status will not read (before that, an error stays one line)."""
     for cfg in cells:
         expected = result_filename(cfg.model_key, cfg.task, cfg.lr, cfg.seed)
         if Path(cfg.out_json).name != expected:
@@ -286,10 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     quiet = args.progress == "quiet"
     try:
         cells = plan_cells(args)
-        _note_unreadable_name(cells)
         from .train import EXIT_INTERRUPTED, EXIT_PREEMPTED, Interrupted, Preempted
 
         run_cells(cells, args.skip_existing, log=(lambda m: None) if quiet else print)
+        _note_unreadable_name(cells)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INPUT_ERROR

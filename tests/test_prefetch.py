@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import warnings
@@ -431,3 +432,21 @@ def test_offline_hub_gives_a_clear_error_not_a_traceback(tmp_path):
     assert procs[1].returncode == 3, l_err
     assert "python -m encoder_eval.prefetch --tasks glue_rte --out DIR" in l_out
     assert "--data-dir DIR" in l_out
+
+
+def test_prefetch_prints_the_pin_line_for_the_commits_it_mirrored(tmp_path, monkeypatch, capsys):
+    """A later Hub run can pin to exactly the commits a mirror holds (issue 11, item 8)."""
+    manifest = {"tasks": {
+        "glue_rte": {"dataset": "nyu-mll/glue", "revision": "a" * 40},
+        "glue_cola": {"dataset": "nyu-mll/glue", "revision": "a" * 40},
+        "sg_cb": {"dataset": "aps/super_glue", "revision": None},  # unresolved: no pin
+    }}  # fmt: skip
+    monkeypatch.setattr(prefetch, "prefetch", lambda names, out, splits: manifest)
+    assert prefetch.main(["--tasks", "glue_rte,glue_cola,sg_cb", "--out", str(tmp_path)]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.endswith(
+        """export ENCODER_EVAL_DATASET_REVISIONS='{"nyu-mll/glue": "%s"}'""" % ("a" * 40)
+    )
+    pins = json.loads(shlex.split(line.split("=", 1)[1])[0])
+    monkeypatch.setenv("ENCODER_EVAL_DATASET_REVISIONS", json.dumps(pins))
+    assert tasks.dataset_revisions()["nyu-mll/glue"] == "a" * 40
