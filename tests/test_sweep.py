@@ -119,6 +119,23 @@ def test_report_plan_uses_the_selected_lr_and_report_seeds(tmp_path):
                                      "--phase", "report"])  # fmt: skip
 
 
+def test_the_selection_split_reaches_every_cell_and_a_report_phase_follows_its_selection(
+    tmp_path,
+):
+    from result_helpers import make_selection
+
+    plan = sweep.build_plan("select", results_dir=tmp_path, models=["xlm-r-base"],
+                            tasks=["xnli"], selection_split="holdout")  # fmt: skip
+    assert has_flags(plan.run_args(plan.units()[0]), ["--selection-split", "holdout"])
+    strict = make_selection({("xlm-r-base", "xnli"): "lr06"}, selection_split="holdout")
+    plan = sweep.build_plan("report", results_dir=tmp_path, models=["xlm-r-base"],
+                            tasks=["xnli"], selection=strict)  # fmt: skip
+    assert plan.selection_split == "holdout"
+    with pytest.raises(HarnessError, match="--selection-split dev contradicts the selection"):
+        sweep.build_plan("report", results_dir=tmp_path, models=["xlm-r-base"], tasks=["xnli"],
+                         selection=strict, selection_split="dev")  # fmt: skip
+
+
 def test_report_plan_refuses_pairs_without_selection(tmp_path):
     sel = selection_for({"xlm-r-base": {"xnli": "lr06"}})
     with pytest.raises(HarnessError, match="no selected LR for 1 pair.*xlm-r-base/paws_x"):
