@@ -209,21 +209,22 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
     """
     import traceback
 
-    from .tasks import load_task
+    from .tasks import data_provenance, load_task
     from .train import Preempted, run_cell
 
     results = []
-    data = None
+    data = data_prov = None
 
     def done(cfg) -> bool:  # called with the cell's lock held; a corrupt result is moved aside
         return settle_cell(cfg.out_json, cfg.phase, locked=True)[0] in DONE_STATES
 
     def run_one(cfg) -> None:
-        nonlocal data
-        if data is None:
+        nonlocal data, data_prov
+        if data is None:  # once per process: where the data comes from, then the data itself
+            data_prov = data_provenance(cfg.task, cfg.data_dir)
             data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report",
                              selection_split=cfg.recipe.selection_split)  # fmt: skip
-        result = run_cell(cfg, data=data)
+        result = run_cell(cfg, data=data, data_prov=data_prov)
         results.append(result)
         score = result["report"]["mean"] if result["report"] else (result["dev"] or {}).get("mean")
         log(

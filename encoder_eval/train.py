@@ -307,16 +307,19 @@ def _score_section(scores: dict, undefined: dict, euro: tuple[str, ...]) -> dict
             "undefined": undefined}  # fmt: skip
 
 
-def run_cell(cfg: CellConfig, loaded: LoadedModel | None = None, data=None) -> dict:
+def run_cell(
+    cfg: CellConfig, loaded: LoadedModel | None = None, data=None, data_prov: dict | None = None
+) -> dict:
     """Fine-tune one cell and return its result dict (also written to `cfg.out_json`).
 
-    `loaded` and `data` let a multi-cell process pass in what it already has; a fresh
-    model is still loaded for every cell, since weights change during training.
+    `loaded`, `data` and `data_prov` (its `tasks.data_provenance`) let a multi-cell process
+    pass in what it already has; a fresh model is still loaded for every cell, since weights
+    change during training.
     SIGTERM or Ctrl-C during training saves a resumable state and raises Preempted or
     Interrupted; one that arrives after training lets the cell finish and write first.
     """
     with _stop_requests() as stop:
-        result = _run_cell(cfg, loaded, data, stop)
+        result = _run_cell(cfg, loaded, data, data_prov, stop)
         if stop.signal is not None:
             kind, how = _stop_kind(stop.signal)
             raise kind(f"{_label(cfg)}: {how} arrived after training; the result is written "
@@ -335,7 +338,9 @@ def _stop_kind(signum: int) -> tuple[type, str]:
     return Preempted, "SIGTERM"
 
 
-def _run_cell(cfg: CellConfig, loaded: LoadedModel | None, data, stop: _StopFlag) -> dict:
+def _run_cell(
+    cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | None, stop: _StopFlag
+) -> dict:
     knobs = task_knobs(cfg.task)
     regression = knobs.problem == REGRESSION
     device = resolve_device(cfg.device)
@@ -345,7 +350,8 @@ def _run_cell(cfg: CellConfig, loaded: LoadedModel | None, data, stop: _StopFlag
     # Where the data comes from is resolved before it is read (for the Hub, the commit that
     # is then loaded), and before any training: a cell never trains and then fails on
     # bookkeeping.
-    data_prov = data_provenance(cfg.task, cfg.data_dir)
+    if data_prov is None:
+        data_prov = data_provenance(cfg.task, cfg.data_dir)
     if data is None:
         data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report",
                          selection_split=recipe.selection_split)  # fmt: skip

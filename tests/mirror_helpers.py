@@ -91,6 +91,20 @@ def split_mirror(
     return counts
 
 
+# --------------------------------------------------------------------------- SeaHorse
+
+# The six questions as the Hub copy's long-schema `question` field holds them (one row per
+# answered question; see tests/test_tasks.py for the card this follows).
+SEAHORSE_LONG_QUESTIONS = (
+    "The summary can be read and understood by the rater.",
+    "The summary is free of unnecessarily repeated information.",
+    "The summary is grammatically correct.",
+    "All the information in the summary is fully attributable to the source article.",
+    "The summary captures the main idea(s) of the source article.",
+    "The summary concisely represents the information in the source article.",
+)
+
+
 # --------------------------------------------------------------------------- MASSIVE
 
 # The 51 locale configs of AmazonScience/massive 1.0 (its loading script's _LANGUAGE_PAIRS).

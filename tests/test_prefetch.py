@@ -18,7 +18,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mirror_helpers import massive_mirror, shared_data, split_mirror, write_jsonl
+from mirror_helpers import (
+    SEAHORSE_LONG_QUESTIONS,
+    massive_mirror,
+    shared_data,
+    split_mirror,
+    write_jsonl,
+)
 
 from encoder_eval import prefetch, tasks
 from encoder_eval.errors import HarnessError
@@ -158,22 +164,12 @@ def test_prefetch_writes_a_mirror_that_loads_like_the_source(task, tmp_path, hub
     assert "manifest updated" in printed
 
 
-SEAHORSE_TEXTS = (  # the six questions as the Hub copy's `question` field holds them
-    "The summary can be read and understood by the rater.",
-    "The summary is free of unnecessarily repeated information.",
-    "The summary is grammatically correct.",
-    "All the information in the summary is fully attributable to the source article.",
-    "The summary captures the main idea(s) of the source article.",
-    "The summary concisely represents the information in the source article.",
-)
-
-
 def _seahorse_long(wide: list[dict]) -> list[dict]:
     """The Hub copy's long schema: a row per Yes/No answer, `question` holding its text."""
     keep = ("gem_id", "worker_lang", "model", "article", "summary")
     long = []
     for row in wide:
-        for number, text in enumerate(SEAHORSE_TEXTS, start=1):
+        for number, text in enumerate(SEAHORSE_LONG_QUESTIONS, start=1):
             if (answer := row[f"question{number}"]) in ("Yes", "No"):
                 long.append({**{k: row[k] for k in keep}, "question": text, "answer": answer})
     return long

@@ -13,6 +13,7 @@ from mirror_helpers import (
     MASSIVE_EURO,
     MASSIVE_LOCALES,
     MASSIVE_SIZES,
+    SEAHORSE_LONG_QUESTIONS,
     massive_mirror,
     shared_data,
     split_mirror,
@@ -402,14 +403,6 @@ def test_seahorse_pairs_the_article_when_rows_have_one(tmp_path):
 # The Hub copy tasksource/seahorse_summarization_evaluation@c641c22 (card: gem_id, worker_lang,
 # model, article, summary, question, answer; 334,806/49,265/101,652 rows): one row per answered
 # question, `question` its text, `answer` "Yes" or "No"; blank and "Unsure" answers are absent.
-SEAHORSE_LONG_QUESTIONS = (
-    "The summary can be read and understood by the rater.",
-    "The summary is free of unnecessarily repeated information.",
-    "The summary is grammatically correct.",
-    "All the information in the summary is fully attributable to the source article.",
-    "The summary captures the main idea(s) of the source article.",
-    "The summary concisely represents the information in the source article.",
-)
 SEAHORSE_CARD_VALIDATION_ROWS = 49265
 
 
