@@ -358,6 +358,32 @@ TASK_KNOBS: dict[str, TaskKnobs] = {
 }  # fmt: skip
 
 MULTILINGUAL_TASKS = tuple(k for k, v in TASK_KNOBS.items() if v.bucket == "multilingual")
+# Names `--tasks` accepts for several tasks at once; "all" is the 17-task suite (no synthetic).
+SUITE_BUCKETS = ("multilingual", "glue", "superglue")
+TASK_GROUPS: tuple[str, ...] = ("all", *SUITE_BUCKETS)
+
+
+def group_tasks(group: str) -> list[str]:
+    """The tasks of a group name, in registry order (user tasks of that bucket included)."""
+    buckets = SUITE_BUCKETS if group == "all" else (group,)
+    return [k for k, v in TASK_KNOBS.items() if v.bucket in buckets]
+
+
+def resolve_task_names(names: list[str] | None) -> list[str]:
+    """Expand `--tasks` (task keys and group names) into task keys, order kept, each once;
+    None or empty means the multilingual group. Unknown names raise with the valid ones."""
+    out: list[str] = []
+    for name in names or ["multilingual"]:
+        expanded = group_tasks(name) if name in TASK_GROUPS else [task_knobs(name) and name]
+        out.extend(t for t in expanded if t not in out)
+    return out
+
+
+def register_task_files(paths: list[str] | None) -> list[str]:
+    """Register the tasks defined in user task files (TOML or YAML); returns their keys."""
+    if paths:
+        raise HarnessError("task files are not supported yet")
+    return []
 
 # Dataset revisions used when reading from the Hub (None = the repository's current head).
 # Pin them for a citable run; ENCODER_EVAL_DATASET_REVISIONS (a JSON object) overrides this.
