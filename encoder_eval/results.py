@@ -272,6 +272,8 @@ def read_result(path: str | os.PathLike) -> tuple[dict | None, str | None]:
 OWN_HIDDEN_PREFIXES = (TMP_PREFIX, LOCK_PREFIX, ".resume-")
 # The subdirectory of a results directory that corrupt results are moved into (never read).
 QUARANTINE_DIR = ".corrupt"
+# The experiment manifest a sweep writes into its results directory (encoder_eval.experiment).
+EXPERIMENT_NAME = "experiment.toml"
 
 
 def foreign_entry(path: Path) -> str | None:
@@ -290,7 +292,7 @@ def is_own_file(path: Path) -> bool:
     """A file the harness writes beside results that is not a result (read by no reader)."""
     return (
         path.name.startswith(OWN_HIDDEN_PREFIXES)
-        or path.name == QUARANTINE_DIR
+        or path.name in (QUARANTINE_DIR, EXPERIMENT_NAME)
         or (path.name.endswith(PREDICTIONS_SUFFIX) and not path.is_dir())
     )
 
