@@ -1,0 +1,7 @@
+"""`python -m encoder_eval`: the same as the `encoder-eval` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,177 @@
+"""`encoder-eval`: one command for the whole harness, with a subcommand per step.
+
+    encoder-eval run ...          # = python -m encoder_eval.run ...
+    encoder-eval sweep ...        # = python -m encoder_eval.sweep ...
+    encoder-eval list tasks       # the task registry (with --tasks-file: user tasks too)
+    encoder-eval --version
+
+Each subcommand is a module of the package with a `main(argv)`; this file only dispatches,
+so `python -m encoder_eval.<cmd>` and `encoder-eval <cmd>` are the same code. Modules are
+imported on demand: `encoder-eval list` and `sweep` never import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from dataclasses import dataclass
+
+from . import __version__
+from .errors import EXIT_INPUT_ERROR, EXIT_INTERRUPTED, EXIT_OK, ArgumentParser, HarnessError
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: the module whose `main(argv)` runs it, and one line of help."""
+
+    module: str
+    help: str
+
+
+# One row per subcommand; a later command (compare, probe, track...) is one more row.
+COMMANDS: dict[str, Command] = {
+    "run": Command("encoder_eval.run", "fine-tune one cell (or several LRs x seeds of one pair)"),
+    "sweep": Command("encoder_eval.sweep", "write the launch script of a protocol phase"),
+    "select": Command("encoder_eval.select", "pick each (model, task)'s learning rate on dev"),
+    "summarize": Command("encoder_eval.summarize", "the avg@5 table from report results"),
+    "status": Command("encoder_eval.status", "what is done, missing, diverged or corrupt"),
+    "prefetch": Command("encoder_eval.prefetch", "mirror task data for offline nodes"),
+    "done": Command("encoder_eval.done", "exit 0 iff the given result files are done cells"),
+    "demo": Command("encoder_eval.demo", "the whole protocol on MiniLM and synthetic tasks"),
+    "list": Command("encoder_eval.cli", "list tasks, task groups, models or the grid"),
+}
+
+LIST_WHAT = ("tasks", "groups", "models", "grid")
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [
+        "usage: encoder-eval [--version] <command> [args...]",
+        "",
+        "Compare encoder models by fine-tuning them under one fixed protocol.",
+        "",
+        "commands:",
+        *(f"  {name:<{width}}  {cmd.help}" for name, cmd in COMMANDS.items()),
+        "",
+        "`encoder-eval <command> --help` lists a command's flags; `python -m "
+        "encoder_eval.<command>` is the same command.",
+    ]
+    return "\n".join(lines)
+
+
+def _task_rows() -> list[dict]:
+    from .tasks import TASK_KNOBS
+
+    return [
+        {
+            "task": key,
+            "bucket": k.bucket,
+            "problem": k.problem,
+            "metric": k.metric,
+            "report_split": k.report_split,
+            "languages": list(k.languages),
+            "euro_languages": list(k.euro_languages),
+            "source": k.hf_path or "generated",
+        }
+        for key, k in TASK_KNOBS.items()
+    ]
+
+
+def _model_rows() -> list[dict]:
+    from .models import MODEL_REGISTRY, ModelEntry
+
+    rows = []
+    for key, row in MODEL_REGISTRY.items():
+        entry = ModelEntry(*row)
+        rows.append({"model": key, "path": entry.path, "mode": entry.mode,
+                     "trust_remote_code": bool(entry.trust_remote_code)})  # fmt: skip
+    return rows
+
+
+def _group_rows() -> list[dict]:
+    from .tasks import TASK_GROUPS, group_tasks
+
+    return [{"group": g, "tasks": group_tasks(g)} for g in TASK_GROUPS]
+
+
+def _text_table(rows: list[dict]) -> str:
+    """Rows as aligned columns; list values are shown comma-joined (long ones as a count)."""
+
+    def show(value) -> str:
+        if isinstance(value, list):
+            return (
+                ",".join(value) if len(value) <= 8 else f"{len(value)} ({','.join(value[:3])},...)"
+            )
+        return str(value)
+
+    if not rows:
+        return "(none)"
+    cols = list(rows[0])
+    cells = [[show(r[c]) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    out = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip()]
+    out += [
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+    return "\n".join(out)
+
+
+def list_main(argv: list[str] | None = None) -> int:
+    """`encoder-eval list tasks|groups|models|grid`: what the registries hold."""
+    p = ArgumentParser(prog="encoder-eval list", description="List what the harness knows.")
+    p.add_argument("what", choices=LIST_WHAT, help="which registry to list")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--tasks-file", action="append", default=[], metavar="F",
+                   help="also list the tasks defined in this file (repeatable)")  # fmt: skip
+    args = p.parse_args(argv)
+    from .tasks import register_task_files
+
+    register_task_files(args.tasks_file)
+    if args.what == "grid":
+        from .sweep import format_grid
+
+        if args.format == "json":
+            from .protocol import LR_GRID, PHASE_SEEDS, PROTOCOL_RECIPE
+
+            print(json.dumps({"lr_grid": LR_GRID, "seeds": PHASE_SEEDS,
+                              "recipe": PROTOCOL_RECIPE.to_dict()}, indent=2))  # fmt: skip
+        else:
+            print(format_grid())
+        return EXIT_OK
+    rows = {"tasks": _task_rows, "groups": _group_rows, "models": _model_rows}[args.what]()
+    print(json.dumps(rows, indent=2) if args.format == "json" else _text_table(rows))
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch `encoder-eval <command> args...` to the command's module."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return EXIT_OK if argv else EXIT_INPUT_ERROR
+    if argv[0] in ("-V", "--version"):
+        print(f"encoder-eval {__version__}")
+        return EXIT_OK
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        from .errors import unknown_name
+
+        print(f"error: {unknown_name('command', name, COMMANDS)}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    try:
+        if name == "list":
+            return list_main(rest)
+        module = importlib.import_module(COMMANDS[name].module)
+        return int(module.main(rest) or 0)
+    except HarnessError as exc:  # a command's main catches its own; this is the backstop
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    except KeyboardInterrupt:
+        print("interrupted: Ctrl-C; run the same command again to continue", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

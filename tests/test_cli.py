@@ -1,0 +1,91 @@
+"""`encoder-eval` / `python -m encoder_eval`: dispatch, --version, list, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from encoder_eval import __version__
+from encoder_eval.cli import COMMANDS, main
+from encoder_eval.tasks import TASK_KNOBS, group_tasks
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args: str, entry: str = "module") -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "encoder_eval", *args]
+    if entry == "script":
+        cmd = [str(Path(sys.executable).parent / "encoder-eval"), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
+
+
+@pytest.mark.parametrize("entry", ["module", "script"])
+def test_version_from_both_entry_points(entry):
+    proc = _cli("--version", entry=entry)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"encoder-eval {__version__}"
+
+
+def test_every_command_module_has_a_main():
+    import importlib
+
+    for name, cmd in COMMANDS.items():
+        assert callable(importlib.import_module(cmd.module).main), name
+
+
+def test_subcommand_is_the_module_command():
+    via_cli = _cli("sweep", "--show-grid")
+    direct = subprocess.run([sys.executable, "-m", "encoder_eval.sweep", "--show-grid"],
+                            capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
+    assert via_cli.returncode == direct.returncode == 0
+    assert via_cli.stdout == direct.stdout and "lr01" in via_cli.stdout
+
+
+def test_unknown_command_is_one_line_with_a_suggestion(capsys):
+    assert main(["sumarize"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Did you mean 'summarize'?" in err[0] and "run" in err[0]
+
+
+def test_bad_input_inside_a_subcommand_is_one_error_line():
+    proc = _cli("run", "--task", "no_such_task", "--model-key", "xlm-r-base", "--lr", "3.59e-05",
+                "--seed", "45", "--out-json", "x.json")  # fmt: skip
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: unknown task 'no_such_task'")
+
+
+def test_no_arguments_prints_the_commands_and_exits_2(capsys):
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    assert all(name in out for name in COMMANDS)
+
+
+def test_list_tasks_json_is_the_registry(capsys):
+    assert main(["list", "tasks", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["task"] for r in rows] == list(TASK_KNOBS)
+    xnli = next(r for r in rows if r["task"] == "xnli")
+    assert len(xnli["languages"]) == 15 and len(xnli["euro_languages"]) == 7
+
+
+def test_list_groups_and_models(capsys):
+    assert main(["list", "groups", "--format", "json"]) == 0
+    groups = {r["group"]: r["tasks"] for r in json.loads(capsys.readouterr().out)}
+    assert len(groups["all"]) == 17 and groups["glue"] == group_tasks("glue")
+    assert main(["list", "models"]) == 0
+    out = capsys.readouterr().out
+    assert "xlm-r-base" in out and "liquid-bidir" in out
+
+
+def test_list_does_not_import_torch():
+    code = ("import sys; from encoder_eval.cli import main; main(['list', 'tasks']); "
+            "main(['list', 'grid']); sys.exit('torch' in sys.modules)")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ}, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, "encoder-eval list imported torch"
