@@ -6,7 +6,7 @@ Everything a cell must share with every other cell of a table lives here, so tha
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
@@ -29,23 +29,50 @@ PHASE_SEEDS: dict[str, tuple[int, ...]] = {"select": SELECT_SEEDS, "report": REP
 SELECTION_SPLITS: tuple[str, ...] = ("dev", "holdout")
 
 
+# How far a recipe entry must agree between cells that share a table (its `scope`):
+TABLE = "table"  # every cell of a table (and of a selection)
+MODEL = "model"  # every cell of one model (the loader: a property of how a model is read)
+CELL = "cell"  # free per cell: how the arithmetic is laid out, not what is computed
+SCOPES = (TABLE, MODEL, CELL)
+
+
+def _entry(default, scope: str = TABLE, checked: bool = True):
+    """A recipe entry: its default, its comparability scope, and whether a value other than
+    the protocol's marks a cell off-protocol (`checked`)."""
+    return field(default=default, metadata={"scope": scope, "checked": checked})
+
+
 @dataclass(frozen=True)
 class Recipe:
-    """The shared fine-tuning recipe (EuroBERT card settings, applied to every model)."""
+    """Everything that makes two cells comparable: the shared fine-tuning recipe (EuroBERT card
+    settings, applied to every model), how batches are formed, how often dev is scored, which
+    split selects, and how the model is loaded. `signature` derives comparability from it."""
 
-    weight_decay: float = 0.1
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.95
-    adam_eps: float = 1e-8
-    warmup_ratio: float = 0.1
-    batch_size: int = 32
-    max_steps: int = 10_000
-    epoch_cap: int = 20
-    patience: int = 3
-    early_stop: bool = True
-    max_seq_len: int = 256
-    precision: str = "bf16-autocast"
-    selection_split: str = "dev"
+    weight_decay: float = _entry(0.1)
+    adam_beta1: float = _entry(0.9)
+    adam_beta2: float = _entry(0.95)
+    adam_eps: float = _entry(1e-8)
+    warmup_ratio: float = _entry(0.1)
+    batch_size: int = _entry(32)  # the effective batch (see micro_batch)
+    max_steps: int = _entry(10_000)
+    epoch_cap: int = _entry(20)
+    patience: int = _entry(3)
+    early_stop: bool = _entry(True)
+    max_seq_len: int = _entry(256)
+    precision: str = _entry("bf16-autocast")
+    # A variant, not a departure: see SELECTION_SPLITS.
+    selection_split: str = _entry("dev", checked=False)
+    batching: str = _entry("length-grouped")  # or "random" (an ablation)
+    # Dev evaluation cadence: once an epoch, at least every `eval_every_max` steps, and at
+    # least `min_evals_when_capped` times when max_steps ends training early.
+    eval_every_max: int = _entry(500)
+    min_evals_when_capped: int = _entry(4)
+    # The evaluation batch asked for; None: by device (EVAL_BATCH_SIZE in train.py). A
+    # different value changes predictions by bf16 rounding only, yet tables never mix them.
+    eval_batch_size: int | None = _entry(None, checked=False)
+    mode: str = _entry("auto", scope=MODEL, checked=False)  # the loader (models.MODES)
+    # Gradient accumulation when the effective batch does not fit: the same update.
+    micro_batch: int | None = _entry(None, scope=CELL, checked=False)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -55,6 +82,21 @@ PROTOCOL_RECIPE = Recipe()
 # Recipe fields that name a protocol variant rather than a departure from it: a table may
 # use either value, but never mixes them (summarize labels the table with the value).
 VARIANT_FIELDS: tuple[str, ...] = ("selection_split",)
+
+
+def recipe_fields(scope: str) -> tuple[str, ...]:
+    """The recipe entries whose values must agree at `scope` (table, model or cell)."""
+    if scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}; valid: {', '.join(SCOPES)}")
+    return tuple(f.name for f in fields(Recipe) if f.metadata["scope"] == scope)
+
+
+def signature(recipe: dict, scope: str = TABLE) -> dict:
+    """The comparability signature of a recorded recipe at `scope`: its entries of that scope,
+    sorted. An entry a result predates reads as the value that was then in effect (the
+    default), so results written before an entry was recorded stay comparable."""
+    defaults = PROTOCOL_RECIPE.to_dict()
+    return {name: recipe.get(name, defaults[name]) for name in sorted(recipe_fields(scope))}
 
 
 def lr_key_for(lr: float) -> str | None:
@@ -78,12 +120,10 @@ def lr_for_key(key: str) -> float:
 def off_protocol_reasons(recipe: Recipe, lr: float, seed: int, phase: str) -> list[str]:
     """List every way a cell departs from the protocol (empty list: on protocol)."""
     reasons = []
-    for field, expected in PROTOCOL_RECIPE.to_dict().items():
-        if field in VARIANT_FIELDS:
-            continue
-        got = getattr(recipe, field)
-        if got != expected:
-            reasons.append(f"{field}={got} (protocol: {expected})")
+    for entry in fields(Recipe):
+        expected, got = getattr(PROTOCOL_RECIPE, entry.name), getattr(recipe, entry.name)
+        if entry.metadata["checked"] and got != expected:
+            reasons.append(f"{entry.name}={got} (protocol: {expected})")
     if lr_key_for(lr) is None:
         reasons.append(f"lr={lr:g} is not on the grid")
     if phase in PHASE_SEEDS and seed not in PHASE_SEEDS[phase]:
