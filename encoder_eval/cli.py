@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 
 from . import __version__
-from .errors import EXIT_INPUT_ERROR, EXIT_INTERRUPTED, EXIT_OK, ArgumentParser, HarnessError
+from .errors import EXIT_INPUT_ERROR, EXIT_OK, ArgumentParser, report_errors, unknown_name
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,7 @@ def list_main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
+@report_errors
 def main(argv: list[str] | None = None) -> int:
     """Dispatch `encoder-eval <command> args...` to the command's module."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -156,22 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        from .errors import unknown_name
-
         print(f"error: {unknown_name('command', name, COMMANDS)}", file=sys.stderr)
         return EXIT_INPUT_ERROR
-    try:
-        if name == "list":
-            return list_main(rest)
-        module = importlib.import_module(COMMANDS[name].module)
-        return int(module.main(rest) or 0)
-    except HarnessError as exc:  # a command's main catches its own; this is the backstop
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
-    except KeyboardInterrupt:
-        print("interrupted: Ctrl-C; run the same command again to continue", file=sys.stderr)
-        return EXIT_INTERRUPTED
-
+    if name == "list":
+        return list_main(rest)
+    return int(importlib.import_module(COMMANDS[name].module).main(rest) or 0)
 
 if __name__ == "__main__":
     sys.exit(main())

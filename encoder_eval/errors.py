@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from collections.abc import Iterable
+import functools
+import sys
+from collections.abc import Callable, Iterable
 
 
 # Exit statuses, the same for every command (README, "Exit codes").
@@ -33,3 +35,22 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"error: {message}; run {self.prog} --help for the valid flags\n")
+
+
+def report_errors(main: Callable[..., int]) -> Callable[..., int]:
+    """Wrap a command's `main` so bad input ends as one `error:` line and EXIT_INPUT_ERROR,
+    and Ctrl-C outside a training loop (where nothing is lost) as EXIT_INTERRUPTED; the one
+    error wrapper every command uses."""
+
+    @functools.wraps(main)
+    def wrapped(*args, **kwargs) -> int:
+        try:
+            return main(*args, **kwargs)
+        except HarnessError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_INPUT_ERROR
+        except KeyboardInterrupt:
+            print("interrupted: Ctrl-C; run the same command again to continue", file=sys.stderr)
+            return EXIT_INTERRUPTED
+
+    return wrapped
