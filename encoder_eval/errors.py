@@ -8,7 +8,6 @@ import functools
 import sys
 from collections.abc import Callable, Iterable
 
-
 # Exit statuses, the same for every command (README, "Exit codes").
 EXIT_OK = 0
 EXIT_INCOMPLETE = 1  # refused, incomplete, not done, or some cells crashed (reasons printed)
