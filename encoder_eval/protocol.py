@@ -6,6 +6,7 @@ Everything a cell must share with every other cell of a table lives here, so tha
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
@@ -97,6 +98,13 @@ def signature(recipe: dict, scope: str = TABLE) -> dict:
     default), so results written before an entry was recorded stay comparable."""
     defaults = PROTOCOL_RECIPE.to_dict()
     return {name: recipe.get(name, defaults[name]) for name in sorted(recipe_fields(scope))}
+
+
+def step_budget(n_train: int, recipe: Recipe = PROTOCOL_RECIPE) -> tuple[int, int]:
+    """(steps per epoch, step cap) of a cell on `n_train` training examples: training runs
+    min(max_steps, epoch_cap epochs) optimizer steps unless early stopping ends it first."""
+    steps_per_epoch = math.ceil(n_train / recipe.batch_size)
+    return steps_per_epoch, min(recipe.max_steps, recipe.epoch_cap * steps_per_epoch)
 
 
 def lr_key_for(lr: float) -> str | None:

@@ -1,0 +1,162 @@
+"""`encoder-eval estimate`: the protocol's compute cost, from measured cells.
+
+The step budget of a cell is fixed by the protocol (`protocol.step_budget` on the task's
+full training split); the cost of a step is measured: the seconds per optimizer step
+(evaluations included) of finished cells in the given results directories, per model and
+device. Their product, over every cell of the full protocol, is an upper bound (no early
+stopping); scaled by the share of its budget the measured cells actually ran, it is the
+expected cost. A model runs at the speed its measured cells show on *their* device: run one
+cell on the GPU you plan for, then estimate from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
+from .protocol import LR_GRID, PROTOCOL_RECIPE, REPORT_SEEDS, SELECT_SEEDS, step_budget
+from .results import load_results
+from .tasks import resolve_task_names
+
+# Training examples of each suite task's full Hub split (multilingual: every language's train
+# split, concatenated as the loader does), from the datasets' cards. Only tasks under
+# `step cap x batch / epoch cap` = 16,000 examples need an exact count: above it, the step cap
+# binds, and None says so.
+FULL_TRAIN_ROWS: dict[str, int | None] = {
+    "xnli": None,  # 392,702 per language x 15
+    "paws_x": None,  # about 49,400 per language x 7
+    "amazon_reviews_multi": None,  # 200,000 per language x 6
+    "massive_intent": None,  # 11,514 per locale x 51
+    "seahorse": None,  # tens of thousands of rated summaries
+    "glue_cola": 8_551,
+    "glue_sst2": 67_349,
+    "glue_mrpc": 3_668,
+    "glue_stsb": 5_749,
+    "glue_qqp": 363_846,
+    "glue_mnli": 392_702,
+    "glue_qnli": 104_743,
+    "glue_rte": 2_490,
+    "sg_boolq": 9_427,
+    "sg_cb": 250,
+    "sg_wic": 5_428,
+    "sg_wsc": 554,
+}
+CELLS_PER_PAIR = len(LR_GRID) * len(SELECT_SEEDS) + len(REPORT_SEEDS)  # 30 select + 5 report
+
+
+def cell_step_cap(task: str) -> int:
+    """The most optimizer steps one protocol cell of `task` can run on the full data."""
+    if task not in FULL_TRAIN_ROWS:
+        raise HarnessError(f"no full-data size is known for task {task!r}; estimate covers "
+                           f"{', '.join(FULL_TRAIN_ROWS)}")  # fmt: skip
+    rows = FULL_TRAIN_ROWS[task]
+    return PROTOCOL_RECIPE.max_steps if rows is None else step_budget(rows)[1]
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """What the measured cells of one model say a step costs, and how much budget they ran."""
+
+    model: str
+    device: str
+    cells: int
+    seconds_per_step: float
+    budget_share: float  # steps run / step cap, over the measured cells (early stopping)
+
+    def hours(self, tasks: list[str]) -> tuple[float, float]:
+        """(upper bound, expected) device-hours for every protocol cell of `tasks`."""
+        steps = CELLS_PER_PAIR * sum(cell_step_cap(t) for t in tasks)
+        upper = steps * self.seconds_per_step / 3600
+        return upper, upper * self.budget_share
+
+
+def measure(results_dirs: list[str], warn=None) -> list[ModelCost]:
+    """Per (model, device): seconds per optimizer step and budget share of the finished cells."""
+    sums: dict[tuple[str, str], list[float]] = {}
+    for directory in results_dirs:
+        if not Path(directory).is_dir():
+            raise HarnessError(f"--results-dir {directory} is not a directory")
+        for r in load_results(directory, warn=warn):
+            t = r.data["training"]
+            if not r.ok or not t.get("steps") or not t.get("train_time_s"):
+                continue
+            hw = r.data["provenance"].get("hardware") or {}
+            device = hw.get("gpu") or f"CPU ({hw.get('cpu') or 'unknown'})"
+            acc = sums.setdefault((r.cell["model"], device), [0, 0.0, 0, 0])
+            acc[0] += 1
+            acc[1] += float(t["train_time_s"])
+            acc[2] += int(t["steps"])
+            acc[3] += int(t.get("max_steps") or t["steps"])
+    return [
+        ModelCost(model, device, int(n), secs / steps, steps / caps)
+        for (model, device), (n, secs, steps, caps) in sorted(sums.items())
+    ]
+
+
+def render(costs: list[ModelCost], tasks: list[str], fmt: str = "markdown") -> str:
+    """The estimate as a markdown table or JSON."""
+    rows = []
+    for c in costs:
+        upper, expected = c.hours(tasks)
+        rows.append({"model": c.model, "device": c.device, "measured_cells": c.cells,
+                     "seconds_per_step": round(c.seconds_per_step, 4),
+                     "budget_share": round(c.budget_share, 3),
+                     "hours_upper_bound": round(upper, 1), "hours_expected": round(expected, 1)})  # fmt: skip
+    if fmt == "json":
+        return json.dumps({"tasks": tasks, "cells_per_pair": CELLS_PER_PAIR,
+                           "step_caps": {t: cell_step_cap(t) for t in tasks}, "models": rows},
+                          indent=2)  # fmt: skip
+    total = CELLS_PER_PAIR * sum(cell_step_cap(t) for t in tasks)
+    lines = [
+        f"{len(tasks)} task(s), {CELLS_PER_PAIR} cells per (model, task), at most {total:,} "
+        "optimizer steps per model",
+        "",
+        "| model | device | measured cells | s/step | budget run | hours (upper bound) "
+        "| hours (expected) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    lines += [
+        f"| {r['model']} | {r['device']} | {r['measured_cells']} | {r['seconds_per_step']:.4f} "
+        f"| {r['budget_share']:.0%} | {r['hours_upper_bound']:,.1f} | {r['hours_expected']:,.1f} |"
+        for r in rows
+    ]
+    lines += ["", "s/step: train_time_s / steps of the measured cells (dev evaluations "
+              "included); expected: the upper bound times the share of their step cap the "
+              "measured cells ran before early stopping. A step's cost depends on the task's "
+              "text lengths: measure on tasks like those you estimate."]  # fmt: skip
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(
+        prog="encoder-eval estimate",
+        description="Estimate the device-hours of the full protocol from measured cells.",
+    )
+    p.add_argument("--results-dir", action="append", required=True, metavar="DIR",
+                   help="a directory of finished cells to measure (repeatable)")  # fmt: skip
+    p.add_argument("--tasks", default="all", help="tasks or groups to estimate (default: all)")
+    p.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    return p
+
+
+@report_errors
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    tasks = resolve_task_names([t for t in args.tasks.split(",") if t.strip()])
+    for task in tasks:
+        cell_step_cap(task)  # a task without a known size fails before anything is read
+    costs = measure(args.results_dir)
+    if not costs:
+        print("error: no finished cell with training time in "
+              f"{', '.join(args.results_dir)}; run a cell first", file=sys.stderr)  # fmt: skip
+        return EXIT_INCOMPLETE
+    print(render(costs, tasks, args.format))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

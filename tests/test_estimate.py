@@ -1,0 +1,58 @@
+"""`encoder-eval estimate`: step caps from the protocol, step costs from measured cells."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from result_helpers import make_result, write_many
+
+from encoder_eval import estimate
+from encoder_eval.errors import HarnessError
+from encoder_eval.protocol import PROTOCOL_RECIPE
+from encoder_eval.tasks import group_tasks
+
+
+def _measured(model: str, task: str, seed: int, steps: int, cap: int, seconds: float, gpu=None):
+    r = make_result(model, task, "lr06", seed, "select")
+    r["training"].update(steps=steps, max_steps=cap, train_time_s=seconds)
+    r["provenance"]["hardware"] = {"cpu": "Test CPU", "gpu": gpu}
+    return r
+
+
+def test_every_suite_task_has_a_step_cap():
+    assert set(estimate.FULL_TRAIN_ROWS) == set(group_tasks("all"))
+    assert estimate.cell_step_cap("xnli") == PROTOCOL_RECIPE.max_steps
+    assert estimate.cell_step_cap("glue_rte") == 20 * 78  # 2,490 rows: 78 steps an epoch
+    assert estimate.cell_step_cap("sg_cb") == 20 * 8
+    with pytest.raises(HarnessError, match="no full-data size"):
+        estimate.cell_step_cap("synthetic_nli")
+
+
+def test_cost_is_measured_seconds_per_step_times_the_protocol_budget(tmp_path):
+    write_many(tmp_path, [
+        _measured("m", "glue_rte", 42, steps=100, cap=400, seconds=40.0),
+        _measured("m", "glue_rte", 43, steps=300, cap=400, seconds=160.0),
+        _measured("fast", "glue_rte", 42, steps=200, cap=200, seconds=20.0, gpu="Test GPU"),
+    ])  # fmt: skip
+    costs = {c.model: c for c in estimate.measure([str(tmp_path)])}
+    m = costs["m"]
+    assert m.cells == 2 and m.seconds_per_step == pytest.approx(0.5)
+    assert m.budget_share == pytest.approx(0.5) and m.device == "CPU (Test CPU)"
+    upper, expected = m.hours(["glue_rte"])
+    assert upper == pytest.approx(35 * 1560 * 0.5 / 3600)
+    assert expected == pytest.approx(upper / 2)
+    assert costs["fast"].device == "Test GPU" and costs["fast"].budget_share == 1.0
+
+
+def test_cli_prints_json_and_refuses_an_empty_directory(tmp_path, capsys):
+    write_many(tmp_path / "r", [_measured("m", "glue_rte", 42, 10, 20, 5.0)])
+    assert estimate.main(["--results-dir", str(tmp_path / "r"), "--tasks", "glue",
+                          "--format", "json"]) == 0  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert out["tasks"] == group_tasks("glue") and out["cells_per_pair"] == 35
+    assert out["models"][0]["seconds_per_step"] == 0.5
+    (tmp_path / "empty").mkdir()
+    assert estimate.main(["--results-dir", str(tmp_path / "empty")]) == 1
+    assert "no finished cell" in capsys.readouterr().err
+    assert estimate.main(["--results-dir", str(tmp_path / "nope")]) == 2
