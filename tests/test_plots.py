@@ -5,6 +5,7 @@ Result dicts are built here (valid under the result schema); training is tested 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -17,12 +18,8 @@ import pytest
 
 from encoder_eval import plots, select
 from encoder_eval.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
-from encoder_eval.results import (
-    SCHEMA_VERSION,
-    result_filename,
-    validate_result,
-    write_json_atomic,
-)
+from encoder_eval.results import result_filename, validate_result, write_json_atomic
+from encoder_eval.schema import CellId, CellResult, Protocol, ScoreSection, Training
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SAMPLE_DIR = os.environ.get("PLOTS_SAMPLE_DIR")  # set to keep copies of the figures to look at
@@ -41,35 +38,20 @@ def make_result(
     """A schema-valid result dict; `score=None` makes a diverged cell."""
     lr = LR_GRID[lr_key]
     ok = score is not None
-    data = {
-        "schema": "encoder-eval-result",
-        "schema_version": SCHEMA_VERSION,
-        "cell": {
-            "model": model,
-            "task": task,
-            "lr": lr,
-            "lr_key": lr_key,
-            "seed": seed,
-            "phase": phase,
-        },  # fmt: skip
-        "status": "ok" if ok else "diverged",
-        "metric": metric,
-        "dev": {"per_language": {"en": score}, "mean": score, "languages_in_mean": ["en"]}
-        if ok
-        else None,
-        "report": {
-            "split": report_split,
-            "per_language": {"en": score},
-            "mean": score,
-            "languages_in_mean": ["en"],
-        }  # fmt: skip
+    scores = ScoreSection(per_language={"en": score}, mean=score, languages_in_mean=["en"])
+    data = CellResult(
+        cell=CellId(model=model, task=task, lr=lr, lr_key=lr_key, seed=seed, phase=phase),
+        status="ok" if ok else "diverged",
+        metric=metric,
+        dev=scores if ok else None,
+        report=dataclasses.replace(scores, split=report_split)
         if ok and phase == "report"
         else None,
-        "training": {"diverged_at_step": None if ok else 17},
-        "recipe": {"selection_split": "dev"},
-        "protocol": {"on_protocol": True},
-        "provenance": {"data": {"identity": f"hub:{task}@sha-a"}},
-    }
+        training=Training(diverged_at_step=None if ok else 17),
+        recipe={"selection_split": "dev"},
+        protocol=Protocol(on_protocol=True),
+        provenance={"data": {"identity": f"hub:{task}@sha-a"}},
+    ).to_dict()
     assert validate_result(data) == [], validate_result(data)
     return data
 
@@ -161,7 +143,9 @@ def check_png(path: Path, min_size=(400, 250)) -> np.ndarray:
 def test_safe_filename_part():
     assert plots.safe_filename_part("org/model name:v1") == "org_model_name_v1"
     assert plots.safe_filename_part("ok-name_1.2") == "ok-name_1.2"
-    assert plots.safe_filename_part("..") == "_"
+    # A name of only dots would name a directory: each dot becomes '_' (fileio's one rule).
+    assert plots.safe_filename_part("..") == "__"
+    assert plots.safe_filename_part(".") == plots.safe_filename_part("") == "_"
 
 
 def test_lr_sensitivity_one_png_per_pair(tmp_path):
