@@ -288,3 +288,36 @@ def test_import_is_cheap(module):
     code = f"import sys, {module}; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_score_chart_shows_the_numbers_of_the_table():
+    """plots.final_score_table and summarize.build_table aggregate through one function, so
+    for the same results every bar equals its table cell: mean, std and seed counts."""
+    from result_helpers import make_result as table_result
+    from result_helpers import make_selection
+
+    from encoder_eval import summarize
+    from encoder_eval.results import LoadedResult
+
+    seed = random.randrange(2**32)
+    print(f"random seed {seed}")
+    rng = random.Random(seed)
+    chosen = {("m1", "glue_rte"): "lr06", ("m1", "sg_cb"): "lr03", ("m2", "glue_rte"): "lr08"}
+    data = []
+    for (model, task), key in chosen.items():
+        for s in REPORT_SEEDS:
+            data.append(table_result(model, task, key, s, "report", rng.uniform(0.3, 0.9)))
+        data.append(table_result(model, task, "lr01", 45, "report", 0.99))  # never averaged
+    data.append(table_result("m1", "glue_rte", "lr06", 50, "report", None))  # undefined score
+    data[0] = table_result("m1", "glue_rte", "lr06", 45, "report", status="diverged")
+    selection = make_selection(chosen)
+    loaded = [LoadedResult(Path(f"r{i}.json"), d) for i, d in enumerate(data)]
+    table = summarize.build_table(loaded, selection)
+    bars = plots.final_score_table(loaded, selection)
+    assert set(bars) == set(table.cells) == set(chosen)
+    for pair, stats in table.cells.items():
+        bar = bars[pair]
+        assert (bar["mean"], bar["std"], bar["n"]) == (stats.mean, stats.std, stats.n)
+        assert bar["n_diverged"] == len(stats.diverged)
+        assert bar["lr_keys"] == [chosen[pair]]
+    assert bars[("m1", "glue_rte")]["n"] == len(REPORT_SEEDS) - 1  # the diverged seed is out
