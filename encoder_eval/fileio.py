@@ -111,6 +111,8 @@ def clean_stale_temporaries(directory: str | os.PathLike, older_than_s: float = 
 UNSAFE_IN_NAME = r"[/\\\x00-\x1f]"
 # Everything outside a portable set: the rule for names derived for figures, logs and jobs.
 UNSAFE_PORTABLE = r"[^A-Za-z0-9._-]"
+# The same, keeping '+' (off-grid LR keys such as lr1e+06): the rule for sweep's log and job names.
+UNSAFE_IN_LABEL = r"[^A-Za-z0-9._+-]"
 
 
 def safe_filename_part(text: object, unsafe: str = UNSAFE_PORTABLE) -> str:
