@@ -2,10 +2,11 @@
 
 A result is one JSON file per cell, laid out by `schema.CellResult` and written with
 `fileio.write_json_atomic` (a hidden temporary, fsynced and renamed over its final name),
-so a reader sees either nothing or the whole file. Readers pass over the harness's own hidden files (temporaries, locks,
-resume states, the `.corrupt/` directory of results moved aside) silently, and skip anything
-else that is not a valid result (including subdirectories, which they never descend into)
-with one warning each naming it and why. `cell_state` is the one definition of a done cell.
+so a reader sees either nothing or the whole file. Readers pass over the harness's own
+hidden files (temporaries, locks, resume states, the `.corrupt/` directory of results moved
+aside) silently, and skip anything else that is not a valid result (including
+subdirectories, which they never descend into) with one warning each naming it and why.
+`cell_state` is the one definition of a done cell; `LoadedResult.result` is the typed form.
 """
 
 from __future__ import annotations

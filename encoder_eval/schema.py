@@ -125,7 +125,7 @@ class Training:
 class Protocol:
     """Whether the cell ran the fixed protocol, and every reason it did not."""
 
-    on_protocol: bool
+    on_protocol: bool = field(metadata=_rule(lambda x: isinstance(x, bool), "missing"))
     off_protocol_reasons: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
@@ -155,6 +155,8 @@ def _from_dict(cls, obj: dict):
 
 # ----------------------------------------------------------------------------- the result
 
+_OBJECT = {"object": True}  # a section that must be a JSON object in every result
+
 
 @dataclass(frozen=True)
 class CellResult:
@@ -165,10 +167,10 @@ class CellResult:
     cell: CellId
     status: str
     metric: str
-    training: Training
-    recipe: dict
-    protocol: Protocol
-    provenance: dict
+    training: Training = field(metadata=_OBJECT)
+    recipe: dict = field(metadata=_OBJECT)
+    protocol: Protocol = field(metadata=_OBJECT)
+    provenance: dict = field(metadata=_OBJECT)
     dev: ScoreSection | None = None
     report: ScoreSection | None = None
     created_at: str | None = None
@@ -233,10 +235,6 @@ class CellResult:
         )
 
 
-# Sections that must be JSON objects; their required keys are checked below.
-_OBJECT_SECTIONS = ("training", "recipe", "protocol", "provenance")
-
-
 # ----------------------------------------------------------------------------- validation
 
 
@@ -273,9 +271,9 @@ def validate_result(obj: Any) -> list[str]:
         errors.append(f"status is {status!r}, expected one of {STATUSES}")
     if not isinstance(obj.get("metric"), str):
         errors.append("metric missing")
-    for section in _OBJECT_SECTIONS:
-        if not isinstance(obj.get(section), dict):
-            errors.append(f"missing section {section!r}")
+    for f in fields(CellResult):
+        if f.metadata.get("object") and not isinstance(obj.get(f.name), dict):
+            errors.append(f"missing section {f.name!r}")
     if errors:
         return errors
     if status == "ok":
@@ -287,8 +285,9 @@ def validate_result(obj: Any) -> list[str]:
             errors.append("a select cell must not hold a report score")
     elif not isinstance(obj["training"].get("diverged_at_step"), int):
         errors.append("diverged cell without training.diverged_at_step")
-    if not isinstance(obj["protocol"].get("on_protocol"), bool):
-        errors.append("protocol.on_protocol missing")
+    for f in fields(Protocol):
+        if "check" in f.metadata and not f.metadata["check"](obj["protocol"].get(f.name)):
+            errors.append(f"protocol.{f.name} {f.metadata['expected']}")
     if obj["recipe"].get("selection_split") not in SELECTION_SPLITS:
         errors.append(f"recipe.selection_split is {obj['recipe'].get('selection_split')!r}, "
                       f"expected one of {SELECTION_SPLITS}")  # fmt: skip
