@@ -20,11 +20,8 @@ import argparse
 import os
 import sys
 
-from .errors import ArgumentParser
+from .errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_INTERRUPTED, EXIT_OK, ArgumentParser
 from .results import DONE_STATES, settle_cell
-
-EXIT_NOT_DONE = 1
-EXIT_INPUT_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         states = [settle_cell(f, args.phase)[0] for f in files]
     except KeyboardInterrupt:  # Ctrl-C in a script: the script itself says how to resume
-        return 130
+        return EXIT_INTERRUPTED
     if args.states:
         sys.stdout.write("".join(s + "\n" for s in states))
-    return 0 if all(s in DONE_STATES for s in states) else EXIT_NOT_DONE
+    return EXIT_OK if all(s in DONE_STATES for s in states) else EXIT_INCOMPLETE
 
 
 if __name__ == "__main__":

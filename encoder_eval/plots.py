@@ -14,27 +14,36 @@ only when a function draws (importing this module stays cheap).
 from __future__ import annotations
 
 import math
-import re
-import statistics
 from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from . import aggregate
+from .fileio import atomic_open, safe_filename_part
+from .schema import CellResult
 
 DPI = 120
 VALIDATION_NOTE = "* reported on the validation split (the task has no labelled test set)"
 
 
-def safe_filename_part(text: str) -> str:
-    """Replace every character outside [A-Za-z0-9._-] with '_' (and never return '', '.', '..')."""
-    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", str(text))
-    return "_" if cleaned in ("", ".", "..") else cleaned
+__all__ = ["safe_filename_part"]  # the one file-name rule (fileio), kept importable here
 
 
 # --------------------------------------------------------------------------- helpers
 
 
-def _as_dict(result) -> dict:
-    """Accept a result dict or a `results.LoadedResult` (anything with a `.data` dict)."""
-    return result.data if hasattr(result, "data") else result
+def _as_result(result) -> CellResult:
+    """Accept a `CellResult`, a `results.LoadedResult` or a result dict (validated here)."""
+    if isinstance(result, CellResult):
+        return result
+    if hasattr(result, "result"):
+        return result.result
+    return CellResult.from_dict(result)
+
+
+def _save(fig, path: Path, **kwargs) -> None:
+    """Write a figure as PNG atomically: a reader never sees a half-drawn file."""
+    with atomic_open(path, "wb") as handle:
+        fig.savefig(handle, format="png", **kwargs)
 
 
 def _finite(x) -> bool:
@@ -73,17 +82,15 @@ def selected_lr(selection: dict | None, model: str, task: str) -> tuple[str | No
     return key, float(lr)
 
 
-def _task_info(task: str, results: Iterable[dict]) -> tuple[str, str | None]:
+def _task_info(task: str, results: Iterable[CellResult]) -> tuple[str, str | None]:
     """(metric, report split) of a task: from its results, else from TASK_KNOBS."""
     from .tasks import TASK_KNOBS
 
     metric, split = None, None
-    for data in results:
-        if metric is None and isinstance(data.get("metric"), str):
-            metric = data["metric"]
-        report = data.get("report")
-        if split is None and isinstance(report, dict) and isinstance(report.get("split"), str):
-            split = report["split"]
+    for result in results:
+        metric = metric or result.metric
+        if split is None and result.report is not None and isinstance(result.report.split, str):
+            split = result.report.split
     knobs = TASK_KNOBS.get(task)
     if knobs is not None:
         metric = metric or knobs.metric
@@ -119,7 +126,7 @@ def _model_colours(n: int) -> list:
 
 
 def plot_lr_sensitivity(
-    select_results: list[dict], selection: dict | None, out_dir: Path
+    select_results: list[CellResult | dict], selection: dict | None, out_dir: Path
 ) -> list[Path]:
     """Write `lr_<model>_<task>.png` for every (model, task) in the select-phase results.
 
@@ -133,30 +140,24 @@ def plot_lr_sensitivity(
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    by_pair: dict[tuple[str, str], list[dict]] = {}
-    for result in select_results:
-        data = _as_dict(result)
-        cell = data.get("cell", {})
-        if cell.get("phase", "select") != "select":
+    by_pair: dict[tuple[str, str], list[CellResult]] = {}
+    for result in map(_as_result, select_results):
+        if result.cell.phase != "select":
             continue
-        by_pair.setdefault((cell["model"], cell["task"]), []).append(data)
+        by_pair.setdefault((result.cell.model, result.cell.task), []).append(result)
 
     written = []
     for (model, task), results in sorted(by_pair.items()):
         metric, _ = _task_info(task, results)
-        # lr -> (lr key, [(seed, dev score)] that finished, [seeds] that diverged)
+        # lr -> (lr key, [(seed, dev score)] that finished, [seeds] without a dev score:
+        # diverged or undefined); learning rates are grouped by their key, never by value
+        lr_of = {r.cell.lr_key: float(r.cell.lr) for r in results}
         points: dict[float, tuple[str, list[tuple[int, float]], list[int]]] = {}
-        for data in results:
-            cell = data["cell"]
-            lr = float(cell["lr"])
-            key = cell.get("lr_key") or f"lr{lr:.3g}"
-            entry = points.setdefault(lr, (key, [], []))
-            dev = data.get("dev") or {}
-            if data.get("status") == "ok" and _finite(dev.get("mean")):
-                entry[1].append((cell.get("seed"), float(dev["mean"])))
-            else:
-                entry[2].append(cell.get("seed"))
+        for (_, _, key), seeds in aggregate.group_by_lr_key(results, "dev").items():
+            points[lr_of[key]] = (key, seeds.finished, seeds.diverged + seeds.undefined)
         chosen_key, chosen_lr = selected_lr(selection, model, task)
+        if chosen_key in lr_of:
+            chosen_lr = lr_of[chosen_key]  # the line sits on the data point of its key
 
         fig = _new_figure(9.5, 5.0)
         ax = fig.add_subplot()
@@ -164,7 +165,8 @@ def plot_lr_sensitivity(
         means, lows, highs = [], [], []
         for lr in lrs:
             scores = [s for _, s in points[lr][1]]
-            means.append(statistics.fmean(scores) if scores else math.nan)
+            mean = aggregate.seed_mean(scores)
+            means.append(math.nan if mean is None else mean)
             lows.append(min(scores) if scores else math.nan)
             highs.append(max(scores) if scores else math.nan)
 
@@ -231,7 +233,7 @@ def plot_lr_sensitivity(
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
         fig.tight_layout()
         path = out_dir / f"lr_{safe_filename_part(model)}_{safe_filename_part(task)}.png"
-        fig.savefig(path, dpi=DPI)
+        _save(fig, path, dpi=DPI)
         written.append(path)
     return written
 
@@ -239,46 +241,42 @@ def plot_lr_sensitivity(
 # --------------------------------------------------------------------------- final scores
 
 
-def final_score_table(report_results: list[dict], selection: dict | None = None) -> dict:
+def final_score_table(
+    report_results: list[CellResult | dict], selection: dict | None = None
+) -> dict:
     """Aggregate report results per (model, task), as `plot_final_scores` draws them.
 
     Returns {(model, task): {"mean", "std", "n", "n_diverged", "lr_keys", "selected",
     "metric", "split"}}:
     the mean report score over the seeds that finished (None when none did), its sample
     standard deviation (ddof=1; None with fewer than two seeds), how many seeds finished and
-    diverged, the lr keys averaged, and whether they were filtered to a selected LR. With a
-    selection, only results at the pair's chosen learning rate count; a pair the selection
-    lacks (or has no LR for) keeps all its report results and has `selected` False.
-    Results of another phase are ignored.
+    diverged, the lr keys averaged, and whether they were filtered to a selected LR. The
+    numbers come from `aggregate`, as the table's do. With a selection, only results at the
+    pair's chosen LR key count; a pair the selection lacks (or has no LR for) keeps all its
+    report results and has `selected` False. Results of another phase are ignored.
     """
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for result in report_results:
-        data = _as_dict(result)
-        cell = data.get("cell", {})
-        if cell.get("phase", "report") != "report":
+    groups: dict[tuple[str, str], list[CellResult]] = {}
+    for result in map(_as_result, report_results):
+        cell = result.cell
+        if cell.phase != "report":
             continue
-        model, task = cell["model"], cell["task"]
-        _, lr = selected_lr(selection, model, task)
-        if lr is not None and abs(float(cell["lr"]) - lr) > 5e-3 * lr:
+        key, lr = selected_lr(selection, cell.model, cell.task)
+        if lr is not None and cell.lr_key != key:
             continue  # a report result at a learning rate the selection did not choose
-        groups.setdefault((model, task), []).append(data)
+        groups.setdefault((cell.model, cell.task), []).append(result)
     table = {}
     for (model, task), results in groups.items():
-        scores = [
-            float(d["report"]["mean"])
-            for d in results
-            if d.get("status") == "ok"
-            and isinstance(d.get("report"), dict)
-            and _finite(d["report"].get("mean"))
-        ]
+        seeds = aggregate.SeedScores()
+        for result in results:
+            seeds.add(result, "report")
         metric, split = _task_info(task, results)
         table[(model, task)] = {
             "selected": selected_lr(selection, model, task)[1] is not None,
-            "mean": statistics.fmean(scores) if scores else None,
-            "std": statistics.stdev(scores) if len(scores) > 1 else None,
-            "n": len(scores),
-            "n_diverged": sum(d.get("status") == "diverged" for d in results),
-            "lr_keys": sorted({str(d["cell"].get("lr_key")) for d in results}),
+            "mean": seeds.mean,
+            "std": seeds.std,
+            "n": seeds.n,
+            "n_diverged": len(seeds.diverged),
+            "lr_keys": sorted({r.cell.lr_key for r in results}),
             "metric": metric,
             "split": split,
         }
@@ -286,7 +284,7 @@ def final_score_table(report_results: list[dict], selection: dict | None = None)
 
 
 def plot_final_scores(
-    report_results: list[dict], out_dir: Path, selection: dict | None = None
+    report_results: list[CellResult | dict], out_dir: Path, selection: dict | None = None
 ) -> Path:
     """Write `scores.png`: report score per task (x) and model (bar colour).
 
@@ -391,7 +389,7 @@ def plot_final_scores(
         fig.text(0.01, bottom - 0.01, "\n".join(notes), ha="left", va="top", fontsize=8.5,
                  color="0.25")  # fmt: skip
     path = out_dir / "scores.png"
-    fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
+    _save(fig, path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
     return path
 
 
@@ -434,13 +432,13 @@ def write_plots(
     selection = load_selection(selection_path, warn) if selection_path is not None else None
     written: list[Path] = []
     if results_dir_select is not None:
-        select = [r.data for r in load_results(results_dir_select, warn=warn, phase="select")]
+        select = [r.result for r in load_results(results_dir_select, warn=warn, phase="select")]
         if select:
             written += plot_lr_sensitivity(select, selection, out_dir)
         else:
             warn(f"no select results under {results_dir_select}: no learning-rate plots")
     if results_dir_report is not None:
-        report = [r.data for r in load_results(results_dir_report, warn=warn, phase="report")]
+        report = [r.result for r in load_results(results_dir_report, warn=warn, phase="report")]
         if report:
             written.append(plot_final_scores(report, out_dir, selection))
         else:

@@ -28,8 +28,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from . import tasks
+from . import fileio, tasks
 from .errors import HarnessError
+from .fileio import atomic_open
 
 MANIFEST_NAME = "MANIFEST.json"
 MANIFEST_SCHEMA = "encoder-eval-mirror"
@@ -74,41 +75,29 @@ def _json_default(value: Any) -> Any:
 
 
 def write_jsonl_atomic(path: Path, rows: Iterable[dict]) -> tuple[int, str]:
-    """Write rows as JSON lines to `path` via a temporary file; return (rows, sha256)."""
+    """Write rows as JSON lines to `path` atomically (`fileio.atomic_open`); return (rows,
+    sha256). A row that cannot be written leaves the old file and no temporary."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     digest = hashlib.sha256()
     count = 0
-    try:
-        with open(tmp, "wb") as handle:
-            for count, row in enumerate(rows, start=1):
-                try:
-                    text = json.dumps(row, ensure_ascii=False, default=_json_default)
-                except (TypeError, ValueError) as exc:
-                    raise HarnessError(
-                        f"{path}: row {count} cannot be written as JSON: {exc}"
-                    ) from None
-                line = (text + "\n").encode("utf-8")
-                handle.write(line)
-                digest.update(line)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_open(path, "wb") as handle:
+        for count, row in enumerate(rows, start=1):
+            try:
+                text = json.dumps(row, ensure_ascii=False, default=_json_default)
+            except (TypeError, ValueError) as exc:
+                raise HarnessError(
+                    f"{path}: row {count} cannot be written as JSON: {exc}"
+                ) from None
+            line = (text + "\n").encode("utf-8")
+            handle.write(line)
+            digest.update(line)
     return count, digest.hexdigest()
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
+    """The mirror's JSON files (keys sorted), through the one atomic writer."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    fileio.write_json_atomic(path, data, sort_keys=True)
 
 
 def read_manifest(out: Path) -> dict:

@@ -1,11 +1,12 @@
-"""Result files: the versioned schema, atomic writing, and tolerant reading.
+"""Result files on disk: their names, locks, tolerant reading and the one definition of done.
 
-A result is one JSON file per cell. It is written to a hidden temporary file in the same
-directory, fsynced and renamed over its final name, so a reader sees either nothing or
-the whole file. Readers pass over the harness's own hidden files (temporaries, locks,
-resume states, the `.corrupt/` directory of results moved aside) silently, and skip anything
-else that is not a valid result (including subdirectories, which they never descend into)
-with one warning each naming it and why. `cell_state` is the one definition of a done cell.
+A result is one JSON file per cell, laid out by `schema.CellResult` and written with
+`fileio.write_json_atomic` (a hidden temporary, fsynced and renamed over its final name),
+so a reader sees either nothing or the whole file. Readers pass over the harness's own
+hidden files (temporaries, locks, resume states, the `.corrupt/` directory of results moved
+aside) silently, and skip anything else that is not a valid result (including
+subdirectories, which they never descend into) with one warning each naming it and why.
+`cell_state` is the one definition of a done cell; `LoadedResult.result` is the typed form.
 """
 
 from __future__ import annotations
@@ -13,24 +14,31 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
 import os
-import re
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
-from .protocol import SELECTION_SPLITS, lr_key_for
+from .fileio import (  # noqa: F401  (re-exported: the one atomic writer and its cleaner)
+    TMP_PREFIX,
+    UNSAFE_IN_NAME,
+    clean_stale_temporaries,
+    safe_filename_part,
+    write_json_atomic,
+)
+from .protocol import lr_key_for
+from .schema import (  # noqa: F401  (re-exported: the result schema is defined in schema.py)
+    SCHEMA_NAME,
+    SCHEMA_VERSION,
+    STATUSES,
+    CellResult,
+    is_number,
+    validate_result,
+)
 
-SCHEMA_NAME = "encoder-eval-result"
-# 2: provenance.data.identity (the resolved data source), recipe.selection_split, and
-# scores that may be undefined (null, with the reason under `undefined`).
-SCHEMA_VERSION = 2
-STATUSES = ("ok", "diverged")
-TMP_PREFIX = ".tmp-"
 LOCK_PREFIX = ".lock-"
 PREDICTIONS_SUFFIX = ".predictions.json"  # per-example predictions written beside a result
 
@@ -41,65 +49,14 @@ def lr_key(lr: float) -> str:
 
 
 def safe_component(text: str) -> str:
-    """Make a string safe as one file-name component (no separators, no control characters)."""
-    cleaned = re.sub(r"[/\\\x00-\x1f]", "_", text)
-    return cleaned if cleaned not in ("", ".", "..") else cleaned.replace(".", "_") or "_"
+    """Make a string safe as one file-name component (no separators, no control characters);
+    the rule result file names have always used, so files already written keep their names."""
+    return safe_filename_part(text, UNSAFE_IN_NAME)
 
 
 def result_filename(model: str, task: str, lr: float, seed: int) -> str:
     """`{model}_{task}_{lr key}_s{seed}.json`: seeds and learning rates never overwrite each other."""
     return f"{safe_component(model)}_{safe_component(task)}_{lr_key(lr)}_s{seed}.json"
-
-
-def _default_file_mode() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-_FILE_MODE = _default_file_mode()
-
-
-def write_json_atomic(path: str | os.PathLike, obj: dict) -> None:
-    """Write `obj` as JSON so that `path` holds either its old content or the whole new one."""
-    path = Path(path)
-    data = json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
-    try:
-        os.fchmod(fd, _FILE_MODE)  # mkstemp creates 0600; results are for the whole team
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass
-
-
-def clean_stale_temporaries(directory: str | os.PathLike, older_than_s: float = 60.0) -> int:
-    """Remove temporary files a killed writer left behind; returns how many were removed."""
-    removed = 0
-    now = time.time()
-    for tmp in Path(directory).glob(TMP_PREFIX + "*"):
-        try:
-            if now - tmp.stat().st_mtime > older_than_s:
-                tmp.unlink()
-                removed += 1
-        except FileNotFoundError:
-            pass
-    return removed
 
 
 @contextlib.contextmanager
@@ -140,89 +97,11 @@ def cell_lock(out_json: str | os.PathLike, wait: bool = False) -> Iterator[bool]
         os.close(fd)  # releases the lock
 
 
-def _is_number(x) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def validate_result(obj) -> list[str]:
-    """Return every way `obj` fails the result schema (an empty list: valid)."""
-    if not isinstance(obj, dict):
-        return ["not a JSON object"]
-    errors = []
-    if obj.get("schema") != SCHEMA_NAME:
-        errors.append(f"schema is {obj.get('schema')!r}, expected {SCHEMA_NAME!r}")
-    version = obj.get("schema_version")
-    if isinstance(version, int) and not isinstance(version, bool) and version < SCHEMA_VERSION:
-        errors.append(
-            f"written by an older harness (schema_version {version}, this one reads "
-            f"{SCHEMA_VERSION}); re-run the cell"
-        )
-    elif version != SCHEMA_VERSION:
-        errors.append(f"schema_version is {version!r}, expected {SCHEMA_VERSION}")
-    if errors:
-        return errors
-    cell = obj.get("cell")
-    if not isinstance(cell, dict):
-        return ["missing 'cell'"]
-    for key, kind in (("model", str), ("task", str), ("lr_key", str), ("phase", str)):
-        if not isinstance(cell.get(key), kind):
-            errors.append(f"cell.{key} missing or not a {kind.__name__}")
-    if not _is_number(cell.get("lr")) or cell.get("lr", 0) <= 0:
-        errors.append("cell.lr missing or not a positive number")
-    if not isinstance(cell.get("seed"), int):
-        errors.append("cell.seed missing or not an integer")
-    if cell.get("phase") not in ("select", "report"):
-        errors.append(f"cell.phase is {cell.get('phase')!r}, expected select or report")
-    status = obj.get("status")
-    if status not in STATUSES:
-        errors.append(f"status is {status!r}, expected one of {STATUSES}")
-    if not isinstance(obj.get("metric"), str):
-        errors.append("metric missing")
-    for section in ("training", "recipe", "protocol", "provenance"):
-        if not isinstance(obj.get(section), dict):
-            errors.append(f"missing section {section!r}")
-    if errors:
-        return errors
-    if status == "ok":
-        errors += _score_errors("dev", obj.get("dev"))
-        report = obj.get("report")
-        if cell["phase"] == "report":
-            errors += _score_errors("report", report)
-        elif report is not None:
-            errors.append("a select cell must not hold a report score")
-    else:
-        if not isinstance(obj["training"].get("diverged_at_step"), int):
-            errors.append("diverged cell without training.diverged_at_step")
-    if not isinstance(obj["protocol"].get("on_protocol"), bool):
-        errors.append("protocol.on_protocol missing")
-    if obj["recipe"].get("selection_split") not in SELECTION_SPLITS:
-        errors.append(f"recipe.selection_split is {obj['recipe'].get('selection_split')!r}, "
-                      f"expected one of {SELECTION_SPLITS}")  # fmt: skip
-    data = obj["provenance"].get("data")
-    if not isinstance(data, dict) or not isinstance(data.get("identity"), str):
-        errors.append("provenance.data.identity missing (the data source the cell read)")
-    return errors
-
-
-def _score_errors(name: str, section) -> list[str]:
-    """A score section holds a finite mean, or a null mean with the reason it is undefined."""
-    if not isinstance(section, dict):
-        return [f"status ok but {name} scores are missing"]
-    if not isinstance(section.get("per_language"), dict):
-        return [f"{name}.per_language missing"]
-    if _is_number(section.get("mean")):
-        return []
-    undefined = section.get("undefined")
-    if section.get("mean") is None and isinstance(undefined, dict) and undefined:
-        return []
-    return [f"{name}.mean is missing or not finite, and no {name}.undefined says why"]
-
-
 def score_mean(data: dict, section: str) -> float | None:
     """The mean of a result's `dev` or `report` scores; None when missing or undefined."""
     scores = data.get(section) or {}
     mean = scores.get("mean")
-    return float(mean) if _is_number(mean) else None
+    return float(mean) if is_number(mean) else None
 
 
 def data_identity(data: dict) -> str:
@@ -232,8 +111,14 @@ def data_identity(data: dict) -> str:
 
 @dataclass(frozen=True)
 class LoadedResult:
+    """A valid result read from `path`: `result` typed, `data` the JSON object as read."""
+
     path: Path
     data: dict
+
+    @cached_property
+    def result(self) -> CellResult:
+        return CellResult.from_dict(self.data)
 
     @property
     def cell(self) -> dict:
@@ -265,6 +150,12 @@ def read_result(path: str | os.PathLike) -> tuple[dict | None, str | None]:
     if path.name != expected:
         return None, f"its cell identity says {expected!r}, which disagrees with its filename"
     return data, None
+
+
+def read_cell_result(path: str | os.PathLike) -> tuple[CellResult | None, str | None]:
+    """`read_result`, typed: (CellResult, None) when good, (None, reason) when not."""
+    data, why = read_result(path)
+    return (None, why) if data is None else (CellResult.from_dict(data), None)
 
 
 # Hidden files the harness itself keeps beside results (writer temporaries, cell locks,

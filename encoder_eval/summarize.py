@@ -62,9 +62,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import aggregate
 from .errors import ArgumentParser, HarnessError
 from .protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
-from .results import LoadedResult, load_results, result_filename, score_mean
+from .results import LoadedResult, load_results, result_filename
 from .select import cell_setup, load_selection, setup_differences
 from .tasks import TASK_KNOBS, task_knobs
 
@@ -130,15 +131,12 @@ class CellStats:
 
     @property
     def mean(self) -> float | None:
-        return math.fsum(self.scores.values()) / self.n if self.scores else None
+        return aggregate.seed_mean(self.scores.values())
 
     @property
     def std(self) -> float | None:
         """Sample standard deviation (ddof=1); None for fewer than two seeds."""
-        if self.n < 2:
-            return None
-        m = self.mean
-        return math.sqrt(math.fsum((x - m) ** 2 for x in self.scores.values()) / (self.n - 1))
+        return aggregate.seed_std(self.scores.values())
 
 
 @dataclass
@@ -348,13 +346,13 @@ def build_table(
                     differs = setup_differences(cell_setup(r.data), select_setup, has)
                     if differs:
                         phase_mismatch.append(f"{r.path} ({'; '.join(differs)})")
-                score = score_mean(r.data, "report")
-                if r.ok and score is None:
+                outcome, score = aggregate.seed_outcome(r.result, "report")
+                if outcome == aggregate.UNDEFINED:
                     stats.undefined.append(r.cell["seed"])
-                    why = r.data["report"].get("undefined") or {}
+                    why = r.result.report.undefined or {}
                     reasons = "; ".join(f"{lang}: {text}" for lang, text in why.items())
                     undefined.append(f"{r.path} (report mean undefined: {reasons})")
-                elif r.ok:
+                elif outcome == aggregate.FINISHED:
                     stats.metric = r.data["metric"]
                     stats.scores[r.cell["seed"]] = score
                 else:

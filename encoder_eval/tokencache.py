@@ -14,10 +14,9 @@ import hashlib
 import json
 import os
 import pickle
-import tempfile
 from pathlib import Path
 
-from .results import clean_stale_temporaries
+from .fileio import atomic_open, clean_stale_temporaries
 
 CACHE_VERSION = 1
 
@@ -82,12 +81,7 @@ def store(cache_dir: Path, key: str, value) -> None:
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         clean_stale_temporaries(cache_dir, older_than_s=3600)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=cache_dir)
-        with os.fdopen(fd, "wb") as handle:
+        with atomic_open(cache_dir / f"{key}.pkl", "wb") as handle:
             pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, cache_dir / f"{key}.pkl")
     except OSError:
-        try:
-            os.unlink(tmp)
-        except (OSError, UnboundLocalError):
-            pass
+        pass

@@ -1,13 +1,16 @@
-"""Valid result JSON dicts built directly, for fast tests of selection and aggregation."""
+"""Valid result JSON dicts built through the result schema, for fast tests of selection and
+aggregation."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
 from encoder_eval.protocol import LR_GRID, PROTOCOL_RECIPE, off_protocol_reasons
-from encoder_eval.results import SCHEMA_NAME, SCHEMA_VERSION, result_filename, validate_result
+from encoder_eval.results import result_filename, validate_result
+from encoder_eval.schema import CellId, CellResult, Protocol, ScoreSection, Training
 from encoder_eval.tasks import task_knobs
 
 
@@ -47,40 +50,29 @@ def make_result(
         reasons = [] if on_protocol else ["forced off-protocol for a test"]
     ok = status == "ok"
     undefined = {"en": "constant predictions"} if score is None else {}
-    data = {
-        "schema": SCHEMA_NAME,
-        "schema_version": SCHEMA_VERSION,
-        "cell": {
-            "model": model,
-            "task": task,
-            "lr": lr,
-            "lr_key": lr_key,
-            "seed": seed,
-            "phase": phase,
-        },  # fmt: skip
-        "status": status,
-        "metric": task_knobs(task).metric,
-        "dev": {"per_language": {"en": score}, "mean": score, "undefined": undefined}
-        if ok
-        else None,
-        "report": {
-            "split": task_knobs(task).report_split,
-            "per_language": {"en": score},
-            "mean": score,
-            "undefined": undefined,
-        }
+    knobs = task_knobs(task)
+    scores = ScoreSection(per_language={"en": score}, mean=score, languages_in_mean=["en"],
+                          undefined=undefined)  # fmt: skip
+    result = CellResult(
+        cell=CellId(model=model, task=task, lr=lr, lr_key=lr_key, seed=seed, phase=phase),
+        status=status,
+        metric=knobs.metric,
+        dev=scores if ok else None,
+        report=dataclasses.replace(scores, split=knobs.report_split)
         if ok and phase == "report"
-        else None,  # fmt: skip
-        "training": {"steps": 10, "diverged_at_step": None if ok else 3},
-        "recipe": rec,
-        "protocol": {"on_protocol": not reasons, "off_protocol_reasons": reasons},
-        "provenance": {
+        else None,
+        training=Training(steps=10, diverged_at_step=None if ok else 3),
+        recipe=rec,
+        protocol=Protocol(on_protocol=not reasons, off_protocol_reasons=reasons),
+        provenance={
             "software": {"transformers": transformers, "torch": "2.4"},
             "model_revision": revision,
             "trust_remote_code": trust_remote_code,
-            "data": {"identity": data_identity or f"hub:{task_knobs(task).hf_path}@sha-a"},
+            "data": {"identity": data_identity or f"hub:{knobs.hf_path}@sha-a"},
         },
-    }
+        created_at="2026-01-01T00:00:00+00:00",
+    )
+    data = result.to_dict()
     errors = validate_result(data)
     assert not errors, errors
     return data

@@ -5,6 +5,7 @@ Result dicts are built here (valid under the result schema); training is tested 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -17,12 +18,8 @@ import pytest
 
 from encoder_eval import plots, select
 from encoder_eval.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
-from encoder_eval.results import (
-    SCHEMA_VERSION,
-    result_filename,
-    validate_result,
-    write_json_atomic,
-)
+from encoder_eval.results import result_filename, validate_result, write_json_atomic
+from encoder_eval.schema import CellId, CellResult, Protocol, ScoreSection, Training
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SAMPLE_DIR = os.environ.get("PLOTS_SAMPLE_DIR")  # set to keep copies of the figures to look at
@@ -41,35 +38,20 @@ def make_result(
     """A schema-valid result dict; `score=None` makes a diverged cell."""
     lr = LR_GRID[lr_key]
     ok = score is not None
-    data = {
-        "schema": "encoder-eval-result",
-        "schema_version": SCHEMA_VERSION,
-        "cell": {
-            "model": model,
-            "task": task,
-            "lr": lr,
-            "lr_key": lr_key,
-            "seed": seed,
-            "phase": phase,
-        },  # fmt: skip
-        "status": "ok" if ok else "diverged",
-        "metric": metric,
-        "dev": {"per_language": {"en": score}, "mean": score, "languages_in_mean": ["en"]}
-        if ok
-        else None,
-        "report": {
-            "split": report_split,
-            "per_language": {"en": score},
-            "mean": score,
-            "languages_in_mean": ["en"],
-        }  # fmt: skip
+    scores = ScoreSection(per_language={"en": score}, mean=score, languages_in_mean=["en"])
+    data = CellResult(
+        cell=CellId(model=model, task=task, lr=lr, lr_key=lr_key, seed=seed, phase=phase),
+        status="ok" if ok else "diverged",
+        metric=metric,
+        dev=scores if ok else None,
+        report=dataclasses.replace(scores, split=report_split)
         if ok and phase == "report"
         else None,
-        "training": {"diverged_at_step": None if ok else 17},
-        "recipe": {"selection_split": "dev"},
-        "protocol": {"on_protocol": True},
-        "provenance": {"data": {"identity": f"hub:{task}@sha-a"}},
-    }
+        training=Training(diverged_at_step=None if ok else 17),
+        recipe={"selection_split": "dev"},
+        protocol=Protocol(on_protocol=True),
+        provenance={"data": {"identity": f"hub:{task}@sha-a"}},
+    ).to_dict()
     assert validate_result(data) == [], validate_result(data)
     return data
 
@@ -161,7 +143,9 @@ def check_png(path: Path, min_size=(400, 250)) -> np.ndarray:
 def test_safe_filename_part():
     assert plots.safe_filename_part("org/model name:v1") == "org_model_name_v1"
     assert plots.safe_filename_part("ok-name_1.2") == "ok-name_1.2"
-    assert plots.safe_filename_part("..") == "_"
+    # A name of only dots would name a directory: each dot becomes '_' (fileio's one rule).
+    assert plots.safe_filename_part("..") == "__"
+    assert plots.safe_filename_part(".") == plots.safe_filename_part("") == "_"
 
 
 def test_lr_sensitivity_one_png_per_pair(tmp_path):
@@ -304,3 +288,36 @@ def test_import_is_cheap(module):
     code = f"import sys, {module}; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_score_chart_shows_the_numbers_of_the_table():
+    """plots.final_score_table and summarize.build_table aggregate through one function, so
+    for the same results every bar equals its table cell: mean, std and seed counts."""
+    from result_helpers import make_result as table_result
+    from result_helpers import make_selection
+
+    from encoder_eval import summarize
+    from encoder_eval.results import LoadedResult
+
+    seed = random.randrange(2**32)
+    print(f"random seed {seed}")
+    rng = random.Random(seed)
+    chosen = {("m1", "glue_rte"): "lr06", ("m1", "sg_cb"): "lr03", ("m2", "glue_rte"): "lr08"}
+    data = []
+    for (model, task), key in chosen.items():
+        for s in REPORT_SEEDS:
+            data.append(table_result(model, task, key, s, "report", rng.uniform(0.3, 0.9)))
+        data.append(table_result(model, task, "lr01", 45, "report", 0.99))  # never averaged
+    data.append(table_result("m1", "glue_rte", "lr06", 50, "report", None))  # undefined score
+    data[0] = table_result("m1", "glue_rte", "lr06", 45, "report", status="diverged")
+    selection = make_selection(chosen)
+    loaded = [LoadedResult(Path(f"r{i}.json"), d) for i, d in enumerate(data)]
+    table = summarize.build_table(loaded, selection)
+    bars = plots.final_score_table(loaded, selection)
+    assert set(bars) == set(table.cells) == set(chosen)
+    for pair, stats in table.cells.items():
+        bar = bars[pair]
+        assert (bar["mean"], bar["std"], bar["n"]) == (stats.mean, stats.std, stats.n)
+        assert bar["n_diverged"] == len(stats.diverged)
+        assert bar["lr_keys"] == [chosen[pair]]
+    assert bars[("m1", "glue_rte")]["n"] == len(REPORT_SEEDS) - 1  # the diverged seed is out

@@ -391,3 +391,29 @@ def test_refuses_a_selection_of_the_previous_version(setup, capsys):
     sel["version"] = 1
     assert setup(full_results(), selection=sel) == 2
     assert "regenerate it with python -m encoder_eval.select" in capsys.readouterr().err
+
+
+def test_seed_aggregation_is_the_mean_and_sample_std_and_never_counts_undefined():
+    from encoder_eval import aggregate
+    from encoder_eval.schema import CellResult
+
+    values = [0.5, 0.7, 0.65]
+    assert aggregate.seed_mean(values) == pytest.approx(statistics.fmean(values))
+    assert aggregate.seed_std(values) == pytest.approx(statistics.stdev(values))  # ddof=1
+    assert aggregate.seed_std([0.5]) is None and aggregate.seed_mean([]) is None
+    seeds = aggregate.SeedScores()
+    outcomes = [
+        seeds.add(CellResult.from_dict(make_result("m", "glue_rte", "lr06", s, "report", v)),
+                  "report")
+        for s, v in ((45, 0.5), (46, None), (47, 0.7))
+    ]  # fmt: skip
+    diverged = make_result("m", "glue_rte", "lr06", 48, "report", status="diverged")
+    outcomes.append(seeds.add(CellResult.from_dict(diverged), "report"))
+    assert outcomes == [aggregate.FINISHED, aggregate.UNDEFINED, aggregate.FINISHED,
+                        aggregate.DIVERGED]  # fmt: skip
+    assert (seeds.n, seeds.undefined, seeds.diverged) == (2, [46], [48])
+    assert seeds.mean == pytest.approx(0.6)
+    groups = aggregate.group_by_lr_key(
+        [CellResult.from_dict(make_result("m", "glue_rte", k, 45, "report", 0.5))
+         for k in ("lr06", "lr07")], "report")  # fmt: skip
+    assert list(groups) == [("m", "glue_rte", "lr06"), ("m", "glue_rte", "lr07")]

@@ -1,0 +1,311 @@
+"""The result file of one cell, defined once: typed sections, their JSON layout, the validator.
+
+A result is the JSON object `CellResult.to_dict()` produces (schema `encoder-eval-result`,
+version 2): the training writer builds a `CellResult` and writes `to_dict()`, every reader
+gets one back from `CellResult.from_dict`, and `validate_result` checks a JSON object
+against the rules written on the fields below. `to_dict` keeps the key order files have
+always had; keys this version does not know are kept (in `extra`) and written back after
+the known ones, so reading and writing a file changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
+
+from .protocol import SELECTION_SPLITS
+
+SCHEMA_NAME = "encoder-eval-result"
+# 2: provenance.data.identity (the resolved data source), recipe.selection_split, and
+# scores that may be undefined (null, with the reason under `undefined`).
+SCHEMA_VERSION = 2
+STATUSES = ("ok", "diverged")
+PHASES = ("select", "report")
+
+
+def is_number(x: Any) -> bool:
+    """A finite int or float that is not a bool (JSON numbers a score may be)."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _rule(check, expected: str) -> dict:
+    """Field metadata: `check(value)` holds for a valid value; the message names `expected`."""
+    return {"check": check, "expected": expected}
+
+
+def _is_str(x: Any) -> bool:
+    return isinstance(x, str)
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+@dataclass(frozen=True)
+class CellId:
+    """Which cell a result is: model key, task, learning rate (and its grid key), seed, phase."""
+
+    model: str = field(metadata=_rule(_is_str, "missing or not a str"))
+    task: str = field(metadata=_rule(_is_str, "missing or not a str"))
+    lr: float = field(
+        metadata=_rule(lambda x: is_number(x) and x > 0, "missing or not a positive number")
+    )
+    lr_key: str = field(metadata=_rule(_is_str, "missing or not a str"))
+    seed: int = field(metadata=_rule(lambda x: isinstance(x, int), "missing or not an integer"))
+    phase: str = field(metadata={**_rule(_is_str, "missing or not a str"), "choices": PHASES})
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, obj: dict) -> CellId:
+        return cls(**{f.name: obj[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class ScoreSection:
+    """The scores of one split: per language (None: undefined), the headline mean over
+    `languages_in_mean` (None when undefined, with the reason per language in `undefined`),
+    and for the report section the split it was scored on."""
+
+    per_language: dict[str, float | None]
+    mean: float | None
+    languages_in_mean: list[str] = field(default_factory=list)
+    undefined: dict[str, str] = field(default_factory=dict)
+    split: str | None = None  # report only; written first
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        head = {} if self.split is None else {"split": self.split}
+        return {**head, "per_language": self.per_language, "mean": self.mean,
+                "languages_in_mean": self.languages_in_mean, "undefined": self.undefined,
+                **self.extra}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> ScoreSection | None:
+        """The section of a JSON object; None for a null (or, in a diverged cell, no) section."""
+        return _from_dict(cls, obj) if isinstance(obj, dict) else None
+
+
+@dataclass(frozen=True)
+class Training:
+    """How training went: steps, early stopping or divergence, timings and throughput."""
+
+    steps: int | None = None
+    max_steps: int | None = None
+    best_step: int | None = None
+    epochs: float | None = None
+    epochs_started: int | None = None
+    steps_per_epoch: int | None = None
+    eval_every: int | None = None
+    early_stopped: bool | None = None
+    stopped_by: str | None = None  # diverged | early_stop | step_cap | epoch_cap
+    diverged_at_step: int | None = None
+    final_loss: float | None = None
+    train_examples: int | None = None
+    dev_history: list = field(default_factory=list)
+    wall_time_s: float | None = None
+    train_time_s: float | None = None
+    dev_eval_time_s: float | None = None
+    time_to_first_step_s: float | None = None
+    process_start_to_first_step_s: float | None = None
+    train_tokens_per_s: float | None = None
+    peak_memory_bytes: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return _to_dict(self)
+
+    @classmethod
+    def from_dict(cls, obj: dict) -> Training:
+        return _from_dict(cls, obj)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Whether the cell ran the fixed protocol, and every reason it did not."""
+
+    on_protocol: bool = field(metadata=_rule(lambda x: isinstance(x, bool), "missing"))
+    off_protocol_reasons: list[str] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return _to_dict(self)
+
+    @classmethod
+    def from_dict(cls, obj: dict) -> Protocol:
+        return _from_dict(cls, obj)
+
+
+def _to_dict(obj) -> dict:
+    """A section's fields in declaration order, then the keys it did not know (`extra`)."""
+    out = {f.name: getattr(obj, f.name) for f in fields(obj) if f.name != "extra"}
+    return {**out, **obj.extra}
+
+
+def _from_dict(cls, obj: dict):
+    names = {f.name for f in fields(cls)} - {"extra"}
+    known = {k: v for k, v in obj.items() if k in names}
+    for f in fields(cls):  # a required field a lenient older file lacks reads as None
+        if f.name in names and f.name not in known and f.default is MISSING \
+                and f.default_factory is MISSING:  # fmt: skip
+            known[f.name] = None
+    return cls(**known, extra={k: v for k, v in obj.items() if k not in names})
+
+
+# ----------------------------------------------------------------------------- the result
+
+_OBJECT = {"object": True}  # a section that must be a JSON object in every result
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """One cell's result file. `recipe` is `Recipe.to_dict()` plus what the run derived from
+    it (micro-batch, warm-up steps, ...); `provenance` is `provenance.collect()`'s record with
+    the data source under `data`."""
+
+    cell: CellId
+    status: str
+    metric: str
+    training: Training = field(metadata=_OBJECT)
+    recipe: dict = field(metadata=_OBJECT)
+    protocol: Protocol = field(metadata=_OBJECT)
+    provenance: dict = field(metadata=_OBJECT)
+    dev: ScoreSection | None = None
+    report: ScoreSection | None = None
+    created_at: str | None = None
+    schema: str = SCHEMA_NAME
+    schema_version: int = SCHEMA_VERSION
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def score(self, section: str) -> float | None:
+        """The headline mean of `dev` or `report`; None when absent or undefined."""
+        scores = getattr(self, section)
+        return float(scores.mean) if scores is not None and is_number(scores.mean) else None
+
+    @property
+    def data_identity(self) -> str:
+        """The data source the cell read (source kind, dataset, commit), as one string."""
+        return str((self.provenance.get("data") or {}).get("identity"))
+
+    def to_dict(self) -> dict:
+        """The JSON object of the result file, keys in the order files have always had."""
+        return {
+            "schema": self.schema,
+            "schema_version": self.schema_version,
+            "cell": self.cell.to_dict(),
+            "status": self.status,
+            "metric": self.metric,
+            "dev": None if self.dev is None else self.dev.to_dict(),
+            "report": None if self.report is None else self.report.to_dict(),
+            "training": self.training.to_dict(),
+            "recipe": self.recipe,
+            "protocol": self.protocol.to_dict(),
+            "provenance": self.provenance,
+            "created_at": self.created_at,
+            **self.extra,
+        }
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> CellResult:
+        """The typed form of a result object; ValueError naming every problem when invalid."""
+        errors = validate_result(obj)
+        if errors:
+            raise ValueError("not a valid result: " + "; ".join(errors))
+        known = {"schema", "schema_version", "cell", "status", "metric", "dev", "report",
+                 "training", "recipe", "protocol", "provenance", "created_at"}  # fmt: skip
+        return cls(
+            cell=CellId.from_dict(obj["cell"]),
+            status=obj["status"],
+            metric=obj["metric"],
+            training=Training.from_dict(obj["training"]),
+            recipe=obj["recipe"],
+            protocol=Protocol.from_dict(obj["protocol"]),
+            provenance=obj["provenance"],
+            dev=ScoreSection.from_dict(obj.get("dev")),
+            report=ScoreSection.from_dict(obj.get("report")),
+            created_at=obj.get("created_at"),
+            schema=obj["schema"],
+            schema_version=obj["schema_version"],
+            extra={k: v for k, v in obj.items() if k not in known},
+        )
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def validate_result(obj: Any) -> list[str]:
+    """Return every way `obj` fails the result schema (an empty list: valid)."""
+    if not isinstance(obj, dict):
+        return ["not a JSON object"]
+    errors = []
+    if obj.get("schema") != SCHEMA_NAME:
+        errors.append(f"schema is {obj.get('schema')!r}, expected {SCHEMA_NAME!r}")
+    version = obj.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version < SCHEMA_VERSION:
+        errors.append(
+            f"written by an older harness (schema_version {version}, this one reads "
+            f"{SCHEMA_VERSION}); re-run the cell"
+        )
+    elif version != SCHEMA_VERSION:
+        errors.append(f"schema_version is {version!r}, expected {SCHEMA_VERSION}")
+    if errors:
+        return errors
+    cell = obj.get("cell")
+    if not isinstance(cell, dict):
+        return ["missing 'cell'"]
+    for f in fields(CellId):  # the rules written on CellId's fields
+        if not f.metadata["check"](cell.get(f.name)):
+            errors.append(f"cell.{f.name} {f.metadata['expected']}")
+    for f in fields(CellId):
+        choices = f.metadata.get("choices")
+        if choices and cell.get(f.name) not in choices:
+            errors.append(f"cell.{f.name} is {cell.get(f.name)!r}, expected "
+                          + " or ".join(choices))  # fmt: skip
+    status = obj.get("status")
+    if status not in STATUSES:
+        errors.append(f"status is {status!r}, expected one of {STATUSES}")
+    if not isinstance(obj.get("metric"), str):
+        errors.append("metric missing")
+    for f in fields(CellResult):
+        if f.metadata.get("object") and not isinstance(obj.get(f.name), dict):
+            errors.append(f"missing section {f.name!r}")
+    if errors:
+        return errors
+    if status == "ok":
+        errors += _score_errors("dev", obj.get("dev"))
+        report = obj.get("report")
+        if cell["phase"] == "report":
+            errors += _score_errors("report", report)
+        elif report is not None:
+            errors.append("a select cell must not hold a report score")
+    elif not isinstance(obj["training"].get("diverged_at_step"), int):
+        errors.append("diverged cell without training.diverged_at_step")
+    for f in fields(Protocol):
+        if "check" in f.metadata and not f.metadata["check"](obj["protocol"].get(f.name)):
+            errors.append(f"protocol.{f.name} {f.metadata['expected']}")
+    if obj["recipe"].get("selection_split") not in SELECTION_SPLITS:
+        errors.append(f"recipe.selection_split is {obj['recipe'].get('selection_split')!r}, "
+                      f"expected one of {SELECTION_SPLITS}")  # fmt: skip
+    data = obj["provenance"].get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("identity"), str):
+        errors.append("provenance.data.identity missing (the data source the cell read)")
+    return errors
+
+
+def _score_errors(name: str, section: Any) -> list[str]:
+    """A score section holds a finite mean, or a null mean with the reason it is undefined."""
+    if not isinstance(section, dict):
+        return [f"status ok but {name} scores are missing"]
+    if not isinstance(section.get("per_language"), dict):
+        return [f"{name}.per_language missing"]
+    if is_number(section.get("mean")):
+        return []
+    undefined = section.get("undefined")
+    if section.get("mean") is None and isinstance(undefined, dict) and undefined:
+        return []
+    return [f"{name}.mean is missing or not finite, and no {name}.undefined says why"]
