@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from .errors import HarnessError
+from .fileio import write_atomic
 
 DEMO_TASKS = "synthetic_sentiment,synthetic_nli,synthetic_rating"
 DEMO_MODEL_KEY = "all-minilm-l6-v2"
@@ -100,7 +101,7 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
     sys.stderr.write(proc.stderr)
     if proc.returncode != 0:
         raise HarnessError(f"summarize failed (exit {proc.returncode})")
-    table.write_text(proc.stdout)
+    write_atomic(table, proc.stdout)
     log(proc.stdout)
     log(f"table: {table}\nplots: {out / 'plots'}\nelapsed: {time.perf_counter() - t0:.0f} s")
     return table
