@@ -206,9 +206,8 @@ class _Table:
         if len(set(items)) != len(items):
             raise self.fail(field, f"{value!r} names one value twice")
         if len(items) < least or (most is not None and len(items) > most):
-            count = f"{least}" if least == most else f"{least} or more" if most is None else (
-                f"{least} to {most}"
-            )  # fmt: skip
+            between = "or" if most is not None and most - least == 1 else "to"
+            count = f"{least} or more" if most is None else f"{least} {between} {most}"
             raise self.fail(field, f"{value!r} holds {len(items)}; give {count}")
         return tuple(items)
 
