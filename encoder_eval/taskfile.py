@@ -159,16 +159,15 @@ def _check_name(task: UserTask, source: str) -> None:
             f"{where}: the name is a --tasks group ({', '.join(tasks.TASK_GROUPS)}); pick another"
         )
     normal = key.lower().replace("-", "_")
-    for builtin in tasks.BUILTIN_TASKS:
-        if builtin == normal:
-            raise HarnessError(
-                f"{where}: the name is the built-in task {builtin!r}'s; a task file adds tasks "
-                "and cannot replace one: pick another name"
-            )
+    if normal in tasks.BUILTIN_TASKS:
+        raise HarnessError(
+            f"{where}: the name is the built-in task {normal!r}'s; a task file adds tasks and "
+            "cannot replace one: pick another name"
+        )
     earlier = tasks.TASK_KNOBS.get(key)
     if earlier is not None and earlier != task.knobs:
-        differ = [f for f in earlier.__dataclass_fields__ if getattr(earlier, f) != getattr(
-            task.knobs, f)]  # fmt: skip
+        fields = earlier.__dataclass_fields__
+        differ = [f for f in fields if getattr(earlier, f) != getattr(task.knobs, f)]
         raise HarnessError(
             f"{where}: a task of that name is defined already, differently "
             f"({', '.join(differ)}), in {tasks.USER_TASK_SOURCES.get(key, 'another file')}; "

@@ -90,15 +90,16 @@ def wnli_rows(schemas) -> list[dict]:
     return rows
 
 
-def write_wnli(folder: Path, label=lambda row: row["label"]) -> Path:
-    """Write train.jsonl and validation.jsonl of WNLI rows into `folder`."""
+def write_wnli(folder: Path, label=lambda row: row["label"], lang: str | None = None) -> Path:
+    """Write train and validation files of WNLI rows into `folder` (`<split>[.<lang>].jsonl`)."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, schemas in (
         ("train", SCHEMAS[:TRAIN_SCHEMAS]),
         ("validation", SCHEMAS[TRAIN_SCHEMAS:]),
     ):
         lines = [json.dumps({**row, "label": label(row)}) for row in wnli_rows(schemas)]
-        (folder / f"{name}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        file = f"{name}.{lang}.jsonl" if lang else f"{name}.jsonl"
+        (folder / file).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return folder
 
 
@@ -474,3 +475,35 @@ def test_run_with_the_wnli_task_file_writes_a_valid_result(tiny_bert, tmp_path):
     data = result["provenance"]["data"]
     assert data["source"] == "mirror"
     assert data["identity"] == content_identity(mirror / "glue_wnli")
+
+
+def test_the_readme_shows_the_example_as_it_is(tmp_path):
+    """README "Adding a task" shows the WNLI file in TOML and in YAML: both are that task."""
+    import re
+
+    section = (REPO / "README.md").read_text().split("## Adding a task", 1)[1].split("\n## ", 1)[0]
+    blocks = dict(re.findall(r"```(toml|yaml)\n(.*?)```", section, flags=re.S))
+    (example,) = parse_task_rows(read_task_file(EXAMPLE), str(EXAMPLE))
+    for kind, text in blocks.items():
+        path = tmp_path / f"readme.{kind}"
+        path.write_text(text)
+        (shown,) = parse_task_rows(read_task_file(path), str(path))
+        assert shown.key == example.key
+        differ = [f for f in example.knobs.__dataclass_fields__
+                  if getattr(shown.knobs, f) != getattr(example.knobs, f)]  # fmt: skip
+        assert differ == ([] if kind == "toml" else ["description"]), kind
+    assert sorted(blocks) == ["toml", "yaml"]
+
+
+def test_a_task_of_two_languages_reads_a_file_per_language(tmp_path):
+    data = tmp_path / "data"
+    for lang in ("de", "en"):
+        write_wnli(data, lang=lang)
+    register_task_rows({"my_wnli": {**BASE, "languages": ["de", "en"], "euro_languages": ["de"]}},
+                       str(tmp_path / "tasks.toml"))  # fmt: skip
+    assert TASK_KNOBS["my_wnli"].multilingual
+    train, val, _, _, _ = load_task("my_wnli")
+    assert sorted(val) == ["de", "en"] and len(train["label"]) == 2 * 2 * TRAIN_SCHEMAS
+    (data / "validation.de.jsonl").unlink()  # a Euro language may not be missing
+    with pytest.raises(HarnessError, match=r"has no validation\.de\.jsonl for task 'my_wnli'"):
+        load_task("my_wnli")
