@@ -120,8 +120,9 @@ def parse_task_rows(rows: Any, source: str) -> list[UserTask]:
     }
     out = []
     for key, table in rows.items():
+        _check_key(str(key), source)
         task = _parse_one(str(key), table, source)
-        _check_name(task, source)
+        _check_redefinition(task, source)
         repo = task.knobs.hf_path
         if (
             repo
@@ -144,10 +145,8 @@ def parse_task_rows(rows: Any, source: str) -> list[UserTask]:
     return out
 
 
-def _check_name(task: UserTask, source: str) -> None:
-    """Refuse a key that is not a plain name, names a group or a built-in task, or names a
-    user task registered before with other fields."""
-    key = task.key
+def _check_key(key: str, source: str) -> None:
+    """Refuse a key that is not a plain name, or names a group or a built-in task."""
     where = f"{source}: task {key!r}"
     if not KEY.fullmatch(key):
         raise HarnessError(
@@ -164,6 +163,11 @@ def _check_name(task: UserTask, source: str) -> None:
             f"{where}: the name is the built-in task {normal!r}'s; a task file adds tasks and "
             "cannot replace one: pick another name"
         )
+
+
+def _check_redefinition(task: UserTask, source: str) -> None:
+    """Refuse a user task registered before under the same key with other fields."""
+    key, where = task.key, f"{source}: task {task.key!r}"
     earlier = tasks.TASK_KNOBS.get(key)
     if earlier is not None and earlier != task.knobs:
         fields = earlier.__dataclass_fields__

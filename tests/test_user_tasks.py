@@ -507,3 +507,30 @@ def test_a_task_of_two_languages_reads_a_file_per_language(tmp_path):
     (data / "validation.de.jsonl").unlink()  # a Euro language may not be missing
     with pytest.raises(HarnessError, match=r"has no validation\.de\.jsonl for task 'my_wnli'"):
         load_task("my_wnli")
+
+
+def test_a_hub_task_of_several_languages_reads_a_config_per_language(tmp_path):
+    hub = {**BASE, "data_dir": None, "hf_path": "me/nli", "languages": ["de", "en"]}
+    rows = {"per_config": hub, "one_file": {**hub, "language_field": "lang"},
+            "named": {**hub, "hf_lang_configs": {"de": "german", "en": "english"}}}  # fmt: skip
+    parsed = {t.key: t.knobs for t in parse_task_rows(rows, str(tmp_path / "t.toml"))}
+    assert parsed["per_config"].hf_lang_configs == {"de": "de", "en": "en"}
+    assert parsed["one_file"].hf_lang_configs == {}
+    assert parsed["named"].hf_lang_configs == {"de": "german", "en": "english"}
+    with pytest.raises(HarnessError, match=r"field 'hf_lang_configs': unknown key 'fr'"):
+        parse_task_rows({"x": {**hub, "hf_lang_configs": {"fr": "french"}}}, "t.toml")
+
+
+def test_run_refuses_a_bad_task_file_in_one_line(tmp_path, capsys):
+    from encoder_eval import run
+
+    argv = ["--task", "glue_wnli", "--model-path", str(tmp_path), "--lr", "1.67e-05",
+            "--seed", "45", "--out-json", str(tmp_path / "cell.json")]  # fmt: skip
+    assert run.main(argv + ["--tasks-file", str(tmp_path / "nope.toml")]) == 2
+    (tmp_path / "bad.toml").write_text("[tasks.glue_wnli]\nmetric = 'acc'\n")
+    assert run.main(argv + ["--tasks-file", str(EXAMPLE), "--tasks-file",
+                            str(tmp_path / "bad.toml")]) == 2  # fmt: skip
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"error: task file {tmp_path / 'nope.toml'} does not exist"
+    assert lines[1].startswith(f"error: {tmp_path / 'bad.toml'}: task 'glue_wnli', field 'inputs'")
+    assert len(lines) == 2 and not (tmp_path / "cell.json").exists()
