@@ -595,16 +595,18 @@ def _read_mirror_file(path: Path, task: str, split: str) -> list[dict]:
     if not path.exists():
         have = sorted(p.name for p in path.parent.glob("*.jsonl")) if path.parent.exists() else []
         if task_knobs(task).data_dir is not None:
-            where, fix = "the task's data_dir", (
+            where = "the task's data_dir"
+            fix = (
                 f"Put the {split} rows there as {path.name} (one JSON object per line), or "
                 f"change data_dir in {USER_TASK_SOURCES.get(task, 'its task file')}."
-            )  # fmt: skip
+            )
         else:
-            where, fix = "the data mirror", (
+            where = "the data mirror"
+            fix = (
                 f"Write it with `python -m encoder_eval.prefetch --tasks {task} --out "
                 f"{path.parent.parent}` (a mirror keeps a task's files in a folder named after "
                 "the task key)."
-            )  # fmt: skip
+            )
         raise HarnessError(
             f"{where} has no {path.name} for task {task!r} (looked at {path}; "
             f"found: {', '.join(have) or 'no task directory'}). {fix}"
