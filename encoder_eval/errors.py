@@ -20,12 +20,45 @@ class HarnessError(Exception):
     """A problem with the user's input or files; the message names the problem and the fix."""
 
 
-def unknown_name(kind: str, name: str, valid: Iterable[str]) -> HarnessError:
-    """Build the error for an unknown registry name, listing the valid ones and a close match."""
+def unknown_name(kind: str, name: str, valid: Iterable[str], fix: str = "") -> HarnessError:
+    """Build the error for an unknown registry name: a close match if there is one, then
+    `fix` (how to add a name of this kind), then the valid names."""
     valid = sorted(valid)
-    close = difflib.get_close_matches(name, valid, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    return HarnessError(f"unknown {kind} {name!r}.{hint} Valid {kind}s: {', '.join(valid)}")
+    close = closest_name(name, valid)
+    hint = f" Did you mean {close!r}?" if close else ""
+    fix = f" {fix.rstrip('.')}." if fix else ""
+    return HarnessError(f"unknown {kind} {name!r}.{hint}{fix} Valid {kind}s: {', '.join(valid)}")
+
+
+def _normal(text: str) -> str:
+    return text.strip().lower().replace("-", "_")
+
+
+def closest_name(name: str, valid: Iterable[str]) -> str | None:
+    """The valid name `name` most likely meant, or None.
+
+    Case and `-`/`_` are ignored; a name equal to a valid one without its prefix (`rte` for
+    `glue_rte`, `cb` for `sg_cb`) matches it when no other valid name has that ending; else
+    the closest spelling within a small edit (difflib ratio 0.8), strict enough that short
+    names of different datasets (`wnli`, `xnli`) are not offered for each other.
+    """
+    valid = list(valid)
+    forms: dict[str, str] = {}
+    for v in valid:
+        forms.setdefault(_normal(v), v)
+    endings: dict[str, list[str]] = {}
+    for v in valid:
+        _, sep, rest = _normal(v).partition("_")
+        if sep and len(rest) > 1:  # a one-letter ending (paws_x) says too little
+            endings.setdefault(rest, []).append(v)
+    for rest, owners in endings.items():
+        if len(owners) == 1 and rest not in forms:
+            forms[rest] = owners[0]
+    target = _normal(name)
+    if target in forms:
+        return forms[target]
+    close = difflib.get_close_matches(target, [_normal(v) for v in valid], n=1, cutoff=0.8)
+    return forms[close[0]] if close else None
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -23,7 +23,7 @@ from .results import (
     result_filename,
     settle_cell,
 )
-from .tasks import TASK_KNOBS, dataset_revisions, task_knobs
+from .tasks import TASK_KNOBS, dataset_revisions, register_task_files, task_knobs
 
 EXIT_INPUT_ERROR = 2
 EXIT_CELL_FAILED = 1
@@ -47,7 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--model-key", help="the model's name in results and file names: a registry "
                    f"key ({', '.join(MODEL_REGISTRY)}) or any name; derived from --model-path "
                    "when omitted")  # fmt: skip
-    g.add_argument("--task", required=True, help=f"task name: {', '.join(TASK_KNOBS)}")
+    g.add_argument("--task", required=True, help=f"task name: {', '.join(TASK_KNOBS)}, or a "
+                   "task defined in a --tasks-file")  # fmt: skip
+    g.add_argument("--tasks-file", action="append", metavar="FILE", help="a task file (TOML or "
+                   "YAML) defining tasks beyond the suite (repeatable; see README, 'Adding a "
+                   "task')")  # fmt: skip
     g.add_argument("--mode", choices=MODES, help="auto: AutoModelForSequenceClassification; "
                    "liquid-bidir: encoder body + mean-pool linear head (default: the registry's "
                    "mode, else auto)")  # fmt: skip
@@ -122,6 +126,7 @@ def plan_cells(args: argparse.Namespace) -> list:
     """Turn parsed flags into CellConfigs, checking every input before anything runs."""
     from .train import CellConfig, validate_out_path
 
+    register_task_files(args.tasks_file)  # first: the task names below may be defined there
     task_knobs(args.task)
     dataset_revisions()  # a malformed ENCODER_EVAL_DATASET_REVISIONS fails now, not after training
     if args.model_path is None and args.model_key is None:

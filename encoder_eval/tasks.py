@@ -4,8 +4,10 @@ A task is one row of `TASK_KNOBS` (plain data: where the data lives, which field
 inputs, the metric, the report split, the languages) and one entry of `LOADERS` (a function
 returning `(train_dict, per_lang_val, per_lang_test, num_labels, problem)`). Every loader
 reads rows with Hugging Face field names, from the Hub or from a mirror directory laid out
-as `<task>/<split>[.<lang>].jsonl`, and runs the same post-processing after, so a mirror
-and the Hub give the same inputs.
+as `<task>/<split>[.<lang>].jsonl` (a user task may name its own folder of
+`<split>[.<lang>].jsonl` instead), and runs the same post-processing after, so a mirror
+and the Hub give the same inputs. User tasks, written in task files (`encoder_eval.taskfile`),
+join the registry through `register_task_files` / `register_task_rows`.
 
 A split is a dict of columns: `text` (list[str]), `text_pair` (list[str], pair tasks only)
 and `label` (list[int] or list[float]).
@@ -49,10 +51,12 @@ class TaskKnobs:
     those averaged into the headline score. `hub_splits` maps our split names
     (train/validation/test) to the dataset's own. `row_grouping` names a step in
     `ROW_GROUPINGS` that turns the rows read into one row per example first, for datasets
-    stored with several rows per example.
+    stored with several rows per example. `data_dir` is a user task's own folder of
+    `<split>[.<lang>].jsonl` files, read instead of `<data-dir>/<task>/` and the Hub;
+    `label_names` are its class names, in class-id order (a row's label may be one of them).
     """
 
-    bucket: str  # multilingual | glue | superglue | synthetic
+    bucket: str  # multilingual | glue | superglue | synthetic | user
     hf_path: str | None
     inputs: tuple[str, ...]
     label_field: str
@@ -70,6 +74,8 @@ class TaskKnobs:
     field_aliases: dict[str, str] = field(default_factory=dict)  # other name -> our field
     row_grouping: str | None = None  # name of a step in ROW_GROUPINGS: rows -> examples
     description: str = ""
+    data_dir: Path | None = None  # a user task's own data folder
+    label_names: tuple[str, ...] = ()
 
     @property
     def multilingual(self) -> bool:
@@ -357,6 +363,8 @@ TASK_KNOBS: dict[str, TaskKnobs] = {
     ),
 }  # fmt: skip
 
+BUILTIN_TASKS = frozenset(TASK_KNOBS)  # the package's own; a task file cannot redefine them
+USER_TASK_SOURCES: dict[str, str] = {}  # user task -> the file that defined it
 MULTILINGUAL_TASKS = tuple(k for k, v in TASK_KNOBS.items() if v.bucket == "multilingual")
 # Names `--tasks` accepts for several tasks at once; "all" is the 17-task suite (no synthetic).
 SUITE_BUCKETS = ("multilingual", "glue", "superglue")
@@ -374,16 +382,56 @@ def resolve_task_names(names: list[str] | None) -> list[str]:
     None or empty means the multilingual group. Unknown names raise with the valid ones."""
     out: list[str] = []
     for name in names or ["multilingual"]:
-        expanded = group_tasks(name) if name in TASK_GROUPS else [task_knobs(name) and name]
+        if name not in TASK_GROUPS and name not in TASK_KNOBS:
+            raise _unknown_task(name, f"--tasks also takes a group: {', '.join(TASK_GROUPS)}")
+        expanded = group_tasks(name) if name in TASK_GROUPS else [name]
         out.extend(t for t in expanded if t not in out)
     return out
 
 
+ADD_TASK_HINT = "To add a task, define it in a task file (--tasks-file; README, 'Adding a task')"
+
+
+def _unknown_task(name: str, also: str = "") -> HarnessError:
+    return unknown_name("task", name, TASK_KNOBS, f"{ADD_TASK_HINT}{'; ' + also if also else ''}")
+
+
 def register_task_files(paths: list[str] | None) -> list[str]:
-    """Register the tasks defined in user task files (TOML or YAML); returns their keys."""
-    if paths:
-        raise HarnessError("task files are not supported yet")
-    return []
+    """Register the tasks defined in user task files (TOML or YAML); returns their keys.
+
+    Each file is checked whole before its tasks join the registry; registering a file again
+    is a no-op. See `encoder_eval.taskfile` for the format.
+    """
+    from .taskfile import read_task_file
+
+    keys: list[str] = []
+    for path in paths or []:
+        keys.extend(k for k in register_task_rows(read_task_file(path), str(path)) if k not in keys)
+    return keys
+
+
+def register_task_rows(rows: dict, source: str) -> list[str]:
+    """Register user tasks given as task tables `{key: {field: value}}` (a task file's
+    `tasks` table, or one embedded in another file), read from the file `source`, against
+    whose folder a relative `data_dir` is read; returns their keys.
+
+    A user task then is a registry row like a built-in one: in TASK_KNOBS, LOADERS (the
+    generic loader), DATASET_REVISIONS (its Hub dataset's revision) and its bucket's group.
+    """
+    from .taskfile import parse_task_rows
+
+    parsed = parse_task_rows(rows, source)  # every table checked before any is registered
+    for task in parsed:
+        if task.key in TASK_KNOBS:  # the same definition, registered before
+            continue
+        TASK_KNOBS[task.key] = task.knobs
+        LOADERS[task.key] = _generic_loader(task.key)
+        USER_TASK_SOURCES[task.key] = task.source
+        repo = task.knobs.hf_path
+        if repo and (task.revision is not None or repo not in DATASET_REVISIONS):
+            DATASET_REVISIONS[repo] = task.revision
+    return [task.key for task in parsed]
+
 
 # Dataset revisions used when reading from the Hub (None = the repository's current head).
 # Pin them for a citable run; ENCODER_EVAL_DATASET_REVISIONS (a JSON object) overrides this.
@@ -397,7 +445,7 @@ DATASET_REVISIONS: dict[str, str | None] = {
 def task_knobs(name: str) -> TaskKnobs:
     """Return a task's knobs, or raise an error listing the valid names."""
     if name not in TASK_KNOBS:
-        raise unknown_name("task", name, TASK_KNOBS)
+        raise _unknown_task(name)
     return TASK_KNOBS[name]
 
 
@@ -430,8 +478,21 @@ def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
 
 def mirror_file(data_dir: Path, task: str, split: str, lang: str | None) -> Path:
     """Where a mirror keeps one split (of one language): `<task>/<split>[.<lang>].jsonl`."""
-    name = f"{split}.{lang}.jsonl" if lang else f"{split}.jsonl"
-    return Path(data_dir) / task / name
+    return split_file(Path(data_dir) / task, split, lang)
+
+
+def split_file(folder: Path, split: str, lang: str | None) -> Path:
+    """The file of one split (of one language) in a task's data folder."""
+    return Path(folder) / (f"{split}.{lang}.jsonl" if lang else f"{split}.jsonl")
+
+
+def task_data_folder(task: str, data_dir: Path | None) -> Path | None:
+    """The folder a task's rows are read from: the task's own `data_dir`, else its folder in
+    the mirror `data_dir` (named after the task key), else None (the Hub)."""
+    knobs = task_knobs(task)
+    if knobs.data_dir is not None:
+        return knobs.data_dir
+    return Path(data_dir) / task if data_dir is not None else None
 
 
 def file_languages(task: str) -> tuple[str | None, ...]:
@@ -503,10 +564,11 @@ def read_split(task: str, split: str, data_dir: Path | None) -> dict[str, tuple[
     out: dict[str, tuple[list[dict], str]] = {}
     if knobs.bucket == "synthetic":
         return {knobs.languages[0]: (synthetic.generate_rows(task, split), f"synthetic:{task}")}
+    folder = task_data_folder(task, data_dir)
     if knobs.language_field:
         # One file with all languages: split it by the language field.
-        if data_dir is not None:
-            path = mirror_file(data_dir, task, split, None)
+        if folder is not None:
+            path = split_file(folder, split, None)
             rows, where = _read_mirror_file(path, task, split), str(path)
         else:
             rows, where = read_hub_rows(task, split, None), f"{knobs.hf_path}:{split}"
@@ -514,8 +576,8 @@ def read_split(task: str, split: str, data_dir: Path | None) -> dict[str, tuple[
             out[lang] = ([r for r in rows if r.get(knobs.language_field) == lang], where)
         return out
     for lang in file_languages(task):
-        if data_dir is not None:
-            path = mirror_file(data_dir, task, split, lang)
+        if folder is not None:
+            path = split_file(folder, split, lang)
             if lang and lang not in knobs.euro_languages and not path.exists():
                 # A mirror may hold a subset of the languages, never less than the Euro set.
                 warnings.warn(
@@ -532,10 +594,22 @@ def read_split(task: str, split: str, data_dir: Path | None) -> dict[str, tuple[
 def _read_mirror_file(path: Path, task: str, split: str) -> list[dict]:
     if not path.exists():
         have = sorted(p.name for p in path.parent.glob("*.jsonl")) if path.parent.exists() else []
+        if task_knobs(task).data_dir is not None:
+            where = "the task's data_dir"
+            fix = (
+                f"Put the {split} rows there as {path.name} (one JSON object per line), or "
+                f"change data_dir in {USER_TASK_SOURCES.get(task, 'its task file')}."
+            )
+        else:
+            where = "the data mirror"
+            fix = (
+                f"Write it with `python -m encoder_eval.prefetch --tasks {task} --out "
+                f"{path.parent.parent}` (a mirror keeps a task's files in a folder named after "
+                "the task key)."
+            )
         raise HarnessError(
-            f"the data mirror has no {path.name} for task {task!r} (looked at {path}; "
-            f"found: {', '.join(have) or 'no task directory'}). Write it with "
-            f"`python -m encoder_eval.prefetch --tasks {task} --out {path.parent.parent}`."
+            f"{where} has no {path.name} for task {task!r} (looked at {path}; "
+            f"found: {', '.join(have) or 'no task directory'}). {fix}"
         )
     return read_jsonl(path)
 
@@ -593,8 +667,13 @@ def _check_label(knobs: TaskKnobs, label: Any, where: str, number: int) -> int |
         if not math.isfinite(value):
             raise HarnessError(f"{where}: row {number}: label {label!r} is not finite")
         return value
+    if isinstance(label, str) and label in knobs.label_names:
+        return knobs.label_names.index(label)
     if isinstance(label, bool) or not isinstance(label, int | float) or int(label) != label:
-        raise HarnessError(f"{where}: row {number}: label {label!r} is not an integer class id")
+        raise HarnessError(
+            f"{where}: row {number}: label {label!r} is not an integer class id"
+            + (f" nor one of {', '.join(knobs.label_names)}" if knobs.label_names else "")
+        )
     if not 0 <= int(label) < knobs.num_labels:
         hint = " (-1 marks a hidden test label)" if label == -1 else ""
         raise HarnessError(
@@ -681,9 +760,13 @@ def load_generic(
     return train, val, test, knobs.num_labels, knobs.problem
 
 
+def _generic_loader(name: str) -> Callable[..., LoaderResult]:
+    """Task `name`'s entry in LOADERS: `load_generic` for that task."""
+    return lambda data_dir=None, with_test=True: load_generic(name, data_dir, with_test)
+
+
 LOADERS: dict[str, Callable[..., LoaderResult]] = {
-    name: (lambda data_dir=None, with_test=True, _n=name: load_generic(_n, data_dir, with_test))
-    for name in TASK_KNOBS
+    name: _generic_loader(name) for name in TASK_KNOBS
 }
 
 
@@ -704,7 +787,8 @@ def load_task(
 
 
 def data_provenance(task: str, data_dir: str | os.PathLike | None = None) -> dict:
-    """Where a task's data comes from, resolved: the Hub commit, or the mirror's content hash.
+    """Where a task's data comes from, resolved: the Hub commit, or the content hash of the
+    folder read (the task's folder in the mirror, or a user task's own `data_dir`).
 
     Called before a cell trains (a cell never trains and then fails on bookkeeping). For
     the Hub it resolves the revision in effect to a commit, which `read_hub_rows` then
@@ -717,21 +801,22 @@ def data_provenance(task: str, data_dir: str | os.PathLike | None = None) -> dic
         version = synthetic.GENERATOR_VERSION
         return {"source": "synthetic", "generator_version": version,
                 "identity": f"synthetic:{task}:v{version}"}  # fmt: skip
-    if data_dir is None:
+    folder = task_data_folder(task, data_dir)
+    if folder is None:
         requested = dataset_revisions().get(knobs.hf_path) if knobs.hf_path else None
         sha = _resolved_revision(knobs, task)
         return {"source": "hub", "dataset": knobs.hf_path, "revision": sha,
                 "revision_requested": requested, "identity": f"hub:{knobs.hf_path}@{sha}"}  # fmt: skip
     digest = hashlib.sha256()
-    for path in sorted((data_dir / task).glob("*.jsonl")):
+    for path in sorted(folder.glob("*.jsonl")):
         digest.update(path.name.encode() + b"\0")
         with open(path, "rb") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
     out = {"source": "mirror", "dataset": knobs.hf_path, "sha256": digest.hexdigest(),
            "identity": f"mirror:sha256:{digest.hexdigest()}"}  # fmt: skip
-    manifest = data_dir / "MANIFEST.json"
-    if manifest.exists():
+    manifest = data_dir / "MANIFEST.json" if knobs.data_dir is None else None
+    if manifest is not None and manifest.exists():
         try:
             entry = json.loads(manifest.read_text()).get("tasks", {}).get(task)
         except (json.JSONDecodeError, AttributeError, OSError):

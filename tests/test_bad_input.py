@@ -263,8 +263,8 @@ CASES = {
                                    r"--model 'mine' must look like NAME=PATH_OR_HUB_ID\[:MODE\]"),
     "sweep-unknown-model-mode": (lambda c: c.sweep("--phase", "select", "--model",
                                                    "mine=org/m:bidir"),
-                                 r"--model 'mine=org/m:bidir': unknown mode 'bidir'\. Valid "
-                                 r"modes: auto, liquid-bidir"),
+                                 r"--model 'mine=org/m:bidir': unknown mode 'bidir'\. Did you "
+                                 r"mean 'liquid-bidir'\? Valid modes: auto, liquid-bidir"),
     # --- select, summarize, status
     "select-results-dir-missing": (lambda c: ["encoder_eval.select", "--results-dir",
                                               str(c.root / "nope"), "--out",
