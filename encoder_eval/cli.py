@@ -74,7 +74,7 @@ def _task_rows() -> list[dict]:
             "report_split": k.report_split,
             "languages": list(k.languages),
             "euro_languages": list(k.euro_languages),
-            "source": k.hf_path or "generated",
+            "source": str(k.data_dir or k.hf_path or "generated"),
         }
         for key, k in TASK_KNOBS.items()
     ]

@@ -89,3 +89,10 @@ def test_list_does_not_import_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=REPO, env={**os.environ}, timeout=300)  # fmt: skip
     assert proc.returncode == 0, "encoder-eval list imported torch"
+
+
+def test_list_tasks_shows_a_task_file(capsys):
+    wnli = REPO / "examples" / "tasks" / "glue_wnli.toml"
+    assert main(["list", "tasks", "--tasks-file", str(wnli), "--format", "json"]) == 0
+    row = next(r for r in json.loads(capsys.readouterr().out) if r["task"] == "glue_wnli")
+    assert row["bucket"] == "user" and row["metric"] == "accuracy" and row["source"]
