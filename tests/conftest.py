@@ -70,5 +70,18 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
     return build_all(tmp_path_factory.mktemp("models"), num_labels=None)
 
 
+@pytest.fixture
+def task_registry():
+    """The task registries as built in; tasks a test registers (task files) are removed after."""
+    from encoder_eval import tasks
+
+    saved = [(d, dict(d)) for d in (tasks.TASK_KNOBS, tasks.LOADERS, tasks.DATASET_REVISIONS,
+                                    tasks.USER_TASK_SOURCES)]  # fmt: skip
+    yield
+    for live, copy in saved:
+        live.clear()
+        live.update(copy)
+
+
 def read_json(path) -> dict:
     return json.loads(Path(path).read_text())

@@ -91,7 +91,7 @@ def test_list_does_not_import_torch():
     assert proc.returncode == 0, "encoder-eval list imported torch"
 
 
-def test_list_tasks_shows_a_task_file(capsys):
+def test_list_tasks_shows_a_task_file(capsys, task_registry):
     wnli = REPO / "examples" / "tasks" / "glue_wnli.toml"
     assert main(["list", "tasks", "--tasks-file", str(wnli), "--format", "json"]) == 0
     row = next(r for r in json.loads(capsys.readouterr().out) if r["task"] == "glue_wnli")

@@ -113,14 +113,9 @@ def content_identity(folder: Path) -> str:
 
 
 @pytest.fixture(autouse=True)
-def registry():
-    """Each test starts from the built-in registry; tasks it registers are removed after."""
-    saved = [(d, dict(d)) for d in (tasks.TASK_KNOBS, tasks.LOADERS, tasks.DATASET_REVISIONS,
-                                    tasks.USER_TASK_SOURCES)]  # fmt: skip
+def registry(task_registry):
+    """Each test starts from the built-in registry (conftest.task_registry)."""
     yield
-    for live, copy in saved:
-        live.clear()
-        live.update(copy)
 
 
 # A valid task table with its own data folder; the error cases below change one thing each.
