@@ -590,6 +590,9 @@ def apply_to_args(args: argparse.Namespace, *, results_manifest: bool = False) -
         register_tasks(own, str(path))
         if args.phase is None:
             args.phase = own.phase
+        elif results_manifest and own.phase not in (None, args.phase):
+            raise _refuse(f"--phase {args.phase}", own.phase, str(path),
+                          f"{args.results_dir} holds {own.phase}-phase results")  # fmt: skip
         record = own.phases.get(args.phase or "")
         if record is not None:
             if args.results_dir is None and record.results_dir:
@@ -643,10 +646,15 @@ def write_for_plan(plan, out_dir: str | os.PathLike, args: argparse.Namespace) -
         results_dir=plan.results_dir, out_dir=os.path.abspath(out_dir),
         selection=os.path.abspath(args.selection) if plan.phase == "report" else None,
     )  # fmt: skip
+    # `--tasks-file` (a str or a list of them, where a command has the flag) joins the files.
+    flag_files = getattr(args, "tasks_file", None) or []
+    flag_files = [flag_files] if isinstance(flag_files, str) else flag_files
+    tasks_files = [*base.tasks_files, *(own.tasks_files if own else [])]
+    tasks_files += [os.path.abspath(f) for f in flag_files]
     exp = Experiment(
         models={c.model: ModelSpec(c.model_path, c.mode, c.trust_remote_code) for c in plan.cells},
         tasks=tasks,
-        tasks_files=list(base.tasks_files),
+        tasks_files=list(dict.fromkeys(tasks_files)),
         task_rows={t: base.task_rows[t] for t in tasks if t in base.task_rows},
         lr_keys=lr_keys or None,
         seeds=seeds,

@@ -288,8 +288,10 @@ def _missing_fix(results: list[LoadedResult], rows: dict[tuple[str, str], dict[s
     ran_keys = sorted({k for cells in ran.values() for k, _ in cells}, key=LR_GRID.__getitem__)
     ran_seeds = sorted({s for cells in ran.values() for _, s in cells})
     grid = {(k, s) for k in ran_keys for s in ran_seeds}
-    if ran_keys and all(cells == grid for cells in ran.values()) and (ran_keys, ran_seeds) != (
-        lr_keys, seeds
+    if (
+        ran_keys
+        and all(cells == grid for cells in ran.values())
+        and (ran_keys, ran_seeds) != (lr_keys, seeds)
     ):
         keys, ran_text = ",".join(ran_keys), ",".join(map(str, ran_seeds))
         return (f"this looks like a shrunken sweep that ran lr keys {keys} and seeds {ran_text}; "

@@ -101,8 +101,10 @@ def full_experiment() -> Experiment:
         device="cpu",
         selection_split="holdout",
         extra_run_args=["--micro-batch", "8"],
-        phases={"select": PhaseRecord("/r/select", "/runs/select"),
-                "report": PhaseRecord("/r/report", "/runs/report", "/sel.json")},  # fmt: skip
+        phases={
+            "select": PhaseRecord("/r/select", "/runs/select"),
+            "report": PhaseRecord("/r/report", "/runs/report", "/sel.json"),
+        },  # fmt: skip
         phase="report",
     )
 
@@ -138,17 +140,29 @@ def write_file(tmp_path: Path, text: str) -> Path:
     "text, expected",
     [
         ("max_step = 4\n", r"exp\.toml: unknown field 'max_step'\. Valid fields: .*recipe"),
-        ("[recipe]\nmax_step = 4\n", r"recipe: unknown field 'max_step'\. Did you mean "
-                                     r"'max_steps'\? Valid fields: max_seq_len, max_steps"),
-        ("[recipe]\nmax_steps = 'four'\n", r"recipe\.max_steps must be an integer >= 1, got "
-                                           r"'four'"),
+        (
+            "[recipe]\nmax_step = 4\n",
+            r"recipe: unknown field 'max_step'\. Did you mean "
+            r"'max_steps'\? Valid fields: max_seq_len, max_steps",
+        ),
+        (
+            "[recipe]\nmax_steps = 'four'\n",
+            r"recipe\.max_steps must be an integer >= 1, got "
+            r"'four'",
+        ),
         ("device = 'gpu'\n", r"device is 'gpu'; valid values: auto, cuda, cpu"),
         ("lr_keys = ['lr99']\n", r"lr_keys holds 'lr99'; valid keys: lr01, "),
-        ("[models.x]\npath = 'org/x'\nmode = 'bidir'\n", r"models\.x\.mode is 'bidir'; valid "
-                                                         r"values: auto, liquid-bidir"),
+        (
+            "[models.x]\npath = 'org/x'\nmode = 'bidir'\n",
+            r"models\.x\.mode is 'bidir'; valid "
+            r"values: auto, liquid-bidir",
+        ),
         ("[models.x]\nmode = 'auto'\n", r"models\.x has no path and is not a registry model"),
-        ("[models.xlm-r-base]\nmode = 'liquid-bidir'\n", r"contradicts the registry model "
-                                                          r"'xlm-r-base': mode 'liquid-bidir'"),
+        (
+            "[models.xlm-r-base]\nmode = 'liquid-bidir'\n",
+            r"contradicts the registry model "
+            r"'xlm-r-base': mode 'liquid-bidir'",
+        ),
         ("[seeds]\nselect = [-1]\n", r"seeds\.select must be an integer >= 0, got -1"),
         ("[seeds]\nreprt = [45]\n", r"seeds: unknown field 'reprt'\. Did you mean 'report'\?"),
         ("version = 9\n", r"version is 9; this harness reads version 1"),
@@ -279,11 +293,16 @@ def test_the_report_sweep_runs_as_its_select_phase_did(tmp_path):
         (["--max-seq-len", "256"], "--max-seq-len 256 contradicts the select phase (64)"),
         (["--device", "cuda"], "--device cuda contradicts the select phase (cpu)"),
         (["--data-dir", "."], "--data-dir {cwd} contradicts the select phase ({mirror})"),
-        (["--model", "m=org/other"], "--model m=org/other:auto contradicts the select phase "
-                                     "(m=org/m:auto, trust_remote_code False)"),
+        (
+            ["--model", "m=org/other"],
+            "--model m=org/other:auto contradicts the select phase "
+            "(m=org/m:auto, trust_remote_code False)",
+        ),
         (["--models", "x"], "--models x contradicts the select phase (its models: m, lfm.x)"),
-        (["--tasks", "glue_sst2"], "--tasks glue_sst2 contradicts the select phase (its tasks: "
-                                   "glue_rte)"),
+        (
+            ["--tasks", "glue_sst2"],
+            "--tasks glue_sst2 contradicts the select phase (its tasks: glue_rte)",
+        ),
     ],
 )
 def test_a_report_flag_that_contradicts_the_select_phase_is_refused(tmp_path, capsys, extra,
@@ -330,6 +349,8 @@ def test_status_rebuilds_its_plan_from_the_file_and_emits_the_shrunk_flags(tmp_p
         capsys.readouterr().err  # fmt: skip
     assert status.main(["--results-dir", str(rdir), "--models", "lfm.x"]) == EXIT_OK
     assert "4 cells planned" in capsys.readouterr().out
+    assert status.main(["--results-dir", str(rdir), "--phase", "report"]) == EXIT_INPUT_ERROR
+    assert "--phase report contradicts" in capsys.readouterr().err
 
 
 def test_status_and_summarize_of_the_report_phase_need_only_the_results_dir(tmp_path, capsys):
@@ -468,7 +489,9 @@ def sh(cmd: list[str], cwd: Path, ok: tuple[int, ...] = (0,)) -> subprocess.Comp
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "OMP_NUM_THREADS": "1", "PYTHON": sys.executable}  # fmt: skip
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode in ok, f"{cmd[:4]} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode in ok, (
+        f"{cmd[:4]} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    )
     return proc
 
 
