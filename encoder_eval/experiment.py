@@ -521,6 +521,13 @@ def _inherit(args: argparse.Namespace, exp: Experiment, phase: str, *, where: st
         if (fact.default if want is None else want) != have:
             raise _refuse(given.get(fact.attr, f"{fact.flag} {fact.show(have)}"),
                           fact.show(want), where, fix)  # fmt: skip
+
+
+def _inherit_pairs(args: argparse.Namespace, exp: Experiment, *, where: str, fix: str,
+                   given: dict[str, str]) -> None:  # fmt: skip
+    """Take `exp`'s models and tasks, or the subset the flags name; refuse any other."""
+    from .sweep import split_csv
+
     requested = _models_from_args(args)
     if exp.models:
         chosen = dict(exp.models)
@@ -539,8 +546,6 @@ def _inherit(args: argparse.Namespace, exp: Experiment, phase: str, *, where: st
                 chosen[name] = exp.models[name]
         _set_models(args, chosen)
     if exp.tasks:
-        from .sweep import split_csv
-
         known = _task_keys(exp.tasks)
         asked = split_csv(args.tasks)
         for name in _task_keys(asked):
@@ -552,19 +557,28 @@ def _inherit(args: argparse.Namespace, exp: Experiment, phase: str, *, where: st
 
 
 def _fill(args: argparse.Namespace, exp: Experiment, phase: str | None, source: str,
-          given: dict[str, str]) -> None:  # fmt: skip
-    """Fill the flags the user left unset from a user's file; flags given win."""
-    facts = [*_SELECT_FACTS, *([_LR_KEYS] if phase == "select" else [])]
-    if phase in PHASE_SEEDS:
-        facts.append(_seeds_fact(phase))
-    for fact in facts:
+          given: dict[str, str], facts: tuple[_Fact, ...]) -> None:  # fmt: skip
+    """Fill the flags the user left unset (`facts`, and the cells: LR keys, seeds, models,
+    tasks) from `exp`; flags given win. `given` learns where each filled value came from."""
+    cells = [*([_LR_KEYS] if phase == "select" else []),
+             *([_seeds_fact(phase)] if phase in PHASE_SEEDS else [])]  # fmt: skip
+    for fact in (*facts, *cells):
         want = fact.get(exp, phase)
         if fact.from_args(args) is None and want is not None:
             setattr(args, fact.attr, fact.to_args(want))
             given[fact.attr] = f"{fact.attr} = {fact.show(want)} in {source}"
-    if exp.models and _models_from_args(args) is None:
+    requested = _models_from_args(args)
+    if exp.models and requested is None:
         _set_models(args, exp.models)
         given["models"] = f"the models of {source}"
+    elif exp.models and any(n in exp.models for n, m in requested.items() if m is None):
+        chosen = {}
+        for name, spec in requested.items():  # --models names the file's models too
+            spec = spec or exp.models.get(name) or _registry_spec(name)
+            if spec is None:
+                raise unknown_name("model", name, {*exp.models, *MODEL_REGISTRY})
+            chosen[name] = spec
+        _set_models(args, chosen)
     if exp.tasks and not args.tasks:
         args.tasks = ",".join(_task_keys(exp.tasks))
         given["tasks"] = f"tasks of {source}"
@@ -574,8 +588,9 @@ def apply_to_args(args: argparse.Namespace, *, results_manifest: bool = False) -
     """Fill the plan flags (`sweep.add_plan_arguments`) that the user left unset.
 
     From `--experiment FILE` (flags given win), or with `results_manifest` (status) from
-    the file in `--results-dir`, which flags may not contradict; then, for a report phase,
-    from the experiment its selection records, which flags may not contradict either.
+    the file in `--results-dir`, whose recipe overrides, data directory, device and
+    selection split flags may not contradict; then, for a report phase, from the experiment
+    its selection records, which flags may not contradict (models and tasks may narrow it).
     Records what it read as `args.experiment_sources` for `write_for_plan`. Idempotent.
     """
     if hasattr(args, "experiment_sources"):
@@ -602,13 +617,13 @@ def apply_to_args(args: argparse.Namespace, *, results_manifest: bool = False) -
             if args.phase == "report" and args.selection is None and record.selection:
                 args.selection = record.selection
         if results_manifest:
-            facts = (*_SELECT_FACTS, *([_LR_KEYS] if args.phase == "select" else ()),
-                     *((_seeds_fact(args.phase),) if args.phase in PHASE_SEEDS else ()))  # fmt: skip
-            _inherit(args, own, args.phase, where=str(path), given=given, facts=facts,
-                     fix="status counts the cells the sweep planned, as its experiment file "
-                     "records them")  # fmt: skip
+            # Which cells status counts may differ from the sweep's (more seeds, fewer
+            # models); how they run may not, or a script it emits would mix recipes.
+            _inherit(args, own, args.phase, where=str(path), given=given, facts=_SELECT_FACTS,
+                     fix="the cells status emits run as the sweep's did")  # fmt: skip
+            _fill(args, own, args.phase, str(path), given, facts=())
         else:
-            _fill(args, own, args.phase, str(path), given)
+            _fill(args, own, args.phase, str(path), given, facts=_SELECT_FACTS)
     inherited = None
     if args.phase == "report" and args.selection is not None:
         from .select import load_selection
@@ -616,8 +631,10 @@ def apply_to_args(args: argparse.Namespace, *, results_manifest: bool = False) -
         inherited = from_selection(load_selection(args.selection), args.selection)
         if inherited is not None:
             register_tasks(inherited, args.selection)
+            fix = "the report phase runs as its select phase did"
             _inherit(args, inherited, "report", where="the select phase", given=given,
-                     facts=_SELECT_FACTS, fix="the report phase runs as its select phase did")  # fmt: skip
+                     facts=_SELECT_FACTS, fix=fix)  # fmt: skip
+            _inherit_pairs(args, inherited, where="the select phase", fix=fix, given=given)
             if args.seeds is None and inherited.seeds.get("report"):
                 args.seeds = ",".join(map(str, inherited.seeds["report"]))
     args.experiment_sources = (own, inherited)

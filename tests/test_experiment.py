@@ -343,12 +343,20 @@ def test_status_rebuilds_its_plan_from_the_file_and_emits_the_shrunk_flags(tmp_p
     assert flag(unit, "--lr") == "3.59e-05" and flag(unit, "--max-steps") == "4"
     assert flag(unit, "--max-seq-len") == "64" and flag(unit, "--device") == "cpu"
     assert flag(unit, "--data-dir") == str(tmp_path / "mirror")
-    # A flag that contradicts the file is refused; one that narrows it is taken.
+    # How cells run may not contradict the file; which cells status counts may differ.
     assert status.main(["--results-dir", str(rdir), "--max-steps", "10000"]) == EXIT_INPUT_ERROR
-    assert "--max-steps 10000 contradicts " + str(rdir / EXPERIMENT_NAME) + " (4)" in \
-        capsys.readouterr().err  # fmt: skip
+    assert capsys.readouterr().err == (
+        f"error: --max-steps 10000 contradicts {rdir / EXPERIMENT_NAME} (4); drop it: the "
+        "cells status emits run as the sweep's did\n"
+    )
     assert status.main(["--results-dir", str(rdir), "--models", "lfm.x"]) == EXIT_OK
     assert "4 cells planned" in capsys.readouterr().out
+    more = tmp_path / "more"
+    argv = ["--results-dir", str(rdir), "--seeds", "42,43,44", "--emit", str(more)]
+    assert status.main(argv) == EXIT_INCOMPLETE
+    assert "12 cells planned" in capsys.readouterr().out
+    assert {flag(u, "--seed") for u in unit_args(more / "run_all.sh")} == {"43,44", "44"}
+    assert {flag(u, "--max-steps") for u in unit_args(more / "run_all.sh")} == {"4"}
     assert status.main(["--results-dir", str(rdir), "--phase", "report"]) == EXIT_INPUT_ERROR
     assert "--phase report contradicts" in capsys.readouterr().err
 
