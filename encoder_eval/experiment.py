@@ -702,8 +702,9 @@ def select_expectations(
 ) -> tuple[Experiment | None, list[str] | None, list[int] | None, list[str] | None,
            list[str] | None]:  # fmt: skip
     """What `select` expects of `results_dir`: its experiment file's LR keys, select seeds,
-    models and tasks, unless flags say otherwise; flags that contradict the file are refused
-    (models and tasks may narrow it). Returns (experiment, lr_keys, seeds, models, tasks)."""
+    models and tasks, unless flags say otherwise: LR keys and seeds may add to the file's,
+    models and tasks may narrow it, and any other flag is refused naming both values.
+    Returns (experiment, lr_keys, seeds, models, tasks)."""
     exp, path = in_results_dir(results_dir)
     if exp is None:
         return None, lr_keys, seeds, models, tasks
@@ -714,7 +715,9 @@ def select_expectations(
     fix = "select reads what the sweep ran from its experiment file"
     for fact, have in ((_LR_KEYS, lr_keys), (_seeds_fact("select"), seeds)):
         want = fact.get(exp, "select")
-        if have is not None and have != (fact.default if want is None else want):
+        # More than the sweep ran (cells `status --emit` added) is fine: whatever is missing
+        # is refused as missing. Less would choose over part of what ran, silently.
+        if have is not None and set(fact.default if want is None else want) - set(have):
             raise _refuse(f"{fact.flag} {fact.show(have)}", f"{fact.attr} {fact.show(want)}",
                           str(path), fix)  # fmt: skip
     if models is not None and exp.models:

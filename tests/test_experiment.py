@@ -226,14 +226,22 @@ def test_select_reads_lr_keys_and_seeds_from_the_file_and_records_the_experiment
     assert sel["policy"]["lr_keys"] == ["lr03", "lr06"] and sel["policy"]["seeds"] == [42, 43]
     assert sel["pairs"]["m"]["glue_rte"]["lr_key"] == "lr06"
     assert experiment.from_selection(sel, str(sel_path)) == experiment.load(rdir / EXPERIMENT_NAME)
-    # Flags that agree are accepted; flags that contradict the file are refused.
+    # Flags that agree or narrow the pairs are accepted.
     run_select(tmp_path, rdir, "--lr-keys", "lr03,lr06", "--seeds", "42,43", "--models", "m")
+    # Seeds beyond the file's (as `status --seeds 42,43,44 --emit` adds) are expected too.
+    out = tmp_path / "more.json"
+    assert select.main(["--results-dir", str(rdir), "--out", str(out), "--seeds", "42,43,44"]) == 1
+    fill_select(rdir, seeds=(44,))
+    assert select.load_selection(run_select(tmp_path, rdir, "--seeds", "42,43,44"))["policy"][
+        "seeds"
+    ] == [42, 43, 44]
 
 
 @pytest.mark.parametrize(
     "extra, message",
     [
         (["--seeds", "42"], "--seeds 42 contradicts {R} (seeds 42,43)"),
+        (["--seeds", "42,44"], "--seeds 42,44 contradicts {R} (seeds 42,43)"),
         (["--lr-keys", "lr03"], "--lr-keys lr03 contradicts {R} (lr_keys lr03,lr06)"),
         (["--models", "other"], "--models other contradicts {R} (its models: m, lfm.x)"),
     ],
