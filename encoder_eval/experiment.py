@@ -449,6 +449,8 @@ class _Fact:
 
     def show(self, value: Any) -> str:
         value = self.default if value is None else value
+        if value is None:
+            return "none"
         if isinstance(value, list):
             return ",".join(map(str, value)) if value else "none"
         return str(value)
