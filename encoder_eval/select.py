@@ -3,19 +3,22 @@
 Usage::
 
     python -m encoder_eval.select --results-dir results/select --out selection.json
-    # smoke runs: tell select what the shrunken sweep ran
+    # results of a sweep older than the experiment file: tell select what it ran
     python -m encoder_eval.select --results-dir results/select --out selection.json \\
         --lr-keys lr03,lr06 --seeds 42,43
 
 For every (model, task) pair the chosen LR is the one with the best seed-averaged dev
 mean (`dev.mean` of the select cells). The policy, stated once:
 
-* Expected cells: every LR key of the grid (or `--lr-keys`) x every select seed 42-44
-  (or `--seeds`). Pairs are those present in the results, or `--models` x `--tasks`.
+* Expected cells: the LR keys x select seeds the sweep ran, as the experiment file it
+  wrote into the results directory (`experiment.toml`) records them, and its models x
+  tasks; flags that contradict the file are refused (`--models`/`--tasks` may narrow it).
+  Without the file: every LR key of the grid (or `--lr-keys`) x every select seed 42-44
+  (or `--seeds`), and the pairs present in the results, or `--models` x `--tasks`.
 * Incomplete rows: an LR whose seed row lacks a seed is not eligible, and select refuses
   (exit 1, nothing written), listing every missing cell: a choice over a partly run grid is
-  not the protocol's. When the results are a complete smaller grid, the refusal names the
-  `--lr-keys`/`--seeds` that describe it. With `--allow-partial` an LR with at least one
+  not the protocol's. When the results are a complete smaller grid (a shrunken sweep
+  without an experiment file), the refusal names the `--lr-keys`/`--seeds` that describe it. With `--allow-partial` an LR with at least one
   finished seed is eligible with the mean over the seeds it has; the pair is marked
   `partial` and the seeds each mean used are recorded.
 * Diverged cells: a diverged seed (non-finite loss) is never dropped. It makes its LR
@@ -34,10 +37,12 @@ mean (`dev.mean` of the select cells). The policy, stated once:
   as `select_setup`, so that `summarize` can check the report cells ran with the same.
 * Cells outside the expected LR keys or seeds are ignored, with a note.
 
-`selection.json` (version 2; a file of another version must be regenerated)::
+`selection.json` (version 3; version 2 is still read, as a file without `experiment`; a
+file of another version must be regenerated)::
 
-    {"schema": "encoder-eval-selection", "version": 2, "created_at": ..., "results_dir": ...,
+    {"schema": "encoder-eval-selection", "version": 3, "created_at": ..., "results_dir": ...,
      "policy": {"lr_keys": [...], "seeds": [...], "allow_partial": false, "rule": ...},
+     "experiment": {...} or null,  # the select phase's experiment file, as data
      "on_protocol": true,
      "pairs": {"<model>": {"<task>": {
          "lr_key": "lr06", "lr": 3.59e-05, "dev_mean": 0.81, "metric": "accuracy",
@@ -62,9 +67,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .errors import ArgumentParser, HarnessError
+from . import experiment
+from .errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK, ArgumentParser, HarnessError
 from .protocol import LR_GRID, PROTOCOL_RECIPE, SELECT_SEEDS
 from .results import (
+    EXPERIMENT_NAME,
     LoadedResult,
     data_identity,
     load_results,
@@ -75,9 +82,10 @@ from .results import (
 
 SCHEMA = "encoder-eval-selection"
 # 2: per pair, `select_setup` (what its select cells ran with) and `undefined_by_lr`.
-VERSION = 2
-EXIT_REFUSED = 1
-EXIT_INPUT_ERROR = 2
+# 3: `experiment`, the select phase's experiment file (null for results without one).
+VERSION = 3
+READABLE_VERSIONS = (2, 3)
+EXIT_REFUSED = EXIT_INCOMPLETE
 POLICY_RULE = (
     "best seed-averaged dev mean; an LR with a diverged seed or an undefined dev score is "
     "ineligible; an LR missing seeds is ineligible unless allow_partial; ties go to the "
@@ -161,11 +169,14 @@ def select_pairs(
     seeds: list[int] | None = None,
     allow_partial: bool = False,
     note=None,
+    unfinished_fix: str | None = None,
 ) -> dict:
     """Build the selection document from select-phase results (see the module docstring).
 
     Raises `Refusal` when expected cells are missing (unless `allow_partial`) or a pair's
-    cells disagree on their setup (`cell_setup`). `note` receives informational messages.
+    cells disagree on their setup (`cell_setup`). `note` receives informational messages;
+    `unfinished_fix` is the fix to name for missing cells when the expected ones came from
+    the sweep's own record (its experiment file), so they cannot be a smaller grid.
     """
     note = note or (lambda msg: None)
     lr_keys = list(lr_keys) if lr_keys else list(LR_GRID)
@@ -231,7 +242,7 @@ def select_pairs(
     if missing_items and not allow_partial:
         raise Refusal(
             f"{len(missing_items)} select cell(s) are missing, so their LRs are not eligible; "
-            + _missing_fix(rows, lr_keys, seeds),
+            + _missing_fix(results, rows, lr_keys, seeds, unfinished_fix),
             missing_items,
         )
 
@@ -252,6 +263,7 @@ def select_pairs(
             "rule": POLICY_RULE,
             "protocol_max_steps": PROTOCOL_RECIPE.max_steps,
         },
+        "experiment": None,
         "on_protocol": bool(all_on_protocol),
         "pairs": out_pairs,
     }
@@ -261,22 +273,31 @@ def _missing_seeds(row: _Row, seeds: list[int]) -> list[int]:
     return [s for s in seeds if s not in row.ok and s not in row.diverged + row.undefined]
 
 
-def _missing_fix(rows: dict[tuple[str, str], dict[str, _Row]], lr_keys: list[str],
-                 seeds: list[int]) -> str:  # fmt: skip
-    """The fix for missing cells: the flags of a complete smaller sweep, else finishing it."""
-    ran_keys = [k for k in lr_keys if any(by_lr[k].cells for by_lr in rows.values())]
-    ran_seeds = [s for s in seeds if any(
-        s not in _missing_seeds(row, seeds) for by_lr in rows.values() for row in by_lr.values()
-    )]  # fmt: skip
-    complete = all(
-        not set(ran_seeds) & set(_missing_seeds(by_lr[k], seeds))
-        for by_lr in rows.values()
-        for k in ran_keys
-    )
-    if ran_keys and complete and (len(ran_keys), len(ran_seeds)) != (len(lr_keys), len(seeds)):
-        keys, ran = ",".join(ran_keys), ",".join(map(str, ran_seeds))
-        return (f"this looks like a shrunken sweep that ran lr keys {keys} and seeds {ran}; "
-                f"pass --lr-keys {keys} --seeds {ran} (or finish the sweep)")  # fmt: skip
+def _missing_fix(results: list[LoadedResult], rows: dict[tuple[str, str], dict[str, _Row]],
+                 lr_keys: list[str], seeds: list[int], unfinished_fix: str | None) -> str:  # fmt: skip
+    """The fix for missing cells: finishing the sweep when its experiment file said what to
+    expect (`unfinished_fix`), else the flags of the complete smaller grid the results form
+    (whatever seeds and keys they hold), else finishing the sweep."""
+    if unfinished_fix is not None:
+        return unfinished_fix
+    ran: dict[tuple[str, str], set[tuple[str, int]]] = {pair: set() for pair in rows}
+    for r in results:
+        cells = ran.get((r.cell["model"], r.cell["task"]))
+        if cells is not None and r.cell["lr_key"] in LR_GRID:
+            cells.add((r.cell["lr_key"], r.cell["seed"]))
+    ran_keys = sorted({k for cells in ran.values() for k, _ in cells}, key=LR_GRID.__getitem__)
+    ran_seeds = sorted({s for cells in ran.values() for _, s in cells})
+    grid = {(k, s) for k in ran_keys for s in ran_seeds}
+    if (
+        ran_keys
+        and all(cells == grid for cells in ran.values())
+        and (ran_keys, ran_seeds) != (lr_keys, seeds)
+    ):
+        keys, ran_text = ",".join(ran_keys), ",".join(map(str, ran_seeds))
+        return (f"this looks like a shrunken sweep that ran lr keys {keys} and seeds {ran_text}; "
+                f"pass --lr-keys {keys} --seeds {ran_text} (a sweep of this harness records "
+                "them in the experiment.toml it writes into the results directory, and select "
+                "reads them from there), or finish the sweep")  # fmt: skip
     return "finish the sweep (re-run its script) or pass --allow-partial"
 
 
@@ -356,9 +377,10 @@ def load_selection(path: str | os.PathLike) -> dict:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise HarnessError(f"{path} is not a selection file (schema {SCHEMA!r}); "
                            "pass the file encoder_eval.select wrote")  # fmt: skip
-    if data.get("version") != VERSION:
+    if data.get("version") not in READABLE_VERSIONS:
+        readable = " and ".join(map(str, READABLE_VERSIONS))
         raise HarnessError(f"{path} has selection version {data.get('version')!r}, this harness "
-                           f"reads {VERSION}; regenerate it with python -m encoder_eval.select")  # fmt: skip
+                           f"reads {readable}; regenerate it with python -m encoder_eval.select")  # fmt: skip
     pairs = data.get("pairs")
     if not isinstance(pairs, dict) or not all(isinstance(v, dict) for v in pairs.values()):
         raise HarnessError(f"{path} has no valid 'pairs' object; regenerate it")
@@ -388,6 +410,18 @@ def format_selection(selection: dict) -> str:
     return "\n".join(lines)
 
 
+def _unfinished_fix(exp: experiment.Experiment | None, results_dir: str) -> str | None:
+    """How to finish a sweep whose experiment file says which cells to expect."""
+    if exp is None:
+        return None
+    record = exp.phases.get("select")
+    where = f"the script in {record.out_dir}" if record and record.out_dir else "its script"
+    return (f"the select sweep recorded in {Path(results_dir) / EXPERIMENT_NAME} "
+            f"is not finished: re-run {where} (python -m encoder_eval.status --results-dir "
+            f"{results_dir} --emit DIR writes one for just the missing cells), or pass "
+            "--allow-partial")  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="python -m encoder_eval.select",
@@ -398,8 +432,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="selection.json", help="file to write")
     p.add_argument("--models", help="comma-separated models (default: those in the results)")
     p.add_argument("--tasks", help="comma-separated tasks (default: those in the results)")
-    p.add_argument("--lr-keys", help="LR keys the sweep ran (default: the whole grid)")
-    p.add_argument("--seeds", help="seeds the sweep ran (default: 42,43,44)")
+    p.add_argument("--lr-keys", help="LR keys the sweep ran (default: those its experiment "
+                   "file records, else the whole grid)")  # fmt: skip
+    p.add_argument("--seeds", help="seeds the sweep ran (default: those its experiment file "
+                   "records, else 42,43,44)")  # fmt: skip
     p.add_argument("--allow-partial", action="store_true",
                    help="choose among LRs with missing seeds too (diverged LRs stay out)")  # fmt: skip
     return p
@@ -413,16 +449,21 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(args.results_dir).is_dir():
             raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
         tasks = split_csv(args.tasks) or None
+        exp, lr_keys, seeds, models, tasks = experiment.select_expectations(
+            args.results_dir, lr_keys=parse_lr_keys(args.lr_keys), seeds=parse_seeds(args.seeds),
+            models=split_csv(args.models) or None, tasks=tasks,
+        )  # fmt: skip
         if tasks:
             resolve_tasks(tasks)
         results = load_results(args.results_dir, phase="select")
         selection = select_pairs(
-            results, models=split_csv(args.models) or None, tasks=tasks,
-            lr_keys=parse_lr_keys(args.lr_keys), seeds=parse_seeds(args.seeds),
+            results, models=models, tasks=tasks, lr_keys=lr_keys, seeds=seeds,
             allow_partial=args.allow_partial,
             note=lambda m: print(f"note: {m}", file=sys.stderr),
+            unfinished_fix=_unfinished_fix(exp, args.results_dir),
         )  # fmt: skip
         selection["results_dir"] = os.path.abspath(args.results_dir)
+        selection["experiment"] = exp.to_dict() if exp else None
         out = Path(args.out)
         if not out.absolute().parent.is_dir():
             raise HarnessError(f"--out {args.out}: directory {out.parent} does not exist")
@@ -443,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         for item in missing:
             print(f"  {item}", file=sys.stderr)
         return EXIT_REFUSED
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

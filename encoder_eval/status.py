@@ -2,17 +2,20 @@
 
 Usage::
 
-    python -m encoder_eval.status --results-dir results/select --phase select
-    python -m encoder_eval.status --results-dir results/report --phase report \\
-        --selection selection.json
-    # re-emit a script for just the missing cells (same flags as the sweep)
-    python -m encoder_eval.status --results-dir results/select --phase select \\
+    python -m encoder_eval.status --results-dir results/select
+    python -m encoder_eval.status --results-dir results/report
+    # re-emit a script for just the missing cells (with the sweep's max steps, data, device)
+    python -m encoder_eval.status --results-dir results/select \\
         --emit runs/select-rest --mode slurm --slurm-template my.sbatch
 
-The expected cells are those `encoder_eval.sweep` would plan from the same flags
-(`--models`, `--model`, `--tasks`, `--lr-keys`, `--seeds`, `--max-steps`, ...: pass the
-ones the sweep got). Each is counted, by `results.cell_state` (the definition every script
-and command shares), as one of:
+The expected cells are those the sweep planned: the experiment file it wrote into the
+results directory (`experiment.toml`, see `encoder_eval.experiment`) gives the phase,
+models, tasks, LR keys, seeds, recipe overrides, data directory, device and (report) the
+selection; flags may narrow `--models`/`--tasks` but not contradict the file. Without the
+file (results of an older sweep) they are those `encoder_eval.sweep` would plan from the
+same flags (`--phase`, `--models`, `--model`, `--tasks`, `--lr-keys`, `--seeds`,
+`--max-steps`, ...: pass the ones the sweep got). Each is counted, by `results.cell_state`
+(the definition every script and command shares), as one of:
 
 * done: a result that parses, validates and names this cell (phase included), status ok;
 * diverged: such a result whose training diverged (a finished outcome, not re-run);
@@ -39,12 +42,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ArgumentParser, HarnessError
+from . import experiment
+from .errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK, ArgumentParser, HarnessError
 from .results import CORRUPT, MISSING, QUARANTINE_DIR, cell_state, count_quarantined, load_results
 from .sweep import Cell, Plan, add_emit_arguments, add_plan_arguments, emit, plan_from_args
 
-EXIT_INCOMPLETE = 1
-EXIT_INPUT_ERROR = 2
 STATES = ("done", "diverged", "corrupt", "missing")
 
 
@@ -143,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.results_dir is None:
             raise HarnessError("give --results-dir (the phase's result directory)")
+        experiment.apply_to_args(args, results_manifest=True)
         plan = plan_from_args(args)
         status = phase_status(plan)
         load_results(plan.results_dir, phase=plan.phase)  # one warning per entry it skips
@@ -157,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_status(status, limit=None if args.list_all else 50))
     if args.emit:
         print(emitted.describe() if emitted else "nothing to run: no script written")
-    return 0 if status.complete else EXIT_INCOMPLETE
+    return EXIT_OK if status.complete else EXIT_INCOMPLETE
 
 
 if __name__ == "__main__":

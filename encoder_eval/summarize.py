@@ -3,7 +3,10 @@
 Usage::
 
     python -m encoder_eval.summarize --results-dir results/report \\
-        --selection selection.json [--format markdown|json|csv] [--out FILE]
+        [--format markdown|json|csv] [--out FILE]
+    # the selection file and the expected report seeds come from the experiment file the
+    # report sweep wrote into results/report; for results without one, name the selection:
+    python -m encoder_eval.summarize --results-dir results/report --selection selection.json
     # a smoke or unfinished run: print anyway, footnotes give the real seed counts
     python -m encoder_eval.summarize ... --allow-partial
 
@@ -64,6 +67,7 @@ from pathlib import Path
 
 from . import aggregate
 from .errors import ArgumentParser, HarnessError
+from .experiment import summarize_inputs
 from .protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
 from .results import LoadedResult, load_results, result_filename
 from .select import cell_setup, load_selection, setup_differences
@@ -578,7 +582,8 @@ def build_parser() -> argparse.ArgumentParser:
         "refuses incomplete or non-comparable tables unless --allow-partial.",
     )
     p.add_argument("--results-dir", required=True, help="report-phase result directory")
-    p.add_argument("--selection", required=True, help="selection.json from encoder_eval.select")
+    p.add_argument("--selection", help="selection.json from encoder_eval.select (default: the "
+                   "one the results directory's experiment file names)")  # fmt: skip
     p.add_argument("--format", choices=("markdown", "json", "csv"), default="markdown")
     p.add_argument("--models", help="comma-separated models (default: selection + results)")
     p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
@@ -587,7 +592,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the table here instead of stdout")
     p.add_argument("--plots", metavar="DIR", help="also write PNG plots here: the final "
                    "scores, and (with --select-results-dir) the learning-rate curves")  # fmt: skip
-    p.add_argument("--select-results-dir", help="select-phase results, for the LR curves")
+    p.add_argument("--select-results-dir", help="select-phase results, for the LR curves "
+                   "(default: those the experiment file names)")  # fmt: skip
     return p
 
 
@@ -605,7 +611,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not Path(args.results_dir).is_dir():
             raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
-        selection = load_selection(args.selection)
+        selection_path, ran_seeds, select_dir = summarize_inputs(args.results_dir,
+                                                                 args.selection)  # fmt: skip
+        selection = load_selection(selection_path)
         results = load_results(args.results_dir, warn=warn, phase="report")
         table = build_table(results, selection, models=split_csv(args.models) or None,
                             tasks=split_csv(args.tasks) or None)  # fmt: skip
@@ -615,15 +623,21 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    if ran_seeds is not None and ran_seeds != table.expected_seeds:
+        # The table still expects the protocol's seeds: a shrunken table never looks complete.
+        print(f"note: the report sweep ran seeds {','.join(map(str, ran_seeds))} (its "
+              f"experiment file), not the protocol's {','.join(map(str, table.expected_seeds))}",
+              file=sys.stderr)  # fmt: skip
     if table.problems and not args.allow_partial:
         print(format_refusal(table), file=sys.stderr)
         return EXIT_REFUSED
     if args.plots:
         from .plots import write_plots
 
+        select_dir = args.select_results_dir or select_dir
         written = write_plots(
-            Path(args.select_results_dir) if args.select_results_dir else None,
-            Path(args.results_dir), Path(args.selection), Path(args.plots), warn=warn,
+            Path(select_dir) if select_dir else None,
+            Path(args.results_dir), Path(selection_path), Path(args.plots), warn=warn,
         )  # fmt: skip
         print(f"wrote {len(written)} plot(s) to {args.plots}", file=sys.stderr)
     if args.format == "csv" and table.problems:

@@ -48,6 +48,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import experiment
 from .errors import ArgumentParser, HarnessError, unknown_name
 from .models import MODEL_REGISTRY, MODES, ModelEntry, model_entry, parse_model_spec
 from .protocol import (
@@ -1156,6 +1157,8 @@ def emit(
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     """Flags that define which cells a phase has (shared by sweep and status)."""
     g = p.add_argument_group("what runs")
+    g.add_argument("--experiment", metavar="FILE", help="an experiment file (TOML; see "
+                   "examples/experiment.toml) that fills the flags not given")  # fmt: skip
     g.add_argument("--phase", choices=PHASES, help="select: LR grid x select seeds, dev only; "
                    "report: report seeds at each pair's selected LR")  # fmt: skip
     g.add_argument("--selection", help="selection.json from encoder_eval.select (report phase)")
@@ -1183,8 +1186,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("where")
     g.add_argument("--results-dir", help="result JSON directory (default: results/<phase>)")
     g.add_argument("--data-dir", help="offline data mirror passed to every cell")
-    g.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
-                   help="passed to every cell")  # fmt: skip
+    g.add_argument("--device", choices=("auto", "cuda", "cpu"),
+                   help="passed to every cell (default: auto)")  # fmt: skip
     g.add_argument("--extra-run-args", default="", help="more encoder_eval.run flags for every "
                    "cell, as one shell-quoted string, e.g. '--micro-batch 8'")  # fmt: skip
 
@@ -1207,7 +1210,8 @@ def add_emit_arguments(p: argparse.ArgumentParser, out_flag: str = "--out-dir") 
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
-    """Build the Plan the parsed plan flags describe."""
+    """Build the Plan the parsed plan flags describe (unset ones filled by `experiment`)."""
+    experiment.apply_to_args(args)
     if args.phase is None:
         raise HarnessError("give --phase select or --phase report")
     selection = None
@@ -1266,12 +1270,14 @@ def main(argv: list[str] | None = None) -> int:
         out_dir = args.out_dir or os.path.join("runs", plan.phase)
         emitted = emit(plan, out_dir, args.mode, template=args.slurm_template,
                        requeue=args.requeue, python=args.python, group=args.group)  # fmt: skip
+        manifests = experiment.write_for_plan(plan, out_dir, args)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     if plan.shrunk:
         print("note: shrunken sweep, its results are off-protocol: " + "; ".join(plan.shrunk))
     print(emitted.describe())
+    print(f"wrote {' and '.join(map(str, manifests))}: what this sweep runs, for later commands")
     return 0
 
 

@@ -284,7 +284,7 @@ CASES = {
                                                          str(_selection(c, json.dumps({
                                                              "schema": "encoder-eval-selection",
                                                              "version": 1, "pairs": {}})))],
-                                              r"selection version 1, this harness reads 2; "
+                                              r"selection version 1, this harness reads 2 and 3; "
                                               r"regenerate it with python -m encoder_eval\.select"),
     "summarize-out-in-missing-dir": (lambda c: ["encoder_eval.summarize", "--results-dir",
                                                 str(c.out), "--selection",

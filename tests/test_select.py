@@ -220,7 +220,7 @@ def test_each_pair_records_what_its_select_cells_used(tmp_path):
     rc, out = run_cli(tmp_path, results)
     assert rc == 0
     sel = select.load_selection(out)
-    assert sel["version"] == 2
+    assert sel["version"] == 3 and sel["experiment"] is None  # results without experiment.toml
     setup = sel["pairs"]["m"]["glue_rte"]["select_setup"]
     assert setup == select.cell_setup(results[0])
     assert setup["model_revision"] == "rev-z" and setup["mode"] == "liquid-bidir"
@@ -263,6 +263,28 @@ def test_a_shrunken_sweep_is_named_with_the_flags_that_fit_it(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "this looks like a shrunken sweep that ran lr keys lr03,lr06 and seeds 42,43; " \
            "pass --lr-keys lr03,lr06 --seeds 42,43" in err  # fmt: skip
+
+
+def test_a_shrunken_sweep_on_other_seeds_is_named_with_the_flags_that_fit_it(tmp_path, capsys):
+    """Seeds outside 42-44 used to leave nothing to go on ("finish the sweep")."""
+    results = grid({"lr03": [0.6, 0.6], "lr06": [0.5, 0.5]}, seeds=[1, 2])
+    results += grid({"lr03": [0.6, 0.6], "lr06": [0.5, 0.5]}, model="n", seeds=[1, 2])
+    rc, out = run_cli(tmp_path, results, shrink=False)
+    assert rc == 1 and not out.exists()
+    err = capsys.readouterr().err
+    assert "pass --lr-keys lr03,lr06 --seeds 1,2 (a sweep of this harness records them in " \
+           "the experiment.toml it writes into the results directory" in err  # fmt: skip
+    assert "finish the sweep (re-run its script)" not in err
+
+
+def test_a_selection_of_version_2_is_still_read(tmp_path):
+    rc, out = run_cli(tmp_path, grid({"lr03": [0.6, 0.8], "lr06": [0.75, 0.7]}))
+    assert rc == 0
+    data = json.loads(out.read_text())
+    data["version"] = 2
+    del data["experiment"]
+    out.write_text(json.dumps(data))
+    assert select.load_selection(out)["pairs"]["m"]["glue_rte"]["lr_key"] == "lr06"
 
 
 def test_a_partly_run_sweep_is_not_called_shrunken(tmp_path, capsys):
