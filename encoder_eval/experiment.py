@@ -41,16 +41,16 @@ import json
 import os
 import re
 import shlex
-import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import HarnessError, unknown_name
+from .fileio import write_atomic
 from .models import MODEL_REGISTRY, MODES, parse_model_spec
 from .protocol import LR_GRID, PHASE_SEEDS, PROTOCOL_RECIPE, SELECTION_SPLITS
-from .results import _FILE_MODE, EXPERIMENT_NAME, TMP_PREFIX
+from .results import EXPERIMENT_NAME
 
 VERSION = 1
 PHASES = ("select", "report")
@@ -369,15 +369,7 @@ def write(exp: Experiment, path: str | os.PathLike) -> None:
     path = Path(path)
     text = "# Written by encoder_eval.sweep; read by select, status, summarize and the report\n" \
            "# sweep (see encoder_eval/experiment.py).\n" + dumps(exp.to_dict())  # fmt: skip
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, _FILE_MODE)  # mkstemp creates 0600; the file is for the whole team
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text)
 
 
 # ----------------------------------------------------------------------------- tasks
@@ -390,11 +382,7 @@ def register_tasks(exp: Experiment, source: str) -> None:
     if exp.tasks_files:
         tasks.register_task_files(exp.tasks_files)
     if exp.task_rows:
-        register_rows = getattr(tasks, "register_task_rows", None)
-        if register_rows is None:
-            raise HarnessError(f"{source}: inline task definitions ([tasks.X] with fields) are "
-                               "not supported by this harness; put them in a tasks file")  # fmt: skip
-        register_rows(exp.task_rows, source)
+        tasks.register_task_rows(exp.task_rows, source)
 
 
 def _task_keys(names: list[str]) -> list[str]:

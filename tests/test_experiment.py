@@ -462,18 +462,22 @@ def test_a_user_files_value_that_contradicts_the_select_phase_is_named_as_such(t
     assert f"max_steps = 8 in {path} contradicts the select phase (4)" in capsys.readouterr().err
 
 
-def test_inline_task_definitions_need_the_task_row_hook(tmp_path, capsys):
-    from encoder_eval import tasks
+def test_inline_task_definitions_are_registered_and_planned(tmp_path, task_registry):
+    from encoder_eval.tasks import TASK_KNOBS
 
-    path = write_file(tmp_path, "[tasks.glue_rte]\n[tasks.my_task]\nhf_path = 'org/data'\n")
+    wnli = (REPO / "examples" / "tasks" / "glue_wnli.toml").read_text(encoding="utf-8")
+    row = wnli[wnli.index("[tasks.glue_wnli]") :]  # the example's task table, inline
+    path = write_file(tmp_path, "[tasks.glue_rte]\n" + row)
     exp = experiment.load(path)
-    assert exp.tasks == ["glue_rte", "my_task"]
-    assert exp.task_rows == {"my_task": {"hf_path": "org/data"}}
-    if hasattr(tasks, "register_task_rows"):
-        pytest.skip("this harness registers inline task rows; tests/test_tasks.py covers them")
-    argv = ["--experiment", str(path), "--phase", "select", "--out-dir", str(tmp_path / "o")]
-    assert sweep.main(argv) == EXIT_INPUT_ERROR
-    assert "inline task definitions" in capsys.readouterr().err
+    assert exp.tasks == ["glue_rte", "glue_wnli"]
+    assert exp.task_rows["glue_wnli"]["hf_config"] == "wnli"
+    argv = ["--experiment", str(path), "--phase", "select", "--model", "m=org/m",
+            "--lr-keys", "lr03", "--seeds", "42", "--out-dir", str(tmp_path / "o"),
+            "--results-dir", str(tmp_path / "r"), "--mode", "shell"]  # fmt: skip
+    assert sweep.main(argv) == 0
+    assert TASK_KNOBS["glue_wnli"].metric == "accuracy"
+    script = (tmp_path / "o" / "run_all.sh").read_text(encoding="utf-8")
+    assert "glue_wnli" in script and "glue_rte" in script
 
 
 # ----------------------------------------------------------------------------- without a file
