@@ -29,14 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from . import fileio, tasks
-from .errors import HarnessError
+from .errors import EXIT_OK, HarnessError, report_errors
 from .fileio import atomic_open
 
 MANIFEST_NAME = "MANIFEST.json"
 MANIFEST_SCHEMA = "encoder-eval-mirror"
 MANIFEST_VERSION = 1
 SPLITS = ("train", "validation", "test")
-EXIT_INPUT_ERROR = 2
 
 Log = Callable[[str], None]
 
@@ -262,23 +261,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@report_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        names = _csv(args.tasks)
-        if names == ["all"]:
-            names = [name for name, k in tasks.TASK_KNOBS.items() if k.hf_path is not None]
-        if not names:
-            raise HarnessError("--tasks is empty; give task names separated by commas, or 'all'")
-        splits = _csv(args.splits) if args.splits is not None else None
-        manifest = prefetch(names, args.out, splits)
-        pin = pin_line(manifest)
-        if pin:
-            print(f"to read exactly these commits from the Hub later: {pin}")
-    except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
-    return 0
+    names = _csv(args.tasks)
+    if names == ["all"]:
+        names = [name for name, k in tasks.TASK_KNOBS.items() if k.hf_path is not None]
+    if not names:
+        raise HarnessError("--tasks is empty; give task names separated by commas, or 'all'")
+    splits = _csv(args.splits) if args.splits is not None else None
+    manifest = prefetch(names, args.out, splits)
+    pin = pin_line(manifest)
+    if pin:
+        print(f"to read exactly these commits from the Hub later: {pin}")
+    return EXIT_OK
 
 
 if __name__ == "__main__":

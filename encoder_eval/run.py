@@ -13,7 +13,15 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import ArgumentParser, HarnessError
+from .errors import (
+    EXIT_INCOMPLETE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    ArgumentParser,
+    HarnessError,
+    report_errors,
+)
 from .models import MODEL_REGISTRY, MODES, key_from_path, model_entry
 from .protocol import PHASE_SEEDS, PROTOCOL_RECIPE, SELECTION_SPLITS, Recipe, lr_key_for
 from .results import (
@@ -24,9 +32,6 @@ from .results import (
     settle_cell,
 )
 from .tasks import TASK_KNOBS, dataset_revisions, register_task_files, task_knobs
-
-EXIT_INPUT_ERROR = 2
-EXIT_CELL_FAILED = 1
 
 
 class CellsFailed(Exception):
@@ -288,18 +293,16 @@ def _note_unreadable_name(cells: list) -> None:
                   "get the name right)", file=sys.stderr)  # fmt: skip
 
 
+@report_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     quiet = args.progress == "quiet"
-    try:
-        cells = plan_cells(args)
-        from .train import EXIT_INTERRUPTED, EXIT_PREEMPTED, Interrupted, Preempted
+    cells = plan_cells(args)  # bad input ends here, before torch is imported
+    from .train import Interrupted, Preempted
 
+    try:
         run_cells(cells, args.skip_existing, log=(lambda m: None) if quiet else print)
         _note_unreadable_name(cells)
-    except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
     except Interrupted as exc:
         print(f"interrupted: {exc}", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -312,8 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except CellsFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_CELL_FAILED
-    return 0
+        return EXIT_INCOMPLETE
+    return EXIT_OK
 
 
 if __name__ == "__main__":

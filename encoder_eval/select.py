@@ -68,7 +68,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import experiment
-from .errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK, ArgumentParser, HarnessError
+from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
 from .protocol import LR_GRID, PROTOCOL_RECIPE, SELECT_SEEDS
 from .results import (
     EXPERIMENT_NAME,
@@ -85,7 +85,6 @@ SCHEMA = "encoder-eval-selection"
 # 3: `experiment`, the select phase's experiment file (null for results without one).
 VERSION = 3
 READABLE_VERSIONS = (2, 3)
-EXIT_REFUSED = EXIT_INCOMPLETE
 POLICY_RULE = (
     "best seed-averaged dev mean; an LR with a diverged seed or an undefined dev score is "
     "ineligible; an LR missing seeds is ineligible unless allow_partial; ties go to the "
@@ -441,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@report_errors
 def main(argv: list[str] | None = None) -> int:
     from .sweep import parse_lr_keys, parse_seeds, resolve_tasks, split_csv
 
@@ -467,12 +467,9 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         if not out.absolute().parent.is_dir():
             raise HarnessError(f"--out {args.out}: directory {out.parent} does not exist")
-    except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
     except Refusal as exc:
         print(exc.render(), file=sys.stderr)
-        return EXIT_REFUSED
+        return EXIT_INCOMPLETE
     write_json_atomic(out, selection)
     print(format_selection(selection))
     if not selection["on_protocol"]:
@@ -483,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {len(missing)} pair(s) have no selection:", file=sys.stderr)
         for item in missing:
             print(f"  {item}", file=sys.stderr)
-        return EXIT_REFUSED
+        return EXIT_INCOMPLETE
     return EXIT_OK
 
 

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import experiment
-from .errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK, ArgumentParser, HarnessError
+from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
 from .results import CORRUPT, MISSING, QUARANTINE_DIR, cell_state, count_quarantined, load_results
 from .sweep import Cell, Plan, add_emit_arguments, add_plan_arguments, emit, plan_from_args
 
@@ -140,23 +140,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@report_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if args.results_dir is None:
-            raise HarnessError("give --results-dir (the phase's result directory)")
-        experiment.apply_to_args(args, results_manifest=True)
-        plan = plan_from_args(args)
-        status = phase_status(plan)
-        load_results(plan.results_dir, phase=plan.phase)  # one warning per entry it skips
-        emitted = None
-        if args.emit and status.to_run:
-            emitted = emit(plan, args.emit, args.mode, cells=status.to_run,
-                           template=args.slurm_template, requeue=args.requeue,
-                           python=args.python, group=args.group)  # fmt: skip
-    except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
+    if args.results_dir is None:
+        raise HarnessError("give --results-dir (the phase's result directory)")
+    experiment.apply_to_args(args, results_manifest=True)
+    plan = plan_from_args(args)
+    status = phase_status(plan)
+    load_results(plan.results_dir, phase=plan.phase)  # one warning per entry it skips
+    emitted = None
+    if args.emit and status.to_run:
+        emitted = emit(plan, args.emit, args.mode, cells=status.to_run,
+                       template=args.slurm_template, requeue=args.requeue,
+                       python=args.python, group=args.group)  # fmt: skip
     print(format_status(status, limit=None if args.list_all else 50))
     if args.emit:
         print(emitted.describe() if emitted else "nothing to run: no script written")

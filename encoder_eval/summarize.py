@@ -66,15 +66,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import aggregate
-from .errors import ArgumentParser, HarnessError
+from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
 from .experiment import summarize_inputs
 from .protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
 from .results import LoadedResult, load_results, result_filename
 from .select import cell_setup, load_selection, setup_differences
 from .tasks import TASK_KNOBS, task_knobs
 
-EXIT_REFUSED = 1
-EXIT_INPUT_ERROR = 2
 TABLE_SCHEMA = "encoder-eval-table"
 RULES = (
     "no_selection", "selection_off_protocol", "selection_partial", "missing_seeds", "wrong_lr",
@@ -597,6 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@report_errors
 def main(argv: list[str] | None = None) -> int:
     from .sweep import split_csv
 
@@ -608,21 +607,17 @@ def main(argv: list[str] | None = None) -> int:
             warned.add(msg)
             print(f"warning: {msg}", file=sys.stderr)
 
-    try:
-        if not Path(args.results_dir).is_dir():
-            raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
-        selection_path, ran_seeds, select_dir = summarize_inputs(args.results_dir,
-                                                                 args.selection)  # fmt: skip
-        selection = load_selection(selection_path)
-        results = load_results(args.results_dir, warn=warn, phase="report")
-        table = build_table(results, selection, models=split_csv(args.models) or None,
-                            tasks=split_csv(args.tasks) or None)  # fmt: skip
-        text = render(table, args.format)
-        if args.out and not Path(args.out).absolute().parent.is_dir():
-            raise HarnessError(f"--out {args.out}: its directory does not exist")
-    except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
+    if not Path(args.results_dir).is_dir():
+        raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
+    selection_path, ran_seeds, select_dir = summarize_inputs(args.results_dir,
+                                                             args.selection)  # fmt: skip
+    selection = load_selection(selection_path)
+    results = load_results(args.results_dir, warn=warn, phase="report")
+    table = build_table(results, selection, models=split_csv(args.models) or None,
+                        tasks=split_csv(args.tasks) or None)  # fmt: skip
+    text = render(table, args.format)
+    if args.out and not Path(args.out).absolute().parent.is_dir():
+        raise HarnessError(f"--out {args.out}: its directory does not exist")
     if ran_seeds is not None and ran_seeds != table.expected_seeds:
         # The table still expects the protocol's seeds: a shrunken table never looks complete.
         print(f"note: the report sweep ran seeds {','.join(map(str, ran_seeds))} (its "
@@ -630,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
     if table.problems and not args.allow_partial:
         print(format_refusal(table), file=sys.stderr)
-        return EXIT_REFUSED
+        return EXIT_INCOMPLETE
     if args.plots:
         from .plots import write_plots
 
@@ -650,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out}")
     else:
         sys.stdout.write(text)
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":
