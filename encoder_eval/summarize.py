@@ -68,6 +68,7 @@ from pathlib import Path
 from . import aggregate
 from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
 from .experiment import summarize_inputs
+from .fileio import write_atomic
 from .protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
 from .results import LoadedResult, load_results, result_filename
 from .select import cell_setup, load_selection, setup_differences
@@ -639,9 +640,7 @@ def main(argv: list[str] | None = None) -> int:
         for note in footnotes(table):
             print(f"note: {note}", file=sys.stderr)
     if args.out:
-        tmp = Path(args.out).with_name(f".tmp-{Path(args.out).name}")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(args.out)
+        write_atomic(args.out, text)
         print(f"wrote {args.out}")
     else:
         sys.stdout.write(text)
