@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import fileio, tasks
-from .errors import EXIT_OK, HarnessError, report_errors
+from .errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
 from .fileio import atomic_open
 
 MANIFEST_NAME = "MANIFEST.json"
@@ -241,7 +241,7 @@ def _csv(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m encoder_eval.prefetch",
         description="Read tasks from the Hugging Face Hub and write them as an offline mirror "
         "for --data-dir / ENCODER_EVAL_DATA_DIR, with a MANIFEST.json of resolved revisions.",
@@ -249,9 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tasks",
         required=True,
-        help="comma-separated task names, or 'all' (every task read from the Hub): "
+        help="comma-separated task names or groups (all, multilingual, glue, superglue): "
         + ", ".join(name for name, k in tasks.TASK_KNOBS.items() if k.hf_path is not None),
     )
+    p.add_argument("--tasks-file", action="append", default=[], metavar="F",
+                   help="a task file whose Hub tasks may be named in --tasks (repeatable)")  # fmt: skip
     p.add_argument("--out", required=True, help="the mirror directory (created if absent)")
     p.add_argument(
         "--splits",
@@ -264,11 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
 @report_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    names = _csv(args.tasks)
-    if names == ["all"]:
-        names = [name for name, k in tasks.TASK_KNOBS.items() if k.hf_path is not None]
-    if not names:
+    tasks.register_task_files(args.tasks_file)
+    if not _csv(args.tasks):
         raise HarnessError("--tasks is empty; give task names separated by commas, or 'all'")
+    names = tasks.resolve_task_names(_csv(args.tasks))
     splits = _csv(args.splits) if args.splits is not None else None
     manifest = prefetch(names, args.out, splits)
     pin = pin_line(manifest)

@@ -371,6 +371,15 @@ def test_all_means_every_hub_task(tmp_path, monkeypatch):
     assert seen == REAL_TASKS and len(seen) == 17
 
 
+def test_groups_and_task_files_name_what_to_prefetch(tmp_path, monkeypatch, task_registry):
+    seen = []
+    monkeypatch.setattr(prefetch, "prefetch", lambda names, out, splits: seen.extend(names))
+    wnli = Path(__file__).resolve().parents[1] / "examples" / "tasks" / "glue_wnli.toml"
+    argv = ["--tasks", "superglue,glue_wnli", "--tasks-file", str(wnli), "--out", str(tmp_path)]
+    assert prefetch.main(argv) == 0
+    assert seen == ["sg_boolq", "sg_cb", "sg_wic", "sg_wsc", "glue_wnli"]
+
+
 def test_a_foreign_or_broken_manifest_is_not_overwritten(tmp_path, hub, capsys):
     hub(shared_data())
     (tmp_path / "MANIFEST.json").write_text("{broken")
