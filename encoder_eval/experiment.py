@@ -749,6 +749,7 @@ def summarize_inputs(
                       str(path), "summarize reads the selection its report phase ran from")  # fmt: skip
     if exp is None:
         return selection, None, None
+    register_tasks(exp, str(path))  # user tasks in the table are known to summarize too
     select_record = exp.phases.get("select")
     return selection, exp.seeds.get("report"), select_record.results_dir if select_record else None
 
