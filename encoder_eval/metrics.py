@@ -6,12 +6,18 @@ from `undefined_reason`), never as a plain 0.0 that a table would average as a s
 - Spearman with fewer than two examples, or constant predictions or targets;
 - binary F1 when neither the labels nor the predictions hold a positive example.
 F1 / macro-F1 count a class that is never predicted as F1 0 (that value is defined).
-Every metric here is "higher is better".
+Each metric is described once, by its `MetricSpec` in `METRIC_SPECS`: its function, its
+direction (every metric here is "higher is better"; `improves` is the one comparison that
+reads it), whether it scores examples one by one or needs per-group data (ranking), and
+the short label tables print.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -63,24 +69,60 @@ def undefined_reason(name: str, preds: Sequence, labels: Sequence) -> str | None
     return None
 
 
-METRICS: dict[str, Callable[[Sequence, Sequence], float]] = {
-    "accuracy": accuracy,
-    "f1": f1,
-    "macro_f1": macro_f1,
-    "mcc": mcc,
-    "spearman": spearman,
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric: its function (predictions, labels) -> score, its direction, whether it
+    scores examples one by one ("pointwise") or needs per-group data such as a query's
+    candidates ("grouped"), and the short label tables print."""
+
+    name: str
+    fn: Callable[[Sequence, Sequence], float]
+    higher_is_better: bool
+    granularity: Literal["pointwise", "grouped"]
+    label: str
+
+
+METRIC_SPECS: dict[str, MetricSpec] = {
+    spec.name: spec
+    for spec in (
+        MetricSpec("accuracy", accuracy, True, "pointwise", "acc"),
+        MetricSpec("f1", f1, True, "pointwise", "F1"),
+        MetricSpec("macro_f1", macro_f1, True, "pointwise", "macro-F1"),
+        MetricSpec("mcc", mcc, True, "pointwise", "MCC"),
+        MetricSpec("spearman", spearman, True, "pointwise", "Spearman"),
+    )
 }
+
+METRICS: dict[str, Callable[[Sequence, Sequence], float]] = {
+    name: spec.fn for name, spec in METRIC_SPECS.items()
+}
+
+
+def metric_spec(name: str) -> MetricSpec:
+    """The spec of metric `name`; an unknown name is a HarnessError listing the valid ones."""
+    if name not in METRIC_SPECS:
+        raise unknown_name("metric", name, METRIC_SPECS)
+    return METRIC_SPECS[name]
+
+
+def improves(new: float | None, best: float | None, metric: str) -> bool:
+    """Whether score `new` is strictly better than `best` under `metric`'s direction; an
+    undefined (None or NaN) `new` never improves, and anything defined beats no best."""
+    if new is None or math.isnan(new):
+        return False
+    if best is None or math.isnan(best) or math.isinf(best):
+        return True
+    return new > best if metric_spec(metric).higher_is_better else new < best
 
 
 def compute_metric(name: str, preds: Sequence, labels: Sequence) -> float | None:
     """Score predictions with the named metric; None when it is undefined on this input
-    (`undefined_reason` says why). Higher is better for every metric here."""
-    if name not in METRICS:
-        raise unknown_name("metric", name, METRICS)
+    (`undefined_reason` says why); `metric_spec(name).higher_is_better` gives its direction."""
+    spec = metric_spec(name)
     if len(preds) != len(labels):
         raise ValueError(f"{len(preds)} predictions for {len(labels)} labels")
     if len(labels) == 0:
         raise ValueError("cannot score an empty split")
     if undefined_reason(name, preds, labels) is not None:
         return None
-    return METRICS[name](preds, labels)
+    return spec.fn(preds, labels)

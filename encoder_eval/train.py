@@ -4,6 +4,10 @@ The loop is written out rather than delegated to `transformers.Trainer` so that 
 protocol is visible in one file: fp32 master weights, bf16 autocast for the forward
 pass, AdamW with the shared recipe, linear warmup and decay, evaluation on dev at a
 fixed cadence, early stopping, best weights restored in memory, then the report split.
+`run_cell` runs four parts in turn: `_setup` (task, device, data, model, tokenisation and
+provenance, all before the first step), `_train` (the loop), `_score` (dev and report
+sections) and `_result` (the result dict). What differs between kinds of cell (batching,
+loss, predictions) comes from the cell's `kinds.Kind`; the loop has no branch per kind.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,14 +31,21 @@ import torch
 from torch import nn
 
 from . import metrics, provenance, tokencache
-from .errors import HarnessError
+from .errors import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # re-exported for older imports
+from .errors import EXIT_PREEMPTED as EXIT_PREEMPTED
+from .errors import HarnessError, unknown_name
+from .kinds import Kind, kind_for
 from .loaders import LoadedModel, load_model
 from .protocol import Recipe, off_protocol_reasons
 from .results import PREDICTIONS_SUFFIX, SCHEMA_NAME, SCHEMA_VERSION, lr_key, write_json_atomic
-from .tasks import REGRESSION, data_provenance, load_task, task_knobs
+from .tasks import TaskKnobs, data_provenance, load_task, task_knobs
 
 EVAL_EVERY_MAX = 500  # evaluate at least every 500 optimizer steps (large tasks)
 MIN_EVALS_WHEN_CAPPED = 4  # a shortened run still evaluates at least this many times
+# Which dev languages each evaluation during training scores: "deciding", those whose mean
+# decides early stopping and the best checkpoint (the rest are scored once, at the end, on
+# the kept weights); "all", every language at every evaluation (the same numbers, slower).
+DEV_LANGUAGES = ("deciding", "all")
 
 
 @dataclass
@@ -61,6 +73,7 @@ class CellConfig:
     progress: str = "bar"  # bar | quiet | json
     cache_dir: str | None = "default"  # tokenisation cache; None disables it
     extra_off_protocol: list[str] = field(default_factory=list)
+    dev_languages: str = "deciding"  # or "all" (DEV_LANGUAGES; benchmarks only)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -124,16 +137,10 @@ def encode_cached(
     return enc
 
 
-def _collate(enc: Encoded, idx: list[int], pad_id: int, device, regression: bool) -> dict:
-    width = max(enc.lengths[i] for i in idx)
-    batch = {}
-    for name, seqs in enc.features.items():
-        fill = pad_id if name == "input_ids" else 0
-        rows = [seqs[i] + [fill] * (width - len(seqs[i])) for i in idx]
-        batch[name] = torch.tensor(rows, dtype=torch.long)
-    labels = [enc.labels[i] for i in idx]
-    batch["labels"] = torch.tensor(labels, dtype=torch.float32 if regression else torch.long)
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+def _collate(enc: Encoded, idx: list[int], pad_id: int, device, kind: Kind) -> dict:
+    """The batch of examples `idx` for `kind` (the one call the loop and `predict` batch
+    through, so a benchmark can count the tokens of every batch)."""
+    return kind.collate(enc, idx, pad_id, device)
 
 
 def train_batches(lengths: list[int], batch_size: int, rng: random.Random, grouped: bool):
@@ -165,27 +172,19 @@ def _autocast(device: torch.device, precision: str):
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
-def _loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> torch.Tensor:
-    logits = logits.float()
-    if regression:
-        return nn.functional.mse_loss(logits.squeeze(-1), labels)
-    return nn.functional.cross_entropy(logits, labels)
-
-
 @torch.no_grad()
-def predict(model, enc: Encoded, pad_id: int, device, precision: str, batch_size: int, regression):
+def predict(model, enc: Encoded, pad_id: int, device, precision: str, batch_size: int, kind: Kind):
     """Predictions for every example, in the split's original order (length-sorted batches)."""
     model.eval()
     order = sorted(range(len(enc.labels)), key=lambda i: enc.lengths[i])
     preds: list = [None] * len(order)
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
-        batch = _collate(enc, idx, pad_id, device, regression)
+        batch = _collate(enc, idx, pad_id, device, kind)
         batch.pop("labels")
         with _autocast(device, precision):
-            logits = model(**batch).logits.float()
-        out = logits.squeeze(-1) if regression else logits.argmax(-1)
-        for i, value in zip(idx, out.cpu().tolist(), strict=True):
+            logits = model(**batch).logits
+        for i, value in zip(idx, kind.predictions(logits), strict=True):
             preds[i] = value
     model.train()
     return preds
@@ -276,12 +275,18 @@ class _Progress:
             self.bar.close()
 
 
+def deciding_languages(langs: list[str], euro: tuple[str, ...]) -> list[str]:
+    """The languages whose mean is a cell's headline score and decides its early stopping
+    and best checkpoint: the Euro languages among `langs`, or all of them when none is."""
+    return [lang for lang in langs if lang in euro] or list(langs)
+
+
 def _language_means(
     scores: dict[str, float | None], euro: tuple[str, ...]
 ) -> tuple[float | None, list[str]]:
-    """The headline mean over the Euro languages scored (all of them when none is Euro);
-    None when any of those is undefined: an undefined score is never averaged as 0."""
-    langs = [lang for lang in scores if lang in euro] or list(scores)
+    """The headline mean over the deciding languages scored (`deciding_languages`); None
+    when any of those is undefined: an undefined score is never averaged as 0."""
+    langs = deciding_languages(list(scores), euro)
     values = [scores[lang] for lang in langs]
     if not values or any(v is None for v in values):
         return None, langs
@@ -341,8 +346,59 @@ def _stop_kind(signum: int) -> tuple[type, str]:
 def _run_cell(
     cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | None, stop: _StopFlag
 ) -> dict:
+    cell = _setup(cfg, loaded, data, data_prov)
+    trained = _train(cell, stop)
+    scored = _score(cell, trained)
+    result = _result(cell, trained, scored)
+    _write(cfg, result, scored.predictions)
+    return result
+
+
+@dataclass
+class _Cell:
+    """Everything a cell resolves before its first step (`_setup`), and the dev scorer."""
+
+    cfg: CellConfig
+    knobs: TaskKnobs
+    kind: Kind
+    device: torch.device
+    eval_batch: int
+    loaded: LoadedModel
+    model: nn.Module
+    pad_id: int
+    prov: dict
+    tokenise: Callable[[dict], Encoded]
+    enc_train: Encoded
+    enc_val: dict[str, Encoded]
+    test_splits: dict[str, dict]
+    loop_languages: list[str]  # the dev languages each evaluation during training scores
+    micro: int
+    accum: int
+    steps_per_epoch: int
+    max_steps: int
+    warmup: int
+    every: int
+    t0: float
+    dev_eval_seconds: float = 0.0  # time spent scoring dev, in the loop and at the end
+
+    def predict(self, enc: Encoded) -> list:
+        return predict(self.model, enc, self.pad_id, self.device, self.cfg.recipe.precision,
+                       self.eval_batch, self.kind)  # fmt: skip
+
+    def dev_scores(self, langs: list[str]) -> tuple[dict[str, float | None], dict[str, str]]:
+        """Score the current weights on the dev split of each language in `langs`."""
+        t = time.perf_counter()
+        preds = {lang: self.predict(self.enc_val[lang]) for lang in langs}
+        out = score_splits(self.knobs.metric, preds, {k: self.enc_val[k].labels for k in langs})
+        self.dev_eval_seconds += time.perf_counter() - t
+        return out
+
+
+def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | None) -> _Cell:
+    """Resolve the task, device, data, model, tokenisation, schedule and provenance."""
+    if cfg.dev_languages not in DEV_LANGUAGES:
+        raise unknown_name("dev_languages setting", cfg.dev_languages, DEV_LANGUAGES)
     knobs = task_knobs(cfg.task)
-    regression = knobs.problem == REGRESSION
     device = resolve_device(cfg.device)
     eval_batch = cfg.eval_batch_size or EVAL_BATCH_SIZE.get(device.type, EVAL_BATCH_SIZE["cuda"])
     recipe = cfg.recipe
@@ -356,11 +412,12 @@ def _run_cell(
         data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report",
                          selection_split=recipe.selection_split)  # fmt: skip
     train_split, val_splits, test_splits, num_labels, problem = data
+    kind = kind_for(problem)
 
     seed_everything(cfg.seed)  # before the model load: the fresh head's init is seeded
     if loaded is None:
         loaded = load_model(
-            cfg.model_path, cfg.mode, num_labels, problem, revision=cfg.model_revision,
+            cfg.model_path, cfg.mode, num_labels, kind.problem, revision=cfg.model_revision,
             trust_remote_code=cfg.trust_remote_code, max_seq_len=recipe.max_seq_len,
             model_label=cfg.model_key,
         )  # fmt: skip
@@ -376,7 +433,6 @@ def _run_cell(
         "data": data_prov,
         "dataset_revisions": {knobs.hf_path: data_prov.get("revision")} if knobs.hf_path else {},
     }
-    pad_id = tok.pad_token_id
     max_len = recipe.max_seq_len
     cache_dir = None
     if cfg.cache_dir is not None:
@@ -394,35 +450,48 @@ def _run_cell(
     micro = cfg.micro_batch_size or recipe.batch_size
     if recipe.batch_size % micro:
         raise HarnessError(f"--micro-batch {micro} must divide the batch size {recipe.batch_size}")
-    accum = recipe.batch_size // micro
-    n_train = len(enc_train.labels)
-    steps_per_epoch = math.ceil(n_train / recipe.batch_size)
+    steps_per_epoch = math.ceil(len(enc_train.labels) / recipe.batch_size)
     max_steps = min(recipe.max_steps, recipe.epoch_cap * steps_per_epoch)
-    warmup = int(recipe.warmup_ratio * max_steps)
-    every = eval_interval(steps_per_epoch, max_steps)
+    deciding = deciding_languages(list(enc_val), knobs.euro_languages)
+    return _Cell(
+        cfg=cfg, knobs=knobs, kind=kind, device=device, eval_batch=eval_batch, loaded=loaded,
+        model=model, pad_id=tok.pad_token_id, prov=prov, tokenise=tokenise,
+        enc_train=enc_train, enc_val=enc_val, test_splits=test_splits,
+        loop_languages=deciding if cfg.dev_languages == "deciding" else list(enc_val),
+        micro=micro, accum=recipe.batch_size // micro, steps_per_epoch=steps_per_epoch,
+        max_steps=max_steps, warmup=int(recipe.warmup_ratio * max_steps),
+        every=eval_interval(steps_per_epoch, max_steps), t0=t0,
+    )  # fmt: skip
 
+
+@dataclass
+class _Trained:
+    """What the training loop hands to scoring and the result."""
+
+    st: _LoopState
+    diverged_at: int | None
+    train_time: float
+    first_step_s: float | None
+    process_first_step_s: float | None
+
+
+def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
+    """Fine-tune with dev evaluations on the deciding languages and early stopping; on a
+    stop signal, save a resumable state (with --out-json) and raise Preempted/Interrupted."""
+    cfg, recipe, model, kind = cell.cfg, cell.cfg.recipe, cell.model, cell.kind
+    enc_train, max_steps, micro = cell.enc_train, cell.max_steps, cell.micro
     optimizer = build_optimizer(model, recipe, cfg.lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(warmup, max_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cell.warmup, max_steps))
     data_rng = random.Random(cfg.seed)
     label = _label(cfg)
     progress = _Progress(cfg.progress, max_steps, label)
 
-    eval_seconds = [0.0]  # time spent scoring dev inside the training loop
-
-    def dev_scores() -> tuple[dict[str, float | None], dict[str, str]]:
-        t = time.perf_counter()
-        preds = {lang: predict(model, enc, pad_id, device, recipe.precision, eval_batch,
-                               regression) for lang, enc in enc_val.items()}  # fmt: skip
-        out = score_splits(knobs.metric, preds, {k: e.labels for k, e in enc_val.items()})
-        eval_seconds[0] += time.perf_counter() - t
-        return out
-
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    if cell.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(cell.device)
     model.train()
     st = _LoopState()
     resume_path = _resume_path(cfg.out_json)
-    signature = _signature(cfg, loaded.revision)
+    signature = _signature(cfg, cell.loaded.revision)
     if resume_path is not None and resume_path.exists():
         st = _restore(resume_path, signature, model, optimizer, scheduler, data_rng, st)
     diverged_at = None
@@ -431,14 +500,14 @@ def _run_cell(
     while st.step < max_steps and diverged_at is None and not st.early_stopped:
         if stop.signal is not None:
             progress.close()
-            kind, how = _stop_kind(stop.signal)
+            stop_kind, how = _stop_kind(stop.signal)
             if resume_path is None:
-                raise kind(f"{label}: stopped by {how} at step {st.step}; no --out-json, so "
-                           "no state was saved")  # fmt: skip
+                raise stop_kind(f"{label}: stopped by {how} at step {st.step}; no --out-json, "
+                                "so no state was saved")  # fmt: skip
             st.train_time_before += time.perf_counter() - t_train
             _save_resume(resume_path, signature, st, model, optimizer, scheduler, data_rng)
-            raise kind(f"{label}: stopped by {how} at step {st.step}; state saved to "
-                       f"{resume_path}; run the cell again to resume (the same command)")  # fmt: skip
+            raise stop_kind(f"{label}: stopped by {how} at step {st.step}; state saved to "
+                            f"{resume_path}; run the cell again to resume (the same command)")  # fmt: skip
         if not st.batches:
             st.batches = train_batches(enc_train.lengths, recipe.batch_size, data_rng,
                                        cfg.batching == "length-grouped")  # fmt: skip
@@ -448,11 +517,11 @@ def _run_cell(
         step_loss = 0.0
         for m in range(0, len(idx), micro):
             sub = idx[m : m + micro]
-            batch = _collate(enc_train, sub, pad_id, device, regression)
+            batch = _collate(enc_train, sub, cell.pad_id, cell.device, kind)
             labels = batch.pop("labels")
-            with _autocast(device, recipe.precision):
+            with _autocast(cell.device, recipe.precision):
                 logits = model(**batch).logits
-            loss = _loss(logits, labels, regression) * (len(sub) / len(idx))
+            loss = kind.loss(logits, labels) * (len(sub) / len(idx))
             loss.backward()
             step_loss += loss.detach()
             st.real_tokens += sum(enc_train.lengths[i] for i in sub)
@@ -465,66 +534,102 @@ def _run_cell(
         st.step += 1
         st.last_loss = step_loss
         if first_step_s is None:
-            first_step_s = time.perf_counter() - t0
+            first_step_s = time.perf_counter() - cell.t0
             process_first_step_s = _seconds_since_process_start()
         dev_mean = None
-        if st.step % every == 0 or st.step == max_steps:
-            per_lang, undefined = dev_scores()
-            dev_mean, _ = _language_means(per_lang, knobs.euro_languages)
-            st.history.append({"step": st.step, "dev": dev_mean, "loss": step_loss})
-            st.last_per_language, st.last_undefined = per_lang, undefined
+        if st.step % cell.every == 0 or st.step == max_steps:
+            dev_mean = _evaluate(cell, st)
             progress.event(step=st.step, loss=step_loss, dev=dev_mean)
-            # An undefined dev score (constant predictions) never counts as a best.
-            if dev_mean is not None and dev_mean > st.best_mean:
-                st.best_mean, st.best_step, st.best_per_language = dev_mean, st.step, per_lang
-                st.best_state = {k: v.detach().to("cpu", copy=True)
-                                 for k, v in model.state_dict().items()}  # fmt: skip
-                st.bad_evals = 0
-            else:
-                st.bad_evals += 1
-                # Patience running out at the last allowed step is the cap ending training,
-                # not an early stop.
-                if (recipe.early_stop and st.bad_evals >= recipe.patience
-                        and st.step < max_steps):  # fmt: skip
-                    st.early_stopped = True
         progress.step(step_loss, dev_mean)
     progress.close()
     train_time = st.train_time_before + time.perf_counter() - t_train
-    step, epoch, history, real_tokens = st.step, st.epoch, st.history, st.real_tokens
-    early_stopped, last_loss = st.early_stopped, st.last_loss
-    best = {"mean": st.best_mean, "step": st.best_step, "per_language": st.best_per_language,
-            "state": st.best_state}  # fmt: skip
+    return _Trained(st, diverged_at, train_time, first_step_s, process_first_step_s)
 
-    status = "diverged" if diverged_at is not None else "ok"
-    report = dev = None
-    predictions = {}
-    if status == "ok":
-        if best["state"] is not None:
-            model.load_state_dict(best["state"])
-            dev = _score_section(best["per_language"], {}, knobs.euro_languages)
-        else:  # no evaluation had a defined score: the last one says why
-            dev = _score_section(st.last_per_language, st.last_undefined, knobs.euro_languages)
-        if cfg.phase == "report":
-            labels = {}
-            for lang, split in test_splits.items():
-                enc = tokenise(split)
-                preds = predict(model, enc, pad_id, device, recipe.precision,
-                                eval_batch, regression)  # fmt: skip
-                predictions[lang] = {"predictions": preds, "labels": enc.labels}
-                labels[lang] = enc.labels
-            scores, undefined = score_splits(
-                knobs.metric, {k: v["predictions"] for k, v in predictions.items()}, labels
-            )
-            report = {"split": knobs.report_split,
-                      **_score_section(scores, undefined, knobs.euro_languages)}  # fmt: skip
-        for name, section in (("dev", dev), ("report", report)):
-            for lang, why in (section or {}).get("undefined", {}).items():
-                print(f"warning: {label}: {knobs.metric} is undefined on the {name} split "
-                      f"({lang}: {why}); recorded as undefined, not as 0", file=sys.stderr)  # fmt: skip
 
+def _evaluate(cell: _Cell, st: _LoopState) -> float | None:
+    """One dev evaluation during training: score the deciding languages, record it, keep the
+    weights when it is a new best, and count patience; returns the dev mean."""
+    per_lang, undefined = cell.dev_scores(cell.loop_languages)
+    dev_mean, _ = _language_means(per_lang, cell.knobs.euro_languages)
+    st.history.append({"step": st.step, "dev": dev_mean, "loss": st.last_loss})
+    st.last_per_language, st.last_undefined = per_lang, undefined
+    # An undefined dev score (constant predictions) never counts as a best.
+    if metrics.improves(dev_mean, st.best_mean, cell.knobs.metric):
+        st.best_mean, st.best_step = dev_mean, st.step
+        st.best_per_language, st.best_undefined = per_lang, undefined
+        st.best_state = {k: v.detach().to("cpu", copy=True)
+                         for k, v in cell.model.state_dict().items()}  # fmt: skip
+        st.bad_evals = 0
+    else:
+        st.bad_evals += 1
+        # Patience running out at the last allowed step is the cap ending training, not an
+        # early stop.
+        recipe = cell.cfg.recipe
+        if recipe.early_stop and st.bad_evals >= recipe.patience and st.step < cell.max_steps:
+            st.early_stopped = True
+    return dev_mean
+
+
+@dataclass
+class _Scores:
+    status: str  # ok | diverged
+    dev: dict | None
+    report: dict | None
+    predictions: dict[str, dict]  # report split, per language: predictions and labels
+
+
+def _score(cell: _Cell, trained: _Trained) -> _Scores:
+    """Restore the best weights, complete the dev scores and score the report split."""
+    if trained.diverged_at is not None:
+        return _Scores("diverged", None, None, {})
+    knobs, euro = cell.knobs, cell.knobs.euro_languages
+    dev = _score_section(*_final_dev_scores(cell, trained.st), euro)
+    report, predictions = None, {}
+    if cell.cfg.phase == "report":
+        labels = {}
+        for lang, split in cell.test_splits.items():
+            enc = cell.tokenise(split)
+            predictions[lang] = {"predictions": cell.predict(enc), "labels": enc.labels}
+            labels[lang] = enc.labels
+        scores, undefined = score_splits(
+            knobs.metric, {k: v["predictions"] for k, v in predictions.items()}, labels
+        )
+        report = {"split": knobs.report_split, **_score_section(scores, undefined, euro)}
+    for name, section in (("dev", dev), ("report", report)):
+        for lang, why in (section or {}).get("undefined", {}).items():
+            print(f"warning: {_label(cell.cfg)}: {knobs.metric} is undefined on the {name} "
+                  f"split ({lang}: {why}); recorded as undefined, not as 0", file=sys.stderr)  # fmt: skip
+    return _Scores("ok", dev, report, predictions)
+
+
+def _final_dev_scores(
+    cell: _Cell, st: _LoopState
+) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Every dev language's score on the weights the cell keeps: the best evaluation's
+    (restored here), else the last one's. The languages that evaluation scored keep its
+    numbers; the others are scored once, now, on the same weights."""
+    if st.best_state is not None:
+        cell.model.load_state_dict(st.best_state)
+        scores, undefined = st.best_per_language, st.best_undefined
+    else:  # no evaluation had a defined score: the last one says why
+        scores, undefined = st.last_per_language, st.last_undefined
+    rest = [lang for lang in cell.enc_val if lang not in scores]
+    more, more_undefined = cell.dev_scores(rest) if rest else ({}, {})
+    scores, undefined = {**scores, **more}, {**undefined, **more_undefined}
+    order = list(cell.enc_val)
+    return ({lang: scores[lang] for lang in order},
+            {lang: undefined[lang] for lang in order if lang in undefined})  # fmt: skip
+
+
+def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
+    """The cell's result dict (schema v2, `results.validate_result`)."""
+    cfg, recipe, st = cell.cfg, cell.cfg.recipe, trained.st
+    device, train_time = cell.device, trained.train_time
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _cpu_peak_rss()
     off = off_protocol_reasons(recipe, cfg.lr, cfg.seed, cfg.phase) + list(cfg.extra_off_protocol)
-    result = {
+    stopped_by = _stopped_by(trained.diverged_at, st.early_stopped, cell.max_steps, recipe)
+    first_step_s = trained.first_step_s
+    return {
         "schema": SCHEMA_NAME,
         "schema_version": SCHEMA_VERSION,
         "cell": {
@@ -535,65 +640,65 @@ def _run_cell(
             "seed": cfg.seed,
             "phase": cfg.phase,
         },  # fmt: skip
-        "status": status,
-        "metric": knobs.metric,
-        "dev": dev,
-        "report": report,
+        "status": scored.status,
+        "metric": cell.knobs.metric,
+        "dev": scored.dev,
+        "report": scored.report,
         "training": {
-            "steps": step,
-            "max_steps": max_steps,
-            "best_step": best["step"],
-            "epochs": round(step / steps_per_epoch, 3),
-            "epochs_started": epoch,
-            "steps_per_epoch": steps_per_epoch,
-            "eval_every": every,
-            "early_stopped": early_stopped,
-            "stopped_by": _stopped_by(diverged_at, early_stopped, max_steps, recipe),
-            "diverged_at_step": diverged_at,
-            "final_loss": last_loss if math.isfinite(last_loss) else None,
-            "train_examples": n_train,
-            "dev_history": history,
-            "wall_time_s": round(time.perf_counter() - t0, 3),
+            "steps": st.step,
+            "max_steps": cell.max_steps,
+            "best_step": st.best_step,
+            "epochs": round(st.step / cell.steps_per_epoch, 3),
+            "epochs_started": st.epoch,
+            "steps_per_epoch": cell.steps_per_epoch,
+            "eval_every": cell.every,
+            "early_stopped": st.early_stopped,
+            "stopped_by": stopped_by,
+            "diverged_at_step": trained.diverged_at,
+            "final_loss": st.last_loss if math.isfinite(st.last_loss) else None,
+            "train_examples": len(cell.enc_train.labels),
+            "dev_history": st.history,
+            "wall_time_s": round(time.perf_counter() - cell.t0, 3),
             "train_time_s": round(train_time, 3),
-            "dev_eval_time_s": round(eval_seconds[0], 3),
+            "dev_eval_time_s": round(cell.dev_eval_seconds, 3),
             "time_to_first_step_s": None if first_step_s is None else round(first_step_s, 3),
-            "process_start_to_first_step_s": process_first_step_s,
-            "train_tokens_per_s": round(real_tokens / train_time, 1) if train_time > 0 else None,
+            "process_start_to_first_step_s": trained.process_first_step_s,
+            "train_tokens_per_s": round(st.real_tokens / train_time, 1) if train_time > 0 else None,
             "peak_memory_bytes": int(peak) if peak else None,
         },  # fmt: skip
         "recipe": {
             **recipe.to_dict(),
             "effective_batch": recipe.batch_size,
-            "micro_batch": micro,
-            "grad_accumulation": accum,
-            "eval_batch": eval_batch,
-            "warmup_steps": warmup,
+            "micro_batch": cell.micro,
+            "grad_accumulation": cell.accum,
+            "eval_batch": cell.eval_batch,
+            "warmup_steps": cell.warmup,
             "optimizer": "AdamW",
             "schedule": "linear warmup, linear decay",
-            "pair_format": knobs.pair_format,
+            "pair_format": cell.knobs.pair_format,
             "batching": cfg.batching,
             "mode": cfg.mode,
         },  # fmt: skip
         "protocol": {"on_protocol": not off, "off_protocol_reasons": off},
-        "provenance": prov,
+        "provenance": cell.prov,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    if cfg.out_json:
-        if resume_path is not None:
-            resume_path.unlink(missing_ok=True)
-        if cfg.save_predictions and predictions:
-            pred_path = Path(str(cfg.out_json).removesuffix(".json") + PREDICTIONS_SUFFIX)
-            write_json_atomic(pred_path, {"cell": result["cell"], "splits": predictions})
-        write_json_atomic(cfg.out_json, result)
-    return result
+
+
+def _write(cfg: CellConfig, result: dict, predictions: dict) -> None:
+    """Write the result (and the report predictions when asked); drop the resume state."""
+    if not cfg.out_json:
+        return
+    resume_path = _resume_path(cfg.out_json)
+    if resume_path is not None:
+        resume_path.unlink(missing_ok=True)
+    if cfg.save_predictions and predictions:
+        pred_path = Path(str(cfg.out_json).removesuffix(".json") + PREDICTIONS_SUFFIX)
+        write_json_atomic(pred_path, {"cell": result["cell"], "splits": predictions})
+    write_json_atomic(cfg.out_json, result)
 
 
 # ----------------------------------------------------------------------------- preemption
-
-EXIT_PREEMPTED = 75  # EX_TEMPFAIL: the cell saved its state and should be run again
-
-
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
 
 class Preempted(Exception):
@@ -614,6 +719,7 @@ class _LoopState:
     best_mean: float = -math.inf
     best_step: int = 0
     best_per_language: dict = field(default_factory=dict)
+    best_undefined: dict = field(default_factory=dict)
     best_state: dict | None = None
     history: list = field(default_factory=list)
     early_stopped: bool = False

@@ -14,6 +14,7 @@ from conftest import REPO, read_json
 
 from encoder_eval import train
 from encoder_eval.errors import HarnessError
+from encoder_eval.kinds import KINDS
 from encoder_eval.loaders import check_fp32, load_model
 from encoder_eval.protocol import Recipe
 from encoder_eval.results import result_filename, validate_result
@@ -114,12 +115,13 @@ def test_autocast_bf16_activations_with_fp32_weights_and_state(tiny_models, smal
     first_linear.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
     train_split = load_task("glue_rte", small_mirror)[0]
     enc = train.encode(loaded.tokenizer, train_split, 64, loaded.input_names)
-    batch = train._collate(enc, list(range(8)), loaded.tokenizer.pad_token_id, "cpu", False)
+    kind = KINDS["classification"]
+    batch = train._collate(enc, list(range(8)), loaded.tokenizer.pad_token_id, "cpu", kind)
     labels = batch.pop("labels")
     optimizer = train.build_optimizer(model, Recipe(), 1e-4)
     with train._autocast(torch.device("cpu"), "bf16-autocast"):
         logits = model(**batch).logits
-    train._loss(logits, labels, False).backward()
+    kind.loss(logits, labels).backward()
     optimizer.step()
     assert seen == [torch.bfloat16]
     assert all(p.dtype == torch.float32 for p in model.parameters())
@@ -138,7 +140,8 @@ def test_output_layer_runs_in_fp32_so_regression_predictions_are_not_rounded(tin
     with torch.no_grad():
         loaded.model.classifier.bias.fill_(2.5)  # bf16 would round outputs here to 1/64 steps
     with train._autocast(torch.device("cpu"), "bf16-autocast"):
-        batch = train._collate(enc, list(range(40)), loaded.tokenizer.pad_token_id, "cpu", True)
+        batch = train._collate(enc, list(range(40)), loaded.tokenizer.pad_token_id, "cpu",
+                               KINDS["regression"])  # fmt: skip
         batch.pop("labels")
         logits = loaded.model(**batch).logits
     assert logits.dtype == torch.float32
@@ -376,3 +379,145 @@ def test_holdout_selects_on_a_slice_of_train_and_reports_the_official_dev(
     assert result["recipe"]["selection_split"] == "holdout"
     assert result["protocol"]["off_protocol_reasons"] == [
         "max_steps=4 (protocol: 10000)", "max_seq_len=128 (protocol: 256)"]  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- issue 12
+
+SEAHORSE_DECIDING = ["de", "en-US", "es-ES", "ru"]  # its Euro languages; tr and vi are not
+
+
+@pytest.fixture(scope="module")
+def seahorse_mirror(tmp_path_factory):
+    """A real multilingual mirror with languages outside the Euro set: SeaHorse's first
+    600 validation rows (en-US de tr es-ES ru vi), split into train/validation/test."""
+    from mirror_helpers import split_mirror
+
+    dest = tmp_path_factory.mktemp("seahorse")
+    split_mirror("seahorse", dest, limit=600)
+    return dest
+
+
+def _languages_predicted(monkeypatch, tokenizer, input_names, splits: dict) -> list[str]:
+    """Wrap `train.predict` to record, per call, which language's split it scored (matched
+    by the token ids of an independent tokenisation)."""
+    by_ids = {}
+    for lang, split in splits.items():
+        enc = train.encode(tokenizer, split, 128, input_names)
+        by_ids[tuple(map(tuple, enc.features["input_ids"]))] = lang
+    seen: list[str] = []
+    real_predict = train.predict
+
+    def recording_predict(model, enc, *args, **kwargs):
+        seen.append(by_ids.get(tuple(map(tuple, enc.features["input_ids"])), "?"))
+        return real_predict(model, enc, *args, **kwargs)
+
+    monkeypatch.setattr(train, "predict", recording_predict)
+    return seen
+
+
+def test_training_evaluations_score_only_the_deciding_languages_and_the_rest_once_at_the_end(
+    tiny_models, seahorse_mirror, tmp_path, monkeypatch
+):
+    from encoder_eval import metrics
+    from encoder_eval.kinds import kind_for
+
+    data = load_task("seahorse", seahorse_mirror, with_test=False)
+    val = data[1]
+    assert sorted(val) == sorted(SEAHORSE_DECIDING + ["tr", "vi"])
+    loaded = load_model(str(tiny_models["bert"]), "auto", 1, "regression", max_seq_len=128)
+    seen = _languages_predicted(monkeypatch, loaded.tokenizer, loaded.input_names, val)
+    cfg = cell(tmp_path, tiny_models["bert"], task="seahorse", phase="select", out_json=None,
+               data_dir=str(seahorse_mirror))  # fmt: skip
+    result = train.run_cell(cfg, loaded=loaded, data=data)
+    history = result["training"]["dev_history"]
+    assert len(history) == 3  # steps 2, 4, 6
+    deciding = [lang for lang in val if lang in SEAHORSE_DECIDING]
+    rest = [lang for lang in val if lang not in SEAHORSE_DECIDING]
+    assert seen == deciding * len(history) + rest  # tr and vi: once, after training
+
+    dev = result["dev"]
+    assert list(dev["per_language"]) == list(val)  # every language, in the split's order
+    assert dev["languages_in_mean"] == deciding
+    best = next(h for h in history if h["step"] == result["training"]["best_step"])
+    assert dev["mean"] == best["dev"]
+    # The kept weights (in `loaded.model`, restored to the best evaluation) scored afresh.
+    kind = kind_for("regression")
+    for lang, split in val.items():
+        enc = train.encode(loaded.tokenizer, split, 128, loaded.input_names)
+        preds = train.predict(loaded.model, enc, loaded.tokenizer.pad_token_id, torch.device("cpu"),
+                              SHORT.precision, result["recipe"]["eval_batch"], kind)  # fmt: skip
+        assert dev["per_language"][lang] == metrics.compute_metric("spearman", preds, enc.labels)
+
+
+def test_scoring_every_language_at_every_evaluation_gives_the_same_result(
+    tiny_models, seahorse_mirror, tmp_path, monkeypatch
+):
+    data = load_task("seahorse", seahorse_mirror)
+    results = {}
+    for setting in ("all", "deciding"):
+        loaded = load_model(str(tiny_models["bert"]), "auto", 1, "regression", max_seq_len=128)
+        seen = _languages_predicted(monkeypatch, loaded.tokenizer, loaded.input_names, data[1])
+        results[setting] = train.run_cell(
+            cell(tmp_path, tiny_models["bert"], task="seahorse", out_json=None,
+                 data_dir=str(seahorse_mirror), dev_languages=setting),
+            data=data,
+        )  # fmt: skip
+        n_evals = len(results[setting]["training"]["dev_history"])
+        dev_calls = [lang for lang in seen if lang != "?"]  # "?": the test split's
+        assert len(dev_calls) == (6 * n_evals if setting == "all" else 4 * n_evals + 2)
+    a, b = results["all"], results["deciding"]
+    assert set(a["dev"]["per_language"]) == set(SEAHORSE_DECIDING + ["tr", "vi"])
+    assert a["dev"] == b["dev"] and a["report"] == b["report"]
+    for key in ("dev_history", "best_step", "steps", "final_loss"):
+        assert a["training"][key] == b["training"][key], key
+
+
+def test_an_unknown_dev_languages_setting_is_refused(tiny_models, small_mirror, tmp_path):
+    with pytest.raises(HarnessError, match="unknown dev_languages setting 'deciders'.*all"):
+        train.run_cell(cell(tmp_path, tiny_models["bert"], data_dir=str(small_mirror),
+                            dev_languages="deciders"))  # fmt: skip
+
+
+def test_the_best_checkpoint_follows_the_metric_direction(
+    tiny_models, small_mirror, tmp_path, monkeypatch
+):
+    """The loop asks `metrics.improves`: under a lower-is-better Spearman the kept
+    evaluation is the one with the lowest dev score, and by default the highest."""
+    import dataclasses
+
+    from encoder_eval import metrics
+
+    recipe = Recipe(max_steps=8, patience=99, max_seq_len=128)
+    cfg = cell(tmp_path, tiny_models["bert"], task="glue_stsb", data_dir=str(small_mirror),
+               recipe=recipe, out_json=None, lr=1e-3)  # fmt: skip
+    for higher in (True, False):
+        spec = dataclasses.replace(metrics.METRIC_SPECS["spearman"], higher_is_better=higher)
+        monkeypatch.setitem(metrics.METRIC_SPECS, "spearman", spec)
+        result = train.run_cell(cfg)
+        history = result["training"]["dev_history"]
+        devs = [h["dev"] for h in history]
+        print("higher_is_better", higher, "dev history", devs)
+        assert len(set(devs)) == len(devs) == 4  # distinct, so the choice is a real one
+        want = max(devs) if higher else min(devs)
+        assert result["training"]["best_step"] == history[devs.index(want)]["step"]
+        assert result["dev"]["mean"] == want
+
+
+def test_under_holdout_selection_dev_is_the_slice_alone(
+    tiny_models, seahorse_mirror, tmp_path, monkeypatch
+):
+    """With --selection-split holdout the slice of train replaces every dev language and
+    decides alone: each evaluation scores it, and nothing is left to score after training."""
+    from encoder_eval.holdout import HOLDOUT_KEY
+
+    recipe = Recipe(max_steps=6, patience=3, max_seq_len=128, selection_split="holdout")
+    data = load_task("seahorse", seahorse_mirror, with_test=False, selection_split="holdout")
+    assert list(data[1]) == [HOLDOUT_KEY]
+    loaded = load_model(str(tiny_models["bert"]), "auto", 1, "regression", max_seq_len=128)
+    seen = _languages_predicted(monkeypatch, loaded.tokenizer, loaded.input_names, data[1])
+    result = train.run_cell(cell(tmp_path, tiny_models["bert"], task="seahorse", phase="select",
+                                 out_json=None, recipe=recipe, data_dir=str(seahorse_mirror)),
+                            loaded=loaded, data=data)  # fmt: skip
+    assert seen == [HOLDOUT_KEY] * len(result["training"]["dev_history"])
+    assert list(result["dev"]["per_language"]) == [HOLDOUT_KEY]
+    assert result["dev"]["languages_in_mean"] == [HOLDOUT_KEY]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import warnings
 
 import numpy as np
@@ -10,7 +12,15 @@ from scipy.stats import spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from encoder_eval.errors import HarnessError
-from encoder_eval.metrics import METRICS, compute_metric, macro_f1, undefined_reason
+from encoder_eval.metrics import (
+    METRIC_SPECS,
+    METRICS,
+    compute_metric,
+    improves,
+    macro_f1,
+    metric_spec,
+    undefined_reason,
+)
 
 CASES = 200  # random cases per metric
 
@@ -199,3 +209,34 @@ def test_unknown_metric_suggests_a_close_one():
 
 def test_metric_set():
     assert set(METRICS) == {"accuracy", "f1", "macro_f1", "mcc", "spearman"}
+
+
+# ----------------------------------------------------------------------------- specs
+
+
+def test_every_metric_has_one_spec():
+    assert list(METRICS) == list(METRIC_SPECS)
+    for name, spec in METRIC_SPECS.items():
+        assert spec.name == name and METRICS[name] is spec.fn is metric_spec(name).fn
+        assert spec.higher_is_better is True and spec.granularity == "pointwise"
+        assert spec.label
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        METRIC_SPECS["mcc"].higher_is_better = False
+
+
+def test_metric_spec_of_an_unknown_name_suggests_a_close_one():
+    with pytest.raises(HarnessError, match="unknown metric 'spearmann'.*Did you mean 'spearman'"):
+        metric_spec("spearmann")
+
+
+def test_improves_reads_the_direction_and_never_counts_undefined(monkeypatch):
+    assert improves(0.6, 0.5, "accuracy") and not improves(0.5, 0.5, "accuracy")
+    assert not improves(0.4, 0.5, "accuracy")
+    assert improves(-0.9, -math.inf, "mcc") and improves(0.1, None, "mcc")
+    assert not improves(None, 0.5, "accuracy") and not improves(math.nan, -math.inf, "f1")
+    lower = dataclasses.replace(METRIC_SPECS["accuracy"], higher_is_better=False)
+    monkeypatch.setitem(METRIC_SPECS, "accuracy", lower)
+    assert improves(0.4, 0.5, "accuracy") and not improves(0.6, 0.5, "accuracy")
+    assert improves(0.9, -math.inf, "accuracy")  # no best yet: any defined score is one
+    with pytest.raises(HarnessError, match="unknown metric"):
+        improves(0.5, 0.4, "acc")
