@@ -444,7 +444,7 @@ def run_ours(args, data, device, knobs) -> dict:
     from encoder_eval.protocol import Recipe
 
     recipe = Recipe(max_steps=args.steps, early_stop=False, max_seq_len=args.max_seq_len,
-                    batch_size=args.batch_size)  # fmt: skip
+                    batch_size=args.batch_size, batching=args.ours_batching)  # fmt: skip
     extra = {}
     if "cache_dir" in {f.name for f in dataclasses.fields(train_mod.CellConfig)}:
         setting = args.ours_token_cache
@@ -452,7 +452,7 @@ def run_ours(args, data, device, knobs) -> dict:
     cfg = train_mod.CellConfig(
         model_path=args.model_path, task=args.task, lr=args.lr, seed=args.seed,
         model_key="bench", phase="select", recipe=recipe, data_dir=args.data_dir,
-        device=device.type, out_json=None, progress="quiet", batching=args.ours_batching,
+        device=device.type, out_json=None, progress="quiet",
         **extra,
     )  # fmt: skip
 

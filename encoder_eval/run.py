@@ -86,7 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what picks the LR and the early-stopping checkpoint: dev (the "
                    "specification's default) or holdout (strict: a fixed slice of train; the "
                    "official dev split is only scored for the report)")  # fmt: skip
-    g.add_argument("--batching", choices=("length-grouped", "random"), default="length-grouped",
+    g.add_argument("--eval-batch", type=int, default=r.eval_batch_size, help="evaluation "
+                   "batch size (default: 16 on the CPU, 128 on a GPU); a table never mixes "
+                   "cells that set it differently")  # fmt: skip
+    g.add_argument("--batching", choices=("length-grouped", "random"), default=r.batching,
                    help="how training batches are formed (see EVALUATION_METHODOLOGY.md)")  # fmt: skip
     g.add_argument("--allow-off-protocol", action="store_true", help="accept a learning rate "
                    "off the grid or a seed outside the phase's set (the result is marked "
@@ -170,6 +173,8 @@ def plan_cells(args: argparse.Namespace) -> list:
     for flag in ("bsz", "max_steps", "epoch_cap", "max_seq_len", "patience"):
         if getattr(args, flag) < 1:
             raise HarnessError(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.eval_batch is not None and args.eval_batch < 1:
+        raise HarnessError("--eval-batch must be at least 1")
     if args.micro_batch is not None and (args.micro_batch < 1 or args.bsz % args.micro_batch):
         raise HarnessError(f"--micro-batch {args.micro_batch} must divide --bsz {args.bsz}")
     n_cells = len(lrs) * len(seeds)
@@ -177,15 +182,13 @@ def plan_cells(args: argparse.Namespace) -> list:
         raise HarnessError("--out-json names one file; use --results-dir for several cells")
     if not args.out_json and not args.results_dir:
         raise HarnessError("give --out-json FILE (one cell) or --results-dir DIR")
-    if args.results_dir and not Path(args.results_dir).is_dir():
-        raise HarnessError(f"--results-dir {args.results_dir} does not exist; create it first")
     recipe = Recipe(
         weight_decay=args.weight_decay, adam_beta2=args.adam_beta2, warmup_ratio=args.warmup_ratio,
         batch_size=args.bsz, max_steps=args.max_steps, epoch_cap=args.epoch_cap,
         patience=args.patience, early_stop=args.early_stop, max_seq_len=args.max_seq_len,
-        precision=args.precision, selection_split=args.selection_split,
+        precision=args.precision, selection_split=args.selection_split, batching=args.batching,
+        mode=mode, micro_batch=args.micro_batch, eval_batch_size=args.eval_batch,
     )  # fmt: skip
-    extra = [] if args.batching == "length-grouped" else [f"batching={args.batching}"]
     cells = []
     for lr in lrs:
         for seed in seeds:
@@ -195,11 +198,10 @@ def plan_cells(args: argparse.Namespace) -> list:
             validate_out_path(out)
             cells.append(CellConfig(
                 model_path=model_path, task=args.task, lr=lr, seed=seed, model_key=model_key,
-                mode=mode, phase=args.phase, recipe=recipe, data_dir=args.data_dir,
+                phase=args.phase, recipe=recipe, data_dir=args.data_dir,
                 device=args.device, out_json=out, model_revision=args.model_revision,
                 trust_remote_code=trust, record_model_path=args.record_model_path,
-                save_predictions=args.save_predictions, micro_batch_size=args.micro_batch,
-                batching=args.batching, progress=args.progress, extra_off_protocol=extra,
+                save_predictions=args.save_predictions, progress=args.progress,
                 cache_dir=None if args.no_cache else args.cache_dir,
             ))  # fmt: skip
     return cells
@@ -257,6 +259,7 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
 
     held_elsewhere = []
     for cfg in cells:
+        Path(cfg.out_json).parent.mkdir(parents=True, exist_ok=True)  # checked by plan_cells
         clean_stale_temporaries(Path(cfg.out_json).parent)
         with cell_lock(cfg.out_json) as mine:
             if not mine:

@@ -69,7 +69,7 @@ from pathlib import Path
 
 from . import experiment
 from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
-from .protocol import LR_GRID, PROTOCOL_RECIPE, SELECT_SEEDS
+from .protocol import LR_GRID, MODEL, PROTOCOL_RECIPE, SELECT_SEEDS, TABLE, signature
 from .results import (
     EXPERIMENT_NAME,
     LoadedResult,
@@ -90,12 +90,6 @@ POLICY_RULE = (
     "ineligible; an LR missing seeds is ineligible unless allow_partial; ties go to the "
     "smaller LR"
 )
-# Recipe entries that legitimately differ between cells of one table (per task, per model,
-# or per machine: the effective batch is what the recipe fixes, not its micro-batching).
-# The loader `mode` is per model: `cell_setup` holds it, and one model's cells must agree.
-_RECIPE_PER_CELL = {
-    "warmup_steps", "pair_format", "mode", "micro_batch", "grad_accumulation", "eval_batch",
-}  # fmt: skip
 
 
 class Refusal(Exception):
@@ -111,8 +105,9 @@ class Refusal(Exception):
 
 
 def recipe_signature(data: dict) -> dict:
-    """The recipe entries that every cell of one comparison must share (precision included)."""
-    return {k: v for k, v in sorted(data.get("recipe", {}).items()) if k not in _RECIPE_PER_CELL}
+    """The recipe entries that every cell of one comparison must share (`protocol.signature`:
+    the Recipe's table-scope entries, precision and selection split included)."""
+    return signature(data.get("recipe") or {}, TABLE)
 
 
 def cell_setup(data: dict) -> dict:
@@ -122,7 +117,7 @@ def cell_setup(data: dict) -> dict:
     provenance = data.get("provenance") or {}
     return {
         "model_revision": provenance.get("model_revision"),
-        "mode": recipe.get("mode"),
+        "mode": signature(recipe, MODEL)["mode"],
         "trust_remote_code": provenance.get("trust_remote_code"),
         "selection_split": recipe.get("selection_split"),
         "data_identity": data_identity(data),
@@ -134,7 +129,10 @@ def setup_differences(setup: dict, reference: dict, reference_has: str) -> list[
     """`entry value (reference_has other value)` for each `cell_setup` entry in which `setup`
     departs from `reference`; the recipe by its differing keys, its selection split once."""
     pairs = [(k, v, reference.get(k)) for k, v in setup.items() if k != "recipe"]
-    recipe, ref = setup.get("recipe") or {}, reference.get("recipe") or {}
+    # Both sides through `signature`, so a setup recorded by an older harness (other keys,
+    # entries not yet recorded) compares on what the Recipe defines today.
+    recipe = signature(setup.get("recipe") or {}, TABLE)
+    ref = signature(reference.get("recipe") or {}, TABLE)
     pairs += [
         (f"recipe {k}=", recipe.get(k), ref.get(k))
         for k in sorted(set(recipe) | set(ref))

@@ -34,14 +34,14 @@ from . import metrics, provenance, tokencache
 from .errors import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # re-exported for older imports
 from .errors import EXIT_PREEMPTED as EXIT_PREEMPTED
 from .errors import HarnessError, unknown_name
+from .fileio import atomic_open
 from .kinds import Kind, kind_for
 from .loaders import LoadedModel, load_model
-from .protocol import Recipe, off_protocol_reasons
-from .results import PREDICTIONS_SUFFIX, SCHEMA_NAME, SCHEMA_VERSION, lr_key, write_json_atomic
+from .protocol import PROTOCOL_RECIPE, Recipe, off_protocol_reasons, step_budget
+from .results import PREDICTIONS_SUFFIX, lr_key, write_json_atomic
+from .schema import CellId, CellResult, Protocol, ScoreSection, Training
 from .tasks import TaskKnobs, data_provenance, load_task, task_knobs
 
-EVAL_EVERY_MAX = 500  # evaluate at least every 500 optimizer steps (large tasks)
-MIN_EVALS_WHEN_CAPPED = 4  # a shortened run still evaluates at least this many times
 # Which dev languages each evaluation during training scores: "deciding", those whose mean
 # decides early stopping and the best checkpoint (the rest are scored once, at the end, on
 # the kept weights); "all", every language at every evaluation (the same numbers, slower).
@@ -50,14 +50,14 @@ DEV_LANGUAGES = ("deciding", "all")
 
 @dataclass
 class CellConfig:
-    """Everything that defines one cell; the CLI in `run.py` fills it from flags."""
+    """Everything that defines one cell; the CLI in `run.py` fills it from flags. What makes
+    cells comparable (loader mode, batching, micro-batch, evaluation batch) is the recipe's."""
 
     model_path: str
     task: str
     lr: float
     seed: int
     model_key: str
-    mode: str = "auto"
     phase: str = "report"
     recipe: Recipe = field(default_factory=Recipe)
     data_dir: str | None = None
@@ -67,12 +67,8 @@ class CellConfig:
     trust_remote_code: bool = False
     record_model_path: bool = False
     save_predictions: bool = False
-    micro_batch_size: int | None = None  # gradient accumulation when smaller than batch_size
-    eval_batch_size: int | None = None  # None: EVAL_BATCH_SIZE for the device
-    batching: str = "length-grouped"  # or "random"
     progress: str = "bar"  # bar | quiet | json
     cache_dir: str | None = "default"  # tokenisation cache; None disables it
-    extra_off_protocol: list[str] = field(default_factory=list)
     dev_languages: str = "deciding"  # or "all" (DEV_LANGUAGES; benchmarks only)
 
 
@@ -231,12 +227,12 @@ def _lr_lambda(warmup: int, total: int):
     return f
 
 
-def eval_interval(steps_per_epoch: int, max_steps: int) -> int:
-    """Dev evaluation cadence: once an epoch, but at least every 500 steps on large tasks, and
-    at least MIN_EVALS_WHEN_CAPPED times when max_steps ends training early."""
-    return max(
-        1, min(steps_per_epoch, EVAL_EVERY_MAX, math.ceil(max_steps / MIN_EVALS_WHEN_CAPPED))
-    )
+def eval_interval(steps_per_epoch: int, max_steps: int, recipe: Recipe = PROTOCOL_RECIPE) -> int:
+    """Dev evaluation cadence: once an epoch, but at least every `recipe.eval_every_max` steps
+    on large tasks, and at least `recipe.min_evals_when_capped` times when max_steps ends
+    training early."""
+    cap_every = math.ceil(max_steps / recipe.min_evals_when_capped)
+    return max(1, min(steps_per_epoch, recipe.eval_every_max, cap_every))
 
 
 # ----------------------------------------------------------------------------- the cell
@@ -400,8 +396,8 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
         raise unknown_name("dev_languages setting", cfg.dev_languages, DEV_LANGUAGES)
     knobs = task_knobs(cfg.task)
     device = resolve_device(cfg.device)
-    eval_batch = cfg.eval_batch_size or EVAL_BATCH_SIZE.get(device.type, EVAL_BATCH_SIZE["cuda"])
     recipe = cfg.recipe
+    eval_batch = recipe.eval_batch_size or EVAL_BATCH_SIZE.get(device.type, EVAL_BATCH_SIZE["cuda"])
     t0 = time.perf_counter()
     # Where the data comes from is resolved before it is read (for the Hub, the commit that
     # is then loaded), and before any training: a cell never trains and then fails on
@@ -417,7 +413,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     seed_everything(cfg.seed)  # before the model load: the fresh head's init is seeded
     if loaded is None:
         loaded = load_model(
-            cfg.model_path, cfg.mode, num_labels, kind.problem, revision=cfg.model_revision,
+            cfg.model_path, recipe.mode, num_labels, kind.problem, revision=cfg.model_revision,
             trust_remote_code=cfg.trust_remote_code, max_seq_len=recipe.max_seq_len,
             model_label=cfg.model_key,
         )  # fmt: skip
@@ -447,11 +443,10 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     enc_train = tokenise(train_split)
     enc_val = {lang: tokenise(s) for lang, s in val_splits.items()}
 
-    micro = cfg.micro_batch_size or recipe.batch_size
+    micro = recipe.micro_batch or recipe.batch_size
     if recipe.batch_size % micro:
         raise HarnessError(f"--micro-batch {micro} must divide the batch size {recipe.batch_size}")
-    steps_per_epoch = math.ceil(len(enc_train.labels) / recipe.batch_size)
-    max_steps = min(recipe.max_steps, recipe.epoch_cap * steps_per_epoch)
+    steps_per_epoch, max_steps = step_budget(len(enc_train.labels), recipe)
     deciding = deciding_languages(list(enc_val), knobs.euro_languages)
     return _Cell(
         cfg=cfg, knobs=knobs, kind=kind, device=device, eval_batch=eval_batch, loaded=loaded,
@@ -460,7 +455,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
         loop_languages=deciding if cfg.dev_languages == "deciding" else list(enc_val),
         micro=micro, accum=recipe.batch_size // micro, steps_per_epoch=steps_per_epoch,
         max_steps=max_steps, warmup=int(recipe.warmup_ratio * max_steps),
-        every=eval_interval(steps_per_epoch, max_steps), t0=t0,
+        every=eval_interval(steps_per_epoch, max_steps, recipe), t0=t0,
     )  # fmt: skip
 
 
@@ -510,7 +505,7 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
                             f"{resume_path}; run the cell again to resume (the same command)")  # fmt: skip
         if not st.batches:
             st.batches = train_batches(enc_train.lengths, recipe.batch_size, data_rng,
-                                       cfg.batching == "length-grouped")  # fmt: skip
+                                       cfg.recipe.batching == "length-grouped")  # fmt: skip
             st.epoch += 1
         idx = st.batches.pop(0)
         optimizer.zero_grad(set_to_none=True)
@@ -626,63 +621,62 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
     cfg, recipe, st = cell.cfg, cell.cfg.recipe, trained.st
     device, train_time = cell.device, trained.train_time
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _cpu_peak_rss()
-    off = off_protocol_reasons(recipe, cfg.lr, cfg.seed, cfg.phase) + list(cfg.extra_off_protocol)
+    off = off_protocol_reasons(recipe, cfg.lr, cfg.seed, cfg.phase)
     stopped_by = _stopped_by(trained.diverged_at, st.early_stopped, cell.max_steps, recipe)
     first_step_s = trained.first_step_s
-    return {
-        "schema": SCHEMA_NAME,
-        "schema_version": SCHEMA_VERSION,
-        "cell": {
-            "model": cfg.model_key,
-            "task": cfg.task,
-            "lr": cfg.lr,
-            "lr_key": lr_key(cfg.lr),
-            "seed": cfg.seed,
-            "phase": cfg.phase,
-        },  # fmt: skip
-        "status": scored.status,
-        "metric": cell.knobs.metric,
-        "dev": scored.dev,
-        "report": scored.report,
-        "training": {
-            "steps": st.step,
-            "max_steps": cell.max_steps,
-            "best_step": st.best_step,
-            "epochs": round(st.step / cell.steps_per_epoch, 3),
-            "epochs_started": st.epoch,
-            "steps_per_epoch": cell.steps_per_epoch,
-            "eval_every": cell.every,
-            "early_stopped": st.early_stopped,
-            "stopped_by": stopped_by,
-            "diverged_at_step": trained.diverged_at,
-            "final_loss": st.last_loss if math.isfinite(st.last_loss) else None,
-            "train_examples": len(cell.enc_train.labels),
-            "dev_history": st.history,
-            "wall_time_s": round(time.perf_counter() - cell.t0, 3),
-            "train_time_s": round(train_time, 3),
-            "dev_eval_time_s": round(cell.dev_eval_seconds, 3),
-            "time_to_first_step_s": None if first_step_s is None else round(first_step_s, 3),
-            "process_start_to_first_step_s": trained.process_first_step_s,
-            "train_tokens_per_s": round(st.real_tokens / train_time, 1) if train_time > 0 else None,
-            "peak_memory_bytes": int(peak) if peak else None,
-        },  # fmt: skip
-        "recipe": {
-            **recipe.to_dict(),
-            "effective_batch": recipe.batch_size,
-            "micro_batch": cell.micro,
-            "grad_accumulation": cell.accum,
-            "eval_batch": cell.eval_batch,
-            "warmup_steps": cell.warmup,
-            "optimizer": "AdamW",
-            "schedule": "linear warmup, linear decay",
-            "pair_format": cell.knobs.pair_format,
-            "batching": cfg.batching,
-            "mode": cfg.mode,
-        },  # fmt: skip
-        "protocol": {"on_protocol": not off, "off_protocol_reasons": off},
-        "provenance": cell.prov,
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    training = Training(
+        steps=st.step,
+        max_steps=cell.max_steps,
+        best_step=st.best_step,
+        epochs=round(st.step / cell.steps_per_epoch, 3),
+        epochs_started=st.epoch,
+        steps_per_epoch=cell.steps_per_epoch,
+        eval_every=cell.every,
+        early_stopped=st.early_stopped,
+        stopped_by=stopped_by,
+        diverged_at_step=trained.diverged_at,
+        final_loss=st.last_loss if math.isfinite(st.last_loss) else None,
+        train_examples=len(cell.enc_train.labels),
+        dev_history=st.history,
+        wall_time_s=round(time.perf_counter() - cell.t0, 3),
+        train_time_s=round(train_time, 3),
+        dev_eval_time_s=round(cell.dev_eval_seconds, 3),
+        time_to_first_step_s=None if first_step_s is None else round(first_step_s, 3),
+        process_start_to_first_step_s=trained.process_first_step_s,
+        train_tokens_per_s=round(st.real_tokens / train_time, 1) if train_time > 0 else None,
+        peak_memory_bytes=int(peak) if peak else None,
+    )
+    recorded_recipe = {
+        **recipe.to_dict(),
+        # What the run derived from the recipe on this device and task:
+        "effective_batch": recipe.batch_size,
+        "micro_batch": cell.micro,
+        "grad_accumulation": cell.accum,
+        "eval_batch": cell.eval_batch,
+        "warmup_steps": cell.warmup,
+        "optimizer": "AdamW",
+        "schedule": "linear warmup, linear decay",
+        "pair_format": cell.knobs.pair_format,
     }
+    return CellResult(
+        cell=CellId(
+            model=cfg.model_key,
+            task=cfg.task,
+            lr=cfg.lr,
+            lr_key=lr_key(cfg.lr),
+            seed=cfg.seed,
+            phase=cfg.phase,
+        ),  # fmt: skip
+        status=scored.status,
+        metric=cell.knobs.metric,
+        dev=ScoreSection.from_dict(scored.dev),
+        report=ScoreSection.from_dict(scored.report),
+        training=training,
+        recipe=recorded_recipe,
+        protocol=Protocol(on_protocol=not off, off_protocol_reasons=off),
+        provenance=cell.prov,
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    ).to_dict()
 
 
 def _write(cfg: CellConfig, result: dict, predictions: dict) -> None:
@@ -767,7 +761,7 @@ def _signature(cfg: CellConfig, revision: str) -> dict:
     """What must match for a saved state to be resumed: the cell, recipe and model revision."""
     return {"model": cfg.model_key, "task": cfg.task, "lr": cfg.lr, "seed": cfg.seed,
             "phase": cfg.phase, "recipe": cfg.recipe.to_dict(), "revision": revision,
-            "batching": cfg.batching, "micro": cfg.micro_batch_size}  # fmt: skip
+            "micro": cfg.recipe.micro_batch}  # fmt: skip
 
 
 def _save_resume(path: Path, signature, st, model, optimizer, scheduler, data_rng) -> None:
@@ -778,9 +772,8 @@ def _save_resume(path: Path, signature, st, model, optimizer, scheduler, data_rn
         "np_rng": np.random.get_state(), "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }  # fmt: skip
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    with atomic_open(path, "wb") as handle:
+        torch.save(state, handle)
 
 
 def _restore(path: Path, signature, model, optimizer, scheduler, data_rng, st) -> _LoopState:
@@ -835,9 +828,14 @@ def _cpu_peak_rss() -> int | None:
 
 
 def validate_out_path(path: str | os.PathLike) -> None:
-    """Refuse an output path whose directory is missing or not writable, before any training."""
+    """Refuse, before any training, an output path whose directory cannot be created or
+    written; a missing directory is fine (`run` creates it when the cell starts)."""
     parent = Path(path).resolve().parent
-    if not parent.is_dir():
-        raise HarnessError(f"output directory {parent} does not exist; create it first")
-    if not os.access(parent, os.W_OK):
+    existing = parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise HarnessError(f"output directory {parent} cannot be created: {existing} is a file; "
+                           "choose another --out-json or --results-dir")  # fmt: skip
+    if not os.access(existing, os.W_OK):
         raise HarnessError(f"output directory {parent} is not writable; choose another --out-json")

@@ -135,6 +135,12 @@ def _read_only(ctx: Ctx) -> Path:
     return ctx.out
 
 
+def _a_file(ctx: Ctx) -> Path:
+    path = ctx.root / "a-file"
+    path.write_text("not a directory\n")
+    return path
+
+
 def _unreadable_model(ctx: Ctx) -> Path:
     model = _model_copy(ctx, "locked-model")
     model.chmod(0)
@@ -218,16 +224,18 @@ CASES = {
                                 r"--device cuda but no CUDA or ROCm GPU is visible; use "
                                 r"--device cpu"),
     # --- run: the outputs
-    "out-json-in-missing-dir": (lambda c: c.cell("--out-json", str(c.root / "nope" / "c.json")),
-                                r"output directory .*nope does not exist; create it first"),
+    "out-json-under-a-file": (lambda c: c.cell("--out-json", str(_a_file(c) / "d" / "c.json")),
+                              r"output directory .*a-file/d cannot be created: .*a-file is a "
+                              r"file"),
     "out-json-in-read-only-dir": (lambda c: c.cell("--out-json", str(_read_only(c) / "c.json")),
                                   r"output directory .* is not writable; choose another "
                                   r"--out-json"),
     "out-json-for-several-seeds": (lambda c: c.cell("--seed", "45,46"),
                                    r"--out-json names one file; use --results-dir"),
-    "results-dir-missing": (lambda c: c.cell("--results-dir", str(c.root / "nope"),
-                                             drop=("--out-json",)),
-                            r"--results-dir .*nope does not exist; create it first"),
+    "results-dir-is-a-file": (lambda c: c.cell("--results-dir", str(_a_file(c)),
+                                               drop=("--out-json",)),
+                              r"output directory .*a-file cannot be created: .*a-file is a "
+                              r"file"),
     # --- sweep
     "sweep-unknown-lr-key": (lambda c: c.sweep("--phase", "select", "--lr-keys", "lr03,lr11"),
                              r"lr11"),

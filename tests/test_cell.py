@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -49,7 +50,8 @@ def test_auto_mode_trains_each_architecture(kind, tiny_models, small_mirror, tmp
 
 @pytest.mark.parametrize("kind", ["bert", "modernbert"])
 def test_liquid_bidir_mode_trains(kind, tiny_models, small_mirror, tmp_path):
-    cfg = cell(tmp_path, tiny_models[kind], data_dir=str(small_mirror), mode="liquid-bidir")
+    recipe = dataclasses.replace(SHORT, mode="liquid-bidir")
+    cfg = cell(tmp_path, tiny_models[kind], data_dir=str(small_mirror), recipe=recipe)
     result = train.run_cell(cfg)
     assert result["status"] == "ok" and result["recipe"]["mode"] == "liquid-bidir"
     assert validate_result(result) == []
@@ -57,8 +59,9 @@ def test_liquid_bidir_mode_trains(kind, tiny_models, small_mirror, tmp_path):
 
 @pytest.mark.parametrize("mode", ["auto", "liquid-bidir"])
 def test_remote_code_model_loads_and_trains(mode, tiny_models, small_mirror, tmp_path):
-    cfg = cell(tmp_path, tiny_models["tinyenc"], data_dir=str(small_mirror), mode=mode,
-               trust_remote_code=True, task="sg_cb")  # fmt: skip
+    cfg = cell(tmp_path, tiny_models["tinyenc"], data_dir=str(small_mirror),
+               recipe=dataclasses.replace(SHORT, mode=mode), trust_remote_code=True,
+               task="sg_cb")  # fmt: skip
     with pytest.warns(UserWarning, match="trust_remote_code is on"):
         result = train.run_cell(cfg)
     assert result["status"] == "ok"

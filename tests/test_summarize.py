@@ -417,3 +417,26 @@ def test_seed_aggregation_is_the_mean_and_sample_std_and_never_counts_undefined(
         [CellResult.from_dict(make_result("m", "glue_rte", k, 45, "report", 0.5))
          for k in ("lr06", "lr07")], "report")  # fmt: skip
     assert list(groups) == [("m", "glue_rte", "lr06"), ("m", "glue_rte", "lr07")]
+
+
+# Recipe entries results recorded before the Recipe held every comparability fact, and the
+# keys that version's select_setup kept (derived ones, since dropped from the signature).
+NEW_RECIPE_ENTRIES = ("eval_every_max", "min_evals_when_capped", "eval_batch_size")
+OLD_SIGNATURE_KEYS = {"effective_batch": 32, "optimizer": "AdamW",
+                      "schedule": "linear warmup, linear decay"}  # fmt: skip
+
+
+def test_results_and_selection_written_before_the_recipe_change_still_make_a_table(setup, capsys):
+    old = full_results()
+    for r in old:
+        for key in NEW_RECIPE_ENTRIES:
+            del r["recipe"][key]
+    selection = json.loads(json.dumps(SEL))
+    for by_task in selection["pairs"].values():
+        for entry in by_task.values():
+            recipe = entry["select_setup"]["recipe"]
+            for key in NEW_RECIPE_ENTRIES:
+                recipe.pop(key, None)
+            recipe.update(OLD_SIGNATURE_KEYS)
+    assert setup(old, selection=selection) == 0, capsys.readouterr().err
+    assert cell_text(SCORES[("alpha", "glue_rte")]) in capsys.readouterr().out
