@@ -502,8 +502,10 @@ def test_slurm_one_sbatch_per_missing_cell_with_the_contract(tmp_path, fake_slur
     env, tpl = fake_slurm
     canary = tmp_path / "canary"
     evil = hostile(canary) + "\nline two"
+    model_dir = tmp_path / "models" / evil  # a hostile local model path
+    model_dir.mkdir(parents=True)
     plan = sweep.build_plan("select", results_dir=tmp_path / "res",
-                            extra_models=[f"{evil}=org/{evil}"], tasks=["glue_rte"],
+                            extra_models=[f"{evil}={model_dir}"], tasks=["glue_rte"],
                             lr_keys=["lr03", "lr06"], seeds=[42], max_steps=4,
                             data_dir=tmp_path, device="cpu")  # fmt: skip
     emitted = sweep.emit_slurm(plan, tmp_path / "runs", tpl, requeue=True)
@@ -522,7 +524,7 @@ def test_slurm_one_sbatch_per_missing_cell_with_the_contract(tmp_path, fake_slur
     (job,) = _lines(env["FAKE_JOBS"])
     cell = plan.cells[1]
     assert job["argv"] == plan.run_args([cell])  # "$@" is exactly the run arguments
-    assert job["env"]["MODEL"] == evil and job["env"]["MODEL_PATH"] == f"org/{evil}"
+    assert job["env"]["MODEL"] == evil and job["env"]["MODEL_PATH"] == str(model_dir)
     assert job["env"]["OUT_JSON"] == plan.out_json(cell)
     assert (job["env"]["LR"], job["env"]["LR_KEY"], job["env"]["SEED"]) == (
         "3.59e-05",
@@ -585,8 +587,10 @@ def test_slurm_array_chunks_to_max_array_size(tmp_path, fake_slurm):
     env, tpl = fake_slurm
     canary = tmp_path / "canary"
     evil = hostile(canary)
+    model_dir = tmp_path / "models" / evil  # a hostile local model path
+    model_dir.mkdir(parents=True)
     plan = sweep.build_plan("select", results_dir=tmp_path / "res",
-                            extra_models=[f"{evil}=org/{evil}"], tasks=["glue_rte", "glue_sst2"],
+                            extra_models=[f"{evil}={model_dir}"], tasks=["glue_rte", "glue_sst2"],
                             lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
     emitted = sweep.emit_slurm_array(plan, tmp_path / "runs", tpl)
     manifest = (tmp_path / "runs" / "manifest.tsv").read_text().splitlines()
