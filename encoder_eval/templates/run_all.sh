@@ -56,7 +56,7 @@ while [ "$#" -gt 0 ]; do
         done
         ;;
     -h | --help)
-        sed -n '2,/^set -u$/{/^set -u$/d;s/^# \{0,1\}//;p}' "$0"
+        sed -n '2,/^set -u$/{/^set -u$/d;s/^# \{0,1\}//;p;}' "$0"
         exit 0
         ;;
     *) die "unknown argument '$1'; valid: --workers N, --gpus LIST (e.g. --gpus 0,1), --help" ;;
