@@ -207,6 +207,39 @@ def test_cli_errors_exit_2_and_write_nothing(tmp_path, capsys):
     assert not out.exists() and not (tmp_path / "res").exists()
 
 
+def test_tasks_takes_group_names(tmp_path, capsys):
+    from encoder_eval.tasks import TASK_GROUPS, group_tasks
+
+    everything = sweep.build_plan("select", results_dir=tmp_path, models=["xlm-r-base"],
+                                  tasks=["all"], lr_keys=["lr06"], seeds=[42])  # fmt: skip
+    assert [c.task for c in everything.cells] == group_tasks("all") and len(everything.cells) == 17
+    mixed = sweep.build_plan("select", results_dir=tmp_path, models=["xlm-r-base"],
+                             tasks=["xnli", "glue", "xnli"], lr_keys=["lr06"], seeds=[42])  # fmt: skip
+    assert [c.task for c in mixed.cells] == ["xnli", *group_tasks("glue")]
+    out = tmp_path / "runs"
+    rc = sweep.main(["--phase", "select", "--tasks", "all", "--models", "xlm-r-base",
+                     "--out-dir", str(out), "--results-dir", str(tmp_path / "res")])  # fmt: skip
+    assert rc == 0 and f"{17 * 10 * 3} cell(s)" in capsys.readouterr().out
+    help_text = sweep.build_parser().format_help()
+    assert all(group in help_text for group in TASK_GROUPS)
+
+
+def test_task_files_reach_every_run(tmp_path):
+    """The plan hands its task files to every process (`--tasks-file F`, absolute)."""
+    plan = sweep.build_plan("select", results_dir=tmp_path, models=["xlm-r-base"],
+                            tasks=["xnli"], lr_keys=["lr06"], seeds=[42])  # fmt: skip
+    assert plan.tasks_files == [] and "--tasks-file" not in plan.run_args(plan.cells)
+    plan.tasks_files = ["/abs/mine.toml", "/abs/more tasks.yaml"]
+    args = plan.run_args(plan.cells)
+    assert has_flags(args, ["--tasks-file", "/abs/mine.toml"])
+    assert args[args.index("--tasks-file", args.index("--tasks-file") + 1) + 1] == (
+        "/abs/more tasks.yaml")  # fmt: skip
+    with pytest.raises(HarnessError, match="may not set --tasks-file"):
+        sweep.build_plan("select", results_dir=tmp_path, extra_run_args=["--tasks-file", "x"])
+    parsed = sweep.build_parser().parse_args(["--tasks-file", "a.toml", "--tasks-file", "b.yaml"])
+    assert parsed.tasks_file == ["a.toml", "b.yaml"]
+
+
 def test_show_grid(capsys):
     assert sweep.main(["--show-grid"]) == 0
     out = capsys.readouterr().out
