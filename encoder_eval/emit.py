@@ -236,6 +236,16 @@ def emit_shell(
     the end, and exits 1 if any unit failed. Ctrl-C (SIGINT), or a unit that exits 130,
     stops it before the next unit with one line saying how to resume, and exit status 130.
     The interpreter is `$PYTHON` when set, else the Python that wrote the script.
+
+    `bash run_all.sh --workers N` runs N workers at once (`--gpus 0,1` one per GPU, with
+    CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES set to it): each unit goes to the first
+    worker that claims it, so no unit runs twice in one run of the script. A worker holds a
+    non-blocking `flock` on `out_dir/locks/<unit>.lock` while its unit runs; a unit whose
+    lock another runner holds (a second run_all.sh) is left for after the others, and then
+    run anyway: `encoder_eval.run`'s per-cell locks (`results.cell_lock`) wait for or skip
+    cells running elsewhere. Each `--progress json` line of a unit's process is shown as
+    `[w1] MODEL/TASK/LR_KEY/sSEED step S/T dev D eta E` (and kept in its log). Ctrl-C
+    reaches the script, which passes it on to every worker's process group.
     """
     cells = _cells_or_all(plan, cells)
     out = _prepare_out_dir(plan, out_dir)

@@ -5,7 +5,8 @@ Usage::
     # selection phase: every (model, task, grid LR, select seed 42-44) cell, dev only
     python -m encoder_eval.sweep --phase select --out-dir runs/select \\
         --results-dir results/select --mode shell
-    bash runs/select/run_all.sh
+    bash runs/select/run_all.sh                 # one unit at a time
+    bash runs/select/run_all.sh --gpus 0,1,2,3  # or --workers N: several at once
 
     # reporting phase: the 5 report seeds (45-49) at each pair's selected LR
     python -m encoder_eval.sweep --phase report --selection selection.json \\
@@ -19,7 +20,8 @@ Usage::
     python -m encoder_eval.sweep --show-grid     # the LR grid, seed sets and recipe flags
 
 What runs: `--models` (default: every model of MODEL_REGISTRY, or only the `--model`
-additions when any are given), `--tasks` (default: the five multilingual tasks),
+additions when any are given), `--tasks` (task keys and the groups all, glue, superglue,
+multilingual; default: the five multilingual tasks; `--tasks-file F` adds user tasks),
 `--model NAME=PATH_OR_HUB_ID[:MODE]` (repeatable) to add a model without editing the
 registry. Smoke-run shrinking: `--lr-keys lr03,lr06`, `--seeds 42,43`, `--max-steps N`,
 `--max-seq-len N`; the cells then carry the shrunken values, `run` marks them
@@ -31,6 +33,9 @@ is idempotent: a cell that is done (`results.cell_state`: its result file parses
 and names the cell) is skipped when the script gets to it, a corrupt result file is moved
 aside into `<results dir>/.corrupt/` and its cell runs again, so re-running a script fills
 the gaps. Nothing here imports torch: it runs on a login node.
+
+This module is the command line; what a phase runs is `plan.py` (Cell, Plan, build_plan),
+how it is launched `emit.py` (the script bodies are `encoder_eval/templates/*.sh`).
 
 Adding a model is one row of `MODEL_REGISTRY` (re-exported here from `models.py`)::
 
