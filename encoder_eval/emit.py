@@ -194,7 +194,7 @@ def _header(plan: Plan, what: str) -> str:
 def _units_code(units_words: list[list[str]]) -> str:
     """The body of a script's `units` function: one `unit WORD...` call per unit, every word
     shell-quoted."""
-    return "\n".join("    " + " ".join(_q(w) for w in words) for words in units_words)
+    return "\n".join(" ".join(_q(w) for w in words) for words in units_words)
 
 
 def _prepare_out_dir(plan: Plan, out_dir: str | os.PathLike) -> Path:
