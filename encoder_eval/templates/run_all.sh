@@ -255,7 +255,9 @@ if [ "$WORKERS" -eq 1 ]; then
 else
     PIDS=() STOPPING=0
     trap stop_workers INT
-    set -m # each worker in its own process group: Ctrl-C reaches this script only
+    # Each worker in its own process group (stdin not the terminal, which would stop it):
+    # Ctrl-C reaches this script only, and stop_workers passes it on.
+    set -m
     for ((k = 1; k <= WORKERS; k++)); do
         (
             set +m
@@ -264,7 +266,7 @@ else
             trap interrupted INT
             WPREFIX="[w$k] "
             worker "$k" "${GPUS[k - 1]:-}"
-        ) &
+        ) </dev/null &
         PIDS+=("$!")
     done
     set +m
