@@ -778,3 +778,23 @@ def test_example_template_follows_the_contract():
     assert text.startswith("#!/bin/bash") and 'python -m encoder_eval.run "$@"' in text
     head, body = sweep._split_template_header(text)
     assert "#SBATCH --gres=gpu:1" in head and body.lstrip().startswith("set -euo pipefail")
+
+
+@pytest.mark.parametrize("mode", ["shell", "slurm"])  # slurm-array refuses newlines
+def test_a_newline_in_the_results_dir_never_becomes_code(tmp_path, fake_python, fake_slurm, mode):
+    """The script headers name the results directory in a comment: a newline in it must not
+    end the comment and start a command."""
+    env, _ = fake_python
+    slurm_env, tpl = fake_slurm
+    canary = tmp_path / "canary"
+    rdir = tmp_path / "res\ntouch canary\n"
+    plan = sweep.build_plan("select", results_dir=rdir, extra_models=["a=org/a"],
+                            tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42])  # fmt: skip
+    emitted = sweep.emit(plan, tmp_path / "runs", mode, template=None if mode == "shell" else tpl)
+    text = emitted.script.read_text()
+    assert "\ntouch canary" not in text.split("set -")[0]  # the header stays comments
+    environ = {**slurm_env, **env} if mode == "slurm" else env
+    proc = subprocess.run(["bash", str(emitted.script)], env=environ, capture_output=True,
+                          text=True, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert not canary.exists()
