@@ -87,7 +87,17 @@ def test_two_workers_run_every_cell_exactly_once(tmp_path, tiny_models, small_mi
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_every_worker_after_saving_state(tmp_path, tiny_models, small_mirror):
+@pytest.mark.parametrize(
+    "signum, rc, said",
+    [(signal.SIGINT, 130, "interrupted: "), (signal.SIGTERM, 75, "preempted: ")],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_a_signal_stops_every_worker_after_saving_state(
+    tmp_path, tiny_models, small_mirror, signum, rc, said
+):
+    """Ctrl-C (or SIGTERM, as Slurm sends) to the script's process group: every running
+    cell saves its state and says so in its log, no unit starts after it, and the script
+    exits 130 (75) with one last line saying how to resume."""
     runs = _sweep(tmp_path, tiny_models, small_mirror, "--max-steps", "60",
                   "--extra-run-args", "--epoch-cap 100 --no-early-stop")  # fmt: skip
     logs = [runs / "logs" / f"{MODEL}_{TASK}_{k}.log" for k in LR_KEYS]
@@ -100,19 +110,19 @@ def test_ctrl_c_stops_every_worker_after_saving_state(tmp_path, tiny_models, sma
         while sum('"step": 4' in (p.read_text() if p.exists() else "") for p in logs) < 2:
             assert time.monotonic() < deadline and proc.poll() is None, "two units never ran"
             time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does to the foreground group
+        os.killpg(proc.pid, signum)  # what Ctrl-C does to the foreground group
         out, err = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, out + err
+    assert proc.returncode == rc, out + err
     assert "finished" not in out
     last = err.strip().splitlines()[-1]
-    assert last.startswith("interrupted: ") and "again to go on" in last, err
+    assert last.startswith(said) and "again to " in last, err
     running = [p for p in logs if p.exists()]
     assert len(running) == 2  # the third unit never started
     for p in running:
-        assert "interrupted: " in p.read_text()  # each cell saved its state and said so
+        assert said in p.read_text()  # each cell saved its state and said so
     assert len(list((tmp_path / "results").glob(".resume-*.pt"))) == 2
 
 

@@ -8,7 +8,8 @@ __HEADER__
 #   --gpus 0,1,2,3  one worker per listed GPU, its processes seeing only that GPU
 #                   (CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES)
 # Done cells are skipped and corrupt result files moved aside, so running it again fills
-# the gaps. Exit status: 0 all done; 1 some unit failed; 2 bad input; 130 Ctrl-C.
+# the gaps. Exit status: 0 all done; 1 some unit failed; 2 bad input; 130 Ctrl-C;
+# 75 SIGTERM stopped several workers (a single one is stopped by it at once).
 set -u
 PYTHON=${PYTHON:-__PYTHON__}
 PHASE=__PHASE__
@@ -19,7 +20,7 @@ RERUN=__RERUN__
 TOTAL_CELLS=__TOTAL_CELLS__
 TOTAL_UNITS=__TOTAL_UNITS__
 STATES=() N_DONE=0 HAVE=0 SEEN_OUTS=0 DONE_AT_START=() ALL_OUTS=()
-WORKERS=1 GPUS=() WID=1 WPREFIX='' current='' UNIT_FD=''
+WORKERS=1 GPUS=() WID=1 WPREFIX='' current='' UNIT_FD='' PREEMPTED=''
 
 die() {
     echo "error: $*" >&2
@@ -151,9 +152,10 @@ eta() {
 
 # show_progress LOG: append stdin (the unit process's stderr) to LOG, and show each of its
 # `--progress json` lines as one line: [w1] MODEL/TASK/LR_KEY/sSEED step 120/400 dev 0.81
-# eta 2m10s. It ignores Ctrl-C: it ends when the process, saving its state, closes stderr.
+# eta 2m10s. It ignores Ctrl-C and SIGTERM: it ends when the process, saving its state,
+# closes stderr (whose last lines say so).
 show_progress() {
-    trap '' INT
+    trap '' INT TERM
     local log=$1 line cell step total dev left LC_ALL=C
     local re_cell='^\{"cell": "(([^"\\]|\\.)*)"' re_step='"step": ([0-9]+)'
     local re_total='"total_steps": ([0-9]+)' re_dev='"dev": (-?[0-9][0-9.eE+-]*)'
@@ -218,6 +220,10 @@ unit() {
     rc=${PIPESTATUS[0]}
     release_unit_lock
     if [ "$rc" -eq 130 ]; then interrupted; fi
+    if [ -n "$PREEMPTED" ]; then # SIGTERM to a worker of several: stop after this unit
+        echo "${WPREFIX}preempted${current:+ during $current}" >&2
+        exit 75
+    fi
     check "${outs[@]}"
     HAVE=$N_DONE
     record ran "$HAVE"
@@ -241,20 +247,21 @@ worker() {
     fi
 }
 
-# stop_workers: pass Ctrl-C on to every worker's process group (each worker's process
-# saves its state and exits 130; the worker then stops).
+# stop_workers SIGNAL: pass Ctrl-C (INT) or SIGTERM on to every worker's process group
+# (each worker's process saves its state and exits 130 or 75; the worker then stops).
 stop_workers() {
     local pid
-    STOPPING=1
-    for pid in "${PIDS[@]}"; do kill -INT -- "-$pid" 2>/dev/null || true; done
+    STOPPING=$1
+    for pid in "${PIDS[@]}"; do kill -"$1" -- "-$pid" 2>/dev/null || true; done
 }
 
 if [ "$WORKERS" -eq 1 ]; then
     # In the foreground: Ctrl-C reaches the unit's process directly.
     worker 1 "${GPUS[0]:-}"
 else
-    PIDS=() STOPPING=0
-    trap stop_workers INT
+    PIDS=() STOPPING=''
+    trap 'stop_workers INT' INT
+    trap 'stop_workers TERM' TERM
     # Each worker in its own process group (stdin not the terminal, which would stop it):
     # Ctrl-C reaches this script only, and stop_workers passes it on.
     set -m
@@ -264,6 +271,7 @@ else
             WID=$k
             trap 'echo "$?" >"$RUN_DIR/rc.$WID"' EXIT
             trap interrupted INT
+            trap 'PREEMPTED=1' TERM
             WPREFIX="[w$k] "
             worker "$k" "${GPUS[k - 1]:-}"
         ) </dev/null &
@@ -273,14 +281,19 @@ else
     while [ -n "$(jobs -pr)" ]; do
         wait -n 2>/dev/null
         # A worker that was interrupted stops the others, as Ctrl-C would.
-        if [ "$STOPPING" -eq 0 ] && grep -qx 130 "$RUN_DIR"/rc.* 2>/dev/null; then
-            stop_workers
+        if [ -z "$STOPPING" ] && grep -qx 130 "$RUN_DIR"/rc.* 2>/dev/null; then
+            stop_workers INT
         fi
     done
-    trap - INT
-    if [ "$STOPPING" -eq 1 ] || grep -qx 130 "$RUN_DIR"/rc.* 2>/dev/null; then
+    trap - INT TERM
+    if [ "$STOPPING" = INT ] || grep -qx 130 "$RUN_DIR"/rc.* 2>/dev/null; then
         WPREFIX='' current=''
         interrupted
+    fi
+    if [ "$STOPPING" = TERM ] || grep -qx 75 "$RUN_DIR"/rc.* 2>/dev/null; then
+        echo "preempted: SIGTERM stopped the workers; the running cells saved their state;" \
+            "run $RERUN again to resume" >&2
+        exit 75
     fi
     if grep -qx 2 "$RUN_DIR"/rc.* 2>/dev/null; then exit 2; fi
 fi
