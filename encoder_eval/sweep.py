@@ -50,7 +50,6 @@ import shlex
 import sys
 
 from . import emit as _emit
-from . import plan as _plan
 from .emit import (
     DEFAULT_GROUP,
     EMIT_MODES,
@@ -89,7 +88,6 @@ __all__ = [
 # Internals the tests reach (`sweep._job_name`, `sweep._split_template_header`).
 _job_name = _emit._job_name
 _split_template_header = _emit._split_template_header
-_abs_if_local = _plan._abs_if_local
 
 # ----------------------------------------------------------------------------- CLI
 
