@@ -69,9 +69,33 @@ def key_from_path(path: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name)
 
 
+# A Hugging Face Hub model id: `org/name`, letters, digits, `_`, `.` and `-` (the Hub's own
+# rule), neither part starting with `.` (so `./x`, `../x`, `/x` and `~/x` are paths).
+HUB_ID = re.compile(r"[\w-][\w.-]*/[\w-][\w.-]*")
+
+
+def check_model_path(spec: str, path: str) -> str:
+    """The model path of a `--model` addition as jobs must see it: an existing local
+    directory, made absolute (jobs may start elsewhere), or a Hub id, unchanged. Anything
+    else is refused now, naming both readings, instead of failing inside a job."""
+    local = os.path.expanduser(path)
+    if os.path.isdir(local):
+        return os.path.abspath(local)
+    if HUB_ID.fullmatch(path) and not path.startswith(("~", ".")):
+        return path
+    if os.path.exists(local):
+        raise HarnessError(f"--model {spec!r}: {path} is a file, not a model directory; give "
+                           "the directory holding config.json, or a Hub id such as org/name")  # fmt: skip
+    raise HarnessError(
+        f"--model {spec!r}: {path!r} is neither an existing local directory nor a Hub id "
+        "(org/name: letters, digits, _ . -); fix the path, or give the Hub id"
+    )
+
+
 def parse_model_spec(spec: str) -> tuple[str, ModelEntry]:
     """Parse `NAME=PATH_OR_HUB_ID[:MODE]` (the sweep's --model flag); a ':' in the last path
-    component starts a mode, which must be a valid one."""
+    component starts a mode, which must be a valid one. The path is not checked here (see
+    `check_model_path`)."""
     if "=" not in spec:
         raise HarnessError(f"--model {spec!r} must look like NAME=PATH_OR_HUB_ID[:MODE]")
     name, target = spec.split("=", 1)

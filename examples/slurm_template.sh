@@ -1,6 +1,6 @@
 #!/bin/bash
 # Example Slurm template for `python -m encoder_eval.sweep --mode slurm|slurm-array`.
-# The contract is the emit_slurm docstring in encoder_eval/sweep.py. In short: each job
+# The contract is the emit_slurm docstring in encoder_eval/emit.py. In short: each job
 # gets the complete `python -m encoder_eval.run` argument list of its cell as "$@", and
 # the cell's values as exported variables (MODEL, MODEL_PATH, MODE, TASK, LR, LR_KEY,
 # SEED, PHASE, OUT_JSON, RESULTS_DIR, DATA_DIR, DEVICE, MAX_STEPS, RECIPE_ARGS, RUN_ARGS).
@@ -16,6 +16,7 @@
 set -euo pipefail
 
 # Activate the environment the harness is installed in (edit this path).
+# shellcheck source=/dev/null  # your cluster's environment, not checked here
 source "$HOME/encoder-eval-harness/.venv/bin/activate"
 # export HF_HOME=/scratch/$USER/hf-cache   # a shared model/dataset cache, if you have one
 

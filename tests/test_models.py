@@ -57,3 +57,72 @@ def test_parse_model_spec(spec, expected):
 def test_parse_model_spec_refuses_an_unknown_mode(spec):
     with pytest.raises(HarnessError, match=r"unknown mode .*Valid modes: auto, liquid-bidir"):
         models.parse_model_spec(spec)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["mine=org/m:foo", "mine=m:foo", "mine=org/m:auto:foo", "mine=./m:Liquid-Bidir"],
+)
+def test_no_form_lets_an_unknown_mode_into_the_path(spec):
+    with pytest.raises(HarnessError, match=r"unknown mode .*Valid modes: auto, liquid-bidir"):
+        models.parse_model_spec(spec)
+
+
+def _plan(tmp_path, spec: str):
+    from encoder_eval import sweep
+
+    return sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=[spec],
+                            tasks=["glue_rte"], lr_keys=["lr06"], seeds=[42])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["./models/nope", "/no/such/model", "~/no-such-model", "models/sub/nope", "org/m:auto",
+     "org/my model", "org/", "/org/m", ".org/m", "org"],
+)  # fmt: skip
+def test_a_path_that_is_neither_a_directory_nor_a_hub_id_is_refused_at_sweep_time(
+    tmp_path, monkeypatch, target
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    spec = f"mine={target}:liquid-bidir"
+    with pytest.raises(HarnessError) as info:
+        _plan(tmp_path, spec)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"--model {spec!r}: {target!r}")
+    assert "neither an existing local directory nor a Hub id" in message
+
+
+def test_a_file_is_not_a_model_directory(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text("{}")
+    with pytest.raises(HarnessError, match=r"config.json is a file, not a model directory"):
+        _plan(tmp_path, f"mine={config}")
+
+
+def test_local_directories_become_absolute_and_hub_ids_stay(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "models" / "m:1").mkdir(parents=True)
+    (tmp_path / "home" / "enc").mkdir(parents=True)
+    for spec, path, mode in [
+        ("mine=models/m:1/", str(tmp_path / "models" / "m:1"), "auto"),  # ':' not in the last part
+        ("mine=./models/m:1:liquid-bidir", str(tmp_path / "models" / "m:1"), "liquid-bidir"),
+        ("mine=~/enc", str(tmp_path / "home" / "enc"), "auto"),
+        ("mine=org/My-Model_v2.1", "org/My-Model_v2.1", "auto"),
+        ("mine=org/m:liquid-bidir", "org/m", "liquid-bidir"),
+    ]:
+        (cell,) = _plan(tmp_path, spec).cells
+        assert (cell.model_path, cell.mode) == (path, mode), spec
+
+
+def test_sweep_refuses_a_bad_model_path_with_one_line_and_writes_nothing(tmp_path, capsys):
+    from encoder_eval import sweep
+
+    out = tmp_path / "runs"
+    rc = sweep.main(["--phase", "select", "--model", f"mine={tmp_path}/typo", "--tasks",
+                     "glue_rte", "--out-dir", str(out), "--results-dir", str(tmp_path / "r")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and err.startswith("error: --model ")
+    assert "neither an existing local directory nor a Hub id" in err
+    assert not out.exists()

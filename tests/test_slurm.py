@@ -115,8 +115,10 @@ def test_contract_values_arrive_verbatim_and_are_never_executed(tmp_path):
     for mode, name in (("slurm", evil + "\nline two"), ("slurm-array", evil)):
         for p in seen.iterdir():
             p.unlink()
+        model_dir = tmp_path / f"models-{mode}" / name  # a hostile local model path
+        model_dir.mkdir(parents=True)
         plan = sweep.build_plan("select", results_dir=tmp_path / f"res-{mode}",
-                                extra_models=[f"{name}=org/{name}"], tasks=["glue_rte"],
+                                extra_models=[f"{name}={model_dir}"], tasks=["glue_rte"],
                                 lr_keys=["lr06"], seeds=[42])  # fmt: skip
         out = tmp_path / f"runs-{mode}"
         emitted = sweep.emit(plan, out, mode, template=tpl)
@@ -132,7 +134,7 @@ def test_contract_values_arrive_verbatim_and_are_never_executed(tmp_path):
         args = files["args"].read_bytes().split(b"\0")[:-1]
         assert [a.decode() for a in args] == plan.run_args(plan.cells), jid
         assert files["model"].read_text() == name
-        assert files["path"].read_text() == f"org/{name}"
+        assert files["path"].read_text() == str(model_dir)
         assert shlex.split(files["runargs"].read_text()) == plan.run_args(plan.cells)
         assert not canary.exists() and not (seen / canary.name).exists()
         assert not (tmp_path / canary.name).exists()

@@ -207,6 +207,39 @@ def test_cli_errors_exit_2_and_write_nothing(tmp_path, capsys):
     assert not out.exists() and not (tmp_path / "res").exists()
 
 
+def test_tasks_takes_group_names(tmp_path, capsys):
+    from encoder_eval.tasks import TASK_GROUPS, group_tasks
+
+    everything = sweep.build_plan("select", results_dir=tmp_path, models=["xlm-r-base"],
+                                  tasks=["all"], lr_keys=["lr06"], seeds=[42])  # fmt: skip
+    assert [c.task for c in everything.cells] == group_tasks("all") and len(everything.cells) == 17
+    mixed = sweep.build_plan("select", results_dir=tmp_path, models=["xlm-r-base"],
+                             tasks=["xnli", "glue", "xnli"], lr_keys=["lr06"], seeds=[42])  # fmt: skip
+    assert [c.task for c in mixed.cells] == ["xnli", *group_tasks("glue")]
+    out = tmp_path / "runs"
+    rc = sweep.main(["--phase", "select", "--tasks", "all", "--models", "xlm-r-base",
+                     "--out-dir", str(out), "--results-dir", str(tmp_path / "res")])  # fmt: skip
+    assert rc == 0 and f"{17 * 10 * 3} cell(s)" in capsys.readouterr().out
+    help_text = sweep.build_parser().format_help()
+    assert all(group in help_text for group in TASK_GROUPS)
+
+
+def test_task_files_reach_every_run(tmp_path):
+    """The plan hands its task files to every process (`--tasks-file F`, absolute)."""
+    plan = sweep.build_plan("select", results_dir=tmp_path, models=["xlm-r-base"],
+                            tasks=["xnli"], lr_keys=["lr06"], seeds=[42])  # fmt: skip
+    assert plan.tasks_files == [] and "--tasks-file" not in plan.run_args(plan.cells)
+    plan.tasks_files = ["/abs/mine.toml", "/abs/more tasks.yaml"]
+    args = plan.run_args(plan.cells)
+    assert has_flags(args, ["--tasks-file", "/abs/mine.toml"])
+    assert args[args.index("--tasks-file", args.index("--tasks-file") + 1) + 1] == (
+        "/abs/more tasks.yaml")  # fmt: skip
+    with pytest.raises(HarnessError, match="may not set --tasks-file"):
+        sweep.build_plan("select", results_dir=tmp_path, extra_run_args=["--tasks-file", "x"])
+    parsed = sweep.build_parser().parse_args(["--tasks-file", "a.toml", "--tasks-file", "b.yaml"])
+    assert parsed.tasks_file == ["a.toml", "b.yaml"]
+
+
 def test_show_grid(capsys):
     assert sweep.main(["--show-grid"]) == 0
     out = capsys.readouterr().out
@@ -502,8 +535,10 @@ def test_slurm_one_sbatch_per_missing_cell_with_the_contract(tmp_path, fake_slur
     env, tpl = fake_slurm
     canary = tmp_path / "canary"
     evil = hostile(canary) + "\nline two"
+    model_dir = tmp_path / "models" / evil  # a hostile local model path
+    model_dir.mkdir(parents=True)
     plan = sweep.build_plan("select", results_dir=tmp_path / "res",
-                            extra_models=[f"{evil}=org/{evil}"], tasks=["glue_rte"],
+                            extra_models=[f"{evil}={model_dir}"], tasks=["glue_rte"],
                             lr_keys=["lr03", "lr06"], seeds=[42], max_steps=4,
                             data_dir=tmp_path, device="cpu")  # fmt: skip
     emitted = sweep.emit_slurm(plan, tmp_path / "runs", tpl, requeue=True)
@@ -522,7 +557,7 @@ def test_slurm_one_sbatch_per_missing_cell_with_the_contract(tmp_path, fake_slur
     (job,) = _lines(env["FAKE_JOBS"])
     cell = plan.cells[1]
     assert job["argv"] == plan.run_args([cell])  # "$@" is exactly the run arguments
-    assert job["env"]["MODEL"] == evil and job["env"]["MODEL_PATH"] == f"org/{evil}"
+    assert job["env"]["MODEL"] == evil and job["env"]["MODEL_PATH"] == str(model_dir)
     assert job["env"]["OUT_JSON"] == plan.out_json(cell)
     assert (job["env"]["LR"], job["env"]["LR_KEY"], job["env"]["SEED"]) == (
         "3.59e-05",
@@ -585,8 +620,10 @@ def test_slurm_array_chunks_to_max_array_size(tmp_path, fake_slurm):
     env, tpl = fake_slurm
     canary = tmp_path / "canary"
     evil = hostile(canary)
+    model_dir = tmp_path / "models" / evil  # a hostile local model path
+    model_dir.mkdir(parents=True)
     plan = sweep.build_plan("select", results_dir=tmp_path / "res",
-                            extra_models=[f"{evil}=org/{evil}"], tasks=["glue_rte", "glue_sst2"],
+                            extra_models=[f"{evil}={model_dir}"], tasks=["glue_rte", "glue_sst2"],
                             lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
     emitted = sweep.emit_slurm_array(plan, tmp_path / "runs", tpl)
     manifest = (tmp_path / "runs" / "manifest.tsv").read_text().splitlines()
@@ -741,3 +778,23 @@ def test_example_template_follows_the_contract():
     assert text.startswith("#!/bin/bash") and 'python -m encoder_eval.run "$@"' in text
     head, body = sweep._split_template_header(text)
     assert "#SBATCH --gres=gpu:1" in head and body.lstrip().startswith("set -euo pipefail")
+
+
+@pytest.mark.parametrize("mode", ["shell", "slurm"])  # slurm-array refuses newlines
+def test_a_newline_in_the_results_dir_never_becomes_code(tmp_path, fake_python, fake_slurm, mode):
+    """The script headers name the results directory in a comment: a newline in it must not
+    end the comment and start a command."""
+    env, _ = fake_python
+    slurm_env, tpl = fake_slurm
+    canary = tmp_path / "canary"
+    rdir = tmp_path / "res\ntouch canary\n"
+    plan = sweep.build_plan("select", results_dir=rdir, extra_models=["a=org/a"],
+                            tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42])  # fmt: skip
+    emitted = sweep.emit(plan, tmp_path / "runs", mode, template=None if mode == "shell" else tpl)
+    text = emitted.script.read_text()
+    assert "\ntouch canary" not in text.split("set -")[0]  # the header stays comments
+    environ = {**slurm_env, **env} if mode == "slurm" else env
+    proc = subprocess.run(["bash", str(emitted.script)], env=environ, capture_output=True,
+                          text=True, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert not canary.exists()

@@ -1,0 +1,390 @@
+"""What a phase runs: its cells (model, task, LR, seed), the units processes run them in, and
+each unit's `encoder_eval.run` arguments. `emit.py` turns a Plan into launch scripts;
+`sweep.py` is the command line. Nothing here imports torch: it runs on a login node.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import HarnessError, unknown_name
+from .models import MODEL_REGISTRY, ModelEntry, check_model_path, model_entry, parse_model_spec
+from .protocol import (
+    LR_GRID,
+    PHASE_SEEDS,
+    PROTOCOL_RECIPE,
+    SELECTION_SPLITS,
+    lr_for_key,
+    lr_key_for,
+)
+from .results import cell_state, result_filename
+from .tasks import register_task_files, resolve_task_names
+
+__all__ = ["Cell", "Plan", "build_plan"]
+
+PHASES = ("select", "report")
+# How many cells share one `encoder_eval.run` process (see `Plan.units`).
+GROUPS = ("pair", "lr", "cell")
+# Flags that define a cell's identity; --extra-run-args must not override them.
+_RESERVED_RUN_FLAGS = (
+    "--model-key", "--model-path", "--mode", "--task", "--lr", "--seed", "--phase",
+    "--results-dir", "--out-json", "--skip-existing", "--tasks-file",
+)  # fmt: skip
+
+# ----------------------------------------------------------------------------- parsing helpers
+
+
+def split_csv(text: str | None) -> list[str]:
+    """`'a, b,,c'` -> `['a', 'b', 'c']` (order kept, duplicates dropped); None -> []."""
+    out: list[str] = []
+    for item in (text or "").split(","):
+        item = item.strip()
+        if item and item not in out:
+            out.append(item)
+    return out
+
+
+def parse_seeds(text: str | None, flag: str = "--seeds") -> list[int] | None:
+    """Parse a comma-separated seed list (None when the flag was not given)."""
+    if text is None:
+        return None
+    try:
+        seeds = [int(s) for s in split_csv(text)]
+    except ValueError:
+        raise HarnessError(
+            f"{flag} {text!r} must be comma-separated integers, e.g. 42,43"
+        ) from None
+    if not seeds:
+        raise HarnessError(f"{flag} is empty; give at least one seed, e.g. {flag} 42")
+    if any(s < 0 for s in seeds):
+        raise HarnessError(f"{flag} {text!r} holds a negative seed; seeds are >= 0")
+    return seeds
+
+
+def parse_lr_keys(text: str | None) -> list[str] | None:
+    """Parse `--lr-keys lr03,lr06` against the grid (None when the flag was not given)."""
+    if text is None:
+        return None
+    keys = split_csv(text)
+    if not keys:
+        raise HarnessError("--lr-keys is empty; give grid keys such as lr03,lr06")
+    for key in keys:
+        lr_for_key(key)  # raises with the valid keys
+    return sorted(keys, key=lambda k: LR_GRID[k])
+
+
+def model_table(extra_specs: list[str] | None = None) -> tuple[dict[str, tuple], list[str]]:
+    """The registry merged with `--model NAME=PATH[:MODE]` additions, and the added names."""
+    table = dict(MODEL_REGISTRY)
+    added = []
+    for spec in extra_specs or []:
+        name, entry = parse_model_spec(spec)
+        entry = entry._replace(path=check_model_path(spec, entry.path))
+        if name in MODEL_REGISTRY:
+            raise HarnessError(
+                f"--model {name}=... shadows the registry model {name!r}; choose another NAME"
+            )
+        if name in added:
+            raise HarnessError(f"--model {name}=... is given twice; give each NAME once")
+        table[name] = tuple(entry)
+        added.append(name)
+    return table, added
+
+
+def resolve_models(
+    models: list[str] | None, extra_specs: list[str] | None = None, trust_added: bool = False
+) -> dict[str, ModelEntry]:
+    """Which models a sweep covers: `models` (names of the registry or of additions), else the
+    additions when there are any, else the whole registry."""
+    table, added = model_table(extra_specs)
+    names = models if models else (added or list(MODEL_REGISTRY))
+    out = {}
+    for name in names:
+        if name not in table:
+            raise unknown_name("model", name, table)
+        entry = model_entry(name, table)
+        if name in added and trust_added:
+            entry = entry._replace(trust_remote_code=True)
+        out[name] = entry
+    return out
+
+
+def resolve_tasks(tasks: list[str] | None) -> list[str]:
+    """Task keys of `--tasks` (keys and the groups of `tasks.TASK_GROUPS`; default: the
+    multilingual tasks); unknown names raise with the valid ones."""
+    return resolve_task_names(tasks)
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (model, task, learning rate, seed) of a phase, with how to load its model."""
+
+    model: str
+    model_path: str
+    mode: str
+    trust_remote_code: bool
+    task: str
+    lr_key: str
+    lr: float
+    seed: int
+    phase: str
+
+    @property
+    def filename(self) -> str:
+        return result_filename(self.model, self.task, self.lr, self.seed)
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return (self.model, self.task)
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}/{self.task}/{self.lr_key}/s{self.seed}"
+
+
+@dataclass
+class Plan:
+    """Every cell of one phase plus what each cell command needs besides its identity."""
+
+    phase: str
+    cells: list[Cell]
+    results_dir: str
+    max_steps: int = PROTOCOL_RECIPE.max_steps
+    max_seq_len: int = PROTOCOL_RECIPE.max_seq_len
+    selection_split: str = PROTOCOL_RECIPE.selection_split
+    data_dir: str | None = None
+    device: str = "auto"
+    extra_run_args: list[str] = field(default_factory=list)
+    tasks_files: list[str] = field(default_factory=list)  # absolute paths, given to every run
+    shrunk: list[str] = field(default_factory=list)  # how this plan departs from the protocol
+
+    def out_json(self, cell: Cell) -> str:
+        return os.path.join(self.results_dir, cell.filename)
+
+    def recipe_args(self) -> list[str]:
+        """The recipe, spelled out flag by flag (the protocol's values unless shrunk)."""
+        r = PROTOCOL_RECIPE
+        return [
+            "--weight-decay", f"{r.weight_decay:g}", "--adam-beta2", f"{r.adam_beta2:g}",
+            "--warmup-ratio", f"{r.warmup_ratio:g}", "--bsz", str(r.batch_size),
+            "--early-stop", "--patience", str(r.patience), "--epoch-cap", str(r.epoch_cap),
+            "--max-steps", str(self.max_steps), "--max-seq-len", str(self.max_seq_len),
+            "--precision", r.precision, "--selection-split", self.selection_split,
+        ]  # fmt: skip
+
+    def run_args(self, cells: list[Cell]) -> list[str]:
+        """Arguments of `python -m encoder_eval.run` for the cells of one unit.
+
+        A unit is every (LR, seed) combination of its LRs and seeds for one (model, task):
+        the process runs them LR by LR, each LR's seeds in order (see `Plan.units`).
+        """
+        first = cells[0]
+        lrs = list(dict.fromkeys(c.lr for c in cells))
+        seeds = list(dict.fromkeys(c.seed for c in cells))
+        if (
+            any(c.pair != first.pair for c in cells)
+            or len(cells) != len(lrs) * len(seeds)
+            or ({(c.lr, c.seed) for c in cells} != {(lr, s) for lr in lrs for s in seeds})
+        ):
+            raise ValueError("run_args takes the cells of one unit (LRs x seeds of one pair)")
+        args = [
+            "--model-key", first.model, "--model-path", first.model_path, "--mode", first.mode,
+            "--task", first.task, "--lr", ",".join(f"{lr:g}" for lr in lrs),
+            "--seed", ",".join(map(str, seeds)),
+            "--phase", self.phase, "--results-dir", self.results_dir, "--skip-existing",
+            "--trust-remote-code" if first.trust_remote_code else "--no-trust-remote-code",
+            *self.recipe_args(), "--device", self.device,
+        ]  # fmt: skip
+        if self.data_dir:
+            args += ["--data-dir", self.data_dir]
+        for path in self.tasks_files:
+            args += ["--tasks-file", path]
+        if any(s not in PHASE_SEEDS[self.phase] for s in seeds):
+            args.append("--allow-off-protocol")  # run.py then marks the result off-protocol
+        args += ["--progress", "json", *self.extra_run_args]
+        return args
+
+    def units(self, cells: list[Cell] | None = None, group: str = "pair") -> list[list[Cell]]:
+        """Split cells into units, each run by one process, in plan order.
+
+        group "pair": every cell of one (model, task), when they are all combinations of
+        their LRs and seeds (a plan's always are; a subset that is not, e.g. from `status
+        --emit`, falls back to one unit per LR); "lr": the seeds of one (model, task, LR);
+        "cell": one cell per unit.
+        """
+        if group not in GROUPS:
+            raise HarnessError(f"--group {group!r} must be one of {', '.join(GROUPS)}")
+        if group == "cell":
+            return [[c] for c in (self.cells if cells is None else cells)]
+        by_pair: dict[tuple, list[Cell]] = {}
+        for cell in self.cells if cells is None else cells:
+            by_pair.setdefault(cell.pair, []).append(cell)
+        units = []
+        for pair_cells in by_pair.values():
+            by_lr: dict[float, list[Cell]] = {}
+            for cell in pair_cells:
+                by_lr.setdefault(cell.lr, []).append(cell)
+            seed_sets = {tuple(sorted(c.seed for c in v)) for v in by_lr.values()}
+            if group == "pair" and len(seed_sets) == 1:
+                seeds = [c.seed for c in next(iter(by_lr.values()))]
+                units.append([c for lr in by_lr for s in seeds for c in by_lr[lr] if c.seed == s])
+            else:
+                units.extend(by_lr.values())
+        return units
+
+    def cell_state(self, cell: Cell) -> str:
+        """'ok' or 'diverged' (done), 'missing' or 'corrupt', by `results.cell_state`."""
+        return cell_state(self.out_json(cell), self.phase)[0]
+
+
+def _abs_if_local(path: str) -> str:
+    """Absolute path for a local model directory (jobs may start elsewhere); Hub ids unchanged."""
+    return os.path.abspath(path) if os.path.exists(path) else path
+
+
+def build_plan(
+    phase: str,
+    *,
+    results_dir: str | os.PathLike,
+    models: list[str] | None = None,
+    extra_models: list[str] | None = None,
+    tasks: list[str] | None = None,
+    lr_keys: list[str] | None = None,
+    seeds: list[int] | None = None,
+    selection: dict | None = None,
+    max_steps: int | None = None,
+    max_seq_len: int | None = None,
+    data_dir: str | os.PathLike | None = None,
+    device: str | None = None,
+    extra_run_args: list[str] | None = None,
+    trust_remote_code: bool = False,
+    selection_split: str | None = None,
+    tasks_files: list[str | os.PathLike] | None = None,
+) -> Plan:
+    """Expand a phase into its cells, checking every input; raises HarnessError on bad input.
+
+    select: models x tasks x LR keys (default: the whole grid) x seeds (default 42-44).
+    report: models x tasks x seeds (default 45-49) at each pair's LR in `selection`, with
+    the selection split its select cells used (a contradicting `selection_split` is refused).
+    `tasks_files` (user task files) are registered before the tasks are resolved, and every
+    cell's run reads them too.
+    """
+    if phase not in PHASES:
+        raise HarnessError(f"--phase {phase!r} must be select or report")
+    resolved = resolve_models(models, extra_models, trust_added=trust_remote_code)
+    files = [os.path.abspath(f) for f in tasks_files or []]
+    register_task_files(files)
+    task_list = resolve_tasks(tasks)
+    shrunk = []
+    if seeds is None:
+        seeds = list(PHASE_SEEDS[phase])
+    elif seeds != list(PHASE_SEEDS[phase]):
+        shrunk.append(f"seeds {','.join(map(str, seeds))} (protocol: {list(PHASE_SEEDS[phase])})")
+    if phase == "select":
+        if selection is not None:
+            raise HarnessError("--selection is for --phase report; drop it for --phase select")
+        if lr_keys is None:
+            lr_keys = list(LR_GRID)
+        for key in lr_keys:
+            lr_for_key(key)  # raises with the valid keys
+        lr_keys = sorted(dict.fromkeys(lr_keys), key=LR_GRID.__getitem__)  # grid order
+        if lr_keys != list(LR_GRID):
+            shrunk.append(f"lr keys {','.join(lr_keys)} (protocol: all {len(LR_GRID)})")
+    else:
+        if lr_keys is not None:
+            raise HarnessError(
+                "--lr-keys is for --phase select; the report phase runs each pair's selected LR"
+            )
+        if selection is None:
+            raise HarnessError(
+                "--phase report needs --selection selection.json; "
+                "create it with python -m encoder_eval.select"
+            )
+    selection_split = _selection_split(phase, selection, selection_split)
+    if max_steps is not None and max_steps < 1:
+        raise HarnessError("--max-steps must be at least 1")
+    if max_seq_len is not None and max_seq_len < 1:
+        raise HarnessError("--max-seq-len must be at least 1")
+    max_steps = PROTOCOL_RECIPE.max_steps if max_steps is None else max_steps
+    max_seq_len = PROTOCOL_RECIPE.max_seq_len if max_seq_len is None else max_seq_len
+    if max_steps != PROTOCOL_RECIPE.max_steps:
+        shrunk.append(f"max steps {max_steps} (protocol: {PROTOCOL_RECIPE.max_steps})")
+    if max_seq_len != PROTOCOL_RECIPE.max_seq_len:
+        shrunk.append(f"max seq len {max_seq_len} (protocol: {PROTOCOL_RECIPE.max_seq_len})")
+    device = device or "auto"
+    if device not in ("auto", "cuda", "cpu"):
+        raise HarnessError(f"--device {device!r} must be auto, cuda or cpu")
+    extra = list(extra_run_args or [])
+    for arg in extra:
+        if arg.split("=", 1)[0] in _RESERVED_RUN_FLAGS:
+            raise HarnessError(
+                f"--extra-run-args may not set {arg.split('=', 1)[0]}; the sweep sets it per cell"
+            )
+    if data_dir is not None:
+        if not Path(data_dir).is_dir():
+            raise HarnessError(f"--data-dir {data_dir} is not a directory; give the mirror's path")
+        data_dir = os.path.abspath(data_dir)
+
+    cells: list[Cell] = []
+    missing_pairs = []
+    for name, entry in resolved.items():
+        path = _abs_if_local(entry.path)
+        for task in task_list:
+            if phase == "select":
+                pair_lrs = [(key, LR_GRID[key]) for key in lr_keys]
+            else:
+                chosen = selection.get("pairs", {}).get(name, {}).get(task) or {}
+                if not chosen.get("lr_key"):
+                    missing_pairs.append(f"{name}/{task}")
+                    continue
+                pair_lrs = [(chosen["lr_key"], float(chosen["lr"]))]
+            for key, lr in pair_lrs:
+                if lr_key_for(lr) != key:
+                    raise HarnessError(
+                        f"selection gives {name}/{task} lr {lr:g} under key {key!r}, which "
+                        "disagrees with the grid; regenerate it with encoder_eval.select"
+                    )
+                for seed in seeds:
+                    cells.append(Cell(name, path, entry.mode, bool(entry.trust_remote_code),
+                                      task, key, lr, seed, phase))  # fmt: skip
+    if missing_pairs:
+        raise HarnessError(
+            f"the selection has no selected LR for {len(missing_pairs)} pair(s): "
+            f"{', '.join(missing_pairs)}; finish the select phase or narrow --models/--tasks"
+        )
+    return Plan(
+        phase=phase, cells=cells, results_dir=os.path.abspath(results_dir),
+        max_steps=max_steps, max_seq_len=max_seq_len, selection_split=selection_split,
+        data_dir=None if data_dir is None else str(data_dir), device=device,
+        extra_run_args=extra, tasks_files=files, shrunk=shrunk,
+    )  # fmt: skip
+
+
+def _selection_split(phase: str, selection: dict | None, requested: str | None) -> str:
+    """The split that picks LRs and checkpoints: as requested, and for a report phase the
+    one its select cells used (a report phase never contradicts its select phase)."""
+    if requested is not None and requested not in SELECTION_SPLITS:
+        raise HarnessError(f"--selection-split {requested!r}: valid: {', '.join(SELECTION_SPLITS)}")
+    if phase != "report" or selection is None:
+        return requested or PROTOCOL_RECIPE.selection_split
+    used = {
+        (entry.get("select_setup") or {}).get("selection_split")
+        for by_task in selection.get("pairs", {}).values()
+        for entry in by_task.values()
+        if isinstance(entry, dict) and entry.get("lr_key")
+    } - {None}
+    if len(used) > 1:
+        raise HarnessError(f"the selection mixes selection splits ({', '.join(sorted(used))}); "
+                           "select each variant into its own selection file")  # fmt: skip
+    chosen = next(iter(used), None) or requested or PROTOCOL_RECIPE.selection_split
+    if requested is not None and requested != chosen:
+        raise HarnessError(
+            f"--selection-split {requested} contradicts the selection, whose select cells used "
+            f"{chosen}; drop the flag (the report phase follows its select phase)"
+        )
+    return chosen

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2034  # (template) the common.sh part inserted below reads these
+__HEADER__
+set -euo pipefail
+TEMPLATE=__TEMPLATE__
+REQUEUE=(__REQUEUE__)
+PYTHON=${PYTHON:-__PYTHON__}
+PHASE=__PHASE__
+STATES=() N_DONE=0 HAVE=0 SEEN_OUTS=0 DONE_AT_START=() ALL_OUTS=()
+
+check_failed() {
+    check_error "$1"
+    exit 2
+}
+
+__COMMON__
+
+# Jobs of this sweep already queued or running (by job name): never submit a cell twice.
+declare -A QUEUED=()
+if command -v squeue >/dev/null 2>&1; then
+    while IFS= read -r name; do [ -n "$name" ] && QUEUED["$name"]=1; done < <(
+        squeue -h -u "$(id -un)" -t pending,running,suspended,configuring,completing \
+            -o '%j' 2>/dev/null)
+fi
+submitted=0 done_cells=0 queued=0
+
+units() { # every unit of this script, in order
+__UNITS__
+}
+
+# First pass: check every result file at once, so done units cost no Python start-up.
+# shellcheck disable=SC2317  # called by units, from first_pass
+unit() { ALL_OUTS+=("${@:4:$3}"); }
+first_pass
+
+# unit JOB_NAME LOG N OUT_JSON_1..OUT_JSON_N VAR=VALUE... -- RUN_ARGS...
+unit() {
+    local name=$1 log=$2 n=$3
+    shift 3
+    shift "$n" # the result files: checked in the first pass
+    local envs=()
+    while [ "$1" != "--" ]; do
+        envs+=("$1")
+        shift
+    done
+    shift
+    done_at_start "$n"
+    done_cells=$((done_cells + HAVE))
+    if [ "$HAVE" -eq "$n" ]; then return 0; fi
+    if [ -n "${QUEUED[$name]+x}" ]; then
+        queued=$((queued + n - HAVE))
+        return 0
+    fi
+    env "${envs[@]}" sbatch --export=ALL --job-name="$name" --output="$log" \
+        ${REQUEUE[@]+"${REQUEUE[@]}"} "$TEMPLATE" "$@"
+    submitted=$((submitted + 1))
+}
+units
+
+echo "submitted $submitted job(s); $done_cells cell(s) already done;" \
+    "$queued cell(s) already queued or running"

@@ -1,0 +1,307 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2034  # (template) the common.sh part inserted below reads these
+__HEADER__
+# Usage: bash run_all.sh [--workers N | --gpus LIST]
+#   (no flag)       one worker: the units in order, one process at a time
+#   --workers N     N workers at once; each unit (one encoder_eval.run process) is taken by
+#                   exactly one of them
+#   --gpus 0,1,2,3  one worker per listed GPU, its processes seeing only that GPU
+#                   (CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES)
+# Done cells are skipped and corrupt result files moved aside, so running it again fills
+# the gaps. Exit status: 0 all done; 1 some unit failed; 2 bad input; 130 Ctrl-C;
+# 75 SIGTERM stopped several workers (a single one is stopped by it at once).
+set -u
+PYTHON=${PYTHON:-__PYTHON__}
+PHASE=__PHASE__
+LOG_DIR=__LOG_DIR__
+LOCK_DIR=__LOCK_DIR__
+RESULTS_DIR=__RESULTS_DIR__
+RERUN=__RERUN__
+TOTAL_CELLS=__TOTAL_CELLS__
+TOTAL_UNITS=__TOTAL_UNITS__
+STATES=() N_DONE=0 HAVE=0 SEEN_OUTS=0 DONE_AT_START=() ALL_OUTS=()
+WORKERS=1 GPUS=() WID=1 WPREFIX='' current='' UNIT_FD='' PREEMPTED=''
+
+die() {
+    echo "error: $*" >&2
+    exit 2
+}
+
+while [ "$#" -gt 0 ]; do
+    case $1 in
+    --workers | --gpus)
+        if [ "$#" -lt 2 ]; then die "$1 needs a value, e.g. --workers 4 or --gpus 0,1"; fi
+        set -- "$1=$2" "${@:3}"
+        continue
+        ;;
+    --workers=*)
+        WORKERS=${1#*=}
+        if ! [[ $WORKERS =~ ^[1-9][0-9]{0,3}$ ]]; then
+            die "--workers '$WORKERS' must be a whole number from 1, e.g. --workers 4"
+        fi
+        WORKERS_GIVEN=1
+        ;;
+    --gpus=*)
+        IFS=, read -r -a GPUS <<<"${1#*=}"
+        if [ "${#GPUS[@]}" -eq 0 ]; then die "--gpus is empty; list GPU indices, e.g. --gpus 0,1"; fi
+        declare -A seen_gpu=()
+        for gpu in "${GPUS[@]}"; do
+            if ! [[ $gpu =~ ^([0-9]+|(GPU|MIG)-[A-Za-z0-9/-]+)$ ]]; then
+                die "--gpus '${1#*=}': '$gpu' is not a GPU index (or GPU-/MIG- UUID); list" \
+                    "them comma-separated, e.g. --gpus 0,1,2,3"
+            fi
+            if [ -n "${seen_gpu[$gpu]+x}" ]; then
+                die "--gpus '${1#*=}' lists GPU $gpu twice; give each GPU once"
+            fi
+            seen_gpu[$gpu]=1
+        done
+        ;;
+    -h | --help)
+        sed -n '2,/^set -u$/{/^set -u$/d;s/^# \{0,1\}//;p;}' "$0"
+        exit 0
+        ;;
+    *) die "unknown argument '$1'; valid: --workers N, --gpus LIST (e.g. --gpus 0,1), --help" ;;
+    esac
+    shift
+done
+if [ "${#GPUS[@]}" -gt 0 ]; then
+    if [ -n "${WORKERS_GIVEN:-}" ]; then
+        die "give --workers or --gpus, not both (--gpus runs one worker per listed GPU)"
+    fi
+    WORKERS=${#GPUS[@]}
+fi
+
+mkdir -p "$LOG_DIR" "$LOCK_DIR" "$RESULTS_DIR" || exit 2
+RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/ee-run_all.XXXXXX") || exit 2
+trap 'rm -rf "$RUN_DIR"' EXIT
+: >"$RUN_DIR/events"
+
+# Ctrl-C reaches this script and its unit's process; the process saves what it must and
+# exits 130, and this script then stops instead of going on to the next unit.
+interrupted() {
+    trap - INT
+    if [ -n "$WPREFIX" ]; then # a worker of several: the main script says how to resume
+        echo "${WPREFIX}interrupted${current:+ during $current}" >&2
+        exit 130
+    fi
+    echo "interrupted${current:+ during $current}: finished cells are kept and an" \
+        "interrupted one resumes where it stopped; run $RERUN again to go on" >&2
+    exit 130
+}
+trap interrupted INT
+
+check_failed() {
+    if [ "$1" -eq 130 ]; then interrupted; fi
+    check_error "$1"
+    exit 2
+}
+
+__COMMON__
+
+# What happened, one line per event, shared by the workers (each line is one append).
+record() { printf '%s\n' "$*" >>"$RUN_DIR/events"; }
+
+# counts: C_CELLS (done), C_UNITS (finished), C_RUN, C_SKIPPED, C_FAILED, FAILED_UNITS.
+counts() {
+    local kind arg
+    C_CELLS=0 C_UNITS=0 C_RUN=0 C_SKIPPED=0 C_FAILED=0 FAILED_UNITS=()
+    while read -r kind arg; do
+        case $kind in
+        skip) C_CELLS=$((C_CELLS + arg)) C_UNITS=$((C_UNITS + 1)) C_SKIPPED=$((C_SKIPPED + 1)) ;;
+        ran) C_CELLS=$((C_CELLS + arg)) C_UNITS=$((C_UNITS + 1)) C_RUN=$((C_RUN + 1)) ;;
+        failed) C_FAILED=$((C_FAILED + 1)) FAILED_UNITS+=("$arg") ;;
+        esac
+    done <"$RUN_DIR/events"
+}
+
+say() {
+    counts
+    echo "${WPREFIX}[cells $C_CELLS/$TOTAL_CELLS done, units $C_UNITS/$TOTAL_UNITS, failed $C_FAILED] $*"
+}
+
+# take_unit_lock LABEL: a non-blocking flock on LOCK_DIR/LABEL.lock, held in UNIT_FD while
+# the unit runs (the kernel frees it when its holders exit); fails if another runner of
+# this sweep holds it. Without flock there is no unit lock (the cell locks still hold).
+take_unit_lock() {
+    command -v flock >/dev/null 2>&1 || return 0
+    exec {UNIT_FD}>>"$LOCK_DIR/$1.lock" || return 0
+    if flock -n "$UNIT_FD"; then return 0; fi
+    exec {UNIT_FD}>&-
+    UNIT_FD=
+    return 1
+}
+
+release_unit_lock() {
+    if [ -n "$UNIT_FD" ]; then exec {UNIT_FD}>&-; fi
+    UNIT_FD=
+}
+
+# eta SECONDS: 2h05m, 2m10s or 42s.
+eta() {
+    local s=${1%%.*}
+    if ! [[ $s =~ ^[0-9]+$ ]]; then
+        echo "?"
+    elif [ "$s" -ge 3600 ]; then
+        printf '%dh%02dm\n' $((s / 3600)) $((s % 3600 / 60))
+    elif [ "$s" -ge 60 ]; then
+        printf '%dm%02ds\n' $((s / 60)) $((s % 60))
+    else
+        echo "${s}s"
+    fi
+}
+
+# show_progress LOG: append stdin (the unit process's stderr) to LOG, and show each of its
+# `--progress json` lines as one line: [w1] MODEL/TASK/LR_KEY/sSEED step 120/400 dev 0.81
+# eta 2m10s. It ignores Ctrl-C and SIGTERM: it ends when the process, saving its state,
+# closes stderr (whose last lines say so).
+show_progress() {
+    trap '' INT TERM
+    local log=$1 line cell step total dev left LC_ALL=C
+    local re_cell='^\{"cell": "(([^"\\]|\\.)*)"' re_step='"step": ([0-9]+)'
+    local re_total='"total_steps": ([0-9]+)' re_dev='"dev": (-?[0-9][0-9.eE+-]*)'
+    local re_eta='"eta_s": ([0-9][0-9.]*)'
+    while IFS= read -r line || [ -n "$line" ]; do
+        printf '%s\n' "$line" >>"$log"
+        [[ $line =~ $re_cell ]] || continue
+        cell=${BASH_REMATCH[1]} step='?' total='?' dev=- left='?'
+        if [[ $line =~ $re_step ]]; then step=${BASH_REMATCH[1]}; fi
+        if [[ $line =~ $re_total ]]; then total=${BASH_REMATCH[1]}; fi
+        if [[ $line =~ $re_dev ]]; then dev=$(printf '%.4g' "${BASH_REMATCH[1]}"); fi
+        if [[ $line =~ $re_eta ]]; then left=$(eta "${BASH_REMATCH[1]}"); fi
+        echo "[w$WID] $cell step $step/$total dev $dev eta $left"
+    done
+}
+
+units() { # every unit of this script, in order
+__UNITS__
+}
+
+# First pass: check every result file at once, so done units cost no Python start-up.
+# shellcheck disable=SC2317  # called by units, from first_pass
+unit() { ALL_OUTS+=("${@:3:$2}"); }
+first_pass
+
+# The second pass, by each worker: unit LABEL N OUT_1..OUT_N -- RUN_ARGS...
+unit() {
+    local label=$1 n=$2
+    shift 2
+    local outs=("${@:1:$n}")
+    shift "$n"
+    shift # drop the --
+    local log="$LOG_DIR/$label.log" rc
+    UNIT_INDEX=$((UNIT_INDEX + 1))
+    done_at_start "$n"
+    if [ "$PASS" = claim ]; then
+        # Each unit goes to the first worker of this script to claim it (mkdir is atomic).
+        mkdir "$RUN_DIR/claim.$UNIT_INDEX" 2>/dev/null || return 0
+    else
+        case " ${DEFERRED[*]} " in *" $UNIT_INDEX "*) ;; *) return 0 ;; esac
+    fi
+    if [ "$HAVE" -lt "$n" ]; then # again: another runner may have done some since
+        check "${outs[@]}"
+        HAVE=$N_DONE
+    fi
+    if [ "$HAVE" -eq "$n" ]; then
+        record skip "$n"
+        say "skip $label (all $n cells done)"
+        return 0
+    fi
+    if ! take_unit_lock "$label" && [ "$PASS" = claim ]; then
+        # Another runner of this sweep is on it: do the other units first, then come back
+        # (its process then waits for the cells still running elsewhere, or skips them).
+        DEFERRED+=("$UNIT_INDEX")
+        echo "${WPREFIX}later: $label (another runner of this sweep is running it)"
+        return 0
+    fi
+    current=$label
+    say "starting $label ($((n - HAVE)) of $n cells to run), log: $log"
+    # Appended, not truncated: a second runner of this script must not wipe this log.
+    { "$PYTHON" -m encoder_eval.run "$@" 2>&1 >>"$log"; } | show_progress "$log"
+    rc=${PIPESTATUS[0]}
+    release_unit_lock
+    if [ "$rc" -eq 130 ]; then interrupted; fi
+    if [ -n "$PREEMPTED" ]; then # SIGTERM to a worker of several: stop after this unit
+        echo "${WPREFIX}preempted${current:+ during $current}" >&2
+        exit 75
+    fi
+    check "${outs[@]}"
+    HAVE=$N_DONE
+    record ran "$HAVE"
+    if [ "$rc" -ne 0 ] || [ "$HAVE" -ne "$n" ]; then
+        record failed "$label"
+        echo "${WPREFIX}FAILED $label (exit $rc, $HAVE of $n cells written), see $log" >&2
+        tail -n 5 "$log" | sed 's/^/    /' >&2
+    fi
+    current=
+}
+
+# worker ID [GPU]: take units in order until none is left, then the deferred ones.
+worker() {
+    WID=$1
+    if [ -n "${2:-}" ]; then export CUDA_VISIBLE_DEVICES=$2 HIP_VISIBLE_DEVICES=$2; fi
+    PASS=claim DEFERRED=() UNIT_INDEX=-1 SEEN_OUTS=0
+    units
+    if [ "${#DEFERRED[@]}" -gt 0 ]; then
+        PASS=deferred UNIT_INDEX=-1 SEEN_OUTS=0
+        units
+    fi
+}
+
+# stop_workers SIGNAL: pass Ctrl-C (INT) or SIGTERM on to every worker's process group
+# (each worker's process saves its state and exits 130 or 75; the worker then stops).
+stop_workers() {
+    local pid
+    STOPPING=$1
+    for pid in "${PIDS[@]}"; do kill -"$1" -- "-$pid" 2>/dev/null || true; done
+}
+
+if [ "$WORKERS" -eq 1 ]; then
+    # In the foreground: Ctrl-C reaches the unit's process directly.
+    worker 1 "${GPUS[0]:-}"
+else
+    PIDS=() STOPPING=''
+    trap 'stop_workers INT' INT
+    trap 'stop_workers TERM' TERM
+    # Each worker in its own process group (stdin not the terminal, which would stop it):
+    # Ctrl-C reaches this script only, and stop_workers passes it on.
+    set -m
+    for ((k = 1; k <= WORKERS; k++)); do
+        (
+            set +m
+            WID=$k
+            trap 'echo "$?" >"$RUN_DIR/rc.$WID"' EXIT
+            trap interrupted INT
+            trap 'PREEMPTED=1' TERM
+            WPREFIX="[w$k] "
+            worker "$k" "${GPUS[k - 1]:-}"
+        ) </dev/null &
+        PIDS+=("$!")
+    done
+    set +m
+    while [ -n "$(jobs -pr)" ]; do
+        wait -n 2>/dev/null
+        # A worker that was interrupted stops the others, as Ctrl-C would.
+        if [ -z "$STOPPING" ] && grep -qx 130 "$RUN_DIR"/rc.* 2>/dev/null; then
+            stop_workers INT
+        fi
+    done
+    trap - INT TERM
+    if [ "$STOPPING" = INT ] || grep -qx 130 "$RUN_DIR"/rc.* 2>/dev/null; then
+        WPREFIX='' current=''
+        interrupted
+    fi
+    if [ "$STOPPING" = TERM ] || grep -qx 75 "$RUN_DIR"/rc.* 2>/dev/null; then
+        echo "preempted: SIGTERM stopped the workers; the running cells saved their state;" \
+            "run $RERUN again to resume" >&2
+        exit 75
+    fi
+    if grep -qx 2 "$RUN_DIR"/rc.* 2>/dev/null; then exit 2; fi
+fi
+
+counts
+echo "[cells $C_CELLS/$TOTAL_CELLS done, units $C_UNITS/$TOTAL_UNITS, failed $C_FAILED]" \
+    "finished: $C_RUN run, $C_SKIPPED skipped (already done)"
+if [ "$C_FAILED" -gt 0 ]; then
+    echo "failed units: ${FAILED_UNITS[*]} (logs in $LOG_DIR); re-run this script to retry them" >&2
+    exit 1
+fi
