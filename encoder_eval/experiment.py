@@ -37,6 +37,7 @@ records, and refuses a flag that contradicts them.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -628,6 +629,33 @@ def apply_to_args(args: argparse.Namespace, *, results_manifest: bool = False) -
             if args.seeds is None and inherited.seeds.get("report"):
                 args.seeds = ",".join(map(str, inherited.seeds["report"]))
     args.experiment_sources = (own, inherited)
+    if hasattr(args, "tasks_file"):  # the runs must know the experiment's user tasks too
+        files = [f for exp in (own, inherited) if exp is not None for f in exp.tasks_files]
+        rows = {k: v for exp in (own, inherited) if exp is not None
+                for k, v in exp.task_rows.items()}  # fmt: skip
+        if rows:
+            phase_dir = args.results_dir or os.path.join("results", args.phase or "select")
+            files.append(str(_task_rows_file(rows, phase_dir)))
+        args.tasks_file = list(dict.fromkeys([*(args.tasks_file or []), *files]))
+
+
+def _task_rows_file(rows: dict[str, dict], results_dir: str | os.PathLike) -> Path:
+    """Write an experiment's inline task definitions as a task file in `results_dir` (named
+    by its content), so every cell process reads them with `run --tasks-file`."""
+    from .results import TASKS_FILE_PREFIX
+    from .tasks import TASK_KNOBS
+
+    absolute = {}
+    for key, row in rows.items():  # registered already: a data_dir is resolved
+        folder = TASK_KNOBS[key].data_dir
+        absolute[key] = {**row, **({"data_dir": str(folder)} if folder else {})}
+    text = dumps({"tasks": absolute})
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+    path = Path(results_dir) / f"{TASKS_FILE_PREFIX}{digest}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        write_atomic(path, text)
+    return path.absolute()
 
 
 def write_for_plan(plan, out_dir: str | os.PathLike, args: argparse.Namespace) -> list[Path]:

@@ -49,8 +49,8 @@ import os
 import shlex
 import sys
 
-from . import experiment
 from . import emit as _emit
+from . import experiment
 from .emit import (
     DEFAULT_GROUP,
     EMIT_MODES,
