@@ -18,7 +18,7 @@ def planned(tmp_path, *flags: str):
 def test_model_path_alone_keeps_the_registry_loader_of_its_hub_id(tmp_path):
     cell = planned(tmp_path, "--model-path", "LiquidAI/LFM2.5-Encoder-230M")
     assert cell.model_key == "lfm2.5-encoder-230m"
-    assert cell.mode == "liquid-bidir" and cell.trust_remote_code is True
+    assert cell.recipe.mode == "liquid-bidir" and cell.trust_remote_code is True
 
 
 def test_a_local_copy_named_like_a_registry_model_keeps_its_loader(tmp_path):
@@ -27,19 +27,19 @@ def test_a_local_copy_named_like_a_registry_model_keeps_its_loader(tmp_path):
     assert models.key_from_path(str(local) + "/") == "lfm2.5-encoder-230m"
     cell = planned(tmp_path, "--model-path", str(local))
     assert cell.model_key == "lfm2.5-encoder-230m" and cell.model_path == str(local)
-    assert cell.mode == "liquid-bidir" and cell.trust_remote_code is True
+    assert cell.recipe.mode == "liquid-bidir" and cell.trust_remote_code is True
 
 
 def test_explicit_loader_flags_win_over_the_registry(tmp_path):
     cell = planned(tmp_path, "--model-path", "LiquidAI/LFM2.5-Encoder-230M", "--mode", "auto",
                    "--no-trust-remote-code")  # fmt: skip
-    assert cell.mode == "auto" and cell.trust_remote_code is False
+    assert cell.recipe.mode == "auto" and cell.trust_remote_code is False
 
 
 def test_another_hub_repo_of_the_same_name_is_not_the_registry_model(tmp_path):
     cell = planned(tmp_path, "--model-path", "someone/LFM2.5-Encoder-230M")
     assert cell.model_key == "LFM2.5-Encoder-230M"
-    assert cell.mode == "auto" and cell.trust_remote_code is False
+    assert cell.recipe.mode == "auto" and cell.trust_remote_code is False
 
 
 @pytest.mark.parametrize(
