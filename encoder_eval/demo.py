@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import HarnessError
+from .errors import EXIT_OK, HarnessError, report_errors
 from .fileio import write_atomic
 
 DEMO_TASKS = "synthetic_sentiment,synthetic_nli,synthetic_rating"
@@ -72,30 +72,29 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
     if args.data_dir:
         shrink += ["--data-dir", args.data_dir]
     selection = out / "selection.json"
+    dirs = {phase: (str(out / "runs" / phase), str(out / "results" / phase))
+            for phase in ("select", "report")}  # fmt: skip
     t0 = time.perf_counter()
-    for phase, seeds in (("select", args.select_seeds), ("report", args.report_seeds)):
-        log(f"== {phase} phase")
-        sweep = [py, "-m", "encoder_eval.sweep", "--phase", phase, "--model", model,
-                 "--tasks", args.tasks, "--seeds", seeds, "--mode", "shell",
-                 "--out-dir", str(out / "runs" / phase),
-                 "--results-dir", str(out / "results" / phase), *shrink]  # fmt: skip
-        if phase == "select":
-            sweep += ["--lr-keys", args.lr_keys]
-        else:
-            sweep += ["--selection", str(selection)]
-        _run(sweep, log)
-        _run(["bash", str(out / "runs" / phase / "run_all.sh")], log)
-        if phase == "select":
-            log("== select the learning rate per (model, task)")
-            _run([py, "-m", "encoder_eval.select", "--results-dir", str(out / "results" / phase),
-                  "--out", str(selection), "--lr-keys", args.lr_keys, "--seeds", seeds],
-                 log)  # fmt: skip
+    # The shrinking flags go to the select sweep only: its experiment file carries them to
+    # select, the report sweep and summarize.
+    log("== select phase")
+    _run([py, "-m", "encoder_eval.sweep", "--phase", "select", "--model", model, "--tasks",
+          args.tasks, "--lr-keys", args.lr_keys, "--seeds", args.select_seeds, "--mode",
+          "shell", "--out-dir", dirs["select"][0], "--results-dir", dirs["select"][1],
+          *shrink], log)  # fmt: skip
+    _run(["bash", str(Path(dirs["select"][0]) / "run_all.sh")], log)
+    log("== select the learning rate per (model, task)")
+    _run([py, "-m", "encoder_eval.select", "--results-dir", dirs["select"][1],
+          "--out", str(selection)], log)  # fmt: skip
+    log("== report phase")
+    _run([py, "-m", "encoder_eval.sweep", "--phase", "report", "--selection", str(selection),
+          "--seeds", args.report_seeds, "--mode", "shell", "--out-dir", dirs["report"][0],
+          "--results-dir", dirs["report"][1]], log)  # fmt: skip
+    _run(["bash", str(Path(dirs["report"][0]) / "run_all.sh")], log)
     log("== summarize")
     table = out / "table.md"
-    summarize = [py, "-m", "encoder_eval.summarize", "--results-dir", str(out / "results/report"),
-                 "--selection", str(selection), "--allow-partial",
-                 "--select-results-dir", str(out / "results/select"),
-                 "--plots", str(out / "plots")]  # fmt: skip
+    summarize = [py, "-m", "encoder_eval.summarize", "--results-dir", dirs["report"][1],
+                 "--allow-partial", "--plots", str(out / "plots")]  # fmt: skip
     log("$ " + " ".join(shlex.quote(c) for c in summarize))
     proc = subprocess.run(summarize, capture_output=True, text=True)
     sys.stderr.write(proc.stderr)
@@ -107,14 +106,10 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
     return table
 
 
+@report_errors
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        run_demo(args)
-    except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    run_demo(build_parser().parse_args(argv))
+    return EXIT_OK
 
 
 if __name__ == "__main__":

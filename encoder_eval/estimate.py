@@ -65,13 +65,15 @@ class ModelCost:
     device: str
     cells: int
     seconds_per_step: float
-    budget_share: float  # steps run / step cap, over the measured cells (early stopping)
+    # Steps run / step cap over the measured on-protocol cells (how much early stopping
+    # saves); None when no measured cell ran on protocol (a shrunken cap says nothing).
+    budget_share: float | None
 
-    def hours(self, tasks: list[str]) -> tuple[float, float]:
+    def hours(self, tasks: list[str]) -> tuple[float, float | None]:
         """(upper bound, expected) device-hours for every protocol cell of `tasks`."""
         steps = CELLS_PER_PAIR * sum(cell_step_cap(t) for t in tasks)
         upper = steps * self.seconds_per_step / 3600
-        return upper, upper * self.budget_share
+        return upper, None if self.budget_share is None else upper * self.budget_share
 
 
 def measure(results_dirs: list[str], warn=None) -> list[ModelCost]:
@@ -86,14 +88,16 @@ def measure(results_dirs: list[str], warn=None) -> list[ModelCost]:
                 continue
             hw = r.data["provenance"].get("hardware") or {}
             device = hw.get("gpu") or f"CPU ({hw.get('cpu') or 'unknown'})"
-            acc = sums.setdefault((r.cell["model"], device), [0, 0.0, 0, 0])
+            acc = sums.setdefault((r.cell["model"], device), [0, 0.0, 0, 0, 0])
             acc[0] += 1
             acc[1] += float(t["train_time_s"])
             acc[2] += int(t["steps"])
-            acc[3] += int(t.get("max_steps") or t["steps"])
+            if r.data["protocol"].get("on_protocol"):
+                acc[3] += int(t["steps"])
+                acc[4] += int(t.get("max_steps") or t["steps"])
     return [
-        ModelCost(model, device, int(n), secs / steps, steps / caps)
-        for (model, device), (n, secs, steps, caps) in sorted(sums.items())
+        ModelCost(model, device, int(n), secs / steps, run / caps if caps else None)
+        for (model, device), (n, secs, steps, run, caps) in sorted(sums.items())
     ]
 
 
@@ -104,8 +108,9 @@ def render(costs: list[ModelCost], tasks: list[str], fmt: str = "markdown") -> s
         upper, expected = c.hours(tasks)
         rows.append({"model": c.model, "device": c.device, "measured_cells": c.cells,
                      "seconds_per_step": round(c.seconds_per_step, 4),
-                     "budget_share": round(c.budget_share, 3),
-                     "hours_upper_bound": round(upper, 1), "hours_expected": round(expected, 1)})  # fmt: skip
+                     "budget_share": None if c.budget_share is None else round(c.budget_share, 3),
+                     "hours_upper_bound": round(upper, 1),
+                     "hours_expected": None if expected is None else round(expected, 1)})  # fmt: skip
     if fmt == "json":
         return json.dumps({"tasks": tasks, "cells_per_pair": CELLS_PER_PAIR,
                            "step_caps": {t: cell_step_cap(t) for t in tasks}, "models": rows},
@@ -121,14 +126,20 @@ def render(costs: list[ModelCost], tasks: list[str], fmt: str = "markdown") -> s
     ]
     lines += [
         f"| {r['model']} | {r['device']} | {r['measured_cells']} | {r['seconds_per_step']:.4f} "
-        f"| {r['budget_share']:.0%} | {r['hours_upper_bound']:,.1f} | {r['hours_expected']:,.1f} |"
+        f"| {_show(r['budget_share'], '{:.0%}')} | {r['hours_upper_bound']:,.1f} "
+        f"| {_show(r['hours_expected'], '{:,.1f}')} |"
         for r in rows
     ]
     lines += ["", "s/step: train_time_s / steps of the measured cells (dev evaluations "
               "included); expected: the upper bound times the share of their step cap the "
-              "measured cells ran before early stopping. A step's cost depends on the task's "
-              "text lengths: measure on tasks like those you estimate."]  # fmt: skip
+              "measured on-protocol cells ran before early stopping (n/a without one). A "
+              "step's cost depends on the task's text lengths: measure on tasks like those "
+              "you estimate."]  # fmt: skip
     return "\n".join(lines)
+
+
+def _show(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else fmt.format(value)
 
 
 def build_parser() -> argparse.ArgumentParser:

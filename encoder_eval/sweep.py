@@ -61,7 +61,7 @@ from .emit import (
     emit_slurm,
     emit_slurm_array,
 )
-from .errors import EXIT_INPUT_ERROR, ArgumentParser, HarnessError
+from .errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
 from .models import MODEL_REGISTRY, MODES
 from .plan import (
     GROUPS,
@@ -203,25 +203,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@report_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.show_grid:
         print(format_grid())
-        return 0
-    try:
-        plan = plan_from_args(args)
-        out_dir = args.out_dir or os.path.join("runs", plan.phase)
-        emitted = emit(plan, out_dir, args.mode, template=args.slurm_template,
-                       requeue=args.requeue, python=args.python, group=args.group)  # fmt: skip
-        manifests = experiment.write_for_plan(plan, out_dir, args)
-    except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
+        return EXIT_OK
+    plan = plan_from_args(args)
+    out_dir = args.out_dir or os.path.join("runs", plan.phase)
+    emitted = emit(plan, out_dir, args.mode, template=args.slurm_template,
+                   requeue=args.requeue, python=args.python, group=args.group)  # fmt: skip
+    manifests = experiment.write_for_plan(plan, out_dir, args)
     if plan.shrunk:
         print("note: shrunken sweep, its results are off-protocol: " + "; ".join(plan.shrunk))
     print(emitted.describe())
     print(f"wrote {' and '.join(map(str, manifests))}: what this sweep runs, for later commands")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

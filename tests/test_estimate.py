@@ -13,8 +13,9 @@ from encoder_eval.protocol import PROTOCOL_RECIPE
 from encoder_eval.tasks import group_tasks
 
 
-def _measured(model: str, task: str, seed: int, steps: int, cap: int, seconds: float, gpu=None):
-    r = make_result(model, task, "lr06", seed, "select")
+def _measured(model: str, task: str, seed: int, steps: int, cap: int, seconds: float, gpu=None,
+              on_protocol=True):  # fmt: skip
+    r = make_result(model, task, "lr06", seed, "select", on_protocol=on_protocol)
     r["training"].update(steps=steps, max_steps=cap, train_time_s=seconds)
     r["provenance"]["hardware"] = {"cpu": "Test CPU", "gpu": gpu}
     return r
@@ -33,16 +34,21 @@ def test_cost_is_measured_seconds_per_step_times_the_protocol_budget(tmp_path):
     write_many(tmp_path, [
         _measured("m", "glue_rte", 42, steps=100, cap=400, seconds=40.0),
         _measured("m", "glue_rte", 43, steps=300, cap=400, seconds=160.0),
+        _measured("m", "glue_rte", 44, steps=50, cap=50, seconds=25.0, on_protocol=False),
         _measured("fast", "glue_rte", 42, steps=200, cap=200, seconds=20.0, gpu="Test GPU"),
+        _measured("shrunk", "glue_rte", 42, steps=40, cap=40, seconds=4.0, on_protocol=False),
     ])  # fmt: skip
     costs = {c.model: c for c in estimate.measure([str(tmp_path)])}
     m = costs["m"]
-    assert m.cells == 2 and m.seconds_per_step == pytest.approx(0.5)
+    assert m.cells == 3 and m.seconds_per_step == pytest.approx(225 / 450)
+    # the share of the step cap comes from on-protocol cells only (a shrunken cap is no cap)
     assert m.budget_share == pytest.approx(0.5) and m.device == "CPU (Test CPU)"
     upper, expected = m.hours(["glue_rte"])
     assert upper == pytest.approx(35 * 1560 * 0.5 / 3600)
     assert expected == pytest.approx(upper / 2)
     assert costs["fast"].device == "Test GPU" and costs["fast"].budget_share == 1.0
+    assert costs["shrunk"].budget_share is None and costs["shrunk"].hours(["glue_rte"])[1] is None
+    assert "| n/a |" in estimate.render([costs["shrunk"]], ["glue_rte"])
 
 
 def test_cli_prints_json_and_refuses_an_empty_directory(tmp_path, capsys):

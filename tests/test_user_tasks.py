@@ -529,3 +529,60 @@ def test_run_refuses_a_bad_task_file_in_one_line(tmp_path, capsys):
     assert lines[0] == f"error: task file {tmp_path / 'nope.toml'} does not exist"
     assert lines[1].startswith(f"error: {tmp_path / 'bad.toml'}: task 'glue_wnli', field 'inputs'")
     assert len(lines) == 2 and not (tmp_path / "cell.json").exists()
+
+
+def _ee(*args: str, cwd: Path, ok=(0,)) -> subprocess.CompletedProcess:
+    """`encoder-eval ARGS` (as `python -m encoder_eval`) in `cwd`, asserting its exit status."""
+    import os
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHON": sys.executable}
+    proc = subprocess.run([sys.executable, "-m", "encoder_eval", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert proc.returncode in ok, (
+        f"{args[:2]} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    )
+    return proc
+
+
+@pytest.mark.slow
+def test_a_task_file_runs_the_whole_protocol_with_the_shrinking_flags_given_once(
+    tiny_bert, tmp_path
+):
+    """Done-when of the architecture issue: a task the package does not know, from a file,
+    through select sweep -> select -> report sweep -> summarize -> status, where only the
+    first command names the model, task file, grid subset, step cap, data and device."""
+    mirror = tmp_path / "mirror"
+    write_wnli(mirror / "glue_wnli")
+    run_all = lambda phase: subprocess.run(  # noqa: E731
+        ["bash", f"runs/{phase}/run_all.sh"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=900, env={**__import__("os").environ, "PYTHON": sys.executable})  # fmt: skip
+
+    _ee("sweep", "--phase", "select", "--tasks-file", str(EXAMPLE), "--tasks", "glue_wnli",
+        "--model", f"tiny={tiny_bert}", "--lr-keys", "lr03,lr06", "--seeds", "42,43",
+        "--max-steps", "3", "--max-seq-len", "64", "--data-dir", str(mirror),
+        "--device", "cpu", "--out-dir", "runs/select", "--results-dir", "results/select",
+        cwd=tmp_path)  # fmt: skip
+    proc = run_all("select")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _ee("select", "--results-dir", "results/select", "--out", "selection.json", cwd=tmp_path)
+    _ee("sweep", "--phase", "report", "--selection", "selection.json", "--out-dir",
+        "runs/report", "--results-dir", "results/report", cwd=tmp_path)  # fmt: skip
+    proc = run_all("report")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = _ee("summarize", "--results-dir", "results/report", "--allow-partial",
+                "--format", "json", cwd=tmp_path)  # fmt: skip
+    status = _ee("status", "--results-dir", "results/report", cwd=tmp_path)
+
+    selected = read_json(tmp_path / "selection.json")["pairs"]["tiny"]["glue_wnli"]["lr_key"]
+    report = sorted((tmp_path / "results" / "report").glob("tiny_glue_wnli_*.json"))
+    assert [p.name for p in report] == [f"tiny_glue_wnli_{selected}_s{s}.json"
+                                        for s in (45, 46, 47, 48, 49)]  # fmt: skip
+    for path in report:  # the report phase ran as the select phase did, without the flags
+        result = read_json(path)
+        assert result["training"]["max_steps"] == 3 and result["recipe"]["max_seq_len"] == 64
+        assert result["provenance"]["data"]["identity"] == content_identity(mirror / "glue_wnli")
+        assert result["provenance"]["hardware"]["device"] == "cpu"
+    doc = json.loads(table.stdout)
+    assert [t["task"] for t in doc["tasks"]] == ["glue_wnli"]
+    assert doc["rows"][0]["model"] == "tiny" and doc["rows"][0]["cells"]["glue_wnli"]["n"] == 5
+    assert "done          5" in status.stdout and "missing       0" in status.stdout
