@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import HarnessError
+from .fileio import UNSAFE_IN_LABEL, safe_filename_part, write_atomic
 from .plan import GROUPS, Cell, Plan
 from .results import CORRUPT, DONE_STATES, QUARANTINE_DIR
 
@@ -73,7 +74,7 @@ def _unit_label(cells: list[Cell], group: str) -> str:
         label += f"_{first.lr_key}"
     if group == "cell":
         label += f"_s{first.seed}"
-    return re.sub(r"[^A-Za-z0-9._+-]", "_", label)
+    return safe_filename_part(label, UNSAFE_IN_LABEL)
 
 
 def _states(plan: Plan, cells: list[Cell]) -> tuple[int, list[str]]:
@@ -128,10 +129,7 @@ def _q(value) -> str:
 
 
 def _write_script(path: Path, text: str) -> None:
-    tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.chmod(0o755)
-    os.replace(tmp, path)
+    write_atomic(path, text, mode_bits=0o755)
 
 
 def _job_name(plan: Plan, cells: list[Cell]) -> str:
@@ -139,7 +137,7 @@ def _job_name(plan: Plan, cells: list[Cell]) -> str:
 
     A one-cell job is named for its result file; a job of several cells for its unit."""
     if len(cells) == 1:
-        stem = re.sub(r"[^A-Za-z0-9._+-]", "_", cells[0].filename.removesuffix(".json"))
+        stem = safe_filename_part(cells[0].filename.removesuffix(".json"), UNSAFE_IN_LABEL)
     else:
         stem = _unit_label(cells, "pair") + f"_{len(cells)}cells"
     return f"ee-{plan.phase}-{_short_hash(plan.results_dir)}-{stem[:160]}"
@@ -505,12 +503,8 @@ def emit_slurm_array(
         },
     )  # fmt: skip
     _make_dirs(plan, out)
-    manifest.write_text(
-        "\t".join(["N", "OUT_JSON_1..N", *SLURM_VARIABLES, "RUN_ARG..."])
-        + "\n"
-        + "".join(r + "\n" for r in rows),
-        encoding="utf-8",
-    )
+    header = "\t".join(["N", "OUT_JSON_1..N", *SLURM_VARIABLES, "RUN_ARG..."])
+    write_atomic(manifest, header + "\n" + "".join(r + "\n" for r in rows))
     _write_script(array, head + preamble + rest)
     script = out / "launch.sh"
     _write_script(script, launch)
