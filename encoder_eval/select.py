@@ -69,6 +69,7 @@ from pathlib import Path
 
 from . import experiment
 from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
+from .metrics import metric_spec
 from .protocol import LR_GRID, MODEL, PROTOCOL_RECIPE, SELECT_SEEDS, TABLE, signature
 from .results import (
     EXPERIMENT_NAME,
@@ -343,7 +344,9 @@ def _choose(by_lr: dict[str, _Row], seeds: list[int], allow_partial: bool) -> di
         why += [f"{k} undefined on seeds {v}" for k, v in undefined_by_lr.items()]
         entry["reason"] = "no eligible LR: " + ("; ".join(why) or "no finished cells")
         return entry
-    best = min(eligible, key=lambda k: (-dev_by_lr[k], LR_GRID[k]))
+    # The best seed-averaged dev mean in the metric's direction; ties go to the smaller LR.
+    sign = -1 if metric_spec(metric).higher_is_better else 1
+    best = min(eligible, key=lambda k: (sign * dev_by_lr[k], LR_GRID[k]))
     entry.update(lr_key=best, lr=LR_GRID[best], dev_mean=dev_by_lr[best])
     return entry
 

@@ -57,6 +57,24 @@ def test_tie_goes_to_the_smaller_lr(tmp_path):
     assert select.load_selection(out)["pairs"]["m"]["glue_rte"]["lr_key"] == "lr03"
 
 
+def test_a_lower_is_better_metric_selects_the_lowest_dev_mean(tmp_path, monkeypatch):
+    from encoder_eval import metrics
+
+    spec = metrics.MetricSpec("error_rate", lambda p, y: 0.0, False, "pointwise", "err")
+    monkeypatch.setitem(metrics.METRIC_SPECS, "error_rate", spec)
+    results = grid({"lr03": [0.2, 0.4], "lr06": [0.1, 0.2]})
+    for r in results:
+        r["metric"] = "error_rate"
+    rc, out = run_cli(tmp_path, results)
+    assert rc == 0
+    assert select.load_selection(out)["pairs"]["m"]["glue_rte"]["lr_key"] == "lr06"
+    for r in results:  # the same numbers read as higher-is-better pick the other LR
+        r["metric"] = "accuracy"
+    (tmp_path / "acc").mkdir()
+    rc, out = run_cli(tmp_path / "acc", results)
+    assert rc == 0 and select.load_selection(out)["pairs"]["m"]["glue_rte"]["lr_key"] == "lr03"
+
+
 def test_diverged_seed_makes_its_lr_ineligible(tmp_path):
     # lr06 has the better mean over its finished seed, but one seed diverged.
     rc, out = run_cli(tmp_path, grid({"lr03": [0.6, 0.6], "lr06": [0.9, None]}))
