@@ -69,6 +69,7 @@ from . import aggregate
 from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
 from .experiment import summarize_inputs
 from .fileio import write_atomic
+from .metrics import metric_spec
 from .protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
 from .results import LoadedResult, load_results, result_filename
 from .select import cell_setup, load_selection, setup_differences
@@ -96,11 +97,6 @@ TASK_LABELS = {
     "glue_mnli": "MNLI", "glue_qnli": "QNLI", "glue_rte": "RTE", "sg_boolq": "BoolQ",
     "sg_cb": "CB", "sg_wic": "WiC", "sg_wsc": "WSC",
 }  # fmt: skip
-METRIC_LABELS = {
-    "accuracy": "acc", "f1": "F1", "macro_f1": "macro-F1", "mcc": "MCC", "spearman": "Spearman",
-}  # fmt: skip
-
-
 @dataclass
 class Problem:
     """One reason the table cannot be printed as a protocol table."""
@@ -424,7 +420,7 @@ def format_cell(stats: CellStats | None, expected_n: int) -> str:
 def task_header(task: str) -> str:
     knobs = TASK_KNOBS[task]
     star = "*" if knobs.report_split == "validation" else ""
-    metric = METRIC_LABELS.get(knobs.metric, knobs.metric)
+    metric = metric_spec(knobs.metric).label
     return f"{TASK_LABELS.get(task, task)}{star} ({metric})"
 
 
