@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from fault_helpers import sh
 from result_helpers import make_result, make_selection, write_result
 
 from encoder_eval import experiment, select, status, summarize, sweep
@@ -503,16 +503,6 @@ def test_old_selection_files_and_results_without_a_file_read_as_before(tmp_path,
 
 
 # ----------------------------------------------------------------------------- for real
-
-
-def sh(cmd: list[str], cwd: Path, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "OMP_NUM_THREADS": "1", "PYTHON": sys.executable}  # fmt: skip
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode in ok, (
-        f"{cmd[:4]} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    )
-    return proc
 
 
 @pytest.mark.slow

@@ -8,13 +8,11 @@ against mean ± sample std recomputed from the result JSONs.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from fault_helpers import py, sh
 
 from encoder_eval.results import load_results
 
@@ -34,20 +32,6 @@ def tiny_pair(tmp_path_factory) -> dict[str, Path]:
     return {
         name: build_tiny_model(kind, root / name, num_labels=None) for name, kind in MODELS.items()
     }
-
-
-def sh(cmd: list[str], cwd: Path, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "OMP_NUM_THREADS": "1", "PYTHON": sys.executable}  # fmt: skip
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode in ok, (
-        f"{cmd[:4]} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    )
-    return proc
-
-
-def py(*args: str) -> list[str]:
-    return [sys.executable, "-m", *args]
 
 
 @pytest.mark.slow

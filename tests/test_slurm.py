@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fault_helpers import py, sh
 
 from encoder_eval.results import load_results
 
@@ -50,23 +51,6 @@ def require_slurm():
         if os.environ.get("ENCODER_EVAL_REQUIRE_SLURM") == "1":
             pytest.fail(f"ENCODER_EVAL_REQUIRE_SLURM=1 but {problem}")
         pytest.skip(problem)
-
-
-def env() -> dict:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-            "OMP_NUM_THREADS": "1"}  # fmt: skip
-
-
-def sh(cmd: list[str], cwd: Path, ok=(0,)) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, env=env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode in ok, (
-        f"{cmd[:4]} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    )
-    return proc
-
-
-def py(*args: str) -> list[str]:
-    return [sys.executable, "-m", *args]
 
 
 def job_ids(output: str) -> list[str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, read_json
+from fault_helpers import py, sh
 
 from encoder_eval import tasks
 from encoder_eval.errors import HarnessError
@@ -531,17 +532,9 @@ def test_run_refuses_a_bad_task_file_in_one_line(tmp_path, capsys):
     assert len(lines) == 2 and not (tmp_path / "cell.json").exists()
 
 
-def _ee(*args: str, cwd: Path, ok=(0,)) -> subprocess.CompletedProcess:
-    """`encoder-eval ARGS` (as `python -m encoder_eval`) in `cwd`, asserting its exit status."""
-    import os
-
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHON": sys.executable}
-    proc = subprocess.run([sys.executable, "-m", "encoder_eval", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert proc.returncode in ok, (
-        f"{args[:2]} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    )
-    return proc
+def _ee(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`encoder-eval ARGS` (as `python -m encoder_eval`) in `cwd`; it must exit 0."""
+    return sh(py("encoder_eval", *args), cwd)
 
 
 @pytest.mark.slow
@@ -553,22 +546,16 @@ def test_a_task_file_runs_the_whole_protocol_with_the_shrinking_flags_given_once
     first command names the model, task file, grid subset, step cap, data and device."""
     mirror = tmp_path / "mirror"
     write_wnli(mirror / "glue_wnli")
-    run_all = lambda phase: subprocess.run(  # noqa: E731
-        ["bash", f"runs/{phase}/run_all.sh"], cwd=tmp_path, capture_output=True, text=True,
-        timeout=900, env={**__import__("os").environ, "PYTHON": sys.executable})  # fmt: skip
-
     _ee("sweep", "--phase", "select", "--tasks-file", str(EXAMPLE), "--tasks", "glue_wnli",
         "--model", f"tiny={tiny_bert}", "--lr-keys", "lr03,lr06", "--seeds", "42,43",
         "--max-steps", "3", "--max-seq-len", "64", "--data-dir", str(mirror),
         "--device", "cpu", "--out-dir", "runs/select", "--results-dir", "results/select",
         cwd=tmp_path)  # fmt: skip
-    proc = run_all("select")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sh(["bash", "runs/select/run_all.sh"], tmp_path)
     _ee("select", "--results-dir", "results/select", "--out", "selection.json", cwd=tmp_path)
     _ee("sweep", "--phase", "report", "--selection", "selection.json", "--out-dir",
         "runs/report", "--results-dir", "results/report", cwd=tmp_path)  # fmt: skip
-    proc = run_all("report")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sh(["bash", "runs/report/run_all.sh"], tmp_path)
     table = _ee("summarize", "--results-dir", "results/report", "--allow-partial",
                 "--format", "json", cwd=tmp_path)  # fmt: skip
     status = _ee("status", "--results-dir", "results/report", cwd=tmp_path)
