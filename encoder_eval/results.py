@@ -97,18 +97,6 @@ def cell_lock(out_json: str | os.PathLike, wait: bool = False) -> Iterator[bool]
         os.close(fd)  # releases the lock
 
 
-def score_mean(data: dict, section: str) -> float | None:
-    """The mean of a result's `dev` or `report` scores; None when missing or undefined."""
-    scores = data.get(section) or {}
-    mean = scores.get("mean")
-    return float(mean) if is_number(mean) else None
-
-
-def data_identity(data: dict) -> str:
-    """The data source a cell read (one comparable string: source kind, dataset, commit)."""
-    return str(((data.get("provenance") or {}).get("data") or {}).get("identity"))
-
-
 @dataclass(frozen=True)
 class LoadedResult:
     """A valid result read from `path`: `result` typed, `data` the JSON object as read."""

@@ -153,6 +153,12 @@ def _from_dict(cls, obj: dict):
     return cls(**known, extra={k: v for k, v in obj.items() if k not in names})
 
 
+def data_identity(provenance: dict) -> str:
+    """The data source a result's provenance names (source kind, dataset, commit), as one
+    comparable string; two cells of one task read the same data iff these agree."""
+    return str(((provenance or {}).get("data") or {}).get("identity"))
+
+
 # ----------------------------------------------------------------------------- the result
 
 _OBJECT = {"object": True}  # a section that must be a JSON object in every result
@@ -190,7 +196,7 @@ class CellResult:
     @property
     def data_identity(self) -> str:
         """The data source the cell read (source kind, dataset, commit), as one string."""
-        return str((self.provenance.get("data") or {}).get("identity"))
+        return data_identity(self.provenance)
 
     def to_dict(self) -> dict:
         """The JSON object of the result file, keys in the order files have always had."""

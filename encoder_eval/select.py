@@ -74,12 +74,11 @@ from .protocol import LR_GRID, MODEL, PROTOCOL_RECIPE, SELECT_SEEDS, TABLE, sign
 from .results import (
     EXPERIMENT_NAME,
     LoadedResult,
-    data_identity,
     load_results,
     result_filename,
-    score_mean,
     write_json_atomic,
 )
+from .schema import data_identity
 
 SCHEMA = "encoder-eval-selection"
 # 2: per pair, `select_setup` (what its select cells ran with) and `undefined_by_lr`.
@@ -121,7 +120,7 @@ def cell_setup(data: dict) -> dict:
         "mode": signature(recipe, MODEL)["mode"],
         "trust_remote_code": provenance.get("trust_remote_code"),
         "selection_split": recipe.get("selection_split"),
-        "data_identity": data_identity(data),
+        "data_identity": data_identity(provenance),
         "recipe": recipe_signature(data),
     }
 
@@ -204,7 +203,7 @@ def select_pairs(
             continue
         row = rows[pair][key]
         row.cells.append(r)
-        score = score_mean(r.data, "dev")
+        score = r.result.score("dev")
         if not r.ok:
             row.diverged.append(seed)
         elif score is None:

@@ -97,6 +97,8 @@ TASK_LABELS = {
     "glue_mnli": "MNLI", "glue_qnli": "QNLI", "glue_rte": "RTE", "sg_boolq": "BoolQ",
     "sg_cb": "CB", "sg_wic": "WiC", "sg_wsc": "WSC",
 }  # fmt: skip
+
+
 @dataclass
 class Problem:
     """One reason the table cannot be printed as a protocol table."""
