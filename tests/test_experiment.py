@@ -478,6 +478,14 @@ def test_inline_task_definitions_are_registered_and_planned(tmp_path, task_regis
     assert TASK_KNOBS["glue_wnli"].metric == "accuracy"
     script = (tmp_path / "o" / "run_all.sh").read_text(encoding="utf-8")
     assert "glue_wnli" in script and "glue_rte" in script
+    # every cell process gets the inline definition as a task file in the results directory
+    (rows_file,) = (tmp_path / "r").glob(".tasks-*.toml")
+    assert str(rows_file) in script
+    from encoder_eval.taskfile import read_task_file
+
+    assert read_task_file(rows_file)["glue_wnli"]["hf_config"] == "wnli"
+    warnings = []
+    assert load_results(tmp_path / "r", warn=warnings.append) == [] and warnings == []
 
 
 # ----------------------------------------------------------------------------- without a file
