@@ -80,7 +80,10 @@ class Correction:
 
 def _scores(values: Sequence[float], name: str, min_n: int, why: str) -> np.ndarray:
     """`values` as a finite 1-D float array of at least `min_n` entries, else a clear error."""
-    arr = np.asarray(values, dtype=float)
+    try:
+        arr = np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise StatsInputError(f"{name}: scores must be numbers, got {values!r:.80}") from None
     if arr.ndim != 1:
         raise StatsInputError(f"{name}: expected a flat list of scores, got shape {arr.shape}")
     if arr.size < min_n:

@@ -179,9 +179,11 @@ def test_correct_matches_statsmodels(rng):
 
 
 def test_seeds_needed_cohen_table_and_statsmodels():
-    # Cohen (1988), two-sided alpha 0.05, power 0.8: d = 0.8 -> 26, d = 0.5 -> 64 per group.
+    # Cohen (1988), two-sided alpha 0.05, power 0.8: d = 0.8 -> 26, d = 0.5 -> 64 per group,
+    # and 393 for d = 0.2, where the exact 393.4 needs 394 seeds to reach 0.8.
     assert stats.seeds_needed(0.8, 1.0, 1.0) == 26
     assert stats.seeds_needed(0.5, 1.0, 1.0) == 64
+    assert stats.seeds_needed(0.2, 1.0, 1.0) == 394  # 393.4 rounded up: power is a floor
     assert stats.seeds_needed(-0.5, 1.0, 1.0) == 64  # the direction does not matter
     # the pooled std sqrt((3^2 + 1^2) / 2) = sqrt(5) is the effect-size denominator
     n = TTestIndPower().solve_power(effect_size=2 / 5**0.5, alpha=0.05, power=0.8)
@@ -328,6 +330,7 @@ def test_verdict_rules():
         (lambda: stats.t_interval([1, 2], confidence=1.5), "between 0 and 1"),
         (lambda: stats.welch([1.0], [1.0, 2.0]), "at least 2"),
         (lambda: stats.welch([1.0, float("nan")], [1.0, 2.0]), "finite"),
+        (lambda: stats.welch(["54.4", "x"], [1.0, 2.0]), "must be numbers"),
         (lambda: stats.aso([1.0], [1.0, 2.0]), "at least 2"),
         (lambda: stats.paired_permutation([1, 2, 3], [1, 2]), "same examples"),
         (lambda: stats.paired_permutation([], []), "at least 1"),
