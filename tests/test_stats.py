@@ -1,0 +1,353 @@
+"""encoder_eval.stats: each statistic against scipy/statsmodels and textbook values, the
+calibration of the tests under the null and a known shift, and the refusals of bad input.
+
+Every random case draws from numpy's default_rng seeded by SEED (printed); the simulations
+are deterministic, and each rejection rate is asserted inside a binomial 99.9 % band around
+its expected value, so a correct test cannot fail by luck."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import TTestIndPower
+from statsmodels.stats.weightstats import DescrStatsW
+
+from encoder_eval import stats
+from encoder_eval.errors import HarnessError
+
+SEED = 20261201
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    print(f"seed={SEED}")
+    return np.random.default_rng(SEED)
+
+
+def band(n: int, p: float) -> tuple[float, float]:
+    """The binomial 99.9 % band of a rejection rate over n independent comparisons."""
+    low, high = sps.binom.interval(0.999, n, p)
+    return low / n, high / n
+
+
+# -- every statistic against a direct library computation ------------------------------
+
+
+def test_t_interval_matches_statsmodels_and_scipy(rng):
+    for n in (2, 3, 5, 10):
+        x = rng.normal(50, 3, size=n)
+        mean, low, high = stats.t_interval(x, confidence=0.95)
+        assert mean == pytest.approx(np.mean(x))
+        assert (low, high) == pytest.approx(DescrStatsW(x).tconfint_mean(alpha=0.05))
+        q = sps.t.ppf(0.975, n - 1)
+        assert high - mean == pytest.approx(q * np.std(x, ddof=1) / np.sqrt(n))
+
+
+def test_t_interval_textbook_and_degenerate():
+    # [1, 2, 3]: mean 2, sd 1, se 1/sqrt(3), t_{0.975, 2} = 4.302653
+    mean, low, high = stats.t_interval([1, 2, 3])
+    assert (mean, low, high) == pytest.approx((2, 2 - 4.302653 / 3**0.5, 2 + 4.302653 / 3**0.5))
+    assert stats.t_interval([54.4]) == (54.4, None, None)  # one seed: undefined interval
+    assert stats.t_interval([7.0, 7.0, 7.0]) == (7.0, 7.0, 7.0)
+    # 10 seeds: the t interval is wider than mean +- 1.96 se by t_{0.975, 9} / 1.96 = 1.153
+    x = np.arange(10.0)
+    _, low, high = stats.t_interval(x)
+    assert (high - low) / (2 * 1.96 * sps.sem(x)) == pytest.approx(2.262157 / 1.96, rel=1e-5)
+
+
+def test_welch_matches_scipy(rng):
+    for _ in range(20):
+        a = rng.normal(0, rng.uniform(0.5, 3), size=rng.integers(2, 12))
+        b = rng.normal(0.5, rng.uniform(0.5, 3), size=rng.integers(2, 12))
+        res = stats.welch(a, b)
+        ref = sps.ttest_ind(a, b, equal_var=False)
+        assert res.statistic == pytest.approx(ref.statistic)
+        assert res.pvalue == pytest.approx(ref.pvalue)
+        assert res.df == pytest.approx(ref.df)
+        assert (res.low, res.high) == pytest.approx(tuple(ref.confidence_interval(0.95)))
+        assert res.diff == pytest.approx(np.mean(a) - np.mean(b))
+
+
+def test_welch_hand_computed():
+    # a = 1..5: var 5/2; b = 2,4,6,8,10,3: mean 11/2, var 19/2. se^2 = 1/2 + 19/12 = 25/12,
+    # t = -5/2 / sqrt(25/12) = -sqrt(3), Welch-Satterthwaite df = (25/12)^2 /
+    # ((1/2)^2/4 + (19/12)^2/5) = 3125/406.
+    res = stats.welch([1, 2, 3, 4, 5], [2, 4, 6, 8, 10, 3])
+    df = 3125 / 406
+    assert res.df == pytest.approx(df)
+    assert res.statistic == pytest.approx(-(3**0.5))
+    assert res.pvalue == pytest.approx(2 * sps.t.sf(3**0.5, df))
+    half = sps.t.ppf(0.975, df) * (25 / 12) ** 0.5
+    assert (res.low, res.high) == pytest.approx((-2.5 - half, -2.5 + half))
+
+
+def test_welch_undefined_without_seed_variance():
+    # two deterministic "models": scipy says t = -inf, p = 0; no seed variance, no claim
+    res = stats.welch([54.0, 54.0, 54.0], [55.0, 55.0])
+    assert np.isnan(res.pvalue) and res.low is None and res.diff == -1.0
+    assert stats.verdict(res.pvalue, res.diff) == "not distinguishable"
+    assert stats.welch([54.0, 54.0], [55.0, 56.0]).pvalue > 0  # one varies: defined
+
+
+def test_paired_permutation_matches_scipy(rng):
+    for n in (5, 30, 200):
+        x = rng.normal(size=n)
+        y = x + rng.normal(0.1, 1, size=n)
+        res = stats.paired_permutation(x, y, n_resamples=999, seed=7)
+        ref = sps.permutation_test(
+            (x, y),
+            lambda u, v, axis: np.mean(u - v, axis=axis),
+            permutation_type="samples",
+            vectorized=True,
+            n_resamples=999,
+            random_state=np.random.default_rng(7),
+        )
+        assert res.pvalue == pytest.approx(ref.pvalue)
+        assert res.diff == pytest.approx(np.mean(x - y))
+
+
+def test_paired_permutation_exact_by_enumeration():
+    # 8 examples, 2^8 = 256 sign flips of the differences: the exact two-sided p-value is the
+    # share of flips whose |sum| reaches the observed one (integers, so no float ties).
+    x = np.array([3, 5, 2, 7, 4, 6, 5, 8])
+    y = np.array([2, 3, 3, 4, 4, 2, 4, 5])
+    d = x - y
+    sums = [abs(np.dot(signs, d)) for signs in itertools.product((1, -1), repeat=d.size)]
+    expected = np.mean(np.array(sums) >= abs(d.sum()))
+    assert stats.paired_permutation(x, y).pvalue == pytest.approx(expected)
+
+
+def test_mcnemar_textbook_tables():
+    # Agresti (2002), presidential approval: 794 both, 150 only A, 86 only B, 570 neither.
+    a = np.array([1] * 794 + [1] * 150 + [0] * 86 + [0] * 570)
+    b = np.array([1] * 794 + [0] * 150 + [1] * 86 + [0] * 570)
+    res = stats.mcnemar(a, b)
+    assert res.test == "mcnemar chi2"
+    assert res.statistic == pytest.approx(63**2 / 236)  # continuity-corrected (|150-86|-1)^2/236
+    assert res.pvalue == pytest.approx(sps.chi2.sf(63**2 / 236, 1))
+    assert res.diff == pytest.approx((150 - 86) / 1600)
+    # few discordant pairs (1 and 9): the exact binomial test, p = 2 * P(X <= 1 | 10, 1/2)
+    a = [1] * 5 + [1] + [0] * 9 + [0] * 5
+    b = [1] * 5 + [0] + [1] * 9 + [0] * 5
+    res = stats.mcnemar(a, b)
+    assert res.test == "mcnemar exact"
+    assert res.pvalue == pytest.approx(22 / 1024)
+    assert stats.mcnemar([1, 0, 1], [1, 0, 1]).pvalue == 1.0  # no discordant pair
+
+
+def test_mcnemar_matches_statsmodels(rng):
+    for n in (20, 300):
+        a = rng.random(n) < 0.7
+        b = rng.random(n) < 0.6
+        table = [[np.sum(a & b), np.sum(a & ~b)], [np.sum(~a & b), np.sum(~a & ~b)]]
+        exact = table[0][1] + table[1][0] < 25
+        ref = sm_mcnemar(table, exact=exact, correction=True)
+        res = stats.mcnemar(a, b)
+        assert (res.statistic, res.pvalue) == pytest.approx((ref.statistic, ref.pvalue))
+
+
+def test_correct_textbook():
+    p = [0.01, 0.04, 0.03, 0.005]
+    # Holm: sorted 0.005*4, 0.01*3, 0.03*2, max(0.04*1, 0.06), back in the given order
+    holm = stats.correct(p)
+    assert holm.method == "holm"
+    assert holm.pvalues == pytest.approx((0.03, 0.06, 0.06, 0.02))
+    assert holm.reject == (True, False, False, True)
+    # BH: p_(i) * m / i = 0.02, 0.02, 0.04, 0.04 (monotone from the top): all four rejected
+    bh = stats.correct(p, method="fdr_bh")
+    assert bh.pvalues == pytest.approx((0.02, 0.04, 0.04, 0.02))
+    assert bh.reject == (True,) * 4
+    # Benjamini & Hochberg (1995), 15 p-values: BH rejects 4, Holm 3.
+    bh95 = [0.0001, 0.0004, 0.0019, 0.0095, 0.0201, 0.0278, 0.0298, 0.0344, 0.0459, 0.3240]
+    bh95 += [0.4262, 0.5719, 0.6528, 0.7590, 1.000]
+    assert sum(stats.correct(bh95, method="fdr_bh").reject) == 4
+    assert sum(stats.correct(bh95, method="holm").reject) == 3
+
+
+def test_correct_matches_statsmodels(rng):
+    p = rng.uniform(0, 0.2, size=12)
+    for method in stats.CORRECTIONS:
+        reject, adjusted, _, _ = multipletests(p, alpha=0.05, method=method)
+        res = stats.correct(p, method=method)
+        assert res.pvalues == pytest.approx(tuple(adjusted))
+        assert res.reject == tuple(reject)
+
+
+def test_seeds_needed_cohen_table_and_statsmodels():
+    # Cohen (1988), two-sided alpha 0.05, power 0.8: d = 0.8 -> 26, d = 0.5 -> 64 per group,
+    # and 393 for d = 0.2, where the exact 393.4 needs 394 seeds to reach 0.8.
+    assert stats.seeds_needed(0.8, 1.0, 1.0) == 26
+    assert stats.seeds_needed(0.5, 1.0, 1.0) == 64
+    assert stats.seeds_needed(0.2, 1.0, 1.0) == 394  # 393.4 rounded up: power is a floor
+    assert stats.seeds_needed(-0.5, 1.0, 1.0) == 64  # the direction does not matter
+    # the pooled std sqrt((3^2 + 1^2) / 2) = sqrt(5) is the effect-size denominator
+    n = TTestIndPower().solve_power(effect_size=2 / 5**0.5, alpha=0.05, power=0.8)
+    assert stats.seeds_needed(2.0, 3.0, 1.0) == int(np.ceil(n))
+    assert stats.seeds_needed(50.0, 1.0, 1.0) == 2  # a huge effect: the fewest a t-test uses
+
+
+def test_min_detectable_difference_round_trips():
+    mdd = stats.min_detectable_difference(3.54, 2.90, n=5)
+    pooled = ((3.54**2 + 2.90**2) / 2) ** 0.5
+    power = TTestIndPower().power(effect_size=mdd / pooled, nobs1=5, alpha=0.05)
+    assert power == pytest.approx(0.8)
+    assert stats.seeds_needed(mdd * 1.0001, 3.54, 2.90) == 5
+    assert stats.min_detectable_difference(1, 1, n=10) < stats.min_detectable_difference(1, 1)
+
+
+# -- ASO --------------------------------------------------------------------------------
+
+
+def test_violation_ratio_hand_computed():
+    # quantiles of two scores each: A = 0 | 4, B = 1 | 2 on t < 1/2 | t > 1/2. A is below B
+    # (a violation) on the first half by 1; above on the second by 2: 0.5 / (0.5 + 2) = 0.2.
+    assert stats.violation_ratio([0, 4], [1, 2]) == pytest.approx(0.2)
+    assert stats.violation_ratio([1, 2], [0, 4]) == pytest.approx(0.8)
+    assert stats.violation_ratio([1, 4], [2, 3]) == pytest.approx(0.5)
+    assert stats.violation_ratio([5, 6, 7], [1, 2, 3]) == 0.0  # full dominance
+    assert stats.violation_ratio([1, 2], [1, 2]) == 0.5  # one distribution: no order
+
+
+def test_violation_ratio_symmetry(rng):
+    for _ in range(10):
+        a, b = rng.normal(size=7), rng.normal(size=9)
+        assert stats.violation_ratio(a, b) + stats.violation_ratio(b, a) == pytest.approx(1.0)
+
+
+def test_aso_eps_min_formula_and_seed(rng):
+    a, b = rng.normal(1, 1, size=6), rng.normal(0, 1, size=8)
+    res = stats.aso(a, b, confidence=0.95, n_bootstrap=400, seed=3)
+    assert res.violation_ratio == pytest.approx(stats.violation_ratio(a, b))
+    bound = res.violation_ratio + sps.norm.ppf(0.95) * res.sigma * (14 / 48) ** 0.5
+    assert res.eps_min == pytest.approx(min(1.0, max(0.0, bound)))
+    assert res == stats.aso(a, b, confidence=0.95, n_bootstrap=400, seed=3)  # seeded
+    looser = stats.aso(a, b, confidence=0.99, n_bootstrap=400, seed=3)
+    assert looser.eps_min >= res.eps_min  # more confidence, a higher upper bound
+
+
+def test_aso_strong_shift_and_null(rng):
+    for i in range(5):
+        better, worse = rng.normal(3, 1, size=10), rng.normal(0, 1, size=10)
+        assert stats.aso(better, worse, n_bootstrap=300, seed=i).eps_min < 0.1
+        assert stats.aso(worse, better, n_bootstrap=300, seed=i).eps_min > 0.9
+    # under the null the violation ratio is 0.5 on average (eps(A,B) + eps(B,A) = 1 and A, B
+    # exchangeable), and its upper bound eps_min is mostly above 0.5
+    runs = [
+        stats.aso(rng.normal(size=10), rng.normal(size=10), n_bootstrap=200, seed=i)
+        for i in range(60)
+    ]
+    ratios = np.array([r.violation_ratio for r in runs])
+    assert abs(ratios.mean() - 0.5) < 4 * ratios.std(ddof=1) / np.sqrt(ratios.size)
+    assert np.median([r.eps_min for r in runs]) > 0.5
+
+
+# -- calibration ------------------------------------------------------------------------
+
+
+def test_welch_rejects_at_nominal_rate_under_null(rng):
+    n_sim, n_seeds = 2000, 5
+    a = rng.normal(55, 3, size=(n_sim, n_seeds))
+    b = rng.normal(55, 3, size=(n_sim, n_seeds))
+    rate = np.mean([stats.welch(a[i], b[i]).pvalue <= 0.05 for i in range(n_sim)])
+    low, high = band(n_sim, 0.05)
+    assert low <= rate <= high, f"rate {rate} outside {low}..{high}"
+
+
+def test_welch_power_matches_seeds_needed(rng):
+    n_sim, diff, std = 2000, 2.0, 1.5
+    n = stats.seeds_needed(diff, std, std, power=0.8)
+    predicted = TTestIndPower().power(effect_size=diff / std, nobs1=n, alpha=0.05)
+    assert predicted >= 0.8
+    a = rng.normal(diff, std, size=(n_sim, n))
+    b = rng.normal(0.0, std, size=(n_sim, n))
+    rate = np.mean([stats.welch(a[i], b[i]).pvalue <= 0.05 for i in range(n_sim)])
+    low, high = band(n_sim, predicted)
+    assert low <= rate <= high, f"n={n}: rate {rate} outside {low}..{high}"
+
+
+def test_paired_permutation_rejects_at_nominal_rate_under_null(rng):
+    n_sim, n_examples = 1000, 40
+    difficulty = rng.normal(0, 1, size=(n_sim, n_examples))  # shared by both models: paired
+    x = difficulty + rng.normal(0, 0.5, size=(n_sim, n_examples))
+    y = difficulty + rng.normal(0, 0.5, size=(n_sim, n_examples))
+    rate = np.mean(
+        [
+            stats.paired_permutation(x[i], y[i], n_resamples=999, seed=i).pvalue <= 0.05
+            for i in range(n_sim)
+        ]
+    )
+    low, high = band(n_sim, 0.05)
+    assert low <= rate <= high, f"rate {rate} outside {low}..{high}"
+
+
+def test_verdict_on_seed_variance_for_two_seed_sets_of_one_model(rng):
+    # One "model", 10 seeds split 5 | 5. Each seed shifts every example's logit a little (the
+    # seed-to-seed spread of a fine-tuned model), so the example-level test on seed-averaged
+    # scores sees a real difference between the two seed sets far more often than 5 %; the
+    # verdict, on Welch over seeds, calls them not distinguishable at about the nominal rate.
+    n_sim, n_examples = 200, 2000
+    base = rng.normal(1.0, 1.5, size=n_examples)
+    example_rejections, verdict_claims = 0, 0
+    for i in range(n_sim):
+        shift = rng.normal(0, 0.15, size=(10, 1))
+        noise = rng.normal(0, 1.0, size=(10, n_examples))
+        correct = rng.random((10, n_examples)) < 1 / (1 + np.exp(-(base + shift + noise)))
+        acc = correct.mean(axis=1)
+        seed_test = stats.welch(acc[:5], acc[5:])
+        example_test = stats.paired_permutation(
+            correct[:5].mean(axis=0), correct[5:].mean(axis=0), n_resamples=499, seed=i
+        )
+        example_rejections += example_test.pvalue <= 0.05
+        verdict_claims += stats.verdict(seed_test.pvalue, seed_test.diff) != "not distinguishable"
+    assert example_rejections / n_sim > 0.3
+    low, high = band(n_sim, 0.05)
+    assert verdict_claims / n_sim <= high
+
+
+def test_verdict_rules():
+    assert stats.verdict(0.01, 1.5) == "A better"
+    assert stats.verdict(0.01, -1.5) == "B better"
+    assert stats.verdict(0.2, 1.5) == "not distinguishable"
+    assert stats.verdict(0.01, 1.5, higher_is_better=False) == "B better"
+    assert stats.verdict(float("nan"), 1.5) == "not distinguishable"
+    assert stats.verdict(0.01, 1.5, example_pvalue=0.3) == "not distinguishable"
+    assert stats.verdict(0.01, 1.5, example_pvalue=0.001) == "A better"
+    assert stats.verdict(0.04, 1.5, alpha=0.01) == "not distinguishable"
+
+
+# -- bad input --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: stats.t_interval([]), "at least 1"),
+        (lambda: stats.t_interval([1, 2], confidence=1.5), "between 0 and 1"),
+        (lambda: stats.welch([1.0], [1.0, 2.0]), "at least 2"),
+        (lambda: stats.welch([1.0, float("nan")], [1.0, 2.0]), "finite"),
+        (lambda: stats.welch(["54.4", "x"], [1.0, 2.0]), "must be numbers"),
+        (lambda: stats.aso([1.0], [1.0, 2.0]), "at least 2"),
+        (lambda: stats.paired_permutation([1, 2, 3], [1, 2]), "same examples"),
+        (lambda: stats.paired_permutation([], []), "at least 1"),
+        (lambda: stats.mcnemar([1, 0], [1]), "same examples"),
+        (lambda: stats.mcnemar([1, 0.5], [1, 0]), "0/1"),
+        (lambda: stats.correct([]), "at least 1"),
+        (lambda: stats.correct([0.01], method="bonferroni"), "valid corrections: holm, fdr_bh"),
+        (lambda: stats.correct([0.01, 1.2]), "[0, 1]"),
+        (lambda: stats.seeds_needed(0.0, 1.0, 1.0), "difference of 0.0"),
+        (lambda: stats.seeds_needed(1.0, 0.0, 0.0), "both seed stds are 0"),
+        (lambda: stats.seeds_needed(1.0, -1.0, 1.0), ">= 0"),
+        (lambda: stats.min_detectable_difference(1.0, 1.0, n=1), "at least 2 seeds"),
+        (lambda: stats.verdict(0.01, 1.0, alpha=0), "between 0 and 1"),
+    ],
+)
+def test_bad_input_is_refused_clearly(call, message):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert message in str(info.value)
+    assert isinstance(info.value, HarnessError)  # a command prints it as one `error:` line
