@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from encoder_eval import tasks, train  # noqa: E402
+from encoder_eval import metrics, tasks, train  # noqa: E402
 from encoder_eval.protocol import Recipe  # noqa: E402
 
 SPLIT_SEED = 1234
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         data = tasks.load_task(args.task, tmp, with_test=False)
         val = data[1]
         knobs = tasks.task_knobs(args.task)
-        deciding = train.deciding_languages(list(val), knobs.euro_languages)
+        deciding = metrics.deciding_languages(list(val), knobs.euro_languages)
         print(f"{args.task}: {counts} rows; dev languages (rows): "
               + ", ".join(f"{k} ({len(v['label'])})" for k, v in val.items())
               + f"; deciding: {', '.join(deciding)}")  # fmt: skip

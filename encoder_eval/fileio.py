@@ -85,9 +85,14 @@ def write_atomic(
         fh.write(data)
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any, *, sort_keys: bool = False) -> None:
-    """Write `obj` as indented JSON (NaN and infinities refused) with `write_atomic`."""
-    text = json.dumps(obj, indent=2, sort_keys=sort_keys, allow_nan=False) + "\n"
+def write_json_atomic(
+    path: str | os.PathLike, obj: Any, *, sort_keys: bool = False, indent: int | None = 2
+) -> None:
+    """Write `obj` as JSON (indented unless `indent` is None; NaN and infinities refused)
+    with `write_atomic`."""
+    separators = None if indent is not None else (",", ":")
+    text = json.dumps(obj, indent=indent, sort_keys=sort_keys, allow_nan=False,
+                      separators=separators) + "\n"  # fmt: skip
     write_atomic(path, text)
 
 

@@ -126,3 +126,37 @@ def compute_metric(name: str, preds: Sequence, labels: Sequence) -> float | None
     if undefined_reason(name, preds, labels) is not None:
         return None
     return spec.fn(preds, labels)
+
+
+# ----------------------------------------------------------------------------- languages
+
+
+def deciding_languages(langs: list[str], euro: tuple[str, ...]) -> list[str]:
+    """The languages whose mean is a cell's headline score and decides its early stopping
+    and best checkpoint: the Euro languages among `langs`, or all of them when none is."""
+    return [lang for lang in langs if lang in euro] or list(langs)
+
+
+def language_mean(
+    scores: dict[str, float | None], euro: tuple[str, ...]
+) -> tuple[float | None, list[str]]:
+    """The headline mean over the deciding languages scored (`deciding_languages`); None
+    when any of those is undefined: an undefined score is never averaged as 0."""
+    langs = deciding_languages(list(scores), euro)
+    values = [scores[lang] for lang in langs]
+    if not values or any(v is None for v in values):
+        return None, langs
+    return float(np.mean(values)), langs
+
+
+def score_splits(
+    metric: str, predictions: dict[str, Sequence], labels: dict[str, Sequence]
+) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Score each language; returns (scores, undefined) where undefined maps a language
+    whose metric is undefined on its predictions to the reason (its score is None)."""
+    scores, undefined = {}, {}
+    for lang, preds in predictions.items():
+        scores[lang] = compute_metric(metric, preds, labels[lang])
+        if scores[lang] is None:
+            undefined[lang] = undefined_reason(metric, preds, labels[lang])
+    return scores, undefined

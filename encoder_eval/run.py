@@ -109,8 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run model-authored code (default: the registry's setting, else off)")  # fmt: skip
     g.add_argument("--record-model-path", action="store_true",
                    help="write the model path into the result (off: paths can be private)")  # fmt: skip
-    g.add_argument("--save-predictions", action="store_true",
-                   help="also write per-example report predictions beside the result")  # fmt: skip
+    g.add_argument("--save-predictions", action=argparse.BooleanOptionalAction, default=True,
+                   help="write per-example report predictions beside a report result, for "
+                   "`compare` (default: on; the file is X.predictions.json)")  # fmt: skip
     g.add_argument("--cache-dir", default="default", help="tokenisation cache shared by the "
                    "cells of a sweep (default: $ENCODER_EVAL_CACHE_DIR or "
                    "~/.cache/encoder_eval/tokens)")  # fmt: skip

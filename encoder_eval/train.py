@@ -37,8 +37,10 @@ from .errors import HarnessError, unknown_name
 from .fileio import atomic_open
 from .kinds import Kind, kind_for
 from .loaders import LoadedModel, load_model
+from .predictions import PredictionsError, predictions_path, write_predictions
+from .predictions import from_cell as predictions_from_cell
 from .protocol import PROTOCOL_RECIPE, Recipe, off_protocol_reasons, step_budget
-from .results import PREDICTIONS_SUFFIX, lr_key, write_json_atomic
+from .results import lr_key, write_json_atomic
 from .schema import CellId, CellResult, Protocol, ScoreSection, Training
 from .tasks import TaskKnobs, data_provenance, load_task, task_knobs
 
@@ -66,7 +68,7 @@ class CellConfig:
     model_revision: str | None = None
     trust_remote_code: bool = False
     record_model_path: bool = False
-    save_predictions: bool = False
+    save_predictions: bool = True  # report cells only: `encoder_eval.predictions`
     progress: str = "bar"  # bar | quiet | json
     cache_dir: str | None = "default"  # tokenisation cache; None disables it
     dev_languages: str = "deciding"  # or "all" (DEV_LANGUAGES; benchmarks only)
@@ -271,39 +273,8 @@ class _Progress:
             self.bar.close()
 
 
-def deciding_languages(langs: list[str], euro: tuple[str, ...]) -> list[str]:
-    """The languages whose mean is a cell's headline score and decides its early stopping
-    and best checkpoint: the Euro languages among `langs`, or all of them when none is."""
-    return [lang for lang in langs if lang in euro] or list(langs)
-
-
-def _language_means(
-    scores: dict[str, float | None], euro: tuple[str, ...]
-) -> tuple[float | None, list[str]]:
-    """The headline mean over the deciding languages scored (`deciding_languages`); None
-    when any of those is undefined: an undefined score is never averaged as 0."""
-    langs = deciding_languages(list(scores), euro)
-    values = [scores[lang] for lang in langs]
-    if not values or any(v is None for v in values):
-        return None, langs
-    return float(np.mean(values)), langs
-
-
-def score_splits(
-    metric: str, predictions: dict[str, list], labels: dict[str, list]
-) -> tuple[dict[str, float | None], dict[str, str]]:
-    """Score each language; returns (scores, undefined) where undefined maps a language
-    whose metric is undefined on its predictions to the reason (its score is None)."""
-    scores, undefined = {}, {}
-    for lang, preds in predictions.items():
-        scores[lang] = metrics.compute_metric(metric, preds, labels[lang])
-        if scores[lang] is None:
-            undefined[lang] = metrics.undefined_reason(metric, preds, labels[lang])
-    return scores, undefined
-
-
 def _score_section(scores: dict, undefined: dict, euro: tuple[str, ...]) -> dict:
-    mean, langs = _language_means(scores, euro)
+    mean, langs = metrics.language_mean(scores, euro)
     return {"per_language": scores, "mean": mean, "languages_in_mean": langs,
             "undefined": undefined}  # fmt: skip
 
@@ -385,7 +356,9 @@ class _Cell:
         """Score the current weights on the dev split of each language in `langs`."""
         t = time.perf_counter()
         preds = {lang: self.predict(self.enc_val[lang]) for lang in langs}
-        out = score_splits(self.knobs.metric, preds, {k: self.enc_val[k].labels for k in langs})
+        out = metrics.score_splits(
+            self.knobs.metric, preds, {k: self.enc_val[k].labels for k in langs}
+        )
         self.dev_eval_seconds += time.perf_counter() - t
         return out
 
@@ -447,7 +420,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     if recipe.batch_size % micro:
         raise HarnessError(f"--micro-batch {micro} must divide the batch size {recipe.batch_size}")
     steps_per_epoch, max_steps = step_budget(len(enc_train.labels), recipe)
-    deciding = deciding_languages(list(enc_val), knobs.euro_languages)
+    deciding = metrics.deciding_languages(list(enc_val), knobs.euro_languages)
     return _Cell(
         cfg=cfg, knobs=knobs, kind=kind, device=device, eval_batch=eval_batch, loaded=loaded,
         model=model, pad_id=tok.pad_token_id, prov=prov, tokenise=tokenise,
@@ -545,7 +518,7 @@ def _evaluate(cell: _Cell, st: _LoopState) -> float | None:
     """One dev evaluation during training: score the deciding languages, record it, keep the
     weights when it is a new best, and count patience; returns the dev mean."""
     per_lang, undefined = cell.dev_scores(cell.loop_languages)
-    dev_mean, _ = _language_means(per_lang, cell.knobs.euro_languages)
+    dev_mean, _ = metrics.language_mean(per_lang, cell.knobs.euro_languages)
     st.history.append({"step": st.step, "dev": dev_mean, "loss": st.last_loss})
     st.last_per_language, st.last_undefined = per_lang, undefined
     # An undefined dev score (constant predictions) never counts as a best.
@@ -586,7 +559,7 @@ def _score(cell: _Cell, trained: _Trained) -> _Scores:
             enc = cell.tokenise(split)
             predictions[lang] = {"predictions": cell.predict(enc), "labels": enc.labels}
             labels[lang] = enc.labels
-        scores, undefined = score_splits(
+        scores, undefined = metrics.score_splits(
             knobs.metric, {k: v["predictions"] for k, v in predictions.items()}, labels
         )
         report = {"split": knobs.report_split, **_score_section(scores, undefined, euro)}
@@ -680,15 +653,21 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
 
 
 def _write(cfg: CellConfig, result: dict, predictions: dict) -> None:
-    """Write the result (and the report predictions when asked); drop the resume state."""
+    """Write the report predictions (unless turned off), then the result; drop the resume
+    state. A predictions file of an earlier run of this cell that is not rewritten is
+    removed, so no file beside the result describes another run."""
     if not cfg.out_json:
         return
     resume_path = _resume_path(cfg.out_json)
     if resume_path is not None:
         resume_path.unlink(missing_ok=True)
+    pred_path = predictions_path(cfg.out_json)
+    pred_path.unlink(missing_ok=True)
     if cfg.save_predictions and predictions:
-        pred_path = Path(str(cfg.out_json).removesuffix(".json") + PREDICTIONS_SUFFIX)
-        write_json_atomic(pred_path, {"cell": result["cell"], "splits": predictions})
+        try:
+            write_predictions(pred_path, predictions_from_cell(result, predictions))
+        except PredictionsError as exc:  # e.g. a non-finite regression output: keep the result
+            print(f"warning: {_label(cfg)}: predictions not written: {exc}", file=sys.stderr)
     write_json_atomic(cfg.out_json, result)
 
 
