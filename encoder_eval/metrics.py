@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy.stats import spearmanr
+from scipy.stats import rankdata, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from .errors import unknown_name
@@ -160,3 +160,44 @@ def score_splits(
         if scores[lang] is None:
             undefined[lang] = undefined_reason(metric, preds, labels[lang])
     return scores, undefined
+
+
+# ----------------------------------------------------------------------------- resampling
+
+
+def _confusion(preds: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The confusion counts (true class x predicted class) over the classes seen."""
+    classes, inverse = np.unique(np.concatenate([labels, preds]), return_inverse=True)
+    k, n = classes.size, labels.size
+    return np.bincount(inverse[:n] * k + inverse[n:], minlength=k * k).reshape(k, k), classes
+
+
+def score_array(name: str, preds: np.ndarray, labels: np.ndarray) -> float | None:
+    """`compute_metric(name, preds, labels)` computed with numpy alone, for resampling loops
+    that score thousands of resamples (the paired tests and bootstraps of `compare`):
+    scikit-learn's per-call input checks cost more than the arithmetic there. The same
+    value and the same undefined cases (None); `tests/test_metrics.py` checks the two agree."""
+    metric_spec(name)
+    preds, labels = np.asarray(preds), np.asarray(labels)
+    if preds.shape != labels.shape or labels.size == 0:
+        raise ValueError(f"{preds.size} predictions for {labels.size} labels")
+    if undefined_reason(name, preds, labels) is not None:
+        return None
+    if name == "accuracy":
+        return float(np.mean(preds == labels))
+    if name == "spearman":
+        return float(np.corrcoef(rankdata(preds), rankdata(labels))[0, 1])
+    cm, classes = _confusion(preds, labels)
+    tp = np.diag(cm).astype(float)
+    fp, fn = cm.sum(axis=0) - tp, cm.sum(axis=1) - tp
+    denom = 2 * tp + fp + fn
+    f1_per_class = np.divide(2 * tp, denom, out=np.zeros_like(tp), where=denom > 0)
+    if name == "macro_f1":
+        return float(np.mean(f1_per_class))
+    if name == "f1":
+        pos = np.flatnonzero(classes == 1)
+        return float(f1_per_class[pos[0]]) if pos.size else 0.0
+    t, p, n = cm.sum(axis=1).astype(float), cm.sum(axis=0).astype(float), float(cm.sum())
+    cov = np.trace(cm) * n - t @ p
+    scale = np.sqrt((n * n - p @ p) * (n * n - t @ t))
+    return float(cov / scale) if scale > 0 else 0.0

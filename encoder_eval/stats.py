@@ -1,6 +1,7 @@
 """The statistics behind "is model A really better than model B?": intervals over seeds,
-seed-level tests (Welch, ASO), example-level paired tests (permutation, McNemar), a
-multiple-comparison correction, seeds-needed power analysis and the verdict.
+seed-level tests (Welch, ASO), example-level paired tests (permutation, McNemar), the
+two-level bootstrap over seeds and examples, a multiple-comparison correction,
+seeds-needed power analysis and the verdict.
 
 Every test here calls scipy or statsmodels where they provide it; only the almost-stochastic-
 order test (Dror et al. 2019) is written here, because its one maintained package (`deepsig`)
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -276,6 +277,86 @@ def paired_permutation(
     return TestResult(
         test="paired permutation", statistic=diff, pvalue=float(res.pvalue), diff=diff
     )
+
+
+def paired_swap_permutation(
+    a: np.ndarray,
+    b: np.ndarray,
+    statistic: Callable[[np.ndarray, np.ndarray], float],
+    n_resamples: int = 999,
+    seed: int = 1234,
+) -> TestResult:
+    """Two-sided paired permutation test on whole examples for any task score: `a` and `b`
+    are (seeds, examples) prediction matrices of two models on the same examples, and
+    `statistic(a, b)` is the score difference A - B (e.g. the seed-averaged task metric).
+    Under the null an example's predictions are exchangeable between the models, so each
+    resample swaps a random set of columns (all of an example's seeds at once) between A
+    and B (scipy `permutation_test`, permutation_type="samples", on example indices). This
+    serves metrics that are not a mean over examples (F1, MCC, Spearman, a language mean).
+    Both matrices need the same number of seeds (their rows are swapped pairwise)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim != 2 or a.shape != b.shape or a.size == 0:
+        raise StatsInputError(
+            f"paired_swap_permutation needs two non-empty (seeds, examples) matrices of one "
+            f"shape, got {a.shape} and {b.shape}"
+        )
+    if n_resamples < 1:
+        raise StatsInputError(f"n_resamples must be positive, got {n_resamples}")
+    n = a.shape[1]
+    stacked = np.concatenate([a, b], axis=1)
+
+    def swapped(x: np.ndarray, y: np.ndarray) -> float:
+        return statistic(stacked[:, x], stacked[:, y])
+
+    res = sps.permutation_test(
+        (np.arange(n), np.arange(n, 2 * n)),
+        swapped,
+        permutation_type="samples",
+        alternative="two-sided",
+        vectorized=False,
+        n_resamples=n_resamples,
+        random_state=np.random.default_rng(seed),
+    )
+    diff = float(statistic(a, b))
+    return TestResult(
+        test="paired permutation", statistic=diff, pvalue=float(res.pvalue), diff=diff
+    )
+
+
+def two_level_bootstrap(
+    score: Callable[[list[np.ndarray], np.ndarray], float],
+    n_seeds: Sequence[int],
+    strata: Sequence,
+    n_resamples: int = 1000,
+    seed: int = 1234,
+    confidence: float = 0.95,
+) -> tuple[float, float, float]:
+    """A percentile interval that carries both sources of variance: each replicate
+    resamples, with replacement, the seeds of every model (`n_seeds[k]` of model k,
+    independently) and the test examples (within each stratum, e.g. language, and the
+    same examples for every model, so a difference stays paired), then evaluates
+    `score(seed_indices_per_model, example_indices)`. Returns (point, low, high), the point
+    being `score` on all seeds and examples."""
+    _check_level(confidence, "confidence")
+    if n_resamples < 1 or not n_seeds or min(n_seeds) < 1:
+        raise StatsInputError(
+            f"two_level_bootstrap needs n_resamples >= 1 and a seed per model, got "
+            f"{n_resamples} and {list(n_seeds)}"
+        )
+    groups = np.asarray(strata)
+    if groups.ndim != 1 or groups.size == 0:
+        raise StatsInputError("two_level_bootstrap needs one stratum label per example")
+    members = [np.flatnonzero(groups == g) for g in dict.fromkeys(groups.tolist())]
+    rng = np.random.default_rng(seed)
+    point = float(score([np.arange(k) for k in n_seeds], np.arange(groups.size)))
+    values = np.empty(n_resamples)
+    for r in range(n_resamples):
+        seeds = [rng.integers(0, k, size=k) for k in n_seeds]
+        examples = np.concatenate([m[rng.integers(0, m.size, size=m.size)] for m in members])
+        values[r] = score(seeds, examples)
+    tail = (1.0 - confidence) / 2 * 100
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return point, float(low), float(high)
 
 
 def mcnemar(

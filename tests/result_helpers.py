@@ -104,3 +104,26 @@ def write_result(directory: Path, data: dict) -> Path:
 
 def write_many(directory: Path, results: list[dict]) -> list[Path]:
     return [write_result(directory, copy.deepcopy(r)) for r in results]
+
+
+def write_cell_with_predictions(
+    directory: Path,
+    model: str,
+    task: str,
+    lr_key: str,
+    seed: int,
+    predictions: list,
+    labels: list,
+    **result_kw,
+) -> Path:
+    """A report result whose score is its `predictions`' metric on `labels` (one language,
+    "en"), written with its predictions file, as a report cell writes both."""
+    from encoder_eval import metrics
+    from encoder_eval import predictions as preds_mod
+
+    score = metrics.compute_metric(task_knobs(task).metric, predictions, labels)
+    data = make_result(model, task, lr_key, seed, "report", score, **result_kw)
+    path = write_result(directory, data)
+    cell = preds_mod.from_cell(data, {"en": {"predictions": predictions, "labels": labels}})
+    preds_mod.write_predictions(preds_mod.predictions_path(path), cell)
+    return path

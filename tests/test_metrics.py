@@ -240,3 +240,30 @@ def test_improves_reads_the_direction_and_never_counts_undefined(monkeypatch):
     assert improves(0.9, -math.inf, "accuracy")  # no best yet: any defined score is one
     with pytest.raises(HarnessError, match="unknown metric"):
         improves(0.5, 0.4, "acc")
+
+
+@pytest.mark.parametrize("name", ["accuracy", "f1", "macro_f1", "mcc", "spearman"])
+def test_score_array_equals_compute_metric(name):
+    """The numpy path of the resampling loops gives scikit-learn's / scipy's value, and the
+    same undefined cases, on seeded random inputs (seed printed)."""
+    from encoder_eval.metrics import compute_metric, score_array
+
+    seed = 20261201
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    for trial in range(200):
+        n = int(rng.integers(1, 40))
+        k = int(rng.integers(2, 5)) if name != "f1" else 2
+        if name == "spearman":
+            labels = rng.normal(size=n).round(int(rng.integers(0, 3)))
+            preds = rng.normal(size=n).round(int(rng.integers(0, 3)))
+        else:
+            labels = rng.integers(0, k, size=n)
+            preds = np.where(rng.random(n) < 0.6, labels, rng.integers(0, k, size=n))
+        if trial % 17 == 0:
+            preds = np.full(n, preds[0])  # constant predictions: undefined for some metrics
+        want = compute_metric(name, preds.tolist(), labels.tolist())
+        got = score_array(name, preds, labels)
+        assert (want is None) == (got is None), (trial, preds, labels)
+        if want is not None:
+            assert got == pytest.approx(want, abs=1e-12), (trial, preds, labels)
