@@ -28,7 +28,8 @@ models' mean ranks are not distinguishable; `--plot DIR` draws them as `cd.png`.
 
 A model missing a task (no cell, or no finished seed) is refused (exit 1, each listed);
 `--allow-partial` drops it and says so under the table, and turns the summarize table's
-own problems into notes. Definitions and assumptions: EVALUATION_METHODOLOGY.md, section 11.
+own problems into notes. Definitions and assumptions: EVALUATION_METHODOLOGY.md, "The
+leaderboard across tasks".
 
 Exit status: 0 printed; 1 refused; 2 bad input.
 """
@@ -144,8 +145,10 @@ def missing_tasks(table: Table) -> dict[str, list[str]]:
             cell = table.cells.get((model, task))
             if cell is None:
                 why = "no cell (no selected LR)"
-            elif cell.n == 0:
+            elif cell.n == 0 and (cell.diverged or cell.undefined):
                 why = "no finished report seed"
+            elif cell.n == 0:
+                why = "no report result"
             else:
                 continue
             missing.setdefault(model, []).append(f"{task} ({why})")
@@ -378,8 +381,8 @@ def _fmt_pos(x: float) -> str:
 
 def format_aggregate(name: str, agg: Aggregate) -> str:
     """`72.31 (1; 1–2)`: the value, the position and its bootstrap interval."""
-    return f"{_fmt_value(name, agg.value)} ({_fmt_pos(agg.position)}; " \
-           f"{_fmt_pos(agg.low)}–{_fmt_pos(agg.high)})"  # fmt: skip
+    interval = f"{_fmt_pos(agg.low)}–{_fmt_pos(agg.high)}"
+    return f"{_fmt_value(name, agg.value)} ({_fmt_pos(agg.position)}; {interval})"
 
 
 def notes(board: Leaderboard) -> list[str]:

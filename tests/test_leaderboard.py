@@ -163,6 +163,13 @@ def test_a_cell_without_a_finished_seed_is_missing(board):
     assert "b: glue_rte (no finished report seed)" in err and "[diverged]" in err
 
 
+def test_a_selected_cell_without_results_is_missing(board):
+    code, _, err = board(without(results_for(), "a", "glue_sst2"))
+    assert code == 1
+    assert "  a: glue_sst2 (no report result)" in err and "[missing_seeds]" in err
+    assert "a_glue_sst2_lr06_s45.json" in err  # summarize's list of the missing files
+
+
 def test_allow_partial_drops_the_model_and_says_so(board):
     sel = selection_for()
     del sel["pairs"]["c"]["sg_cb"]
