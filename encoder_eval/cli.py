@@ -35,6 +35,10 @@ COMMANDS: dict[str, Command] = {
     "sweep": Command("encoder_eval.sweep", "write the launch script of a protocol phase"),
     "select": Command("encoder_eval.select", "pick each (model, task)'s learning rate on dev"),
     "summarize": Command("encoder_eval.summarize", "the avg@5 table from report results"),
+    "leaderboard": Command(
+        "encoder_eval.leaderboard",
+        "rank models across tasks, with bootstrap intervals and a critical-difference test",
+    ),
     "status": Command("encoder_eval.status", "what is done, missing, diverged or corrupt"),
     "prefetch": Command("encoder_eval.prefetch", "mirror task data for offline nodes"),
     "compare": Command("encoder_eval.compare", "is model A really better than B, per task"),

@@ -3,8 +3,10 @@
 `plot_lr_sensitivity` draws one PNG per (model, task) from select-phase results: the dev
 score against the learning rate, with the seed mean, the seed range, each seed, the seeds
 that diverged and the learning rate the selection chose. `plot_final_scores` draws one
-grouped bar chart of report scores (tasks on x, one colour per model). `write_plots` loads
-result directories and a selection file and writes both; `summarize --plots DIR` calls it.
+grouped bar chart of report scores (tasks on x, one colour per model, 95 % t-interval error
+bars). `plot_critical_difference` draws the leaderboard's Friedman/Nemenyi diagram
+(`cd.png`). `write_plots` loads result directories and a selection file and writes the
+first two; `summarize --plots DIR` calls it.
 
 Figures are drawn on matplotlib's Agg canvas directly (`Figure` + `FigureCanvasAgg`), so
 nothing here touches pyplot's global backend or figure registry, and matplotlib is imported
@@ -246,11 +248,12 @@ def final_score_table(
 ) -> dict:
     """Aggregate report results per (model, task), as `plot_final_scores` draws them.
 
-    Returns {(model, task): {"mean", "std", "n", "n_diverged", "lr_keys", "selected",
-    "metric", "split"}}:
+    Returns {(model, task): {"mean", "std", "low", "high", "n", "n_diverged", "lr_keys",
+    "selected", "metric", "split"}}:
     the mean report score over the seeds that finished (None when none did), its sample
-    standard deviation (ddof=1; None with fewer than two seeds), how many seeds finished and
-    diverged, the lr keys averaged, and whether they were filtered to a selected LR. The
+    standard deviation (ddof=1; None with fewer than two seeds), the bounds of its 95 %
+    t-interval over seeds (`stats.t_interval`; None with fewer than two), how many seeds
+    finished and diverged, the lr keys averaged, and whether they were filtered to a selected LR. The
     numbers come from `aggregate`, as the table's do. With a selection, only results at the
     pair's chosen LR key count; a pair the selection lacks (or has no LR for) keeps all its
     report results and has `selected` False. Results of another phase are ignored.
@@ -264,16 +267,21 @@ def final_score_table(
         if lr is not None and cell.lr_key != key:
             continue  # a report result at a learning rate the selection did not choose
         groups.setdefault((cell.model, cell.task), []).append(result)
+    from .stats import t_interval
+
     table = {}
     for (model, task), results in groups.items():
         seeds = aggregate.SeedScores()
         for result in results:
             seeds.add(result, "report")
         metric, split = _task_info(task, results)
+        _, low, high = t_interval(seeds.values) if seeds.n else (None, None, None)
         table[(model, task)] = {
             "selected": selected_lr(selection, model, task)[1] is not None,
             "mean": seeds.mean,
             "std": seeds.std,
+            "low": low,
+            "high": high,
             "n": seeds.n,
             "n_diverged": len(seeds.diverged),
             "lr_keys": sorted({r.cell.lr_key for r in results}),
@@ -291,8 +299,8 @@ def plot_final_scores(
     A bar is the mean report score over the seeds that finished, at the selection's chosen
     learning rate when `selection` is given and has the pair (else over every report result
     of the pair; a bar averaging several learning rates is hatched); its error bar is the
-    sample standard deviation over seeds (ddof=1; none with one seed). Tasks reported on
-    the validation split are marked `*` (explained in a note); tasks named `synthetic_*`
+    95 % t-interval of the mean over seeds (`stats.t_interval`; none with one seed). Tasks
+    reported on the validation split are marked `*` (explained in a note); tasks named `synthetic_*`
     are labelled "(synthetic)". See `final_score_table`. Returns the path.
     """
     out_dir = Path(out_dir)
@@ -342,10 +350,12 @@ def plot_final_scores(
                    hatch="///" if mixed else None, edgecolor="white" if mixed else None,
                    linewidth=0)  # fmt: skip
             top = row["mean"]
-            if row["std"] is not None:
-                ax.errorbar(x, row["mean"], yerr=row["std"], color="black", capsize=3,
-                            linewidth=1, zorder=3)  # fmt: skip
-                top += row["std"]
+            if row["low"] is not None:
+                below, above = row["mean"] - row["low"], row["high"] - row["mean"]
+                yerr = [[max(below, 0.0)], [max(above, 0.0)]]
+                ax.errorbar(x, row["mean"], yerr=yerr, color="black", capsize=3, linewidth=1,
+                            zorder=3)  # fmt: skip
+                top = max(top, row["high"])
             if diverged:
                 ax.annotate(f"{diverged} div.", (x, top), xytext=(0, 2),
                             textcoords="offset points", ha="center", va="bottom", fontsize=7,
@@ -368,8 +378,8 @@ def plot_final_scores(
         if selection is not None
         else "over all report results (no selection given)"
     )
-    ax.set_title(f"Report scores {which}\n(bar: mean over seeds, error bar: sample std)",
-                 pad=10)  # fmt: skip
+    ax.set_title(f"Report scores {which}\n(bar: mean over seeds, error bar: 95 % t-interval "
+                 "over seeds; none for one seed)", pad=10)  # fmt: skip
     ax.grid(True, axis="y", alpha=0.3, zorder=0)
     if handles:
         ax.legend(handles=handles, title="model", loc="upper left", bbox_to_anchor=(1.01, 1.0),
@@ -389,6 +399,72 @@ def plot_final_scores(
         fig.text(0.01, bottom - 0.01, "\n".join(notes), ha="left", va="top", fontsize=8.5,
                  color="0.25")  # fmt: skip
     path = out_dir / "scores.png"
+    _save(fig, path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
+    return path
+
+
+# --------------------------------------------------------------------------- critical difference
+
+
+def plot_critical_difference(result, out_dir: Path) -> Path:
+    """Write `cd.png`, Demšar's critical-difference diagram of a
+    `leaderboard.CriticalDifference`: the mean-rank axis (1 = best, on the left), each model
+    at its mean rank, the Nemenyi CD as a scale bar, and a thick bar joining each group of
+    models not significantly different. Only draws; the numbers come from the leaderboard."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    models = list(result.models)
+    ranks = [float(r) for r in result.mean_ranks]
+    k = len(models)
+    order = sorted(range(k), key=lambda i: (ranks[i], models[i]))
+    left = order[: (k + 1) // 2]  # the better half is labelled on the left
+    right = order[(k + 1) // 2 :]
+    n_rows = max(len(left), len(right))
+    fig = _new_figure(8.0, 2.2 + 0.32 * n_rows + 0.18 * len(result.cliques))
+    ax = fig.add_subplot()
+    ax.set_axis_off()
+    lo, hi = 1, k
+    axis_y = 0.0
+    ax.hlines(axis_y, lo, hi, color="black", linewidth=1)
+    for t in range(lo, hi + 1):
+        ax.vlines(t, axis_y, axis_y + 0.12, color="black", linewidth=1)
+        ax.text(t, axis_y + 0.17, str(t), ha="center", va="bottom", fontsize=9)
+    for half in (i / 2 for i in range(2 * lo + 1, 2 * hi, 2)):
+        ax.vlines(half, axis_y, axis_y + 0.06, color="black", linewidth=0.7)
+    # The CD scale bar, above the axis from rank 1.
+    cd_y = axis_y + 0.65
+    ax.hlines(cd_y, lo, lo + result.cd, color="black", linewidth=1.5)
+    ax.vlines([lo, lo + result.cd], cd_y - 0.06, cd_y + 0.06, color="black", linewidth=1.5)
+    ax.text(lo + result.cd / 2, cd_y + 0.09, f"CD = {result.cd:.2f}", ha="center",
+            va="bottom", fontsize=9)  # fmt: skip
+    # The cliques, as thick bars just under the axis.
+    clique_y = axis_y - 0.2
+    for ci, clique in enumerate(result.cliques):
+        xs = [ranks[models.index(m)] for m in clique]
+        y = clique_y - 0.16 * ci
+        ax.hlines(y, min(xs) - 0.03, max(xs) + 0.03, color="tab:red", linewidth=3.5)
+    label_top = clique_y - 0.16 * len(result.cliques) - 0.15
+    for side, members in (("left", left), ("right", right)):
+        for row, i in enumerate(members if side == "left" else reversed(members)):
+            y = label_top - 0.3 * row
+            x_end = lo - 0.25 if side == "left" else hi + 0.25
+            ax.plot([ranks[i], ranks[i], x_end], [axis_y, y, y], color="0.25", linewidth=0.9)
+            ax.text(x_end + (-0.05 if side == "left" else 0.05), y,
+                    f"{models[i]} ({ranks[i]:.2f})", ha="right" if side == "left" else "left",
+                    va="center", fontsize=9)  # fmt: skip
+    bottom = label_top - 0.3 * (n_rows - 1) - 0.3
+    ax.set_xlim(lo - 0.3 - 0.12 * max(len(m) for m in models) / 2,
+                hi + 0.3 + 0.12 * max(len(m) for m in models) / 2)  # fmt: skip
+    ax.set_ylim(bottom, cd_y + 0.45)
+    verdict = (
+        f"Friedman p = {result.pvalue:.3g} < {result.alpha:g}: bars join models not "
+        "significantly different (Nemenyi)"
+        if result.rejected
+        else f"Friedman p = {result.pvalue:.3g} ≥ {result.alpha:g}: no pair is called different"
+    )
+    ax.set_title(f"Mean rank over {result.n_tasks} tasks (1 = best)\n{verdict}", fontsize=10)
+    fig.tight_layout()
+    path = out_dir / "cd.png"
     _save(fig, path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
     return path
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import random
 import subprocess
@@ -207,6 +208,8 @@ def test_final_score_table_filters_to_the_selected_lr():
     assert unfiltered[("tiny-a", "glue_rte")]["n"] == len(REPORT_SEEDS) + 1
     one = plots.final_score_table([make_result("m", "xnli", "lr05", 45, "report", 0.5)])
     assert one[("m", "xnli")]["std"] is None and one[("m", "xnli")]["mean"] == 0.5
+    assert one[("m", "xnli")]["low"] is None and one[("m", "xnli")]["high"] is None  # one seed
+    assert rte["low"] < rte["mean"] < rte["high"]
 
 
 def test_final_scores_with_selection(tmp_path):
@@ -292,12 +295,15 @@ def test_import_is_cheap(module):
 
 def test_the_score_chart_shows_the_numbers_of_the_table():
     """plots.final_score_table and summarize.build_table aggregate through one function, so
-    for the same results every bar equals its table cell: mean, std and seed counts."""
+    for the same results every bar equals its table cell: mean, std and seed counts; its error
+    bar is the 95 % t-interval over those seeds."""
     from result_helpers import make_result as table_result
     from result_helpers import make_selection
+    from scipy import stats as sps
 
     from encoder_eval import summarize
     from encoder_eval.results import LoadedResult
+    from encoder_eval.stats import t_interval
 
     seed = random.randrange(2**32)
     print(f"random seed {seed}")
@@ -318,6 +324,11 @@ def test_the_score_chart_shows_the_numbers_of_the_table():
     for pair, stats in table.cells.items():
         bar = bars[pair]
         assert (bar["mean"], bar["std"], bar["n"]) == (stats.mean, stats.std, stats.n)
+        # the error bar: the 95 % t-interval over the cell's seeds, as stats computes it
+        _, low, high = t_interval(list(stats.scores.values()))
+        assert (bar["low"], bar["high"]) == (low, high)
+        half = sps.t.ppf(0.975, stats.n - 1) * stats.std / math.sqrt(stats.n)
+        assert (bar["low"], bar["high"]) == pytest.approx((stats.mean - half, stats.mean + half))
         assert bar["n_diverged"] == len(stats.diverged)
         assert bar["lr_keys"] == [chosen[pair]]
     assert bars[("m1", "glue_rte")]["n"] == len(REPORT_SEEDS) - 1  # the diverged seed is out
