@@ -1,0 +1,241 @@
+"""`encoder-eval compare` end to end on report directories whose cells carry predictions
+files: each statistic against a direct scipy/statsmodels computation, the verdict, the
+example-level test's calibration, and the refusals.
+
+Random cases draw from numpy's default_rng seeded by SEED (printed); rates are asserted in
+binomial 99.9 % bands, so a correct implementation cannot fail by luck."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from result_helpers import make_selection, write_cell_with_predictions
+from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
+
+from encoder_eval import compare, stats
+from encoder_eval.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK
+from encoder_eval.predictions import predictions_path
+
+SEED = 20261201
+TASKS = ("glue_rte", "glue_mrpc")  # accuracy and F1
+REPORT = range(45, 50)
+N_EXAMPLES = 300
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    print(f"seed={SEED}")
+    return np.random.default_rng(SEED)
+
+
+def band(n: int, p: float) -> tuple[float, float]:
+    low, high = sps.binom.interval(0.999, n, p)
+    return low / n, high / n
+
+
+def write_models(directory, rng, skill: dict[str, float], seeds=REPORT, labels=None) -> dict:
+    """Report cells of each model on TASKS: each seed is correct on an example with
+    probability skill + a small seed shift. Returns the labels per task."""
+    labels = labels or {t: rng.integers(0, 2, N_EXAMPLES).tolist() for t in TASKS}
+    for model, p in skill.items():
+        for task in TASKS:
+            for seed in seeds:
+                right = rng.random(N_EXAMPLES) < p + rng.normal(0, 0.01)
+                preds = [y if ok else 1 - y for y, ok in zip(labels[task], right, strict=True)]
+                write_cell_with_predictions(directory, model, task, "lr05", seed, preds,
+                                            labels[task])  # fmt: skip
+    selection = make_selection({(m, t): "lr05" for m in skill for t in TASKS})
+    (directory / "selection.json").write_text(json.dumps(selection))
+    return labels
+
+
+def run(capsys, *args) -> tuple[int, str, str]:
+    code = compare.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def rows_by(doc: dict) -> dict[tuple[str, str, str], dict]:
+    return {(r["model_a"], r["model_b"], r["task"]): r for r in doc["rows"]}
+
+
+def test_compare_calls_a_weaker_model_worse_and_a_twin_not_distinguishable(rng, tmp_path, capsys):
+    rdir = tmp_path / "report"
+    write_models(rdir, rng, {"strong": 0.8, "weak": 0.7, "twin": 0.8})
+    code, out, err = run(capsys, "--results-dir", str(rdir), "--selection",
+                         str(rdir / "selection.json"), "--format", "json")  # fmt: skip
+    assert code == EXIT_OK, err
+    assert "3 pair(s) x 2 task(s)" in err and "seed 1234" in err
+    rows = rows_by(json.loads(out))
+    for task in TASKS:
+        assert rows[("strong", "weak", task)]["verdict"] == stats.A_BETTER
+        assert rows[("weak", "twin", task)]["verdict"] == stats.B_BETTER
+        assert rows[("strong", "twin", task)]["verdict"] == stats.NOT_DISTINGUISHABLE
+    md = run(capsys, "--results-dir", str(rdir), "--selection", str(rdir / "selection.json"),
+             "--reference", "weak")[1]  # fmt: skip
+    assert "### A = weak, B = strong" in md and "### A = weak, B = twin" in md
+    assert "### A = strong" not in md and "**B better**" in md and "Holm" in md
+    csv_text = run(capsys, "--results-dir", str(rdir), "--selection",
+                   str(rdir / "selection.json"), "--format", "csv")[1]  # fmt: skip
+    assert csv_text.splitlines()[0].startswith("model_a,model_b,task,metric")
+    assert len(csv_text.splitlines()) == 1 + 3 * len(TASKS)
+
+
+def test_every_statistic_matches_a_direct_computation(rng, tmp_path, capsys):
+    rdir = tmp_path / "report"
+    write_models(rdir, rng, {"a": 0.78, "b": 0.74})
+    doc = json.loads(run(capsys, "--results-dir", str(rdir), "--selection",
+                         str(rdir / "selection.json"), "--format", "json",
+                         "--correction", "fdr_bh")[1])  # fmt: skip
+    assert doc["correction"] == "fdr_bh"
+    rows = rows_by(doc)
+    for task in TASKS:
+        r = rows[("a", "b", task)]
+        per_seed = {}
+        for model in ("a", "b"):
+            per_seed[model] = [
+                json.loads((rdir / f"{model}_{task}_lr05_s{s}.json").read_text())["report"]["mean"]
+                for s in REPORT
+            ]  # fmt: skip
+        direct = sps.ttest_ind(per_seed["a"], per_seed["b"], equal_var=False)
+        assert r["p_seed"] == pytest.approx(direct.pvalue, rel=1e-12)
+        assert r["diff"] == pytest.approx(np.mean(per_seed["a"]) - np.mean(per_seed["b"]))
+        assert r["mean_a"] == pytest.approx(np.mean(per_seed["a"]))
+        std_a, std_b = np.std(per_seed["a"], ddof=1), np.std(per_seed["b"], ddof=1)
+        assert r["seeds_needed"] == stats.seeds_needed(r["diff"], std_a, std_b)
+        assert r["mdd_5"] == pytest.approx(stats.min_detectable_difference(std_a, std_b, n=5))
+        assert r["aso_a_over_b"] == stats.aso(per_seed["a"], per_seed["b"], seed=1234).eps_min
+    for raw, adj in (("p_seed", "p_seed_adj"), ("p_example", "p_example_adj")):
+        p = [rows[("a", "b", t)][raw] for t in TASKS]
+        want = multipletests(p, method="fdr_bh")[1]
+        assert [rows[("a", "b", t)][adj] for t in TASKS] == pytest.approx(list(want))
+
+
+def test_swap_permutation_equals_scipys_exact_paired_test_on_accuracy():
+    # 8 examples: 2^8 = 256 <= n_resamples, so both tests enumerate every swap exactly.
+    rng = np.random.default_rng(SEED)
+    labels = rng.integers(0, 2, 8)
+    a = np.where(rng.random((3, 8)) < 0.8, labels, 1 - labels)
+    b = np.where(rng.random((3, 8)) < 0.5, labels, 1 - labels)
+
+    def acc_diff(ma, mb):
+        return float((ma == labels).mean() - (mb == labels).mean())
+
+    mine = stats.paired_swap_permutation(a, b, acc_diff, n_resamples=999)
+    direct = stats.paired_permutation((a == labels).mean(0), (b == labels).mean(0))
+    assert mine.pvalue == pytest.approx(direct.pvalue)
+    assert mine.diff == pytest.approx(direct.diff)
+
+
+def test_swap_permutation_rejects_at_nominal_rate_under_the_null(rng):
+    n_sim, n_examples = 1000, 40
+    rejections = 0
+    for i in range(n_sim):
+        labels = rng.integers(0, 2, n_examples)
+        ease = rng.random(n_examples)  # shared by both models: the pairing
+        a = np.where(rng.random((2, n_examples)) < ease, labels, 1 - labels)
+        b = np.where(rng.random((2, n_examples)) < ease, labels, 1 - labels)
+
+        def diff(ma, mb, labels=labels):
+            return float((ma == labels).mean() - (mb == labels).mean())
+
+        rejections += stats.paired_swap_permutation(a, b, diff, 199, seed=i).pvalue <= 0.05
+    low, high = band(n_sim, 0.05)
+    assert low <= rejections / n_sim <= high, rejections / n_sim
+
+
+def test_two_level_bootstrap_with_one_seed_is_scipys_percentile_bootstrap(rng):
+    x = (rng.random(200) < 0.7).astype(float)
+    point, low, high = stats.two_level_bootstrap(
+        lambda seeds, cols: float(x[cols].mean()), [1], np.zeros(200), n_resamples=4000, seed=1
+    )
+    direct = sps.bootstrap((x,), np.mean, n_resamples=4000, method="percentile",
+                           random_state=np.random.default_rng(2)).confidence_interval  # fmt: skip
+    assert point == pytest.approx(x.mean())
+    # Two Monte Carlo estimates of the same percentiles: equal within simulation error.
+    assert low == pytest.approx(direct.low, abs=0.01)
+    assert high == pytest.approx(direct.high, abs=0.01)
+
+
+def test_the_bootstrap_interval_widens_with_seed_variance(rng):
+    # Same examples, same mean; one model's seeds spread widely: its interval is wider.
+    n = 400
+    base = rng.random(n)
+
+    def interval(spread):
+        m = np.array([base + s for s in np.linspace(-spread, spread, 5)])
+        return stats.two_level_bootstrap(
+            lambda seeds, cols: float(m[seeds[0]][:, cols].mean()), [5], np.zeros(n), seed=3
+        )
+
+    _, lo_narrow, hi_narrow = interval(0.0)
+    _, lo_wide, hi_wide = interval(0.2)
+    assert hi_wide - lo_wide > 2 * (hi_narrow - lo_narrow)
+
+
+def test_missing_or_stale_predictions_leave_a_seed_level_verdict_with_a_note(rng, tmp_path, capsys):
+    rdir = tmp_path / "report"
+    write_models(rdir, rng, {"a": 0.8, "b": 0.7})
+    predictions_path(rdir / "a_glue_rte_lr05_s45.json").unlink()
+    stale = predictions_path(rdir / "b_glue_mrpc_lr05_s46.json")
+    obj = json.loads(stale.read_text())
+    obj["languages"]["en"]["predictions"] = [1 - p for p in obj["languages"]["en"]["predictions"]]
+    stale.write_text(json.dumps(obj))
+    doc = json.loads(run(capsys, "--results-dir", str(rdir), "--selection",
+                         str(rdir / "selection.json"), "--format", "json")[1])  # fmt: skip
+    rows = rows_by(doc)
+    rte, mrpc = rows[("a", "b", "glue_rte")], rows[("a", "b", "glue_mrpc")]
+    assert rte["p_example"] is None and "no predictions file" in " ".join(rte["notes"])
+    assert "out of step with its result" in " ".join(mrpc["notes"])
+    assert "verdict on the seed level only" in " ".join(rte["notes"])
+    assert rte["verdict"] == stats.A_BETTER  # the seed level alone still decides, marked so
+
+
+def test_models_from_two_report_directories(rng, tmp_path, capsys):
+    first, second = tmp_path / "r1", tmp_path / "r2"
+    labels = write_models(first, rng, {"base": 0.75})
+    write_models(second, rng, {"new": 0.75}, seeds=range(50, 55), labels=labels)
+    code, out, err = run(capsys, "--results-dir", str(first), "--results-dir", str(second),
+                         "--format", "json")  # fmt: skip
+    assert code == EXIT_INPUT_ERROR and "experiment file" in err  # no experiment file: say so
+    # With experiment files absent, a single --selection cannot name two directories' own.
+    code, _, err = run(capsys, "--results-dir", str(first), "--results-dir", str(second),
+                       "--selection", str(first / "selection.json"))  # fmt: skip
+    assert code == EXIT_INPUT_ERROR and "--selection names one selection" in err
+    # Each directory's experiment file names its selection: one table over both.
+    for d, seeds in ((first, REPORT), (second, range(50, 55))):
+        (d / "experiment.toml").write_text(
+            f'version = 1\nphase = "report"\n[seeds]\nreport = {list(seeds)}\n'
+            f'[phases.report]\nresults_dir = "{d}"\nselection = "{d / "selection.json"}"\n'
+        )
+    code, out, err = run(capsys, "--results-dir", str(first), "--results-dir", str(second),
+                         "--format", "json", "--allow-partial")  # fmt: skip
+    assert code == EXIT_OK, err
+    row = rows_by(json.loads(out))[("base", "new", "glue_rte")]
+    assert (row["n_a"], row["n_b"]) == (5, 5) and row["p_example"] is not None
+    code, _, err = run(capsys, "--results-dir", str(first), "--results-dir", str(first))
+    assert code == EXIT_INPUT_ERROR and "in both" in err
+
+
+def test_refusals(rng, tmp_path, capsys):
+    rdir = tmp_path / "report"
+    write_models(rdir, rng, {"a": 0.8, "b": 0.7})
+    sel = str(rdir / "selection.json")
+    (rdir / "a_glue_rte_lr05_s49.json").unlink()  # a missing report seed
+    code, _, err = run(capsys, "--results-dir", str(rdir), "--selection", sel)
+    assert code == EXIT_INCOMPLETE and "compare refuses this table" in err
+    assert "missing_seeds" in err
+    code, out, _ = run(capsys, "--results-dir", str(rdir), "--selection", sel,
+                       "--allow-partial")  # fmt: skip
+    assert code == EXIT_OK and "Not a protocol table" in out and "(n=4)" in out
+    code, _, err = run(capsys, "--results-dir", str(rdir), "--selection", sel,
+                       "--allow-partial", "--reference", "zzz")  # fmt: skip
+    assert code == EXIT_INPUT_ERROR and "--reference 'zzz' is not one of" in err
+    code, _, err = run(capsys, "--results-dir", str(rdir), "--selection", sel,
+                       "--allow-partial", "--models", "a")  # fmt: skip
+    assert code == EXIT_INPUT_ERROR and "at least two models" in err
+    code, _, err = run(capsys, "--results-dir", str(tmp_path / "nope"))
+    assert code == EXIT_INPUT_ERROR and "is not a directory" in err
