@@ -38,6 +38,7 @@ import json
 import math
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -203,6 +204,7 @@ def compare_cells(
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
     examples: dict | None = None,
+    bootstrap: bool = True,
 ) -> Row:
     """Every statistic of A against B on `task` but the correction and the verdict (those
     need the other tasks: `finish_rows`). `cells` are the table's included report results
@@ -267,6 +269,9 @@ def compare_cells(
     if knobs.metric == "accuracy":
         row.p_mcnemar = stats.mcnemar(_majority_correct(ea), _majority_correct(eb)).pvalue
 
+    if not bootstrap:
+        return row
+
     def boot(seed_rows: list[np.ndarray], cols: np.ndarray) -> float:
         return score(ea.matrix[seed_rows[0]], labels, langs, cols) - score(
             eb.matrix[seed_rows[1]], labels, langs, cols
@@ -278,13 +283,15 @@ def compare_cells(
     return row
 
 
-def finish_rows(rows: list[Row], alpha: float, correction: str) -> None:
-    """Correct each pair's p-values across its tasks (seed level and example level, each
-    its own family) and set every row's verdict."""
-    by_pair: dict[tuple[str, str], list[Row]] = defaultdict(list)
+def finish_rows(
+    rows: list[Row], alpha: float, correction: str, family_of: Callable[[Row], object] | None = None
+) -> None:
+    """Correct the p-values of each family (by default a pair's tasks; seed level and
+    example level corrected separately) and set every row's verdict."""
+    by_family: dict[object, list[Row]] = defaultdict(list)
     for r in rows:
-        by_pair[(r.model_a, r.model_b)].append(r)
-    for family in by_pair.values():
+        by_family[(r.model_a, r.model_b) if family_of is None else family_of(r)].append(r)
+    for family in by_family.values():
         for raw, adj in (("p_seed", "p_seed_adj"), ("p_example", "p_example_adj")):
             tested = [r for r in family if getattr(r, raw) is not None]
             if tested:
@@ -341,6 +348,95 @@ def included_cells(
         if (stats_ is not None and r.cell["phase"] == "report"
                 and r.cell["lr_key"] == stats_.lr_key and r.cell["seed"] in stats_.scores):  # fmt: skip
             out[key].append(r)
+    return out
+
+
+# ----------------------------------------------------------------------------- for summarize
+
+
+@dataclass
+class TaskMarks:
+    """Per task: the best model by mean and every model not distinguishable from it."""
+
+    best: str
+    tied: list[str]
+    notes: list[str]
+
+
+def best_marks(
+    table: Table,
+    results: list[LoadedResult],
+    *,
+    alpha: float = 0.05,
+    correction: str = "holm",
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> dict[str, TaskMarks]:
+    """For each task with two or more scored models: the best model by seed mean (in the
+    metric's direction) and the models whose comparison with it (`compare_cells`, the same
+    verdict as `compare`) is "not distinguishable"; p-values corrected across that task's
+    comparisons with the best."""
+    cells = included_cells(table, results)
+    cache: dict = {}
+    marks: dict[str, TaskMarks] = {}
+    rows: list[Row] = []
+    for task in table.tasks:
+        scored = [m for m in table.models
+                  if (m, task) in table.cells and table.cells[(m, task)].mean is not None]  # fmt: skip
+        if len(scored) < 2:
+            continue
+        higher = metric_spec(task_knobs(task).metric).higher_is_better
+        best = sorted(scored, key=lambda m: table.cells[(m, task)].mean, reverse=higher)[0]
+        for other in scored:
+            if other != best:
+                rows.append(compare_cells(best, other, task, table, cells,
+                                          n_resamples=n_resamples, seed=seed, examples=cache,
+                                          bootstrap=False))  # fmt: skip
+        marks[task] = TaskMarks(best, [], [])
+    finish_rows(rows, alpha, correction, family_of=lambda r: r.task)
+    for r in rows:
+        if r.verdict == stats.NOT_DISTINGUISHABLE:
+            marks[r.task].tied.append(r.model_b)
+        marks[r.task].notes += [f"{r.model_b}: {n}" for n in r.notes]
+    return marks
+
+
+def bootstrap_intervals(
+    table: Table,
+    results: list[LoadedResult],
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> dict[tuple[str, str], tuple[float, float]]:
+    """Each cell's two-level bootstrap interval of its seed-mean score (seeds and report
+    examples resampled, `stats.two_level_bootstrap`); HarnessError naming the cells whose
+    predictions files are missing or stale."""
+    cells = included_cells(table, results)
+    out, missing = {}, []
+    for (model, task), stats_ in table.cells.items():
+        if stats_.mean is None:
+            continue
+        ex, why = load_examples(cells.get((model, task), []))
+        if ex is None:
+            missing.append(f"{model}/{task}: {why}")
+            continue
+        knobs = task_knobs(task)
+        score = task_score(knobs.metric, knobs.euro_languages)
+
+        def one(seed_rows, cols, ex=ex, score=score):
+            return score(ex.matrix[seed_rows[0]], ex.labels, ex.languages, cols)
+
+        _, low, high = stats.two_level_bootstrap(one, [len(ex.seeds)], ex.languages,
+                                                 n_resamples=n_resamples, seed=seed,
+                                                 confidence=confidence)  # fmt: skip
+        out[(model, task)] = (low, high)
+    if missing:
+        raise HarnessError(
+            "--ci bootstrap resamples the report examples, but "
+            f"{len(missing)} cell(s) lack usable predictions files (re-run those report cells, "
+            "or use --ci t): " + "; ".join(missing)
+        )
     return out
 
 

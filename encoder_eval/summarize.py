@@ -65,7 +65,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import aggregate
+from . import aggregate, stats
 from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
 from .experiment import summarize_inputs
 from .fileio import write_atomic
@@ -88,6 +88,18 @@ SELECTION_SPLIT_NOTES = {
     "holdout": "LR selection and early stopping on a held-out slice of train (strict: the "
     "official dev split is untouched until the report score).",
 }
+CI_METHODS = ("t", "bootstrap")
+CI_NOTES = {
+    "t": "[low, high]: 95 % interval of the seed mean, Student t quantile on n - 1 degrees "
+    "of freedom (none for one seed).",
+    "bootstrap": "[low, high]: 95 % two-level bootstrap interval of the seed mean (seeds and "
+    "report examples resampled, percentile method).",
+}
+MARKS_NOTE = (
+    "Bold: the task's best model by mean; ≈: not distinguishable from it (the verdict of "
+    "`encoder-eval compare`: Welch over seeds and the paired example-level test, Holm-"
+    "corrected across the task's comparisons with the best)."
+)
 BUCKET_LABELS = {"multilingual": "Multilingual", "glue": "GLUE", "superglue": "SuperGLUE"}
 BUCKET_ORDER = ("multilingual", "glue", "superglue")
 TASK_LABELS = {
@@ -139,6 +151,15 @@ class CellStats:
         """Sample standard deviation (ddof=1); None for fewer than two seeds."""
         return aggregate.seed_std(self.scores.values())
 
+    @property
+    def t_interval(self) -> tuple[float, float] | None:
+        """The 95 % interval of the seed mean with the t quantile on n - 1 degrees of
+        freedom (`stats.t_interval`); None for fewer than two seeds."""
+        if self.n < 2:
+            return None
+        _, low, high = stats.t_interval(list(self.scores.values()))
+        return low, high
+
 
 @dataclass
 class Table:
@@ -148,6 +169,23 @@ class Table:
     problems: list[Problem]
     expected_seeds: list[int]
     selection_splits: list[str] = field(default_factory=list)  # those the cells used
+    ci_method: str = "t"  # CI_METHODS: how `interval` is computed
+    bootstrap: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+    marks: dict | None = None  # task -> compare.TaskMarks; None: not computed
+
+    def interval(self, model: str, task: str) -> tuple[float, float] | None:
+        """The cell's 95 % interval under `ci_method`."""
+        if self.ci_method == "bootstrap":
+            return self.bootstrap.get((model, task))
+        c = self.cells.get((model, task))
+        return None if c is None else c.t_interval
+
+    def mark(self, model: str, task: str) -> str | None:
+        """ "best", "tied" (not distinguishable from the best) or None."""
+        m = (self.marks or {}).get(task)
+        if m is None:
+            return None
+        return "best" if m.best == model else "tied" if model in m.tied else None
 
     @property
     def selection_split(self) -> str | None:
@@ -410,13 +448,25 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.2f}"
 
 
-def format_cell(stats: CellStats | None, expected_n: int) -> str:
-    """`72.31 ± 1.05` (x100); `—` for no score; `†` when averaged over fewer seeds."""
-    if stats is None or stats.mean is None:
+def format_cell(
+    cell: CellStats | None,
+    expected_n: int,
+    interval: tuple[float, float] | None = None,
+    mark: str | None = None,
+) -> str:
+    """`72.31 ± 1.05 [70.98, 73.64]` (x100: mean ± std [95 % interval]); `—` for no score;
+    `†` when averaged over fewer seeds; bold when `mark` is "best", `≈` when "tied"."""
+    if cell is None or cell.mean is None:
         return "—"
-    std = "n/a" if stats.std is None else f"{100 * stats.std:.2f}"
-    mark = " †" if stats.n != expected_n else ""
-    return f"{_pct(stats.mean)} ± {std}{mark}"
+    std = "n/a" if cell.std is None else f"{100 * cell.std:.2f}"
+    ci = "" if interval is None else f" [{_pct(interval[0])}, {_pct(interval[1])}]"
+    dagger = " †" if cell.n != expected_n else ""
+    text = f"{_pct(cell.mean)} ± {std}{ci}"
+    if mark == "best":
+        text = f"**{text}**"
+    elif mark == "tied":
+        text += " ≈"
+    return text + dagger
 
 
 def task_header(task: str) -> str:
@@ -443,8 +493,14 @@ def footnotes(table: Table) -> list[str]:
     )
     notes = [
         f"Scores x100: mean ± sample std (ddof=1) of the report-split score {over}, at the LR "
-        "chosen on the select seeds."
+        "chosen on the select seeds.",
+        CI_NOTES[table.ci_method],
     ]
+    if table.marks is not None:
+        notes.append(MARKS_NOTE)
+        for task, m in table.marks.items():
+            if m.notes:
+                notes.append(f"{task}: " + "; ".join(m.notes) + ".")
     if table.selection_split in SELECTION_SPLIT_NOTES:
         notes.append(SELECTION_SPLIT_NOTES[table.selection_split])
     elif len(table.selection_splits) > 1:
@@ -473,7 +529,11 @@ def render_markdown(table: Table) -> str:
     ]
     for model in table.models:
         row = [model]
-        row += [format_cell(table.cells.get((model, t)), n) for t in table.tasks]
+        row += [
+            format_cell(table.cells.get((model, t)), n, table.interval(model, t),
+                        table.mark(model, t))
+            for t in table.tasks
+        ]  # fmt: skip
         row += [_pct(table.bucket_mean(model, b)) for b in table.buckets]
         row.append(_pct(table.overall_mean(model)))
         lines.append("| " + " | ".join(row) + " |")
@@ -487,8 +547,12 @@ def table_to_dict(table: Table) -> dict:
         cells = {}
         for t in table.tasks:
             c = table.cells.get((model, t))
+            ci = table.interval(model, t)
             cells[t] = None if c is None else {
                 "mean": c.mean, "std": c.std, "n": c.n, "seeds": sorted(c.scores),
+                "ci": None if ci is None else {"low": ci[0], "high": ci[1],
+                                               "method": table.ci_method},
+                "mark": table.mark(model, t),
                 "scores": {str(s): v for s, v in sorted(c.scores.items())},
                 "diverged_seeds": c.diverged, "undefined_seeds": c.undefined,
                 "missing_seeds": c.missing,
@@ -503,6 +567,7 @@ def table_to_dict(table: Table) -> dict:
         "schema": TABLE_SCHEMA,
         "version": 1,
         "std": "sample standard deviation (ddof=1)",
+        "ci_method": table.ci_method,
         "expected_seeds": table.expected_seeds,
         "selection_split": table.selection_split,
         "selection_splits": table.selection_splits,
@@ -527,27 +592,31 @@ def render_csv(table: Table) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["model", "kind", "task", "metric", "report_split", "bucket", "lr_key", "lr",
-                "n", "seeds", "mean", "std", "diverged_seeds"])  # fmt: skip
+                "n", "seeds", "mean", "std", "ci_low", "ci_high", "ci_method", "mark",
+                "diverged_seeds"])  # fmt: skip
     for model in table.models:
         for t in table.tasks:
             k = TASK_KNOBS[t]
             c = table.cells.get((model, t))
+            ci = table.interval(model, t)
             if c is None:
-                w.writerow([model, "task", t, k.metric, k.report_split, k.bucket] + [""] * 7)
+                w.writerow([model, "task", t, k.metric, k.report_split, k.bucket] + [""] * 11)
                 continue
             w.writerow([model, "task", t, c.metric, k.report_split, k.bucket, c.lr_key,
                         "" if c.lr is None else f"{c.lr:g}", c.n,
                         " ".join(map(str, sorted(c.scores))),
                         "" if c.mean is None else repr(c.mean),
                         "" if c.std is None else repr(c.std),
+                        *(["", ""] if ci is None else [repr(ci[0]), repr(ci[1])]),
+                        table.ci_method, table.mark(model, t) or "",
                         " ".join(map(str, c.diverged))])  # fmt: skip
         for b in table.buckets:
             m = table.bucket_mean(model, b)
             w.writerow([model, "bucket", b, "", "", b, "", "", "", "", "" if m is None else repr(m),
-                        "", ""])  # fmt: skip
+                        "", "", "", "", "", ""])  # fmt: skip
         m = table.overall_mean(model)
         w.writerow([model, "average", "", "", "", "", "", "", "", "", "" if m is None else repr(m),
-                    "", ""])  # fmt: skip
+                    "", "", "", "", "", ""])  # fmt: skip
     return buf.getvalue()
 
 
@@ -572,6 +641,30 @@ def format_refusal(table: Table) -> str:
     return "\n".join(lines)
 
 
+def add_statistics(
+    table: Table,
+    results: list[LoadedResult],
+    *,
+    ci: str = "t",
+    marks: bool = True,
+    n_resamples: int = 999,
+    seed: int = 1234,
+) -> None:
+    """Set the table's interval method (bootstrap intervals computed here) and, with
+    `marks`, each task's best model and those not distinguishable from it
+    (`compare.best_marks`)."""
+    from . import compare
+
+    if ci not in CI_METHODS:
+        raise HarnessError(f"--ci {ci!r} must be one of {', '.join(CI_METHODS)}")
+    table.ci_method = ci
+    if ci == "bootstrap":
+        table.bootstrap = compare.bootstrap_intervals(table, results, n_resamples=n_resamples,
+                                                      seed=seed)  # fmt: skip
+    if marks:
+        table.marks = compare.best_marks(table, results, n_resamples=n_resamples, seed=seed)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="python -m encoder_eval.summarize",
@@ -587,6 +680,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-partial", action="store_true",
                    help="print despite problems; footnotes give real seed counts and problems")  # fmt: skip
     p.add_argument("--out", help="write the table here instead of stdout")
+    p.add_argument("--ci", choices=CI_METHODS, default="t", help="each cell's 95 %% interval: "
+                   "t over seeds (default), or a two-level bootstrap over seeds and report "
+                   "examples (needs the cells' predictions files)")  # fmt: skip
+    p.add_argument("--no-marks", action="store_true", help="do not mark each task's best "
+                   "model and those not distinguishable from it (skips the tests)")  # fmt: skip
+    p.add_argument("--resamples", type=int, default=999,
+                   help="bootstrap replicates and permutations (--ci bootstrap, the marks)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=1234, help="seed of the resampling")
     p.add_argument("--plots", metavar="DIR", help="also write PNG plots here: the final "
                    "scores, and (with --select-results-dir) the learning-rate curves")  # fmt: skip
     p.add_argument("--select-results-dir", help="select-phase results, for the LR curves "
@@ -614,6 +715,9 @@ def main(argv: list[str] | None = None) -> int:
     results = load_results(args.results_dir, warn=warn, phase="report")
     table = build_table(results, selection, models=split_csv(args.models) or None,
                         tasks=split_csv(args.tasks) or None)  # fmt: skip
+    if not (table.problems and not args.allow_partial):
+        add_statistics(table, results, ci=args.ci, marks=not args.no_marks,
+                       n_resamples=args.resamples, seed=args.seed)  # fmt: skip
     text = render(table, args.format)
     if args.out and not Path(args.out).absolute().parent.is_dir():
         raise HarnessError(f"--out {args.out}: its directory does not exist")

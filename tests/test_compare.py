@@ -239,3 +239,52 @@ def test_refusals(rng, tmp_path, capsys):
     assert code == EXIT_INPUT_ERROR and "at least two models" in err
     code, _, err = run(capsys, "--results-dir", str(tmp_path / "nope"))
     assert code == EXIT_INPUT_ERROR and "is not a directory" in err
+
+
+def test_summarize_marks_the_best_model_and_those_not_distinguishable_from_it(
+    rng, tmp_path, capsys
+):
+    from encoder_eval import summarize
+
+    rdir = tmp_path / "report"
+    write_models(rdir, rng, {"strong": 0.8, "weak": 0.7, "twin": 0.8})
+    args = ["--results-dir", str(rdir), "--selection", str(rdir / "selection.json")]
+    assert summarize.main([*args, "--format", "json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    marks = {r["model"]: {t: c["mark"] for t, c in r["cells"].items()} for r in doc["rows"]}
+    for task in TASKS:
+        assert {marks["strong"][task], marks["twin"][task]} == {"best", "tied"}
+        assert marks["weak"][task] is None
+    assert summarize.main(args) == EXIT_OK
+    md = capsys.readouterr().out
+    weak_row = next(line for line in md.splitlines() if line.startswith("| weak |"))
+    assert "**" not in weak_row and "≈" not in weak_row
+    assert "Bold: the task's best model" in md
+    assert summarize.main([*args, "--no-marks"]) == EXIT_OK
+    assert "**" not in capsys.readouterr().out
+
+
+def test_summarize_bootstrap_intervals_need_predictions(rng, tmp_path, capsys):
+    from encoder_eval import summarize
+
+    rdir = tmp_path / "report"
+    write_models(rdir, rng, {"a": 0.8, "b": 0.7})
+    args = ["--results-dir", str(rdir), "--selection", str(rdir / "selection.json"),
+            "--format", "json", "--no-marks"]  # fmt: skip
+    assert summarize.main([*args, "--ci", "bootstrap"]) == EXIT_OK
+    boot = json.loads(capsys.readouterr().out)
+    assert summarize.main(args) == EXIT_OK
+    t = json.loads(capsys.readouterr().out)
+    assert boot["ci_method"] == "bootstrap" and t["ci_method"] == "t"
+    for rb, rt in zip(boot["rows"], t["rows"], strict=True):
+        for task in TASKS:
+            cb, ct = rb["cells"][task], rt["cells"][task]
+            assert cb["ci"]["low"] < cb["mean"] < cb["ci"]["high"]
+            # The t interval over seeds matches scipy directly.
+            scores = list(ct["scores"].values())
+            low, high = sps.t.interval(0.95, len(scores) - 1, loc=np.mean(scores),
+                                       scale=sps.sem(scores))  # fmt: skip
+            assert (ct["ci"]["low"], ct["ci"]["high"]) == pytest.approx((low, high))
+    predictions_path(rdir / "a_glue_rte_lr05_s47.json").unlink()
+    assert summarize.main([*args, "--ci", "bootstrap"]) == EXIT_INPUT_ERROR
+    assert "a/glue_rte: " in capsys.readouterr().err

@@ -98,8 +98,14 @@ def test_invalid_predictions_files_are_refused_with_the_reason(change, message, 
     obj = {
         "schema": predictions.SCHEMA_NAME,
         "schema_version": predictions.SCHEMA_VERSION,
-        "cell": {"model": "m", "task": "sg_cb", "lr": 1e-4, "lr_key": "lr", "seed": 45,
-                 "phase": "report"},  # fmt: skip
+        "cell": {
+            "model": "m",
+            "task": "sg_cb",
+            "lr": 1e-4,
+            "lr_key": "lr",
+            "seed": 45,
+            "phase": "report",
+        },  # fmt: skip
         "metric": "accuracy",
         "split": "validation",
         "data_identity": "mirror:x",

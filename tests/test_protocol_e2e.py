@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fault_helpers import py, sh
+from scipy import stats as sps
 
 from encoder_eval.results import load_results
 
@@ -109,7 +110,11 @@ def test_select_report_summarize_end_to_end(tmp_path, tiny_pair, small_mirror):
             assert len(scores) == 2
             mean, std = statistics.mean(scores), statistics.stdev(scores)
             task_means.append(mean)
-            assert cols[col[task]] == f"{100 * mean:.2f} ± {100 * std:.2f} †"
+            low, high = sps.t.interval(0.95, 1, loc=mean, scale=std / 2**0.5)
+            shown = cols[col[task]].replace("**", "").replace(" ≈", "")  # best / tied marks
+            assert (
+                shown == f"{100 * mean:.2f} ± {100 * std:.2f} [{100 * low:.2f}, {100 * high:.2f}] †"
+            )
             cell = next(r for r in as_json["rows"] if r["model"] == name)["cells"][task]
             assert cell["mean"] == pytest.approx(mean) and cell["std"] == pytest.approx(std)
             assert cell["n"] == 2 and cell["lr_key"] == chosen

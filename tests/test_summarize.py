@@ -9,6 +9,7 @@ import statistics
 
 import pytest
 from result_helpers import make_result, make_selection, write_many, write_result
+from scipy import stats as sps
 
 from encoder_eval import summarize
 from encoder_eval.protocol import REPORT_SEEDS
@@ -54,7 +55,15 @@ def setup(tmp_path):
 
 
 def cell_text(scores: list[float]) -> str:
-    return f"{100 * statistics.mean(scores):.2f} ± {100 * statistics.stdev(scores):.2f}"
+    """mean ± std [95 % t interval], x100, recomputed with scipy."""
+    mean, std = statistics.mean(scores), statistics.stdev(scores)
+    low, high = sps.t.interval(0.95, len(scores) - 1, loc=mean, scale=std / len(scores) ** 0.5)
+    return f"{100 * mean:.2f} ± {100 * std:.2f} [{100 * low:.2f}, {100 * high:.2f}]"
+
+
+def plain(col: str) -> str:
+    """A table cell without its best (bold) or not-distinguishable (≈) mark."""
+    return col.replace("**", "").replace(" ≈", "")
 
 
 def test_markdown_table_equals_recomputed_mean_and_sample_std(setup, capsys):
@@ -66,7 +75,7 @@ def test_markdown_table_equals_recomputed_mean_and_sample_std(setup, capsys):
     )
     for model in ("alpha", "beta"):
         row = next(line for line in lines if line.startswith(f"| {model} |"))
-        cols = [c.strip() for c in row.strip("|").split("|")]
+        cols = [plain(c.strip()) for c in row.strip("|").split("|")]
         assert cols[1] == cell_text(SCORES[(model, "glue_sst2")])
         assert cols[2] == cell_text(SCORES[(model, "glue_rte")])
         assert cols[3] == cell_text(SCORES[(model, "sg_cb")])
@@ -198,7 +207,7 @@ def test_allow_partial_footnote_gives_the_real_seed_counts(setup, capsys):
     results = [r for r in full_results() if not (r["cell"]["model"] == "alpha"
                and r["cell"]["task"] == "glue_rte" and r["cell"]["seed"] > 46)]  # fmt: skip
     assert setup(results, "--allow-partial") == 0
-    out = capsys.readouterr().out
+    out = plain(capsys.readouterr().out)
     scores = SCORES[("alpha", "glue_rte")][:2]
     assert f"| alpha | {cell_text(SCORES[('alpha', 'glue_sst2')])} | {cell_text(scores)} †" in out
     assert "† avg@2 instead of avg@5: alpha/glue_rte." in out
@@ -220,7 +229,7 @@ def test_allow_partial_never_averages_wrong_lr_or_diverged(setup, capsys):
 def test_one_seed_shows_no_std(setup, capsys):
     results = [r for r in full_results() if r["cell"]["seed"] == 45]
     assert setup(results, "--allow-partial") == 0
-    assert "61.00 ± n/a †" in capsys.readouterr().out
+    assert "61.00 ± n/a †" in plain(capsys.readouterr().out)  # no interval from one seed
 
 
 def test_unparseable_file_is_skipped_with_a_warning(setup, capsys):
@@ -439,4 +448,4 @@ def test_results_and_selection_written_before_the_recipe_change_still_make_a_tab
                 recipe.pop(key, None)
             recipe.update(OLD_SIGNATURE_KEYS)
     assert setup(old, selection=selection) == 0, capsys.readouterr().err
-    assert cell_text(SCORES[("alpha", "glue_rte")]) in capsys.readouterr().out
+    assert cell_text(SCORES[("alpha", "glue_rte")]) in plain(capsys.readouterr().out)
