@@ -10,6 +10,7 @@ DATA=${2:-../shared/data}
 PY=${PYTHON:-.venv/bin/python}
 EE=("$PY" -m encoder_eval)
 TASKS=${TASKS:-glue_sst2,glue_mnli,glue_mrpc}
+TWIN_TASKS=${TWIN_TASKS:-$TASKS}  # the twin's tasks (a subset saves time)
 STEPS=${STEPS:-100}
 WORKERS=${WORKERS:-2}
 export HF_HUB_OFFLINE=1
@@ -27,6 +28,11 @@ bash "$OUT/runs/select/run_all.sh" --workers "$WORKERS"
   --models minilm,minilm-weak --results-dir "$OUT/results/report" --out-dir "$OUT/runs/report"
 bash "$OUT/runs/report/run_all.sh" --workers "$WORKERS"
 "${EE[@]}" sweep --phase report --mode shell --selection "$OUT/selection.json" \
-  --models minilm-twin --seeds 50-54 --results-dir "$OUT/results/report-twin" \
+  --models minilm-twin --tasks "$TWIN_TASKS" --seeds 50,51,52,53,54 \
+  --results-dir "$OUT/results/report-twin" \
   --out-dir "$OUT/runs/report-twin"
 bash "$OUT/runs/report-twin/run_all.sh" --workers "$WORKERS"
+
+# The runs are shrunken (off-protocol), so the comparison needs --allow-partial.
+"${EE[@]}" compare --allow-partial --results-dir "$OUT/results/report" \
+  --results-dir "$OUT/results/report-twin" --reference minilm --out "$OUT/compare.md"
