@@ -20,7 +20,8 @@ same refusals), one row holds:
 * the two-level bootstrap interval of the difference (seeds and examples resampled);
 * both p-values corrected across the pair's tasks (Holm by default, `--correction fdr_bh`);
 * the verdict (`stats.verdict`): "A better" or "B better" only when the corrected
-  seed-level AND example-level p-values are at most alpha; else "not distinguishable";
+  seed-level AND example-level p-values are at most alpha; else "not distinguishable"
+  ("not tested" when a model has fewer than two finished seeds);
 * seeds needed: report seeds per model that would detect the observed difference at 80 %
   power, and the smallest difference five seeds detect.
 
@@ -61,6 +62,7 @@ DEFAULT_RESAMPLES = 999
 DEFAULT_SEED = 1234
 POWER = 0.8
 MDD_SEEDS = 5  # the protocol's report seeds
+NOT_TESTED = "not tested"  # the verdict of a row with too few seeds for any test
 
 
 @dataclass
@@ -299,7 +301,10 @@ def finish_rows(
                 for r, p in zip(tested, fixed.pvalues, strict=True):
                     setattr(r, adj, p)
         for r in family:
-            if r.p_seed_adj is None or r.diff is None:
+            if r.diff is None:  # too few seeds on a side: no test ran
+                r.verdict = NOT_TESTED
+                continue
+            if r.p_seed_adj is None:  # no seed varies: the seed variance is unknown
                 r.verdict = stats.NOT_DISTINGUISHABLE
                 continue
             higher = metric_spec(r.metric).higher_is_better
@@ -577,10 +582,9 @@ def load_report_dirs(
             if m in present or (len(dirs) == 1 and m not in merged["pairs"]):
                 merged["pairs"][m] = by_task
         results += here
-    if models is None:
-        models = [m for m in merged["pairs"] if m in owner] + sorted(
-            set(owner) - set(merged["pairs"])
-        )
+    if models is None:  # with one directory, its selection's models count even without results
+        known = set(owner) | (set(merged["pairs"]) if len(dirs) == 1 else set())
+        models = [m for m in merged["pairs"] if m in known] + sorted(known - set(merged["pairs"]))
     table = build_table(results, merged, models=models, tasks=tasks)
     return table, results
 
@@ -632,6 +636,8 @@ def main(argv: list[str] | None = None) -> int:
         print(format_refusal(table).replace("summarize refuses to print this table",
                                             "compare refuses this table"), file=sys.stderr)  # fmt: skip
         return EXIT_INCOMPLETE
+    if len(table.models) < 2:
+        raise HarnessError(f"compare needs at least two models; found {table.models}")
     pairs = None
     if args.reference:
         if args.reference not in table.models:

@@ -231,6 +231,12 @@ def test_refusals(rng, tmp_path, capsys):
     code, out, _ = run(capsys, "--results-dir", str(rdir), "--selection", sel,
                        "--allow-partial")  # fmt: skip
     assert code == EXIT_OK and "Not a protocol table" in out and "(n=4)" in out
+    for seed in (46, 47, 48, 49):  # b keeps one seed of MRPC: no test can run there
+        (rdir / f"b_glue_mrpc_lr05_s{seed}.json").unlink()
+    code, out, _ = run(capsys, "--results-dir", str(rdir), "--selection", sel,
+                       "--allow-partial", "--format", "json")  # fmt: skip
+    row = rows_by(json.loads(out))[("a", "b", "glue_mrpc")]
+    assert row["verdict"] == compare.NOT_TESTED and "too few finished seeds" in row["notes"][0]
     code, _, err = run(capsys, "--results-dir", str(rdir), "--selection", sel,
                        "--allow-partial", "--reference", "zzz")  # fmt: skip
     assert code == EXIT_INPUT_ERROR and "--reference 'zzz' is not one of" in err
