@@ -46,9 +46,9 @@ from pathlib import Path
 import numpy as np
 
 from . import stats
-from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
+from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors, warn_once
 from .experiment import summarize_inputs
-from .fileio import write_atomic
+from .fileio import write_output
 from .metrics import language_mean, metric_spec, score_array
 from .predictions import PredictionsError, check_against_result, load_predictions
 from .predictions import predictions_path as predictions_file
@@ -620,12 +620,7 @@ def main(argv: list[str] | None = None) -> int:
     from .sweep import split_csv
 
     args = build_parser().parse_args(argv)
-    warned: set[str] = set()
-
-    def warn(msg: str) -> None:
-        if msg not in warned:
-            warned.add(msg)
-            print(f"warning: {msg}", file=sys.stderr)
+    warn = warn_once()
 
     if args.out and not Path(args.out).absolute().parent.is_dir():
         raise HarnessError(f"--out {args.out}: its directory does not exist")
@@ -650,11 +645,7 @@ def main(argv: list[str] | None = None) -> int:
     cmp = compare_table(table, results, pairs=pairs, alpha=args.alpha,
                         correction=args.correction, n_resamples=args.resamples, seed=args.seed)  # fmt: skip
     text = render(cmp, args.format)
-    if args.out:
-        write_atomic(args.out, text)
-        print(f"wrote {args.out}")
-    else:
-        sys.stdout.write(text)
+    write_output(text, args.out)
     return EXIT_OK
 
 

@@ -86,3 +86,16 @@ def report_errors(main: Callable[..., int]) -> Callable[..., int]:
             return EXIT_INTERRUPTED
 
     return wrapped
+
+
+def warn_once() -> Callable[[str], None]:
+    """A `warn(message)` for readers of results directories: prints `warning: message` on
+    stderr once per distinct message (a file read twice is reported once)."""
+    seen: set[str] = set()
+
+    def warn(message: str) -> None:
+        if message not in seen:
+            seen.add(message)
+            print(f"warning: {message}", file=sys.stderr)
+
+    return warn

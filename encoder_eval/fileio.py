@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -125,3 +126,12 @@ def safe_filename_part(text: object, unsafe: str = UNSAFE_PORTABLE) -> str:
     and a name of only dots (or none) becomes underscores, so it never names a directory."""
     cleaned = re.sub(unsafe, "_", str(text))
     return cleaned if cleaned not in ("", ".", "..") else cleaned.replace(".", "_") or "_"
+
+
+def write_output(text: str, out: str | os.PathLike | None) -> None:
+    """A command's output: written atomically to `out` (saying so), else to stdout."""
+    if out:
+        write_atomic(out, text)
+        print(f"wrote {out}")
+    else:
+        sys.stdout.write(text)

@@ -48,9 +48,9 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
-from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
+from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors, warn_once
 from .experiment import summarize_inputs
-from .fileio import write_atomic
+from .fileio import write_output
 from .metrics import metric_spec
 from .plan import split_csv
 from .results import load_results
@@ -543,12 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         raise HarnessError(f"--out {args.out}: its directory does not exist")
     selection_path, ran_seeds, _ = summarize_inputs(args.results_dir, args.selection)
     selection = load_selection(selection_path)
-    warned: set[str] = set()
-
-    def warn(msg: str) -> None:
-        if msg not in warned:
-            warned.add(msg)
-            print(f"warning: {msg}", file=sys.stderr)
+    warn = warn_once()
 
     results = load_results(args.results_dir, warn=warn, phase="report")
     table = build_table(results, selection, models=split_csv(args.models) or None,
@@ -576,11 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.format == "csv":
         for note in notes(board):
             print(f"note: {note}", file=sys.stderr)
-    if args.out:
-        write_atomic(args.out, text)
-        print(f"wrote {args.out}")
-    else:
-        sys.stdout.write(text)
+    write_output(text, args.out)
     return EXIT_OK
 
 

@@ -66,9 +66,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import aggregate, stats
-from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
+from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors, warn_once
 from .experiment import summarize_inputs
-from .fileio import write_atomic
+from .fileio import write_output
 from .metrics import metric_spec
 from .protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
 from .results import LoadedResult, load_results, result_filename
@@ -700,12 +700,7 @@ def main(argv: list[str] | None = None) -> int:
     from .sweep import split_csv
 
     args = build_parser().parse_args(argv)
-    warned: set[str] = set()
-
-    def warn(msg: str) -> None:  # --plots reads the report results again: warn once per file
-        if msg not in warned:
-            warned.add(msg)
-            print(f"warning: {msg}", file=sys.stderr)
+    warn = warn_once()  # --plots reads the report results again: one warning per file
 
     if not Path(args.results_dir).is_dir():
         raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
@@ -741,11 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.format == "csv" and table.problems:
         for note in footnotes(table):
             print(f"note: {note}", file=sys.stderr)
-    if args.out:
-        write_atomic(args.out, text)
-        print(f"wrote {args.out}")
-    else:
-        sys.stdout.write(text)
+    write_output(text, args.out)
     return EXIT_OK
 
 
