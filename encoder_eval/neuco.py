@@ -291,9 +291,12 @@ def read_exclude(path: str | Path | None) -> set[str]:
     return {line.strip() for line in text.splitlines() if line.strip()}
 
 
-def neuco_task(annotations: Annotations, ids: list[str], matrix: np.ndarray) -> ProbeTask:
+def neuco_task(
+    annotations: Annotations, ids: list[str], matrix: np.ndarray, labelled: np.ndarray
+) -> ProbeTask:
     """The `ProbeTask` of one label file: rows of ids in both files, in submission order;
-    metric F1 for 0/1 classes, macro F1 for more, R² for regression (NeuCo-Bench's)."""
+    metric F1 for 0/1 classes, macro F1 for more, R² for regression (NeuCo-Bench's).
+    `labelled` (rows with a label in any file) is what global statistics cover."""
     index = [i for i, ident in enumerate(ids) if ident in annotations.labels]
     labels = np.asarray([annotations.labels[ids[i]] for i in index])
     if annotations.task_type == CLASSIFICATION:
@@ -310,7 +313,8 @@ def neuco_task(annotations: Annotations, ids: list[str], matrix: np.ndarray) -> 
             f"task {annotations.task!r}: {len(index)} ids are in both the label file and the "
             "submission; give 20 or more (check that the ids match)"
         )
-    return ProbeTask(annotations.task, annotations.task_type, metric, matrix[index], labels)
+    return ProbeTask(annotations.task, annotations.task_type, metric, matrix[index], labels,
+                     global_rows=labelled)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- leaderboard
@@ -421,7 +425,9 @@ def run_neuco(
     ids, matrix = read_submission(submission_file, config["embedding_dim"],
                                   read_exclude(exclude_file))  # fmt: skip
     method = method_name or Path(submission_file).stem
-    problem_tasks = [neuco_task(annotations[t], ids, matrix) for t in tasks]  # check first
+    known = set().union(*(a.labels for a in annotations.values()))
+    labelled = matrix[[i for i, ident in enumerate(ids) if ident in known]]
+    problem_tasks = [neuco_task(annotations[t], ids, matrix, labelled) for t in tasks]
     stamp = (now or datetime.now(UTC)).strftime(TIMESTAMP_FORMAT)
     base = Path(output_dir, phase, f"{safe_filename_part(method)}_{stamp}")
     run_dir, n = base, 1

@@ -78,7 +78,9 @@ class ProbeTask:
     for classification, floats for regression). `report_x`/`report_y` map a language to its
     report-split rows; None (NeuCo mode) makes each fold's held-out rows the evaluation.
     `metric` is the task's own metric (`encoder_eval.metrics` name, or "r2");
-    `euro_languages` decide the headline as in fine-tuning (`metrics.language_mean`)."""
+    `euro_languages` decide the headline as in fine-tuning (`metrics.language_mean`).
+    `global_rows` are the rows NeuCo-Bench's global statistics cover (its rule
+    global_standardization); None: the train and report rows."""
 
     name: str
     task_type: str
@@ -88,6 +90,7 @@ class ProbeTask:
     report_x: dict[str, np.ndarray] | None = None
     report_y: dict[str, np.ndarray] | None = None
     euro_languages: tuple[str, ...] = ("en",)
+    global_rows: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.task_type not in TASK_TYPES:
@@ -259,6 +262,12 @@ def global_standardization(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.nda
     return np.asarray(mu), np.asarray(sigma if sigma != 0 else 1.0)
 
 
+def _global_statistics(task: ProbeTask) -> tuple[np.ndarray, np.ndarray]:
+    if task.global_rows is not None:
+        return global_standardization([task.global_rows])
+    return global_standardization([task.train_x, *(task.report_x or {}).values()])
+
+
 def fit_probe(
     task_type: str,
     x: np.ndarray,
@@ -390,14 +399,14 @@ def probe_task(task: ProbeTask, config: ProbeConfig) -> ProbeOutcome:
     best_rule = "best_fold_score" in config.neuco_rules
     fixed = None
     if "global_standardization" in config.neuco_rules and config.standardize:
-        fixed = global_standardization([x, *(task.report_x or {}).values()])
+        fixed = _global_statistics(task)
     secondary = SECONDARY_METRIC[task.task_type]
     scores, seconds, langs, chosen, probes = [], [], [], [], []
     for fold, (fit_idx, held_idx) in enumerate(_splits(len(y), config.k_folds, config.seed)):
         if report or best_rule:
             probe, val_score = _choose(task, config, x, y, fit_idx, held_idx, fixed)
         else:  # NeuCo mode, sound: choose on a tenth of the fitting rows, score held-out rows
-            inner_fit, inner_val = _splits(len(fit_idx), 2, config.seed + 1 + fold)[0]
+            inner_fit, inner_val = _splits(len(fit_idx), 1, config.seed + 1 + fold)[0]
             probe, val_score = _choose(
                 task, config, x, y, fit_idx[inner_fit], fit_idx[inner_val], fixed
             )
@@ -455,7 +464,7 @@ def final_probe(task: ProbeTask, config: ProbeConfig, outcome: ProbeOutcome) -> 
     x = np.asarray(task.train_x, dtype=np.float64)
     fixed = None
     if "global_standardization" in config.neuco_rules and config.standardize:
-        fixed = global_standardization([x, *(task.report_x or {}).values()])
+        fixed = _global_statistics(task)
     return fit_probe(task.task_type, x, np.asarray(task.train_y), most_chosen(outcome),
                      config.standardize, config.normalize_labels, fixed)  # fmt: skip
 
