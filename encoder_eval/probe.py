@@ -103,6 +103,10 @@ class ProbeTask:
             )
         if not np.all(np.isfinite(x)):
             raise HarnessError(f"task {self.name!r}: train embeddings hold NaN or infinity")
+        if self.task_type == REGRESSION and not np.all(
+            np.isfinite(np.asarray(self.train_y, float))
+        ):
+            raise HarnessError(f"task {self.name!r}: regression targets hold NaN or infinity")
         if (self.report_x is None) != (self.report_y is None):
             raise HarnessError(f"task {self.name!r}: give report embeddings and labels together")
         for lang, rx in (self.report_x or {}).items():
@@ -226,9 +230,13 @@ def load_probe(folder: str | os.PathLike) -> tuple[Probe, str]:
         raise HarnessError(f"no stored probe at {path}; run with store_probes: true") from None
     except json.JSONDecodeError as exc:
         raise HarnessError(f"{path} is not valid JSON ({exc}); store the probe again") from None
-    if obj.get("schema") != STORED_PROBE_SCHEMA or obj.get("schema_version") != 1:
+    if (
+        obj.get("schema") != STORED_PROBE_SCHEMA
+        or obj.get("schema_version") != PROBE_SCHEMA_VERSION
+    ):
         raise HarnessError(
-            f"{path} is not a stored probe of schema {STORED_PROBE_SCHEMA!r} version 1"
+            f"{path} is not a stored probe of schema {STORED_PROBE_SCHEMA!r} "
+            f"version {PROBE_SCHEMA_VERSION}; store the probe again with this harness"
         )
     if obj["task_type"] not in TASK_TYPES:
         raise unknown_name("task type", obj["task_type"], TASK_TYPES)
@@ -243,6 +251,14 @@ def load_probe(folder: str | os.PathLike) -> tuple[Probe, str]:
         label_range=float(obj["label_range"]),
         hyperparameters=dict(obj["hyperparameters"]),
     )
+    k, d = probe.coef.shape if probe.coef.ndim == 2 else (0, 0)
+    outputs = 1 if probe.task_type == REGRESSION or len(probe.classes) == 2 else len(probe.classes)
+    if k != outputs or probe.intercept.shape != (k,) or probe.shift.shape not in ((), (d,)):
+        raise HarnessError(
+            f"{path}: coefficient shape {probe.coef.shape}, intercept {probe.intercept.shape}, "
+            f"{len(probe.classes)} classes and shift {probe.shift.shape} do not fit together; "
+            "store the probe again"
+        )
     return probe, probe.task_type
 
 
@@ -404,30 +420,18 @@ def probe_task(task: ProbeTask, config: ProbeConfig) -> ProbeOutcome:
     scores, seconds, langs, chosen, probes = [], [], [], [], []
     for fold, (fit_idx, held_idx) in enumerate(_splits(len(y), config.k_folds, config.seed)):
         if report or best_rule:
-            probe, val_score = _choose(task, config, x, y, fit_idx, held_idx, fixed)
+            probe, _ = _choose(task, config, x, y, fit_idx, held_idx, fixed)
         else:  # NeuCo mode, sound: choose on a tenth of the fitting rows, score held-out rows
             inner_fit, inner_val = _splits(len(fit_idx), 1, config.seed + 1 + fold)[0]
-            probe, val_score = _choose(
-                task, config, x, y, fit_idx[inner_fit], fit_idx[inner_val], fixed
-            )
-        if best_rule:
-            held = {"all": x[held_idx]}, {"all": y[held_idx]}
-            scores.append(val_score)
-            langs.append({"all": val_score})
-            seconds.append(_headline(probe, secondary, *held, ("all",))[0])
-        elif report:
-            head, per_lang = _headline(probe, task.metric, task.report_x, task.report_y,
-                                       task.euro_languages)  # fmt: skip
-            scores.append(head)
-            langs.append(per_lang)
-            seconds.append(_headline(probe, secondary, task.report_x, task.report_y,
-                                     task.euro_languages)[0])  # fmt: skip
-        else:
-            held = {"all": x[held_idx]}, {"all": y[held_idx]}
-            head, per_lang = _headline(probe, task.metric, *held, ("all",))
-            scores.append(head)
-            langs.append(per_lang)
-            seconds.append(_headline(probe, secondary, *held, ("all",))[0])
+            probe, _ = _choose(task, config, x, y, fit_idx[inner_fit], fit_idx[inner_val], fixed)
+        if report and not best_rule:
+            rows, labels, euro = task.report_x, task.report_y, task.euro_languages
+        else:  # the fold's held-out rows (under best_fold_score: the rows that chose)
+            rows, labels, euro = {"all": x[held_idx]}, {"all": y[held_idx]}, ("all",)
+        head, per_lang = _headline(probe, task.metric, rows, labels, euro)
+        scores.append(head)
+        langs.append(per_lang)
+        seconds.append(_headline(probe, secondary, rows, labels, euro)[0])
         chosen.append(probe.hyperparameters[grid(task.task_type)[0]])
         probes.append(probe)
     undefined = None

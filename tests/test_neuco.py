@@ -257,3 +257,12 @@ def test_neuco_rules_are_applied_and_marked(bench):
     probe, _ = load_probe(run_dir / "landcover" / "probe")
     assert probe.shift.shape == () and probe.shift == pytest.approx(matrix.mean(), abs=1e-12)
     assert probe.scale == pytest.approx(matrix.std(), abs=1e-12)
+
+
+def test_neuco_underscore_flags_are_accepted():
+    args = neuco.build_parser().parse_args(
+        ["--annotation_path", "a", "--submission_file", "s.csv", "--config", "c.yaml",
+         "--method_name", "m", "--exclude_file", "x.txt", "--output_dir", "o"]
+    )  # fmt: skip
+    assert (args.annotation_path, args.submission_file, args.method_name) == ("a", "s.csv", "m")
+    assert (args.exclude_file, args.output_dir, args.phase) == ("x.txt", "o", "results")

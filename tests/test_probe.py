@@ -208,6 +208,14 @@ def test_load_probe_refuses_missing_and_foreign_files(tmp_path):
     (tmp_path / "probe.json").write_text(json.dumps({"schema": "something-else"}))
     with pytest.raises(HarnessError, match="encoder-eval-stored-probe"):
         P.load_probe(tmp_path)
+    rng = np.random.default_rng(SEED + 10)
+    task = _class_task(rng, classes=3, metric="macro_f1")
+    config = P.ProbeConfig(k_folds=2)
+    stored = P.final_probe(task, config, P.probe_task(task, config)).to_dict()
+    stored["classes"] = stored["classes"][:2]  # 3 rows of coefficients for 2 classes
+    (tmp_path / "probe.json").write_text(json.dumps(stored))
+    with pytest.raises(HarnessError, match="do not fit together"):
+        P.load_probe(tmp_path)
 
 
 def test_bad_input_errors_list_valid_names():
