@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -273,3 +274,33 @@ def test_task_from_registry_seam_reads_the_task_labels():
                              {"en": embed(test["en"]["label"])})  # fmt: skip
     with pytest.raises(HarnessError, match="no report embeddings for language"):
         P.task_from_registry("synthetic_sentiment", embed(train["label"]), {})
+
+
+def test_task_from_registry_multilingual_headline_is_the_euro_mean(small_mirror):
+    """A multilingual task of the real data (small mirror slice): one report array per
+    language, the headline the mean over the Euro languages, as in fine-tuning."""
+    from encoder_eval.tasks import load_task
+
+    rng = np.random.default_rng(SEED + 11)
+    train, _, test, num_labels, _ = load_task("amazon_reviews_multi", small_mirror)
+
+    def embed(labels):
+        onehot = np.eye(num_labels)[np.asarray(labels)]
+        return onehot + 0.6 * rng.normal(size=onehot.shape)
+
+    task = P.task_from_registry("amazon_reviews_multi", embed(train["label"]),
+                                {lang: embed(s["label"]) for lang, s in test.items()},
+                                small_mirror)  # fmt: skip
+    outcome = P.probe_task(task, P.ProbeConfig(k_folds=3))
+    assert set(outcome.fold_languages[0]) == set(test) and len(test) > 1
+    for fold, per_lang in enumerate(outcome.fold_languages):
+        euro = [per_lang[lang] for lang in per_lang if lang in task.euro_languages]
+        assert outcome.fold_scores[fold] == pytest.approx(np.mean(euro), abs=1e-12)
+    # the headline follows the task's Euro languages, not all languages scored
+    narrow = P.probe_task(dataclasses.replace(task, euro_languages=("de", "en")),
+                          P.ProbeConfig(k_folds=3))  # fmt: skip
+    assert narrow.fold_languages == outcome.fold_languages
+    for fold, per_lang in enumerate(narrow.fold_languages):
+        expected = (per_lang["de"] + per_lang["en"]) / 2
+        assert narrow.fold_scores[fold] == pytest.approx(expected, abs=1e-12)
+    assert narrow.fold_scores != outcome.fold_scores
