@@ -42,6 +42,9 @@ COMMANDS: dict[str, Command] = {
     "status": Command("encoder_eval.status", "what is done, missing, diverged or corrupt"),
     "prefetch": Command("encoder_eval.prefetch", "mirror task data for offline nodes"),
     "compare": Command("encoder_eval.compare", "is model A really better than B, per task"),
+    "probe": Command(
+        "encoder_eval.probe", "linear probes on frozen embeddings (NeuCo-Bench mode), the Q score"
+    ),
     "estimate": Command("encoder_eval.estimate", "device-hours of the full protocol, measured"),
     "done": Command("encoder_eval.done", "exit 0 iff the given result files are done cells"),
     "demo": Command("encoder_eval.demo", "the whole protocol on MiniLM and synthetic tasks"),
