@@ -12,7 +12,10 @@ Usage::
 
 Each (model, task) cell of the table is the mean ± sample standard deviation (ddof=1)
 of the report-split score over the report seeds 45-49 at the LR chosen in
-`selection.json`; nothing is picked here. Scores are shown x100. Each task's column
+`selection.json`, with its 95 % interval (the t quantile over seeds; `--ci bootstrap`: a
+two-level bootstrap over seeds and report examples); nothing is picked here. Per task the
+best model is bold and `≈` marks each model `compare` calls not distinguishable from it
+(`--no-marks` skips the tests). Scores are shown x100. Each task's column
 names its metric; tasks reported on dev (validation) are marked `*`. Bucket columns
 (Multilingual, GLUE, SuperGLUE) average the model's task means within the bucket, and
 `Average` averages all its task means (each task weighs the same); an average is shown
