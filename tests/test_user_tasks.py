@@ -561,9 +561,14 @@ def test_a_task_file_runs_the_whole_protocol_with_the_shrinking_flags_given_once
     status = _ee("status", "--results-dir", "results/report", cwd=tmp_path)
 
     selected = read_json(tmp_path / "selection.json")["pairs"]["tiny"]["glue_wnli"]["lr_key"]
-    report = sorted((tmp_path / "results" / "report").glob("tiny_glue_wnli_*.json"))
+    written = sorted((tmp_path / "results" / "report").glob("tiny_glue_wnli_*.json"))
+    report = [p for p in written if not p.name.endswith(".predictions.json")]
     assert [p.name for p in report] == [f"tiny_glue_wnli_{selected}_s{s}.json"
                                         for s in (45, 46, 47, 48, 49)]  # fmt: skip
+    # Each report cell wrote its per-example predictions beside it (the default).
+    assert [p.name for p in written if p not in report] == [
+        p.name.replace(".json", ".predictions.json") for p in report
+    ]
     for path in report:  # the report phase ran as the select phase did, without the flags
         result = read_json(path)
         assert result["training"]["max_steps"] == 3 and result["recipe"]["max_seq_len"] == 64
