@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from result_helpers import make_selection, write_cell_with_predictions
 from scipy import stats as sps
+from stats_helpers import SEED, band, seeded_rng
 from statsmodels.stats.multitest import multipletests
 
 from encoder_eval import compare, stats
 from encoder_eval.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK
 from encoder_eval.predictions import predictions_path
 
-SEED = 20261201
 TASKS = ("glue_rte", "glue_mrpc")  # accuracy and F1
 REPORT = range(45, 50)
 N_EXAMPLES = 300
@@ -27,13 +27,7 @@ N_EXAMPLES = 300
 
 @pytest.fixture
 def rng() -> np.random.Generator:
-    print(f"seed={SEED}")
-    return np.random.default_rng(SEED)
-
-
-def band(n: int, p: float) -> tuple[float, float]:
-    low, high = sps.binom.interval(0.999, n, p)
-    return low / n, high / n
+    return seeded_rng()
 
 
 def write_models(directory, rng, skill: dict[str, float], seeds=REPORT, labels=None) -> dict:

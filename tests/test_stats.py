@@ -12,6 +12,7 @@ import itertools
 import numpy as np
 import pytest
 from scipy import stats as sps
+from stats_helpers import band, seeded_rng
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestIndPower
@@ -20,19 +21,10 @@ from statsmodels.stats.weightstats import DescrStatsW
 from encoder_eval import stats
 from encoder_eval.errors import HarnessError
 
-SEED = 20261201
-
 
 @pytest.fixture
 def rng() -> np.random.Generator:
-    print(f"seed={SEED}")
-    return np.random.default_rng(SEED)
-
-
-def band(n: int, p: float) -> tuple[float, float]:
-    """The binomial 99.9 % band of a rejection rate over n independent comparisons."""
-    low, high = sps.binom.interval(0.999, n, p)
-    return low / n, high / n
+    return seeded_rng()
 
 
 # -- every statistic against a direct library computation ------------------------------
