@@ -541,13 +541,22 @@ def main(argv: list[str] | None = None) -> int:
         raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
     if args.out and not Path(args.out).absolute().parent.is_dir():
         raise HarnessError(f"--out {args.out}: its directory does not exist")
-    selection_path, ran_seeds, _ = summarize_inputs(args.results_dir, args.selection)
-    selection = load_selection(selection_path)
-    warn = warn_once()
+    from .probe_model import has_probe_results, load_probe_results, probe_table
 
-    results = load_results(args.results_dir, warn=warn, phase="report")
-    table = build_table(results, selection, models=split_csv(args.models) or None,
-                        tasks=split_csv(args.tasks) or None)  # fmt: skip
+    warn = warn_once()
+    ran_seeds = None
+    if has_probe_results(args.results_dir):  # rows (model, pooling), "seeds" the probe folds
+        if args.selection:
+            raise HarnessError("--selection does not apply to probe results")
+        table = probe_table(load_probe_results(args.results_dir, warn=warn),
+                            models=split_csv(args.models) or None,
+                            tasks=split_csv(args.tasks) or None)  # fmt: skip
+    else:
+        selection_path, ran_seeds, _ = summarize_inputs(args.results_dir, args.selection)
+        selection = load_selection(selection_path)
+        results = load_results(args.results_dir, warn=warn, phase="report")
+        table = build_table(results, selection, models=split_csv(args.models) or None,
+                            tasks=split_csv(args.tasks) or None)  # fmt: skip
     if ran_seeds is not None and ran_seeds != table.expected_seeds:
         print(f"note: the report sweep ran seeds {','.join(map(str, ran_seeds))} (its "
               f"experiment file), not the protocol's {','.join(map(str, table.expected_seeds))}",

@@ -1,10 +1,11 @@
-"""Loading a model for sequence classification in one of two modes, always in fp32.
+"""Loading a model, always in fp32: for sequence classification in one of two modes, or as
+a frozen encoder body for embeddings (`load_encoder`, probing).
 
 - `auto`: `AutoModelForSequenceClassification` (one output for regression).
 - `liquid-bidir`: the encoder body from `AutoModel` plus a fresh mean-pool + linear head,
   for bidirectional encoders that ship only a backbone.
 
-Every architecture-specific adjustment lives in `_prepare_config` and `_prepare_tokenizer`,
+Every architecture-specific adjustment lives in `_prepare_architecture` and `_prepare_tokenizer`,
 so a reader finds them in one place.
 """
 
@@ -64,10 +65,8 @@ def _is_local(path: str) -> bool:
     return os.path.isdir(os.path.expanduser(path))
 
 
-def _prepare_config(config, num_labels: int, problem: str) -> None:
+def _prepare_architecture(config) -> None:
     """Architecture-specific configuration, in one place."""
-    config.num_labels = num_labels
-    config.problem_type = problem
     model_type = getattr(config, "model_type", "")
     if model_type == "modernbert":
         # torch.compile of ModernBERT's MLP is on by default on CUDA; it breaks on many
@@ -98,6 +97,84 @@ def max_positions(config) -> int | None:
     return int(n)
 
 
+def _load_config_and_tokenizer(
+    model_path: str,
+    label: str,
+    kw: dict,
+    max_seq_len: int | None,
+) -> tuple[object, object, bool, int | None]:
+    """The checks and loads every mode shares: path, config (encoders only), tokenizer with
+    a pad token, the length limit. Returns (config, tokenizer, local, max positions)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    trust = bool(kw.get("trust_remote_code"))
+    local = _is_local(model_path)
+    if not local and (model_path.startswith((".", "/", "~")) or os.sep * 2 in model_path):
+        raise HarnessError(f"model directory {model_path!r} does not exist; check --model-path")
+    if local and not os.access(os.path.expanduser(model_path), os.R_OK | os.X_OK):
+        raise HarnessError(f"model directory {model_path!r} is not readable; fix its permissions")
+    try:
+        config = AutoConfig.from_pretrained(model_path, **kw)
+    except Exception as exc:
+        raise HarnessError(_load_error("config", label, exc, local, trust)) from None
+    archs = getattr(config, "architectures", None) or []
+    if getattr(config, "is_decoder", False) or (
+        archs and all(any(h in a for h in _DECODER_HINTS) for a in archs)
+    ):
+        raise HarnessError(
+            f"{label} is a decoder ({', '.join(archs) or config.model_type}), not an encoder; "
+            "this harness fine-tunes bidirectional encoders"
+        )
+    _prepare_architecture(config)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path, **kw)
+    except Exception as exc:
+        raise HarnessError(_load_error("tokenizer", label, exc, local, trust)) from None
+    _prepare_tokenizer(tokenizer, config)
+    positions = max_positions(config)
+    if max_seq_len is not None and positions is not None and max_seq_len > positions:
+        raise HarnessError(
+            f"--max-seq-len {max_seq_len} is beyond {label}'s {positions} positions; "
+            f"use --max-seq-len {positions} or less"
+        )
+    return config, tokenizer, local, positions
+
+
+def _loaded(
+    model: nn.Module,
+    config,
+    tokenizer,
+    model_path: str,
+    label: str,
+    local: bool,
+    positions: int | None,
+    trust_remote_code: bool,
+) -> LoadedModel:
+    """Wrap a loaded fp32 model with its resolved revision and the inputs it takes."""
+    commit = getattr(config, "_commit_hash", None)
+    resolved = directory_content_hash(os.path.expanduser(model_path)) if local else commit
+    if trust_remote_code:
+        warnings.warn(
+            f"{label}: trust_remote_code is on, running model-authored code at revision "
+            f"{resolved or 'unknown'}; pin it with --model-revision",
+            stacklevel=3,
+        )
+    names = tuple(n for n in tokenizer.model_input_names if n in ("input_ids", "attention_mask"))
+    if (
+        "token_type_ids" in tokenizer.model_input_names
+        and getattr(config, "type_vocab_size", 0) > 1
+    ):
+        names += ("token_type_ids",)
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        revision=resolved or "unknown",
+        source="local" if local else "hub",
+        max_positions=positions,
+        input_names=names,
+    )
+
+
 def load_model(
     model_path: str,
     mode: str,
@@ -113,46 +190,17 @@ def load_model(
 
     Raises HarnessError with a one-line fix for every input problem found before training.
     """
-    from transformers import (
-        AutoConfig,
-        AutoModel,
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-    )
+    from transformers import AutoModel, AutoModelForSequenceClassification
 
     if mode not in MODES:
         raise HarnessError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
     label = model_label or model_path
-    local = _is_local(model_path)
-    if not local and (model_path.startswith((".", "/", "~")) or os.sep * 2 in model_path):
-        raise HarnessError(f"model directory {model_path!r} does not exist; check --model-path")
-    if local and not os.access(os.path.expanduser(model_path), os.R_OK | os.X_OK):
-        raise HarnessError(f"model directory {model_path!r} is not readable; fix its permissions")
     kw = {"revision": revision, "trust_remote_code": trust_remote_code}
-    try:
-        config = AutoConfig.from_pretrained(model_path, **kw)
-    except Exception as exc:
-        raise HarnessError(_load_error("config", label, exc, local, trust_remote_code)) from None
-    archs = getattr(config, "architectures", None) or []
-    if getattr(config, "is_decoder", False) or (
-        archs and all(any(h in a for h in _DECODER_HINTS) for a in archs)
-    ):
-        raise HarnessError(
-            f"{label} is a decoder ({', '.join(archs) or config.model_type}), not an encoder; "
-            "this harness fine-tunes bidirectional encoders"
-        )
-    _prepare_config(config, num_labels, problem)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path, **kw)
-    except Exception as exc:
-        raise HarnessError(_load_error("tokenizer", label, exc, local, trust_remote_code)) from None
-    _prepare_tokenizer(tokenizer, config)
-    positions = max_positions(config)
-    if max_seq_len is not None and positions is not None and max_seq_len > positions:
-        raise HarnessError(
-            f"--max-seq-len {max_seq_len} is beyond {label}'s {positions} positions; "
-            f"use --max-seq-len {positions} or less"
-        )
+    config, tokenizer, local, positions = _load_config_and_tokenizer(
+        model_path, label, kw, max_seq_len
+    )
+    config.num_labels = num_labels
+    config.problem_type = problem
     try:
         if mode == "auto":
             model = AutoModelForSequenceClassification.from_pretrained(
@@ -176,28 +224,36 @@ def load_model(
     model = model.float()
     check_fp32(model)
     output_layer_in_fp32(model, 1 if problem == "regression" else num_labels)
-    commit = getattr(config, "_commit_hash", None)
-    resolved = directory_content_hash(os.path.expanduser(model_path)) if local else commit
-    if trust_remote_code:
-        warnings.warn(
-            f"{label}: trust_remote_code is on, running model-authored code at revision "
-            f"{resolved or 'unknown'}; pin it with --model-revision",
-            stacklevel=2,
-        )
-    names = tuple(n for n in tokenizer.model_input_names if n in ("input_ids", "attention_mask"))
-    if (
-        "token_type_ids" in tokenizer.model_input_names
-        and getattr(config, "type_vocab_size", 0) > 1
-    ):
-        names += ("token_type_ids",)
-    return LoadedModel(
-        model=model,
-        tokenizer=tokenizer,
-        revision=resolved or "unknown",
-        source="local" if local else "hub",
-        max_positions=positions,
-        input_names=names,
+    return _loaded(model, config, tokenizer, model_path, label, local, positions,
+                   trust_remote_code)  # fmt: skip
+
+
+def load_encoder(
+    model_path: str,
+    *,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    max_seq_len: int | None = None,
+    model_label: str | None = None,
+) -> LoadedModel:
+    """Load the frozen encoder body (`AutoModel`, fp32, eval mode) and its tokenizer for
+    embedding extraction, through the same checks as `load_model`."""
+    from transformers import AutoModel
+
+    label = model_label or model_path
+    kw = {"revision": revision, "trust_remote_code": trust_remote_code}
+    config, tokenizer, local, positions = _load_config_and_tokenizer(
+        model_path, label, kw, max_seq_len
     )
+    try:
+        model = AutoModel.from_pretrained(model_path, config=config, dtype=torch.float32, **kw)
+    except Exception as exc:
+        raise HarnessError(_load_error("model", label, exc, local, trust_remote_code)) from None
+    model = model.float().eval()
+    check_fp32(model)
+    model.requires_grad_(False)
+    return _loaded(model, config, tokenizer, model_path, label, local, positions,
+                   trust_remote_code)  # fmt: skip
 
 
 def output_layer_in_fp32(model: nn.Module, num_outputs: int) -> nn.Module:

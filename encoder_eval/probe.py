@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -585,15 +586,17 @@ def task_from_registry(
     train_x: np.ndarray,
     report_x: dict[str, np.ndarray],
     data_dir: str | os.PathLike | None = None,
+    data: tuple | None = None,
 ) -> ProbeTask:
     """A registered task's `ProbeTask` from embeddings an extractor made: `train_x` one row
     per row of `load_task(task)`'s train split, in its order, and `report_x[lang]` one per
-    row of its report split (test, or validation where that is the report split)."""
+    row of its report split (test, or validation where that is the report split). `data`:
+    that `load_task` result when the caller has it already."""
     from .tasks import REGRESSION as TASK_REGRESSION
     from .tasks import load_task, task_knobs
 
     knobs = task_knobs(task)
-    train, _, test, _, problem = load_task(task, data_dir)
+    train, _, test, _, problem = data if data is not None else load_task(task, data_dir)
     missing = sorted(set(test) - set(report_x))
     if missing:
         raise HarnessError(
@@ -615,15 +618,23 @@ def task_from_registry(
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m encoder_eval.probe`: today the NeuCo-Bench compatibility mode (embeddings
-    from a CSV); probing a model's own embeddings is not built yet."""
-    from .neuco import main as neuco_main
+NEUCO_FLAGS = ("--annotation-path", "--annotation_path", "--submission-file", "--submission_file")
 
-    return neuco_main(argv, prog="python -m encoder_eval.probe")
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m encoder_eval.probe`: a model's own embeddings on registered tasks
+    (`encoder_eval.probe_model`), or, given NeuCo-Bench's `--annotation-path` /
+    `--submission-file`, embeddings from its files (`encoder_eval.neuco`)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    prog = "python -m encoder_eval.probe"
+    if any(a.split("=", 1)[0] in NEUCO_FLAGS for a in args):
+        from .neuco import main as neuco_main
+
+        return neuco_main(args, prog=prog)
+    from .probe_model import main as model_main
+
+    return model_main(args, prog=prog)
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main())

@@ -175,6 +175,7 @@ class Table:
     ci_method: str = "t"  # CI_METHODS: how `interval` is computed
     bootstrap: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     marks: dict | None = None  # task -> compare.TaskMarks; None: not computed
+    kind: str = "fine-tune"  # or "probe": rows are (model, pooling), "seeds" are probe folds
 
     def interval(self, model: str, task: str) -> tuple[float, float] | None:
         """The cell's 95 % interval under `ci_method`."""
@@ -485,8 +486,24 @@ def _seed_range(seeds: list[int]) -> str:
     return ",".join(map(str, seeds))
 
 
+PROBE_NOTES = (
+    "Scores x100: mean ± sample std (ddof=1) over the {n} probe folds (repeated shuffle-splits "
+    "of train) of each fold's linear probe on frozen embeddings, scored on the report split; "
+    "rows are model:pooling.",
+    "[low, high]: 95 % interval of the fold mean, Student t quantile on n - 1 degrees of "
+    "freedom. The folds share the report examples and most training rows, so it speaks of "
+    "the probe's fitting noise, not of a new training set or test set.",
+)
+
+
 def footnotes(table: Table) -> list[str]:
     n = len(table.expected_seeds)
+    if table.kind == "probe":
+        notes = [PROBE_NOTES[0].format(n=n), PROBE_NOTES[1]]
+        if any(TASK_KNOBS[t].report_split == "validation" for t in table.tasks):
+            notes.append("* reported on the dev (validation) split: the test labels are hidden.")
+        notes += [f"Not a protocol table: {p.message} [{p.rule}]." for p in table.problems]
+        return notes
     seeds = _seed_range(table.expected_seeds)
     partial = table.partial_cells()
     over = (
@@ -569,6 +586,7 @@ def table_to_dict(table: Table) -> dict:
     return {
         "schema": TABLE_SCHEMA,
         "version": 1,
+        "kind": table.kind,
         "std": "sample standard deviation (ddof=1)",
         "ci_method": table.ci_method,
         "expected_seeds": table.expected_seeds,
@@ -707,6 +725,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if not Path(args.results_dir).is_dir():
         raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
+    from .probe_model import has_probe_results
+
+    if has_probe_results(args.results_dir):
+        return _main_probe(args, warn)
     selection_path, ran_seeds, select_dir = summarize_inputs(args.results_dir,
                                                              args.selection)  # fmt: skip
     selection = load_selection(selection_path)
@@ -740,6 +762,26 @@ def main(argv: list[str] | None = None) -> int:
         for note in footnotes(table):
             print(f"note: {note}", file=sys.stderr)
     write_output(text, args.out)
+    return EXIT_OK
+
+
+def _main_probe(args: argparse.Namespace, warn) -> int:
+    """`summarize` of a folder of probe results (`encoder_eval.probe_model`)."""
+    from .probe_model import load_probe_results, probe_table
+    from .sweep import split_csv
+
+    if args.ci != "t" or args.plots or args.selection:
+        raise HarnessError("probe results take the t interval only, no --selection, no --plots")
+    table = probe_table(load_probe_results(args.results_dir, warn=warn),
+                        models=split_csv(args.models) or None,
+                        tasks=split_csv(args.tasks) or None)  # fmt: skip
+    if table.problems and not args.allow_partial:
+        print(format_refusal(table), file=sys.stderr)
+        return EXIT_INCOMPLETE
+    if args.format == "csv" and table.problems:
+        for note in footnotes(table):
+            print(f"note: {note}", file=sys.stderr)
+    write_output(render(table, args.format), args.out)
     return EXIT_OK
 
 
