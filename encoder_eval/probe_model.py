@@ -146,7 +146,6 @@ def _log(text: str) -> None:
 def run_probes(run: ProbeRun) -> list[Path]:
     """Run every (model, pooling, task) cell of `run` not already done; returns the result
     files written. Inputs are checked and data provenance computed before any model work."""
-    import torch
 
     from .embed import EmbedSetup, default_cache_dir, embed_split
     from .loaders import load_encoder
@@ -184,7 +183,6 @@ def run_probes(run: ProbeRun) -> list[Path]:
                               max_seq_len=run.max_seq_len, model_label=model.name)  # fmt: skip
         _log(f"{model.name}: loaded {model.path} (revision {loaded.revision[:12]}) in "
              f"{time.perf_counter() - started:.1f} s on {device.type}, {run.precision}")  # fmt: skip
-        torch.manual_seed(0)  # nothing here is random; set for any model code that samples
         for task in run.tasks:
             poolings = tuple(todo[(model.name, task)])
             if not poolings:
