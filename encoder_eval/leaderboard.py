@@ -131,6 +131,7 @@ class Leaderboard:
     flipped: list[str]
     critical_difference: CriticalDifference | None
     cd_note: str | None  # why there is no critical difference
+    kind: str = "fine-tune"  # the table's kind: "probe" rows are model:pooling, folds as seeds
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -343,6 +344,7 @@ def build_leaderboard(
         flipped=scores.flipped,
         critical_difference=cd,
         cd_note=cd_note,
+        kind=table.kind,
     )
 
 
@@ -400,8 +402,8 @@ def notes(board: Leaderboard) -> list[str]:
         + (" (every std is 0: equal weights)" if board.equal_weights else "")
         + ".",
         f"Bootstrap: {board.replicates} replicates, seed {board.seed}; each resamples every "
-        "(model, task)'s seeds and then the tasks with replacement; interval = 2.5 and 97.5 "
-        "percentiles of the position.",
+        f"(model, task)'s {'probe folds' if board.kind == 'probe' else 'seeds'} and then the "
+        "tasks with replacement; interval = 2.5 and 97.5 percentiles of the position.",
     ]
     if board.flipped:
         out.append(f"Lower-is-better metrics enter negated: {', '.join(board.flipped)}.")
