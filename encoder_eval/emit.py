@@ -423,6 +423,11 @@ def emit_slurm(
     the cells already done.
 
     slurm-array mode (`emit_slurm_array`) keeps this same contract for every array task.
+
+    A probe sweep (`--phase probe`) keeps it too, for jobs of one (model, task) each: the
+    template runs ``python -m encoder_eval.probe "$@"`` (checked here), ``OUT_JSON`` holds
+    the unit's result files (one per pooling), ``SEED`` is the folds' seed,
+    ``RECIPE_ARGS`` the probe's settings, and ``LR``, ``LR_KEY`` and ``MAX_STEPS`` are empty.
     """
     cells = _cells_or_all(plan, cells)
     text = _read_template(template, need_bash=False, module=plan.module)

@@ -5,6 +5,7 @@ each unit's `encoder_eval.run` arguments. `emit.py` turns a Plan into launch scr
 The probe phase (`build_probe_plan`) is the same machinery for linear probes on frozen
 embeddings: a cell is one (model, pooling, task) probe result, a unit every pooling of one
 (model, task), run by one `encoder_eval.probe` process (one forward pass serves them all).
+Building a probe plan imports `embed` (torch) once, for its list of poolings.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -235,7 +235,7 @@ def settle_cell(
     *,
     locked: bool = False,
     warn=None,
-    state_of=None,
+    state_of: Callable[[str | os.PathLike, str | None], tuple] | None = None,
 ) -> tuple[str, dict | None, str | None]:
     """`cell_state`, after moving a corrupt result aside so that its cell runs again
     (`state_of(path, phase)` instead of `cell_state` for another kind of result file).

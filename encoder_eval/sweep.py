@@ -92,8 +92,8 @@ from .tasks import MULTILINGUAL_TASKS, TASK_GROUPS
 # Re-exported: status.py, select.py, summarize.py, demo.py and the tests import these from here.
 __all__ = [
     "DEFAULT_GROUP", "EMIT_MODES", "GROUPS", "MODEL_REGISTRY", "PHASES", "SLURM_VARIABLES",
-    "Cell", "Emitted", "Plan", "build_plan", "build_probe_plan", "emit", "emit_shell", "emit_slurm",
-    "emit_slurm_array", "main", "model_table", "parse_lr_keys", "parse_seeds",
+    "Cell", "Emitted", "Plan", "build_plan", "build_probe_plan", "emit", "emit_shell",
+    "emit_slurm", "emit_slurm_array", "main", "model_table", "parse_lr_keys", "parse_seeds",
     "resolve_models", "resolve_tasks", "split_csv",
 ]  # fmt: skip
 # Internals the tests reach (`sweep._job_name`, `sweep._split_template_header`).
@@ -149,8 +149,7 @@ def add_plan_arguments(p: argparse.ArgumentParser, phases: tuple[str, ...] = PHA
 
 
 # The probe phase's own flags (dest, flag), and the fine-tune flags it refuses.
-_PROBE_FLAGS = (("pooling", "--pooling"), ("k_folds", "--k-folds"), ("seed", "--seed"),
-                ("precision", "--precision"))  # fmt: skip
+_PROBE_FLAGS = (("pooling", "--pooling"), ("k_folds", "--k-folds"), ("precision", "--precision"))
 _FINETUNE_FLAGS = (("experiment", "--experiment"), ("selection", "--selection"),
                    ("lr_keys", "--lr-keys"), ("seeds", "--seeds"), ("max_steps", "--max-steps"),
                    ("selection_split", "--selection-split"))  # fmt: skip
@@ -162,9 +161,10 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pooling", help="comma-separated poolings: mean, first, last (default "
                    "mean); every pooling of a (model, task) runs in its one unit")  # fmt: skip
     g.add_argument("--k-folds", type=int, help="shuffle-split folds per task (default 10)")
-    g.add_argument("--seed", type=int, help="the folds' seed (default 42)")
-    g.add_argument("--precision", choices=("bf16", "fp32"),
-                   help="forward pass precision (default bf16)")  # fmt: skip
+    # --seed was, and for select/report stays, argparse's abbreviation of --seeds
+    g.add_argument("--seed", help="the folds' seed (default 42); for select/report the same "
+                   "as --seeds")  # fmt: skip
+    g.add_argument("--precision", help="forward pass: bf16 (default; autocast) or fp32")
 
 
 def add_emit_arguments(p: argparse.ArgumentParser, out_flag: str = "--out-dir") -> None:
@@ -202,11 +202,17 @@ def probe_plan_from_args(args: argparse.Namespace) -> Plan:
         raise HarnessError(f"{wrong[0]} is for --phase select/report; drop it for --phase "
                            "probe (its flags: --pooling, --k-folds, --seed, --precision)")  # fmt: skip
     pooling = None if args.pooling is None else split_csv(args.pooling)
+    seed = None
+    if args.seed is not None:
+        try:
+            seed = int(args.seed)
+        except ValueError:
+            raise HarnessError(f"--seed {args.seed!r} must be one integer, e.g. 42") from None
     return build_probe_plan(
         results_dir=args.results_dir or os.path.join("results", PROBE_PHASE),
         models=split_csv(args.models) or None, extra_models=args.model,
         tasks=split_csv(args.tasks) or None, poolings=pooling, k_folds=args.k_folds,
-        seed=args.seed, max_seq_len=args.max_seq_len, precision=args.precision,
+        seed=seed, max_seq_len=args.max_seq_len, precision=args.precision,
         data_dir=args.data_dir, device=args.device, extra_run_args=_extra_args(args),
         trust_remote_code=args.trust_remote_code, tasks_files=args.tasks_file,
     )  # fmt: skip
@@ -220,6 +226,8 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     if wrong:
         raise HarnessError(f"{wrong[0]} is for --phase probe; drop it for --phase "
                            f"{args.phase or 'select'}")  # fmt: skip
+    if getattr(args, "seed", None) is not None and args.seeds is None:
+        args.seeds = args.seed
     experiment.apply_to_args(args)
     if args.phase is None:
         raise HarnessError("give --phase select or --phase report")

@@ -125,6 +125,7 @@ def test_probe_units_are_per_pair_only(tmp_path):
     (["--phase", "probe", "--max-steps", "3"], "--max-steps is for --phase select/report"),
     (["--phase", "select", "--pooling", "mean"], "--pooling is for --phase probe"),
     (["--phase", "select", "--k-folds", "3"], "--k-folds is for --phase probe"),
+    (["--phase", "probe", "--seed", "4,5"], "--seed '4,5' must be one integer"),
 ])  # fmt: skip
 def test_cli_refuses_flags_of_the_other_kind(tmp_path, capsys, argv, message):
     out = tmp_path / "runs"
@@ -133,6 +134,15 @@ def test_cli_refuses_flags_of_the_other_kind(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err
     assert code == EXIT_INPUT_ERROR and err.startswith(f"error: {message}"), err
     assert not out.exists() and not (tmp_path / "res").exists()
+
+
+def test_seed_still_abbreviates_seeds_for_the_fine_tuning_phases(tmp_path, capsys):
+    out = tmp_path / "runs"
+    code = sweep.main(["--phase", "select", "--model", "a=org/a", "--tasks", "glue_sst2",
+                       "--lr-keys", "lr03", "--seed", "42,43", "--out-dir", str(out),
+                       "--results-dir", str(tmp_path / "res")])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    assert "--seed 42,43 " in (out / "run_all.sh").read_text()
 
 
 def test_cli_writes_the_probe_script_and_no_experiment_manifest(tmp_path, capsys):
@@ -287,6 +297,32 @@ def test_a_probe_template_must_run_the_probe(tmp_path):
     assert "PHASE=probe" in text
     names = re.findall(r"^unit ee-probe-[0-9a-f]{6}-(\S+) ", text, re.M)
     assert names == ["a_glue_rte", "a_glue_sst2", "b_glue_rte", "b_glue_sst2"]
+
+
+def test_an_array_task_runs_its_probe_unit_and_skips_it_once_done(tmp_path):
+    """array.sh outside Slurm (SLURM_ARRAY_TASK_ID set by hand): its manifest row's run
+    arguments reach the template as "$@", and a done unit exits before the template."""
+    plan = probe_plan(tmp_path)
+    seen = tmp_path / "seen"
+    tpl = tmp_path / "probe.sh"
+    tpl.write_text(f'#!/bin/bash\n: python -m encoder_eval.probe\nprintf "%s\\0" "$@" '
+                   f'>{shlex.quote(str(seen))}\n')  # fmt: skip
+    emitted = sweep.emit(plan, tmp_path / "runs", "slurm-array", template=tpl)
+    rows = tmp_path / "rows.txt"
+    rows.write_text("2\n")  # manifest row 2: b/glue_rte
+    array = [str(tmp_path / "runs" / "array.sh"), str(tmp_path / "runs" / "manifest.tsv"),
+             str(rows)]  # fmt: skip
+    env = {**os.environ, "SLURM_ARRAY_TASK_ID": "0", "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", *array], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    unit = plan.units()[2]
+    assert seen.read_bytes().split(b"\0")[:-1] == [a.encode() for a in plan.run_args(unit)]
+    seen.unlink()
+    Path(plan.results_dir).mkdir(exist_ok=True)
+    mark_done(plan, *unit)
+    proc = subprocess.run(["bash", *array], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and "all 2 cell(s) of this task are already done" in proc.stdout
+    assert not seen.exists() and emitted.n_units == 4
 
 
 def test_the_emitted_probe_scripts_pass_shellcheck(tmp_path):
