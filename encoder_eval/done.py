@@ -5,7 +5,9 @@ Usage::
     python -m encoder_eval.done --phase select results/select/m_xnli_lr06_s42.json ...
     printf '%s\\0' FILE... | python -m encoder_eval.done --phase select --states --files0-from -
 
-Done is `results.cell_state`: a file that parses, validates and names its cell (and phase).
+Done is `results.cell_state`: a file that parses, validates and names its cell (and phase);
+with `--phase probe`, a probe result `probe_model.read_probe_result` reads
+(`probe_model.probe_cell_state`).
 A corrupt file is moved aside into `<results dir>/.corrupt/` (never deleted), with one line
 on stderr, so its cell runs again. `--states` prints one word per file, in order: ok or
 diverged (done), missing, moved (was corrupt, moved aside now), corrupt (another runner
@@ -21,6 +23,7 @@ import os
 import sys
 
 from .errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_INTERRUPTED, EXIT_OK, ArgumentParser
+from .plan import PROBE_PHASE, SWEEP_PHASES
 from .results import DONE_STATES, settle_cell
 
 
@@ -31,8 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
         "corrupt ones are moved aside into .corrupt/ so their cells run again.",
     )
     p.add_argument("files", nargs="*", metavar="FILE", help="result files to check")
-    p.add_argument("--phase", choices=("select", "report"),
-                   help="the phase the files must be of")  # fmt: skip
+    p.add_argument("--phase", choices=SWEEP_PHASES, help="the phase the files must be of "
+                   "(probe: probe result files)")  # fmt: skip
     p.add_argument("--files0-from", metavar="F", help="also read NUL-separated file names "
                    "from F ('-': stdin), for lists longer than a command line")  # fmt: skip
     p.add_argument("--states", action="store_true",
@@ -55,8 +58,13 @@ def main(argv: list[str] | None = None) -> int:
                   "give a readable file, or - for stdin", file=sys.stderr)  # fmt: skip
             return EXIT_INPUT_ERROR
         files += [os.fsdecode(f) for f in raw.split(b"\0") if f]
+    state_of = None
+    if args.phase == PROBE_PHASE:
+        from .probe_model import probe_cell_state
+
+        state_of = lambda path, _phase: probe_cell_state(path)  # noqa: E731
     try:
-        states = [settle_cell(f, args.phase)[0] for f in files]
+        states = [settle_cell(f, args.phase, state_of=state_of)[0] for f in files]
     except KeyboardInterrupt:  # Ctrl-C in a script: the script itself says how to resume
         return EXIT_INTERRUPTED
     if args.states:

@@ -1,7 +1,8 @@
 """How a phase is launched: `run_all.sh` (shell) or `launch.sh` (Slurm, Slurm array) for a
 Plan. The script bodies are the template files in `encoder_eval/templates/`, filled by
 `_fill` with shell-quoted values and code built here from shell-quoted words: no value is
-ever pasted into a script as code.
+ever pasted into a script as code. A probe plan (`plan.build_probe_plan`) is emitted by the
+same code: its units run `encoder_eval.probe` instead of `encoder_eval.run` (`Plan.module`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from .errors import HarnessError
 from .fileio import UNSAFE_IN_LABEL, safe_filename_part, write_atomic
-from .plan import GROUPS, Cell, Plan
+from .plan import GROUPS, PROBE, Cell, Plan
 from .results import CORRUPT, DONE_STATES, QUARANTINE_DIR
 
 __all__ = ["Emitted", "emit", "emit_shell", "emit_slurm", "emit_slurm_array"]
@@ -67,9 +68,12 @@ _GROUP_WORDS = {"pair": "(model, task)", "lr": "(model, task, LR)", "cell": "cel
 def _unit_label(cells: list[Cell], group: str) -> str:
     """`model_task[_lrkey][_sSEED]`, file-name safe: names a unit's log and job.
 
-    The LR key is added when the unit has one LR, the seed for `--group cell`."""
+    The LR key is added when the unit has one LR, the seed for `--group cell` (a probe
+    unit, every pooling of a pair, is `model_task`)."""
     first = cells[0]
     label = f"{first.model}_{first.task}"
+    if first.kind == PROBE:
+        return safe_filename_part(label, UNSAFE_IN_LABEL)
     if len({c.lr_key for c in cells}) == 1:
         label += f"_{first.lr_key}"
     if group == "cell":
@@ -135,8 +139,11 @@ def _write_script(path: Path, text: str) -> None:
 def _job_name(plan: Plan, cells: list[Cell]) -> str:
     """`ee-<phase>-<hash of the results dir>-<unit>`: unique across sweeps, readable in squeue.
 
-    A one-cell job is named for its result file; a job of several cells for its unit."""
-    if len(cells) == 1:
+    A one-cell job is named for its result file; a job of several cells (or a probe job,
+    whatever its poolings) for its unit."""
+    if cells[0].kind == PROBE:
+        stem = _unit_label(cells, "pair")
+    elif len(cells) == 1:
         stem = safe_filename_part(cells[0].filename.removesuffix(".json"), UNSAFE_IN_LABEL)
     else:
         stem = _unit_label(cells, "pair") + f"_{len(cells)}cells"
@@ -152,20 +159,21 @@ def _unit_env(plan: Plan, cells: list[Cell]) -> dict[str, str]:
     cell = cells[0]
     run_args = plan.run_args(cells)
     outs = [plan.out_json(c) for c in cells]
+    probe = cell.kind == PROBE
     return {
         "OUT_JSON": outs[0] if len(outs) == 1 else shlex.join(outs),
         "MODEL": cell.model,
         "MODEL_PATH": cell.model_path,
         "MODE": cell.mode,
         "TASK": cell.task,
-        "LR": ",".join(dict.fromkeys(f"{c.lr:g}" for c in cells)),
-        "LR_KEY": ",".join(dict.fromkeys(c.lr_key for c in cells)),
+        "LR": "" if probe else ",".join(dict.fromkeys(f"{c.lr:g}" for c in cells)),
+        "LR_KEY": "" if probe else ",".join(dict.fromkeys(c.lr_key for c in cells)),
         "SEED": ",".join(dict.fromkeys(str(c.seed) for c in cells)),
         "PHASE": plan.phase,
         "RESULTS_DIR": plan.results_dir,
         "DATA_DIR": plan.data_dir or "",
         "DEVICE": plan.device,
-        "MAX_STEPS": str(plan.max_steps),
+        "MAX_STEPS": "" if probe else str(plan.max_steps),
         "RECIPE_ARGS": shlex.join(plan.recipe_args()),
         "RUN_ARGS": shlex.join(run_args),
         "N_CELLS": str(len(cells)),
@@ -244,6 +252,10 @@ def emit_shell(
     cells running elsewhere. Each `--progress json` line of a unit's process is shown as
     `[w1] MODEL/TASK/LR_KEY/sSEED step S/T dev D eta E` (and kept in its log). Ctrl-C
     reaches the script, which passes it on to every worker's process group.
+
+    A probe plan's units run `python -m encoder_eval.probe` (`Plan.module`), one per
+    (model, task); each result line the probe logs (`[1/2] MODEL:POOLING TASK: SCORE ...`)
+    is shown as `[w1] probe MODEL:POOLING TASK: SCORE ...`.
     """
     cells = _cells_or_all(plan, cells)
     out = _prepare_out_dir(plan, out_dir)
@@ -257,7 +269,8 @@ def emit_shell(
     body = _fill(
         "run_all.sh",
         words={
-            "PYTHON": python or sys.executable, "PHASE": plan.phase, "LOG_DIR": out / "logs",
+            "PYTHON": python or sys.executable, "PHASE": plan.phase, "MODULE": plan.module,
+            "LOG_DIR": out / "logs",
             "LOCK_DIR": out / "locks", "RESULTS_DIR": plan.results_dir,
             "RERUN": "bash " + shlex.quote(str(script)), "TOTAL_CELLS": len(cells),
             "TOTAL_UNITS": len(units),
@@ -273,7 +286,9 @@ def emit_shell(
     return Emitted("shell", script, len(cells), n_done, len(units), [script], corrupt, group)
 
 
-def _read_template(template: str | os.PathLike | None, *, need_bash: bool) -> str:
+def _read_template(
+    template: str | os.PathLike | None, *, need_bash: bool, module: str = "encoder_eval.run"
+) -> str:
     if template is None:
         raise HarnessError(
             "--mode slurm needs --slurm-template FILE (see examples/slurm_template.sh)"
@@ -296,10 +311,15 @@ def _read_template(template: str | os.PathLike | None, *, need_bash: bool) -> st
         )
     if not _template_runs_the_cell(text):
         raise HarnessError(
-            f"--slurm-template {template} never passes the cell to encoder_eval.run: it uses "
+            f"--slurm-template {template} never passes the cell to {module}: it uses "
             'neither "$@" nor $RUN_ARGS (nor all of '
             + ", ".join(f"${v}" for v in _OWN_COMMAND)
-            + '); add the line python -m encoder_eval.run "$@" (see examples/slurm_template.sh)'
+            + f'); add the line python -m {module} "$@" (see examples/slurm_template.sh)'
+        )
+    if module != "encoder_eval.run" and not _template_runs(text, module):
+        raise HarnessError(
+            f"--slurm-template {template} never runs {module}, which this sweep's jobs run; "
+            f'give a template whose run line is python -m {module} "$@"'
         )
     return text
 
@@ -308,10 +328,20 @@ def _read_template(template: str | os.PathLike | None, *, need_bash: bool) -> st
 _OWN_COMMAND = ("MODEL_PATH", "TASK", "LR", "SEED", "OUT_JSON")
 
 
+def _code(text: str) -> str:
+    """A template's lines that are not comments."""
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def _template_runs(text: str, module: str) -> bool:
+    """Whether a template's code names `module` (a probe sweep's jobs run encoder_eval.probe)."""
+    return re.search(rf"\b{re.escape(module)}\b", _code(text)) is not None
+
+
 def _template_runs_the_cell(text: str) -> bool:
     """Whether a template's code (comments aside) hands a job its cell: "$@" / $RUN_ARGS, or
     the identity variables for a command of its own."""
-    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    code = _code(text)
     if re.search(r"\$@|\$\{@\}|\bRUN_ARGS\b", code):
         return True
     return all(re.search(rf"\$\{{?{name}\b", code) for name in _OWN_COMMAND)
@@ -393,9 +423,14 @@ def emit_slurm(
     the cells already done.
 
     slurm-array mode (`emit_slurm_array`) keeps this same contract for every array task.
+
+    A probe sweep (`--phase probe`) keeps it too, for jobs of one (model, task) each: the
+    template runs ``python -m encoder_eval.probe "$@"`` (checked here), ``OUT_JSON`` holds
+    the unit's result files (one per pooling), ``SEED`` is the folds' seed,
+    ``RECIPE_ARGS`` the probe's settings, and ``LR``, ``LR_KEY`` and ``MAX_STEPS`` are empty.
     """
     cells = _cells_or_all(plan, cells)
-    text = _read_template(template, need_bash=False)
+    text = _read_template(template, need_bash=False, module=plan.module)
     out = _prepare_out_dir(plan, out_dir)
     tpl = out / "template.sh"
     logs = out / "logs"
@@ -465,7 +500,7 @@ def emit_slurm_array(
       `EE_ARRAY_THROTTLE=N` adds Slurm's `%N` limit on simultaneously running tasks.
     """
     cells = _cells_or_all(plan, cells)
-    text = _read_template(template, need_bash=True)
+    text = _read_template(template, need_bash=True, module=plan.module)
     out = _prepare_out_dir(plan, out_dir)
     rows = []
     units = plan.units(cells, group)
@@ -521,11 +556,12 @@ def emit(
     """Write the launch script of `mode` for `cells` (default: every cell of the plan).
 
     `group` says which cells share one process (`Plan.units`); default `DEFAULT_GROUP`:
-    one per (model, task) in shell mode, one per cell in the Slurm modes.
+    one per (model, task) in shell mode, one per cell in the Slurm modes; a probe plan's
+    units are always one per (model, task).
     """
     if mode not in EMIT_MODES:
         raise HarnessError(f"--mode {mode!r} must be one of {', '.join(EMIT_MODES)}")
-    group = group or DEFAULT_GROUP[mode]
+    group = group or ("pair" if plan.kind == PROBE else DEFAULT_GROUP[mode])
     if group not in GROUPS:
         raise HarnessError(f"--group {group!r} must be one of {', '.join(GROUPS)}")
     if mode == "shell":

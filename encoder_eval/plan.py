@@ -1,6 +1,11 @@
 """What a phase runs: its cells (model, task, LR, seed), the units processes run them in, and
 each unit's `encoder_eval.run` arguments. `emit.py` turns a Plan into launch scripts;
 `sweep.py` is the command line. Nothing here imports torch: it runs on a login node.
+
+The probe phase (`build_probe_plan`) is the same machinery for linear probes on frozen
+embeddings: a cell is one (model, pooling, task) probe result, a unit every pooling of one
+(model, task), run by one `encoder_eval.probe` process (one forward pass serves them all).
+Building a probe plan imports `embed` (torch) once, for its list of poolings.
 """
 
 from __future__ import annotations
@@ -22,15 +27,26 @@ from .protocol import (
 from .results import cell_state, result_filename
 from .tasks import register_task_files, resolve_task_names
 
-__all__ = ["Cell", "Plan", "build_plan"]
+__all__ = ["Cell", "Plan", "ProbeSettings", "build_plan", "build_probe_plan"]
 
 PHASES = ("select", "report")
+PROBE_PHASE = "probe"  # linear probes on frozen embeddings (`build_probe_plan`)
+SWEEP_PHASES = (*PHASES, PROBE_PHASE)
+# The module a unit's process runs, by the plan's kind of cell.
+FINETUNE, PROBE = "finetune", "probe"
+MODULES = {FINETUNE: "encoder_eval.run", PROBE: "encoder_eval.probe"}
 # How many cells share one `encoder_eval.run` process (see `Plan.units`).
 GROUPS = ("pair", "lr", "cell")
 # Flags that define a cell's identity; --extra-run-args must not override them.
 _RESERVED_RUN_FLAGS = (
     "--model-key", "--model-path", "--mode", "--task", "--lr", "--seed", "--phase",
     "--results-dir", "--out-json", "--skip-existing", "--tasks-file",
+)  # fmt: skip
+# The same for a probe unit's `encoder_eval.probe` flags.
+_RESERVED_PROBE_FLAGS = (
+    "--model", "--tasks", "--pooling", "--results-dir", "--k-folds", "--seed", "--max-seq-len",
+    "--precision", "--device", "--data-dir", "--tasks-file", "--trust-remote-code", "--force",
+    "--annotation-path", "--annotation_path", "--submission-file", "--submission_file",
 )  # fmt: skip
 
 # ----------------------------------------------------------------------------- parsing helpers
@@ -122,7 +138,10 @@ def resolve_tasks(tasks: list[str] | None) -> list[str]:
 
 @dataclass(frozen=True)
 class Cell:
-    """One (model, task, learning rate, seed) of a phase, with how to load its model."""
+    """One (model, task, learning rate, seed) of a phase, with how to load its model.
+
+    A probe cell (`pooling` set) is one (model, pooling, task) of the probe phase: `seed` is
+    the folds' seed, `lr_key` and `lr` are empty ("" and 0.0)."""
 
     model: str
     model_path: str
@@ -133,9 +152,18 @@ class Cell:
     lr: float
     seed: int
     phase: str
+    pooling: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return FINETUNE if self.pooling is None else PROBE
 
     @property
     def filename(self) -> str:
+        if self.pooling is not None:
+            from .probe_model import result_path
+
+            return result_path(Path(""), self.model, self.pooling, self.task).name
         return result_filename(self.model, self.task, self.lr, self.seed)
 
     @property
@@ -144,7 +172,19 @@ class Cell:
 
     @property
     def label(self) -> str:
+        if self.pooling is not None:
+            return f"{self.model}/{self.task}/{self.pooling}"
         return f"{self.model}/{self.task}/{self.lr_key}/s{self.seed}"
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """What every unit of a probe plan passes to `encoder_eval.probe` besides its cells."""
+
+    poolings: tuple[str, ...]
+    k_folds: int
+    seed: int
+    precision: str
 
 
 @dataclass
@@ -162,12 +202,28 @@ class Plan:
     extra_run_args: list[str] = field(default_factory=list)
     tasks_files: list[str] = field(default_factory=list)  # absolute paths, given to every run
     shrunk: list[str] = field(default_factory=list)  # how this plan departs from the protocol
+    probe: ProbeSettings | None = None  # set for the probe phase (`build_probe_plan`)
+
+    @property
+    def kind(self) -> str:
+        """FINETUNE (select, report) or PROBE: which kind of cell the plan holds."""
+        return FINETUNE if self.probe is None else PROBE
+
+    @property
+    def module(self) -> str:
+        """The module a unit's process runs (`python -m MODULE RUN_ARGS...`)."""
+        return MODULES[self.kind]
 
     def out_json(self, cell: Cell) -> str:
         return os.path.join(self.results_dir, cell.filename)
 
     def recipe_args(self) -> list[str]:
-        """The recipe, spelled out flag by flag (the protocol's values unless shrunk)."""
+        """The recipe, spelled out flag by flag (the protocol's values unless shrunk); for a
+        probe plan, the probe's settings."""
+        if self.probe is not None:
+            p = self.probe
+            return ["--k-folds", str(p.k_folds), "--seed", str(p.seed),
+                    "--max-seq-len", str(self.max_seq_len), "--precision", p.precision]  # fmt: skip
         r = PROTOCOL_RECIPE
         return [
             "--weight-decay", f"{r.weight_decay:g}", "--adam-beta2", f"{r.adam_beta2:g}",
@@ -181,8 +237,11 @@ class Plan:
         """Arguments of `python -m encoder_eval.run` for the cells of one unit.
 
         A unit is every (LR, seed) combination of its LRs and seeds for one (model, task):
-        the process runs them LR by LR, each LR's seeds in order (see `Plan.units`).
+        the process runs them LR by LR, each LR's seeds in order (see `Plan.units`). For a
+        probe plan, `encoder_eval.probe`'s arguments for the poolings of one (model, task).
         """
+        if self.probe is not None:
+            return self._probe_args(cells)
         first = cells[0]
         lrs = list(dict.fromkeys(c.lr for c in cells))
         seeds = list(dict.fromkeys(c.seed for c in cells))
@@ -209,6 +268,26 @@ class Plan:
         args += ["--progress", "json", *self.extra_run_args]
         return args
 
+    def _probe_args(self, cells: list[Cell]) -> list[str]:
+        first = cells[0]
+        poolings = list(dict.fromkeys(c.pooling for c in cells))
+        if any(c.pair != first.pair for c in cells) or len(poolings) != len(cells):
+            raise ValueError("run_args takes the cells of one unit (poolings of one pair)")
+        # The mode suffix keeps a ':' in the path's last part from reading as one (the probe
+        # itself ignores the mode: it loads the encoder body).
+        args = [
+            "--model", f"{first.model}={first.model_path}:{first.mode}", "--tasks", first.task,
+            "--pooling", ",".join(poolings), "--results-dir", self.results_dir,
+            *self.recipe_args(), "--device", self.device,
+        ]  # fmt: skip
+        if first.trust_remote_code:
+            args.append("--trust-remote-code")
+        if self.data_dir:
+            args += ["--data-dir", self.data_dir]
+        for path in self.tasks_files:
+            args += ["--tasks-file", path]
+        return [*args, *self.extra_run_args]
+
     def units(self, cells: list[Cell] | None = None, group: str = "pair") -> list[list[Cell]]:
         """Split cells into units, each run by one process, in plan order.
 
@@ -219,11 +298,18 @@ class Plan:
         """
         if group not in GROUPS:
             raise HarnessError(f"--group {group!r} must be one of {', '.join(GROUPS)}")
+        if self.probe is not None and group != "pair":
+            raise HarnessError(
+                f"--group {group}: a probe sweep runs one process per (model, task), every "
+                "pooling from one forward pass; drop --group"
+            )
         if group == "cell":
             return [[c] for c in (self.cells if cells is None else cells)]
         by_pair: dict[tuple, list[Cell]] = {}
         for cell in self.cells if cells is None else cells:
             by_pair.setdefault(cell.pair, []).append(cell)
+        if self.probe is not None:
+            return list(by_pair.values())
         units = []
         for pair_cells in by_pair.values():
             by_lr: dict[float, list[Cell]] = {}
@@ -238,7 +324,12 @@ class Plan:
         return units
 
     def cell_state(self, cell: Cell) -> str:
-        """'ok' or 'diverged' (done), 'missing' or 'corrupt', by `results.cell_state`."""
+        """'ok' or 'diverged' (done), 'missing' or 'corrupt', by `results.cell_state` (a
+        probe cell by `probe_model.probe_cell_state`)."""
+        if cell.pooling is not None:
+            from .probe_model import probe_cell_state
+
+            return probe_cell_state(self.out_json(cell))[0]
         return cell_state(self.out_json(cell), self.phase)[0]
 
 
@@ -388,3 +479,78 @@ def _selection_split(phase: str, selection: dict | None, requested: str | None) 
             f"{chosen}; drop the flag (the report phase follows its select phase)"
         )
     return chosen
+
+
+def build_probe_plan(
+    *,
+    results_dir: str | os.PathLike,
+    models: list[str] | None = None,
+    extra_models: list[str] | None = None,
+    tasks: list[str] | None = None,
+    poolings: list[str] | None = None,
+    k_folds: int | None = None,
+    seed: int | None = None,
+    max_seq_len: int | None = None,
+    precision: str | None = None,
+    data_dir: str | os.PathLike | None = None,
+    device: str | None = None,
+    extra_run_args: list[str] | None = None,
+    trust_remote_code: bool = False,
+    tasks_files: list[str | os.PathLike] | None = None,
+) -> Plan:
+    """The probe phase: one cell per (model, pooling, task), one unit per (model, task); raises
+    HarnessError on bad input. Defaults are `encoder_eval.probe`'s (pooling mean, 10 folds,
+    seed 42, length 256, bf16); models and tasks are chosen as for the other phases."""
+    from .embed import POOLINGS, PRECISIONS  # the probe's own lists (this imports torch)
+    from .probe import DEFAULT_K_FOLDS, DEFAULT_SEED, ProbeConfig
+    from .probe_model import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
+
+    resolved = resolve_models(models, extra_models, trust_added=trust_remote_code)
+    files = [os.path.abspath(f) for f in tasks_files or []]
+    register_task_files(files)
+    task_list = resolve_tasks(tasks)
+    poolings = list(dict.fromkeys(poolings)) if poolings is not None else list(DEFAULT_POOLINGS)
+    if not poolings:
+        raise HarnessError(f"--pooling is empty; give one or more of {', '.join(POOLINGS)}")
+    for pooling in poolings:
+        if pooling not in POOLINGS:
+            raise unknown_name("pooling", pooling, POOLINGS)
+    precision = precision or "bf16"
+    if precision not in PRECISIONS:
+        raise unknown_name("precision", precision, PRECISIONS)
+    seed = DEFAULT_SEED if seed is None else seed
+    if seed < 0:
+        raise HarnessError(f"--seed {seed} must be >= 0")
+    try:
+        k_folds = ProbeConfig(DEFAULT_K_FOLDS if k_folds is None else k_folds, seed).k_folds
+    except HarnessError as exc:
+        raise HarnessError(f"--k-folds: {exc}") from None
+    max_seq_len = DEFAULT_MAX_SEQ_LEN if max_seq_len is None else max_seq_len
+    if max_seq_len < 1:
+        raise HarnessError("--max-seq-len must be at least 1")
+    device = device or "auto"
+    if device not in ("auto", "cuda", "cpu"):
+        raise HarnessError(f"--device {device!r} must be auto, cuda or cpu")
+    extra = list(extra_run_args or [])
+    for arg in extra:
+        if arg.split("=", 1)[0] in _RESERVED_PROBE_FLAGS:
+            raise HarnessError(
+                f"--extra-run-args may not set {arg.split('=', 1)[0]}; the sweep sets it per unit"
+            )
+    if data_dir is not None:
+        if not Path(data_dir).is_dir():
+            raise HarnessError(f"--data-dir {data_dir} is not a directory; give the mirror's path")
+        data_dir = os.path.abspath(data_dir)
+    cells = [
+        Cell(name, _abs_if_local(entry.path), entry.mode, bool(entry.trust_remote_code), task,
+             "", 0.0, seed, PROBE_PHASE, pooling)
+        for name, entry in resolved.items()
+        for task in task_list
+        for pooling in poolings
+    ]  # fmt: skip
+    return Plan(
+        phase=PROBE_PHASE, cells=cells, results_dir=os.path.abspath(results_dir),
+        max_seq_len=max_seq_len, data_dir=None if data_dir is None else str(data_dir),
+        device=device, extra_run_args=extra, tasks_files=files,
+        probe=ProbeSettings(tuple(poolings), k_folds, seed, precision),
+    )  # fmt: skip

@@ -114,6 +114,22 @@ def read_probe_result(path: Path) -> dict | None:
     return record if ok else None
 
 
+def probe_cell_state(path: str | os.PathLike) -> tuple[str, dict | None, str | None]:
+    """Whether a probe result file makes its cell done, in `results.cell_state`'s terms:
+    ('ok', record, None) when `read_probe_result` reads it (the rule `run_probes` skips
+    by), ('missing', None, None) without a file, else ('corrupt', None, why)."""
+    from .results import CORRUPT, MISSING
+
+    if not os.path.lexists(path):
+        return MISSING, None, None
+    record = read_probe_result(Path(path))
+    if record is None:
+        why = (f"not a readable {PROBE_SCHEMA} result of schema version "
+               f"{PROBE_SCHEMA_VERSION}: torn, not JSON, or of another schema")  # fmt: skip
+        return CORRUPT, None, why
+    return "ok", record, None
+
+
 def resolve_model(spec: str) -> ProbeModel:
     """`NAME=PATH_OR_HUB_ID` (the sweep's `--model` form; a mode suffix is ignored: probes
     use the encoder body) or a registry key."""
@@ -239,17 +255,29 @@ def run_probes(run: ProbeRun) -> list[Path]:
 
 
 def write_summary(run: ProbeRun, model: str, pooling: str) -> Path | None:
-    """The (model, pooling)'s run summary over the run's tasks whose results exist."""
-    records = [r for t in run.tasks
-               if (r := read_probe_result(result_path(run.results_dir, model, pooling, t)))]  # fmt: skip
-    if not records:
+    """The (model, pooling)'s run summary over every task result of it in the results
+    directory, not only the run's tasks (a sweep runs each task in its own process); its
+    `missing_tasks` are the run's tasks without a result."""
+    found: dict[str, dict] = {}
+    root, prefix = Path(run.results_dir), cell_stem(model, pooling) + "_"
+    # Listed, not globbed: a model's name may hold * ? [
+    names = sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(RESULT_SUFFIX)):
+            continue
+        record = read_probe_result(root / name)
+        cell = (record or {}).get("cell") or {}
+        # the stem of another (model, pooling) can start with this one's: check the cell
+        if cell.get("model") == model and cell.get("pooling") == pooling and "task" in cell:
+            found.setdefault(cell["task"], record)
+    if not found:
         return None
+    tasks = [t for t in run.tasks if t in found] + sorted(set(found) - set(run.tasks))
     config = {"k_folds": run.config.k_folds, "seed": run.config.seed, "pooling": pooling,
-              "max_seq_len": run.max_seq_len, "precision": run.precision,
-              "tasks": run.tasks, "missing_tasks": [t for t in run.tasks if t not in
-                                                    {r["cell"]["task"] for r in records}]}  # fmt: skip
+              "max_seq_len": run.max_seq_len, "precision": run.precision, "tasks": tasks,
+              "missing_tasks": [t for t in run.tasks if t not in found]}  # fmt: skip
     path = summary_path(run.results_dir, model, pooling)
-    write_result(path, run_summary(method_label(model, pooling), records, config))
+    write_result(path, run_summary(method_label(model, pooling), [found[t] for t in tasks], config))
     return path
 
 

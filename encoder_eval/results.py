@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -230,16 +230,23 @@ def quarantine_result(path: str | os.PathLike) -> Path | None:
 
 
 def settle_cell(
-    path: str | os.PathLike, phase: str | None = None, *, locked: bool = False, warn=None
+    path: str | os.PathLike,
+    phase: str | None = None,
+    *,
+    locked: bool = False,
+    warn=None,
+    state_of: Callable[[str | os.PathLike, str | None], tuple] | None = None,
 ) -> tuple[str, dict | None, str | None]:
-    """`cell_state`, after moving a corrupt result aside so that its cell runs again.
+    """`cell_state`, after moving a corrupt result aside so that its cell runs again
+    (`state_of(path, phase)` instead of `cell_state` for another kind of result file).
 
     The move happens under the cell's lock (`locked`: the caller holds it already), so a
     result another runner is writing at that moment is never moved; a corrupt file whose
     cell another runner holds stays where it is ('corrupt'). A moved file gives 'moved'
     and one line to `warn` (default: stderr) naming it, where it went and why.
     """
-    state, data, why = cell_state(path, phase)
+    cell_state_ = state_of or cell_state
+    state, data, why = cell_state_(path, phase)
     if state != CORRUPT:
         return state, data, why
     warn = warn or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -248,7 +255,7 @@ def settle_cell(
         with lock as mine:
             if not mine:
                 return state, data, why
-            state, data, why = cell_state(path, phase)  # again, now that nobody writes it
+            state, data, why = cell_state_(path, phase)  # again, now that nobody writes it
             if state != CORRUPT:
                 return state, data, why
             dest = quarantine_result(path)

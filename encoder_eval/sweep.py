@@ -19,6 +19,13 @@ Usage::
 
     python -m encoder_eval.sweep --show-grid     # the LR grid, seed sets and recipe flags
 
+    # linear probes on frozen embeddings: one encoder_eval.probe process per (model, task),
+    # every pooling from its one forward pass; one result file per (model, pooling, task)
+    python -m encoder_eval.sweep --phase probe --model minilm=/path/to/minilm \\
+        --pooling mean,first --tasks all --out-dir runs/probe --results-dir results/probe
+    bash runs/probe/run_all.sh --workers 2      # or --mode slurm + a template running
+                                                # python -m encoder_eval.probe "$@"
+
 What runs: `--models` (default: every model of MODEL_REGISTRY, or only the `--model`
 additions when any are given), `--tasks` (task keys and the groups all, glue, superglue,
 multilingual; default: the five multilingual tasks; `--tasks-file F` adds user tasks),
@@ -66,9 +73,12 @@ from .models import MODEL_REGISTRY, MODES
 from .plan import (
     GROUPS,
     PHASES,
+    PROBE_PHASE,
+    SWEEP_PHASES,
     Cell,
     Plan,
     build_plan,
+    build_probe_plan,
     model_table,
     parse_lr_keys,
     parse_seeds,
@@ -82,8 +92,8 @@ from .tasks import MULTILINGUAL_TASKS, TASK_GROUPS
 # Re-exported: status.py, select.py, summarize.py, demo.py and the tests import these from here.
 __all__ = [
     "DEFAULT_GROUP", "EMIT_MODES", "GROUPS", "MODEL_REGISTRY", "PHASES", "SLURM_VARIABLES",
-    "Cell", "Emitted", "Plan", "build_plan", "emit", "emit_shell", "emit_slurm",
-    "emit_slurm_array", "main", "model_table", "parse_lr_keys", "parse_seeds",
+    "Cell", "Emitted", "Plan", "build_plan", "build_probe_plan", "emit", "emit_shell",
+    "emit_slurm", "emit_slurm_array", "main", "model_table", "parse_lr_keys", "parse_seeds",
     "resolve_models", "resolve_tasks", "split_csv",
 ]  # fmt: skip
 # Internals the tests reach (`sweep._job_name`, `sweep._split_template_header`).
@@ -93,13 +103,16 @@ _split_template_header = _emit._split_template_header
 # ----------------------------------------------------------------------------- CLI
 
 
-def add_plan_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags that define which cells a phase has (shared by sweep and status)."""
+def add_plan_arguments(p: argparse.ArgumentParser, phases: tuple[str, ...] = PHASES) -> None:
+    """Flags that define which cells a phase has (shared by sweep and status; `phases`: the
+    phases the command takes)."""
     g = p.add_argument_group("what runs")
     g.add_argument("--experiment", metavar="FILE", help="an experiment file (TOML; see "
                    "examples/experiment.toml) that fills the flags not given")  # fmt: skip
-    g.add_argument("--phase", choices=PHASES, help="select: LR grid x select seeds, dev only; "
-                   "report: report seeds at each pair's selected LR")  # fmt: skip
+    probe = "; probe: linear probes on frozen embeddings, one unit per (model, task)"
+    g.add_argument("--phase", choices=phases, help="select: LR grid x select seeds, dev only; "
+                   "report: report seeds at each pair's selected LR"
+                   + (probe if PROBE_PHASE in phases else ""))  # fmt: skip
     g.add_argument("--selection", help="selection.json from encoder_eval.select (report phase)")
     g.add_argument("--models", help="comma-separated model names (default: every registry "
                    "model, or only the --model additions when any are given)")  # fmt: skip
@@ -135,6 +148,25 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                    "cell, as one shell-quoted string, e.g. '--micro-batch 8'")  # fmt: skip
 
 
+# The probe phase's own flags (dest, flag), and the fine-tune flags it refuses.
+_PROBE_FLAGS = (("pooling", "--pooling"), ("k_folds", "--k-folds"), ("precision", "--precision"))
+_FINETUNE_FLAGS = (("experiment", "--experiment"), ("selection", "--selection"),
+                   ("lr_keys", "--lr-keys"), ("seeds", "--seeds"), ("max_steps", "--max-steps"),
+                   ("selection_split", "--selection-split"))  # fmt: skip
+
+
+def add_probe_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of `--phase probe` (defaults: encoder_eval.probe's)."""
+    g = p.add_argument_group("probe phase (--phase probe; also --max-seq-len, default 256)")
+    g.add_argument("--pooling", help="comma-separated poolings: mean, first, last (default "
+                   "mean); every pooling of a (model, task) runs in its one unit")  # fmt: skip
+    g.add_argument("--k-folds", type=int, help="shuffle-split folds per task (default 10)")
+    # --seed was, and for select/report stays, argparse's abbreviation of --seeds
+    g.add_argument("--seed", help="the folds' seed (default 42); for select/report the same "
+                   "as --seeds")  # fmt: skip
+    g.add_argument("--precision", help="forward pass: bf16 (default; autocast) or fp32")
+
+
 def add_emit_arguments(p: argparse.ArgumentParser, out_flag: str = "--out-dir") -> None:
     g = p.add_argument_group("the launch script")
     g.add_argument("--mode", choices=EMIT_MODES, default="shell",
@@ -152,8 +184,50 @@ def add_emit_arguments(p: argparse.ArgumentParser, out_flag: str = "--out-dir") 
                    "overrides at run time)")  # fmt: skip
 
 
+def _flags_given(args: argparse.Namespace, flags: tuple) -> list[str]:
+    return [flag for dest, flag in flags if getattr(args, dest, None) not in (None, "", [])]
+
+
+def _extra_args(args: argparse.Namespace) -> list[str]:
+    try:
+        return shlex.split(args.extra_run_args or "")
+    except ValueError as exc:
+        raise HarnessError(f"--extra-run-args is not valid shell quoting ({exc})") from None
+
+
+def probe_plan_from_args(args: argparse.Namespace) -> Plan:
+    """The probe phase's Plan (`plan.build_probe_plan`) from the parsed flags."""
+    wrong = _flags_given(args, _FINETUNE_FLAGS)
+    if wrong:
+        raise HarnessError(f"{wrong[0]} is for --phase select/report; drop it for --phase "
+                           "probe (its flags: --pooling, --k-folds, --seed, --precision)")  # fmt: skip
+    pooling = None if args.pooling is None else split_csv(args.pooling)
+    seed = None
+    if args.seed is not None:
+        try:
+            seed = int(args.seed)
+        except ValueError:
+            raise HarnessError(f"--seed {args.seed!r} must be one integer, e.g. 42") from None
+    return build_probe_plan(
+        results_dir=args.results_dir or os.path.join("results", PROBE_PHASE),
+        models=split_csv(args.models) or None, extra_models=args.model,
+        tasks=split_csv(args.tasks) or None, poolings=pooling, k_folds=args.k_folds,
+        seed=seed, max_seq_len=args.max_seq_len, precision=args.precision,
+        data_dir=args.data_dir, device=args.device, extra_run_args=_extra_args(args),
+        trust_remote_code=args.trust_remote_code, tasks_files=args.tasks_file,
+    )  # fmt: skip
+
+
 def plan_from_args(args: argparse.Namespace) -> Plan:
     """Build the Plan the parsed plan flags describe (unset ones filled by `experiment`)."""
+    if args.phase == PROBE_PHASE:
+        return probe_plan_from_args(args)
+    wrong = _flags_given(args, _PROBE_FLAGS)
+    if wrong:
+        raise HarnessError(f"{wrong[0]} is for --phase probe; drop it for --phase "
+                           f"{args.phase or 'select'}")  # fmt: skip
+    if getattr(args, "seed", None) is not None and args.seeds is None:
+        args.seeds = args.seed
     experiment.apply_to_args(args)
     if args.phase is None:
         raise HarnessError("give --phase select or --phase report")
@@ -162,10 +236,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         from .select import load_selection
 
         selection = load_selection(args.selection)
-    try:
-        extra = shlex.split(args.extra_run_args or "")
-    except ValueError as exc:
-        raise HarnessError(f"--extra-run-args is not valid shell quoting ({exc})") from None
+    extra = _extra_args(args)
     return build_plan(
         args.phase,
         results_dir=args.results_dir or os.path.join("results", args.phase),
@@ -195,7 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the protocol. Scripts skip cells that are done and move corrupt result files aside, "
         "so re-running fills gaps.",
     )
-    add_plan_arguments(p)
+    add_plan_arguments(p, SWEEP_PHASES)
+    add_probe_arguments(p)
     add_emit_arguments(p)
     p.add_argument("--out-dir", help="where the script and logs go (default: runs/<phase>)")
     p.add_argument("--show-grid", action="store_true",
@@ -213,6 +285,13 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.out_dir or os.path.join("runs", plan.phase)
     emitted = emit(plan, out_dir, args.mode, template=args.slurm_template,
                    requeue=args.requeue, python=args.python, group=args.group)  # fmt: skip
+    if plan.phase == PROBE_PHASE:  # experiment.toml records the fine-tuning phases only
+        print(emitted.describe())
+        summarize = (
+            f"python -m encoder_eval.summarize --results-dir {shlex.quote(plan.results_dir)}"
+        )
+        print(f"then: {summarize}")
+        return EXIT_OK
     manifests = experiment.write_for_plan(plan, out_dir, args)
     if plan.shrunk:
         print("note: shrunken sweep, its results are off-protocol: " + "; ".join(plan.shrunk))

@@ -3,8 +3,8 @@
 __HEADER__
 # Usage: bash run_all.sh [--workers N | --gpus LIST]
 #   (no flag)       one worker: the units in order, one process at a time
-#   --workers N     N workers at once; each unit (one encoder_eval.run process) is taken by
-#                   exactly one of them
+#   --workers N     N workers at once; each unit (one encoder_eval.run or, for probes,
+#                   encoder_eval.probe process) is taken by exactly one of them
 #   --gpus 0,1,2,3  one worker per listed GPU, its processes seeing only that GPU
 #                   (CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES)
 # Done cells are skipped and corrupt result files moved aside, so running it again fills
@@ -13,6 +13,7 @@ __HEADER__
 set -u
 PYTHON=${PYTHON:-__PYTHON__}
 PHASE=__PHASE__
+MODULE=__MODULE__
 LOG_DIR=__LOG_DIR__
 LOCK_DIR=__LOCK_DIR__
 RESULTS_DIR=__RESULTS_DIR__
@@ -152,16 +153,22 @@ eta() {
 
 # show_progress LOG: append stdin (the unit process's stderr) to LOG, and show each of its
 # `--progress json` lines as one line: [w1] MODEL/TASK/LR_KEY/sSEED step 120/400 dev 0.81
-# eta 2m10s. It ignores Ctrl-C and SIGTERM: it ends when the process, saving its state,
-# closes stderr (whose last lines say so).
+# eta 2m10s; a probe's result lines ([1/2] MODEL:POOLING TASK: SCORE) as [w1] probe MODEL...
+# It ignores Ctrl-C and SIGTERM: it ends when the process, saving its state, closes stderr
+# (whose last lines say so).
 show_progress() {
     trap '' INT TERM
     local log=$1 line cell step total dev left LC_ALL=C
     local re_cell='^\{"cell": "(([^"\\]|\\.)*)"' re_step='"step": ([0-9]+)'
+    local re_probe='^\[[0-9]+/[0-9]+\] (.+)$'
     local re_total='"total_steps": ([0-9]+)' re_dev='"dev": (-?[0-9][0-9.eE+-]*)'
     local re_eta='"eta_s": ([0-9][0-9.]*)'
     while IFS= read -r line || [ -n "$line" ]; do
         printf '%s\n' "$line" >>"$log"
+        if [ "$MODULE" = encoder_eval.probe ] && [[ $line =~ $re_probe ]]; then
+            echo "[w$WID] probe ${BASH_REMATCH[1]}"
+            continue
+        fi
         [[ $line =~ $re_cell ]] || continue
         cell=${BASH_REMATCH[1]} step='?' total='?' dev=- left='?'
         if [[ $line =~ $re_step ]]; then step=${BASH_REMATCH[1]}; fi
@@ -216,7 +223,7 @@ unit() {
     current=$label
     say "starting $label ($((n - HAVE)) of $n cells to run), log: $log"
     # Appended, not truncated: a second runner of this script must not wipe this log.
-    { "$PYTHON" -m encoder_eval.run "$@" 2>&1 >>"$log"; } | show_progress "$log"
+    { "$PYTHON" -m "$MODULE" "$@" 2>&1 >>"$log"; } | show_progress "$log"
     rc=${PIPESTATUS[0]}
     release_unit_lock
     if [ "$rc" -eq 130 ]; then interrupted; fi
