@@ -162,7 +162,6 @@ def _log(text: str) -> None:
 def run_probes(run: ProbeRun) -> list[Path]:
     """Run every (model, pooling, task) cell of `run` not already done; returns the result
     files written. Inputs are checked and data provenance computed before any model work."""
-
     from .embed import EmbedSetup, default_cache_dir, embed_split
     from .loaders import load_encoder
     from .tokencache import default_cache_dir as token_cache_dir
