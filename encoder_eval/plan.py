@@ -338,6 +338,31 @@ def _abs_if_local(path: str) -> str:
     return os.path.abspath(path) if os.path.exists(path) else path
 
 
+def _check_run_inputs(
+    device: str | None,
+    extra_run_args: list[str] | None,
+    data_dir: str | os.PathLike | None,
+    reserved: tuple[str, ...],
+    per: str,
+) -> tuple[str, list[str], str | None]:
+    """The device, extra run arguments and data directory every phase's plan takes,
+    checked: (device, extra args, absolute data dir or None)."""
+    device = device or "auto"
+    if device not in ("auto", "cuda", "cpu"):
+        raise HarnessError(f"--device {device!r} must be auto, cuda or cpu")
+    extra = list(extra_run_args or [])
+    for arg in extra:
+        if arg.split("=", 1)[0] in reserved:
+            raise HarnessError(
+                f"--extra-run-args may not set {arg.split('=', 1)[0]}; the sweep sets it per {per}"
+            )
+    if data_dir is not None:
+        if not Path(data_dir).is_dir():
+            raise HarnessError(f"--data-dir {data_dir} is not a directory; give the mirror's path")
+        data_dir = os.path.abspath(data_dir)
+    return device, extra, None if data_dir is None else str(data_dir)
+
+
 def build_plan(
     phase: str,
     *,
@@ -407,19 +432,8 @@ def build_plan(
         shrunk.append(f"max steps {max_steps} (protocol: {PROTOCOL_RECIPE.max_steps})")
     if max_seq_len != PROTOCOL_RECIPE.max_seq_len:
         shrunk.append(f"max seq len {max_seq_len} (protocol: {PROTOCOL_RECIPE.max_seq_len})")
-    device = device or "auto"
-    if device not in ("auto", "cuda", "cpu"):
-        raise HarnessError(f"--device {device!r} must be auto, cuda or cpu")
-    extra = list(extra_run_args or [])
-    for arg in extra:
-        if arg.split("=", 1)[0] in _RESERVED_RUN_FLAGS:
-            raise HarnessError(
-                f"--extra-run-args may not set {arg.split('=', 1)[0]}; the sweep sets it per cell"
-            )
-    if data_dir is not None:
-        if not Path(data_dir).is_dir():
-            raise HarnessError(f"--data-dir {data_dir} is not a directory; give the mirror's path")
-        data_dir = os.path.abspath(data_dir)
+    device, extra, data_dir = _check_run_inputs(device, extra_run_args, data_dir,
+                                                _RESERVED_RUN_FLAGS, "cell")  # fmt: skip
 
     cells: list[Cell] = []
     missing_pairs = []
@@ -528,19 +542,8 @@ def build_probe_plan(
     max_seq_len = DEFAULT_MAX_SEQ_LEN if max_seq_len is None else max_seq_len
     if max_seq_len < 1:
         raise HarnessError("--max-seq-len must be at least 1")
-    device = device or "auto"
-    if device not in ("auto", "cuda", "cpu"):
-        raise HarnessError(f"--device {device!r} must be auto, cuda or cpu")
-    extra = list(extra_run_args or [])
-    for arg in extra:
-        if arg.split("=", 1)[0] in _RESERVED_PROBE_FLAGS:
-            raise HarnessError(
-                f"--extra-run-args may not set {arg.split('=', 1)[0]}; the sweep sets it per unit"
-            )
-    if data_dir is not None:
-        if not Path(data_dir).is_dir():
-            raise HarnessError(f"--data-dir {data_dir} is not a directory; give the mirror's path")
-        data_dir = os.path.abspath(data_dir)
+    device, extra, data_dir = _check_run_inputs(device, extra_run_args, data_dir,
+                                                _RESERVED_PROBE_FLAGS, "unit")  # fmt: skip
     cells = [
         Cell(name, _abs_if_local(entry.path), entry.mode, bool(entry.trust_remote_code), task,
              "", 0.0, seed, PROBE_PHASE, pooling)
