@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import unknown_name
+from .errors import HarnessError, unknown_name
 from .fileio import atomic_open, clean_stale_temporaries
 from .loaders import LoadedModel
 
@@ -54,6 +54,18 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor
     raise unknown_name("pooling", pooling, POOLINGS)
 
 
+def check_poolings(names) -> tuple[str, ...]:
+    """`names` as a tuple of valid poolings, each once in order; an empty or unknown one is
+    refused naming the valid ones (the one check every entry point uses)."""
+    out = tuple(dict.fromkeys(names))
+    if not out:
+        raise HarnessError(f"--pooling is empty; give one or more of {', '.join(POOLINGS)}")
+    for name in out:
+        if name not in POOLINGS:
+            raise unknown_name("pooling", name, POOLINGS)
+    return out
+
+
 def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
     """Example indices in batches of `batch_size`, longest first (a memory problem shows
     at the first batch, not the last)."""
@@ -75,7 +87,12 @@ class EmbedSetup:
 
 
 def cache_key(
-    loaded: LoadedModel, split: dict, pooling: str, setup: EmbedSetup, device: torch.device
+    loaded: LoadedModel,
+    split: dict,
+    pooling: str,
+    setup: EmbedSetup,
+    device: torch.device,
+    tokenizer_fp: str | None = None,
 ) -> str:
     """The cache entry of (model revision, pooling, tokenizer, split content, length limit,
     precision, device type). The batch size is not a part: batches are length-sorted and
@@ -85,7 +102,7 @@ def cache_key(
     text = {k: split[k] for k in ("text", "text_pair") if k in split}
     h = hashlib.sha256()
     for part in (f"v{EMBED_CACHE_VERSION}", loaded.revision, type(loaded.model).__name__,
-                 pooling, tokenizer_fingerprint(loaded.tokenizer),
+                 pooling, tokenizer_fp or tokenizer_fingerprint(loaded.tokenizer),
                  ",".join(loaded.input_names), split_fingerprint(text), str(setup.max_seq_len),
                  setup.precision, device.type):  # fmt: skip
         h.update(part.encode() + b"\x00")
@@ -132,9 +149,7 @@ def forward_pooled(
     from .kinds import pad_features
     from .train import Encoded, _autocast
 
-    for name in poolings:
-        if name not in POOLINGS:
-            raise unknown_name("pooling", name, POOLINGS)
+    poolings = check_poolings(poolings)
     model = loaded.model.to(device).eval()
     pad_id = loaded.tokenizer.pad_token_id
     enc = Encoded(features=features, labels=[0] * len(lengths), lengths=lengths)
@@ -169,15 +184,17 @@ def embed_split(
     """{pooling: (n, dim) fp32 embeddings} of a split's examples (`text`, optional
     `text_pair`) and how many poolings came from the cache. `cache_dir` None: no
     embedding cache; `token_cache_dir` None: no tokenisation cache."""
+    from .tokencache import tokenizer_fingerprint
     from .train import encode_cached
 
     n = len(split["text"])
+    fp = tokenizer_fingerprint(loaded.tokenizer)  # once: both cache keys hash it
     found: dict[str, np.ndarray] = {}
     paths: dict[str, Path] = {}
     for name in poolings:
         if cache_dir is None:
             break
-        key = cache_key(loaded, split, name, setup, device)
+        key = cache_key(loaded, split, name, setup, device, fp)
         paths[name] = Path(cache_dir) / f"{key}.npy"
         hit = _load_cached(paths[name], n)
         if hit is not None:
@@ -187,7 +204,7 @@ def embed_split(
         labelled = split if "label" in split else {**split, "label": [0] * n}
         token_cache = None if token_cache_dir is None else Path(token_cache_dir)
         enc = encode_cached(loaded.tokenizer, labelled, setup.max_seq_len, loaded.input_names,
-                            token_cache)  # fmt: skip
+                            token_cache, fp)  # fmt: skip
         made = forward_pooled(loaded, enc.features, enc.lengths, todo, setup, device, progress)
         for name, vectors in made.items():
             if name in paths:

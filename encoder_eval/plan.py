@@ -465,7 +465,7 @@ def build_plan(
     return Plan(
         phase=phase, cells=cells, results_dir=os.path.abspath(results_dir),
         max_steps=max_steps, max_seq_len=max_seq_len, selection_split=selection_split,
-        data_dir=None if data_dir is None else str(data_dir), device=device,
+        data_dir=data_dir, device=device,
         extra_run_args=extra, tasks_files=files, shrunk=shrunk,
     )  # fmt: skip
 
@@ -515,7 +515,7 @@ def build_probe_plan(
     """The probe phase: one cell per (model, pooling, task), one unit per (model, task); raises
     HarnessError on bad input. Defaults are `encoder_eval.probe`'s (pooling mean, 10 folds,
     seed 42, length 256, bf16); models and tasks are chosen as for the other phases."""
-    from .embed import POOLINGS, PRECISIONS  # the probe's own lists (this imports torch)
+    from .embed import EmbedSetup, check_poolings  # the probe's own rules (imports torch)
     from .probe import DEFAULT_K_FOLDS, DEFAULT_SEED, ProbeConfig
     from .probe_model import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
 
@@ -523,15 +523,8 @@ def build_probe_plan(
     files = [os.path.abspath(f) for f in tasks_files or []]
     register_task_files(files)
     task_list = resolve_tasks(tasks)
-    poolings = list(dict.fromkeys(poolings)) if poolings is not None else list(DEFAULT_POOLINGS)
-    if not poolings:
-        raise HarnessError(f"--pooling is empty; give one or more of {', '.join(POOLINGS)}")
-    for pooling in poolings:
-        if pooling not in POOLINGS:
-            raise unknown_name("pooling", pooling, POOLINGS)
-    precision = precision or "bf16"
-    if precision not in PRECISIONS:
-        raise unknown_name("precision", precision, PRECISIONS)
+    poolings = list(check_poolings(DEFAULT_POOLINGS if poolings is None else poolings))
+    precision = EmbedSetup(precision=precision or "bf16").precision  # refuses an unknown one
     seed = DEFAULT_SEED if seed is None else seed
     if seed < 0:
         raise HarnessError(f"--seed {seed} must be >= 0")
@@ -553,7 +546,7 @@ def build_probe_plan(
     ]  # fmt: skip
     return Plan(
         phase=PROBE_PHASE, cells=cells, results_dir=os.path.abspath(results_dir),
-        max_seq_len=max_seq_len, data_dir=None if data_dir is None else str(data_dir),
+        max_seq_len=max_seq_len, data_dir=data_dir,
         device=device, extra_run_args=extra, tasks_files=files,
         probe=ProbeSettings(tuple(poolings), k_folds, seed, precision),
     )  # fmt: skip

@@ -394,7 +394,7 @@ def run_from_args(args) -> ProbeRun:
     """Turn parsed flags into a checked `ProbeRun` (no model or data is loaded here)."""
     from dataclasses import replace
 
-    from .embed import POOLINGS
+    from .embed import check_poolings
     from .tasks import register_task_files, resolve_task_names
 
     register_task_files(args.tasks_file)
@@ -404,12 +404,7 @@ def run_from_args(args) -> ProbeRun:
     names = [m.name for m in models]
     if len(set(names)) != len(names):
         raise HarnessError(f"--model names repeat ({', '.join(names)}); give each its own NAME")
-    poolings = tuple(p.strip() for p in args.pooling.split(",") if p.strip())
-    for p in poolings:
-        if p not in POOLINGS:
-            raise unknown_name("pooling", p, POOLINGS)
-    if not poolings:
-        raise HarnessError(f"--pooling is empty; give one or more of {', '.join(POOLINGS)}")
+    poolings = check_poolings(p.strip() for p in args.pooling.split(",") if p.strip())
     tasks = resolve_task_names([t.strip() for t in args.tasks.split(",") if t.strip()])
     for flag in ("max_seq_len", "batch_size"):
         value = getattr(args, flag)
