@@ -45,6 +45,9 @@ COMMANDS: dict[str, Command] = {
     "probe": Command(
         "encoder_eval.probe", "linear probes on frozen embeddings (NeuCo-Bench mode), the Q score"
     ),
+    "track": Command(
+        "encoder_eval.track", "per-checkpoint receipts; did a checkpoint regress (noise-aware)"
+    ),
     "estimate": Command("encoder_eval.estimate", "device-hours of the full protocol, measured"),
     "done": Command("encoder_eval.done", "exit 0 iff the given result files are done cells"),
     "demo": Command("encoder_eval.demo", "the whole protocol on MiniLM and synthetic tasks"),

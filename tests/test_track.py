@@ -1,0 +1,273 @@
+"""Regression tracking across checkpoints: the rule on constructed sequences, and receipts
+made from real probe and fine-tune cells of tiny models (`encoder-eval track`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from encoder_eval import track
+from encoder_eval.errors import EXIT_INPUT_ERROR, EXIT_OK
+from encoder_eval.track import Receipt, TaskResult, track_regression
+
+
+def _receipts(
+    scores: list[float], *, task="t", higher=True, std: float | None = None, n: int = 5
+) -> list[Receipt]:
+    return [
+        Receipt(f"c{i}", i, [TaskResult(task, s, higher, 100, {"std": std, "n": n})], [45], {},
+                {"kind": "probe"}, f"/ckpt/{i}", f"rev{i}")  # fmt: skip
+        for i, s in enumerate(scores)
+    ]
+
+
+def _by_ckpt(report) -> dict[str, track.Check]:
+    return {c.checkpoint_id: c for c in report.checks}
+
+
+def test_dip_then_partial_recovery_best_keeps_the_peak_prior_follows_the_dip():
+    receipts = _receipts([0.80, 0.70, 0.75])
+    best = _by_ckpt(track_regression(receipts, reference="best"))
+    assert [best[c].reference_checkpoint_id for c in ("c1", "c2")] == ["c0", "c0"]
+    assert best["c1"].flagged and best["c2"].flagged  # 0.75 is still 6.25 % below the peak
+    assert best["c2"].relative_delta == pytest.approx((0.75 - 0.80) / 0.80)
+    prior = _by_ckpt(track_regression(receipts, reference="prior"))
+    assert prior["c1"].reference_checkpoint_id == "c0" and prior["c1"].flagged
+    assert prior["c2"].reference_checkpoint_id == "c1" and prior["c2"].reference_index == 1
+    assert prior["c2"].status == "not_worse"
+
+
+def test_slow_drift_is_caught_by_best_and_missed_by_prior():
+    scores = [0.80, 0.78, 0.755, 0.73]  # each step under 5 %, the sum over it
+    best = track_regression(_receipts(scores), reference="best")
+    prior = track_regression(_receipts(scores), reference="prior")
+    assert [f.checkpoint_id for f in best.flags] == ["c2", "c3"]
+    assert all(f.reference_checkpoint_id == "c0" for f in best.flags)
+    assert prior.flags == []
+    assert {c.status for c in prior.checks} == {"within_threshold"}
+
+
+def test_lower_is_better_flags_a_rise_and_references_the_lowest_earlier_score():
+    report = track_regression(_receipts([10.0, 9.0, 9.3, 9.6], higher=False), reference="best")
+    checks = _by_ckpt(report)
+    assert checks["c1"].status == "not_worse"
+    assert checks["c2"].reference_checkpoint_id == "c1" and not checks["c2"].flagged  # +3.3 %
+    assert checks["c3"].reference_checkpoint_id == "c1" and checks["c3"].flagged  # +6.7 %
+    assert checks["c3"].drop == pytest.approx(0.6)
+    assert checks["c3"].relative_delta == pytest.approx(0.6 / 9.0)
+
+
+def test_the_noise_rule_suppresses_a_drop_inside_the_seed_spread():
+    # 0.80 -> 0.76 is 5 % + a bit; with a seed std of 0.03 over 5 seeds the standard error of
+    # the difference is 0.03 * sqrt(2/5) = 0.019, and 2 of them are 0.038 < 0.04: flagged.
+    # With a std of 0.05 (0.063 needed) it is inside the noise.
+    se = 0.05 * math.sqrt(2 / 5)
+    noisy = track_regression(_receipts([0.80, 0.759], std=0.05), noise_z=2.0)
+    (check,) = noisy.checks
+    assert check.status == "within_noise" and check.noise == pytest.approx(se)
+    assert check.drop < 0.05  # the drop is smaller than one seed's spread
+    plain = track_regression(_receipts([0.80, 0.759], std=0.05), noise_z=0)
+    assert plain.checks[0].flagged  # the seed's plain threshold rule
+    tight = track_regression(_receipts([0.80, 0.759], std=0.03), noise_z=2.0)
+    assert tight.checks[0].flagged
+    unknown = track_regression(_receipts([0.80, 0.759], std=None), noise_z=2.0)
+    assert unknown.checks[0].flagged and unknown.checks[0].noise is None
+
+
+def test_a_reference_near_zero_uses_the_absolute_floor():
+    report = track_regression(_receipts([0.0, -0.02, -0.004]), zero_floor=0.1, threshold=0.05)
+    checks = _by_ckpt(report)
+    assert checks["c1"].rule == "absolute" and checks["c1"].flagged  # 0.02 > 0.05 * 0.1
+    assert checks["c1"].relative_delta == pytest.approx(-0.2)
+    assert checks["c2"].rule == "absolute" and not checks["c2"].flagged  # 0.004 < 0.005
+
+
+def test_report_exit_status_and_refusals(tmp_path, capsys):
+    out = tmp_path / "track"
+    (out / "receipts").mkdir(parents=True)
+    for r in _receipts([0.80, 0.80]):
+        (out / "receipts" / f"{r.checkpoint_id}.receipt.json").write_text(json.dumps(r.to_dict()))
+    assert track.main(["report", "--out-dir", str(out), "--no-plots"]) == EXIT_OK
+    assert "No regression flagged" in (out / "regression.md").read_text()
+    r = _receipts([0.80, 0.70])[1]
+    (out / "receipts" / "c1.receipt.json").write_text(json.dumps(r.to_dict()))
+    assert track.main(["report", "--out-dir", str(out)]) == track.EXIT_REGRESSED
+    report = json.loads((out / "regression.json").read_text())
+    assert report["schema"] == "encoder-eval-regression"
+    assert [f["checkpoint_id"] for f in report["flags"]] == ["c1"]
+    assert set(report["flags"][0]) >= {
+        "task", "checkpoint_id", "checkpoint_index", "current_score", "reference_score",
+        "reference_checkpoint_id", "reference_index", "relative_delta", "threshold",
+    }  # fmt: skip
+    assert (out / "plots" / "track_t.png").stat().st_size > 0
+    # a corrupt receipt is skipped with a warning, never a crash
+    (out / "receipts" / "bad.receipt.json").write_text("{not json")
+    capsys.readouterr()
+    assert track.main(["report", "--out-dir", str(out), "--no-plots"]) == track.EXIT_REGRESSED
+    assert "warning: skipping" in capsys.readouterr().err
+    # receipts of another setup are refused
+    other = _receipts([0.5])[0]
+    other.checkpoint_id, other.checkpoint_index, other.setup = "c9", 9, {"kind": "finetune"}
+    (out / "receipts" / "c9.receipt.json").write_text(json.dumps(other.to_dict()))
+    assert track.main(["report", "--out-dir", str(out), "--no-plots"]) == EXIT_INPUT_ERROR
+    assert "different setups" in capsys.readouterr().err
+
+
+def test_checkpoint_listings(tmp_path):
+    for step in (1000, 200, 30):
+        (tmp_path / "run" / f"checkpoint-{step}").mkdir(parents=True)
+    (tmp_path / "run" / "logs").mkdir()
+    listed = track.read_checkpoints(tmp_path / "run")
+    assert [c.id for c in listed] == ["checkpoint-30", "checkpoint-200", "checkpoint-1000"]
+    assert [c.metadata["step"] for c in listed] == [30, 200, 1000]
+    listing = tmp_path / "ladder.tsv"
+    listing.write_text("# ladder\nfp32\trun/checkpoint-30\n\nint8\trun/checkpoint-200\n")
+    assert [(c.id, c.index) for c in track.read_checkpoints(listing)] == [("fp32", 0), ("int8", 1)]
+    listing.write_text("fp32 run/checkpoint-30\n")
+    with pytest.raises(track.HarnessError, match=r"ladder.tsv:1: expected 'id<TAB>path'"):
+        track.read_checkpoints(listing)
+    listing.write_text("a\trun/checkpoint-30\na\trun/checkpoint-200\n")
+    with pytest.raises(track.HarnessError, match="listed twice: a"):
+        track.read_checkpoints(listing)
+    listing.write_text("a\trun/nope\n")
+    with pytest.raises(track.HarnessError, match="not a directory"):
+        track.read_checkpoints(listing)
+
+
+# ----------------------------------------------------------------------------- real cells
+
+
+def _reinitialised(src, dst) -> None:
+    """A copy of a tiny model whose encoder weights are all drawn afresh (seed 0)."""
+    from transformers import AutoModel
+
+    torch.manual_seed(0)
+    model = AutoModel.from_pretrained(src)
+    model.apply(model._init_weights)
+    model.save_pretrained(dst)
+    for f in src.iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens", "vocab")):
+            shutil.copy(f, dst / f.name)
+
+
+@pytest.fixture(scope="module")
+def ladder(tiny_models, tmp_path_factory):
+    root = tmp_path_factory.mktemp("ladder")
+    shutil.copytree(tiny_models["bert"], root / "copy")
+    _reinitialised(tiny_models["bert"], root / "reinit")
+    listing = root / "ladder.tsv"
+    listing.write_text(f"orig\t{tiny_models['bert']}\ncopy\t{root / 'copy'}\n"
+                       f"reinit\t{root / 'reinit'}\n")  # fmt: skip
+    return listing
+
+
+def test_probe_track_end_to_end_and_a_byte_identical_copy_is_never_flagged(
+    ladder, small_mirror, tmp_path, capsys
+):
+    out = tmp_path / "track"
+    args = ["--checkpoints", str(ladder), "--kind", "probe", "--tasks", "glue_sst2,glue_stsb",
+            "--k-folds", "3", "--max-seq-len", "64", "--data-dir", str(small_mirror),
+            "--device", "cpu", "--out-dir", str(out)]  # fmt: skip
+    rc = track.main(["run", *args])
+    assert rc in (EXIT_OK, track.EXIT_REGRESSED)
+    receipts = track.load_receipts(out)
+    assert [r.checkpoint_id for r in receipts] == ["orig", "copy", "reinit"]
+    orig, copy, reinit = receipts
+    assert copy.model_revision == orig.model_revision != reinit.model_revision
+    assert copy.scores() == orig.scores()  # same weights, same folds: the same numbers
+    sst2 = orig.task("glue_sst2")
+    assert sst2.higher_is_better and sst2.n_examples == 32 and sst2.details["n"] == 3
+    assert sst2.details["metric"] == "accuracy" and set(sst2.details["per_language"]) == {"en"}
+    assert sst2.score == pytest.approx(sum(sst2.details["folds"]) / 3)
+    report = json.loads((out / "regression.json").read_text())
+    copy_checks = [c for c in report["checks"] if c["checkpoint_id"] == "copy"]
+    assert len(copy_checks) == 2 and all(c["drop"] == 0 for c in copy_checks)
+    assert all(c["status"] != "flagged" for c in copy_checks)
+    assert (rc == track.EXIT_REGRESSED) == bool(report["flags"])
+    for name in ("glue_sst2", "glue_stsb"):
+        assert (out / "plots" / f"track_{name}.png").stat().st_size > 0
+    # a second run evaluates nothing and keeps every receipt as it is
+    before = {p: p.read_bytes() for p in (out / "receipts").iterdir()}
+    capsys.readouterr()
+    assert track.main(["run", *args]) == rc
+    logged = capsys.readouterr().out
+    assert "running" not in logged and logged.count("receipt exists, kept") == 3
+    assert {p: p.read_bytes() for p in (out / "receipts").iterdir()} == before
+
+
+def test_changed_weights_under_an_old_id_are_refused(ladder, small_mirror, tmp_path, capsys):
+    work = tmp_path / "m"
+    shutil.copytree(track.read_checkpoints(ladder)[0].path, work)
+    out = tmp_path / "track"
+    args = ["--kind", "probe", "--tasks", "glue_stsb", "--k-folds", "2", "--max-seq-len",
+            "32", "--data-dir", str(small_mirror), "--device", "cpu", "--out-dir", str(out)]  # fmt: skip
+    assert track.main(["receipt", "--checkpoint", f"a={work}", "--meta", "step=7", *args]) == 0
+    receipt = track.read_receipt(out / "receipts" / "a.receipt.json")
+    assert receipt.checkpoint_index == 0 and receipt.metadata == {"step": 7}
+    with open(work / "config.json", "a") as fh:
+        fh.write("\n")
+    capsys.readouterr()
+    assert track.main(["receipt", "--checkpoint", f"a={work}", *args]) == EXIT_INPUT_ERROR
+    assert "other weights" in capsys.readouterr().err
+
+
+def test_finetune_receipts_carry_the_seeds_and_their_spread(ladder, small_mirror, tmp_path):
+    out = tmp_path / "track"
+    two = tmp_path / "two.tsv"
+    two.write_text("\n".join(ladder.read_text().splitlines()[:2]) + "\n")
+    rc = track.main(["run", "--checkpoints", str(two), "--kind", "finetune", "--tasks",
+                     "glue_sst2", "--lr-key", "lr06", "--seeds", "45,46", "--max-steps", "2",
+                     "--max-seq-len", "32", "--data-dir", str(small_mirror), "--device", "cpu",
+                     "--out-dir", str(out), "--no-plots"])  # fmt: skip
+    assert rc == EXIT_OK
+    orig, copy = track.load_receipts(out)
+    t = orig.task("glue_sst2")
+    assert orig.seeds == [45, 46] and t.details["seeds"] == [45, 46]
+    per_seed = list(t.details["per_seed"].values())
+    assert t.score == pytest.approx(sum(per_seed) / 2)
+    assert t.details["std"] == pytest.approx(abs(per_seed[0] - per_seed[1]) / math.sqrt(2))
+    assert t.details["lr_key"] == "lr06" and t.details["off_protocol"] is True
+    assert copy.scores() == orig.scores()
+    assert len(list((out / "results").glob("*_glue_sst2_lr06_s4[56].json"))) == 4
+
+
+def test_sweep_writes_a_script_whose_cells_the_receipts_then_use(ladder, small_mirror, tmp_path,
+                                                                capsys):  # fmt: skip
+    out = tmp_path / "track"
+    two = tmp_path / "two.tsv"
+    two.write_text("\n".join(ladder.read_text().splitlines()[:2]) + "\n")
+    args = ["--checkpoints", str(two), "--kind", "probe", "--tasks", "glue_stsb", "--k-folds",
+            "2", "--max-seq-len", "32", "--data-dir", str(small_mirror), "--device", "cpu",
+            "--out-dir", str(out)]  # fmt: skip
+    assert track.main(["sweep", *args, "--python", sys.executable]) == EXIT_OK
+    script = out / "launch" / "run_all.sh"
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(list((out / "results").glob("*.probe.json"))) == 2
+    capsys.readouterr()
+    assert track.main(["run", *args, "--no-plots"]) == EXIT_OK
+    assert "running" not in capsys.readouterr().out
+
+
+def test_bad_setups_are_one_error_line(tmp_path, capsys):
+    listing = tmp_path / "l.tsv"
+    listing.write_text(f"a\t{tmp_path}\n")
+    base = ["run", "--checkpoints", str(listing), "--out-dir", str(tmp_path / "o")]
+    cases = [
+        (["--tasks", "glue_sst"], "glue_sst2"),
+        (["--tasks", "glue_sst2", "--kind", "finetune"], "needs its fixed LR"),
+        (["--tasks", "glue_sst2", "--lr-key", "lr06"], "are for --kind finetune"),
+        (["--tasks", "glue_sst2", "--kind", "finetune", "--lr-key", "lr99"], "lr99"),
+        (["--tasks", "glue_sst2", "--pooling", "mean,first"], "one pooling"),
+    ]
+    for extra, needle in cases:
+        assert track.main([*base, *extra]) == EXIT_INPUT_ERROR, extra
+        err = capsys.readouterr().err
+        assert err.startswith("error:") and needle in err, (extra, err)
+    assert not (tmp_path / "o" / "receipts").exists()
