@@ -18,15 +18,19 @@ same refusals), one row holds:
   report cells' predictions files (each checked to reproduce its result's scores); for
   accuracy also McNemar's test on the seed-majority correctness (shown, not used);
 * the two-level bootstrap interval of the difference (seeds and examples resampled);
-* both p-values corrected across the pair's tasks (Holm by default, `--correction fdr_bh`);
-* the verdict (`stats.verdict`): "A better" or "B better" only when the corrected
-  seed-level AND example-level p-values are at most alpha; else "not distinguishable"
-  ("not tested" when a model has fewer than two finished seeds);
+* the combined test (`stats.combined_test`): the difference against a variance that adds
+  the test-set variance (a bootstrap over the examples, `stats.example_variance`) to
+  Welch's seed variance, with its 95 % interval;
+* every p-value corrected across the pair's tasks (Holm by default, `--correction fdr_bh`);
+* the verdict (`stats.verdict`): "A better" or "B better" only when the corrected combined
+  p-value is at most alpha (the corrected Welch p-value when a model has no predictions);
+  else "not distinguishable" ("not tested" when a model has fewer than two finished seeds);
 * seeds needed: report seeds per model that would detect the observed difference at 80 %
-  power, and the smallest difference five seeds detect.
+  power under the verdict's test (none, when the test set's own variance hides it), and
+  the smallest difference five seeds detect.
 
 EVALUATION_METHODOLOGY.md, section 10, says what each test assumes and why the verdict
-needs both levels. Exit status: 0 printed; 1 refused (problems, unless --allow-partial);
+needs both sources of variance. Exit status: 0 printed; 1 refused (problems, unless --allow-partial);
 2 bad input.
 """
 
@@ -101,6 +105,11 @@ class Row:
     p_example: float | None = None
     p_example_adj: float | None = None
     p_mcnemar: float | None = None
+    example_sd: float | None = None  # test-set sd of Δ (bootstrap over examples, seeds kept)
+    p_combined: float | None = None  # seed + test-set variance: the verdict's test
+    p_combined_adj: float | None = None
+    comb_low: float | None = None  # the combined test's interval of the difference
+    comb_high: float | None = None
     boot_low: float | None = None  # two-level bootstrap interval of the difference
     boot_high: float | None = None
     seeds_needed: int | None = None
@@ -235,26 +244,22 @@ def compare_cells(
     row.aso_b_over_a = stats.aso([sign * x for x in b_scores], [sign * x for x in a_scores],
                                  seed=seed).eps_min  # fmt: skip
     std_a, std_b = float(np.std(a_scores, ddof=1)), float(np.std(b_scores, ddof=1))
-    try:
-        row.mdd_5 = stats.min_detectable_difference(std_a, std_b, n=MDD_SEEDS, power=POWER)
-        row.seeds_needed = stats.seeds_needed(row.diff, std_a, std_b, power=POWER)
-    except stats.StatsInputError as exc:
-        row.notes.append(f"seeds needed: {exc}")
     examples = {} if examples is None else examples
-    loaded = []
+    loaded, why = [], None
     for model in (model_a, model_b):
         if (model, task) not in examples:
             examples[(model, task)] = load_examples(cells.get((model, task), []))
-        ex, why = examples[(model, task)]
+        ex, why_not = examples[(model, task)]
         if ex is None:
-            row.notes.append(f"example-level test unavailable for {model}: {why}")
-            return row
+            why = why or f"example-level tests unavailable for {model}: {why_not}"
         loaded.append(ex)
-    ea, eb = loaded
-    why = _paired(ea, eb)
-    if why:
-        row.notes.append(f"example-level test unavailable: {why}")
+    if why is None and (unpaired := _paired(*loaded)):
+        why = f"example-level tests unavailable: {unpaired}"
+    if why is not None:
+        row.notes.append(why)
+        _power(row, std_a, std_b, 0.0)
         return row
+    ea, eb = loaded
     k = min(len(ea.seeds), len(eb.seeds))
     if k < len(ea.seeds) or k < len(eb.seeds):
         row.notes.append(f"the example-level test pairs the first {k} seeds of each model")
@@ -268,6 +273,20 @@ def compare_cells(
     test = stats.paired_swap_permutation(ea.matrix[:k], eb.matrix[:k], diff_stat,
                                          n_resamples=n_resamples, seed=seed)  # fmt: skip
     row.example_test, row.p_example = test.test, test.pvalue
+    vex = stats.example_variance(
+        lambda cols: score(ea.matrix, labels, langs, cols) - score(eb.matrix, labels, langs, cols),
+        langs, n_resamples=max(2, n_resamples), seed=seed,
+    )  # fmt: skip
+    if math.isnan(vex):
+        row.notes.append("the test-set variance is undefined (a resample's score is); "
+                         "verdict on the seed level only")  # fmt: skip
+        _power(row, std_a, std_b, 0.0)
+    else:
+        row.example_sd = math.sqrt(vex)
+        comb = stats.combined_test(a_scores, b_scores, vex)
+        row.p_combined = None if math.isnan(comb.pvalue) else comb.pvalue
+        row.comb_low, row.comb_high = comb.low, comb.high
+        _power(row, std_a, std_b, vex)
     if knobs.metric == "accuracy":
         row.p_mcnemar = stats.mcnemar(_majority_correct(ea), _majority_correct(eb)).pvalue
 
@@ -285,6 +304,17 @@ def compare_cells(
     return row
 
 
+def _power(row: Row, std_a: float, std_b: float, example_var: float) -> None:
+    """Seeds needed and MDD@5 under the verdict's test (`example_var` 0: Welch's)."""
+    try:
+        row.mdd_5 = stats.min_detectable_difference(std_a, std_b, n=MDD_SEEDS, power=POWER,
+                                                    example_var=example_var)  # fmt: skip
+        row.seeds_needed = stats.seeds_needed(row.diff, std_a, std_b, power=POWER,
+                                              example_var=example_var)  # fmt: skip
+    except stats.StatsInputError as exc:
+        row.notes.append(f"seeds needed: {exc}")
+
+
 def finish_rows(
     rows: list[Row], alpha: float, correction: str, family_of: Callable[[Row], object] | None = None
 ) -> None:
@@ -294,7 +324,8 @@ def finish_rows(
     for r in rows:
         by_family[(r.model_a, r.model_b) if family_of is None else family_of(r)].append(r)
     for family in by_family.values():
-        for raw, adj in (("p_seed", "p_seed_adj"), ("p_example", "p_example_adj")):
+        for raw, adj in (("p_seed", "p_seed_adj"), ("p_example", "p_example_adj"),
+                         ("p_combined", "p_combined_adj")):  # fmt: skip
             tested = [r for r in family if getattr(r, raw) is not None]
             if tested:
                 fixed = stats.correct([getattr(r, raw) for r in tested], correction, alpha)
@@ -308,10 +339,10 @@ def finish_rows(
                 r.verdict = stats.NOT_DISTINGUISHABLE
                 continue
             higher = metric_spec(r.metric).higher_is_better
-            r.verdict = stats.verdict(r.p_seed_adj, r.diff, alpha, higher_is_better=higher,
-                                      example_pvalue=r.p_example_adj)  # fmt: skip
-            if r.p_example_adj is None:
-                r.notes.append("verdict on the seed level only (no example-level test)")
+            p = r.p_seed_adj if r.p_combined_adj is None else r.p_combined_adj
+            r.verdict = stats.verdict(p, r.diff, alpha, higher_is_better=higher)
+            if r.p_combined_adj is None:
+                r.notes.append("verdict on the seed level only (no test-set variance)")
 
 
 def compare_table(
@@ -468,13 +499,17 @@ def footnotes(cmp: Comparison) -> list[str]:
         "(seed level) and its two-level bootstrap 95 % interval (seeds and examples resampled).",
         f"p seed: Welch's t-test over seeds; p example: paired permutation test swapping whole "
         f"examples on the seed-averaged score ({cmp.n_resamples} resamples, seed {cmp.seed}); "
-        f"both corrected across each pair's tasks ({name}, alpha {cmp.alpha}).",
-        f"Verdict: A or B better only when both corrected p-values are <= {cmp.alpha}; an "
-        "example-level test alone treats each model as fixed and ignores seed variance.",
+        "p combined: a t-test whose variance is Welch's seed variance plus the test-set "
+        "variance of Δ (sd shown; bootstrap over examples, every seed kept), Satterthwaite "
+        f"df; each corrected across each pair's tasks ({name}, alpha {cmp.alpha}).",
+        f"Verdict: A or B better only when the corrected combined p-value is <= {cmp.alpha} "
+        "(Welch's when predictions are missing): a seed-level test alone ignores the test "
+        "sample, an example-level test alone treats each model as fixed and ignores seeds.",
         "ASO: ε_min of A over B / B over A (below 0.5: almost stochastically dominant; shown, "
         "not used for the verdict). McNemar (accuracy): on each model's seed-majority "
         "correctness, shown only.",
-        f"Seeds needed: report seeds per model for 80 % power at the observed Δ and seed stds; "
+        "Seeds needed: report seeds per model for 80 % power of the verdict's test at the "
+        "observed Δ, seed stds and test-set sd (— when the test set's noise alone hides Δ); "
         f"MDD@{MDD_SEEDS}: the smallest difference {MDD_SEEDS} seeds detect at 80 % power.",
         *cmp.notes,
     ]
@@ -488,9 +523,9 @@ def render_markdown(cmp: Comparison) -> str:
     for (a, b), rows in by_pair.items():
         lines += [f"### A = {a}, B = {b}", ""]
         lines.append("| Task | A | B | Δ [Welch 95 %] | Δ [bootstrap 95 %] | p seed (adj) | "
-                     "p example (adj) | McNemar p | ASO A>B / B>A | verdict | seeds needed | "
-                     f"MDD@{MDD_SEEDS} |")  # fmt: skip
-        lines.append("|---|" + "---:|" * 11)
+                     "p example (adj) | test-set sd | p combined (adj) | McNemar p | "
+                     f"ASO A>B / B>A | verdict | seeds needed | MDD@{MDD_SEEDS} |")  # fmt: skip
+        lines.append("|---|" + "---:|" * 13)
         for r in rows:
             delta = "—" if r.diff is None else (
                 f"{_num(r.diff)} [{_num(r.ci_low)}, {_num(r.ci_high)}]"
@@ -503,6 +538,7 @@ def render_markdown(cmp: Comparison) -> str:
                 f"| {task_header(r.task)} | {_num(r.mean_a)} (n={r.n_a}) | "
                 f"{_num(r.mean_b)} (n={r.n_b}) | {delta} | {boot} | "
                 f"{_p(r.p_seed)} ({_p(r.p_seed_adj)}) | {_p(r.p_example)} ({_p(r.p_example_adj)}) "
+                f"| {_num(r.example_sd)} | {_p(r.p_combined)} ({_p(r.p_combined_adj)}) "
                 f"| {_p(r.p_mcnemar)} | {aso} | **{r.verdict}** | "
                 f"{'—' if r.seeds_needed is None else r.seeds_needed} | {_num(r.mdd_5)} |"
             )

@@ -1,5 +1,6 @@
 """The statistics behind "is model A really better than model B?": intervals over seeds,
 seed-level tests (Welch, ASO), example-level paired tests (permutation, McNemar), the
+combined seed-and-test-set t-test the verdict rests on,
 two-level bootstrap over seeds and examples, a multiple-comparison correction,
 seeds-needed power analysis and the verdict.
 
@@ -19,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import optimize as sps_optimize
 from scipy import stats as sps
 from statsmodels.stats.contingency_tables import mcnemar as _sm_mcnemar
 from statsmodels.stats.multitest import multipletests
@@ -359,6 +361,87 @@ def two_level_bootstrap(
     return point, float(low), float(high)
 
 
+def example_variance(
+    score: Callable[[np.ndarray], float],
+    strata: Sequence,
+    n_resamples: int = 999,
+    seed: int = 1234,
+) -> float:
+    """The test-set part of the variance of a score difference: the variance (ddof 1) of
+    `score(example_indices)` (e.g. A's seed-averaged task score minus B's, every seed kept)
+    over bootstrap resamples of the examples, with replacement within each stratum
+    (language) and the same examples for both models, so the difference stays paired."""
+    if n_resamples < 2:
+        raise StatsInputError(f"example_variance needs n_resamples >= 2, got {n_resamples}")
+    groups = np.asarray(strata)
+    if groups.ndim != 1 or groups.size == 0:
+        raise StatsInputError("example_variance needs one stratum label per example")
+    members = [np.flatnonzero(groups == g) for g in dict.fromkeys(groups.tolist())]
+    rng = np.random.default_rng(seed)
+    values = np.empty(n_resamples)
+    for r in range(n_resamples):
+        values[r] = score(np.concatenate([m[rng.integers(0, m.size, m.size)] for m in members]))
+    if not np.all(np.isfinite(values)):
+        return math.nan
+    return float(np.var(values, ddof=1))
+
+
+def _combined_parts(
+    var_a: float, var_b: float, n_a: int, n_b: int, example_var: float
+) -> tuple[float, float]:
+    """(variance, Satterthwaite df) of a difference of two seed means whose variance also
+    carries a test-set part `example_var`, taken as known (infinite df): df =
+    V^2 / ((s_a^2/n_a)^2/(n_a-1) + (s_b^2/n_b)^2/(n_b-1)), V = s_a^2/n_a + s_b^2/n_b + example_var."""
+    ua, ub = var_a / n_a, var_b / n_b
+    total = ua + ub + example_var
+    denom = ua**2 / (n_a - 1) + ub**2 / (n_b - 1)
+    return total, (math.inf if denom == 0 else total**2 / denom)
+
+
+def combined_test(
+    a: Sequence[float], b: Sequence[float], example_var: float, confidence: float = 0.95
+) -> TestResult:
+    """The verdict's test: two-sided t-test of the difference of seed means A - B, with a
+    variance that adds the test-set variance `example_var` (`example_variance`) to Welch's
+    seed variance, on Satterthwaite degrees of freedom (normal when no seed varies). It asks
+    whether another seed AND another test sample would keep the difference: a seed-level
+    test alone ignores the test sample, an example-level test alone the seeds."""
+    _check_level(confidence, "confidence")
+    x = _scores(a, "a", 2, "the combined test (a seed variance)")
+    y = _scores(b, "b", 2, "the combined test (a seed variance)")
+    if not (math.isfinite(example_var) and example_var >= 0):
+        raise StatsInputError(f"example_var must be finite and >= 0, got {example_var!r}")
+    diff = float(np.mean(x) - np.mean(y))
+    total, df = _combined_parts(float(np.var(x, ddof=1)), float(np.var(y, ddof=1)), x.size,
+                                y.size, example_var)  # fmt: skip
+    if total == 0:
+        return TestResult(test="combined t", statistic=math.nan, pvalue=math.nan, diff=diff)
+    se = math.sqrt(total)
+    t = diff / se
+    dist = sps.norm if math.isinf(df) else sps.t(df)
+    half = float(dist.ppf(0.5 + confidence / 2)) * se
+    return TestResult(test="combined t", statistic=t, pvalue=float(2 * dist.sf(abs(t))),
+                      diff=diff, low=diff - half, high=diff + half, df=df)  # fmt: skip
+
+
+def _combined_power(
+    diff: float, std_a: float, std_b: float, n: int, example_var: float, alpha: float
+) -> float:
+    """The power of `combined_test` with n seeds per model against a true difference `diff`
+    (noncentral t on the Satterthwaite df of the given stds)."""
+    total, df = _combined_parts(std_a**2, std_b**2, n, n, example_var)
+    ncp = abs(diff) / math.sqrt(total)
+    if math.isinf(df):
+        crit = float(sps.norm.ppf(1 - alpha / 2))
+        return float(sps.norm.sf(crit - ncp) + sps.norm.cdf(-crit - ncp))
+    crit = float(sps.t.ppf(1 - alpha / 2, df))
+    power = float(sps.nct.sf(crit, df, ncp) + sps.nct.cdf(-crit, df, ncp))
+    return power if math.isfinite(power) else 1.0  # scipy's nct gives NaN far in the tail
+
+
+MAX_SEEDS = 100_000  # seeds_needed gives up beyond this
+
+
 def mcnemar(
     correct_a: Sequence[bool], correct_b: Sequence[bool], exact_below: int = 25
 ) -> TestResult:
@@ -415,17 +498,41 @@ def _pooled_std(std_a: float, std_b: float) -> float:
 
 
 def seeds_needed(
-    diff: float, std_a: float, std_b: float, alpha: float = 0.05, power: float = 0.8
+    diff: float,
+    std_a: float,
+    std_b: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    example_var: float = 0.0,
 ) -> int:
     """Seeds per model a two-sided two-sample t-test needs to detect a true difference `diff`
     at level `alpha` with probability `power` (statsmodels `TTestIndPower`, equal group sizes,
     effect size |diff| / pooled std with pooled std = sqrt((std_a^2 + std_b^2) / 2)); at least
-    2, the fewest a t-test can use."""
+    2, the fewest a t-test can use. With a test-set variance `example_var` > 0 it is the
+    power of `combined_test` instead, which more seeds cannot push past the test set's own
+    noise: a difference below that floor raises StatsInputError saying so."""
     _check_level(alpha, "alpha")
     _check_level(power, "power")
     pooled = _pooled_std(std_a, std_b)
     if diff == 0 or not math.isfinite(diff):
         raise StatsInputError(f"no number of seeds detects a difference of {diff!r}")
+    if example_var > 0:
+
+        def enough(n: int) -> bool:
+            return _combined_power(diff, std_a, std_b, n, example_var, alpha) >= power
+
+        if enough(2):
+            return 2
+        if enough(MAX_SEEDS):  # power rises with n: bisect for the fewest
+            low, high = 2, MAX_SEEDS
+            while high - low > 1:
+                mid = (low + high) // 2
+                low, high = (low, mid) if enough(mid) else (mid, high)
+            return high
+        raise StatsInputError(
+            f"no number of seeds detects {abs(diff):.4g}: the test set's own noise (sd "
+            f"{math.sqrt(example_var):.3g}) hides it; it needs more test examples"
+        )
     if pooled == 0:
         raise StatsInputError("both seed stds are 0: the seed variance gives no power estimate")
     effect = abs(diff) / pooled
@@ -438,16 +545,28 @@ def seeds_needed(
 
 
 def min_detectable_difference(
-    std_a: float, std_b: float, n: int = 5, alpha: float = 0.05, power: float = 0.8
+    std_a: float,
+    std_b: float,
+    n: int = 5,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    example_var: float = 0.0,
 ) -> float:
     """The smallest true difference `n` seeds per model detect with probability `power` at
     level `alpha` (two-sided two-sample t-test, statsmodels `TTestIndPower`): the detectable
-    effect size times the pooled std sqrt((std_a^2 + std_b^2) / 2)."""
+    effect size times the pooled std sqrt((std_a^2 + std_b^2) / 2). With a test-set variance
+    `example_var` > 0: the difference at which `combined_test` has that power."""
     _check_level(alpha, "alpha")
     _check_level(power, "power")
     if n < 2:
         raise StatsInputError(f"a t-test needs at least 2 seeds per model, got n={n}")
     pooled = _pooled_std(std_a, std_b)
+    if example_var > 0:
+        scale = math.sqrt(pooled**2 * 2 / n + example_var)
+        return float(sps_optimize.brentq(
+            lambda d: _combined_power(d, std_a, std_b, n, example_var, alpha) - power,
+            1e-12 * scale, 20 * scale,
+        ))  # fmt: skip
     effect = TTestIndPower().solve_power(nobs1=n, alpha=alpha, power=power, ratio=1.0)
     return float(effect) * pooled
 
@@ -459,13 +578,14 @@ def verdict(
     higher_is_better: bool = True,
     example_pvalue: float | None = None,
 ) -> str:
-    """The verdict on A against B (A_BETTER, B_BETTER or NOT_DISTINGUISHABLE) from the
-    seed-level p-value (already corrected across tasks) and the sign of the difference A - B.
+    """The verdict on A against B (A_BETTER, B_BETTER or NOT_DISTINGUISHABLE) from a p-value
+    that carries the seed variance (already corrected across tasks) and the sign of the
+    difference A - B. `compare` passes `combined_test`'s (seed and test-set variance), or
+    Welch's when there are no predictions.
 
-    It rests on SEED-level variance on purpose: an example-level test (paired permutation,
-    McNemar) treats each model as one fixed predictor, so with enough examples it calls two
-    seed sets of the same model different. `example_pvalue`, when given, is a further
-    requirement (the difference must also survive resampling the test examples), never a
+    Never an example-level p-value alone: such a test (paired permutation, McNemar) treats
+    each model as one fixed predictor, so with enough examples it calls two seed sets of the
+    same model different. `example_pvalue`, when given, is a further requirement, never a
     substitute. A NaN p-value (an undefined test) is "not distinguishable".
     """
     _check_level(alpha, "alpha")

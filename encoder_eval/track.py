@@ -205,13 +205,12 @@ def build_setup(
     if kind == "probe":
         from .embed import EmbedSetup, check_poolings
         from .probe import DEFAULT_K_FOLDS, DEFAULT_SEED
+        from .plan import split_csv
         from .probe_model import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
 
         if any(v is not None for v in (lr_key, selection, seeds, max_steps)):
             raise HarnessError("--lr-key, --selection, --seeds and --max-steps are for --kind "
                                "finetune; a probe receipt takes --pooling, --k-folds, --seed")  # fmt: skip
-        from .plan import split_csv
-
         pools = check_poolings(split_csv(pooling) if pooling else list(DEFAULT_POOLINGS))
         if len(pools) != 1:
             raise HarnessError("--pooling: a track runs one pooling")
@@ -338,6 +337,7 @@ def build_track_plan(
     *,
     data_dir: str | None = None,
     device: str | None = None,
+    no_cache: bool = False,
 ):
     """The sweep `Plan` of the cells behind the receipts of `checkpoints` (each checkpoint is
     a `--model ID=PATH` addition): the probe phase, or the report phase under a selection
@@ -349,7 +349,10 @@ def build_track_plan(
     common = dict(results_dir=results_dir(out_dir), models=names, extra_models=specs,
                   tasks=list(setup.tasks), max_seq_len=setup.max_seq_len,
                   data_dir=data_dir, device=device)  # fmt: skip
+    if no_cache and setup.kind != "probe":
+        raise HarnessError("--no-cache is for --kind probe (fine-tune cells cache no embeddings)")
     if setup.kind == "probe":
+        common["extra_run_args"] = ["--no-cache"] if no_cache else []
         return build_probe_plan(poolings=[setup.pooling], k_folds=setup.k_folds,
                                 seed=setup.seed, precision=setup.precision, **common)  # fmt: skip
     selection = {
@@ -471,6 +474,7 @@ def evaluate_checkpoint(
     metadata: dict | None = None,
     data_dir: str | None = None,
     device: str | None = None,
+    no_cache: bool = False,
     log: Callable[[str], None] = print,
 ) -> Receipt:
     """The receipt of one checkpoint: run its cells that are not done, then write
@@ -493,7 +497,8 @@ def evaluate_checkpoint(
         if old.checkpoint_index == checkpoint.index and (not metadata or old.metadata == meta):
             log(f"track: {checkpoint.id}: receipt exists, kept ({path})")
             return old
-    plan = build_track_plan(setup, [checkpoint], out_dir, data_dir=data_dir, device=device)
+    plan = build_track_plan(setup, [checkpoint], out_dir, data_dir=data_dir, device=device,
+                            no_cache=no_cache)  # fmt: skip
     _run_missing(plan, log)
     tasks = []
     for task in setup.tasks:
@@ -814,6 +819,9 @@ def _add_setup_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-steps", type=int, help="finetune: step cap (shrunken: off-protocol)")
     g.add_argument("--data-dir", help="task data mirror (default: the harness's)")
     g.add_argument("--device", choices=("auto", "cuda", "cpu"), help="device for the cells")
+    g.add_argument("--no-cache", action="store_true",
+                   help="probe: embed afresh instead of reading the embedding cache (which is "
+                   "keyed by the weights' content hash, so identical weights share entries)")  # fmt: skip
     p.add_argument("--out-dir", default=os.path.join("runs", "track"),
                    help="results/, receipts/, the report and plots go here (default runs/track)")  # fmt: skip
 
@@ -935,14 +943,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "receipt":
         ckpt = _receipt_target(args)
         evaluate_checkpoint(setup, ckpt, args.out_dir, metadata=_parse_meta(args.meta),
-                            data_dir=args.data_dir, device=args.device)  # fmt: skip
+                            data_dir=args.data_dir, device=args.device,
+                            no_cache=args.no_cache)  # fmt: skip
         return EXIT_OK
     checkpoints = read_checkpoints(args.checkpoints)
     if args.command == "sweep":
         from .emit import emit
 
         plan = build_track_plan(setup, checkpoints, args.out_dir, data_dir=args.data_dir,
-                                device=args.device)  # fmt: skip
+                                device=args.device, no_cache=args.no_cache)  # fmt: skip
         emitted = emit(plan, Path(args.out_dir) / "launch", args.mode,
                        template=args.slurm_template, requeue=args.requeue,
                        python=args.python, group=args.group)  # fmt: skip
@@ -951,7 +960,14 @@ def main(argv: list[str] | None = None) -> int:
               f"--out-dir {args.out_dir} (assembles the receipts from the done cells)")  # fmt: skip
         return EXIT_OK
     receipts = [
-        evaluate_checkpoint(setup, c, args.out_dir, data_dir=args.data_dir, device=args.device)
+        evaluate_checkpoint(
+            setup,
+            c,
+            args.out_dir,
+            data_dir=args.data_dir,
+            device=args.device,
+            no_cache=args.no_cache,
+        )
         for c in checkpoints
     ]
     return _report(args, receipts)

@@ -85,3 +85,16 @@ def task_registry():
 
 def read_json(path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+@pytest.fixture
+def slurm():
+    """A healthy Slurm cluster (.ci/slurm.sh status), else a skip; a failure when CI says
+    ENCODER_EVAL_REQUIRE_SLURM=1."""
+    from test_slurm import _slurm_problem
+
+    problem = _slurm_problem()
+    if problem:
+        if os.environ.get("ENCODER_EVAL_REQUIRE_SLURM") == "1":
+            pytest.fail(f"ENCODER_EVAL_REQUIRE_SLURM=1 but {problem}")
+        pytest.skip(problem)

@@ -99,10 +99,34 @@ def test_every_statistic_matches_a_direct_computation(rng, tmp_path, capsys):
         assert r["diff"] == pytest.approx(np.mean(per_seed["a"]) - np.mean(per_seed["b"]))
         assert r["mean_a"] == pytest.approx(np.mean(per_seed["a"]))
         std_a, std_b = np.std(per_seed["a"], ddof=1), np.std(per_seed["b"], ddof=1)
-        assert r["seeds_needed"] == stats.seeds_needed(r["diff"], std_a, std_b)
-        assert r["mdd_5"] == pytest.approx(stats.min_detectable_difference(std_a, std_b, n=5))
+        vex = r["example_sd"] ** 2
+        if task == "glue_rte":  # accuracy: the bootstrap variance of a mean of differences
+            correct = {}
+            for model in ("a", "b"):
+                rows_ = []
+                for s in REPORT:
+                    pr = json.loads(predictions_path(rdir / f"{model}_{task}_lr05_s{s}.json")
+                                    .read_text())["languages"]["en"]  # fmt: skip
+                    rows_.append(np.equal(pr["predictions"], pr["labels"]))
+                correct[model] = np.mean(rows_, axis=0)
+            d = correct["a"] - correct["b"]
+            assert vex == pytest.approx(np.var(d) / d.size, rel=0.2)
+        ua, ub = std_a**2 / 5, std_b**2 / 5
+        df = (ua + ub + vex) ** 2 / (ua**2 / 4 + ub**2 / 4)
+        t = r["diff"] / np.sqrt(ua + ub + vex)
+        assert r["p_combined"] == pytest.approx(2 * sps.t.sf(abs(t), df), rel=1e-9)
+        try:
+            needed = stats.seeds_needed(r["diff"], std_a, std_b, example_var=vex)
+        except stats.StatsInputError:  # the test set's noise alone hides the difference
+            needed = None
+            assert any("more test examples" in n for n in r["notes"])
+        assert r["seeds_needed"] == needed
+        assert r["mdd_5"] == pytest.approx(
+            stats.min_detectable_difference(std_a, std_b, n=5, example_var=vex)
+        )
         assert r["aso_a_over_b"] == stats.aso(per_seed["a"], per_seed["b"], seed=1234).eps_min
-    for raw, adj in (("p_seed", "p_seed_adj"), ("p_example", "p_example_adj")):
+    for raw, adj in (("p_seed", "p_seed_adj"), ("p_example", "p_example_adj"),
+                     ("p_combined", "p_combined_adj")):  # fmt: skip
         p = [rows[("a", "b", t)][raw] for t in TASKS]
         want = multipletests(p, method="fdr_bh")[1]
         assert [rows[("a", "b", t)][adj] for t in TASKS] == pytest.approx(list(want))

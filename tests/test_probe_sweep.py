@@ -342,17 +342,6 @@ def test_the_emitted_probe_scripts_pass_shellcheck(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.fixture
-def slurm():
-    from test_slurm import _slurm_problem
-
-    problem = _slurm_problem()
-    if problem:
-        if os.environ.get("ENCODER_EVAL_REQUIRE_SLURM") == "1":
-            pytest.fail(f"ENCODER_EVAL_REQUIRE_SLURM=1 but {problem}")
-        pytest.skip(problem)
-
-
 @pytest.mark.slurm
 def test_a_probe_sweep_through_real_slurm(tmp_path, small_mirror, tiny_models, slurm):
     """One sbatch per (model, task) running the real probe; relaunching submits nothing."""

@@ -343,3 +343,98 @@ def test_bad_input_is_refused_clearly(call, message):
         call()
     assert message in str(info.value)
     assert isinstance(info.value, HarnessError)  # a command prints it as one `error:` line
+
+
+# -- the combined (seed + test-set variance) test the verdict rests on ----------------------
+
+
+def test_combined_test_matches_a_direct_computation_and_reduces_to_welch(rng):
+    for n_a, n_b in ((5, 5), (3, 7), (10, 4)):
+        a, b = rng.normal(55, 3, size=n_a), rng.normal(54, 2, size=n_b)
+        vex = float(rng.uniform(0.1, 4.0))
+        res = stats.combined_test(a, b, vex)
+        ua, ub = np.var(a, ddof=1) / n_a, np.var(b, ddof=1) / n_b
+        total = ua + ub + vex
+        df = total**2 / (ua**2 / (n_a - 1) + ub**2 / (n_b - 1))
+        t = (a.mean() - b.mean()) / np.sqrt(total)
+        assert res.df == pytest.approx(df) and res.statistic == pytest.approx(t)
+        assert res.pvalue == pytest.approx(2 * sps.t.sf(abs(t), df))
+        half = sps.t.ppf(0.975, df) * np.sqrt(total)
+        assert (res.low, res.high) == pytest.approx((res.diff - half, res.diff + half))
+        welch = stats.welch(a, b)  # no test-set variance: exactly Welch
+        zero = stats.combined_test(a, b, 0.0)
+        assert zero.pvalue == pytest.approx(welch.pvalue) and zero.df == pytest.approx(welch.df)
+    same = stats.combined_test([1.0, 1.0], [0.5, 0.5], 0.04)  # no seed varies: normal
+    assert same.pvalue == pytest.approx(2 * sps.norm.sf(0.5 / 0.2))
+
+
+def test_example_variance_of_an_accuracy_difference_matches_its_formula(rng):
+    n = 2000
+    a = (rng.random((5, n)) < 0.8).astype(float)
+    b = (rng.random((5, n)) < 0.75).astype(float)
+    d = a.mean(axis=0) - b.mean(axis=0)
+    expected = np.var(d, ddof=0) / n  # the variance of a mean of n resampled values
+    vex = stats.example_variance(lambda cols: d[cols].mean(), np.zeros(n), n_resamples=4000)
+    assert vex == pytest.approx(expected, rel=0.1)
+
+
+def _two_models(rng, n_examples: int, twin: bool, n_seeds: int = 5):
+    """Accuracy predictions of two models on a freshly drawn test set: a shared example
+    difficulty, a per-example quirk of each model (the same quirk for a twin, i.e. one
+    model), and per seed a whole-test-set shift plus per-example noise. Both models have the
+    same expected accuracy over the population of examples."""
+    z = rng.normal(size=n_examples)
+    quirk_a = rng.normal(scale=2.0, size=n_examples)
+    quirk_b = quirk_a if twin else rng.normal(scale=2.0, size=n_examples)
+
+    def seeds(quirk):
+        logit = 0.8 + 1.5 * z + quirk + rng.normal(scale=0.15, size=(n_seeds, 1))
+        logit = logit + rng.normal(scale=0.5, size=(n_seeds, n_examples))
+        return (rng.random((n_seeds, n_examples)) < 1 / (1 + np.exp(-logit))).astype(float)
+
+    return seeds(quirk_a), seeds(quirk_b)
+
+
+@pytest.mark.parametrize("twin", [True, False], ids=["one-model", "two-equal-models"])
+def test_combined_test_holds_its_level_where_welch_alone_does_not(rng, twin):
+    # one-model: two seed sets of one model (where an example-level test alone over-rejects,
+    # test_verdict_on_seed_variance_for_two_seed_sets_of_one_model); two-equal-models: equal
+    # expected accuracy over a population of examples, the test set drawn afresh each time
+    # (Welch on one test set over-rejects: it ignores the draw of the examples).
+    n_sim, n_examples = 1000, 200
+    combined = welch = 0
+    for i in range(n_sim):
+        a, b = _two_models(rng, n_examples, twin)
+        acc_a, acc_b = a.mean(axis=1), b.mean(axis=1)
+        d = a.mean(axis=0) - b.mean(axis=0)
+        vex = stats.example_variance(lambda cols, d=d: d[cols].mean(), np.zeros(n_examples),
+                                     n_resamples=200, seed=i)  # fmt: skip
+        combined += stats.combined_test(acc_a, acc_b, vex).pvalue <= 0.05
+        welch += stats.welch(acc_a, acc_b).pvalue <= 0.05
+    low, high = band(n_sim, 0.05)
+    print(f"rejection rates: combined {combined / n_sim}, Welch {welch / n_sim}")
+    assert combined / n_sim <= high, f"combined rejects {combined / n_sim} > {high}"
+    assert combined / n_sim >= 0.005  # conservative, not dead
+    if twin:
+        assert low <= welch / n_sim <= high  # seeds are the only difference: Welch is exact
+    else:
+        assert welch / n_sim > high, f"Welch {welch / n_sim} should over-reject here"
+
+
+def test_combined_power_matches_seeds_needed(rng):
+    n_sim, diff, std, vex = 2000, 2.0, 1.5, 0.3
+    n = stats.seeds_needed(diff, std, std, power=0.8, example_var=vex)
+    assert n > stats.seeds_needed(diff, std, std, power=0.8)  # the test set costs seeds
+    predicted = stats._combined_power(diff, std, std, n, vex, 0.05)
+    assert predicted >= 0.8 > stats._combined_power(diff, std, std, n - 1, vex, 0.05)
+    # the model the formula assumes: seed scores normal, plus one shared test-set draw of Δ
+    draw = rng.normal(0.0, np.sqrt(vex), size=(n_sim, 1))
+    a = rng.normal(diff, std, size=(n_sim, n)) + draw
+    b = rng.normal(0.0, std, size=(n_sim, n))
+    rate = np.mean([stats.combined_test(a[i], b[i], vex).pvalue <= 0.05 for i in range(n_sim)])
+    low, high = band(n_sim, predicted)
+    assert low <= rate <= high, f"n={n}: rate {rate} outside {low}..{high}"
+    mdd = stats.min_detectable_difference(std, std, n=5, example_var=vex)
+    assert stats._combined_power(mdd, std, std, 5, vex, 0.05) == pytest.approx(0.8)
+    with pytest.raises(stats.StatsInputError, match="more test examples"):
+        stats.seeds_needed(0.5, 1.0, 1.0, example_var=0.25)  # Δ is 1 test-set sd: hopeless

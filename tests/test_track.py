@@ -21,8 +21,16 @@ def _receipts(
     scores: list[float], *, task="t", higher=True, std: float | None = None, n: int = 5
 ) -> list[Receipt]:
     return [
-        Receipt(f"c{i}", i, [TaskResult(task, s, higher, 100, {"std": std, "n": n})], [45], {},
-                {"kind": "probe"}, f"/ckpt/{i}", f"rev{i}")  # fmt: skip
+        Receipt(
+            f"c{i}",
+            i,
+            [TaskResult(task, s, higher, 100, {"std": std, "n": n})],
+            [45],
+            {},
+            {"kind": "probe"},
+            f"/ckpt/{i}",
+            f"rev{i}",
+        )  # fmt: skip
         for i, s in enumerate(scores)
     ]
 
@@ -271,3 +279,32 @@ def test_bad_setups_are_one_error_line(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith("error:") and needle in err, (extra, err)
     assert not (tmp_path / "o" / "receipts").exists()
+
+
+@pytest.mark.slurm
+def test_a_track_sweep_through_real_slurm(ladder, small_mirror, tmp_path, slurm, capsys):
+    """Every checkpoint's cells as sbatch jobs; `track run` then only assembles receipts."""
+    import shlex
+
+    from test_slurm import job_ids, template, wait_for
+
+    out = tmp_path / "track"
+    two = tmp_path / "two.tsv"
+    two.write_text("\n".join(ladder.read_text().splitlines()[:2]) + "\n")
+    tpl = template(tmp_path / "job.sh",
+                   f'exec {shlex.quote(sys.executable)} -m encoder_eval.probe "$@"\n')  # fmt: skip
+    args = ["--checkpoints", str(two), "--kind", "probe", "--tasks", "glue_stsb", "--k-folds",
+            "2", "--max-seq-len", "32", "--data-dir", str(small_mirror), "--device", "cpu",
+            "--out-dir", str(out)]  # fmt: skip
+    assert track.main(["sweep", *args, "--mode", "slurm", "--slurm-template", str(tpl)]) == 0
+    launch = subprocess.run(["bash", str(out / "launch" / "launch.sh")], capture_output=True,
+                            text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert launch.returncode == 0, launch.stdout + launch.stderr
+    ids = job_ids(launch.stdout)
+    assert len(ids) == 2, launch.stdout
+    wait_for(ids, out / "launch" / "logs")
+    capsys.readouterr()
+    assert track.main(["run", *args, "--no-plots"]) == EXIT_OK
+    logged = capsys.readouterr().out
+    assert "running" not in logged and logged.count("wrote") >= 2
+    assert [r.checkpoint_id for r in track.load_receipts(out)] == ["orig", "copy"]
