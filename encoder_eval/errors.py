@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 # Exit statuses, the same for every command (README, "Exit codes").
 EXIT_OK = 0
 EXIT_INCOMPLETE = 1  # refused, incomplete, not done, or some cells crashed (reasons printed)
+EXIT_REGRESSED = EXIT_INCOMPLETE  # `track`: a checkpoint regressed (the flags are printed)
 EXIT_INPUT_ERROR = 2  # bad input: one `error:` line naming the problem and the fix
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: SIGTERM stopped a cell after it saved its state
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C stopped a cell after it saved its state

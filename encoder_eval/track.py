@@ -36,7 +36,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .errors import EXIT_OK, ArgumentParser, HarnessError, report_errors, unknown_name
+from .errors import (
+    EXIT_OK,
+    EXIT_REGRESSED,
+    ArgumentParser,
+    HarnessError,
+    report_errors,
+    unknown_name,
+)
 from .fileio import write_json_atomic, write_output
 
 RECEIPT_SCHEMA = "encoder-eval-receipt"
@@ -47,7 +54,6 @@ REFERENCES = ("best", "prior")
 DEFAULT_THRESHOLD = 0.05  # the seed's relative threshold
 DEFAULT_NOISE_Z = 2.0
 DEFAULT_ZERO_FLOOR = 0.1  # metric units: below it a reference's magnitude is replaced by this
-EXIT_REGRESSED = 1  # `track report` / `track run`: a regression was flagged
 RECEIPT_SUFFIX = ".receipt.json"
 CHECKPOINT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 STEP_DIR = re.compile(r"checkpoint-(\d+)")
@@ -204,8 +210,8 @@ def build_setup(
     task_list = tuple(resolve_tasks(tasks))
     if kind == "probe":
         from .embed import EmbedSetup, check_poolings
-        from .probe import DEFAULT_K_FOLDS, DEFAULT_SEED
         from .plan import split_csv
+        from .probe import DEFAULT_K_FOLDS, DEFAULT_SEED
         from .probe_model import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
 
         if any(v is not None for v in (lr_key, selection, seeds, max_steps)):
