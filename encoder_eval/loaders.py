@@ -375,7 +375,10 @@ def load_model(
         else:
             if mode == "decoder-adapted":
                 config.use_cache = False  # training and scoring never generate
-            body = AutoModel.from_pretrained(model_path, config=config, dtype=torch.float32, **kw)
+                body = _decoder_body(model_path, config, kw, label)
+            else:
+                body = AutoModel.from_pretrained(model_path, config=config, dtype=torch.float32,
+                                                 **kw)  # fmt: skip
             hidden = getattr(config, "hidden_size", None) or getattr(config, "d_model", None)
             if hidden is None:
                 raise HarnessError(f"{label}'s config names no hidden_size for the pooled head")
@@ -406,6 +409,36 @@ def load_model(
     output_layer_in_fp32(model, 1 if problem == "regression" else num_labels)
     return _loaded(model, config, tokenizer, model_path, label, local, positions,
                    trust_remote_code, recorded)  # fmt: skip
+
+
+def _decoder_body(model_path: str, config, kw: dict, label: str) -> nn.Module:
+    """The decoder-only body with the checkpoint's weights: `AutoModel`, or, where its weight
+    names do not match the checkpoint's (Gemma 3 saves `model.*` while `Gemma3TextModel`
+    expects another prefix), the body of `AutoModelForCausalLM`. A body whose weights are not
+    all in the checkpoint is refused: it would train from random weights without a word."""
+    from transformers import AutoModel, AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the first try's "newly initialized" list is expected
+    try:
+        body, info = AutoModel.from_pretrained(model_path, config=config, dtype=torch.float32,
+                                               output_loading_info=True, **kw)  # fmt: skip
+        missing = info["missing_keys"]
+        if missing:
+            lm, info = AutoModelForCausalLM.from_pretrained(
+                model_path, config=config, dtype=torch.float32, output_loading_info=True, **kw
+            )
+            body = lm.get_decoder()
+            missing = [k for k in info["missing_keys"] if not k.startswith("lm_head")]
+    finally:
+        hf_logging.set_verbosity(level)
+    if missing:
+        raise HarnessError(
+            f"{label}: {len(missing)} weights of the decoder body are not in the checkpoint "
+            f"(first: {sorted(missing)[0]}); is it a decoder-only model directory?"
+        )
+    return body
 
 
 def load_encoder(

@@ -1,6 +1,7 @@
 """Decoder-only checkpoints adapted into encoders (`--mode decoder-adapted`): the masking is
-proven on tiny Llama- and Qwen2-style decoders built here, under eager and sdpa attention;
-pooling, the pair separator, the refusals and the run path are checked on the same models."""
+proven on tiny Llama-, Qwen2- and Gemma-3-style decoders built here, under eager and sdpa
+attention; pooling, the pair separator, the refusals and the run path are checked on the same
+models."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from tokenizers import (
 )
 from transformers import (
     AutoModel,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
@@ -37,7 +40,7 @@ from encoder_eval.models import ModelEntry, loader_settings
 from encoder_eval.protocol import Recipe, loader_label
 from encoder_eval.results import validate_result
 
-ARCHS = ("llama", "qwen2")
+ARCHS = ("llama", "qwen2", "gemma3")
 IMPLEMENTATIONS = ("eager", "sdpa")
 CLS = "single_label_classification"
 
@@ -65,13 +68,17 @@ def build_decoder(arch: str, out: Path) -> Path:
     llama: `<s> A <s> B` (the real Llama tokenizer's pair template), no pad token.
     qwen2: no pair template at all (the texts are just joined), `<|endoftext|>` as eos and pad.
     """
-    if arch == "llama":
-        tok = _bpe(["<unk>", "<s>", "</s>"])
-        bos = tok.token_to_id("<s>")
+    if arch in ("llama", "gemma3"):
+        s, e = ("<s>", "</s>") if arch == "llama" else ("<bos>", "<eos>")
+        tok = _bpe(["<unk>", s, e] if arch == "llama" else ["<pad>", e, s, "<unk>"])
         tok.post_processor = processors.TemplateProcessing(
-            single="<s>:0 $A:0", pair="<s>:0 $A:0 <s>:1 $B:1", special_tokens=[("<s>", bos)]
+            single=f"{s}:0 $A:0",
+            pair=f"{s}:0 $A:0 {s}:1 $B:1",
+            special_tokens=[(s, tok.token_to_id(s))],
         )
-        specials = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+        specials = {"bos_token": s, "eos_token": e, "unk_token": "<unk>"}
+        if arch == "gemma3":
+            specials["pad_token"] = "<pad>"
     else:
         tok = _bpe(["<|endoftext|>"])
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
@@ -86,6 +93,12 @@ def build_decoder(arch: str, out: Path) -> Path:
     torch.manual_seed(0)
     if arch == "llama":
         model = LlamaForCausalLM(LlamaConfig(**common, bos_token_id=fast.bos_token_id))
+    elif arch == "gemma3":
+        # A sliding window narrower than the test inputs: its local layers are causal *and*
+        # windowed in the decoder's own masking.
+        config = Gemma3TextConfig(**common, head_dim=HIDDEN // HEADS, sliding_window=4,
+                                  bos_token_id=fast.bos_token_id, pad_token_id=fast.pad_token_id)  # fmt: skip
+        model = Gemma3ForCausalLM(config)
     else:
         model = Qwen2ForCausalLM(Qwen2Config(**common, pad_token_id=fast.pad_token_id))
     model.save_pretrained(out)
@@ -131,6 +144,17 @@ def test_bidirectional_attention_lets_token_0_see_later_tokens_and_causal_does_n
     # ...under causal attention none does, and token 0 is exactly the same.
     assert torch.allclose(causal[0, :-1], causal[1, :-1], atol=1e-6)
     assert (causal[0, -1] - causal[1, -1]).abs().max() > 1e-4  # the change itself is seen
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_loaded_body_carries_the_checkpoint_weights(decoders_dir, arch):
+    saved = AutoModel.from_pretrained(decoders_dir[arch]) if arch != "gemma3" else None
+    loaded = load_model(str(decoders_dir[arch]), "decoder-adapted", 2, CLS)
+    reference = (saved if saved is not None else Gemma3ForCausalLM.from_pretrained(
+        decoders_dir[arch]).get_decoder()).state_dict()  # fmt: skip
+    body = loaded.model.body.state_dict()
+    assert set(body) == set(reference)
+    assert all(torch.equal(body[k], reference[k]) for k in reference)
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
