@@ -28,30 +28,16 @@ import torch
 
 from .errors import HarnessError, unknown_name
 from .fileio import atomic_open, clean_stale_temporaries
-from .loaders import LoadedModel
+from .loaders import LoadedModel, pool
+from .models import FIXED_POOLINGS
 
-POOLINGS = ("mean", "first", "last")
+POOLINGS = FIXED_POOLINGS
 PRECISIONS = ("bf16", "fp32")
 EMBED_CACHE_VERSION = 1
 # Examples per forward pass; batches are length-sorted, so padding is small either way. On
 # this project's 2-core CPU (MiniLM, 1,500 MNLI pairs, bf16, bench/bench_embed.py) 32 ran at
 # 13.2k real tokens/s against 12.0k with 16, 11.4k with 64 and 9.0k with 128.
 EMBED_BATCH_SIZE = {"cuda": 256, "cpu": 32}
-
-
-def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """Pool (batch, length, dim) hidden states to (batch, dim) in fp32 over a right-padded
-    attention mask."""
-    hidden = hidden.float()
-    if pooling == "mean":
-        weights = mask.unsqueeze(-1).to(hidden.dtype)
-        return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
-    if pooling == "first":
-        return hidden[:, 0]
-    if pooling == "last":
-        last = mask.long().sum(1).clamp(min=1) - 1
-        return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-    raise unknown_name("pooling", pooling, POOLINGS)
 
 
 def check_poolings(names) -> tuple[str, ...]:

@@ -1,9 +1,11 @@
-"""The model registry: key -> (Hub id or local path, loader mode, trust_remote_code).
+"""The model registry: key -> (Hub id or local path, loader mode, trust_remote_code, and for
+`decoder-adapted` rows optionally attention, pooling, head dropout), and the loader settings.
 
 `sweep.MODEL_REGISTRY` is this same dict; adding a model is one row:
 
     "my-encoder-base": ("org/my-encoder-base", "auto"),
     "my-encoder-body": ("org/my-encoder-body", "liquid-bidir", True),  # needs remote code
+    "my-decoder": ModelEntry("org/my-decoder", "decoder-adapted", pooling="last"),
 """
 
 from __future__ import annotations
@@ -15,13 +17,72 @@ from typing import NamedTuple
 
 from .errors import HarnessError, unknown_name
 
-MODES = ("auto", "liquid-bidir")
+MODES = ("auto", "liquid-bidir", "decoder-adapted")
+# The `decoder-adapted` loader's settings: how its attention is masked, how the token states
+# are pooled for the fresh head, and the head's dropout (EVALUATION_METHODOLOGY.md, section 14).
+ATTENTIONS = ("bidirectional", "causal")
+FIXED_POOLINGS = ("mean", "first", "last")  # also the probes' (embed.POOLINGS)
+HEAD_POOLINGS = (*FIXED_POOLINGS, "attention")  # attention: a learned query (loaders)
+DECODER_DEFAULTS = {"attention": "bidirectional", "pooling": "mean", "head_dropout": 0.1}
+DECODER_SETTINGS = tuple(DECODER_DEFAULTS)
 
 
 class ModelEntry(NamedTuple):
     path: str  # Hub id or local directory
-    mode: str  # "auto" or "liquid-bidir"
+    mode: str  # one of MODES
     trust_remote_code: bool = False  # only for models whose architecture is not in transformers
+    # decoder-adapted only; None: DECODER_DEFAULTS (or the run's flag)
+    attention: str | None = None
+    pooling: str | None = None
+    head_dropout: float | None = None
+
+
+def loader_settings(
+    mode: str,
+    attention: str | None = None,
+    pooling: str | None = None,
+    head_dropout: float | None = None,
+    where: str = "",
+) -> dict:
+    """The checked loader settings {attention, pooling, head_dropout} of `mode`: the defaults
+    filled in for `decoder-adapted`, all None for the other modes (which refuse them). Causal
+    attention with first-token pooling is refused: token 0 sees only itself."""
+    given = {"attention": attention, "pooling": pooling, "head_dropout": head_dropout}
+    if mode != "decoder-adapted":
+        named = [k for k, v in given.items() if v is not None]
+        if named:
+            flags = ", ".join(f"--{k.replace('_', '-')}" for k in named)
+            raise HarnessError(f"{where}{flags} applies to --mode decoder-adapted only (the mode "
+                               f"is {mode}); drop it or use --mode decoder-adapted")  # fmt: skip
+        return dict.fromkeys(DECODER_SETTINGS)
+    out = {k: DECODER_DEFAULTS[k] if v is None else v for k, v in given.items()}
+    if out["attention"] not in ATTENTIONS:
+        raise HarnessError(where + str(unknown_name("attention", out["attention"], ATTENTIONS)))
+    if out["pooling"] not in HEAD_POOLINGS:
+        raise HarnessError(where + str(unknown_name("pooling", out["pooling"], HEAD_POOLINGS)))
+    dropout = out["head_dropout"]
+    if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0 <= dropout < 1:
+        raise HarnessError(f"{where}--head-dropout {dropout!r} must be a number in [0, 1)")
+    out["head_dropout"] = float(dropout)
+    if out["attention"] == "causal" and out["pooling"] == "first":
+        raise HarnessError(
+            f"{where}causal attention with first-token pooling: under a causal mask token 0 "
+            "attends only to itself, so the pooled vector ignores the rest of the input; use "
+            "--pooling last (or mean), or --attention bidirectional"
+        )
+    return out
+
+
+def pooling_pitfall(attention: str | None, pooling: str | None) -> str | None:
+    """The seed's pitfall, when these settings fall into it: a causal mask with mean or
+    attention pooling pools states that each saw only a prefix (last-token pooling is the
+    one that sees the whole input under a causal mask). None otherwise."""
+    if attention == "causal" and pooling in ("mean", "attention"):
+        return (
+            f"causal attention with {pooling} pooling: each token state saw only the tokens "
+            "before it; last-token pooling (or bidirectional attention) is preferred"
+        )
+    return None
 
 
 # Ids checked against the models' public cards (see the closing notes of the issue that added
@@ -55,6 +116,8 @@ def model_entry(key: str, registry: dict[str, tuple] | None = None) -> ModelEntr
         raise HarnessError(
             f"model {key!r} has mode {entry.mode!r}; valid modes: {', '.join(MODES)}"
         )
+    loader_settings(entry.mode, entry.attention, entry.pooling, entry.head_dropout,
+                    where=f"model {key!r} in the registry: ")  # fmt: skip
     return entry
 
 

@@ -72,6 +72,10 @@ class Recipe:
     # different value changes predictions by bf16 rounding only, yet tables never mix them.
     eval_batch_size: int | None = _entry(None, checked=False)
     mode: str = _entry("auto", scope=MODEL, checked=False)  # the loader (models.MODES)
+    # The decoder-adapted loader's settings (models.loader_settings); None for other modes.
+    attention: str | None = _entry(None, scope=MODEL, checked=False)  # bidirectional | causal
+    pooling: str | None = _entry(None, scope=MODEL, checked=False)  # models.HEAD_POOLINGS
+    head_dropout: float | None = _entry(None, scope=MODEL, checked=False)
     # Gradient accumulation when the effective batch does not fit: the same update.
     micro_batch: int | None = _entry(None, scope=CELL, checked=False)
 
@@ -98,6 +102,15 @@ def signature(recipe: dict, scope: str = TABLE) -> dict:
     default), so results written before an entry was recorded stay comparable."""
     defaults = PROTOCOL_RECIPE.to_dict()
     return {name: recipe.get(name, defaults[name]) for name in sorted(recipe_fields(scope))}
+
+
+def loader_label(recipe: dict) -> str:
+    """How a recorded recipe loaded its model, as one comparable string: the mode, followed by
+    the decoder-adapted settings when it has them (`decoder-adapted (attention=causal, ...)`),
+    so that every check that compares loaders compares those too."""
+    sig = signature(recipe, MODEL)
+    extra = ", ".join(f"{k}={v}" for k, v in sig.items() if k != "mode" and v is not None)
+    return f"{sig['mode']} ({extra})" if extra else str(sig["mode"])
 
 
 def step_budget(n_train: int, recipe: Recipe = PROTOCOL_RECIPE) -> tuple[int, int]:

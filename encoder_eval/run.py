@@ -22,7 +22,16 @@ from .errors import (
     HarnessError,
     report_errors,
 )
-from .models import MODEL_REGISTRY, MODES, key_from_path, model_entry
+from .models import (
+    ATTENTIONS,
+    DECODER_DEFAULTS,
+    HEAD_POOLINGS,
+    MODEL_REGISTRY,
+    MODES,
+    key_from_path,
+    loader_settings,
+    model_entry,
+)
 from .protocol import PHASE_SEEDS, PROTOCOL_RECIPE, SELECTION_SPLITS, Recipe, lr_key_for
 from .results import (
     DONE_STATES,
@@ -58,8 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "YAML) defining tasks beyond the suite (repeatable; see README, 'Adding a "
                    "task')")  # fmt: skip
     g.add_argument("--mode", choices=MODES, help="auto: AutoModelForSequenceClassification; "
-                   "liquid-bidir: encoder body + mean-pool linear head (default: the registry's "
-                   "mode, else auto)")  # fmt: skip
+                   "liquid-bidir: encoder body + mean-pool linear head; decoder-adapted: a "
+                   "decoder-only body (Llama, Qwen2, Gemma) + pooled linear head (default: the "
+                   "registry's mode, else auto)")  # fmt: skip
+    g.add_argument("--attention", choices=ATTENTIONS, help="decoder-adapted: bidirectional (a "
+                   "full padding-only mask) or causal (default: the registry's, else "
+                   f"{DECODER_DEFAULTS['attention']})")  # fmt: skip
+    g.add_argument("--pooling", choices=HEAD_POOLINGS, help="decoder-adapted: what the head "
+                   "reads: the mean, first or last real token's state, or a learned attention "
+                   f"pooling (default: the registry's, else {DECODER_DEFAULTS['pooling']})")  # fmt: skip
+    g.add_argument("--head-dropout", type=float, help="decoder-adapted: dropout before the "
+                   f"head (default: the registry's, else {DECODER_DEFAULTS['head_dropout']})")  # fmt: skip
     g.add_argument("--lr", required=True, help="learning rate(s), comma-separated; protocol "
                    "values are the 10-point grid (python -m encoder_eval.sweep --show-grid)")  # fmt: skip
     g.add_argument("--seed", required=True, help="seed(s), comma-separated (select 42-44, "
@@ -150,6 +168,11 @@ def plan_cells(args: argparse.Namespace) -> list:
     if entry is None and model_key in MODEL_REGISTRY:  # --model-path alone names a registry model
         entry = model_entry(model_key)
     mode = args.mode or (entry.mode if entry else "auto")
+    row = entry if entry and entry.mode == mode else None  # a row's settings go with its mode
+    settings = loader_settings(mode, *(
+        getattr(args, k) if getattr(args, k) is not None else getattr(row, k, None)
+        for k in ("attention", "pooling", "head_dropout")
+    ))  # fmt: skip
     trust = args.trust_remote_code
     if trust is None:
         trust = bool(entry and entry.trust_remote_code)
@@ -188,7 +211,7 @@ def plan_cells(args: argparse.Namespace) -> list:
         batch_size=args.bsz, max_steps=args.max_steps, epoch_cap=args.epoch_cap,
         patience=args.patience, early_stop=args.early_stop, max_seq_len=args.max_seq_len,
         precision=args.precision, selection_split=args.selection_split, batching=args.batching,
-        mode=mode, micro_batch=args.micro_batch, eval_batch_size=args.eval_batch,
+        mode=mode, micro_batch=args.micro_batch, eval_batch_size=args.eval_batch, **settings,
     )  # fmt: skip
     cells = []
     for lr in lrs:

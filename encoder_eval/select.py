@@ -70,7 +70,7 @@ from pathlib import Path
 from . import experiment
 from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
 from .metrics import metric_spec
-from .protocol import LR_GRID, MODEL, PROTOCOL_RECIPE, SELECT_SEEDS, TABLE, signature
+from .protocol import LR_GRID, PROTOCOL_RECIPE, SELECT_SEEDS, TABLE, loader_label, signature
 from .results import (
     EXPERIMENT_NAME,
     LoadedResult,
@@ -117,7 +117,7 @@ def cell_setup(data: dict) -> dict:
     provenance = data.get("provenance") or {}
     return {
         "model_revision": provenance.get("model_revision"),
-        "mode": signature(recipe, MODEL)["mode"],
+        "mode": loader_label(recipe),  # the mode, with the decoder-adapted settings
         "trust_remote_code": provenance.get("trust_remote_code"),
         "selection_split": recipe.get("selection_split"),
         "data_identity": data_identity(provenance),

@@ -388,7 +388,8 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
         loaded = load_model(
             cfg.model_path, recipe.mode, num_labels, kind.problem, revision=cfg.model_revision,
             trust_remote_code=cfg.trust_remote_code, max_seq_len=recipe.max_seq_len,
-            model_label=cfg.model_key,
+            model_label=cfg.model_key, attention=recipe.attention, pooling=recipe.pooling,
+            head_dropout=recipe.head_dropout,
         )  # fmt: skip
     model, tok = loaded.model.to(device), loaded.tokenizer
     prov = {
@@ -630,6 +631,7 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
         "optimizer": "AdamW",
         "schedule": "linear warmup, linear decay",
         "pair_format": cell.knobs.pair_format,
+        **cell.loaded.recorded,  # what the loader derived (decoder-adapted: pair separator, ...)
     }
     return CellResult(
         cell=CellId(

@@ -187,7 +187,8 @@ CASES = {
                         r"directory"),
     "decoder-model": (lambda c: c.cell("--model-path", str(_decoder(c))),
                       r"tiny is a decoder \(GPT2LMHeadModel\), not an encoder; this harness "
-                      r"fine-tunes bidirectional encoders"),
+                      r"fine-tunes bidirectional encoders; to fine-tune a decoder-only model "
+                      r"\(Llama, Qwen2, Gemma\) as an encoder, use --mode decoder-adapted"),
     "no-classification-path": (lambda c: c.cell("--model-path", str(_vision(c))),
                                r"could not load the model of tiny: Unrecognized configuration "
                                r"class .*ViTConfig"),
@@ -272,7 +273,7 @@ CASES = {
     "sweep-unknown-model-mode": (lambda c: c.sweep("--phase", "select", "--model",
                                                    "mine=org/m:bidir"),
                                  r"--model 'mine=org/m:bidir': unknown mode 'bidir'\. Did you "
-                                 r"mean 'liquid-bidir'\? Valid modes: auto, liquid-bidir"),
+                                 r"mean 'liquid-bidir'\? Valid modes: auto, decoder-adapted, liquid-bidir"),
     # --- select, summarize, status
     "select-results-dir-missing": (lambda c: ["encoder_eval.select", "--results-dir",
                                               str(c.root / "nope"), "--out",

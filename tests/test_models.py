@@ -46,6 +46,7 @@ def test_another_hub_repo_of_the_same_name_is_not_the_registry_model(tmp_path):
     "spec, expected",
     [("mine=org/m", ("mine", "org/m", "auto")),
      ("mine=org/m:liquid-bidir", ("mine", "org/m", "liquid-bidir")),
+     ("mine=org/m:decoder-adapted", ("mine", "org/m", "decoder-adapted")),
      ("mine=/data/run:3/ckpt", ("mine", "/data/run:3/ckpt", "auto"))],
 )  # fmt: skip
 def test_parse_model_spec(spec, expected):
@@ -55,7 +56,9 @@ def test_parse_model_spec(spec, expected):
 
 @pytest.mark.parametrize("spec", ["mine=org/m:bidir", "mine=/models/m:Auto", "mine=org/m:"])
 def test_parse_model_spec_refuses_an_unknown_mode(spec):
-    with pytest.raises(HarnessError, match=r"unknown mode .*Valid modes: auto, liquid-bidir"):
+    with pytest.raises(
+        HarnessError, match=r"unknown mode .*Valid modes: auto, decoder-adapted, liquid-bidir"
+    ):
         models.parse_model_spec(spec)
 
 
@@ -64,7 +67,9 @@ def test_parse_model_spec_refuses_an_unknown_mode(spec):
     ["mine=org/m:foo", "mine=m:foo", "mine=org/m:auto:foo", "mine=./m:Liquid-Bidir"],
 )
 def test_no_form_lets_an_unknown_mode_into_the_path(spec):
-    with pytest.raises(HarnessError, match=r"unknown mode .*Valid modes: auto, liquid-bidir"):
+    with pytest.raises(
+        HarnessError, match=r"unknown mode .*Valid modes: auto, decoder-adapted, liquid-bidir"
+    ):
         models.parse_model_spec(spec)
 
 
