@@ -175,9 +175,7 @@ def _pointwise(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return nn.functional.binary_cross_entropy_with_logits(logits.float().reshape(-1), labels[mask])
 
 
-def _ranking_record(
-    knobs: TaskKnobs, recipe: Recipe, enc_train: Encoded
-) -> tuple[dict, list[str]]:
+def _ranking_record(knobs: TaskKnobs, recipe: Recipe, enc_train: Encoded) -> tuple[dict, list[str]]:
     """A ranking cell's `ranking` result section (objective, group sizes, training query
     counts) and the off-protocol reason when the data holds fewer candidates than a group."""
     counts = query_counts(enc_train)

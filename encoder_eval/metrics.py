@@ -70,8 +70,10 @@ def undefined_reason(name: str, preds: Sequence, labels: Sequence) -> str | None
     if name == "f1" and not (np.any(np.asarray(labels) == 1) or np.any(np.asarray(preds) == 1)):
         return "no positive example in labels or predictions"
     spec = METRIC_SPECS.get(name)
-    if spec is not None and spec.granularity == "grouped" and not np.all(
-        np.isfinite(np.asarray(preds, dtype=float))
+    if (
+        spec is not None
+        and spec.granularity == "grouped"
+        and not np.all(np.isfinite(np.asarray(preds, dtype=float)))
     ):
         return "a candidate's score is not finite"
     return None
@@ -167,9 +169,7 @@ METRIC_SPECS: dict[str, MetricSpec] = {
     )
 }
 
-METRICS: dict[str, Callable[..., float]] = {
-    name: spec.fn for name, spec in METRIC_SPECS.items()
-}
+METRICS: dict[str, Callable[..., float]] = {name: spec.fn for name, spec in METRIC_SPECS.items()}
 
 
 def metric_spec(name: str) -> MetricSpec:

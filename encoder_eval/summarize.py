@@ -634,9 +634,10 @@ def table_to_dict(table: Table) -> dict:
         "expected_seeds": table.expected_seeds,
         "selection_split": table.selection_split,
         "selection_splits": table.selection_splits,
-        "benchmark_scores": {name: {"label": BENCHMARK_LABELS[name],
-                                    "tasks": list(BENCHMARK_SCORES[name])}
-                             for name in table.benchmark_scores},
+        "benchmark_scores": {
+            name: {"label": BENCHMARK_LABELS[name], "tasks": list(BENCHMARK_SCORES[name])}
+            for name in table.benchmark_scores
+        },
         "average_excludes_buckets": list(SEPARATE_BUCKETS),
         "tasks": [
             {

@@ -32,13 +32,13 @@ import torch
 from torch import nn
 
 from . import metrics, provenance, tokencache
-from .metrics import RankGroups
 from .errors import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # re-exported for older imports
 from .errors import EXIT_PREEMPTED as EXIT_PREEMPTED
 from .errors import HarnessError, unknown_name
 from .fileio import atomic_open
 from .kinds import Kind, kind_for
 from .loaders import LoadedModel, load_model
+from .metrics import RankGroups
 from .predictions import (
     PredictionsError,
     predictions_path,

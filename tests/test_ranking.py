@@ -30,7 +30,7 @@ from encoder_eval.predictions import (
 from encoder_eval.protocol import Recipe
 from encoder_eval.results import result_filename, validate_result
 from encoder_eval.schema import CellResult
-from encoder_eval.tasks import RANKING, load_task, ranking_rows_to_split, task_knobs
+from encoder_eval.tasks import RANKING, load_task, ranking_rows_to_split
 
 # The first 10 training queries (one without a relevant passage) and the first 8
 # validation queries (one without), 20 BM25 candidates each.
