@@ -862,12 +862,15 @@ def _generic_loader(name: str) -> Callable[..., LoaderResult]:
     return lambda data_dir=None, with_test=True: load_generic(name, data_dir, with_test)
 
 
+def _ranking_loader(name: str) -> Callable[..., LoaderResult]:
+    """Ranking task `name`'s entry in LOADERS: `load_ranking` for that task."""
+    return lambda data_dir=None, with_test=True: load_ranking(name, data_dir, with_test)
+
+
 LOADERS: dict[str, Callable[..., LoaderResult]] = {
-    name: _generic_loader(name) for name in TASK_KNOBS if TASK_KNOBS[name].problem != RANKING
+    name: (_ranking_loader if knobs.problem == RANKING else _generic_loader)(name)
+    for name, knobs in TASK_KNOBS.items()
 }
-LOADERS["ms_marco"] = lambda data_dir=None, with_test=True: load_ranking(
-    "ms_marco", data_dir, with_test
-)
 
 
 def load_task(

@@ -124,9 +124,6 @@ class Encoded:
         return RankGroups(self.query_ids, self.first_stage_ranks)
 
 
-RANK_COLUMNS = ("query_id", "doc_id", "first_stage_rank")  # a ranking split's extra columns
-
-
 def with_rank_columns(enc: Encoded, split: dict) -> Encoded:
     """`enc` with a ranking split's query, candidate and first-stage columns (kept out of
     the tokenisation cache, which holds model inputs only); other splits unchanged."""
