@@ -19,7 +19,7 @@ from fault_helpers import py, sh
 from mirror_helpers import shared_data
 from sklearn.metrics import ndcg_score
 
-from encoder_eval import kinds, metrics, train
+from encoder_eval import compare, kinds, metrics, train
 from encoder_eval.errors import HarnessError
 from encoder_eval.predictions import (
     check_against_result,
@@ -28,7 +28,7 @@ from encoder_eval.predictions import (
     trec_run_path,
 )
 from encoder_eval.protocol import Recipe
-from encoder_eval.results import result_filename, validate_result
+from encoder_eval.results import load_results, result_filename, validate_result
 from encoder_eval.schema import CellResult
 from encoder_eval.tasks import RANKING, load_task, ranking_rows_to_split
 
@@ -270,6 +270,9 @@ def test_a_tiny_ranking_cell_trains_and_writes_result_predictions_and_trec(
     ndcg = metrics.compute_metric("ndcg_at_10", lang.predictions, lang.labels, groups)
     assert ndcg == pytest.approx(result["report"]["secondary"]["ndcg_at_10"]["en"], abs=1e-12)
     check_trec(trec_run_path(out), result, raw_queries(raw_path))
+    # compare's example-level tests resample single examples: not run on a per-query metric
+    examples, why = compare.load_examples(load_results(tmp_path))
+    assert examples is None and "per-query metric" in why
 
 
 def test_run_cli_takes_the_rank_objective_and_refuses_a_group_of_one(
