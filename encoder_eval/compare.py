@@ -158,6 +158,9 @@ def task_score(metric: str, euro: tuple[str, ...]):
 def load_examples(cells: list[LoadedResult]) -> tuple[Examples | None, str | None]:
     """The predictions of one (model, task)'s report cells as an `Examples`, or None and why
     not (a missing, invalid or stale predictions file, or cells that disagree)."""
+    if cells and metric_spec(cells[0].result.metric).granularity == "grouped":
+        return None, (f"{cells[0].result.metric} is a per-query metric, and the example-level "
+                      "tests resample single examples, not queries")  # fmt: skip
     rows, reference = [], None
     for c in sorted(cells, key=lambda c: c.cell["seed"]):
         path = predictions_file(c.path)

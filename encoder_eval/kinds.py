@@ -4,10 +4,18 @@ The training loop in `train.py` batches, computes the loss and turns logits into
 predictions only through a cell's `Kind`, so it has no branch per kind. A new kind
 (ranking, probing) is a new `Kind` row in `KINDS` and, when it comes from a new problem
 type, a row in `PROBLEM_KINDS`; the loop does not change.
+
+A training step is formed of "units": one example for a classifier or regressor, one
+query's group (one relevant candidate plus sampled negatives) for a ranker, so a ranking
+batch is counted in queries. The loop draws an epoch's units (`units`), batches them,
+collates them (`train_collate`) and counts their tokens (`members`); evaluation scores
+single examples (`collate`, `predictions`), and `record` adds what a kind records beside
+the scores.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -15,8 +23,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from . import metrics
 from .errors import unknown_name
-from .tasks import REGRESSION, SINGLE_LABEL
+from .protocol import PROTOCOL_RECIPE, RANK_OBJECTIVES, Recipe
+from .tasks import RANKING, REGRESSION, SINGLE_LABEL, TaskKnobs
 
 if TYPE_CHECKING:
     from .train import Encoded
@@ -60,14 +70,169 @@ def _squeeze(logits: torch.Tensor) -> list:
     return logits.float().squeeze(-1).cpu().tolist()
 
 
+def _each_example(enc: Encoded, rng: random.Random, recipe: Recipe) -> list[int]:
+    """An epoch's units of a classifier or regressor: every example (`rng` is not drawn)."""
+    return list(range(len(enc.labels)))
+
+
+def _count_examples(enc: Encoded) -> int:
+    return len(enc.labels)
+
+
+def _itself(unit: int) -> list[int]:
+    return [unit]
+
+
+def _no_record(
+    knobs: TaskKnobs, recipe: Recipe, enc_train: Encoded
+) -> tuple[dict | None, list[str]]:
+    return None, []
+
+
+def _no_section_extra(knobs: TaskKnobs, encs: dict, preds: dict) -> dict:
+    return {}
+
+
+# ----------------------------------------------------------------------------- ranking
+
+
+def query_members(enc: Encoded) -> dict[str, list[int]]:
+    """Each query's candidates (example indices, in split order), queries in order of first
+    appearance."""
+    out: dict[str, list[int]] = {}
+    for i, qid in enumerate(enc.query_ids):
+        out.setdefault(qid, []).append(i)
+    return out
+
+
+def query_counts(enc: Encoded) -> dict[str, int]:
+    """How many queries a ranking split holds, with and without a relevant candidate, and
+    its candidate depth (the most candidates any query has)."""
+    groups = list(query_members(enc).values())
+    positive = sum(any(enc.labels[i] == 1 for i in g) for g in groups)
+    return {"total": len(groups), "with_positive": positive,
+            "without_positive": len(groups) - positive,
+            "candidate_depth": max((len(g) for g in groups), default=0)}  # fmt: skip
+
+
+def _query_groups(enc: Encoded, rng: random.Random, recipe: Recipe) -> list[tuple[int, ...]]:
+    """An epoch's units of a ranker: per query with a relevant candidate, one group of a
+    relevant candidate (drawn when there are several) first, then up to
+    `recipe.rank_group_size - 1` negatives drawn without replacement; queries without a
+    relevant candidate are skipped. Every draw comes from `rng` (seeded by the cell seed)."""
+    out = []
+    for members in query_members(enc).values():
+        positives = [i for i in members if enc.labels[i] == 1]
+        if not positives:
+            continue
+        negatives = [i for i in members if enc.labels[i] != 1]
+        positive = positives[0] if len(positives) == 1 else rng.choice(positives)
+        take = min(recipe.rank_group_size - 1, len(negatives))
+        out.append((positive, *rng.sample(negatives, take)))
+    return out
+
+
+def _count_queries(enc: Encoded) -> int:
+    return query_counts(enc)["with_positive"]
+
+
+def _group_members(unit: tuple[int, ...]) -> list[int]:
+    return list(unit)
+
+
+def _collate_groups(
+    enc: Encoded, groups: list[tuple[int, ...]], pad_id: int, device
+) -> dict[str, torch.Tensor]:
+    """The batch of query groups: every candidate's inputs, flattened group by group, and
+    `labels` of shape (groups, largest group), relevance 1/0, -1 where a group is shorter."""
+    batch = pad_features(enc, [i for g in groups for i in g], pad_id)
+    labels = torch.full((len(groups), max(len(g) for g in groups)), -1.0)
+    for row, g in enumerate(groups):
+        labels[row, : len(g)] = torch.tensor([float(enc.labels[i]) for i in g])
+    batch["labels"] = labels
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def _grouped_scores(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The flat logits laid out as (groups, largest group), -inf where a group is shorter."""
+    scores = torch.full(labels.shape, float("-inf"), device=logits.device)
+    scores[labels >= 0] = logits.float().reshape(-1)
+    return scores
+
+
+def _listwise(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Softmax cross-entropy of each group's relevant candidate (column 0) against its
+    group, averaged over groups."""
+    scores = _grouped_scores(logits, labels)
+    target = torch.zeros(labels.shape[0], dtype=torch.long, device=logits.device)
+    return nn.functional.cross_entropy(scores, target)
+
+
+def _pointwise(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy of every (query, candidate) pair's logit against its relevance,
+    averaged over pairs."""
+    mask = labels >= 0
+    return nn.functional.binary_cross_entropy_with_logits(logits.float().reshape(-1), labels[mask])
+
+
+def _ranking_record(knobs: TaskKnobs, recipe: Recipe, enc_train: Encoded) -> tuple[dict, list[str]]:
+    """A ranking cell's `ranking` result section (objective, group sizes, training query
+    counts) and the off-protocol reason when the data holds fewer candidates than a group."""
+    counts = query_counts(enc_train)
+    used = min(recipe.rank_group_size, counts["candidate_depth"])
+    record = {
+        "objective": recipe.rank_objective,
+        "group_size": recipe.rank_group_size,
+        "group_size_used": used,
+        "group_size_protocol": PROTOCOL_RECIPE.rank_group_size,
+        "first_stage": knobs.first_stage_name,
+        "train_queries": {"total": counts["total"], "with_positive": counts["with_positive"],
+                          "skipped": counts["without_positive"]},
+        "train_candidate_depth": counts["candidate_depth"],
+    }  # fmt: skip
+    reasons = []
+    if used < recipe.rank_group_size:
+        reasons.append(f"rank group size {used} (protocol: {PROTOCOL_RECIPE.rank_group_size}; "
+                       f"the training queries have at most {counts['candidate_depth']} "
+                       "candidates)")  # fmt: skip
+    return record, reasons
+
+
+def _ranking_section_extra(knobs: TaskKnobs, encs: dict, preds: dict) -> dict:
+    """What a ranking score section records beside the primary metric, per language: the
+    secondary metrics of the model's ranking, the first stage's own scores on the same
+    queries, and the query counts and candidate depth."""
+    secondary = {
+        name: {lang: metrics.compute_metric(name, preds[lang], encs[lang].labels,
+                                            encs[lang].rank_groups) for lang in preds}
+        for name in knobs.secondary_metrics
+    }  # fmt: skip
+    first_stage = {
+        name: {lang: metrics.compute_metric(
+            name, metrics.first_stage_scores(encs[lang].rank_groups), encs[lang].labels,
+            encs[lang].rank_groups) for lang in preds}
+        for name in (knobs.metric, *knobs.secondary_metrics)
+    }  # fmt: skip
+    return {"secondary": secondary,
+            "first_stage": {"name": knobs.first_stage_name, **first_stage},
+            "queries": {lang: query_counts(encs[lang]) for lang in preds}}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Kind:
     """The hooks of one kind of cell.
 
     `collate(enc, idx, pad_id, device)`: the batch of examples `idx` on `device`, model
-    inputs plus `labels`. `loss(logits, labels)`: the mean training loss, in fp32.
+    inputs plus `labels` (evaluation, and training of kinds whose unit is an example).
+    `loss(logits, labels)`: the mean training loss, in fp32, over a `train_collate` batch.
     `predictions(logits)`: one prediction per row of logits, as plain Python values that
     the task's metric scores. `problem`: the `problem_type` the model head is built for.
+    `units(enc, rng, recipe)`: an epoch's training units; `count_units(enc)` how many an
+    epoch has (the step budget counts them); `members(unit)`: its example indices;
+    `train_collate(enc, units, pad_id, device)`: the training batch of `units`.
+    `record(knobs, recipe, enc_train)`: a result section of the kind's own (None: none)
+    and its off-protocol reasons; `section_extra(knobs, encs, preds)`: what a score
+    section records beside the primary metric, from the split's encodings and predictions.
     """
 
     name: str
@@ -75,22 +240,51 @@ class Kind:
     collate: Callable[..., dict[str, torch.Tensor]]
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     predictions: Callable[[torch.Tensor], list]
+    units: Callable[..., list] = _each_example
+    count_units: Callable[..., int] = _count_examples
+    members: Callable[..., list[int]] = _itself
+    train_collate: Callable[..., dict[str, torch.Tensor]] | None = None
+    record: Callable[..., tuple[dict | None, list[str]]] = _no_record
+    section_extra: Callable[..., dict] = _no_section_extra
 
+    def collate_units(self, enc: Encoded, units: list, pad_id: int, device) -> dict:
+        """The training batch of `units` (`train_collate`, else `collate`)."""
+        return (self.train_collate or self.collate)(enc, units, pad_id, device)
+
+
+_RANKER = {"problem": REGRESSION, "collate": _collate_with(torch.float32),
+           "predictions": _squeeze, "units": _query_groups, "count_units": _count_queries,
+           "members": _group_members, "train_collate": _collate_groups,
+           "record": _ranking_record, "section_extra": _ranking_section_extra}  # fmt: skip
 
 KINDS: dict[str, Kind] = {
     kind.name: kind
     for kind in (
         Kind("classification", SINGLE_LABEL, _collate_with(torch.long), _cross_entropy, _argmax),
         Kind("regression", REGRESSION, _collate_with(torch.float32), _squared_error, _squeeze),
+        # A cross-encoder: one logit per (query, candidate) pair, a group per query.
+        Kind("ranking", loss=_listwise, **_RANKER),
+        Kind("ranking_pointwise", loss=_pointwise, **_RANKER),
     )
 }
 
 # A task's problem type (`TaskKnobs.problem`) -> the kind of its fine-tune cells.
-PROBLEM_KINDS: dict[str, str] = {SINGLE_LABEL: "classification", REGRESSION: "regression"}
+PROBLEM_KINDS: dict[str, str] = {
+    SINGLE_LABEL: "classification", REGRESSION: "regression", RANKING: "ranking",
+}  # fmt: skip
+# A ranking cell's `Recipe.rank_objective` -> its kind.
+RANK_OBJECTIVE_KINDS: dict[str, str] = dict(zip(RANK_OBJECTIVES, ("ranking", "ranking_pointwise"),
+                                                 strict=True))  # fmt: skip
 
 
-def kind_for(problem: str) -> Kind:
-    """The kind of cell that fine-tunes a task of problem type `problem`."""
+def kind_for(problem: str, recipe: Recipe = PROTOCOL_RECIPE) -> Kind:
+    """The kind of cell that fine-tunes a task of problem type `problem` under `recipe`
+    (whose `rank_objective` picks a ranking cell's loss)."""
     if problem not in PROBLEM_KINDS:
         raise unknown_name("problem type", problem, PROBLEM_KINDS)
-    return KINDS[PROBLEM_KINDS[problem]]
+    name = PROBLEM_KINDS[problem]
+    if name == "ranking":
+        if recipe.rank_objective not in RANK_OBJECTIVE_KINDS:
+            raise unknown_name("rank objective", recipe.rank_objective, RANK_OBJECTIVE_KINDS)
+        name = RANK_OBJECTIVE_KINDS[recipe.rank_objective]
+    return KINDS[name]

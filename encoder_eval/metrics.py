@@ -6,6 +6,9 @@ from `undefined_reason`), never as a plain 0.0 that a table would average as a s
 - Spearman with fewer than two examples, or constant predictions or targets;
 - binary F1 when neither the labels nor the predictions hold a positive example.
 F1 / macro-F1 count a class that is never predicted as F1 0 (that value is defined).
+The ranking metrics (MRR@10, NDCG@10) are "grouped": they take, beside the scores and the
+relevance labels, each example's query and first-stage rank (`RankGroups`); they are
+undefined only when a score is not finite.
 Each metric is described once, by its `MetricSpec` in `METRIC_SPECS`: its function, its
 direction (every metric here is "higher is better"; `improves` is the one comparison that
 reads it), whether it scores examples one by one or needs per-group data (ranking), and
@@ -66,17 +69,88 @@ def undefined_reason(name: str, preds: Sequence, labels: Sequence) -> str | None
             return "constant predictions"
     if name == "f1" and not (np.any(np.asarray(labels) == 1) or np.any(np.asarray(preds) == 1)):
         return "no positive example in labels or predictions"
+    spec = METRIC_SPECS.get(name)
+    if (
+        spec is not None
+        and spec.granularity == "grouped"
+        and not np.all(np.isfinite(np.asarray(preds, dtype=float)))
+    ):
+        return "a candidate's score is not finite"
     return None
+
+
+@dataclass(frozen=True)
+class RankGroups:
+    """Per example of a ranking split: the query it is a candidate of, and its rank in the
+    first-stage (BM25) list, which breaks ties between equal scores."""
+
+    query_ids: Sequence
+    first_stage_ranks: Sequence
+
+    def __len__(self) -> int:
+        return len(self.query_ids)
+
+
+RANK_CUTOFF = 10  # the @10 of MRR@10 and NDCG@10
+
+
+def ranked_relevances(scores: Sequence, labels: Sequence, groups: RankGroups) -> list[list]:
+    """Each query's relevance labels in the order its candidates are ranked: by score,
+    highest first, ties broken by first-stage rank (lower first); queries in order of first
+    appearance."""
+    by_query: dict = {}
+    for score, label, qid, rank in zip(
+        scores, labels, groups.query_ids, groups.first_stage_ranks, strict=True
+    ):
+        by_query.setdefault(qid, []).append((-float(score), rank, label))
+    return [[label for _, _, label in sorted(cands)] for cands in by_query.values()]
+
+
+def reciprocal_rank_at(relevances: Sequence, k: int = RANK_CUTOFF) -> float:
+    """1 / the rank of the first relevant candidate among the top `k`; 0 when none is (the
+    seed's `compute_mrr_at_10`)."""
+    for i, rel in enumerate(relevances[:k]):
+        if rel == 1:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+def ndcg_at(relevances: Sequence, k: int = RANK_CUTOFF) -> float:
+    """DCG of the top `k` over the DCG of the ideal order of the same candidates; 0 when no
+    candidate is relevant (the seed's `compute_ndcg_at_10`)."""
+    dcg = sum(rel / math.log2(i + 2) for i, rel in enumerate(relevances[:k]))
+    ideal = sorted(relevances, reverse=True)[:k]
+    idcg = sum(rel / math.log2(i + 2) for i, rel in enumerate(ideal))
+    return dcg / idcg if idcg > 0 else 0.0
+
+
+def mrr_at_10(preds: Sequence, labels: Sequence, groups: RankGroups) -> float:
+    """MRR@10 over all queries of the split (a query without a relevant candidate counts 0)."""
+    per_query = [reciprocal_rank_at(r) for r in ranked_relevances(preds, labels, groups)]
+    return float(math.fsum(per_query) / len(per_query))
+
+
+def ndcg_at_10(preds: Sequence, labels: Sequence, groups: RankGroups) -> float:
+    """NDCG@10 over all queries of the split (a query without a relevant candidate counts 0)."""
+    per_query = [ndcg_at(r) for r in ranked_relevances(preds, labels, groups)]
+    return float(math.fsum(per_query) / len(per_query))
+
+
+def first_stage_scores(groups: RankGroups) -> list[float]:
+    """Scores that rank every query's candidates in first-stage order (minus the rank), so
+    a grouped metric of them is the first stage's own score."""
+    return [-float(rank) for rank in groups.first_stage_ranks]
 
 
 @dataclass(frozen=True)
 class MetricSpec:
     """One metric: its function (predictions, labels) -> score, its direction, whether it
     scores examples one by one ("pointwise") or needs per-group data such as a query's
-    candidates ("grouped"), and the short label tables print."""
+    candidates ("grouped": its function takes a third argument, the `RankGroups`), and the
+    short label tables print."""
 
     name: str
-    fn: Callable[[Sequence, Sequence], float]
+    fn: Callable[..., float]
     higher_is_better: bool
     granularity: Literal["pointwise", "grouped"]
     label: str
@@ -90,12 +164,12 @@ METRIC_SPECS: dict[str, MetricSpec] = {
         MetricSpec("macro_f1", macro_f1, True, "pointwise", "macro-F1"),
         MetricSpec("mcc", mcc, True, "pointwise", "MCC"),
         MetricSpec("spearman", spearman, True, "pointwise", "Spearman"),
+        MetricSpec("mrr_at_10", mrr_at_10, True, "grouped", "MRR@10"),
+        MetricSpec("ndcg_at_10", ndcg_at_10, True, "grouped", "NDCG@10"),
     )
 }
 
-METRICS: dict[str, Callable[[Sequence, Sequence], float]] = {
-    name: spec.fn for name, spec in METRIC_SPECS.items()
-}
+METRICS: dict[str, Callable[..., float]] = {name: spec.fn for name, spec in METRIC_SPECS.items()}
 
 
 def metric_spec(name: str) -> MetricSpec:
@@ -115,9 +189,12 @@ def improves(new: float | None, best: float | None, metric: str) -> bool:
     return new > best if metric_spec(metric).higher_is_better else new < best
 
 
-def compute_metric(name: str, preds: Sequence, labels: Sequence) -> float | None:
+def compute_metric(
+    name: str, preds: Sequence, labels: Sequence, groups: RankGroups | None = None
+) -> float | None:
     """Score predictions with the named metric; None when it is undefined on this input
-    (`undefined_reason` says why); `metric_spec(name).higher_is_better` gives its direction."""
+    (`undefined_reason` says why); `metric_spec(name).higher_is_better` gives its direction.
+    A grouped metric needs `groups` (each example's query and first-stage rank)."""
     spec = metric_spec(name)
     if len(preds) != len(labels):
         raise ValueError(f"{len(preds)} predictions for {len(labels)} labels")
@@ -125,6 +202,10 @@ def compute_metric(name: str, preds: Sequence, labels: Sequence) -> float | None
         raise ValueError("cannot score an empty split")
     if undefined_reason(name, preds, labels) is not None:
         return None
+    if spec.granularity == "grouped":
+        if groups is None or len(groups) != len(labels):
+            raise ValueError(f"metric {name} needs each example's query and first-stage rank")
+        return spec.fn(preds, labels, groups)
     return spec.fn(preds, labels)
 
 
@@ -150,13 +231,17 @@ def language_mean(
 
 
 def score_splits(
-    metric: str, predictions: dict[str, Sequence], labels: dict[str, Sequence]
+    metric: str,
+    predictions: dict[str, Sequence],
+    labels: dict[str, Sequence],
+    groups: dict[str, RankGroups] | None = None,
 ) -> tuple[dict[str, float | None], dict[str, str]]:
     """Score each language; returns (scores, undefined) where undefined maps a language
-    whose metric is undefined on its predictions to the reason (its score is None)."""
+    whose metric is undefined on its predictions to the reason (its score is None).
+    `groups` (per language) is what a grouped metric needs beside predictions and labels."""
     scores, undefined = {}, {}
     for lang, preds in predictions.items():
-        scores[lang] = compute_metric(metric, preds, labels[lang])
+        scores[lang] = compute_metric(metric, preds, labels[lang], (groups or {}).get(lang))
         if scores[lang] is None:
             undefined[lang] = undefined_reason(metric, preds, labels[lang])
     return scores, undefined
@@ -176,8 +261,10 @@ def score_array(name: str, preds: np.ndarray, labels: np.ndarray) -> float | Non
     """`compute_metric(name, preds, labels)` computed with numpy alone, for resampling loops
     that score thousands of resamples (the paired tests and bootstraps of `compare`):
     scikit-learn's per-call input checks cost more than the arithmetic there. The same
-    value and the same undefined cases (None); `tests/test_metrics.py` checks the two agree."""
-    metric_spec(name)
+    value and the same undefined cases (None); `tests/test_metrics.py` checks the two agree.
+    Pointwise metrics only: resampling a grouped metric must resample whole queries."""
+    if metric_spec(name).granularity == "grouped":
+        raise ValueError(f"{name} is a per-query metric; score_array resamples single examples")
     preds, labels = np.asarray(preds), np.asarray(labels)
     if preds.shape != labels.shape or labels.size == 0:
         raise ValueError(f"{preds.size} predictions for {labels.size} labels")

@@ -11,6 +11,12 @@ never points at a half-written predictions file.
 `load_predictions` validates a file and `check_against_result` recomputes the cell's report
 scores from it: a predictions file that does not reproduce its result's numbers (a stale
 file from another run) is refused, never silently compared.
+
+A ranking cell's file holds the same lists (a prediction is a candidate's score, a label
+its 0/1 relevance) plus, per language, each candidate's `query_ids`, `doc_ids` and
+`first_stage_ranks`, which its per-query metrics need. Beside it the cell also writes the
+ranking as a TREC run file `X.run.trec` (`TREC_SUFFIX`): one line `qid Q0 docid rank score
+run_name` per candidate, ranked as the metrics rank (score, ties by first-stage rank).
 """
 
 from __future__ import annotations
@@ -24,14 +30,15 @@ from typing import Any
 
 from . import metrics
 from .errors import HarnessError
-from .fileio import write_json_atomic
-from .results import PREDICTIONS_SUFFIX
+from .fileio import atomic_open, write_json_atomic
+from .results import PREDICTIONS_SUFFIX, TREC_SUFFIX
 from .schema import CellId, CellResult, data_identity, is_number
 
 SCHEMA_NAME = "encoder-eval-predictions"
 SCHEMA_VERSION = 1
 # Recomputed scores must equal the recorded ones up to float summation order.
 SCORE_TOLERANCE = 1e-9
+RANK_FIELDS = ("query_ids", "doc_ids", "first_stage_ranks")  # a ranking language's extra lists
 
 
 class PredictionsError(HarnessError, ValueError):
@@ -45,9 +52,24 @@ class LanguagePredictions:
     ids: list[int]
     predictions: list
     labels: list
+    query_ids: list[str] | None = None  # ranking cells: each candidate's query...
+    doc_ids: list[str] | None = None  # ...its id...
+    first_stage_ranks: list[int] | None = None  # ...and its first-stage rank (breaks ties)
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def rank_groups(self) -> metrics.RankGroups | None:
+        if self.query_ids is None:
+            return None
+        return metrics.RankGroups(self.query_ids, self.first_stage_ranks)
+
+    def to_dict(self) -> dict:
+        out = {"ids": self.ids, "predictions": self.predictions, "labels": self.labels}
+        if self.query_ids is not None:
+            out.update({name: getattr(self, name) for name in RANK_FIELDS})
+        return out
 
 
 @dataclass(frozen=True)
@@ -68,11 +90,13 @@ class CellPredictions:
             "metric": self.metric,
             "split": self.split,
             "data_identity": self.data_identity,
-            "languages": {
-                lang: {"ids": p.ids, "predictions": p.predictions, "labels": p.labels}
-                for lang, p in self.languages.items()
-            },
+            "languages": {lang: p.to_dict() for lang, p in self.languages.items()},
         }
+
+    @property
+    def ranked(self) -> bool:
+        """Whether these are a ranking cell's candidates (scored per query)."""
+        return any(p.query_ids is not None for p in self.languages.values())
 
     @classmethod
     def from_dict(cls, obj: Any) -> CellPredictions:
@@ -86,17 +110,20 @@ class CellPredictions:
             split=obj["split"],
             data_identity=obj["data_identity"],
             languages={
-                lang: LanguagePredictions(v["ids"], v["predictions"], v["labels"])
+                lang: LanguagePredictions(v["ids"], v["predictions"], v["labels"],
+                                          *(v.get(name) for name in RANK_FIELDS))
                 for lang, v in obj["languages"].items()
             },
-        )
+        )  # fmt: skip
 
     def scores(self) -> dict[str, float | None]:
         """The metric per language, recomputed from the predictions (None: undefined)."""
+        groups = {k: p.rank_groups for k, p in self.languages.items() if p.query_ids is not None}
         return metrics.score_splits(
             self.metric,
             {lang: p.predictions for lang, p in self.languages.items()},
             {lang: p.labels for lang, p in self.languages.items()},
+            groups,
         )[0]
 
 
@@ -105,9 +132,46 @@ def predictions_path(result_path: str | os.PathLike) -> Path:
     return Path(str(result_path).removesuffix(".json") + PREDICTIONS_SUFFIX)
 
 
+def trec_run_path(result_path: str | os.PathLike) -> Path:
+    """Where the TREC run file of the ranking result `result_path` lives."""
+    return Path(str(result_path).removesuffix(".json") + TREC_SUFFIX)
+
+
+def trec_lines(preds: CellPredictions) -> list[str]:
+    """The TREC run of a ranking cell's predictions: per query, its candidates ranked by
+    score (highest first, ties by first-stage rank), as `qid Q0 docid rank score run_name`.
+    The run name is the cell (model_task_lrkey_sSEED)."""
+    c = preds.cell
+    run = f"{c.model}_{c.task}_{c.lr_key}_s{c.seed}"
+    lines = []
+    for p in preds.languages.values():
+        by_query: dict = {}
+        for score, doc, qid, rank in zip(p.predictions, p.doc_ids, p.query_ids,
+                                         p.first_stage_ranks, strict=True):  # fmt: skip
+            by_query.setdefault(qid, []).append((-float(score), rank, doc))
+        for qid, cands in by_query.items():
+            for position, (neg, _, doc) in enumerate(sorted(cands), start=1):
+                lines.append(f"{qid} Q0 {doc} {position} {-neg!r} {run}")
+    return lines
+
+
+def write_trec_run(path: str | os.PathLike, preds: CellPredictions) -> None:
+    """Write the TREC run file of a ranking cell's predictions atomically; an id holding
+    whitespace (which would split a TREC line) is refused."""
+    c = preds.cell
+    for value in (c.model, c.task, *(x for p in preds.languages.values()
+                                     for x in (*p.query_ids, *p.doc_ids))):  # fmt: skip
+        if not str(value) or any(ch.isspace() for ch in str(value)):
+            raise PredictionsError(f"id {value!r} is empty or holds whitespace; a TREC run "
+                                   "file cannot hold it")  # fmt: skip
+    with atomic_open(path, "w") as handle:
+        handle.write("".join(line + "\n" for line in trec_lines(preds)))
+
+
 def from_cell(result: dict, per_language: dict[str, dict]) -> CellPredictions:
     """The predictions of a cell just scored: `per_language` maps a language to its
-    "predictions" and "labels" lists (in report-split order, which gives the ids)."""
+    "predictions" and "labels" lists (in report-split order, which gives the ids), and for
+    a ranking cell its "query_ids", "doc_ids" and "first_stage_ranks"."""
     report = result.get("report") or {}
     return CellPredictions(
         cell=CellId.from_dict(result["cell"]),
@@ -119,6 +183,7 @@ def from_cell(result: dict, per_language: dict[str, dict]) -> CellPredictions:
                 ids=list(range(len(v["labels"]))),
                 predictions=list(v["predictions"]),
                 labels=list(v["labels"]),
+                **{name: list(v[name]) for name in RANK_FIELDS if name in v},
             )
             for lang, v in per_language.items()
         },
@@ -210,4 +275,9 @@ def _problem(obj: Any) -> str | None:
         for key in ("predictions", "labels"):
             if not all(is_number(x) and math.isfinite(x) for x in v[key]):
                 return f"languages.{lang}.{key}: every entry must be a finite number"
+        if metrics.METRIC_SPECS[obj["metric"]].granularity == "grouped":
+            for key in RANK_FIELDS:
+                if not isinstance(v.get(key), list) or len(v[key]) != len(v["ids"]):
+                    return (f"languages.{lang}.{key}: a ranking cell needs one entry per "
+                            "candidate")  # fmt: skip
     return None

@@ -28,6 +28,9 @@ PHASE_SEEDS: dict[str, tuple[int, ...]] = {"select": SELECT_SEEDS, "report": REP
 # fixed, label-stratified slice of train, the official dev split untouched until the report
 # score (EVALUATION_METHODOLOGY.md, section 6). A variant, not a departure from the protocol.
 SELECTION_SPLITS: tuple[str, ...] = ("dev", "holdout")
+# The training loss of a ranking cell: softmax cross-entropy over each query's group
+# (the protocol's), or binary cross-entropy per (query, candidate) pair (an ablation).
+RANK_OBJECTIVES: tuple[str, ...] = ("listwise", "pointwise")
 
 
 # How far a recipe entry must agree between cells that share a table (its `scope`):
@@ -71,6 +74,10 @@ class Recipe:
     # The evaluation batch asked for; None: by device (EVAL_BATCH_SIZE in train.py). A
     # different value changes predictions by bf16 rounding only, yet tables never mix them.
     eval_batch_size: int | None = _entry(None, checked=False)
+    # Ranking cells: the objective (RANK_OBJECTIVES) and the group per query, one relevant
+    # candidate plus sampled negatives (the seed's 36); other cells ignore both.
+    rank_objective: str = _entry("listwise")
+    rank_group_size: int = _entry(36)
     mode: str = _entry("auto", scope=MODEL, checked=False)  # the loader (models.MODES)
     # The decoder-adapted loader's settings (models.loader_settings); None for other modes.
     attention: str | None = _entry(None, scope=MODEL, checked=False)  # bidirectional | causal

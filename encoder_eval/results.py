@@ -41,6 +41,7 @@ from .schema import (  # noqa: F401  (re-exported: the result schema is defined 
 
 LOCK_PREFIX = ".lock-"
 PREDICTIONS_SUFFIX = ".predictions.json"  # per-example predictions written beside a result
+TREC_SUFFIX = ".run.trec"  # a ranking cell's TREC run file, written beside its result
 
 
 def lr_key(lr: float) -> str:
@@ -174,7 +175,7 @@ def is_own_file(path: Path) -> bool:
     return (
         path.name.startswith(OWN_HIDDEN_PREFIXES)
         or path.name in (QUARANTINE_DIR, EXPERIMENT_NAME)
-        or (path.name.endswith(PREDICTIONS_SUFFIX) and not path.is_dir())
+        or (path.name.endswith((PREDICTIONS_SUFFIX, TREC_SUFFIX)) and not path.is_dir())
     )
 
 

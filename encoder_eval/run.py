@@ -32,7 +32,14 @@ from .models import (
     loader_settings,
     model_entry,
 )
-from .protocol import PHASE_SEEDS, PROTOCOL_RECIPE, SELECTION_SPLITS, Recipe, lr_key_for
+from .protocol import (
+    PHASE_SEEDS,
+    PROTOCOL_RECIPE,
+    RANK_OBJECTIVES,
+    SELECTION_SPLITS,
+    Recipe,
+    lr_key_for,
+)
 from .results import (
     DONE_STATES,
     cell_lock,
@@ -109,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "cells that set it differently")  # fmt: skip
     g.add_argument("--batching", choices=("length-grouped", "random"), default=r.batching,
                    help="how training batches are formed (see EVALUATION_METHODOLOGY.md)")  # fmt: skip
+    g.add_argument("--rank-objective", choices=RANK_OBJECTIVES, default=r.rank_objective,
+                   help="ranking tasks: listwise (softmax cross-entropy over each query's "
+                   "group, the protocol's) or pointwise (binary cross-entropy per pair, an "
+                   "ablation; marks the cell off-protocol)")  # fmt: skip
+    g.add_argument("--rank-group-size", type=int, default=r.rank_group_size,
+                   help="ranking tasks: candidates per query group in training, one relevant "
+                   "plus sampled negatives (capped at the candidates a query has)")  # fmt: skip
     g.add_argument("--allow-off-protocol", action="store_true", help="accept a learning rate "
                    "off the grid or a seed outside the phase's set (the result is marked "
                    "off-protocol)")  # fmt: skip
@@ -197,6 +211,9 @@ def plan_cells(args: argparse.Namespace) -> list:
     for flag in ("bsz", "max_steps", "epoch_cap", "max_seq_len", "patience"):
         if getattr(args, flag) < 1:
             raise HarnessError(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.rank_group_size < 2:
+        raise HarnessError("--rank-group-size must be at least 2 (one relevant candidate and "
+                           "one negative)")  # fmt: skip
     if args.eval_batch is not None and args.eval_batch < 1:
         raise HarnessError("--eval-batch must be at least 1")
     if args.micro_batch is not None and (args.micro_batch < 1 or args.bsz % args.micro_batch):
@@ -211,7 +228,8 @@ def plan_cells(args: argparse.Namespace) -> list:
         batch_size=args.bsz, max_steps=args.max_steps, epoch_cap=args.epoch_cap,
         patience=args.patience, early_stop=args.early_stop, max_seq_len=args.max_seq_len,
         precision=args.precision, selection_split=args.selection_split, batching=args.batching,
-        mode=mode, micro_batch=args.micro_batch, eval_batch_size=args.eval_batch, **settings,
+        mode=mode, micro_batch=args.micro_batch, eval_batch_size=args.eval_batch,
+        rank_objective=args.rank_objective, rank_group_size=args.rank_group_size, **settings,
     )  # fmt: skip
     cells = []
     for lr in lrs:

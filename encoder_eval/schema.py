@@ -14,7 +14,7 @@ import math
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from .protocol import SELECTION_SPLITS
+from .protocol import RANK_OBJECTIVES, SELECTION_SPLITS
 
 SCHEMA_NAME = "encoder-eval-result"
 # 2: provenance.data.identity (the resolved data source), recipe.selection_split, and
@@ -179,6 +179,9 @@ class CellResult:
     provenance: dict = field(metadata=_OBJECT)
     dev: ScoreSection | None = None
     report: ScoreSection | None = None
+    # A ranking cell's objective, group sizes and training query counts (`kinds`); its
+    # score sections add `secondary`, `first_stage` and `queries`. None for other cells.
+    ranking: dict | None = None
     created_at: str | None = None
     schema: str = SCHEMA_NAME
     schema_version: int = SCHEMA_VERSION
@@ -212,6 +215,7 @@ class CellResult:
             "recipe": self.recipe,
             "protocol": self.protocol.to_dict(),
             "provenance": self.provenance,
+            **({} if self.ranking is None else {"ranking": self.ranking}),
             "created_at": self.created_at,
             **self.extra,
         }
@@ -223,7 +227,8 @@ class CellResult:
         if errors:
             raise ValueError("not a valid result: " + "; ".join(errors))
         known = {"schema", "schema_version", "cell", "status", "metric", "dev", "report",
-                 "training", "recipe", "protocol", "provenance", "created_at"}  # fmt: skip
+                 "training", "recipe", "protocol", "provenance", "ranking",
+                 "created_at"}  # fmt: skip
         return cls(
             cell=CellId.from_dict(obj["cell"]),
             status=obj["status"],
@@ -232,6 +237,7 @@ class CellResult:
             recipe=obj["recipe"],
             protocol=Protocol.from_dict(obj["protocol"]),
             provenance=obj["provenance"],
+            ranking=obj.get("ranking"),
             dev=ScoreSection.from_dict(obj.get("dev")),
             report=ScoreSection.from_dict(obj.get("report")),
             created_at=obj.get("created_at"),
@@ -300,6 +306,23 @@ def validate_result(obj: Any) -> list[str]:
     data = obj["provenance"].get("data")
     if not isinstance(data, dict) or not isinstance(data.get("identity"), str):
         errors.append("provenance.data.identity missing (the data source the cell read)")
+    if "ranking" in obj:
+        errors += _ranking_errors(obj["ranking"])
+    return errors
+
+
+def _ranking_errors(section: Any) -> list[str]:
+    """A ranking section names its objective and the group sizes asked for and used."""
+    if not isinstance(section, dict):
+        return ["ranking is not an object"]
+    errors = []
+    if section.get("objective") not in RANK_OBJECTIVES:
+        errors.append(f"ranking.objective is {section.get('objective')!r}, expected one of "
+                      f"{RANK_OBJECTIVES}")  # fmt: skip
+    for key in ("group_size", "group_size_used"):
+        value = section.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            errors.append(f"ranking.{key} missing or not a positive integer")
     return errors
 
 

@@ -17,9 +17,12 @@ two-level bootstrap over seeds and report examples); nothing is picked here. Per
 best model is bold and `≈` marks each model `compare` calls not distinguishable from it
 (`--no-marks` skips the tests). Scores are shown x100. Each task's column
 names its metric; tasks reported on dev (validation) are marked `*`. Bucket columns
-(Multilingual, GLUE, SuperGLUE) average the model's task means within the bucket, and
-`Average` averages all its task means (each task weighs the same); an average is shown
-only when all its tasks have a score.
+(Multilingual, GLUE, SuperGLUE, Ranking) average the model's task means within the bucket,
+and `Average` averages its task means (each task weighs the same) except the ranking
+tasks', which have their own column; an average is shown only when all its tasks have a
+score. `GLUE score` and `SuperGLUE score` are the seed paper's benchmark scores
+(`tasks.BENCHMARK_SCORES`): the macro-average over a fixed task set (SuperGLUE without
+ReCoRD), shown when a table holds every task of the set.
 
 The table is refused (exit 1, each offending cell listed) when:
 
@@ -76,7 +79,14 @@ from .metrics import metric_spec
 from .protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
 from .results import LoadedResult, load_results, result_filename
 from .select import cell_setup, load_selection, setup_differences
-from .tasks import TASK_KNOBS, task_knobs
+from .tasks import (
+    BENCHMARK_LABELS,
+    BENCHMARK_SCORES,
+    SEPARATE_BUCKETS,
+    TASK_KNOBS,
+    in_suite_average,
+    task_knobs,
+)
 
 TABLE_SCHEMA = "encoder-eval-table"
 RULES = (
@@ -103,14 +113,15 @@ MARKS_NOTE = (
     "`encoder-eval compare`: Welch over seeds and the paired example-level test, Holm-"
     "corrected across the task's comparisons with the best)."
 )
-BUCKET_LABELS = {"multilingual": "Multilingual", "glue": "GLUE", "superglue": "SuperGLUE"}
-BUCKET_ORDER = ("multilingual", "glue", "superglue")
+BUCKET_LABELS = {"multilingual": "Multilingual", "glue": "GLUE", "superglue": "SuperGLUE",
+                 "ranking": "Ranking"}  # fmt: skip
+BUCKET_ORDER = ("multilingual", "glue", "superglue", "ranking")
 TASK_LABELS = {
     "xnli": "XNLI", "paws_x": "PAWS-X", "amazon_reviews_multi": "Amazon-Reviews",
     "massive_intent": "MASSIVE-Intent", "seahorse": "SeaHorse", "glue_cola": "CoLA",
     "glue_sst2": "SST-2", "glue_mrpc": "MRPC", "glue_stsb": "STS-B", "glue_qqp": "QQP",
     "glue_mnli": "MNLI", "glue_qnli": "QNLI", "glue_rte": "RTE", "sg_boolq": "BoolQ",
-    "sg_cb": "CB", "sg_wic": "WiC", "sg_wsc": "WSC",
+    "sg_cb": "CB", "sg_wic": "WiC", "sg_wsc": "WSC", "ms_marco": "MS-MARCO",
 }  # fmt: skip
 
 
@@ -205,7 +216,23 @@ class Table:
         return self._avg(model, [t for t in self.tasks if TASK_KNOBS[t].bucket == bucket])
 
     def overall_mean(self, model: str) -> float | None:
-        return self._avg(model, self.tasks)
+        """The mean of the model's task means, ranking tasks left out (`in_suite_average`)."""
+        return self._avg(model, [t for t in self.tasks if in_suite_average(t)])
+
+    @property
+    def benchmark_scores(self) -> list[str]:
+        """The benchmark scores (`tasks.BENCHMARK_SCORES`) whose whole task set the table
+        holds (a benchmark score over some of its tasks would be another number)."""
+        return [name for name, tasks in BENCHMARK_SCORES.items()
+                if all(t in self.tasks for t in tasks)]  # fmt: skip
+
+    def benchmark_score(self, model: str, name: str) -> float | None:
+        """The macro-average of the model's means over the benchmark's task set; None
+        unless the table holds every task of the set and each has a score."""
+        tasks = list(BENCHMARK_SCORES[name])
+        if not all(t in self.tasks for t in tasks):
+            return None
+        return self._avg(model, tasks)
 
     def _avg(self, model: str, tasks: list[str]) -> float | None:
         means = [self.cells[(model, t)].mean for t in tasks if (model, t) in self.cells]
@@ -528,6 +555,17 @@ def footnotes(table: Table) -> list[str]:
                      f"({', '.join(table.selection_splits)}) [selection_split].")  # fmt: skip
     if any(TASK_KNOBS[t].report_split == "validation" for t in table.tasks):
         notes.append("* reported on the dev (validation) split: the test labels are hidden.")
+    for name in table.benchmark_scores:
+        tasks = BENCHMARK_SCORES[name]
+        notes.append(f"{BENCHMARK_LABELS[name]}: the macro-average of the task means over "
+                     f"{', '.join(TASK_LABELS.get(t, t) for t in tasks)} (each task's metric "
+                     "as in its column"
+                     + ("; ReCoRD excluded" if name == "superglue_score" else "")
+                     + ").")  # fmt: skip
+    separate = [t for t in table.tasks if not in_suite_average(t)]
+    if separate:
+        notes.append(f"Average leaves out the ranking tasks ({', '.join(separate)}), which "
+                     "have their own column.")  # fmt: skip
     if partial:
         by_n: dict[int, list[str]] = defaultdict(list)
         for c in partial:
@@ -542,7 +580,8 @@ def footnotes(table: Table) -> list[str]:
 def render_markdown(table: Table) -> str:
     n = len(table.expected_seeds)
     head = ["Model", *(task_header(t) for t in table.tasks)]
-    head += [BUCKET_LABELS.get(b, b.title()) for b in table.buckets] + ["Average"]
+    head += [BUCKET_LABELS.get(b, b.title()) for b in table.buckets]
+    head += [BENCHMARK_LABELS[name] for name in table.benchmark_scores] + ["Average"]
     lines = [
         "| " + " | ".join(head) + " |",
         "|" + "---|" + "---:|" * (len(head) - 1),
@@ -555,6 +594,7 @@ def render_markdown(table: Table) -> str:
             for t in table.tasks
         ]  # fmt: skip
         row += [_pct(table.bucket_mean(model, b)) for b in table.buckets]
+        row += [_pct(table.benchmark_score(model, name)) for name in table.benchmark_scores]
         row.append(_pct(table.overall_mean(model)))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join([*lines, "", *footnotes(table)]) + "\n"
@@ -581,6 +621,8 @@ def table_to_dict(table: Table) -> dict:
         rows.append({
             "model": model, "cells": cells,
             "buckets": {b: table.bucket_mean(model, b) for b in table.buckets},
+            "benchmark_scores": {name: table.benchmark_score(model, name)
+                                 for name in table.benchmark_scores},
             "average": table.overall_mean(model),
         })  # fmt: skip
     return {
@@ -592,6 +634,11 @@ def table_to_dict(table: Table) -> dict:
         "expected_seeds": table.expected_seeds,
         "selection_split": table.selection_split,
         "selection_splits": table.selection_splits,
+        "benchmark_scores": {
+            name: {"label": BENCHMARK_LABELS[name], "tasks": list(BENCHMARK_SCORES[name])}
+            for name in table.benchmark_scores
+        },
+        "average_excludes_buckets": list(SEPARATE_BUCKETS),
         "tasks": [
             {
                 "task": t,
@@ -635,6 +682,10 @@ def render_csv(table: Table) -> str:
             m = table.bucket_mean(model, b)
             w.writerow([model, "bucket", b, "", "", b, "", "", "", "", "" if m is None else repr(m),
                         "", "", "", "", "", ""])  # fmt: skip
+        for name in table.benchmark_scores:
+            m = table.benchmark_score(model, name)
+            w.writerow([model, "benchmark", name, "", "", "", "", "", "", "",
+                        "" if m is None else repr(m), "", "", "", "", "", ""])  # fmt: skip
         m = table.overall_mean(model)
         w.writerow([model, "average", "", "", "", "", "", "", "", "", "" if m is None else repr(m),
                     "", "", "", "", "", ""])  # fmt: skip

@@ -23,7 +23,10 @@ from typing import Any
 
 from . import tasks
 from .errors import HarnessError, unknown_name
-from .metrics import METRICS
+from .metrics import METRIC_SPECS
+
+# A task file defines classification and regression tasks: their metrics score examples.
+METRICS = tuple(name for name, spec in METRIC_SPECS.items() if spec.granularity == "pointwise")
 
 # field -> what it holds, in the order a task table is usually written
 FIELDS: dict[str, str] = {

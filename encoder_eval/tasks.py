@@ -10,7 +10,9 @@ and the Hub give the same inputs. User tasks, written in task files (`encoder_ev
 join the registry through `register_task_files` / `register_task_rows`.
 
 A split is a dict of columns: `text` (list[str]), `text_pair` (list[str], pair tasks only)
-and `label` (list[int] or list[float]).
+and `label` (list[int] or list[float]). A ranking split (problem type `RANKING`) holds one
+row per (query, candidate) pair, with `text` the query, `text_pair` the candidate, `label`
+its relevance (0 or 1), and the columns `query_id`, `doc_id` and `first_stage_rank`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from .errors import HarnessError, unknown_name
 
 SINGLE_LABEL = "single_label_classification"
 REGRESSION = "regression"
+RANKING = "ranking"  # (query, candidate) pairs scored by one logit, metrics per query
 TRAIN_SHUFFLE_SEED = (
     20240531  # fixed: the multilingual train concatenation is the same for every cell
 )
@@ -76,6 +79,13 @@ class TaskKnobs:
     description: str = ""
     data_dir: Path | None = None  # a user task's own data folder
     label_names: tuple[str, ...] = ()
+    # Ranking tasks: the fields naming a row's query and candidate, and its first-stage rank
+    # (which breaks score ties); metrics recorded beside the primary one.
+    query_field: str | None = None
+    doc_field: str | None = None
+    first_stage_field: str | None = None
+    first_stage_name: str | None = None
+    secondary_metrics: tuple[str, ...] = ()
 
     @property
     def multilingual(self) -> bool:
@@ -361,19 +371,46 @@ TASK_KNOBS: dict[str, TaskKnobs] = {
         num_labels=1, problem=REGRESSION, metric="spearman", report_split="test",
         description="SYNTHETIC single-sentence rating 0-5 (regression)",
     ),
+    # --- RANKING: re-rank a first stage's candidates per query; kept out of the suite average
+    "ms_marco": TaskKnobs(
+        bucket="ranking", hf_path=None, inputs=("query", "passage"), label_field="label",
+        num_labels=1, problem=RANKING, metric="mrr_at_10", report_split="validation",
+        query_field="query_id", doc_field="passage_id", first_stage_field="bm25_rank",
+        first_stage_name="bm25", secondary_metrics=("ndcg_at_10",),
+        description="MS MARCO passage re-ranking of BM25 top-k candidates (mirror only)",
+    ),
 }  # fmt: skip
 
 BUILTIN_TASKS = frozenset(TASK_KNOBS)  # the package's own; a task file cannot redefine them
 USER_TASK_SOURCES: dict[str, str] = {}  # user task -> the file that defined it
 MULTILINGUAL_TASKS = tuple(k for k, v in TASK_KNOBS.items() if v.bucket == "multilingual")
-# Names `--tasks` accepts for several tasks at once; "all" is the 17-task suite (no synthetic).
+# Names `--tasks` accepts for several tasks at once; "all" is the 17-task suite (no synthetic,
+# no ranking).
 SUITE_BUCKETS = ("multilingual", "glue", "superglue")
-TASK_GROUPS: tuple[str, ...] = ("all", *SUITE_BUCKETS)
+# Buckets that are a group of their own, outside "all" and outside a table's Average.
+SEPARATE_BUCKETS = ("ranking",)
+TASK_GROUPS: tuple[str, ...] = ("all", *SUITE_BUCKETS, *SEPARATE_BUCKETS)
+
+# The benchmark scores of the seed paper (arXiv:2503.02656): the macro-average of the task
+# metrics over a fixed task set, defined only when every task of the set has a score.
+# GLUE: the eight GLUE tasks of the suite (no WNLI); SuperGLUE: the four of the suite,
+# ReCoRD excluded as the seed requires (COPA, MultiRC and RTE are not in the suite).
+BENCHMARK_SCORES: dict[str, tuple[str, ...]] = {
+    "glue_score": ("glue_cola", "glue_sst2", "glue_mrpc", "glue_stsb", "glue_qqp", "glue_mnli",
+                   "glue_qnli", "glue_rte"),
+    "superglue_score": ("sg_boolq", "sg_cb", "sg_wic", "sg_wsc"),
+}  # fmt: skip
+BENCHMARK_LABELS = {"glue_score": "GLUE score", "superglue_score": "SuperGLUE score"}
+
+
+def in_suite_average(task: str) -> bool:
+    """Whether a task counts in a table's overall Average (ranking tasks do not)."""
+    return task_knobs(task).bucket not in SEPARATE_BUCKETS
 
 
 def group_tasks(group: str) -> list[str]:
     """The tasks of a group name, in registry order (user tasks of that bucket included)."""
-    buckets = SUITE_BUCKETS if group == "all" else (group,)
+    buckets = SUITE_BUCKETS if group == "all" else (group,)  # SEPARATE_BUCKETS: not in all
     return [k for k, v in TASK_KNOBS.items() if v.bucket in buckets]
 
 
@@ -760,13 +797,79 @@ def load_generic(
     return train, val, test, knobs.num_labels, knobs.problem
 
 
+def ranking_rows_to_split(task: str, rows: list[dict], where: str) -> Split:
+    """Turn (query, candidate) rows into a ranking split, checking each row: the query and
+    candidate texts and ids, a 0/1 relevance label, a positive integer first-stage rank, and
+    no candidate twice in one query nor two candidates at one rank."""
+    knobs = task_knobs(task)
+    fields_needed = (*knobs.inputs, knobs.label_field, knobs.query_field, knobs.doc_field,
+                     knobs.first_stage_field)  # fmt: skip
+    split: Split = {k: [] for k in ("text", "text_pair", "label", "query_id", "doc_id",
+                                    "first_stage_rank")}  # fmt: skip
+    seen_docs: set = set()
+    seen_ranks: set = set()
+    for number, row in enumerate(rows, start=1):
+        missing = [f for f in fields_needed if f not in row]
+        if missing:
+            raise HarnessError(f"{where}: row {number} has no field {missing[0]!r} (task "
+                               f"{task!r} needs {', '.join(fields_needed)})")  # fmt: skip
+        label, rank = row[knobs.label_field], row[knobs.first_stage_field]
+        if label not in (0, 1) or isinstance(label, bool):
+            raise HarnessError(f"{where}: row {number}: relevance label {label!r} is not 0 or 1")
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+            raise HarnessError(f"{where}: row {number}: {knobs.first_stage_field} {rank!r} is "
+                               "not a positive integer rank")  # fmt: skip
+        qid, doc = str(row[knobs.query_field]), str(row[knobs.doc_field])
+        if (qid, doc) in seen_docs or (qid, rank) in seen_ranks:
+            raise HarnessError(f"{where}: row {number}: query {qid} lists candidate {doc} or "
+                               f"rank {rank} twice; each candidate once, one per rank")  # fmt: skip
+        seen_docs.add((qid, doc))
+        seen_ranks.add((qid, rank))
+        for column, value in (("text", row[knobs.inputs[0]]), ("text_pair", row[knobs.inputs[1]]),
+                              ("label", int(label)), ("query_id", qid), ("doc_id", doc),
+                              ("first_stage_rank", rank)):  # fmt: skip
+            split[column].append("" if value is None else value)
+    return split
+
+
+def load_ranking(
+    task: str, data_dir: str | os.PathLike | None = None, with_test: bool = True
+) -> LoaderResult:
+    """The loader of ranking tasks: one file per split, read from the mirror (or the task's
+    own data_dir); a split without rows, or without any relevant candidate, is an error."""
+    knobs = task_knobs(task)
+    data_dir = resolve_data_dir(data_dir)
+    if task_data_folder(task, data_dir) is None:
+        raise HarnessError(f"task {task!r} is read from a data mirror only; pass --data-dir "
+                           f"DIR with {task}/train.jsonl and {task}/validation.jsonl (or set "
+                           "ENCODER_EVAL_DATA_DIR)")  # fmt: skip
+
+    def one(split: str) -> dict[str, Split]:
+        out = {}
+        for lang, (rows, where) in read_split(task, split, data_dir).items():
+            part = _nonempty(ranking_rows_to_split(task, rows, where), task, f"{split} ({lang})")
+            out[lang] = _varied(part, knobs, task, split, lang, where)
+        return out
+
+    train = next(iter(one("train").values()))
+    val = one("validation")
+    test = val if knobs.report_split == "validation" else (one("test") if with_test else {})
+    return train, val, test, knobs.num_labels, knobs.problem
+
+
 def _generic_loader(name: str) -> Callable[..., LoaderResult]:
     """Task `name`'s entry in LOADERS: `load_generic` for that task."""
     return lambda data_dir=None, with_test=True: load_generic(name, data_dir, with_test)
 
 
+def _ranking_loader(name: str) -> Callable[..., LoaderResult]:
+    """Ranking task `name`'s entry in LOADERS: `load_ranking` for that task."""
+    return lambda data_dir=None, with_test=True: load_ranking(name, data_dir, with_test)
+
+
 LOADERS: dict[str, Callable[..., LoaderResult]] = {
-    name: _generic_loader(name) for name in TASK_KNOBS
+    name: (_ranking_loader if knobs.problem == RANKING else _generic_loader)(name)
+    for name, knobs in TASK_KNOBS.items()
 }
 
 
@@ -780,9 +883,13 @@ def load_task(
     "holdout", dev is replaced by a fixed slice of train (`encoder_eval.holdout`)."""
     from .holdout import apply_selection_split
 
-    task_knobs(task)
+    knobs = task_knobs(task)
     if task not in LOADERS:
         raise unknown_name("task loader", task, LOADERS)
+    if knobs.problem == RANKING and selection_split != "dev":
+        raise HarnessError(f"task {task!r} is a ranking task: the {selection_split} slice is "
+                           "drawn per example, which would split queries; use "
+                           "--selection-split dev")  # fmt: skip
     return apply_selection_split(LOADERS[task](data_dir, with_test=with_test), selection_split)
 
 
@@ -802,6 +909,9 @@ def data_provenance(task: str, data_dir: str | os.PathLike | None = None) -> dic
         return {"source": "synthetic", "generator_version": version,
                 "identity": f"synthetic:{task}:v{version}"}  # fmt: skip
     folder = task_data_folder(task, data_dir)
+    if folder is None and knobs.hf_path is None:
+        raise HarnessError(f"task {task!r} is read from a data mirror only; pass --data-dir DIR "
+                           "(or set ENCODER_EVAL_DATA_DIR)")  # fmt: skip
     if folder is None:
         requested = dataset_revisions().get(knobs.hf_path) if knobs.hf_path else None
         sha = _resolved_revision(knobs, task)

@@ -23,6 +23,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from dataclasses import replace as dataclass_replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,7 +38,14 @@ from .errors import HarnessError, unknown_name
 from .fileio import atomic_open
 from .kinds import Kind, kind_for
 from .loaders import LoadedModel, load_model
-from .predictions import PredictionsError, predictions_path, write_predictions
+from .metrics import RankGroups
+from .predictions import (
+    PredictionsError,
+    predictions_path,
+    trec_run_path,
+    write_predictions,
+    write_trec_run,
+)
 from .predictions import from_cell as predictions_from_cell
 from .protocol import PROTOCOL_RECIPE, Recipe, off_protocol_reasons, step_budget
 from .results import lr_key, write_json_atomic
@@ -98,11 +106,31 @@ def seed_everything(seed: int) -> None:
 
 @dataclass
 class Encoded:
-    """A tokenised split: one list of token ids per example (no padding), plus labels."""
+    """A tokenised split: one list of token ids per example (no padding), plus labels; for
+    a ranking split also each example's query, candidate id and first-stage rank."""
 
     features: dict[str, list[list[int]]]
     labels: list
     lengths: list[int]
+    query_ids: list[str] | None = None
+    doc_ids: list[str] | None = None
+    first_stage_ranks: list[int] | None = None
+
+    @property
+    def rank_groups(self) -> RankGroups | None:
+        """What a grouped metric needs beside scores and labels; None for other splits."""
+        if self.query_ids is None:
+            return None
+        return RankGroups(self.query_ids, self.first_stage_ranks)
+
+
+def with_rank_columns(enc: Encoded, split: dict) -> Encoded:
+    """`enc` with a ranking split's query, candidate and first-stage columns (kept out of
+    the tokenisation cache, which holds model inputs only); other splits unchanged."""
+    if "query_id" not in split:
+        return enc
+    return dataclass_replace(enc, query_ids=list(split["query_id"]), doc_ids=list(split["doc_id"]),
+                             first_stage_ranks=list(split["first_stage_rank"]))  # fmt: skip
 
 
 def encode(tokenizer, split: dict, max_len: int, input_names: tuple[str, ...]) -> Encoded:
@@ -348,19 +376,29 @@ class _Cell:
     t0: float
     dev_eval_seconds: float = 0.0  # time spent scoring dev, in the loop and at the end
 
+    last_dev_predictions: dict = field(default_factory=dict)  # of the last `dev_scores`
+
     def predict(self, enc: Encoded) -> list:
         return predict(self.model, enc, self.pad_id, self.device, self.cfg.recipe.precision,
                        self.eval_batch, self.kind)  # fmt: skip
 
     def dev_scores(self, langs: list[str]) -> tuple[dict[str, float | None], dict[str, str]]:
-        """Score the current weights on the dev split of each language in `langs`."""
+        """Score the current weights on the dev split of each language in `langs` (the
+        predictions are kept in `last_dev_predictions`)."""
         t = time.perf_counter()
         preds = {lang: self.predict(self.enc_val[lang]) for lang in langs}
-        out = metrics.score_splits(
-            self.knobs.metric, preds, {k: self.enc_val[k].labels for k in langs}
-        )
+        out = score_encoded(self.knobs.metric, preds, {k: self.enc_val[k] for k in langs})
+        self.last_dev_predictions = preds
         self.dev_eval_seconds += time.perf_counter() - t
         return out
+
+
+def score_encoded(
+    metric: str, preds: dict[str, list], encs: dict[str, Encoded]
+) -> tuple[dict[str, float | None], dict[str, str]]:
+    """`metrics.score_splits` of predictions on tokenised splits (with their query groups)."""
+    groups = {k: e.rank_groups for k, e in encs.items() if e.rank_groups is not None}
+    return metrics.score_splits(metric, preds, {k: e.labels for k, e in encs.items()}, groups)
 
 
 def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | None) -> _Cell:
@@ -381,7 +419,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
         data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report",
                          selection_split=recipe.selection_split)  # fmt: skip
     train_split, val_splits, test_splits, num_labels, problem = data
-    kind = kind_for(problem)
+    kind = kind_for(problem, recipe)
 
     seed_everything(cfg.seed)  # before the model load: the fresh head's init is seeded
     if loaded is None:
@@ -412,7 +450,8 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     tok_fp = tokencache.tokenizer_fingerprint(tok) if cache_dir is not None else None
 
     def tokenise(split: dict) -> Encoded:
-        return encode_cached(tok, split, max_len, loaded.input_names, cache_dir, tok_fp)
+        enc = encode_cached(tok, split, max_len, loaded.input_names, cache_dir, tok_fp)
+        return with_rank_columns(enc, split)
 
     enc_train = tokenise(train_split)
     enc_val = {lang: tokenise(s) for lang, s in val_splits.items()}
@@ -420,7 +459,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     micro = recipe.micro_batch or recipe.batch_size
     if recipe.batch_size % micro:
         raise HarnessError(f"--micro-batch {micro} must divide the batch size {recipe.batch_size}")
-    steps_per_epoch, max_steps = step_budget(len(enc_train.labels), recipe)
+    steps_per_epoch, max_steps = step_budget(kind.count_units(enc_train), recipe)
     deciding = metrics.deciding_languages(list(enc_val), knobs.euro_languages)
     return _Cell(
         cfg=cfg, knobs=knobs, kind=kind, device=device, eval_batch=eval_batch, loaded=loaded,
@@ -478,22 +517,21 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
             raise stop_kind(f"{label}: stopped by {how} at step {st.step}; state saved to "
                             f"{resume_path}; run the cell again to resume (the same command)")  # fmt: skip
         if not st.batches:
-            st.batches = train_batches(enc_train.lengths, recipe.batch_size, data_rng,
-                                       cfg.recipe.batching == "length-grouped")  # fmt: skip
+            st.batches = _epoch_batches(enc_train, kind, recipe, data_rng)
             st.epoch += 1
         idx = st.batches.pop(0)
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
         for m in range(0, len(idx), micro):
             sub = idx[m : m + micro]
-            batch = _collate(enc_train, sub, cell.pad_id, cell.device, kind)
+            batch = kind.collate_units(enc_train, sub, cell.pad_id, cell.device)
             labels = batch.pop("labels")
             with _autocast(cell.device, recipe.precision):
                 logits = model(**batch).logits
             loss = kind.loss(logits, labels) * (len(sub) / len(idx))
             loss.backward()
             step_loss += loss.detach()
-            st.real_tokens += sum(enc_train.lengths[i] for i in sub)
+            st.real_tokens += sum(enc_train.lengths[i] for u in sub for i in kind.members(u))
         step_loss = float(step_loss)
         if not math.isfinite(step_loss):
             diverged_at = st.step + 1
@@ -515,6 +553,16 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
     return _Trained(st, diverged_at, train_time, first_step_s, process_first_step_s)
 
 
+def _epoch_batches(enc: Encoded, kind: Kind, recipe: Recipe, rng: random.Random) -> list[list]:
+    """One epoch of training batches of the kind's units (examples, or query groups), each
+    batch `recipe.batch_size` units, length-grouped by a unit's tokens unless the recipe
+    says random; deterministic given `rng`."""
+    units = kind.units(enc, rng, recipe)
+    lengths = [sum(enc.lengths[i] for i in kind.members(u)) for u in units]
+    order = train_batches(lengths, recipe.batch_size, rng, recipe.batching == "length-grouped")
+    return [[units[i] for i in batch] for batch in order]
+
+
 def _evaluate(cell: _Cell, st: _LoopState) -> float | None:
     """One dev evaluation during training: score the deciding languages, record it, keep the
     weights when it is a new best, and count patience; returns the dev mean."""
@@ -522,10 +570,12 @@ def _evaluate(cell: _Cell, st: _LoopState) -> float | None:
     dev_mean, _ = metrics.language_mean(per_lang, cell.knobs.euro_languages)
     st.history.append({"step": st.step, "dev": dev_mean, "loss": st.last_loss})
     st.last_per_language, st.last_undefined = per_lang, undefined
+    st.last_predictions = cell.last_dev_predictions
     # An undefined dev score (constant predictions) never counts as a best.
     if metrics.improves(dev_mean, st.best_mean, cell.knobs.metric):
         st.best_mean, st.best_step = dev_mean, st.step
         st.best_per_language, st.best_undefined = per_lang, undefined
+        st.best_predictions = cell.last_dev_predictions
         st.best_state = {k: v.detach().to("cpu", copy=True)
                          for k, v in cell.model.state_dict().items()}  # fmt: skip
         st.bad_evals = 0
@@ -551,19 +601,22 @@ def _score(cell: _Cell, trained: _Trained) -> _Scores:
     """Restore the best weights, complete the dev scores and score the report split."""
     if trained.diverged_at is not None:
         return _Scores("diverged", None, None, {})
-    knobs, euro = cell.knobs, cell.knobs.euro_languages
-    dev = _score_section(*_final_dev_scores(cell, trained.st), euro)
+    knobs, euro, kind = cell.knobs, cell.knobs.euro_languages, cell.kind
+    *dev_scores, dev_preds = _final_dev_scores(cell, trained.st)
+    dev = {**_score_section(*dev_scores, euro),
+           **kind.section_extra(knobs, cell.enc_val, dev_preds)}  # fmt: skip
     report, predictions = None, {}
     if cell.cfg.phase == "report":
-        labels = {}
-        for lang, split in cell.test_splits.items():
-            enc = cell.tokenise(split)
-            predictions[lang] = {"predictions": cell.predict(enc), "labels": enc.labels}
-            labels[lang] = enc.labels
-        scores, undefined = metrics.score_splits(
-            knobs.metric, {k: v["predictions"] for k, v in predictions.items()}, labels
-        )
-        report = {"split": knobs.report_split, **_score_section(scores, undefined, euro)}
+        encs = {lang: cell.tokenise(split) for lang, split in cell.test_splits.items()}
+        preds = {lang: cell.predict(enc) for lang, enc in encs.items()}
+        for lang, enc in encs.items():
+            predictions[lang] = {"predictions": preds[lang], "labels": enc.labels}
+            if enc.query_ids is not None:
+                predictions[lang].update(query_ids=enc.query_ids, doc_ids=enc.doc_ids,
+                                         first_stage_ranks=enc.first_stage_ranks)  # fmt: skip
+        scores, undefined = score_encoded(knobs.metric, preds, encs)
+        report = {"split": knobs.report_split, **_score_section(scores, undefined, euro),
+                  **kind.section_extra(knobs, encs, preds)}  # fmt: skip
     for name, section in (("dev", dev), ("report", report)):
         for lang, why in (section or {}).get("undefined", {}).items():
             print(f"warning: {_label(cell.cfg)}: {knobs.metric} is undefined on the {name} "
@@ -573,21 +626,24 @@ def _score(cell: _Cell, trained: _Trained) -> _Scores:
 
 def _final_dev_scores(
     cell: _Cell, st: _LoopState
-) -> tuple[dict[str, float | None], dict[str, str]]:
-    """Every dev language's score on the weights the cell keeps: the best evaluation's
-    (restored here), else the last one's. The languages that evaluation scored keep its
-    numbers; the others are scored once, now, on the same weights."""
+) -> tuple[dict[str, float | None], dict[str, str], dict[str, list]]:
+    """Every dev language's score (and predictions) on the weights the cell keeps: the best
+    evaluation's (restored here), else the last one's. The languages that evaluation scored
+    keep its numbers; the others are scored once, now, on the same weights."""
     if st.best_state is not None:
         cell.model.load_state_dict(st.best_state)
-        scores, undefined = st.best_per_language, st.best_undefined
+        scores, undefined, preds = st.best_per_language, st.best_undefined, st.best_predictions
     else:  # no evaluation had a defined score: the last one says why
-        scores, undefined = st.last_per_language, st.last_undefined
+        scores, undefined, preds = st.last_per_language, st.last_undefined, st.last_predictions
     rest = [lang for lang in cell.enc_val if lang not in scores]
     more, more_undefined = cell.dev_scores(rest) if rest else ({}, {})
+    more_preds = cell.last_dev_predictions if rest else {}
     scores, undefined = {**scores, **more}, {**undefined, **more_undefined}
+    preds = {**preds, **more_preds}
     order = list(cell.enc_val)
     return ({lang: scores[lang] for lang in order},
-            {lang: undefined[lang] for lang in order if lang in undefined})  # fmt: skip
+            {lang: undefined[lang] for lang in order if lang in undefined},
+            {lang: preds[lang] for lang in order if lang in preds})  # fmt: skip
 
 
 def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
@@ -595,7 +651,8 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
     cfg, recipe, st = cell.cfg, cell.cfg.recipe, trained.st
     device, train_time = cell.device, trained.train_time
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _cpu_peak_rss()
-    off = off_protocol_reasons(recipe, cfg.lr, cfg.seed, cfg.phase)
+    kind_record, kind_reasons = cell.kind.record(cell.knobs, recipe, cell.enc_train)
+    off = off_protocol_reasons(recipe, cfg.lr, cfg.seed, cfg.phase) + kind_reasons
     stopped_by = _stopped_by(trained.diverged_at, st.early_stopped, cell.max_steps, recipe)
     first_step_s = trained.first_step_s
     training = Training(
@@ -650,6 +707,7 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
         recipe=recorded_recipe,
         protocol=Protocol(on_protocol=not off, off_protocol_reasons=off),
         provenance=cell.prov,
+        ranking=kind_record,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
     ).to_dict()
 
@@ -663,11 +721,15 @@ def _write(cfg: CellConfig, result: dict, predictions: dict) -> None:
     resume_path = _resume_path(cfg.out_json)
     if resume_path is not None:
         resume_path.unlink(missing_ok=True)
-    pred_path = predictions_path(cfg.out_json)
+    pred_path, trec_path = predictions_path(cfg.out_json), trec_run_path(cfg.out_json)
     pred_path.unlink(missing_ok=True)
+    trec_path.unlink(missing_ok=True)
     if cfg.save_predictions and predictions:
         try:
-            write_predictions(pred_path, predictions_from_cell(result, predictions))
+            preds = predictions_from_cell(result, predictions)
+            write_predictions(pred_path, preds)
+            if preds.ranked:
+                write_trec_run(trec_path, preds)
         except PredictionsError as exc:  # e.g. a non-finite regression output: keep the result
             print(f"warning: {_label(cfg)}: predictions not written: {exc}", file=sys.stderr)
     write_json_atomic(cfg.out_json, result)
@@ -704,6 +766,8 @@ class _LoopState:
     train_time_before: float = 0.0
     last_per_language: dict = field(default_factory=dict)
     last_undefined: dict = field(default_factory=dict)
+    best_predictions: dict = field(default_factory=dict)  # dev, of the best evaluation
+    last_predictions: dict = field(default_factory=dict)  # dev, of the last evaluation
 
 
 class _StopFlag:

@@ -12,7 +12,7 @@ from encoder_eval import kinds, train
 from encoder_eval.errors import HarnessError
 from encoder_eval.loaders import load_model
 from encoder_eval.protocol import Recipe
-from encoder_eval.tasks import REGRESSION, SINGLE_LABEL, TASK_KNOBS, load_task
+from encoder_eval.tasks import RANKING, REGRESSION, SINGLE_LABEL, TASK_KNOBS, load_task
 
 CPU = torch.device("cpu")
 
@@ -20,9 +20,11 @@ CPU = torch.device("cpu")
 def test_every_task_problem_has_a_kind():
     for name, knobs in TASK_KNOBS.items():
         kind = kinds.kind_for(knobs.problem)
-        assert kind.problem == knobs.problem, name
+        # A ranker's head is a one-logit (regression-type) head scoring each pair.
+        assert kind.problem == (REGRESSION if knobs.problem == RANKING else knobs.problem), name
     assert kinds.kind_for(SINGLE_LABEL).name == "classification"
     assert kinds.kind_for(REGRESSION).name == "regression"
+    assert kinds.kind_for(RANKING).name == "ranking"
 
 
 def test_an_unknown_problem_type_names_the_valid_ones():

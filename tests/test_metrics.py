@@ -208,7 +208,8 @@ def test_unknown_metric_suggests_a_close_one():
 
 
 def test_metric_set():
-    assert set(METRICS) == {"accuracy", "f1", "macro_f1", "mcc", "spearman"}
+    assert set(METRICS) == {"accuracy", "f1", "macro_f1", "mcc", "spearman", "mrr_at_10",
+                            "ndcg_at_10"}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- specs
@@ -218,7 +219,9 @@ def test_every_metric_has_one_spec():
     assert list(METRICS) == list(METRIC_SPECS)
     for name, spec in METRIC_SPECS.items():
         assert spec.name == name and METRICS[name] is spec.fn is metric_spec(name).fn
-        assert spec.higher_is_better is True and spec.granularity == "pointwise"
+        grouped = name in ("mrr_at_10", "ndcg_at_10")  # per query: they need the query groups
+        assert spec.higher_is_better is True
+        assert spec.granularity == ("grouped" if grouped else "pointwise")
         assert spec.label
     with pytest.raises(dataclasses.FrozenInstanceError):
         METRIC_SPECS["mcc"].higher_is_better = False

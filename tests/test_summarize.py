@@ -449,3 +449,54 @@ def test_results_and_selection_written_before_the_recipe_change_still_make_a_tab
             recipe.update(OLD_SIGNATURE_KEYS)
     assert setup(old, selection=selection) == 0, capsys.readouterr().err
     assert cell_text(SCORES[("alpha", "glue_rte")]) in plain(capsys.readouterr().out)
+
+
+def test_glue_and_superglue_scores_and_a_ranking_column_outside_the_average(tmp_path, capsys):
+    from encoder_eval.tasks import BENCHMARK_SCORES
+
+    glue, superglue = BENCHMARK_SCORES["glue_score"], BENCHMARK_SCORES["superglue_score"]
+    assert "sg_record" not in superglue and len(glue) == 8 and len(superglue) == 4
+    tasks = [*glue, *superglue, "ms_marco"]
+    scores = {t: [0.3 + 0.04 * i + 0.013 * j for j in range(len(REPORT_SEEDS))]
+              for i, t in enumerate(tasks)}  # fmt: skip
+    sel = tmp_path / "selection.json"
+    sel.write_text(json.dumps(make_selection({("m", t): "lr05" for t in tasks})))
+    rdir = tmp_path / "report"
+    rdir.mkdir()
+    write_many(rdir, [make_result("m", t, "lr05", seed, "report", s)
+                      for t in tasks for seed, s in zip(REPORT_SEEDS, scores[t], strict=True)])  # fmt: skip
+    means = {t: statistics.mean(v) for t, v in scores.items()}
+    want_glue = sum(means[t] for t in glue) / 8
+    want_sg = sum(means[t] for t in superglue) / 4
+    want_avg = sum(means[t] for t in [*glue, *superglue]) / 12  # ms_marco left out
+    args = ["--results-dir", str(rdir), "--selection", str(sel), "--no-marks"]
+
+    assert summarize.main([*args, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    row = data["rows"][0]
+    assert row["benchmark_scores"]["glue_score"] == pytest.approx(want_glue)
+    assert row["benchmark_scores"]["superglue_score"] == pytest.approx(want_sg)
+    assert row["average"] == pytest.approx(want_avg)
+    assert row["buckets"]["ranking"] == pytest.approx(means["ms_marco"])
+    assert data["benchmark_scores"]["superglue_score"]["tasks"] == list(superglue)
+
+    assert summarize.main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert head[-6:] == ["GLUE", "SuperGLUE", "Ranking", "GLUE score", "SuperGLUE score",
+                         "Average"]  # fmt: skip
+    assert "MS-MARCO* (MRR@10)" in head
+    cols = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert cols[-3:] == [f"{100 * want_glue:.2f}", f"{100 * want_sg:.2f}", f"{100 * want_avg:.2f}"]
+
+    assert summarize.main([*args, "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    bench = {r["task"]: float(r["mean"]) for r in rows if r["kind"] == "benchmark"}
+    assert bench == pytest.approx({"glue_score": want_glue, "superglue_score": want_sg})
+
+    # Without one GLUE task there is no GLUE score (a partial average is another number).
+    assert summarize.main([*args, "--format", "json", "--tasks",
+                           ",".join(t for t in tasks if t != "glue_cola")]) == 0  # fmt: skip
+    data = json.loads(capsys.readouterr().out)
+    assert "glue_score" not in data["rows"][0]["benchmark_scores"]
+    assert data["rows"][0]["benchmark_scores"]["superglue_score"] == pytest.approx(want_sg)
