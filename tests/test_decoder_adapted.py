@@ -356,6 +356,31 @@ def test_both_decoders_train_through_the_run_path_and_record_their_settings(
     print(json.dumps({"llama": llama["report"]["mean"], "qwen2": qwen["report"]["mean"]}))
 
 
+def test_both_decoders_train_a_ranking_cell_on_ms_marco(decoders_dir, tmp_path_factory, tmp_path):
+    """Decoder-adapted cross-encoders on the real ms_marco rows (a slice of the mirror): the
+    listwise loss over query groups, one logit through the pooled head, MRR@10 scored."""
+    from conftest import write_small_mirror
+
+    mirror = write_small_mirror(tmp_path_factory.mktemp("marco"),
+                                {"ms_marco": {"train.jsonl": 100, "validation.jsonl": 60}})  # fmt: skip
+    for name, extra in (("llama", ["--pooling", "mean"]),
+                        ("qwen2", ["--attention", "causal", "--pooling", "last"])):  # fmt: skip
+        out = tmp_path / f"{name}.json"
+        rc = run.main(["--task", "ms_marco", "--model-path", str(decoders_dir[name]),
+                       "--model-key", f"tiny-{name}", "--mode", "decoder-adapted", *extra,
+                       "--lr", "1e-4", "--seed", "45", "--allow-off-protocol", "--max-steps",
+                       "2", "--bsz", "2", "--max-seq-len", "64", "--device", "cpu",
+                       "--progress", "quiet", "--data-dir", str(mirror), "--out-json",
+                       str(out), "--no-cache"])  # fmt: skip
+        assert rc == EXIT_OK, name
+        result = read_json(out)
+        assert validate_result(result) == []
+        assert result["metric"] == "mrr_at_10" and result["training"]["steps"] == 2
+        assert result["recipe"]["mode"] == "decoder-adapted"
+        assert result["ranking"]["group_size_used"] == 20  # the mirror has 20 candidates
+        assert 0.0 <= result["report"]["mean"] <= 1.0
+
+
 def test_run_refuses_bad_decoder_flags_with_one_line(decoders_dir, small_mirror, tmp_path, capsys):
     path = str(decoders_dir["qwen2"])
     rc, out = _run(tmp_path, small_mirror, "--model-path", path, "--mode", "decoder-adapted",
