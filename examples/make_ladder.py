@@ -1,14 +1,15 @@
 """Build a checkpoint ladder from one encoder, for `encoder-eval track`:
 
-    python examples/make_ladder.py SRC_DIR OUT_DIR [--reinit-top 3] [--seed 0]
+    python examples/make_ladder.py SRC_DIR OUT_DIR [--reinit-top 3 --reinit-top 5] [--seed 0]
 
-writes OUT_DIR/{copy,bf16,int8,reinit3}/ and OUT_DIR/ladder.tsv listing, in order:
+writes OUT_DIR/{copy,bf16,int8,reinit3,reinit5}/ and OUT_DIR/ladder.tsv listing, in order:
   orig     SRC_DIR itself
   copy     a byte-identical copy (tracking must never flag it)
   bf16     every floating weight rounded to bfloat16 and back to float32
   int8     weight matrices quantised to int8 (symmetric, one scale per output row) and
            dequantised; biases and norms kept
-  reinit3  the top N layers re-initialised (examples/weaken_model.py)
+  reinitN  the top N layers re-initialised (examples/weaken_model.py), for each
+           --reinit-top N (default: 3 and 5)
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("src")
     p.add_argument("out")
-    p.add_argument("--reinit-top", type=int, default=3)
+    p.add_argument("--reinit-top", type=int, action="append",
+                   help="layers to re-initialise, one checkpoint each (default: 3 and 5)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     src, out = Path(args.src).resolve(), Path(args.out).resolve()
@@ -68,11 +70,12 @@ def main(argv: list[str] | None = None) -> int:
                              if t.is_floating_point() and t.dim() == 2 else t)  # fmt: skip
         print(f"int8: {n} tensors changed")
     rows.append(("int8", out / "int8"))
-    name = f"reinit{args.reinit_top}"
-    if not (out / name).exists():
-        layers = weaken(str(src), str(out / name), args.reinit_top, args.seed)
-        print(f"{name}: layers {layers} re-initialised (seed {args.seed})")
-    rows.append((name, out / name))
+    for top in args.reinit_top or [3, 5]:
+        name = f"reinit{top}"
+        if not (out / name).exists():
+            layers = weaken(str(src), str(out / name), top, args.seed)
+            print(f"{name}: layers {layers} re-initialised (seed {args.seed})")
+        rows.append((name, out / name))
     (out / "ladder.tsv").write_text("".join(f"{cid}\t{path}\n" for cid, path in rows))
     print(f"wrote {out / 'ladder.tsv'}")
     return 0
