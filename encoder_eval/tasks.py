@@ -763,6 +763,19 @@ def _varied(split: Split, knobs: TaskKnobs, task: str, name: str, lang: str, whe
     )
 
 
+def _read_checked(
+    task: str, split: str, data_dir, convert: Callable[[str, list, str], Split]
+) -> dict[str, Split]:
+    """Each language of `split`, read, converted by `convert(task, rows, where)` and checked
+    (not empty; not single-class or constant)."""
+    knobs = task_knobs(task)
+    out = {}
+    for lang, (rows, where) in read_split(task, split, data_dir).items():
+        part = _nonempty(convert(task, rows, where), task, f"{split} ({lang})")
+        out[lang] = _varied(part, knobs, task, split, lang, where)
+    return out
+
+
 def load_generic(
     task: str, data_dir: str | os.PathLike | None = None, with_test: bool = True
 ) -> LoaderResult:
@@ -779,11 +792,7 @@ def load_generic(
     data_dir = resolve_data_dir(data_dir)
 
     def per_lang(split: str) -> dict[str, Split]:
-        out = {}
-        for lang, (rows, where) in read_split(task, split, data_dir).items():
-            part = _nonempty(rows_to_split(task, rows, where), task, f"{split} ({lang})")
-            out[lang] = _varied(part, knobs, task, split, lang, where)
-        return out
+        return _read_checked(task, split, data_dir, rows_to_split)
 
     train_parts = per_lang("train")
     train = concat_and_shuffle(list(train_parts.values())) if knobs.multilingual else (
@@ -845,11 +854,7 @@ def load_ranking(
                            "ENCODER_EVAL_DATA_DIR)")  # fmt: skip
 
     def one(split: str) -> dict[str, Split]:
-        out = {}
-        for lang, (rows, where) in read_split(task, split, data_dir).items():
-            part = _nonempty(ranking_rows_to_split(task, rows, where), task, f"{split} ({lang})")
-            out[lang] = _varied(part, knobs, task, split, lang, where)
-        return out
+        return _read_checked(task, split, data_dir, ranking_rows_to_split)
 
     train = next(iter(one("train").values()))
     val = one("validation")

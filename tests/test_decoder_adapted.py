@@ -11,15 +11,19 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import read_json
-from tiny_models import HEADS, HIDDEN, INTERMEDIATE, LAYERS, MAX_LENGTH, VOCAB_SIZE, corpus
+from tiny_models import (
+    HEADS,
+    HIDDEN,
+    INTERMEDIATE,
+    LAYERS,
+    MAX_LENGTH,
+    byte_level_bpe,
+    corpus,
+)
 from tokenizers import (
     Tokenizer,
     decoders,
-    models,
-    normalizers,
-    pre_tokenizers,
     processors,
-    trainers,
 )
 from transformers import (
     AutoModel,
@@ -47,17 +51,7 @@ CLS = "single_label_classification"
 
 def _bpe(specials: list[str]) -> Tokenizer:
     """A byte-level BPE tokenizer trained on the tiny corpus, like a decoder's."""
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
-        min_frequency=1,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(corpus(), trainer=trainer)
+    tok = byte_level_bpe(specials, corpus())
     tok.decoder = decoders.ByteLevel()
     return tok
 

@@ -200,6 +200,23 @@ def corpus(n_generated: int = 600, seed: int = 0) -> list[str]:
     return out
 
 
+def byte_level_bpe(specials: list[str], texts) -> Tokenizer:
+    """A byte-level BPE tokenizer (NFC, no prefix space) trained on `texts`, the special
+    tokens first: the model of RoBERTa-, ModernBERT- and decoder-style vocabularies."""
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        min_frequency=1,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
 # --------------------------------------------------------------------------- tokenizers
 
 # kind -> tokenizer family.  The families mirror the real checkpoints:
@@ -371,17 +388,7 @@ def _raw_tokenizer(kind: str, texts: list[str]) -> tuple[Tokenizer, dict[str, st
         else:
             specials = dict(_ROBERTA_SPECIALS)
             order = _ordered_specials(specials, ("<s>", "<pad>", "</s>", "<unk>", "<mask>"))
-        tok = Tokenizer(models.BPE(unk_token=None))
-        tok.normalizer = normalizers.NFC()
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-        trainer = trainers.BpeTrainer(
-            vocab_size=VOCAB_SIZE,
-            min_frequency=1,
-            special_tokens=order,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False,
-        )
-        tok.train_from_iterator(texts, trainer=trainer)
+        tok = byte_level_bpe(order, texts)
         tok.decoder = decoders.ByteLevel()
         if kind == "modernbert":
             tok.post_processor = _bert_template("[CLS]", "[SEP]", tok)
