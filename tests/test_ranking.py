@@ -335,3 +335,36 @@ def test_ranking_through_sweep_run_all_select_status_and_summarize(
     assert "Average leaves out the ranking tasks (ms_marco)" in markdown
     trecs = sorted((tmp_path / "results/report").glob("*.run.trec"))
     assert [p.name.split("_ms_marco_")[0] for p in trecs] == ["tiny", "tiny"]
+
+
+@pytest.mark.slurm
+def test_a_ranking_cell_through_real_slurm(tiny_bert, rank_mirror, tmp_path, slurm):
+    """An ms_marco report cell as an sbatch job: the result, its predictions and TREC file."""
+    import shlex
+    import sys
+
+    from test_slurm import job_ids, template, wait_for
+
+    tpl = template(tmp_path / "job.sh",
+                   f'exec {shlex.quote(sys.executable)} -m encoder_eval.run "$@"\n')  # fmt: skip
+    from result_helpers import make_selection
+
+    from encoder_eval.protocol import LR_GRID
+
+    selection = make_selection({("tiny", "ms_marco"): "lr10"})
+    (tmp_path / "selection.json").write_text(json.dumps(selection))
+    sh(py("encoder_eval.sweep", "--phase", "report", "--selection", "selection.json", "--model",
+          f"tiny={tiny_bert}", "--tasks", "ms_marco", "--seeds", "45", "--data-dir",
+          str(rank_mirror), "--max-steps", "2", "--max-seq-len", "64", "--device", "cpu",
+          "--mode", "slurm", "--slurm-template", str(tpl), "--out-dir", "runs",
+          "--results-dir", "res"), tmp_path)  # fmt: skip
+    launch = sh(["bash", "runs/launch.sh"], tmp_path)
+    ids = job_ids(launch.stdout)
+    assert len(ids) == 1, launch.stdout
+    wait_for(ids, tmp_path / "runs" / "logs")
+    path = tmp_path / "res" / result_filename("tiny", "ms_marco", LR_GRID["lr10"], 45)
+    logs = "\n".join(p.read_text()[-2000:] for p in (tmp_path / "runs" / "logs").glob("*"))
+    assert path.exists(), logs
+    result = json.loads(path.read_text())
+    assert validate_result(result) == [] and result["metric"] == "mrr_at_10"
+    assert predictions_path(path).exists() and trec_run_path(path).exists()
