@@ -45,6 +45,7 @@ from .errors import (
     unknown_name,
 )
 from .fileio import write_json_atomic, write_output
+from .results import DONE_STATES
 
 RECEIPT_SCHEMA = "encoder-eval-receipt"
 REPORT_SCHEMA = "encoder-eval-regression"
@@ -376,7 +377,7 @@ def _run_missing(plan, log: Callable[[str], None]) -> None:
     entry point the launch scripts call."""
     module = importlib.import_module(plan.module)
     for unit in plan.units():
-        if all(plan.cell_state(c) in ("ok", "diverged") for c in unit):
+        if all(plan.cell_state(c) in DONE_STATES for c in unit):
             continue
         log(f"track: running {len(unit)} cell(s) of {unit[0].model}/{unit[0].task}")
         rc = int(module.main(plan.run_args(unit)) or 0)
@@ -406,6 +407,9 @@ def _probe_task_result(plan, cell, revision: str) -> TaskResult:
         raise HarnessError(f"{path}: missing or unreadable after its run")
     found = (r["provenance"].get("model") or {}).get("revision")
     _check_revision(path, found, revision, cell.model)
+    if r.get("mean_score") is None:
+        raise HarnessError(f"{path}: the probe score is undefined ({r.get('undefined')}); a "
+                           "receipt needs a score on every task")  # fmt: skip
     folds = [v for v in r.get("q_t") or [] if v is not None]
     return TaskResult(
         cell.task, float(r["mean_score"]), metric_spec(r["metric"]).higher_is_better,
