@@ -291,7 +291,7 @@ def test_each_bad_field_gives_its_message(tmp_path, change, message):
         ("glue_rte", r"task 'glue_rte': the name is the built-in task 'glue_rte''s; a task file "
                      r"adds tasks and cannot replace one"),
         ("GLUE-RTE", r"the name is the built-in task 'glue_rte''s"),
-        ("glue", r"the name is a --tasks group \(all, multilingual, glue, superglue\)"),
+        ("glue", r"the name is a --tasks group \(all, multilingual, glue, superglue, ranking\)"),
         ("my task", r"a task name is 1-64 letters, digits, '_' or '-'"),
     ],
 )  # fmt: skip
