@@ -94,16 +94,23 @@ class RankGroups:
 RANK_CUTOFF = 10  # the @10 of MRR@10 and NDCG@10
 
 
-def ranked_relevances(scores: Sequence, labels: Sequence, groups: RankGroups) -> list[list]:
-    """Each query's relevance labels in the order its candidates are ranked: by score,
-    highest first, ties broken by first-stage rank (lower first); queries in order of first
-    appearance."""
+def ranked_order(scores: Sequence, groups: RankGroups) -> dict:
+    """{query: its candidates' example indices in ranked order}: by score, highest first,
+    ties broken by first-stage rank (lower first); queries in order of first appearance.
+    The one ranking rule the metrics and the TREC run file share."""
     by_query: dict = {}
-    for score, label, qid, rank in zip(
-        scores, labels, groups.query_ids, groups.first_stage_ranks, strict=True
+    for i, (score, qid, rank) in enumerate(
+        zip(scores, groups.query_ids, groups.first_stage_ranks, strict=True)
     ):
-        by_query.setdefault(qid, []).append((-float(score), rank, label))
-    return [[label for _, _, label in sorted(cands)] for cands in by_query.values()]
+        by_query.setdefault(qid, []).append((-float(score), rank, i))
+    return {qid: [i for _, _, i in sorted(cands)] for qid, cands in by_query.items()}
+
+
+def ranked_relevances(scores: Sequence, labels: Sequence, groups: RankGroups) -> list[list]:
+    """Each query's relevance labels in the order `ranked_order` ranks its candidates."""
+    if len(labels) != len(groups):
+        raise ValueError(f"{len(labels)} labels for {len(groups)} candidates")
+    return [[labels[i] for i in order] for order in ranked_order(scores, groups).values()]
 
 
 def reciprocal_rank_at(relevances: Sequence, k: int = RANK_CUTOFF) -> float:

@@ -145,13 +145,10 @@ def trec_lines(preds: CellPredictions) -> list[str]:
     run = f"{c.model}_{c.task}_{c.lr_key}_s{c.seed}"
     lines = []
     for p in preds.languages.values():
-        by_query: dict = {}
-        for score, doc, qid, rank in zip(p.predictions, p.doc_ids, p.query_ids,
-                                         p.first_stage_ranks, strict=True):  # fmt: skip
-            by_query.setdefault(qid, []).append((-float(score), rank, doc))
-        for qid, cands in by_query.items():
-            for position, (neg, _, doc) in enumerate(sorted(cands), start=1):
-                lines.append(f"{qid} Q0 {doc} {position} {-neg!r} {run}")
+        for qid, order in metrics.ranked_order(p.predictions, p.rank_groups).items():
+            for position, i in enumerate(order, start=1):
+                score = float(p.predictions[i])
+                lines.append(f"{qid} Q0 {p.doc_ids[i]} {position} {score!r} {run}")
     return lines
 
 

@@ -110,8 +110,8 @@ CI_NOTES = {
 }
 MARKS_NOTE = (
     "Bold: the task's best model by mean; ≈: not distinguishable from it (the verdict of "
-    "`encoder-eval compare`: Welch over seeds and the paired example-level test, Holm-"
-    "corrected across the task's comparisons with the best)."
+    "`encoder-eval compare`: a t-test carrying seed and test-set variance, Holm-corrected "
+    "across the task's comparisons with the best)."
 )
 BUCKET_LABELS = {"multilingual": "Multilingual", "glue": "GLUE", "superglue": "SuperGLUE",
                  "ranking": "Ranking"}  # fmt: skip

@@ -462,7 +462,7 @@ def register_task_rows(rows: dict, source: str) -> list[str]:
         if task.key in TASK_KNOBS:  # the same definition, registered before
             continue
         TASK_KNOBS[task.key] = task.knobs
-        LOADERS[task.key] = _generic_loader(task.key)
+        LOADERS[task.key] = _loader_for(task.key)
         USER_TASK_SOURCES[task.key] = task.source
         repo = task.knobs.hf_path
         if repo and (task.revision is not None or repo not in DATASET_REVISIONS):
@@ -862,20 +862,14 @@ def load_ranking(
     return train, val, test, knobs.num_labels, knobs.problem
 
 
-def _generic_loader(name: str) -> Callable[..., LoaderResult]:
-    """Task `name`'s entry in LOADERS: `load_generic` for that task."""
-    return lambda data_dir=None, with_test=True: load_generic(name, data_dir, with_test)
+def _loader_for(name: str) -> Callable[..., LoaderResult]:
+    """Task `name`'s entry in LOADERS: `load_ranking` for a ranking task, else
+    `load_generic`, bound to that task."""
+    load = load_ranking if task_knobs(name).problem == RANKING else load_generic
+    return lambda data_dir=None, with_test=True: load(name, data_dir, with_test)
 
 
-def _ranking_loader(name: str) -> Callable[..., LoaderResult]:
-    """Ranking task `name`'s entry in LOADERS: `load_ranking` for that task."""
-    return lambda data_dir=None, with_test=True: load_ranking(name, data_dir, with_test)
-
-
-LOADERS: dict[str, Callable[..., LoaderResult]] = {
-    name: (_ranking_loader if knobs.problem == RANKING else _generic_loader)(name)
-    for name, knobs in TASK_KNOBS.items()
-}
+LOADERS: dict[str, Callable[..., LoaderResult]] = {name: _loader_for(name) for name in TASK_KNOBS}
 
 
 def load_task(
