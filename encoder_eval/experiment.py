@@ -24,6 +24,11 @@ the file first and pass it with `sweep --experiment FILE`::
     max_steps = 40
     max_seq_len = 128
 
+A model table may also pin `revision` (the weights' commit) and `code_revision` (the code
+another repository holds, when its config's `auto_map` names one). Its `trust_remote_code`
+says what the model needs and is never a grant: a sweep refuses it unless the user's own
+`--trust-remote-code NAME` (or the registry row, from its own Hub id) allows it.
+
 `tasks` is a list of task keys (or group names), or a table whose entries are the tasks
 that run: an empty `[tasks.glue_rte]` names a known task, a `[tasks.X]` with fields defines
 task X inline (`tasks.register_task_rows`). `tasks_files` lists task files
@@ -134,7 +139,7 @@ class Experiment:
         out["extra_run_args"] = list(self.extra_run_args)
         out["models"] = {
             name: {"path": m.path, "mode": m.mode, "trust_remote_code": m.trust_remote_code,
-                   "revision": m.revision, "code_revision": m.code_revision}
+                   **{k: v for k in _MODEL_FIELDS[3:] if (v := getattr(m, k)) is not None}}
             for name, m in self.models.items()
         }  # fmt: skip
         out["seeds"] = {p: list(s) for p, s in self.seeds.items()}
@@ -236,7 +241,9 @@ def from_dict(data: dict, source: str, base_dir: Path | None = None) -> Experime
     for phase, value in seeds.items():
         if not isinstance(value, list) or not value:
             raise r.fail(f"seeds.{phase}", f"must be a non-empty list of seeds, got {value!r}")
-        exp.seeds[phase] = list(dict.fromkeys(r.integer(s, f"seeds.{phase}", 0, MAX_SEED) for s in value))
+        exp.seeds[phase] = list(
+            dict.fromkeys(r.integer(s, f"seeds.{phase}", 0, MAX_SEED) for s in value)
+        )
     recipe = r.table(data.get("recipe", {}), "recipe")
     r.known(recipe, _RECIPE_FIELDS, "recipe: ")
     for name, value in recipe.items():
@@ -487,7 +494,10 @@ def _registry_row(name: str, spec: ModelSpec) -> bool:
     """Whether `spec` loads registry model `name` as its row does (pins may differ)."""
     row = _registry_spec(name)
     return row is not None and (row.path, row.mode, row.trust_remote_code) == (
-        spec.path, spec.mode, spec.trust_remote_code)
+        spec.path,
+        spec.mode,
+        spec.trust_remote_code,
+    )
 
 
 def _models_from_args(args: argparse.Namespace) -> dict[str, ModelSpec | None] | None:
@@ -724,8 +734,12 @@ def for_plan(plan, out_dir: str | os.PathLike, args: argparse.Namespace) -> Expe
     tasks_files = [*base.tasks_files, *(own.tasks_files if own else [])]
     tasks_files += [os.path.abspath(f) for f in flag_files]
     return Experiment(
-        models={c.model: ModelSpec(c.model_path, c.mode, c.trust_remote_code, c.revision,
-                                   c.code_revision) for c in plan.cells},  # fmt: skip
+        models={
+            c.model: ModelSpec(
+                c.model_path, c.mode, c.trust_remote_code, c.revision, c.code_revision
+            )
+            for c in plan.cells
+        },  # fmt: skip
         tasks=tasks,
         tasks_files=list(dict.fromkeys(tasks_files)),
         task_rows={t: base.task_rows[t] for t in tasks if t in base.task_rows},

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from . import provenance
 from .errors import HarnessError, unknown_name
 from .models import FIXED_POOLINGS, MODES, loader_settings, pooling_pitfall
-from .provenance import code_repositories, directory_content_hash, resolve_commit
+from .provenance import code_repositories, directory_content_hash
 
 # Families whose position ids start after the padding index (pad_token_id + 1 slots are unusable).
 _OFFSET_POSITION_TYPES = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert"}
@@ -220,7 +221,7 @@ def pin_remote_code(
             commits[repo] = code_revision
             continue
         try:
-            commits[repo] = resolve_commit(repo, code_revision)
+            commits[repo] = provenance.resolve_commit(repo, code_revision)
         except Exception as exc:
             why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if require:

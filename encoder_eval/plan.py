@@ -422,17 +422,16 @@ def _refuse_reserved(extra: list[str], parser: argparse.ArgumentParser,
     def fail(message: str):
         raise HarnessError(f"--extra-run-args {shown!r}: {message}")
 
-    unset = object()
-    for action in parser._actions:
+    for action in parser._actions:  # None: not given (a given flag stores a value)
         action.required = False
-        action.default = unset
+        action.default = None
     parser.error = fail  # type: ignore[method-assign]
     try:
         given = parser.parse_args(extra)
     except SystemExit:  # --help or --version: printed, then exit
         fail("holds a flag that prints and exits (--help?)")
     for action in parser._actions:
-        if getattr(given, action.dest, unset) is unset:
+        if getattr(given, action.dest, None) is None:
             continue
         if any(option in reserved for option in action.option_strings):
             spelled = next((a.split("=", 1)[0] for a in extra
