@@ -529,10 +529,10 @@ def _set_models(args: argparse.Namespace, models: dict[str, ModelSpec], source: 
     unconsented = [f"{n} ({m.path})" for n, m in models.items()
                    if m.trust_remote_code and n not in trusted
                    and not registry_trusts(n, m.path)]  # fmt: skip
-    if unconsented:
+    if unconsented:  # refused by `check_consent` where a script would run it
         names = ",".join(n for n, m in models.items() if m.trust_remote_code
                          and n not in trusted and not registry_trusts(n, m.path))  # fmt: skip
-        raise HarnessError(
+        args.unconsented = (
             f"{source} marks {', '.join(unconsented)} trust_remote_code: running it executes "
             "code from that repository, and a file cannot grant that; if you trust it, pass "
             f"--trust-remote-code {names} (else drop the model)"
@@ -542,6 +542,14 @@ def _set_models(args: argparse.Namespace, models: dict[str, ModelSpec], source: 
     args.model = [f"{n}={m.path}:{m.mode}" for n, m in added.items()]
     args.model_pins = {n: (m.revision, m.code_revision) for n, m in models.items()
                        if m.revision or m.code_revision}  # fmt: skip
+
+
+def check_consent(args: argparse.Namespace) -> None:
+    """Refuse to write a script when a file asked for remote code the user did not allow
+    (`_set_models`); reading results (status without --emit) needs no consent."""
+    message = getattr(args, "unconsented", None)
+    if message:
+        raise HarnessError(message)
 
 
 def _refuse(flag_text: str, inherited: str, where: str, fix: str) -> HarnessError:
@@ -888,6 +896,7 @@ __all__ = [
     "PhaseRecord",
     "VERSION",
     "apply_to_args",
+    "check_consent",
     "check_unchanged",
     "differences",
     "dumps",

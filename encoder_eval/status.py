@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = plan_from_args(args)
     if args.emit:
         check_utf8_plan(plan, args.emit)
+        experiment.check_consent(args)
     status = phase_status(plan)
     load_results(plan.results_dir, phase=plan.phase)  # one warning per entry it skips
     emitted = None

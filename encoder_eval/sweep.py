@@ -310,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = plan_from_args(args)
     out_dir = args.out_dir or os.path.join("runs", plan.phase)
     check_utf8_plan(plan, out_dir)
+    experiment.check_consent(args)
     record = None
     if plan.phase != PROBE_PHASE:
         record = experiment.for_plan(plan, out_dir, args)

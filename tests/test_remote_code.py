@@ -285,3 +285,22 @@ def test_probe_takes_the_revision_flags_as_run_does():
         probe_model.run_from_args(parser.parse_args(
             ["--model", "a=org/a", "--model", "b=org/b", "--tasks", "glue_sst2",
              "--model-revision", "abc"]))  # fmt: skip
+
+
+def test_status_counts_without_consent_but_emits_only_with_it(tmp_path, capsys):
+    results = tmp_path / "r"
+    results.mkdir()
+    (results / "experiment.toml").write_text(
+        f'version = 1\nphase = "select"\ntasks = ["{TASK}"]\nlr_keys = ["lr06"]\n'
+        f'[models.evil]\npath = "{EVIL}"\ntrust_remote_code = true\n[seeds]\nselect = [42]\n',
+        encoding="utf-8",
+    )
+    assert status.main(["--results-dir", str(results)]) == 1  # reading needs no consent
+    assert "missing" in capsys.readouterr().out
+    emit = ["--results-dir", str(results), "--emit", str(tmp_path / "rest")]
+    assert status.main(emit) == EXIT_INPUT_ERROR
+    assert "--trust-remote-code evil" in capsys.readouterr().err
+    assert not (tmp_path / "rest").exists()
+    assert status.main([*emit, "--trust-remote-code", "evil"]) == 1
+    assert "remote code: 1 model(s)" in capsys.readouterr().out
+    assert "--trust-remote-code" in (tmp_path / "rest" / "run_all.sh").read_text()
