@@ -56,6 +56,7 @@ from .fileio import write_output
 from .metrics import language_mean, metric_spec, score_array
 from .predictions import PredictionsError, check_against_result, load_predictions
 from .predictions import predictions_path as predictions_file
+from .protocol import seed_arg
 from .results import LoadedResult, load_results
 from .select import load_selection
 from .summarize import Table, build_table, format_refusal, task_header
@@ -646,7 +647,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, default=0.05)
     p.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES,
                    help="permutations and bootstrap replicates per test")  # fmt: skip
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the resampling")
+    p.add_argument("--seed", type=seed_arg, default=DEFAULT_SEED, help="seed of the resampling")
     p.add_argument("--allow-partial", action="store_true",
                    help="compare despite the table's problems (listed as notes)")  # fmt: skip
     p.add_argument("--format", choices=("markdown", "json", "csv"), default="markdown")

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import EXIT_OK, HarnessError, report_errors
+from .errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
 from .fileio import write_atomic
 
 DEMO_TASKS = "synthetic_sentiment,synthetic_nli,synthetic_rating"
@@ -35,7 +35,7 @@ def default_model_path() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m encoder_eval.demo",
         description="Run select -> report -> table on a small embedded default (CPU, no Hub).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

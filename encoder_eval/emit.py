@@ -45,6 +45,7 @@ class Emitted:
     files: list[Path] = field(default_factory=list)
     corrupt: list[str] = field(default_factory=list)  # result files that are not done results
     group: str = "pair"
+    remote_code: list[str] = field(default_factory=list)  # models that run remote code
 
     def describe(self) -> str:
         todo = self.n_cells - self.n_done
@@ -59,7 +60,23 @@ class Emitted:
                 f"the script moves them aside into {shlex.quote(str(where))} and re-runs "
                 "their cells"
             )
+        if self.remote_code:
+            text += (f"\nremote code: {len(self.remote_code)} model(s) will run code from "
+                     f"their repositories: {'; '.join(self.remote_code)}")  # fmt: skip
         return text
+
+
+def remote_code_models(cells: list[Cell]) -> list[str]:
+    """`name (path, pins)` of each model among `cells` that runs remote code, in order."""
+    out = []
+    for c in cells:
+        if c.trust_remote_code:
+            pins = [f"{k} {v}" for k, v in (("revision", c.revision),
+                                            ("code revision", c.code_revision)) if v]  # fmt: skip
+            text = f"{c.model} ({c.model_path}{', ' if pins else ', unpinned'}{', '.join(pins)})"
+            if text not in out:
+                out.append(text)
+    return out
 
 
 _GROUP_WORDS = {"pair": "(model, task)", "lr": "(model, task, LR)", "cell": "cell"}
@@ -567,7 +584,10 @@ def emit(
     if mode == "shell":
         if template is not None or requeue:
             raise HarnessError("--slurm-template and --requeue are for --mode slurm/slurm-array")
-        return emit_shell(plan, out_dir, cells, python=python, group=group)
-    if mode == "slurm":
-        return emit_slurm(plan, out_dir, template, cells, requeue, group, python)
-    return emit_slurm_array(plan, out_dir, template, cells, requeue, group, python)
+        emitted = emit_shell(plan, out_dir, cells, python=python, group=group)
+    elif mode == "slurm":
+        emitted = emit_slurm(plan, out_dir, template, cells, requeue, group, python)
+    else:
+        emitted = emit_slurm_array(plan, out_dir, template, cells, requeue, group, python)
+    emitted.remote_code = remote_code_models(plan.cells if cells is None else cells)
+    return emitted

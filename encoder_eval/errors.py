@@ -64,7 +64,13 @@ def closest_name(name: str, valid: Iterable[str]) -> str | None:
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with the harness's one-line errors: `error: ...` and a pointer to --help
-    (exit 2), instead of the whole usage block before the message."""
+    (exit 2), instead of the whole usage block before the message. Abbreviated flags are
+    refused (`allow_abbrev=False`): `--trust-r` must not pass for `--trust-remote-code`
+    where a list of reserved flags is checked."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"error: {message}; run {self.prog} --help for the valid flags\n")

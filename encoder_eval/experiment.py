@@ -24,6 +24,11 @@ the file first and pass it with `sweep --experiment FILE`::
     max_steps = 40
     max_seq_len = 128
 
+A model table may also pin `revision` (the weights' commit) and `code_revision` (the code
+another repository holds, when its config's `auto_map` names one). Its `trust_remote_code`
+says what the model needs and is never a grant: a sweep refuses it unless the user's own
+`--trust-remote-code NAME` (or the registry row, from its own Hub id) allows it.
+
 `tasks` is a list of task keys (or group names), or a table whose entries are the tasks
 that run: an empty `[tasks.glue_rte]` names a known task, a `[tasks.X]` with fields defines
 task X inline (`tasks.register_task_rows`). `tasks_files` lists task files
@@ -49,8 +54,8 @@ from typing import Any
 
 from .errors import HarnessError, unknown_name
 from .fileio import write_atomic
-from .models import MODEL_REGISTRY, MODES, parse_model_spec
-from .protocol import LR_GRID, PHASE_SEEDS, PROTOCOL_RECIPE, SELECTION_SPLITS
+from .models import MODEL_REGISTRY, MODES, ModelEntry, parse_model_spec, registry_trusts
+from .protocol import LR_GRID, MAX_SEED, PHASE_SEEDS, PROTOCOL_RECIPE, SELECTION_SPLITS
 from .results import EXPERIMENT_NAME
 
 VERSION = 1
@@ -60,18 +65,28 @@ _FIELDS = (
     "version", "phase", "models", "tasks", "tasks_files", "lr_keys", "seeds", "recipe",
     "data_dir", "device", "selection_split", "extra_run_args", "phases",
 )  # fmt: skip
-_MODEL_FIELDS = ("path", "mode", "trust_remote_code")
+_MODEL_FIELDS = ("path", "mode", "trust_remote_code", "revision", "code_revision")
 _RECIPE_FIELDS = ("max_steps", "max_seq_len")
 _PHASE_FIELDS = ("results_dir", "out_dir", "selection")
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """How one model loads: Hub id or local directory, loader mode, trust_remote_code."""
+    """How one model loads: Hub id or local directory, loader mode, trust_remote_code (in a
+    file: what the model needs, never a grant: the user's `--trust-remote-code` is), and the
+    pins of its weights' and its remote code's revisions."""
 
     path: str
     mode: str = "auto"
     trust_remote_code: bool = False
+    revision: str | None = None
+    code_revision: str | None = None
+
+    @classmethod
+    def of(cls, entry) -> ModelSpec:
+        """The spec of a `models.ModelEntry` (a registry row)."""
+        return cls(entry.path, entry.mode, bool(entry.trust_remote_code), entry.revision,
+                   entry.code_revision)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -123,9 +138,10 @@ class Experiment:
                 out[name] = getattr(self, name)
         out["extra_run_args"] = list(self.extra_run_args)
         out["models"] = {
-            name: {"path": m.path, "mode": m.mode, "trust_remote_code": m.trust_remote_code}
+            name: {"path": m.path, "mode": m.mode, "trust_remote_code": m.trust_remote_code,
+                   **{k: v for k in _MODEL_FIELDS[3:] if (v := getattr(m, k)) is not None}}
             for name, m in self.models.items()
-        }
+        }  # fmt: skip
         out["seeds"] = {p: list(s) for p, s in self.seeds.items()}
         out["recipe"] = {
             k: getattr(self, k) for k in _RECIPE_FIELDS if getattr(self, k) is not None
@@ -173,9 +189,11 @@ class _Reader:
             raise self.fail(where, f"must be a list of strings, got {value!r}")
         return list(dict.fromkeys(value))
 
-    def integer(self, value: Any, where: str, minimum: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(where, f"must be an integer >= {minimum}, got {value!r}")
+    def integer(self, value: Any, where: str, minimum: int, maximum: int | None = None) -> int:
+        if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
+                or (maximum is not None and value > maximum)):  # fmt: skip
+            most = "" if maximum is None else f" and <= {maximum}"
+            raise self.fail(where, f"must be an integer >= {minimum}{most}, got {value!r}")
         return value
 
     def boolean(self, value: Any, where: str) -> bool:
@@ -223,7 +241,9 @@ def from_dict(data: dict, source: str, base_dir: Path | None = None) -> Experime
     for phase, value in seeds.items():
         if not isinstance(value, list) or not value:
             raise r.fail(f"seeds.{phase}", f"must be a non-empty list of seeds, got {value!r}")
-        exp.seeds[phase] = list(dict.fromkeys(r.integer(s, f"seeds.{phase}", 0) for s in value))
+        exp.seeds[phase] = list(
+            dict.fromkeys(r.integer(s, f"seeds.{phase}", 0, MAX_SEED) for s in value)
+        )
     recipe = r.table(data.get("recipe", {}), "recipe")
     r.known(recipe, _RECIPE_FIELDS, "recipe: ")
     for name, value in recipe.items():
@@ -265,17 +285,21 @@ def _read_models(r: _Reader, value: Any) -> dict[str, ModelSpec]:
         if row is None and "path" not in entry:
             err = unknown_name("model", name, MODEL_REGISTRY)
             raise r.fail(where, f"has no path and is not a registry model ({err}); give path")
-        default = ModelSpec(*row) if row else ModelSpec("")
+        default = ModelSpec.of(ModelEntry(*row)) if row else ModelSpec("")
         spec = ModelSpec(
             path=r.model_path(entry["path"], f"{where}.path") if "path" in entry else default.path,
             mode=r.string(entry.get("mode", default.mode), f"{where}.mode", MODES),
             trust_remote_code=r.boolean(entry.get("trust_remote_code",
                                                   default.trust_remote_code),
                                         f"{where}.trust_remote_code"),
+            revision=r.string(entry["revision"], f"{where}.revision") if "revision" in entry
+            else default.revision,
+            code_revision=r.string(entry["code_revision"], f"{where}.code_revision")
+            if "code_revision" in entry else default.code_revision,
         )  # fmt: skip
-        if row is not None and spec != default:
+        if row is not None and not _registry_row(name, spec):
             differs = [f"{k} {getattr(spec, k)!r} (registry: {getattr(default, k)!r})"
-                       for k in _MODEL_FIELDS if getattr(spec, k) != getattr(default, k)]  # fmt: skip
+                       for k in _MODEL_FIELDS[:3] if getattr(spec, k) != getattr(default, k)]  # fmt: skip
             raise r.fail(where, f"contradicts the registry model {name!r}: {'; '.join(differs)}; "
                          "drop those fields or give the model another name")  # fmt: skip
         models[name] = spec
@@ -463,7 +487,17 @@ def _seeds_fact(phase: str) -> _Fact:
 
 def _registry_spec(name: str) -> ModelSpec | None:
     row = MODEL_REGISTRY.get(name)
-    return ModelSpec(*row) if row else None
+    return ModelSpec.of(ModelEntry(*row)) if row else None
+
+
+def _registry_row(name: str, spec: ModelSpec) -> bool:
+    """Whether `spec` loads registry model `name` as its row does (pins may differ)."""
+    row = _registry_spec(name)
+    return row is not None and (row.path, row.mode, row.trust_remote_code) == (
+        spec.path,
+        spec.mode,
+        spec.trust_remote_code,
+    )
 
 
 def _models_from_args(args: argparse.Namespace) -> dict[str, ModelSpec | None] | None:
@@ -472,28 +506,50 @@ def _models_from_args(args: argparse.Namespace) -> dict[str, ModelSpec | None] |
     from .sweep import split_csv
 
     specs = {}
+    trusted = split_csv(args.trust_remote_code)
+    pins = getattr(args, "model_pins", None) or {}
     for spec in args.model or []:
         name, entry = parse_model_spec(spec)
         path = os.path.abspath(entry.path) if os.path.exists(entry.path) else entry.path
-        specs[name] = ModelSpec(path, entry.mode, bool(args.trust_remote_code))
+        specs[name] = ModelSpec(path, entry.mode, name in trusted, *pins.get(name, (None, None)))
     names = split_csv(args.models)
     if not names and not specs:
         return None
     return {name: specs.get(name) for name in (names or specs)}
 
 
-def _set_models(args: argparse.Namespace, models: dict[str, ModelSpec]) -> None:
-    """Spell `models` as --models/--model/--trust-remote-code (registry rows by name)."""
-    added = {n: m for n, m in models.items() if _registry_spec(n) != m}
-    trust = {m.trust_remote_code for m in added.values()}
-    if len(trust) > 1:
-        trusted = sorted(n for n, m in added.items() if m.trust_remote_code)
-        raise HarnessError(f"models {', '.join(trusted)} need trust_remote_code and "
-                           f"{', '.join(sorted(set(added) - set(trusted)))} do not; a sweep "
-                           "trusts every added model or none: run them as two experiments")  # fmt: skip
+def _set_models(args: argparse.Namespace, models: dict[str, ModelSpec], source: str) -> None:
+    """Spell `models` as --models/--model (registry rows by name) and their pins as
+    `args.model_pins`. A model the file marks trust_remote_code runs remote code only when
+    the registry grants it (its own Hub id) or the user's `--trust-remote-code` names it:
+    a file shared by someone else must not switch code execution on."""
+    from .sweep import split_csv
+
+    trusted = split_csv(args.trust_remote_code)
+    unconsented = [f"{n} ({m.path})" for n, m in models.items()
+                   if m.trust_remote_code and n not in trusted
+                   and not registry_trusts(n, m.path)]  # fmt: skip
+    if unconsented:  # refused by `check_consent` where a script would run it
+        names = ",".join(n for n, m in models.items() if m.trust_remote_code
+                         and n not in trusted and not registry_trusts(n, m.path))  # fmt: skip
+        args.unconsented = (
+            f"{source} marks {', '.join(unconsented)} trust_remote_code: running it executes "
+            "code from that repository, and a file cannot grant that; if you trust it, pass "
+            f"--trust-remote-code {names} (else drop the model)"
+        )
+    added = {n: m for n, m in models.items() if not _registry_row(n, m)}
     args.models = ",".join(models)
     args.model = [f"{n}={m.path}:{m.mode}" for n, m in added.items()]
-    args.trust_remote_code = trust == {True}
+    args.model_pins = {n: (m.revision, m.code_revision) for n, m in models.items()
+                       if m.revision or m.code_revision}  # fmt: skip
+
+
+def check_consent(args: argparse.Namespace) -> None:
+    """Refuse to write a script when a file asked for remote code the user did not allow
+    (`_set_models`); reading results (status without --emit) needs no consent."""
+    message = getattr(args, "unconsented", None)
+    if message:
+        raise HarnessError(message)
 
 
 def _refuse(flag_text: str, inherited: str, where: str, fix: str) -> HarnessError:
@@ -529,13 +585,12 @@ def _inherit_pairs(args: argparse.Namespace, exp: Experiment, *, where: str, fix
                     flag = f"--model {name}=..." if spec is not None else f"--models {args.models}"
                     raise _refuse(given.get("models", flag),
                                   f"its models: {', '.join(exp.models)}", where, fix)  # fmt: skip
-                if spec is not None and spec != exp.models[name]:
-                    m = exp.models[name]
+                m = exp.models[name]
+                if spec is not None and (spec.path, spec.mode) != (m.path, m.mode):
                     raise _refuse(f"--model {name}={spec.path}:{spec.mode}",
-                                  f"{name}={m.path}:{m.mode}, trust_remote_code "
-                                  f"{m.trust_remote_code}", where, fix)  # fmt: skip
+                                  f"{name}={m.path}:{m.mode}", where, fix)  # fmt: skip
                 chosen[name] = exp.models[name]
-        _set_models(args, chosen)
+        _set_models(args, chosen, where)
     if exp.tasks:
         known = _task_keys(exp.tasks)
         asked = split_csv(args.tasks)
@@ -560,7 +615,7 @@ def _fill(args: argparse.Namespace, exp: Experiment, phase: str | None, source: 
             given[fact.attr] = f"{fact.attr} = {fact.show(want)} in {source}"
     requested = _models_from_args(args)
     if exp.models and requested is None:
-        _set_models(args, exp.models)
+        _set_models(args, exp.models, source)
         given["models"] = f"the models of {source}"
     elif exp.models and any(n in exp.models for n, m in requested.items() if m is None):
         chosen = {}
@@ -569,7 +624,7 @@ def _fill(args: argparse.Namespace, exp: Experiment, phase: str | None, source: 
             if spec is None:
                 raise unknown_name("model", name, {*exp.models, *MODEL_REGISTRY})
             chosen[name] = spec
-        _set_models(args, chosen)
+        _set_models(args, chosen, source)
     if exp.tasks and not args.tasks:
         args.tasks = ",".join(_task_keys(exp.tasks))
         given["tasks"] = f"tasks of {source}"
@@ -658,9 +713,9 @@ def _task_rows_file(rows: dict[str, dict], results_dir: str | os.PathLike) -> Pa
     return path.absolute()
 
 
-def write_for_plan(plan, out_dir: str | os.PathLike, args: argparse.Namespace) -> list[Path]:
-    """Write what `plan` runs as `experiment.toml` into its results directory and `out_dir`;
-    returns the files written. `args` went through `apply_to_args` (what it read)."""
+def for_plan(plan, out_dir: str | os.PathLike, args: argparse.Namespace) -> Experiment:
+    """What `plan` runs, as the experiment `write_for_plan` records. `args` went through
+    `apply_to_args` (what it read)."""
     own, inherited = getattr(args, "experiment_sources", (None, None))
     base = inherited or own or Experiment()
     tasks = list(dict.fromkeys(c.task for c in plan.cells))
@@ -686,8 +741,13 @@ def write_for_plan(plan, out_dir: str | os.PathLike, args: argparse.Namespace) -
     flag_files = [flag_files] if isinstance(flag_files, str) else flag_files
     tasks_files = [*base.tasks_files, *(own.tasks_files if own else [])]
     tasks_files += [os.path.abspath(f) for f in flag_files]
-    exp = Experiment(
-        models={c.model: ModelSpec(c.model_path, c.mode, c.trust_remote_code) for c in plan.cells},
+    return Experiment(
+        models={
+            c.model: ModelSpec(
+                c.model_path, c.mode, c.trust_remote_code, c.revision, c.code_revision
+            )
+            for c in plan.cells
+        },  # fmt: skip
         tasks=tasks,
         tasks_files=list(dict.fromkeys(tasks_files)),
         task_rows={t: base.task_rows[t] for t in tasks if t in base.task_rows},
@@ -702,12 +762,60 @@ def write_for_plan(plan, out_dir: str | os.PathLike, args: argparse.Namespace) -
         phases=phases,
         phase=plan.phase,
     )
-    written = []
-    for directory in dict.fromkeys((Path(plan.results_dir), Path(out_dir).absolute())):
-        directory.mkdir(parents=True, exist_ok=True)
-        write(exp, directory / EXPERIMENT_NAME)
-        written.append(directory / EXPERIMENT_NAME)
-    return written
+
+
+def _manifests(plan, out_dir: str | os.PathLike) -> list[Path]:
+    """Where a sweep records its experiment: its results directory and its script folder."""
+    folders = dict.fromkeys((Path(plan.results_dir), Path(out_dir).absolute()))
+    return [folder / EXPERIMENT_NAME for folder in folders]
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: data}
+
+
+def differences(old: Experiment, new: Experiment) -> list[str]:
+    """`field: old -> new` for every entry two experiments disagree on; where each phase's
+    scripts and results went (`phases`) is left out, a new select phase forgets the report."""
+    a, b = old.to_dict(), new.to_dict()
+    for d in (a, b):
+        d.pop("phases", None)
+    fa, fb = _flat(a), _flat(b)
+    return [f"{key}: {fa.get(key, 'unset')} -> {fb.get(key, 'unset')}"
+            for key in sorted(set(fa) | set(fb)) if fa.get(key) != fb.get(key)]  # fmt: skip
+
+
+def check_unchanged(plan, out_dir: str | os.PathLike, exp: Experiment) -> None:
+    """Refuse a sweep whose experiment differs from the one already recorded where it would
+    write (another grid, seeds, steps...): its results would mix with, and be counted as
+    done by, results of another recipe. `sweep --force` overwrites instead."""
+    for path in _manifests(plan, out_dir):
+        if not path.is_file():
+            continue
+        changed = differences(load(path), exp)
+        if changed:
+            raise HarnessError(
+                f"{path} records another experiment ({'; '.join(changed)}); this sweep would "
+                "overwrite it, and results already there would count as done for it. Give "
+                "another --results-dir/--out-dir, or --force to overwrite the record"
+            )
+
+
+def write_for_plan(
+    plan, out_dir: str | os.PathLike, args: argparse.Namespace, exp: Experiment | None = None
+) -> list[Path]:
+    """Write what `plan` runs (`for_plan`, or `exp`) as `experiment.toml` into its results
+    directory and `out_dir`; returns the files written."""
+    exp = for_plan(plan, out_dir, args) if exp is None else exp
+    for path in _manifests(plan, out_dir):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(exp, path)
+    return _manifests(plan, out_dir)
 
 
 def select_expectations(
@@ -788,7 +896,11 @@ __all__ = [
     "PhaseRecord",
     "VERSION",
     "apply_to_args",
+    "check_consent",
+    "check_unchanged",
+    "differences",
     "dumps",
+    "for_plan",
     "from_dict",
     "from_selection",
     "in_results_dir",

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from .errors import HarnessError
+
 TMP_PREFIX = ".tmp-"
 
 
@@ -135,3 +137,16 @@ def write_output(text: str, out: str | os.PathLike | None) -> None:
         print(f"wrote {out}")
     else:
         sys.stdout.write(text)
+
+
+def check_utf8(value: str | os.PathLike, what: str) -> None:
+    """Refuse a name that is not valid UTF-8 (a path whose bytes Python could only decode
+    with surrogate escapes): the scripts, manifests and records that hold it are UTF-8 text.
+    The error names `what` (the flag) and the value, so it is one line, not a traceback."""
+    text = os.fspath(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(text).decode("utf-8", "backslashreplace")
+        raise HarnessError(f"{what} {shown} is not valid UTF-8; the launch scripts and "
+                           "records are UTF-8 text: rename it") from None  # fmt: skip

@@ -53,6 +53,7 @@ from .experiment import summarize_inputs
 from .fileio import write_output
 from .metrics import metric_spec
 from .plan import split_csv
+from .protocol import seed_arg
 from .results import load_results
 from .select import load_selection
 from .summarize import Table, build_table, format_refusal
@@ -529,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the leaderboard here instead of stdout")
     p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES, metavar="N",
                    help=f"bootstrap replicates (default {DEFAULT_REPLICATES})")  # fmt: skip
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED,
+    p.add_argument("--seed", type=seed_arg, default=DEFAULT_SEED,
                    help=f"bootstrap seed (default {DEFAULT_SEED})")  # fmt: skip
     p.add_argument("--plot", metavar="DIR", help="write the critical-difference plot cd.png "
                    "here (three models or more)")  # fmt: skip

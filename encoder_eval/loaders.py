@@ -16,15 +16,17 @@ so a reader finds them in one place.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from . import provenance
 from .errors import HarnessError, unknown_name
 from .models import FIXED_POOLINGS, MODES, loader_settings, pooling_pitfall
-from .provenance import directory_content_hash
+from .provenance import code_repositories, directory_content_hash
 
 # Families whose position ids start after the padding index (pad_token_id + 1 slots are unusable).
 _OFFSET_POSITION_TYPES = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert"}
@@ -42,6 +44,9 @@ class LoadedModel:
     # What the loader derived that a result records beside its recipe (decoder-adapted: the
     # pair separator, the attention implementation, the pooling pitfall); empty otherwise.
     recorded: dict = field(default_factory=dict)
+    # Remote code held by other repositories: {"repositories": {repo: commit}, and the
+    # "code_revision_requested"}; None when the model runs no such code.
+    code: dict | None = None
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
@@ -173,6 +178,68 @@ def max_positions(config) -> int | None:
     return int(n)
 
 
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def pin_remote_code(
+    model_path: str,
+    label: str,
+    revision: str | None,
+    code_revision: str | None,
+    require: bool = False,
+) -> dict | None:
+    """Resolve the code another repository holds for this model (its config's or tokenizer
+    config's `auto_map` naming `repo--module.Class`) to one commit, before any of it runs.
+
+    Returns None when there is no such code, else {"repositories": {repo: commit or None},
+    "code_revision_requested": code_revision, "code_revision": the commit loads pass as
+    `code_revision` (None: not pinned)}. `code_revision` (a commit, a tag or a branch) is the
+    user's pin; without it each repository's head is resolved. `require` refuses an
+    unpinned reference, or one that cannot be resolved.
+    """
+    from transformers import PretrainedConfig
+    from transformers.models.auto.tokenization_auto import get_tokenizer_config
+
+    try:
+        config, _ = PretrainedConfig.get_config_dict(model_path, revision=revision)
+        tokenizer_config = get_tokenizer_config(model_path, revision=revision)
+    except Exception:  # the loads that follow report an unreadable model in full
+        return None
+    repos = code_repositories(config.get("auto_map"), tokenizer_config.get("auto_map"))
+    if not repos:
+        return None
+    named = ", ".join(repos)
+    if code_revision is None and require:
+        raise HarnessError(
+            f"{label}: its auto_map runs code from {named}, another repository, at whatever "
+            "its head is; pin it with --model-code-revision <commit> (--require-code-revision "
+            "is on)"
+        )
+    commits: dict[str, str | None] = {}
+    for repo in repos:
+        if code_revision is not None and _COMMIT.fullmatch(code_revision):
+            commits[repo] = code_revision
+            continue
+        try:
+            commits[repo] = provenance.resolve_commit(repo, code_revision)
+        except Exception as exc:
+            why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if require:
+                raise HarnessError(f"{label}: cannot resolve the code of {repo} at "
+                                   f"{code_revision or 'its head'} to a commit ({why}); give "
+                                   "--model-code-revision <40-hex commit>") from None  # fmt: skip
+            warnings.warn(f"{label}: could not resolve the code of {repo} to a commit ({why}); "
+                          "it runs unpinned (recorded as null)", stacklevel=3)  # fmt: skip
+            commits[repo] = None
+    distinct = set(commits.values())
+    pin = next(iter(distinct)) if len(distinct) == 1 else None
+    if pin is None and len(distinct) > 1 and require:
+        raise HarnessError(f"{label}: its code repositories ({named}) resolve to different "
+                           "commits, which one --model-code-revision cannot pin")  # fmt: skip
+    return {"repositories": commits, "code_revision_requested": code_revision,
+            "code_revision": pin or code_revision}  # fmt: skip
+
+
 def _load_config_and_tokenizer(
     model_path: str,
     label: str,
@@ -302,14 +369,18 @@ def _loaded(
     positions: int | None,
     trust_remote_code: bool,
     recorded: dict | None = None,
+    code: dict | None = None,
 ) -> LoadedModel:
     """Wrap a loaded fp32 model with its resolved revision and the inputs it takes."""
     commit = getattr(config, "_commit_hash", None)
     resolved = directory_content_hash(os.path.expanduser(model_path)) if local else commit
     if trust_remote_code:
+        other = "".join(f", and code from {repo} at {sha or 'an unresolved head'}"
+                        for repo, sha in ((code or {}).get("repositories") or {}).items())  # fmt: skip
         warnings.warn(
             f"{label}: trust_remote_code is on, running model-authored code at revision "
-            f"{resolved or 'unknown'}; pin it with --model-revision",
+            f"{resolved or 'unknown'}{other}; pin it with --model-revision"
+            + (" and --model-code-revision" if other else ""),
             stacklevel=3,
         )
     names = tuple(n for n in tokenizer.model_input_names if n in ("input_ids", "attention_mask"))
@@ -326,7 +397,27 @@ def _loaded(
         max_positions=positions,
         input_names=names,
         recorded=recorded or {},
+        code=code,
     )
+
+
+def _load_kwargs(
+    model_path: str,
+    label: str,
+    revision: str | None,
+    trust_remote_code: bool,
+    code_revision: str | None,
+    require_code_revision: bool,
+) -> tuple[dict, dict | None]:
+    """The keyword arguments of every `from_pretrained` call, with remote code held by
+    another repository pinned to one commit first (`pin_remote_code`), and that pin."""
+    kw = {"revision": revision, "trust_remote_code": trust_remote_code}
+    if not trust_remote_code:  # transformers then refuses remote code: nothing to pin
+        return kw, None
+    code = pin_remote_code(model_path, label, revision, code_revision, require_code_revision)
+    if code is not None and code["code_revision"] is not None:
+        kw["code_revision"] = code["code_revision"]
+    return kw, code
 
 
 def load_model(
@@ -342,10 +433,13 @@ def load_model(
     attention: str | None = None,
     pooling: str | None = None,
     head_dropout: float | None = None,
+    code_revision: str | None = None,
+    require_code_revision: bool = False,
 ) -> LoadedModel:
     """Load tokenizer and model for fine-tuning, in fp32, with the architecture fixes applied.
     `attention`, `pooling` and `head_dropout` are the decoder-adapted settings
     (`models.loader_settings`: None takes the default; other modes refuse them).
+    `code_revision` and `require_code_revision`: see `pin_remote_code`.
 
     Raises HarnessError with a one-line fix for every input problem found before training.
     """
@@ -355,7 +449,8 @@ def load_model(
         raise HarnessError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
     settings = loader_settings(mode, attention, pooling, head_dropout)
     label = model_label or model_path
-    kw = {"revision": revision, "trust_remote_code": trust_remote_code}
+    kw, code = _load_kwargs(model_path, label, revision, trust_remote_code, code_revision,
+                            require_code_revision)  # fmt: skip
     config, tokenizer, local, positions = _load_config_and_tokenizer(
         model_path, label, kw, max_seq_len, mode
     )
@@ -393,8 +488,7 @@ def load_model(
         raise
     except Exception as exc:
         raise HarnessError(_load_error("model", label, exc, local, trust_remote_code)) from None
-    model = model.float()
-    check_fp32(model)
+    model = model.float()  # fp32 master weights, whatever dtype the checkpoint stores
     if mode == "decoder-adapted":
         verify_attention(model, tokenizer, label)
         pitfall = pooling_pitfall(settings["attention"], settings["pooling"])
@@ -408,7 +502,7 @@ def load_model(
         }
     output_layer_in_fp32(model, 1 if problem == "regression" else num_labels)
     return _loaded(model, config, tokenizer, model_path, label, local, positions,
-                   trust_remote_code, recorded)  # fmt: skip
+                   trust_remote_code, recorded, code)  # fmt: skip
 
 
 def _decoder_body(model_path: str, config, kw: dict, label: str) -> nn.Module:
@@ -448,13 +542,16 @@ def load_encoder(
     trust_remote_code: bool = False,
     max_seq_len: int | None = None,
     model_label: str | None = None,
+    code_revision: str | None = None,
+    require_code_revision: bool = False,
 ) -> LoadedModel:
     """Load the frozen encoder body (`AutoModel`, fp32, eval mode) and its tokenizer for
-    embedding extraction, through the same checks as `load_model`."""
+    embedding extraction, through the same checks (and code pins) as `load_model`."""
     from transformers import AutoModel
 
     label = model_label or model_path
-    kw = {"revision": revision, "trust_remote_code": trust_remote_code}
+    kw, code = _load_kwargs(model_path, label, revision, trust_remote_code, code_revision,
+                            require_code_revision)  # fmt: skip
     config, tokenizer, local, positions = _load_config_and_tokenizer(
         model_path, label, kw, max_seq_len
     )
@@ -463,10 +560,9 @@ def load_encoder(
     except Exception as exc:
         raise HarnessError(_load_error("model", label, exc, local, trust_remote_code)) from None
     model = model.float().eval()
-    check_fp32(model)
     model.requires_grad_(False)
     return _loaded(model, config, tokenizer, model_path, label, local, positions,
-                   trust_remote_code)  # fmt: skip
+                   trust_remote_code, code=code)  # fmt: skip
 
 
 def output_layer_in_fp32(model: nn.Module, num_outputs: int) -> nn.Module:
@@ -490,16 +586,6 @@ def output_layer_in_fp32(model: nn.Module, num_outputs: int) -> nn.Module:
 
     layer.forward = forward_fp32
     return layer
-
-
-def check_fp32(model: nn.Module) -> None:
-    """Refuse a model whose parameters are not fp32: the protocol compares weights, not formats."""
-    bad = {str(p.dtype) for p in model.parameters() if p.dtype != torch.float32}
-    if bad:
-        raise HarnessError(
-            f"model parameters are {', '.join(sorted(bad))}, not float32; the protocol trains "
-            "fp32 master weights under bf16 autocast"
-        )
 
 
 def _load_error(what: str, label: str, exc: Exception, local: bool, trust: bool) -> str:

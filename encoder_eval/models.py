@@ -1,5 +1,6 @@
 """The model registry: key -> (Hub id or local path, loader mode, trust_remote_code, and for
-`decoder-adapted` rows optionally attention, pooling, head dropout), and the loader settings.
+`decoder-adapted` rows optionally attention, pooling, head dropout; optionally the weights'
+and the remote code's revision pins), and the loader settings.
 
 `sweep.MODEL_REGISTRY` is this same dict; adding a model is one row:
 
@@ -35,6 +36,20 @@ class ModelEntry(NamedTuple):
     attention: str | None = None
     pooling: str | None = None
     head_dropout: float | None = None
+    # Pins: the weights' Hub revision (`run --model-revision`) and the revision of the code
+    # another repository holds when the config's auto_map names one (`--model-code-revision`).
+    revision: str | None = None
+    code_revision: str | None = None
+
+
+def registry_trusts(key: str, path: str) -> bool:
+    """Whether the registry lets model `key` loaded from `path` run remote code: only a row
+    that says so, and only from that row's own Hub id. Another path under a registry name,
+    or a local folder named like a registry model, gets no trust from the name."""
+    row = MODEL_REGISTRY.get(key)
+    if row is None or not ModelEntry(*row).trust_remote_code:
+        return False
+    return path == ModelEntry(*row).path and not os.path.isdir(os.path.expanduser(path))
 
 
 def loader_settings(

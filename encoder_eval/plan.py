@@ -10,17 +10,28 @@ Building a probe plan imports `embed` (torch) once, for its list of poolings.
 
 from __future__ import annotations
 
+import argparse
 import os
+import shlex
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import HarnessError, unknown_name
-from .models import MODEL_REGISTRY, ModelEntry, check_model_path, model_entry, parse_model_spec
+from .models import (
+    MODEL_REGISTRY,
+    ModelEntry,
+    check_model_path,
+    model_entry,
+    parse_model_spec,
+    registry_trusts,
+)
 from .protocol import (
     LR_GRID,
     PHASE_SEEDS,
     PROTOCOL_RECIPE,
     SELECTION_SPLITS,
+    check_seed,
     lr_for_key,
     lr_key_for,
 )
@@ -37,16 +48,19 @@ FINETUNE, PROBE = "finetune", "probe"
 MODULES = {FINETUNE: "encoder_eval.run", PROBE: "encoder_eval.probe"}
 # How many cells share one `encoder_eval.run` process (see `Plan.units`).
 GROUPS = ("pair", "lr", "cell")
-# Flags that define a cell's identity; --extra-run-args must not override them.
+# Flags that define a cell's identity, or what code and weights it runs (remote code needs
+# the user's own word, `--trust-remote-code MODEL`); --extra-run-args must not set them. They
+# are found by parsing the extra arguments with the cell command's own parser.
 _RESERVED_RUN_FLAGS = (
     "--model-key", "--model-path", "--mode", "--task", "--lr", "--seed", "--phase",
-    "--results-dir", "--out-json", "--skip-existing", "--tasks-file",
+    "--results-dir", "--out-json", "--skip-existing", "--tasks-file", "--trust-remote-code",
+    "--no-trust-remote-code", "--cache-dir", "--model-revision", "--model-code-revision",
 )  # fmt: skip
 # The same for a probe unit's `encoder_eval.probe` flags.
 _RESERVED_PROBE_FLAGS = (
     "--model", "--tasks", "--pooling", "--results-dir", "--k-folds", "--seed", "--max-seq-len",
     "--precision", "--device", "--data-dir", "--tasks-file", "--trust-remote-code", "--force",
-    "--annotation-path", "--annotation_path", "--submission-file", "--submission_file",
+    "--model-revision", "--model-code-revision",
 )  # fmt: skip
 
 # ----------------------------------------------------------------------------- parsing helpers
@@ -74,8 +88,8 @@ def parse_seeds(text: str | None, flag: str = "--seeds") -> list[int] | None:
         ) from None
     if not seeds:
         raise HarnessError(f"{flag} is empty; give at least one seed, e.g. {flag} 42")
-    if any(s < 0 for s in seeds):
-        raise HarnessError(f"{flag} {text!r} holds a negative seed; seeds are >= 0")
+    for seed in seeds:
+        check_seed(seed, flag)
     return seeds
 
 
@@ -110,19 +124,35 @@ def model_table(extra_specs: list[str] | None = None) -> tuple[dict[str, tuple],
 
 
 def resolve_models(
-    models: list[str] | None, extra_specs: list[str] | None = None, trust_added: bool = False
+    models: list[str] | None,
+    extra_specs: list[str] | None = None,
+    trusted: Sequence[str] = (),
+    pins: dict[str, tuple[str | None, str | None]] | None = None,
 ) -> dict[str, ModelEntry]:
     """Which models a sweep covers: `models` (names of the registry or of additions), else the
-    additions when there are any, else the whole registry."""
+    additions when there are any, else the whole registry.
+
+    Remote code is on for the names in `trusted` (the user's `--trust-remote-code`) and for
+    registry rows that say so (from their own Hub id); never from a file. `pins`: name ->
+    (weights revision, code revision), from an experiment file; a registry row's own pins
+    otherwise."""
     table, added = model_table(extra_specs)
     names = models if models else (added or list(MODEL_REGISTRY))
+    for name in trusted:
+        if name not in table:
+            raise HarnessError(f"--trust-remote-code names {name!r}, which is no model of "
+                               f"this sweep ({', '.join(names)})")  # fmt: skip
     out = {}
     for name in names:
         if name not in table:
             raise unknown_name("model", name, table)
         entry = model_entry(name, table)
-        if name in added and trust_added:
-            entry = entry._replace(trust_remote_code=True)
+        trust = name in trusted or registry_trusts(name, entry.path)
+        entry = entry._replace(trust_remote_code=trust)
+        if pins and name in pins:
+            revision, code_revision = pins[name]
+            entry = entry._replace(revision=revision or entry.revision,
+                                   code_revision=code_revision or entry.code_revision)  # fmt: skip
         out[name] = entry
     return out
 
@@ -153,10 +183,17 @@ class Cell:
     seed: int
     phase: str
     pooling: str | None = None
+    revision: str | None = None  # the weights' pin (`--model-revision`)
+    code_revision: str | None = None  # another repository's remote code (`--model-code-revision`)
 
     @property
     def kind(self) -> str:
         return FINETUNE if self.pooling is None else PROBE
+
+    def pin_args(self) -> list[str]:
+        """The revision flags of this cell's model (none when nothing is pinned)."""
+        out = ["--model-revision", self.revision] if self.revision else []
+        return out + (["--model-code-revision", self.code_revision] if self.code_revision else [])
 
     @property
     def filename(self) -> str:
@@ -257,7 +294,7 @@ class Plan:
             "--seed", ",".join(map(str, seeds)),
             "--phase", self.phase, "--results-dir", self.results_dir, "--skip-existing",
             "--trust-remote-code" if first.trust_remote_code else "--no-trust-remote-code",
-            *self.recipe_args(), "--device", self.device,
+            *first.pin_args(), *self.recipe_args(), "--device", self.device,
         ]  # fmt: skip
         if self.data_dir:
             args += ["--data-dir", self.data_dir]
@@ -282,6 +319,7 @@ class Plan:
         ]  # fmt: skip
         if first.trust_remote_code:
             args.append("--trust-remote-code")
+        args += first.pin_args()
         if self.data_dir:
             args += ["--data-dir", self.data_dir]
         for path in self.tasks_files:
@@ -344,23 +382,65 @@ def _check_run_inputs(
     data_dir: str | os.PathLike | None,
     reserved: tuple[str, ...],
     per: str,
+    parser: Callable[[], argparse.ArgumentParser],
 ) -> tuple[str, list[str], str | None]:
     """The device, extra run arguments and data directory every phase's plan takes,
-    checked: (device, extra args, absolute data dir or None)."""
+    checked: (device, extra args, absolute data dir or None). The extra arguments are
+    parsed with the cell command's own `parser()`, so a flag is found however it is
+    spelled; any of `reserved` is refused, as is anything that command would refuse."""
     device = device or "auto"
     if device not in ("auto", "cuda", "cpu"):
         raise HarnessError(f"--device {device!r} must be auto, cuda or cpu")
     extra = list(extra_run_args or [])
-    for arg in extra:
-        if arg.split("=", 1)[0] in reserved:
-            raise HarnessError(
-                f"--extra-run-args may not set {arg.split('=', 1)[0]}; the sweep sets it per {per}"
-            )
+    if extra:
+        _refuse_reserved(extra, parser(), reserved, per)
     if data_dir is not None:
         if not Path(data_dir).is_dir():
             raise HarnessError(f"--data-dir {data_dir} is not a directory; give the mirror's path")
         data_dir = os.path.abspath(data_dir)
     return device, extra, None if data_dir is None else str(data_dir)
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    from .run import build_parser  # the cell command's own flags
+
+    return build_parser()
+
+
+def _probe_parser() -> argparse.ArgumentParser:
+    from .probe_model import build_parser
+
+    return build_parser()
+
+
+def _refuse_reserved(extra: list[str], parser: argparse.ArgumentParser,
+                     reserved: tuple[str, ...], per: str) -> None:  # fmt: skip
+    """Parse `extra` as the cell command would, and refuse it when it sets a flag of
+    `reserved` (by the flag's destination: `--no-x` sets what `--x` does) or does not parse."""
+    shown = shlex.join(extra)
+
+    def fail(message: str):
+        raise HarnessError(f"--extra-run-args {shown!r}: {message}")
+
+    for action in parser._actions:  # None: not given (a given flag stores a value)
+        action.required = False
+        action.default = None
+    parser.error = fail  # type: ignore[method-assign]
+    try:
+        given = parser.parse_args(extra)
+    except SystemExit:  # --help or --version: printed, then exit
+        fail("holds a flag that prints and exits (--help?)")
+    for action in parser._actions:
+        if getattr(given, action.dest, None) is None:
+            continue
+        if any(option in reserved for option in action.option_strings):
+            spelled = next((a.split("=", 1)[0] for a in extra
+                            if a.split("=", 1)[0] in action.option_strings),
+                           action.option_strings[0])  # fmt: skip
+            hint = ("; remote code is turned on by --trust-remote-code MODEL on the sweep's own "
+                    "command line") if "trust" in spelled else ""  # fmt: skip
+            raise HarnessError(f"--extra-run-args may not set {spelled}; the sweep sets it per "
+                               f"{per}{hint}")  # fmt: skip
 
 
 def build_plan(
@@ -378,7 +458,8 @@ def build_plan(
     data_dir: str | os.PathLike | None = None,
     device: str | None = None,
     extra_run_args: list[str] | None = None,
-    trust_remote_code: bool = False,
+    trust_remote_code: Sequence[str] = (),
+    pins: dict[str, tuple[str | None, str | None]] | None = None,
     selection_split: str | None = None,
     tasks_files: list[str | os.PathLike] | None = None,
 ) -> Plan:
@@ -388,11 +469,12 @@ def build_plan(
     report: models x tasks x seeds (default 45-49) at each pair's LR in `selection`, with
     the selection split its select cells used (a contradicting `selection_split` is refused).
     `tasks_files` (user task files) are registered before the tasks are resolved, and every
-    cell's run reads them too.
+    cell's run reads them too. `trust_remote_code`: the models the user lets run remote code
+    (`resolve_models`); `pins`: per-model (weights, code) revisions.
     """
     if phase not in PHASES:
         raise HarnessError(f"--phase {phase!r} must be select or report")
-    resolved = resolve_models(models, extra_models, trust_added=trust_remote_code)
+    resolved = resolve_models(models, extra_models, trust_remote_code, pins)
     files = [os.path.abspath(f) for f in tasks_files or []]
     register_task_files(files)
     task_list = resolve_tasks(tasks)
@@ -433,7 +515,7 @@ def build_plan(
     if max_seq_len != PROTOCOL_RECIPE.max_seq_len:
         shrunk.append(f"max seq len {max_seq_len} (protocol: {PROTOCOL_RECIPE.max_seq_len})")
     device, extra, data_dir = _check_run_inputs(device, extra_run_args, data_dir,
-                                                _RESERVED_RUN_FLAGS, "cell")  # fmt: skip
+                                                _RESERVED_RUN_FLAGS, "cell", _run_parser)  # fmt: skip
 
     cells: list[Cell] = []
     missing_pairs = []
@@ -456,7 +538,8 @@ def build_plan(
                     )
                 for seed in seeds:
                     cells.append(Cell(name, path, entry.mode, bool(entry.trust_remote_code),
-                                      task, key, lr, seed, phase))  # fmt: skip
+                                      task, key, lr, seed, phase, revision=entry.revision,
+                                      code_revision=entry.code_revision))  # fmt: skip
     if missing_pairs:
         raise HarnessError(
             f"the selection has no selected LR for {len(missing_pairs)} pair(s): "
@@ -509,7 +592,8 @@ def build_probe_plan(
     data_dir: str | os.PathLike | None = None,
     device: str | None = None,
     extra_run_args: list[str] | None = None,
-    trust_remote_code: bool = False,
+    trust_remote_code: Sequence[str] = (),
+    pins: dict[str, tuple[str | None, str | None]] | None = None,
     tasks_files: list[str | os.PathLike] | None = None,
 ) -> Plan:
     """The probe phase: one cell per (model, pooling, task), one unit per (model, task); raises
@@ -519,15 +603,13 @@ def build_probe_plan(
     from .probe import DEFAULT_K_FOLDS, DEFAULT_SEED, ProbeConfig
     from .probe_model import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
 
-    resolved = resolve_models(models, extra_models, trust_added=trust_remote_code)
+    resolved = resolve_models(models, extra_models, trust_remote_code, pins)
     files = [os.path.abspath(f) for f in tasks_files or []]
     register_task_files(files)
     task_list = resolve_tasks(tasks)
     poolings = list(check_poolings(DEFAULT_POOLINGS if poolings is None else poolings))
     precision = EmbedSetup(precision=precision or "bf16").precision  # refuses an unknown one
-    seed = DEFAULT_SEED if seed is None else seed
-    if seed < 0:
-        raise HarnessError(f"--seed {seed} must be >= 0")
+    seed = check_seed(DEFAULT_SEED if seed is None else seed)
     try:
         k_folds = ProbeConfig(DEFAULT_K_FOLDS if k_folds is None else k_folds, seed).k_folds
     except HarnessError as exc:
@@ -536,10 +618,10 @@ def build_probe_plan(
     if max_seq_len < 1:
         raise HarnessError("--max-seq-len must be at least 1")
     device, extra, data_dir = _check_run_inputs(device, extra_run_args, data_dir,
-                                                _RESERVED_PROBE_FLAGS, "unit")  # fmt: skip
+                                                _RESERVED_PROBE_FLAGS, "unit", _probe_parser)  # fmt: skip
     cells = [
         Cell(name, _abs_if_local(entry.path), entry.mode, bool(entry.trust_remote_code), task,
-             "", 0.0, seed, PROBE_PHASE, pooling)
+             "", 0.0, seed, PROBE_PHASE, pooling, entry.revision, entry.code_revision)
         for name, entry in resolved.items()
         for task in task_list
         for pooling in poolings

@@ -47,6 +47,7 @@ from .probe import (
     task_from_registry,
     write_result,
 )
+from .protocol import seed_arg
 
 RESULT_SUFFIX = ".probe.json"
 SUMMARY_SUFFIX = ".probe-summary.json"
@@ -62,6 +63,7 @@ class ProbeModel:
     path: str
     trust_remote_code: bool = False
     revision: str | None = None
+    code_revision: str | None = None  # remote code another repository holds (auto_map)
 
 
 @dataclass
@@ -81,6 +83,7 @@ class ProbeRun:
     cache: bool = True
     store_probes: bool = False
     force: bool = False
+    require_code_revision: bool = False
 
 
 def method_label(model: str, pooling: str) -> str:
@@ -133,13 +136,18 @@ def probe_cell_state(path: str | os.PathLike) -> tuple[str, dict | None, str | N
 def resolve_model(spec: str) -> ProbeModel:
     """`NAME=PATH_OR_HUB_ID` (the sweep's `--model` form; a mode suffix is ignored: probes
     use the encoder body) or a registry key."""
-    from .models import check_model_path, model_entry, parse_model_spec
+    from .models import check_model_path, model_entry, parse_model_spec, registry_trusts
 
     if "=" in spec:
         name, entry = parse_model_spec(spec)
-        return ProbeModel(name, check_model_path(spec, entry.path))
+        path = check_model_path(spec, entry.path)
+        # NAME=PATH with a registry name and its own Hub id is that row, pins included
+        row = model_entry(name) if registry_trusts(name, path) else None
+        pins = (row.revision, row.code_revision) if row else (None, None)
+        return ProbeModel(name, path, row is not None, *pins)
     entry = model_entry(spec)
-    return ProbeModel(spec, entry.path, entry.trust_remote_code)
+    return ProbeModel(spec, entry.path, registry_trusts(spec, entry.path), entry.revision,
+                      entry.code_revision)  # fmt: skip
 
 
 def _load_all_data(run: ProbeRun) -> dict[str, tuple[tuple, dict]]:
@@ -195,7 +203,9 @@ def run_probes(run: ProbeRun) -> list[Path]:
         started = time.perf_counter()
         loaded = load_encoder(model.path, revision=model.revision,
                               trust_remote_code=model.trust_remote_code,
-                              max_seq_len=run.max_seq_len, model_label=model.name)  # fmt: skip
+                              max_seq_len=run.max_seq_len, model_label=model.name,
+                              code_revision=model.code_revision,
+                              require_code_revision=run.require_code_revision)  # fmt: skip
         _log(f"{model.name}: loaded {model.path} (revision {loaded.revision[:12]}) in "
              f"{time.perf_counter() - started:.1f} s on {device.type}, {run.precision}")  # fmt: skip
         for task in run.tasks:
@@ -225,6 +235,8 @@ def run_probes(run: ProbeRun) -> list[Path]:
                 provenance = {
                     **base_provenance,
                     "model": {"path": model.path, "revision": loaded.revision,
+                              "revision_requested": model.revision,
+                              "trust_remote_code": model.trust_remote_code, "code": loaded.code,
                               "source": loaded.source, "class": type(loaded.model).__name__},
                     "data": data_prov,
                     "embedding": {"pooling": pooling, "max_seq_len": run.max_seq_len,
@@ -374,14 +386,21 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     p.add_argument("--data-dir", help="data mirror (default: $ENCODER_EVAL_DATA_DIR or the Hub)")
     p.add_argument("--results-dir", default="probe_results", help="where results go")
     p.add_argument("--k-folds", type=int, default=DEFAULT_K_FOLDS)
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the folds' seed")
+    p.add_argument("--seed", type=seed_arg, default=DEFAULT_SEED, help="the folds' seed")
     p.add_argument("--max-seq-len", type=int, default=DEFAULT_MAX_SEQ_LEN)
     p.add_argument("--precision", choices=PRECISIONS, default="bf16",
                    help="forward pass under bf16 autocast (weights and outputs fp32) or fp32")  # fmt: skip
     p.add_argument("--batch-size", type=int, help="examples per forward pass")
     p.add_argument("--device", default="auto", help="auto, cuda or cpu")
     p.add_argument("--trust-remote-code", action="store_true",
-                   help="let NAME=PATH models run model-authored code")  # fmt: skip
+                   help="let the --model models run model-authored code (default: on only "
+                   "for a registry row that says so, loaded from that row's Hub id)")  # fmt: skip
+    p.add_argument("--model-revision", help="pin the model's Hub revision (commit sha; one "
+                   "--model only; default: the registry row's pin, else the head)")  # fmt: skip
+    p.add_argument("--model-code-revision", help="remote code: the revision of the code "
+                   "repository the config's auto_map names (one --model only)")  # fmt: skip
+    p.add_argument("--require-code-revision", action="store_true", help="refuse remote "
+                   "code from another repository unless --model-code-revision pins it")  # fmt: skip
     p.add_argument("--no-cache", action="store_true", help="do not read or write the "
                    "embedding cache")  # fmt: skip
     p.add_argument("--store-probes", action="store_true",
@@ -401,6 +420,12 @@ def run_from_args(args) -> ProbeRun:
     models = [resolve_model(spec) for spec in args.model]
     if args.trust_remote_code:
         models = [replace(m, trust_remote_code=True) for m in models]
+    pins = {k: v for k in ("revision", "code_revision")
+            if (v := getattr(args, f"model_{k}")) is not None}  # fmt: skip
+    if pins and len(models) != 1:
+        raise HarnessError("--model-revision and --model-code-revision pin one model; give "
+                           "one --model per probe run")  # fmt: skip
+    models = [replace(m, **pins) for m in models]
     names = [m.name for m in models]
     if len(set(names)) != len(names):
         raise HarnessError(f"--model names repeat ({', '.join(names)}); give each its own NAME")
@@ -415,7 +440,7 @@ def run_from_args(args) -> ProbeRun:
         data_dir=args.data_dir, config=ProbeConfig(k_folds=args.k_folds, seed=args.seed),
         max_seq_len=args.max_seq_len, precision=args.precision, batch_size=args.batch_size,
         device=args.device, cache=not args.no_cache, store_probes=args.store_probes,
-        force=args.force,
+        force=args.force, require_code_revision=args.require_code_revision,
     )  # fmt: skip
 
 

@@ -6,6 +6,7 @@ Everything a cell must share with every other cell of a table lives here, so tha
 
 from __future__ import annotations
 
+import argparse
 import math
 from dataclasses import asdict, dataclass, field, fields
 
@@ -21,6 +22,8 @@ LR_GRID: dict[str, float] = {
 SELECT_SEEDS: tuple[int, ...] = (42, 43, 44)
 REPORT_SEEDS: tuple[int, ...] = (45, 46, 47, 48, 49)
 PHASE_SEEDS: dict[str, tuple[int, ...]] = {"select": SELECT_SEEDS, "report": REPORT_SEEDS}
+# numpy's legacy seeding (and so every RNG a cell seeds) takes 0 .. 2**32 - 1.
+MAX_SEED = 2**32 - 1
 
 # Which split picks the learning rate and the early-stopping checkpoint. "dev" is the
 # specification's default (the official dev split; for GLUE and SuperGLUE also the reported
@@ -125,6 +128,24 @@ def step_budget(n_train: int, recipe: Recipe = PROTOCOL_RECIPE) -> tuple[int, in
     min(max_steps, epoch_cap epochs) optimizer steps unless early stopping ends it first."""
     steps_per_epoch = math.ceil(n_train / recipe.batch_size)
     return steps_per_epoch, min(recipe.max_steps, recipe.epoch_cap * steps_per_epoch)
+
+
+def check_seed(seed: int, flag: str = "--seed") -> int:
+    """`seed` if every random generator a cell seeds accepts it (0 .. MAX_SEED), else a
+    HarnessError now, instead of a crash inside each cell."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise HarnessError(f"{flag} {seed!r} must be an integer from 0 to {MAX_SEED} (2**32 - 1)")
+    return seed
+
+
+def seed_arg(text: str) -> int:
+    """argparse `type=` for one seed: an integer from 0 to MAX_SEED."""
+    try:
+        return check_seed(int(text))
+    except (ValueError, HarnessError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a seed (an integer from 0 to {MAX_SEED})"
+        ) from None
 
 
 def lr_key_for(lr: float) -> str | None:

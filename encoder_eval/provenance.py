@@ -106,3 +106,26 @@ def directory_content_hash(path: str | os.PathLike) -> str:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
     return "sha256:" + digest.hexdigest()
+
+
+def code_repositories(*auto_maps: dict | None) -> list[str]:
+    """The other Hub repositories whose code these `auto_map`s name (`repo--module.Class`,
+    as transformers reads them), in first-seen order; code in the model's own repository
+    or folder is not listed (it runs at the weights' revision)."""
+    repos: list[str] = []
+    for auto_map in auto_maps:
+        for value in (auto_map or {}).values():
+            for ref in value if isinstance(value, list | tuple) else [value]:
+                if isinstance(ref, str) and "--" in ref:
+                    repo = ref.split("--", 1)[0]
+                    if repo not in repos:
+                        repos.append(repo)
+    return repos
+
+
+def resolve_commit(repo_id: str, revision: str | None) -> str:
+    """The commit a Hub model repository's `revision` (None: its default branch) resolves
+    to now: the one Hub lookup pinning remote code takes."""
+    from huggingface_hub import HfApi
+
+    return HfApi().model_info(repo_id, revision=revision).sha

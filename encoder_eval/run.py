@@ -31,6 +31,7 @@ from .models import (
     key_from_path,
     loader_settings,
     model_entry,
+    registry_trusts,
 )
 from .protocol import (
     PHASE_SEEDS,
@@ -38,6 +39,7 @@ from .protocol import (
     RANK_OBJECTIVES,
     SELECTION_SPLITS,
     Recipe,
+    check_seed,
     lr_key_for,
 )
 from .results import (
@@ -136,9 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "default: $ENCODER_EVAL_DATA_DIR, else the Hub")  # fmt: skip
     g.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                    help="auto picks a CUDA/ROCm GPU when one is visible")  # fmt: skip
-    g.add_argument("--model-revision", help="pin the model's Hub revision (commit sha)")
+    g.add_argument("--model-revision", help="pin the model's Hub revision (commit sha; "
+                   "default: the registry row's pin, else the head)")  # fmt: skip
     g.add_argument("--trust-remote-code", action=argparse.BooleanOptionalAction, default=None,
-                   help="run model-authored code (default: the registry's setting, else off)")  # fmt: skip
+                   help="run model-authored code (default: on only for a registry row that "
+                   "says so, loaded from that row's Hub id; else off)")  # fmt: skip
+    g.add_argument("--model-code-revision", help="remote code: the revision of the code "
+                   "repository the config's auto_map names (e.g. mGTE's Alibaba-NLP/new-impl); "
+                   "default: the registry row's pin, else that repository's head, resolved to "
+                   "a commit and recorded")  # fmt: skip
+    g.add_argument("--require-code-revision", action="store_true", help="refuse remote "
+                   "code from another repository unless --model-code-revision pins it")  # fmt: skip
     g.add_argument("--record-model-path", action="store_true",
                    help="write the model path into the result (off: paths can be private)")  # fmt: skip
     g.add_argument("--save-predictions", action=argparse.BooleanOptionalAction, default=True,
@@ -188,8 +198,11 @@ def plan_cells(args: argparse.Namespace) -> list:
         for k in ("attention", "pooling", "head_dropout")
     ))  # fmt: skip
     trust = args.trust_remote_code
-    if trust is None:
-        trust = bool(entry and entry.trust_remote_code)
+    if trust is None:  # the registry's word holds for its own Hub id only, never a name
+        trust = registry_trusts(model_key, model_path)
+    pinned = entry if entry is not None and entry.path == model_path else None
+    revision = args.model_revision or (pinned.revision if pinned else None)
+    code_revision = args.model_code_revision or (pinned.code_revision if pinned else None)
     lrs = _parse_list(args.lr, float, "--lr")
     seeds = _parse_list(args.seed, int, "--seed")
     for lr in lrs:
@@ -201,8 +214,7 @@ def plan_cells(args: argparse.Namespace) -> list:
                 "--allow-off-protocol (the result is then marked off-protocol)"
             )
     for seed in seeds:
-        if seed < 0:
-            raise HarnessError(f"--seed {seed} must be a non-negative integer")
+        check_seed(seed)
         if seed not in PHASE_SEEDS[args.phase] and not args.allow_off_protocol:
             raise HarnessError(
                 f"--seed {seed} is not a {args.phase} seed {list(PHASE_SEEDS[args.phase])}; "
@@ -241,8 +253,9 @@ def plan_cells(args: argparse.Namespace) -> list:
             cells.append(CellConfig(
                 model_path=model_path, task=args.task, lr=lr, seed=seed, model_key=model_key,
                 phase=args.phase, recipe=recipe, data_dir=args.data_dir,
-                device=args.device, out_json=out, model_revision=args.model_revision,
-                trust_remote_code=trust, record_model_path=args.record_model_path,
+                device=args.device, out_json=out, model_revision=revision,
+                model_code_revision=code_revision,
+                require_code_revision=args.require_code_revision, trust_remote_code=trust, record_model_path=args.record_model_path,
                 save_predictions=args.save_predictions, progress=args.progress,
                 cache_dir=None if args.no_cache else args.cache_dir,
             ))  # fmt: skip

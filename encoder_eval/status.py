@@ -45,7 +45,16 @@ from pathlib import Path
 from . import experiment
 from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
 from .results import CORRUPT, MISSING, QUARANTINE_DIR, cell_state, count_quarantined, load_results
-from .sweep import Cell, Plan, add_emit_arguments, add_plan_arguments, emit, plan_from_args
+from .sweep import (
+    Cell,
+    Plan,
+    add_emit_arguments,
+    add_plan_arguments,
+    check_utf8_args,
+    check_utf8_plan,
+    emit,
+    plan_from_args,
+)
 
 STATES = ("done", "diverged", "corrupt", "missing")
 
@@ -145,8 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.results_dir is None:
         raise HarnessError("give --results-dir (the phase's result directory)")
+    check_utf8_args(args)
     experiment.apply_to_args(args, results_manifest=True)
     plan = plan_from_args(args)
+    if args.emit:
+        check_utf8_plan(plan, args.emit)
+        experiment.check_consent(args)
     status = phase_status(plan)
     load_results(plan.results_dir, phase=plan.phase)  # one warning per entry it skips
     emitted = None

@@ -76,7 +76,7 @@ from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, repo
 from .experiment import summarize_inputs
 from .fileio import write_output
 from .metrics import metric_spec
-from .protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
+from .protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS, seed_arg
 from .results import LoadedResult, load_results, result_filename
 from .select import cell_setup, load_selection, setup_differences
 from .tasks import (
@@ -759,7 +759,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "model and those not distinguishable from it (skips the tests)")  # fmt: skip
     p.add_argument("--resamples", type=int, default=999,
                    help="bootstrap replicates and permutations (--ci bootstrap, the marks)")  # fmt: skip
-    p.add_argument("--seed", type=int, default=1234, help="seed of the resampling")
+    p.add_argument("--seed", type=seed_arg, default=1234, help="seed of the resampling")
     p.add_argument("--plots", metavar="DIR", help="also write PNG plots here: the final "
                    "scores, and (with --select-results-dir) the learning-rate curves")  # fmt: skip
     p.add_argument("--select-results-dir", help="select-phase results, for the LR curves "

@@ -69,6 +69,7 @@ from .emit import (
     emit_slurm_array,
 )
 from .errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
+from .fileio import check_utf8
 from .models import MODEL_REGISTRY, MODES
 from .plan import (
     GROUPS,
@@ -86,7 +87,7 @@ from .plan import (
     resolve_tasks,
     split_csv,
 )
-from .protocol import LR_GRID, PHASE_SEEDS, PROTOCOL_RECIPE, SELECTION_SPLITS
+from .protocol import LR_GRID, PHASE_SEEDS, PROTOCOL_RECIPE, SELECTION_SPLITS, check_seed
 from .tasks import MULTILINGUAL_TASKS, TASK_GROUPS
 
 # Re-exported: status.py, select.py, summarize.py, demo.py and the tests import these from here.
@@ -119,8 +120,10 @@ def add_plan_arguments(p: argparse.ArgumentParser, phases: tuple[str, ...] = PHA
     g.add_argument("--model", action="append", default=[], metavar="NAME=PATH[:MODE]",
                    help=f"add a model for this sweep (repeatable); MODE: {' | '.join(MODES)}, "
                    "default auto")  # fmt: skip
-    g.add_argument("--trust-remote-code", action="store_true",
-                   help="let the --model additions run model-authored code")  # fmt: skip
+    g.add_argument("--trust-remote-code", metavar="MODEL[,MODEL]", help="let these models "
+                   "run code from their repositories (registry rows that need it and load "
+                   "from their own Hub id need no flag); an experiment or selection file "
+                   "never turns remote code on")  # fmt: skip
     g.add_argument("--tasks", help="comma-separated task keys and groups (default: "
                    f"multilingual = {','.join(MULTILINGUAL_TASKS)}); groups: "
                    f"{', '.join(TASK_GROUPS)} (all: the whole suite)")  # fmt: skip
@@ -205,7 +208,7 @@ def probe_plan_from_args(args: argparse.Namespace) -> Plan:
     seed = None
     if args.seed is not None:
         try:
-            seed = int(args.seed)
+            seed = check_seed(int(args.seed))
         except ValueError:
             raise HarnessError(f"--seed {args.seed!r} must be one integer, e.g. 42") from None
     return build_probe_plan(
@@ -214,7 +217,7 @@ def probe_plan_from_args(args: argparse.Namespace) -> Plan:
         tasks=split_csv(args.tasks) or None, poolings=pooling, k_folds=args.k_folds,
         seed=seed, max_seq_len=args.max_seq_len, precision=args.precision,
         data_dir=args.data_dir, device=args.device, extra_run_args=_extra_args(args),
-        trust_remote_code=args.trust_remote_code, tasks_files=args.tasks_file,
+        trust_remote_code=split_csv(args.trust_remote_code), tasks_files=args.tasks_file,
     )  # fmt: skip
 
 
@@ -244,9 +247,29 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         tasks=split_csv(args.tasks) or None, lr_keys=parse_lr_keys(args.lr_keys),
         seeds=parse_seeds(args.seeds), selection=selection, max_steps=args.max_steps,
         max_seq_len=args.max_seq_len, data_dir=args.data_dir, device=args.device,
-        extra_run_args=extra, trust_remote_code=args.trust_remote_code,
-        selection_split=args.selection_split, tasks_files=args.tasks_file,
+        extra_run_args=extra, trust_remote_code=split_csv(args.trust_remote_code),
+        pins=getattr(args, "model_pins", None), selection_split=args.selection_split,
+        tasks_files=args.tasks_file,
     )  # fmt: skip
+
+
+def check_utf8_args(args: argparse.Namespace) -> None:
+    """Refuse, naming the flag, any text flag that is not valid UTF-8 (a path's raw bytes):
+    the launch scripts and records that hold it are UTF-8 text."""
+    for dest, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                check_utf8(item, f"--{dest.replace('_', '-')}")
+
+
+def check_utf8_plan(plan: Plan, out_dir: str | os.PathLike) -> None:
+    """The same for the paths a plan took from files (an experiment's folder, a model's)."""
+    check_utf8(out_dir, "--out-dir")
+    check_utf8(plan.results_dir, "--results-dir")
+    for path in [*([plan.data_dir] if plan.data_dir else []), *plan.tasks_files]:
+        check_utf8(path, "the path")
+    for cell in plan.cells:
+        check_utf8(cell.model_path, f"model {cell.model!r}: its path")
 
 
 def format_grid() -> str:
@@ -270,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_probe_arguments(p)
     add_emit_arguments(p)
     p.add_argument("--out-dir", help="where the script and logs go (default: runs/<phase>)")
+    p.add_argument("--force", action="store_true", help="overwrite an experiment.toml that "
+                   "records another experiment in --results-dir or --out-dir (refused without)")  # fmt: skip
     p.add_argument("--show-grid", action="store_true",
                    help="print the LR grid, seed sets and recipe flags, then exit")  # fmt: skip
     return p
@@ -281,8 +306,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.show_grid:
         print(format_grid())
         return EXIT_OK
+    check_utf8_args(args)
     plan = plan_from_args(args)
     out_dir = args.out_dir or os.path.join("runs", plan.phase)
+    check_utf8_plan(plan, out_dir)
+    experiment.check_consent(args)
+    record = None
+    if plan.phase != PROBE_PHASE:
+        record = experiment.for_plan(plan, out_dir, args)
+        if not args.force:
+            experiment.check_unchanged(plan, out_dir, record)
     emitted = emit(plan, out_dir, args.mode, template=args.slurm_template,
                    requeue=args.requeue, python=args.python, group=args.group)  # fmt: skip
     if plan.phase == PROBE_PHASE:  # experiment.toml records the fine-tuning phases only
@@ -292,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"then: {summarize}")
         return EXIT_OK
-    manifests = experiment.write_for_plan(plan, out_dir, args)
+    manifests = experiment.write_for_plan(plan, out_dir, args, record)
     if plan.shrunk:
         print("note: shrunken sweep, its results are off-protocol: " + "; ".join(plan.shrunk))
     print(emitted.describe())

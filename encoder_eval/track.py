@@ -45,6 +45,7 @@ from .errors import (
     unknown_name,
 )
 from .fileio import write_json_atomic, write_output
+from .protocol import seed_arg
 from .results import DONE_STATES
 
 RECEIPT_SCHEMA = "encoder-eval-receipt"
@@ -820,7 +821,7 @@ def _add_setup_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-seq-len", type=int, help="truncation length")
     g.add_argument("--pooling", help="probe: mean | first | last (default mean)")
     g.add_argument("--k-folds", type=int, help="probe: folds (default 10)")
-    g.add_argument("--seed", type=int, help="probe: the folds' seed (default 42)")
+    g.add_argument("--seed", type=seed_arg, help="probe: the folds' seed (default 42)")
     g.add_argument("--precision", help="probe: bf16 (default) or fp32")
     g.add_argument("--lr-key", help="finetune: the fixed LR, a grid key such as lr06")
     g.add_argument("--selection", help="finetune: take the LR from this selection.json")

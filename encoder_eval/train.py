@@ -74,6 +74,8 @@ class CellConfig:
     device: str = "auto"
     out_json: str | None = None
     model_revision: str | None = None
+    model_code_revision: str | None = None  # remote code held by another repository
+    require_code_revision: bool = False  # refuse such code unless model_code_revision pins it
     trust_remote_code: bool = False
     record_model_path: bool = False
     save_predictions: bool = True  # report cells only: `encoder_eval.predictions`
@@ -427,7 +429,8 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
             cfg.model_path, recipe.mode, num_labels, kind.problem, revision=cfg.model_revision,
             trust_remote_code=cfg.trust_remote_code, max_seq_len=recipe.max_seq_len,
             model_label=cfg.model_key, attention=recipe.attention, pooling=recipe.pooling,
-            head_dropout=recipe.head_dropout,
+            head_dropout=recipe.head_dropout, code_revision=cfg.model_code_revision,
+            require_code_revision=cfg.require_code_revision,
         )  # fmt: skip
     model, tok = loaded.model.to(device), loaded.tokenizer
     prov = {
@@ -438,6 +441,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
         "model_source": loaded.source,
         "model_path": cfg.model_path if cfg.record_model_path else None,
         "trust_remote_code": cfg.trust_remote_code,
+        "model_code": loaded.code,
         "data": data_prov,
         "dataset_revisions": {knobs.hf_path: data_prov.get("revision")} if knobs.hf_path else {},
     }

@@ -175,7 +175,10 @@ CASES = {
                            r"--seed 42 is not a report seed \[45, 46, 47, 48, 49\]; use one of "
                            r"those or pass --allow-off-protocol"),
     "seed-negative": (lambda c: c.cell("--seed=-3", "--allow-off-protocol", drop=("--seed",)),
-                      r"--seed -3 must be a non-negative integer"),
+                      r"--seed -3 must be an integer from 0 to 4294967295"),
+    "seed-beyond-32-bits": (lambda c: c.cell("--seed=4294967296", "--allow-off-protocol",
+                                             drop=("--seed",)),
+                            r"--seed 4294967296 must be an integer from 0 to 4294967295"),
     # --- run: the model
     "missing-model-dir": (lambda c: c.cell("--model-path", str(c.root / "no-such-model")),
                           r"model directory .*no-such-model' does not exist; check --model-path"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import signal
@@ -16,7 +17,7 @@ from conftest import REPO, read_json
 from encoder_eval import train
 from encoder_eval.errors import HarnessError
 from encoder_eval.kinds import KINDS
-from encoder_eval.loaders import check_fp32, load_model
+from encoder_eval.loaders import load_encoder, load_model
 from encoder_eval.protocol import Recipe
 from encoder_eval.results import result_filename, validate_result
 from encoder_eval.tasks import load_task
@@ -151,10 +152,23 @@ def test_output_layer_runs_in_fp32_so_regression_predictions_are_not_rounded(tin
     assert len(set(logits.squeeze(-1).tolist())) >= 35  # bf16 logits would be rounded to 1/64 steps
 
 
-def test_non_fp32_model_is_refused(tiny_models):
-    loaded = load_model(str(tiny_models["bert"]), "auto", 2, "single_label_classification")
-    with pytest.raises(HarnessError, match="not float32"):
-        check_fp32(loaded.model.to(torch.bfloat16))
+def test_a_bf16_checkpoint_trains_from_fp32_master_weights(tiny_models, tmp_path):
+    """A checkpoint stored in bf16 is cast, not refused: every parameter the optimiser will
+    update is fp32 (the old `check_fp32` ran after that cast and could never fire, while the
+    methodology said such a load is refused)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    stored = tmp_path / "bf16"
+    AutoModel.from_pretrained(tiny_models["bert"]).to(torch.bfloat16).save_pretrained(stored)
+    AutoTokenizer.from_pretrained(tiny_models["bert"]).save_pretrained(stored)
+    config = json.loads((stored / "config.json").read_text())
+    assert (config.get("torch_dtype") or config.get("dtype")) == "bfloat16"
+    for loaded in (load_model(str(stored), "auto", 2, "single_label_classification"),
+                   load_encoder(str(stored))):  # fmt: skip
+        assert {p.dtype for p in loaded.model.parameters()} == {torch.float32}
+    text = (REPO / "EVALUATION_METHODOLOGY.md").read_text(encoding="utf-8")
+    assert "check_fp32" not in text and "in bf16 is refused" not in text
+    assert "cast to fp32" in text
 
 
 def test_same_cell_twice_gives_the_same_score(tiny_models, small_mirror, tmp_path):

@@ -163,7 +163,16 @@ def write_file(tmp_path: Path, text: str) -> Path:
             r"contradicts the registry model "
             r"'xlm-r-base': mode 'liquid-bidir'",
         ),
-        ("[seeds]\nselect = [-1]\n", r"seeds\.select must be an integer >= 0, got -1"),
+        (
+            "[seeds]\nselect = [-1]\n",
+            r"seeds\.select must be an integer >= 0 and <= 4294967295, "
+            "got -1",
+        ),
+        (
+            "[seeds]\nselect = [4294967296]\n",
+            r"seeds\.select must be an integer >= 0 and <= "
+            "4294967295, got 4294967296",
+        ),
         ("[seeds]\nreprt = [45]\n", r"seeds: unknown field 'reprt'\. Did you mean 'report'\?"),
         ("version = 9\n", r"version is 9; this harness reads version 1"),
         ("tasks = [\n", r"is not valid TOML"),
@@ -303,8 +312,7 @@ def test_the_report_sweep_runs_as_its_select_phase_did(tmp_path):
         (["--data-dir", "."], "--data-dir {cwd} contradicts the select phase ({mirror})"),
         (
             ["--model", "m=org/other"],
-            "--model m=org/other:auto contradicts the select phase "
-            "(m=org/m:auto, trust_remote_code False)",
+            "--model m=org/other:auto contradicts the select phase (m=org/m:auto)",
         ),
         (["--models", "x"], "--models x contradicts the select phase (its models: m, lfm.x)"),
         (

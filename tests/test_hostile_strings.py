@@ -46,10 +46,11 @@ def test_real_cells_behind_run_all_get_hostile_values_verbatim(tmp_path, tiny_mo
     cache = tmp_path / f"cache {EVIL}"
     common = ["--model", f"{name}={model}", "--tasks", "glue_rte", "--lr-keys", "lr06",
               "--data-dir", str(data), *SHRINK, "--results-dir", str(rdir),
-              "--extra-run-args", shlex.join(["--cache-dir", str(cache)])]  # fmt: skip
+              "--extra-run-args", shlex.join(["--eval-batch", "4"])]  # fmt: skip
     sh(py("encoder_eval.sweep", "--phase", "select", *common, "--seeds", "42",
           "--out-dir", runs), tmp_path)  # fmt: skip
-    run = sh(["bash", str(runs / "run_all.sh")], tmp_path)
+    # --cache-dir is reserved from --extra-run-args (issue 23): the environment sets it.
+    run = sh(["bash", str(runs / "run_all.sh")], tmp_path, ENCODER_EVAL_CACHE_DIR=str(cache))
     assert "[cells 1/1 done, units 1/1, failed 0] finished: 1 run" in run.stdout
     (res,) = result_files(rdir)
     assert res.name == result_filename(name, "glue_rte", 3.59e-05, 42)
@@ -57,12 +58,12 @@ def test_real_cells_behind_run_all_get_hostile_values_verbatim(tmp_path, tiny_mo
     data_json = read_json(res)
     assert data_json["cell"]["model"] == name
     assert data_json["provenance"]["data"]["source"] == "mirror"
-    assert any(cache.iterdir())  # --extra-run-args reached the cell verbatim and was used
+    assert any(cache.iterdir())  # the cache directory reached the cell verbatim and was used
     # status --emit writes a script for the missing cell (another seed), with the same values.
     emitted = tmp_path / f"rest {EVIL}"
     sh(py("encoder_eval.status", "--phase", "select", *common, "--seeds", "42,43",
           "--emit", emitted), tmp_path, ok=(1,))  # fmt: skip
-    rest = sh(["bash", str(emitted / "run_all.sh")], tmp_path)
+    rest = sh(["bash", str(emitted / "run_all.sh")], tmp_path, ENCODER_EVAL_CACHE_DIR=str(cache))
     assert "[cells 1/1 done, units 1/1, failed 0] finished: 1 run" in rest.stdout
     assert {read_json(p)["cell"]["seed"] for p in result_files(rdir)} == {42, 43}
     sel = tmp_path / "selection.json"
@@ -82,7 +83,7 @@ def test_slurm_scripts_get_hostile_directories_verbatim(tmp_path, fake_slurm, mo
     model_dir.mkdir()
     plan = sweep.build_plan("select", results_dir=rdir, extra_models=[f"{EVIL}={model_dir}"],
                             tasks=["glue_rte"], lr_keys=["lr06"], seeds=[42], data_dir=data,
-                            extra_run_args=["--cache-dir", f"c {EVIL}"])  # fmt: skip
+                            pins={EVIL: (f"c {EVIL}", None)})  # fmt: skip
     emitted = sweep.emit(plan, out, mode, template=tpl)
     proc = subprocess.run(["bash", str(emitted.script)], env=env_, capture_output=True,
                           text=True, cwd=tmp_path)  # fmt: skip
@@ -96,7 +97,7 @@ def test_slurm_scripts_get_hostile_directories_verbatim(tmp_path, fake_slurm, mo
     assert job["env"]["MODEL_PATH"] == str(model_dir) and job["env"]["MODEL"] == EVIL
     assert job["env"]["OUT_JSON"] == str(rdir / plan.cells[0].filename)
     assert shlex.split(job["env"]["RUN_ARGS"]) == job["argv"]
-    assert job["argv"][job["argv"].index("--cache-dir") + 1] == f"c {EVIL}"
+    assert job["argv"][job["argv"].index("--model-revision") + 1] == f"c {EVIL}"
     no_canary(tmp_path)
 
 

@@ -21,13 +21,16 @@ def test_model_path_alone_keeps_the_registry_loader_of_its_hub_id(tmp_path):
     assert cell.recipe.mode == "liquid-bidir" and cell.trust_remote_code is True
 
 
-def test_a_local_copy_named_like_a_registry_model_keeps_its_loader(tmp_path):
+def test_a_local_copy_named_like_a_registry_model_keeps_its_loader_not_its_trust(tmp_path):
+    """The name gives the loader; trust goes with the registry row's Hub id only (issue 23,
+    item 3): a local copy runs remote code only with --trust-remote-code."""
     local = tmp_path / "models" / "LFM2.5-Encoder-230M"
     local.mkdir(parents=True)
     assert models.key_from_path(str(local) + "/") == "lfm2.5-encoder-230m"
     cell = planned(tmp_path, "--model-path", str(local))
     assert cell.model_key == "lfm2.5-encoder-230m" and cell.model_path == str(local)
-    assert cell.recipe.mode == "liquid-bidir" and cell.trust_remote_code is True
+    assert cell.recipe.mode == "liquid-bidir" and cell.trust_remote_code is False
+    assert planned(tmp_path, "--model-path", str(local), "--trust-remote-code").trust_remote_code
 
 
 def test_explicit_loader_flags_win_over_the_registry(tmp_path):

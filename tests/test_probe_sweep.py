@@ -81,7 +81,7 @@ def test_probe_defaults_are_the_probes_and_a_path_with_a_colon_survives(tmp_path
     mdir = tmp_path / "m:odd"
     mdir.mkdir()
     plan = sweep.build_probe_plan(results_dir=tmp_path / "r", extra_models=[f"m={mdir}:auto"],
-                                  tasks=["glue_sst2"], trust_remote_code=True)  # fmt: skip
+                                  tasks=["glue_sst2"], trust_remote_code=["m"])  # fmt: skip
     (cell,) = plan.cells
     assert (cell.pooling, cell.seed) == ("mean", 42)
     args = plan.run_args(plan.cells)
@@ -100,11 +100,15 @@ def has_pairs(args: list[str], pairs: dict[str, str]) -> bool:
     ({"poolings": ["avg"]}, "unknown pooling 'avg'"),
     ({"poolings": []}, "--pooling is empty"),
     ({"k_folds": 1}, "--k-folds"),
-    ({"seed": -1}, "--seed -1 must be >= 0"),
+    ({"seed": -1}, "--seed -1 must be an integer from 0 to 4294967295"),
+    ({"seed": 2**32}, "--seed 4294967296 must be an integer from 0"),
     ({"precision": "fp16"}, "unknown precision 'fp16'"),
     ({"max_seq_len": 0}, "--max-seq-len must be at least 1"),
     ({"tasks": ["glue_sst3"]}, "unknown task 'glue_sst3'"),
     ({"extra_run_args": ["--pooling", "last"]}, "may not set --pooling"),
+    ({"extra_run_args": ["--trust-r"]}, "unrecognized arguments: --trust-r"),
+    ({"extra_run_args": ["--model-revision", "abc"]}, "may not set --model-revision"),
+    ({"extra_run_args": ["--annotation-path", "x"]}, "unrecognized arguments"),
 ])  # fmt: skip
 def test_bad_probe_plan_inputs_raise_one_line_errors(tmp_path, kwargs, message):
     with pytest.raises(HarnessError, match=message.replace("(", r"\(")):

@@ -89,7 +89,7 @@ def test_trust_remote_code_follows_the_registry_column(tmp_path):
     for trust in (False, True):
         added = sweep.build_plan("select", results_dir=tmp_path, extra_models=["mine=org/x"],
                                  tasks=["xnli"], lr_keys=["lr06"], seeds=[42],
-                                 trust_remote_code=trust)  # fmt: skip
+                                 trust_remote_code=["mine"] if trust else ())  # fmt: skip
         assert ("--trust-remote-code" in added.run_args(added.cells)) is trust
 
 
