@@ -48,6 +48,7 @@ from .results import (
     settle_cell,
 )
 from .tasks import TASK_KNOBS, dataset_revisions, register_task_files, task_knobs
+from .trackers import check_tracking_dir, parse_report_to
 
 
 class CellsFailed(Exception):
@@ -150,6 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-cache", action="store_true", help="tokenise without the cache")
     g.add_argument("--progress", choices=("bar", "quiet", "json"), default="bar",
                    help="progress display: a bar, nothing, or JSON lines on stderr")  # fmt: skip
+    g.add_argument("--report-to", default="none", metavar="LIST",
+                   help="send each cell's loss, LR and dev curves and its final scores to "
+                   "experiment trackers: tensorboard, mlflow, wandb (comma-separated; default: "
+                   "none; a failing tracker warns and never stops the cell)")  # fmt: skip
+    g.add_argument("--tracking-dir", default=None, metavar="DIR",
+                   help="where tensorboard and offline wandb write (default: tracking/ beside "
+                   "the results)")  # fmt: skip
     return p
 
 
@@ -170,6 +178,9 @@ def plan_cells(args: argparse.Namespace) -> list:
     register_task_files(args.tasks_file)  # first: the task names below may be defined there
     task_knobs(args.task)
     dataset_revisions()  # a malformed ENCODER_EVAL_DATASET_REVISIONS fails now, not after training
+    report_to = parse_report_to(args.report_to)
+    if report_to and args.tracking_dir:
+        check_tracking_dir(args.tracking_dir)
     if args.model_path is None and args.model_key is None:
         raise HarnessError("give --model-path or a registry --model-key")
     entry = None
@@ -245,6 +256,7 @@ def plan_cells(args: argparse.Namespace) -> list:
                 trust_remote_code=trust, record_model_path=args.record_model_path,
                 save_predictions=args.save_predictions, progress=args.progress,
                 cache_dir=None if args.no_cache else args.cache_dir,
+                report_to=report_to, tracking_dir=args.tracking_dir,
             ))  # fmt: skip
     return cells
 
