@@ -22,6 +22,7 @@ from .errors import (
     HarnessError,
     report_errors,
 )
+from .limit import check_limit
 from .models import (
     ATTENTIONS,
     DECODER_DEFAULTS,
@@ -151,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-cache", action="store_true", help="tokenise without the cache")
     g.add_argument("--progress", choices=("bar", "quiet", "json"), default="bar",
                    help="progress display: a bar, nothing, or JSON lines on stderr")  # fmt: skip
+    g.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="a smoke run: cut every split to N examples (seeded; stratified by "
+                   "label; N queries for ranking); off-protocol, refused by summarize "
+                   "without --allow-partial")  # fmt: skip
     g.add_argument("--report-to", default="none", metavar="LIST",
                    help="send each cell's loss, LR and dev curves and its final scores to "
                    "experiment trackers: tensorboard, mlflow, wandb (comma-separated; default: "
@@ -179,6 +184,7 @@ def plan_cells(args: argparse.Namespace) -> list:
     task_knobs(args.task)
     dataset_revisions()  # a malformed ENCODER_EVAL_DATASET_REVISIONS fails now, not after training
     report_to = parse_report_to(args.report_to)
+    check_limit(args.limit)
     if report_to and args.tracking_dir:
         check_tracking_dir(args.tracking_dir)
     if args.model_path is None and args.model_key is None:
@@ -240,7 +246,8 @@ def plan_cells(args: argparse.Namespace) -> list:
         patience=args.patience, early_stop=args.early_stop, max_seq_len=args.max_seq_len,
         precision=args.precision, selection_split=args.selection_split, batching=args.batching,
         mode=mode, micro_batch=args.micro_batch, eval_batch_size=args.eval_batch,
-        rank_objective=args.rank_objective, rank_group_size=args.rank_group_size, **settings,
+        rank_objective=args.rank_objective, rank_group_size=args.rank_group_size,
+        limit=args.limit, **settings,
     )  # fmt: skip
     cells = []
     for lr in lrs:

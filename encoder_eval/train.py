@@ -37,6 +37,7 @@ from .errors import EXIT_PREEMPTED as EXIT_PREEMPTED
 from .errors import HarnessError, unknown_name
 from .fileio import atomic_open
 from .kinds import Kind, kind_for
+from .limit import limit_data
 from .loaders import LoadedModel, load_model
 from .metrics import RankGroups
 from .predictions import (
@@ -458,7 +459,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     if data is None:
         data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report",
                          selection_split=recipe.selection_split)  # fmt: skip
-    train_split, val_splits, test_splits, num_labels, problem = data
+    train_split, val_splits, test_splits, num_labels, problem = limit_data(data, recipe.limit)
     kind = kind_for(problem, recipe)
 
     seed_everything(cfg.seed)  # before the model load: the fresh head's init is seeded
