@@ -86,6 +86,8 @@ class Recipe:
     attention: str | None = _entry(None, scope=MODEL, checked=False)  # bidirectional | causal
     pooling: str | None = _entry(None, scope=MODEL, checked=False)  # models.HEAD_POOLINGS
     head_dropout: float | None = _entry(None, scope=MODEL, checked=False)
+    # A smoke run (`--limit N`, encoder_eval/limit.py): every split cut to N examples.
+    limit: int | None = _entry(None)
     # Gradient accumulation when the effective batch does not fit: the same update.
     micro_batch: int | None = _entry(None, scope=CELL, checked=False)
 
@@ -171,7 +173,9 @@ def off_protocol_reasons(recipe: Recipe, lr: float, seed: int, phase: str) -> li
     reasons = []
     for entry in fields(Recipe):
         expected, got = getattr(PROTOCOL_RECIPE, entry.name), getattr(recipe, entry.name)
-        if entry.metadata["checked"] and got != expected:
+        if entry.name == "limit" and got is not None:
+            reasons.append(f"limit={got}: a smoke run, every split cut to {got} examples")
+        elif entry.metadata["checked"] and got != expected:
             reasons.append(f"{entry.name}={got} (protocol: {expected})")
     if lr_key_for(lr) is None:
         reasons.append(f"lr={lr:g} is not on the grid")

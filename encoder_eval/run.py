@@ -22,6 +22,7 @@ from .errors import (
     HarnessError,
     report_errors,
 )
+from .limit import check_limit
 from .models import (
     ATTENTIONS,
     DECODER_DEFAULTS,
@@ -50,6 +51,7 @@ from .results import (
     settle_cell,
 )
 from .tasks import TASK_KNOBS, dataset_revisions, register_task_files, task_knobs
+from .trackers import check_tracking_dir, parse_report_to
 
 
 class CellsFailed(Exception):
@@ -160,6 +162,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-cache", action="store_true", help="tokenise without the cache")
     g.add_argument("--progress", choices=("bar", "quiet", "json"), default="bar",
                    help="progress display: a bar, nothing, or JSON lines on stderr")  # fmt: skip
+    g.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="a smoke run: cut every split to N examples (seeded; stratified by "
+                   "label; N queries for ranking); off-protocol, refused by summarize "
+                   "without --allow-partial")  # fmt: skip
+    g.add_argument("--report-to", default="none", metavar="LIST",
+                   help="send each cell's loss, LR and dev curves and its final scores to "
+                   "experiment trackers: tensorboard, mlflow, wandb (comma-separated; default: "
+                   "none; a failing tracker warns and never stops the cell)")  # fmt: skip
+    g.add_argument("--tracking-dir", default=None, metavar="DIR",
+                   help="where tensorboard and offline wandb write (default: tracking/ beside "
+                   "the results)")  # fmt: skip
     return p
 
 
@@ -180,6 +193,10 @@ def plan_cells(args: argparse.Namespace) -> list:
     register_task_files(args.tasks_file)  # first: the task names below may be defined there
     task_knobs(args.task)
     dataset_revisions()  # a malformed ENCODER_EVAL_DATASET_REVISIONS fails now, not after training
+    report_to = parse_report_to(args.report_to)
+    check_limit(args.limit)
+    if report_to and args.tracking_dir:
+        check_tracking_dir(args.tracking_dir)
     if args.model_path is None and args.model_key is None:
         raise HarnessError("give --model-path or a registry --model-key")
     entry = None
@@ -241,7 +258,8 @@ def plan_cells(args: argparse.Namespace) -> list:
         patience=args.patience, early_stop=args.early_stop, max_seq_len=args.max_seq_len,
         precision=args.precision, selection_split=args.selection_split, batching=args.batching,
         mode=mode, micro_batch=args.micro_batch, eval_batch_size=args.eval_batch,
-        rank_objective=args.rank_objective, rank_group_size=args.rank_group_size, **settings,
+        rank_objective=args.rank_objective, rank_group_size=args.rank_group_size,
+        limit=args.limit, **settings,
     )  # fmt: skip
     cells = []
     for lr in lrs:
@@ -258,6 +276,7 @@ def plan_cells(args: argparse.Namespace) -> list:
                 require_code_revision=args.require_code_revision, trust_remote_code=trust, record_model_path=args.record_model_path,
                 save_predictions=args.save_predictions, progress=args.progress,
                 cache_dir=None if args.no_cache else args.cache_dir,
+                report_to=report_to, tracking_dir=args.tracking_dir,
             ))  # fmt: skip
     return cells
 

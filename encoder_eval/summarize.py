@@ -382,6 +382,7 @@ def build_table(
 
     problems: list[Problem] = []
     no_sel, missing_cells, wrong_lr, off, diverged = [], [], [], [], []
+    off_reasons: dict[str, None] = {}  # the distinct off-protocol reasons, in order
     undefined, unrecorded, phase_mismatch = [], [], []
     selected: list[tuple[str, str, dict]] = []
     included: list[LoadedResult] = []
@@ -408,7 +409,9 @@ def build_table(
                     continue
                 included.append(r)
                 if not r.data["protocol"]["on_protocol"]:
-                    reasons = "; ".join(r.data["protocol"].get("off_protocol_reasons") or [])
+                    why = r.data["protocol"].get("off_protocol_reasons") or []
+                    off_reasons.update(dict.fromkeys(why))
+                    reasons = "; ".join(why)
                     off.append(f"{r.path} ({reasons or 'off-protocol'})")
                     stats.off_protocol = True
                 if isinstance(select_setup, dict):
@@ -449,7 +452,10 @@ def build_table(
         problems.append(Problem("wrong_lr", f"{len(wrong_lr)} result(s) sit at an LR other than "
                                 "the selected one (never averaged)", wrong_lr))  # fmt: skip
     if off:
-        problems.append(Problem("off_protocol", f"{len(off)} result(s) are off-protocol", off))
+        named = list(off_reasons)
+        why = "; ".join(named[:4]) + ("; ..." if len(named) > 4 else "")
+        problems.append(Problem("off_protocol", f"{len(off)} result(s) are off-protocol"
+                                + (f" ({why})" if why else ""), off))  # fmt: skip
     if diverged:
         problems.append(Problem("diverged", f"{len(diverged)} report seed(s) diverged "
                                 "(counted, never averaged)", diverged))  # fmt: skip

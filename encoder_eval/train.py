@@ -31,12 +31,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import metrics, provenance, tokencache
+from . import metrics, provenance, tokencache, trackers
 from .errors import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # re-exported for older imports
 from .errors import EXIT_PREEMPTED as EXIT_PREEMPTED
 from .errors import HarnessError, unknown_name
 from .fileio import atomic_open
 from .kinds import Kind, kind_for
+from .limit import limit_data
 from .loaders import LoadedModel, load_model
 from .metrics import RankGroups
 from .predictions import (
@@ -47,7 +48,7 @@ from .predictions import (
     write_trec_run,
 )
 from .predictions import from_cell as predictions_from_cell
-from .protocol import PROTOCOL_RECIPE, Recipe, off_protocol_reasons, step_budget
+from .protocol import PROTOCOL_RECIPE, Recipe, off_protocol_reasons, signature, step_budget
 from .results import lr_key, write_json_atomic
 from .schema import CellId, CellResult, Protocol, ScoreSection, Training
 from .tasks import TaskKnobs, data_provenance, load_task, task_knobs
@@ -82,6 +83,8 @@ class CellConfig:
     progress: str = "bar"  # bar | quiet | json
     cache_dir: str | None = "default"  # tokenisation cache; None disables it
     dev_languages: str = "deciding"  # or "all" (DEV_LANGUAGES; benchmarks only)
+    report_to: tuple[str, ...] = ()  # experiment trackers (`trackers.TRACKERS`); none by default
+    tracking_dir: str | None = None  # their files; default: `tracking/` beside out_json
 
 
 def resolve_device(device: str) -> torch.device:
@@ -344,11 +347,48 @@ def _run_cell(
     cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | None, stop: _StopFlag
 ) -> dict:
     cell = _setup(cfg, loaded, data, data_prov)
-    trained = _train(cell, stop)
-    scored = _score(cell, trained)
-    result = _result(cell, trained, scored)
-    _write(cfg, result, scored.predictions)
+    cell.reporter = _reporter(cfg)
+    try:
+        trained = _train(cell, stop)
+        scored = _score(cell, trained)
+        result = _result(cell, trained, scored)
+        _write(cfg, result, scored.predictions)
+    except BaseException:
+        if cell.reporter is not None:
+            cell.reporter.finish({}, status="failed")
+        raise
+    if cell.reporter is not None:
+        cell.reporter.finish(_final_metrics(result), status=result["status"])
     return result
+
+
+def tracking_dir(cfg: CellConfig) -> Path:
+    """Where file-based trackers write: `--tracking-dir`, else `tracking/` beside the result."""
+    if cfg.tracking_dir:
+        return Path(cfg.tracking_dir)
+    return (Path(cfg.out_json).parent if cfg.out_json else Path.cwd()) / "tracking"
+
+
+def _reporter(cfg: CellConfig) -> trackers.Reporter | None:
+    recipe = cfg.recipe.to_dict()
+    return trackers.reporter_for_cell(
+        cfg.report_to, model=cfg.model_key, task=cfg.task, lr=cfg.lr, lr_key=lr_key(cfg.lr),
+        seed=cfg.seed, phase=cfg.phase, recipe=recipe, signature=signature(recipe),
+        tracking_dir=tracking_dir(cfg),
+    )  # fmt: skip
+
+
+def _final_metrics(result: dict) -> dict[str, float | None]:
+    """The scores a tracker shows as the cell's outcome: dev and report means, per language."""
+    out: dict[str, float | None] = {}
+    for name in ("dev", "report"):
+        section = result.get(name) or {}
+        out[f"{name}/mean"] = section.get("mean")
+        for lang, score in (section.get("per_language") or {}).items():
+            out[f"{name}/{lang}"] = score
+    out["best_step"] = result["training"]["best_step"]
+    out["steps"] = result["training"]["steps"]
+    return out
 
 
 @dataclass
@@ -377,6 +417,7 @@ class _Cell:
     every: int
     t0: float
     dev_eval_seconds: float = 0.0  # time spent scoring dev, in the loop and at the end
+    reporter: trackers.Reporter | None = None  # --report-to: the cell's tracker runs
 
     last_dev_predictions: dict = field(default_factory=dict)  # of the last `dev_scores`
 
@@ -420,7 +461,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     if data is None:
         data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report",
                          selection_split=recipe.selection_split)  # fmt: skip
-    train_split, val_splits, test_splits, num_labels, problem = data
+    train_split, val_splits, test_splits, num_labels, problem = limit_data(data, recipe.limit)
     kind = kind_for(problem, recipe)
 
     seed_everything(cfg.seed)  # before the model load: the fresh head's init is seeded
@@ -548,10 +589,17 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
             first_step_s = time.perf_counter() - cell.t0
             process_first_step_s = _seconds_since_process_start()
         dev_mean = None
-        if st.step % cell.every == 0 or st.step == max_steps:
+        evaluated = st.step % cell.every == 0 or st.step == max_steps
+        if evaluated:
             dev_mean = _evaluate(cell, st)
             progress.event(step=st.step, loss=step_loss, dev=dev_mean)
         progress.step(step_loss, dev_mean)
+        if cell.reporter is not None:
+            curves = {"train/loss": step_loss, "train/lr": scheduler.get_last_lr()[0]}
+            if evaluated:
+                curves["dev/mean"] = dev_mean
+                curves.update({f"dev/{k}": v for k, v in st.last_per_language.items()})
+            cell.reporter.log(st.step, curves)
     progress.close()
     train_time = st.train_time_before + time.perf_counter() - t_train
     return _Trained(st, diverged_at, train_time, first_step_s, process_first_step_s)
