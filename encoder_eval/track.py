@@ -46,6 +46,7 @@ from .errors import (
 )
 from .fileio import write_json_atomic, write_output
 from .protocol import seed_arg
+from .receipt import TaskResult
 from .results import DONE_STATES
 
 RECEIPT_SCHEMA = "encoder-eval-receipt"
@@ -249,18 +250,6 @@ def build_setup(
 
 
 # ----------------------------------------------------------------------------- receipts
-
-
-@dataclass
-class TaskResult:
-    """One task's score on one checkpoint, with its direction and its noise in `details`
-    (`std`, `n`: the seed or fold spread the noise rule uses)."""
-
-    name: str
-    score: float
-    higher_is_better: bool
-    n_examples: int | None
-    details: dict = field(default_factory=dict)
 
 
 @dataclass
