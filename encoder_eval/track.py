@@ -52,7 +52,7 @@ from .results import DONE_STATES
 RECEIPT_SCHEMA = "encoder-eval-receipt"
 REPORT_SCHEMA = "encoder-eval-regression"
 SCHEMA_VERSION = 1
-EVAL_KINDS = ("probe", "finetune")
+EVAL_KINDS = ("probe", "finetune", "synthetic")
 REFERENCES = ("best", "prior")
 DEFAULT_THRESHOLD = 0.05  # the seed's relative threshold
 DEFAULT_NOISE_Z = 2.0
@@ -151,6 +151,7 @@ class TrackSetup:
     lr_source: str | None = None
     seeds: tuple[int, ...] = ()
     max_steps: int | None = None
+    n_examples: int | None = None  # synthetic: examples per axis
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -204,12 +205,30 @@ def build_setup(
     selection_model: str | None = None,
     seeds: list[int] | None = None,
     max_steps: int | None = None,
+    n_examples: int | None = None,
 ) -> TrackSetup:
     """Check and complete the evaluation setup, filling the defaults of its kind."""
     from .plan import resolve_tasks
 
     if kind not in EVAL_KINDS:
         raise unknown_name("evaluation kind", kind, EVAL_KINDS)
+    if kind == "synthetic":
+        from .capability import AXES
+
+        given = [v is not None for v in (max_seq_len, pooling, k_folds, precision, lr_key,
+                                          selection, seeds, max_steps)]  # fmt: skip
+        if tasks or any(given):
+            raise HarnessError("--kind synthetic scores the capability suite's four axes "
+                               "(perplexity, modular arithmetic, parity, induction): it takes "
+                               "only --seed and --n-examples")  # fmt: skip
+        n = 256 if n_examples is None else n_examples
+        if n < 2:
+            raise HarnessError(f"--n-examples {n} must be at least 2")
+        return TrackSetup("synthetic", AXES, seed=0 if seed is None else seed, n_examples=n)
+    if n_examples is not None:
+        raise HarnessError("--n-examples is for --kind synthetic")
+    if not tasks:
+        raise HarnessError(f"--kind {kind} needs --tasks (task keys and groups)")
     task_list = tuple(resolve_tasks(tasks))
     if kind == "probe":
         from .embed import EmbedSetup, check_poolings
@@ -497,6 +516,26 @@ def evaluate_checkpoint(
         if old.checkpoint_index == checkpoint.index and (not metadata or old.metadata == meta):
             log(f"track: {checkpoint.id}: receipt exists, kept ({path})")
             return old
+    if setup.kind == "synthetic":
+        tasks = _synthetic_task_results(setup, checkpoint, device, log)
+    else:
+        tasks = _cell_task_results(setup, checkpoint, out_dir, revision, data_dir, device,
+                                   no_cache, log)  # fmt: skip
+    receipt = Receipt(
+        checkpoint.id, checkpoint.index, tasks,
+        list(setup.seeds) if setup.kind == "finetune" else [setup.seed], meta,
+        setup.to_dict(), checkpoint.path, revision,
+        datetime.now(UTC).isoformat(timespec="seconds"),
+    )  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, receipt.to_dict())
+    log(f"track: {checkpoint.id}: wrote {path}")
+    return receipt
+
+
+def _cell_task_results(setup: TrackSetup, checkpoint: Checkpoint, out_dir, revision: str,
+                       data_dir, device, no_cache: bool, log) -> list[TaskResult]:  # fmt: skip
+    """Probe or fine-tune: run the checkpoint's cells that are not done, then read them."""
     plan = build_track_plan(setup, [checkpoint], out_dir, data_dir=data_dir, device=device,
                             no_cache=no_cache)  # fmt: skip
     _run_missing(plan, log)
@@ -507,16 +546,36 @@ def evaluate_checkpoint(
             tasks.append(_probe_task_result(plan, cells[0], revision))
         else:
             tasks.append(_finetune_task_result(plan, cells, revision))
-    receipt = Receipt(
-        checkpoint.id, checkpoint.index, tasks,
-        [setup.seed] if setup.kind == "probe" else list(setup.seeds), meta,
-        setup.to_dict(), checkpoint.path, revision,
-        datetime.now(UTC).isoformat(timespec="seconds"),
-    )  # fmt: skip
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, receipt.to_dict())
-    log(f"track: {checkpoint.id}: wrote {path}")
-    return receipt
+    return tasks
+
+
+def _synthetic_task_results(setup: TrackSetup, checkpoint: Checkpoint, device: str | None,
+                            log) -> list[TaskResult]:  # fmt: skip
+    """The capability suite on the checkpoint loaded as a causal LM (fp32, local files only),
+    scored over its tokenizer's vocabulary when it has one."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .capability import evaluate_checkpoint as score_suite
+    from .train import resolve_device
+
+    log(f"track: {checkpoint.id}: synthetic capability suite ({setup.n_examples} examples "
+        "per axis)")  # fmt: skip
+    try:
+        model = AutoModelForCausalLM.from_pretrained(checkpoint.path, dtype=torch.float32,
+                                                     local_files_only=True)  # fmt: skip
+    except (OSError, ValueError) as exc:
+        raise HarnessError(f"{checkpoint.id}: {checkpoint.path} does not load as a causal "
+                           f"language model ({str(exc).splitlines()[0][:200]}); --kind "
+                           "synthetic is for decoder checkpoints") from None  # fmt: skip
+    try:
+        vocab = len(AutoTokenizer.from_pretrained(checkpoint.path, local_files_only=True))
+    except (OSError, ValueError):
+        vocab = None
+    model.to(resolve_device(device or "auto"))
+    report = score_suite(model, checkpoint_id=checkpoint.id, seed=setup.seed,
+                         n_examples=setup.n_examples, vocab=vocab)  # fmt: skip
+    return report.tasks
 
 
 def _setup_args(d: dict) -> dict:
@@ -805,12 +864,16 @@ def _add_setup_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("how each checkpoint is evaluated (the same for all)")
     g.add_argument("--kind", choices=EVAL_KINDS, default="probe",
                    help="probe: linear probes on frozen embeddings (cheap); finetune: "
-                   "report-phase cells at one fixed LR")  # fmt: skip
-    g.add_argument("--tasks", required=True, help="comma-separated task keys and groups")
+                   "report-phase cells at one fixed LR; synthetic: the capability suite of "
+                   "decoder checkpoints (perplexity, modular arithmetic, parity, induction)")  # fmt: skip
+    g.add_argument("--n-examples", type=int,
+                   help="synthetic: examples per axis (default 256)")  # fmt: skip
+    g.add_argument("--tasks", help="comma-separated task keys and groups (probe, finetune)")
     g.add_argument("--max-seq-len", type=int, help="truncation length")
     g.add_argument("--pooling", help="probe: mean | first | last (default mean)")
     g.add_argument("--k-folds", type=int, help="probe: folds (default 10)")
-    g.add_argument("--seed", type=seed_arg, help="probe: the folds' seed (default 42)")
+    g.add_argument("--seed", type=seed_arg, help="probe: the folds' seed (default 42); "
+                   "synthetic: the seed of the suite's samples (default 0)")  # fmt: skip
     g.add_argument("--precision", help="probe: bf16 (default) or fp32")
     g.add_argument("--lr-key", help="finetune: the fixed LR, a grid key such as lr06")
     g.add_argument("--selection", help="finetune: take the LR from this selection.json")
@@ -845,10 +908,11 @@ def setup_from_args(args: argparse.Namespace) -> TrackSetup:
     from .plan import parse_seeds, split_csv
 
     return build_setup(
-        args.kind, split_csv(args.tasks), max_seq_len=args.max_seq_len, pooling=args.pooling,
+        args.kind, split_csv(args.tasks) if args.tasks else [], max_seq_len=args.max_seq_len,
+        pooling=args.pooling,
         k_folds=args.k_folds, seed=args.seed, precision=args.precision, lr_key=args.lr_key,
         selection=args.selection, selection_model=args.selection_model,
-        seeds=parse_seeds(args.seeds), max_steps=args.max_steps,
+        seeds=parse_seeds(args.seeds), max_steps=args.max_steps, n_examples=args.n_examples,
     )  # fmt: skip
 
 
@@ -950,6 +1014,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "sweep":
         from .emit import emit
 
+        if setup.kind == "synthetic":
+            raise HarnessError("--kind synthetic runs in process in seconds per checkpoint; "
+                               "use `track run` (there are no cells to launch)")  # fmt: skip
         plan = build_track_plan(setup, checkpoints, args.out_dir, data_dir=args.data_dir,
                                 device=args.device, no_cache=args.no_cache)  # fmt: skip
         emitted = emit(plan, Path(args.out_dir) / "launch", args.mode,

@@ -4,6 +4,8 @@ training steps on the chain moving perplexity."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -158,3 +160,56 @@ def test_bad_inputs_are_refused() -> None:
         evaluate_checkpoint(tiny_decoder(), vocab=5)
     with pytest.raises(HarnessError, match="n_examples"):
         evaluate_checkpoint(tiny_decoder(), n_examples=1)
+
+
+def test_track_kind_synthetic_flags_a_checkpoint_whose_perplexity_regressed(tmp_path) -> None:
+    """A ladder of real (tiny) decoder checkpoints: untrained, trained on the chain, and
+    untrained again. The third is flagged on perplexity, a lower-is-better score."""
+    from encoder_eval import track
+    from encoder_eval.errors import EXIT_REGRESSED
+
+    trained = tiny_decoder()
+    optim = torch.optim.AdamW(trained.parameters(), lr=1e-2)
+    rng = np.random.default_rng(123)
+    for _ in range(30):
+        x = torch.as_tensor(sample_markov(VOCAB, 32, capability.SEQUENCE_LENGTH, rng)[0])
+        loss = trained(input_ids=x, labels=x).loss
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+    ladder = [("init", tiny_decoder(0)), ("trained", trained), ("reset", tiny_decoder(1))]
+    lines = []
+    for name, model in ladder:
+        model.save_pretrained(tmp_path / name)
+        lines.append(f"{name}\t{tmp_path / name}")
+    (tmp_path / "ladder.tsv").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "track"
+    args = ["run", "--checkpoints", str(tmp_path / "ladder.tsv"), "--kind", "synthetic",
+            "--n-examples", "64", "--out-dir", str(out), "--no-plots", "--device", "cpu"]  # fmt: skip
+    assert track.main(args) == EXIT_REGRESSED
+    receipts = track.load_receipts(out)
+    assert [r.checkpoint_id for r in receipts] == ["init", "trained", "reset"]
+    ppl = [r.task("perplexity").score for r in receipts]
+    assert ppl[1] < 0.5 * ppl[0] and ppl[2] > 2 * ppl[1]
+    # the receipt is the in-process report, exactly
+    again = evaluate_checkpoint(trained, checkpoint_id="trained", seed=0, n_examples=64)
+    assert receipts[1].scores() == pytest.approx(again.scores(), rel=1e-6)
+    report = json.loads((out / "regression.json").read_text())
+    flagged = {(f["task"], f["checkpoint_id"]) for f in report["flags"]}
+    assert ("perplexity", "reset") in flagged
+    assert all(c != "trained" for _, c in flagged)
+    # a rerun evaluates nothing and keeps the receipts
+    before = sorted((out / "receipts").iterdir())
+    assert track.main(args) == EXIT_REGRESSED
+    assert sorted((out / "receipts").iterdir()) == before
+
+
+def test_track_kind_synthetic_refuses_the_other_kinds_flags(tmp_path) -> None:
+    from encoder_eval import track
+
+    with pytest.raises(HarnessError, match="only --seed and --n-examples"):
+        track.build_setup("synthetic", ["glue_rte"])
+    with pytest.raises(HarnessError, match="is for --kind synthetic"):
+        track.build_setup("probe", ["glue_rte"], n_examples=10)
+    with pytest.raises(HarnessError, match="needs --tasks"):
+        track.build_setup("probe", [])
