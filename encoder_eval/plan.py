@@ -401,6 +401,18 @@ def _check_run_inputs(
     return device, extra, None if data_dir is None else str(data_dir)
 
 
+def extra_flag_value(extra: list[str], flag: str) -> str | None:
+    """The value the extra arguments give `flag` (the last one wins, as in argparse), or
+    None; abbreviations are off on every parser, so the flag is spelled out."""
+    value = None
+    for i, arg in enumerate(extra):
+        if arg == flag and i + 1 < len(extra):
+            value = extra[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
 def _run_parser() -> argparse.ArgumentParser:
     from .run import build_parser  # the cell command's own flags
 
@@ -516,6 +528,9 @@ def build_plan(
         shrunk.append(f"max seq len {max_seq_len} (protocol: {PROTOCOL_RECIPE.max_seq_len})")
     device, extra, data_dir = _check_run_inputs(device, extra_run_args, data_dir,
                                                 _RESERVED_RUN_FLAGS, "cell", _run_parser)  # fmt: skip
+    limit = extra_flag_value(extra, "--limit")
+    if limit is not None:
+        shrunk.append(f"limit {limit}: a smoke run, every split cut to {limit} examples")
 
     cells: list[Cell] = []
     missing_pairs = []

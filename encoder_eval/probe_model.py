@@ -84,6 +84,7 @@ class ProbeRun:
     store_probes: bool = False
     force: bool = False
     require_code_revision: bool = False
+    limit: int | None = None  # a smoke run: every split cut to this many examples
 
 
 def method_label(model: str, pooling: str) -> str:
@@ -152,11 +153,12 @@ def resolve_model(spec: str) -> ProbeModel:
 
 def _load_all_data(run: ProbeRun) -> dict[str, tuple[tuple, dict]]:
     """Every task's (load_task result, data provenance), or the first input problem."""
+    from .limit import limit_data
     from .tasks import data_provenance, load_task
 
     loaded = {}
     for task in run.tasks:
-        data = load_task(task, run.data_dir)
+        data = limit_data(load_task(task, run.data_dir), run.limit)
         if not data[0].get("text"):
             raise HarnessError(f"task {task!r} has no train rows to fit probes on")
         loaded[task] = (data, data_provenance(task, run.data_dir))
@@ -242,11 +244,13 @@ def run_probes(run: ProbeRun) -> list[Path]:
                     "embedding": {"pooling": pooling, "max_seq_len": run.max_seq_len,
                                   "precision": run.precision, "device": device.type,
                                   "dim": int(train_x[pooling].shape[1]), "texts": n_texts,
-                                  "cache_hits": hits},
+                                  "cache_hits": hits, "limit": run.limit},
                     "timing": {"embed_s": round(embed_s, 3), "probe_s": round(probe_s, 3)},
                 }  # fmt: skip
                 record = result_record(outcome, cell, run.config, fold_results=True,
                                        provenance=provenance)  # fmt: skip
+                if run.limit is not None:  # a smoke run is never a protocol number
+                    record["protocol"].update(on_protocol=False, limit=run.limit)
                 path = result_path(run.results_dir, model.name, pooling, task)
                 if run.store_probes:
                     save_probe(path.with_name(path.name.removesuffix(RESULT_SUFFIX) + ".probe"),
@@ -340,7 +344,7 @@ def probe_table(
     setups = Counter((r["protocol"]["k_folds"], r["protocol"]["seed"]) for r in by_cell.values())
     (k, seed), _ = setups.most_common(1)[0] if setups else ((DEFAULT_K_FOLDS, DEFAULT_SEED), 0)
     cells, problems, off = {}, [], []
-    other_setup = []
+    other_setup, limited = [], []
     for (method, task), r in by_cell.items():
         if method not in names or task not in task_names:
             continue
@@ -349,7 +353,9 @@ def probe_table(
         undefined = [i for i, v in enumerate(q_t) if v is None]
         if (r["protocol"]["k_folds"], r["protocol"]["seed"]) != (k, seed):
             other_setup.append(f"{method}/{task}")
-        if not r["protocol"].get("on_protocol", False):
+        if r["protocol"].get("limit") is not None:
+            limited.append(f"{method}/{task} (limit {r['protocol']['limit']})")
+        elif not r["protocol"].get("on_protocol", False):
             off.append(f"{method}/{task}")
         cells[(method, task)] = CellStats(
             model=method, task=task, metric=r["metric"], lr_key=None, lr=None, scores=scores,
@@ -362,6 +368,9 @@ def probe_table(
     if off:
         problems.append(Problem("off_protocol", f"{len(off)} probe cell(s) ran under a NeuCo "
                                 "rule", sorted(off)))  # fmt: skip
+    if limited:
+        problems.append(Problem("off_protocol", f"{len(limited)} probe cell(s) are smoke runs "
+                                "on a few examples per split (--limit)", sorted(limited)))  # fmt: skip
     return Table(names, task_names, cells, problems, list(range(k)), kind="probe")
 
 
@@ -406,6 +415,9 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     p.add_argument("--store-probes", action="store_true",
                    help="also store each cell's probe as JSON data (load_probe)")  # fmt: skip
     p.add_argument("--force", action="store_true", help="redo cells that are done")
+    p.add_argument("--limit", type=int, metavar="N", help="a smoke run: cut every split to N "
+                   "examples (seeded, stratified; recorded; refused by summarize without "
+                   "--allow-partial)")  # fmt: skip
     return p
 
 
@@ -414,6 +426,7 @@ def run_from_args(args) -> ProbeRun:
     from dataclasses import replace
 
     from .embed import check_poolings
+    from .limit import check_limit
     from .tasks import register_task_files, resolve_task_names
 
     register_task_files(args.tasks_file)
@@ -431,6 +444,7 @@ def run_from_args(args) -> ProbeRun:
         raise HarnessError(f"--model names repeat ({', '.join(names)}); give each its own NAME")
     poolings = check_poolings(p.strip() for p in args.pooling.split(",") if p.strip())
     tasks = resolve_task_names([t.strip() for t in args.tasks.split(",") if t.strip()])
+    check_limit(args.limit)
     for flag in ("max_seq_len", "batch_size"):
         value = getattr(args, flag)
         if value is not None and value < 1:
@@ -440,7 +454,7 @@ def run_from_args(args) -> ProbeRun:
         data_dir=args.data_dir, config=ProbeConfig(k_folds=args.k_folds, seed=args.seed),
         max_seq_len=args.max_seq_len, precision=args.precision, batch_size=args.batch_size,
         device=args.device, cache=not args.no_cache, store_probes=args.store_probes,
-        force=args.force, require_code_revision=args.require_code_revision,
+        force=args.force, require_code_revision=args.require_code_revision, limit=args.limit,
     )  # fmt: skip
 
 

@@ -137,6 +137,11 @@ def add_plan_arguments(p: argparse.ArgumentParser, phases: tuple[str, ...] = PHA
                    f"{PROTOCOL_RECIPE.max_steps})")  # fmt: skip
     g.add_argument("--max-seq-len", type=int, help="truncation length (protocol: "
                    f"{PROTOCOL_RECIPE.max_seq_len})")  # fmt: skip
+    g.add_argument("--limit", type=int, metavar="N", help="a smoke run: every split of every "
+                   "cell cut to N examples (seeded, stratified; `run --limit`)")  # fmt: skip
+    g = p.add_argument_group("what each cell records")
+    g.add_argument("--report-to", metavar="LIST", help="send every cell's curves to "
+                   "tensorboard, mlflow and/or wandb (`run --report-to`; default none)")  # fmt: skip
     g = p.add_argument_group("protocol variant")
     g.add_argument("--selection-split", choices=SELECTION_SPLITS, help="what picks the LR "
                    "and the early-stopping checkpoint: dev (default, the specification's) or "
@@ -192,10 +197,17 @@ def _flags_given(args: argparse.Namespace, flags: tuple) -> list[str]:
 
 
 def _extra_args(args: argparse.Namespace) -> list[str]:
+    """--extra-run-args, then the cell flags the sweep takes directly (--limit, --report-to),
+    which the plan checks with the cell command's own parser like any extra argument."""
     try:
-        return shlex.split(args.extra_run_args or "")
+        extra = shlex.split(args.extra_run_args or "")
     except ValueError as exc:
         raise HarnessError(f"--extra-run-args is not valid shell quoting ({exc})") from None
+    if getattr(args, "limit", None) is not None:
+        extra += ["--limit", str(args.limit)]
+    if getattr(args, "report_to", None):
+        extra += ["--report-to", args.report_to]
+    return extra
 
 
 def probe_plan_from_args(args: argparse.Namespace) -> Plan:

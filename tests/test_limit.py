@@ -101,3 +101,54 @@ def test_summarize_refuses_limited_cells_and_the_footnote_names_the_limit(tmp_pa
     assert summarize.main([*args, "--allow-partial"]) == 0
     out = capsys.readouterr().out
     assert "limit=32: a smoke run, every split cut to 32 examples" in out
+
+
+def test_a_limited_sweep_with_trackers_runs_end_to_end(tiny_models, small_mirror, tmp_path):
+    """`sweep --limit --report-to` puts both on every cell, says the sweep is shrunken, and
+    records them in experiment.toml for the later phases."""
+    from encoder_eval import sweep
+
+    res, runs = tmp_path / "res", tmp_path / "runs"
+    assert sweep.main([
+        "--phase", "select", "--model", f"tiny={tiny_models['bert']}", "--tasks", "glue_rte",
+        "--lr-keys", "lr06", "--seeds", "42", "--max-steps", "2", "--max-seq-len", "64",
+        "--limit", "12", "--report-to", "tensorboard", "--data-dir", str(small_mirror),
+        "--device", "cpu", "--results-dir", str(res), "--out-dir", str(runs),
+    ]) == 0  # fmt: skip
+    script = (runs / "run_all.sh").read_text()
+    assert "--limit 12" in script and "--report-to tensorboard" in script
+    assert "--limit" in (res / "experiment.toml").read_text()
+    proc = subprocess.run(["bash", str(runs / "run_all.sh")], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    [result] = [read_json(p) for p in res.glob("tiny_glue_rte_*.json")]
+    assert result["recipe"]["limit"] == 12 and result["training"]["train_examples"] == 12
+    assert list((res / "tracking" / "tensorboard").iterdir())
+
+
+def test_sweep_names_the_limit_in_its_shrunken_note(tiny_models, small_mirror, tmp_path, capsys):
+    from encoder_eval import sweep
+
+    assert sweep.main([
+        "--phase", "select", "--model", f"tiny={tiny_models['bert']}", "--tasks", "glue_rte",
+        "--limit", "20", "--results-dir", str(tmp_path / "r"), "--out-dir", str(tmp_path / "o"),
+    ]) == 0  # fmt: skip
+    assert "limit 20: a smoke run" in capsys.readouterr().out
+
+
+def test_probe_limit_marks_cells_and_summarize_refuses_them(tiny_models, small_mirror, tmp_path,
+                                                             capsys):  # fmt: skip
+    from encoder_eval import probe
+
+    out = tmp_path / "probes"
+    assert probe.main([
+        "--model", f"tiny={tiny_models['bert']}", "--tasks", "glue_rte", "--data-dir",
+        str(small_mirror), "--results-dir", str(out), "--k-folds", "2", "--max-seq-len", "32",
+        "--device", "cpu", "--limit", "24", "--no-cache",
+    ]) == 0  # fmt: skip
+    [record] = [json.loads(p.read_text()) for p in out.glob("*.probe.json")]
+    assert record["protocol"]["limit"] == 24 and record["protocol"]["on_protocol"] is False
+    assert record["provenance"]["embedding"]["limit"] == 24
+    capsys.readouterr()
+    assert summarize.main(["--results-dir", str(out)]) == 1
+    assert "smoke runs" in capsys.readouterr().err
