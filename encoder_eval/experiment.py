@@ -42,6 +42,7 @@ records, and refuses a flag that contradicts them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -89,6 +90,11 @@ class ModelSpec:
                    entry.code_revision)  # fmt: skip
 
 
+# What a selection shared with `select --redact-paths` holds instead of a local path; the
+# report sweep of whoever receives it asks for their own (`--model NAME=PATH`, `--data-dir`).
+REDACTED = "<redacted>"
+
+
 @dataclass(frozen=True)
 class PhaseRecord:
     """Where a phase ran: its results and scripts, and (report) the selection it ran from."""
@@ -120,6 +126,23 @@ class Experiment:
     phases: dict[str, PhaseRecord] = field(default_factory=dict)
     phase: str | None = None  # the phase of the sweep that wrote the file (None: user-written)
     version: int = VERSION
+
+    def redacted(self) -> Experiment:
+        """This experiment without local paths (model directories, the data directory, task
+        files, where the phases ran), for a file meant to be shared; Hub ids stay."""
+        replace = dataclasses.replace
+
+        def local(path: str) -> bool:
+            return os.path.isabs(path) or path.startswith(("~", "."))
+
+        return replace(
+            self,
+            models={n: replace(m, path=REDACTED) if local(m.path) else m
+                    for n, m in self.models.items()},  # fmt: skip
+            data_dir=None if self.data_dir is None else REDACTED,
+            tasks_files=[REDACTED for _ in self.tasks_files],
+            phases={p: PhaseRecord() for p in self.phases},
+        )
 
     def to_dict(self) -> dict:
         """The file's content as plain data (TOML tables; None entries left out)."""
@@ -203,6 +226,8 @@ class _Reader:
 
     def path(self, value: Any, where: str) -> str:
         """A path from the file: relative ones are read from the file's folder."""
+        if value == REDACTED:
+            return REDACTED
         text = os.path.expanduser(self.string(value, where))
         if self.base_dir is not None and not os.path.isabs(text):
             text = str(self.base_dir / text)
@@ -210,6 +235,8 @@ class _Reader:
 
     def model_path(self, value: Any, where: str) -> str:
         """A model path: a local directory (relative to the file's folder) or a Hub id."""
+        if value == REDACTED:
+            return REDACTED
         text = os.path.expanduser(self.string(value, where))
         local = text if self.base_dir is None else str(self.base_dir / text)
         return os.path.abspath(local) if os.path.exists(local) else text
@@ -561,6 +588,11 @@ def _inherit(args: argparse.Namespace, exp: Experiment, phase: str, *, where: st
     """Fill unset flags from `exp` and refuse given ones that differ (named by `given`)."""
     for fact in facts:
         have, want = fact.from_args(args), fact.get(exp, phase)
+        if want == REDACTED:  # shared without the path: the user's own is the one to use
+            if have is None:
+                raise HarnessError(f"{where} was shared without its {fact.attr.replace('_', ' ')} "
+                                   f"(select --redact-paths); give {fact.flag} with your own")  # fmt: skip
+            continue
         if have is None:
             if want is not None:
                 setattr(args, fact.attr, fact.to_args(want))
@@ -568,6 +600,24 @@ def _inherit(args: argparse.Namespace, exp: Experiment, phase: str, *, where: st
         if (fact.default if want is None else want) != have:
             raise _refuse(given.get(fact.attr, f"{fact.flag} {fact.show(have)}"),
                           fact.show(want), where, fix)  # fmt: skip
+
+
+def _check_redacted(args: argparse.Namespace, exp: Experiment) -> None:
+    """Refuse, in one line naming every flag needed, a report phase from a selection shared
+    without its local paths (`select --redact-paths`) unless the user gives their own."""
+    from .sweep import split_csv
+
+    requested = _models_from_args(args) or {}
+    wanted = split_csv(args.models) or list(requested) or list(exp.models)
+    need = [f"--model {n}=PATH:{m.mode}" for n, m in exp.models.items()
+            if m.path == REDACTED and n in wanted and requested.get(n) is None]  # fmt: skip
+    if exp.data_dir == REDACTED and not args.data_dir:
+        need.append("--data-dir DIR")
+    if REDACTED in exp.tasks_files and not getattr(args, "tasks_file", None):
+        need.append("--tasks-file FILE")
+    if need:
+        raise HarnessError("the select phase was shared without its local paths (select "
+                           f"--redact-paths); give your own: {', '.join(need)}")  # fmt: skip
 
 
 def _inherit_pairs(args: argparse.Namespace, exp: Experiment, *, where: str, fix: str,
@@ -578,6 +628,14 @@ def _inherit_pairs(args: argparse.Namespace, exp: Experiment, *, where: str, fix
     requested = _models_from_args(args)
     if exp.models:
         chosen = dict(exp.models)
+        hidden = [n for n, m in exp.models.items() if m.path == REDACTED
+                  and (requested or {}).get(n) is None]  # fmt: skip
+        if hidden and (requested is None or any(n in requested for n in hidden)):
+            raise HarnessError(
+                f"{where} was shared without its local model paths (select --redact-paths): "
+                "give your own copy of each with "
+                + ", ".join(f"--model {n}=PATH:{exp.models[n].mode}" for n in hidden)
+            )
         if requested is not None:
             chosen = {}
             for name, spec in requested.items():
@@ -586,6 +644,9 @@ def _inherit_pairs(args: argparse.Namespace, exp: Experiment, *, where: str, fix
                     raise _refuse(given.get("models", flag),
                                   f"its models: {', '.join(exp.models)}", where, fix)  # fmt: skip
                 m = exp.models[name]
+                if spec is not None and m.path == REDACTED and spec.mode == m.mode:
+                    chosen[name] = dataclasses.replace(m, path=spec.path)
+                    continue
                 if spec is not None and (spec.path, spec.mode) != (m.path, m.mode):
                     raise _refuse(f"--model {name}={spec.path}:{spec.mode}",
                                   f"{name}={m.path}:{m.mode}", where, fix)  # fmt: skip
@@ -676,6 +737,7 @@ def apply_to_args(args: argparse.Namespace, *, results_manifest: bool = False) -
 
         inherited = from_selection(load_selection(args.selection), args.selection)
         if inherited is not None:
+            _check_redacted(args, inherited)
             register_tasks(inherited, args.selection)
             fix = "the report phase runs as its select phase did"
             _inherit(args, inherited, "report", where="the select phase", given=given,
@@ -686,6 +748,11 @@ def apply_to_args(args: argparse.Namespace, *, results_manifest: bool = False) -
     args.experiment_sources = (own, inherited)
     if hasattr(args, "tasks_file"):  # the runs must know the experiment's user tasks too
         files = [f for exp in (own, inherited) if exp is not None for f in exp.tasks_files]
+        if REDACTED in files:
+            if not args.tasks_file:
+                raise HarnessError("the select phase was shared without its task files (select "
+                                   "--redact-paths); give your copy with --tasks-file FILE")  # fmt: skip
+            files = [f for f in files if f != REDACTED]
         rows = {k: v for exp in (own, inherited) if exp is not None
                 for k, v in exp.task_rows.items()}  # fmt: skip
         if rows:

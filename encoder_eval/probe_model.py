@@ -85,6 +85,7 @@ class ProbeRun:
     force: bool = False
     require_code_revision: bool = False
     limit: int | None = None  # a smoke run: every split cut to this many examples
+    record_model_path: bool = False  # paths can be private: recorded only when asked
 
 
 def method_label(model: str, pooling: str) -> str:
@@ -232,11 +233,12 @@ def run_probes(run: ProbeRun) -> list[Path]:
                                            data=(train, dev, test, n_labels, problem))  # fmt: skip
                 outcome = probe_task(ptask, run.config)
                 probe_s = time.perf_counter() - t1
-                cell = {"model": model.name, "model_path": model.path, "pooling": pooling,
+                shown_path = model.path if run.record_model_path else None
+                cell = {"model": model.name, "model_path": shown_path, "pooling": pooling,
                         "method": method_label(model.name, pooling)}  # fmt: skip
                 provenance = {
                     **base_provenance,
-                    "model": {"path": model.path, "revision": loaded.revision,
+                    "model": {"path": shown_path, "revision": loaded.revision,
                               "revision_requested": model.revision,
                               "trust_remote_code": model.trust_remote_code, "code": loaded.code,
                               "source": loaded.source, "class": type(loaded.model).__name__},
@@ -415,6 +417,9 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     p.add_argument("--store-probes", action="store_true",
                    help="also store each cell's probe as JSON data (load_probe)")  # fmt: skip
     p.add_argument("--force", action="store_true", help="redo cells that are done")
+    p.add_argument("--record-model-path", action="store_true", help="write the model path "
+                   "into the results (off: local paths and private repository names can be "
+                   "sensitive)")  # fmt: skip
     p.add_argument("--limit", type=int, metavar="N", help="a smoke run: cut every split to N "
                    "examples (seeded, stratified; recorded; refused by summarize without "
                    "--allow-partial)")  # fmt: skip
@@ -455,6 +460,7 @@ def run_from_args(args) -> ProbeRun:
         max_seq_len=args.max_seq_len, precision=args.precision, batch_size=args.batch_size,
         device=args.device, cache=not args.no_cache, store_probes=args.store_probes,
         force=args.force, require_code_revision=args.require_code_revision, limit=args.limit,
+        record_model_path=args.record_model_path,
     )  # fmt: skip
 
 

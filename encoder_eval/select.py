@@ -437,6 +437,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "records, else 42,43,44)")  # fmt: skip
     p.add_argument("--allow-partial", action="store_true",
                    help="choose among LRs with missing seeds too (diverged LRs stay out)")  # fmt: skip
+    p.add_argument("--redact-paths", action="store_true", help="leave local paths (model "
+                   "folders, the data mirror, task files, results folders) out of the file, "
+                   "for sharing; the report sweep then asks for the reader's own")  # fmt: skip
     return p
 
 
@@ -463,7 +466,11 @@ def main(argv: list[str] | None = None) -> int:
             unfinished_fix=_unfinished_fix(exp, args.results_dir),
         )  # fmt: skip
         selection["results_dir"] = os.path.abspath(args.results_dir)
+        if exp is not None and args.redact_paths:
+            exp = exp.redacted()
         selection["experiment"] = exp.to_dict() if exp else None
+        if args.redact_paths:
+            selection["results_dir"] = experiment.REDACTED
         out = Path(args.out)
         if not out.absolute().parent.is_dir():
             raise HarnessError(f"--out {args.out}: directory {out.parent} does not exist")
