@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import functools
+import reprlib
 import sys
 from collections.abc import Callable, Iterable
 
@@ -17,8 +18,31 @@ EXIT_PREEMPTED = 75  # EX_TEMPFAIL: SIGTERM stopped a cell after it saved its st
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C stopped a cell after it saved its state
 
 
+# The most characters of one message (an `error:` or `warning:` line); longer ones are cut,
+# saying how much was cut, so a hostile file never floods a terminal or a log.
+MESSAGE_LIMIT = 2000
+_QUOTE = reprlib.Repr()
+_QUOTE.maxstring = _QUOTE.maxother = 80
+_QUOTE.maxlist = _QUOTE.maxdict = _QUOTE.maxtuple = _QUOTE.maxset = 6
+_QUOTE.maxlevel = 3
+
+
 class HarnessError(Exception):
     """A problem with the user's input or files; the message names the problem and the fix."""
+
+
+def quote(value: object) -> str:
+    """`repr(value)` cut short (strings to 80 characters, containers to 6 items and 3 levels):
+    how a message quotes a value read from a user's file, at a bounded cost."""
+    return _QUOTE.repr(value)
+
+
+def one_line(message: object, limit: int = MESSAGE_LIMIT) -> str:
+    """`message` as one line (line breaks become spaces) of at most `limit` characters."""
+    text = " ".join(str(message).splitlines())
+    if len(text) > limit:
+        text = f"{text[: limit - 40]}... ({len(text) - limit + 40} more characters cut)"
+    return text
 
 
 def unknown_name(kind: str, name: str, valid: Iterable[str], fix: str = "") -> HarnessError:
@@ -67,7 +91,7 @@ class ArgumentParser(argparse.ArgumentParser):
     (exit 2), instead of the whole usage block before the message."""
 
     def error(self, message: str):
-        self.exit(2, f"error: {message}; run {self.prog} --help for the valid flags\n")
+        self.exit(2, f"error: {one_line(message)}; run {self.prog} --help for the valid flags\n")
 
 
 def report_errors(main: Callable[..., int]) -> Callable[..., int]:
@@ -80,7 +104,7 @@ def report_errors(main: Callable[..., int]) -> Callable[..., int]:
         try:
             return main(*args, **kwargs)
         except HarnessError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {one_line(exc)}", file=sys.stderr)
             return EXIT_INPUT_ERROR
         except KeyboardInterrupt:
             print("interrupted: Ctrl-C; run the same command again to continue", file=sys.stderr)
@@ -97,6 +121,6 @@ def warn_once() -> Callable[[str], None]:
     def warn(message: str) -> None:
         if message not in seen:
             seen.add(message)
-            print(f"warning: {message}", file=sys.stderr)
+            print(f"warning: {one_line(message)}", file=sys.stderr)
 
     return warn

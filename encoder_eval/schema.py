@@ -11,9 +11,11 @@ the known ones, so reading and writing a file changes nothing.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from .errors import quote
 from .protocol import RANK_OBJECTIVES, SELECTION_SPLITS
 
 SCHEMA_NAME = "encoder-eval-result"
@@ -29,13 +31,44 @@ def is_number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def is_int(x: Any) -> bool:
+    """An int that is not a bool."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def is_str(x: Any) -> bool:
+    return isinstance(x, str)
+
+
+def is_list_of(kind: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """A check for a list whose every item passes `kind`."""
+    return lambda x: isinstance(x, list) and all(kind(v) for v in x)
+
+
+def check_fields(
+    obj: dict, types: dict[str, tuple[Callable[[Any], bool], str]], where: str = "",
+    optional: bool = False, unknown_ok: bool = False,
+) -> None:  # fmt: skip
+    """Raise ValueError naming the first field of the JSON object `obj` that is missing
+    (unless `optional`), unknown (unless `unknown_ok`), or fails its check in `types`
+    (field -> (check, what it must be)): the one check readers of shared JSON files use
+    before they trust a field's type."""
+    if not unknown_ok:
+        for key in obj:
+            if key not in types:
+                raise ValueError(f"unknown field {where}{quote(key)}")
+    for key, (check, what) in types.items():
+        if key not in obj:
+            if optional:
+                continue
+            raise ValueError(f"field {where}{key} is missing")
+        if not check(obj[key]):
+            raise ValueError(f"field {where}{key} is {quote(obj[key])}, not {what}")
+
+
 def _rule(check, expected: str) -> dict:
     """Field metadata: `check(value)` holds for a valid value; the message names `expected`."""
     return {"check": check, "expected": expected}
-
-
-def _is_str(x: Any) -> bool:
-    return isinstance(x, str)
 
 
 # ----------------------------------------------------------------------------- sections
@@ -45,14 +78,14 @@ def _is_str(x: Any) -> bool:
 class CellId:
     """Which cell a result is: model key, task, learning rate (and its grid key), seed, phase."""
 
-    model: str = field(metadata=_rule(_is_str, "missing or not a str"))
-    task: str = field(metadata=_rule(_is_str, "missing or not a str"))
+    model: str = field(metadata=_rule(is_str, "missing or not a str"))
+    task: str = field(metadata=_rule(is_str, "missing or not a str"))
     lr: float = field(
         metadata=_rule(lambda x: is_number(x) and x > 0, "missing or not a positive number")
     )
-    lr_key: str = field(metadata=_rule(_is_str, "missing or not a str"))
+    lr_key: str = field(metadata=_rule(is_str, "missing or not a str"))
     seed: int = field(metadata=_rule(lambda x: isinstance(x, int), "missing or not an integer"))
-    phase: str = field(metadata={**_rule(_is_str, "missing or not a str"), "choices": PHASES})
+    phase: str = field(metadata={**_rule(is_str, "missing or not a str"), "choices": PHASES})
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
