@@ -22,7 +22,7 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C stopped a cell after it saved its
 # saying how much was cut, so a hostile file never floods a terminal or a log.
 MESSAGE_LIMIT = 2000
 _QUOTE = reprlib.Repr()
-_QUOTE.maxstring = _QUOTE.maxother = 80
+_QUOTE.maxstring = _QUOTE.maxother = 200
 _QUOTE.maxlist = _QUOTE.maxdict = _QUOTE.maxtuple = _QUOTE.maxset = 6
 _QUOTE.maxlevel = 3
 
@@ -32,9 +32,18 @@ class HarnessError(Exception):
 
 
 def quote(value: object) -> str:
-    """`repr(value)` cut short (strings to 80 characters, containers to 6 items and 3 levels):
+    """`repr(value)` cut short (strings to 200 characters, containers to 6 items and 3 levels):
     how a message quotes a value read from a user's file, at a bounded cost."""
     return _QUOTE.repr(value)
+
+
+def brief(value: object, limit: int = 120) -> str:
+    """A value read from a file, as a message shows it: a string as itself on one line, cut
+    to `limit` characters; anything else by `quote`."""
+    if isinstance(value, str):
+        text = " ".join(value.splitlines())
+        return text if len(text) <= limit else f"{text[: limit - 3]}..."
+    return quote(value)
 
 
 def one_line(message: object, limit: int = MESSAGE_LIMIT) -> str:
@@ -49,10 +58,12 @@ def unknown_name(kind: str, name: str, valid: Iterable[str], fix: str = "") -> H
     """Build the error for an unknown registry name: a close match if there is one, then
     `fix` (how to add a name of this kind), then the valid names."""
     valid = sorted(valid)
-    close = closest_name(name, valid)
+    close = closest_name(name, valid) if len(name) <= 200 else None
     hint = f" Did you mean {close!r}?" if close else ""
     fix = f" {fix.rstrip('.')}." if fix else ""
-    return HarnessError(f"unknown {kind} {name!r}.{hint}{fix} Valid {kind}s: {', '.join(valid)}")
+    return HarnessError(
+        f"unknown {kind} {quote(name)}.{hint}{fix} Valid {kind}s: {', '.join(valid)}"
+    )
 
 
 def _normal(text: str) -> str:

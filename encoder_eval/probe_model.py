@@ -129,7 +129,7 @@ def examine_probe_result(path: str | os.PathLike) -> tuple[dict | None, str | No
         and not isinstance(version, bool)
         and version > PROBE_SCHEMA_VERSION
     ):
-        return None, (f"written by a newer harness (schema_version {version}; this one reads "
+        return None, (f"written by a newer harness (schema_version {quote(version)}; this one reads "
                       f"{PROBE_SCHEMA_VERSION}): read it with that harness"), False  # fmt: skip
     if version != PROBE_SCHEMA_VERSION:
         return None, f"schema_version {quote(version)}, expected {PROBE_SCHEMA_VERSION}", True

@@ -287,7 +287,7 @@ def _examine(path: Path) -> tuple[dict | None, str | None, bool]:
     if isinstance(data, dict) and data.get("schema") == SCHEMA_NAME:
         version = data.get("schema_version")
         if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
-            return None, (f"written by a newer harness (schema_version {version}; this one "
+            return None, (f"written by a newer harness (schema_version {quote(version)}; this one "
                           f"reads {SCHEMA_VERSION}): read it with that harness"), False  # fmt: skip
     errors = validate_result(data)
     if errors:
@@ -295,7 +295,11 @@ def _examine(path: Path) -> tuple[dict | None, str | None, bool]:
     cell = data["cell"]
     expected = result_filename(cell["model"], cell["task"], cell["lr"], cell["seed"])
     if path.name != expected:
-        return None, f"its cell identity says {expected!r}, which disagrees with its filename", True
+        return (
+            None,
+            f"its cell identity says {quote(expected)}, which disagrees with its filename",
+            True,
+        )
     return data, None, True
 
 
@@ -382,7 +386,7 @@ def cell_state(
         return (CORRUPT if judged else KEPT), None, why
     cell = data["cell"]
     if cell["lr_key"] != lr_key(cell["lr"]):
-        why = f"its cell.lr_key {cell['lr_key']!r} disagrees with its lr {cell['lr']:g}"
+        why = f"its cell.lr_key {quote(cell['lr_key'])} disagrees with its lr {cell['lr']:g}"
         return CORRUPT, None, why
     if phase is not None and cell["phase"] != phase:
         return CORRUPT, None, f"a {cell['phase']} cell in a {phase} results directory"
@@ -447,8 +451,8 @@ def settle_cell(
     if state == CORRUPT and not names_result_(path):
         state, why = KEPT, f"{why}; not named like a cell result, so never moved"
     if state == KEPT:
-        warn(f"left {path} in place ({why}); its cell is not done, and is not run over it: "
-             "fix or move the file, then run again")  # fmt: skip
+        warn(one_line(f"left {path} in place ({why}); its cell is not done, and is not run "
+                      "over it: fix or move the file, then run again"))  # fmt: skip
         return state, data, why
     if state != CORRUPT:
         return state, data, why
@@ -468,7 +472,7 @@ def settle_cell(
         return state, data, why
     if dest is None:
         return MISSING, None, None
-    warn(f"moved the corrupt result {path} to {dest} ({why}); its cell runs again")
+    warn(one_line(f"moved the corrupt result {path} to {dest} ({why}); its cell runs again"))
     return MOVED, None, why
 
 

@@ -67,10 +67,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import experiment
-from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, quote, report_errors
+from .errors import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    ArgumentParser,
+    HarnessError,
+    brief,
+    quote,
+    report_errors,
+)
 from .fileio import FileProblem, MissingFile, read_json
 from .metrics import metric_spec
-from .protocol import LR_GRID, PROTOCOL_RECIPE, SELECT_SEEDS, TABLE, loader_label, signature
+from .protocol import (
+    LR_GRID,
+    PROTOCOL_RECIPE,
+    SELECT_SEEDS,
+    SELECTION_SPLITS,
+    TABLE,
+    loader_label,
+    signature,
+)
 from .results import (
     EXPERIMENT_NAME,
     LoadedResult,
@@ -139,7 +155,7 @@ def setup_differences(setup: dict, reference: dict, reference_has: str) -> list[
         if k != "selection_split"
     ]
     return [
-        f"{name}{'' if name.endswith('=') else ' '}{value} ({reference_has} {other})"
+        f"{name}{'' if name.endswith('=') else ' '}{brief(value)} ({reference_has} {brief(other)})"
         for name, value, other in pairs
         if value != other
     ]
@@ -373,13 +389,13 @@ _SELECTION_TYPES = {
     "pairs": (lambda x: isinstance(x, dict), "an object"),
 }  # fmt: skip
 _POLICY_TYPES = {
-    "lr_keys": (is_list_of(lambda k: k in LR_GRID), "a list of grid keys"),
+    "lr_keys": (is_list_of(lambda k: is_str(k) and k in LR_GRID), "a list of grid keys"),
     "seeds": (is_list_of(is_int), "a list of integers"),
     "allow_partial": (lambda x: isinstance(x, bool), "true or false"),
     "rule": (is_str, "a string"), "protocol_max_steps": (is_int, "an integer"),
 }  # fmt: skip
 _ENTRY_TYPES = {
-    "lr_key": (lambda x: x is None or x in LR_GRID, "a grid key or null"),
+    "lr_key": (lambda x: x is None or (is_str(x) and x in LR_GRID), "a grid key or null"),
     "lr": _number_or_null, "dev_mean": _number_or_null,
     "metric": (lambda x: x is None or is_str(x), "a string or null"),
     "dev_mean_by_lr": (lambda x: isinstance(x, dict) and all(
@@ -390,6 +406,15 @@ _ENTRY_TYPES = {
     "on_protocol": (lambda x: isinstance(x, bool), "true or false"),
     "reason": (lambda x: x is None or is_str(x), "a string or null"),
     "select_setup": (lambda x: x is None or isinstance(x, dict), "an object or null"),
+}  # fmt: skip
+_str_or_null = (lambda x: x is None or is_str(x), "a string or null")
+# `cell_setup`'s entries, as a selection records them per pair.
+_SETUP_TYPES = {
+    "model_revision": _str_or_null, "mode": _str_or_null, "data_identity": _str_or_null,
+    "trust_remote_code": (lambda x: x is None or isinstance(x, bool), "true, false or null"),
+    "selection_split": (lambda x: x is None or (is_str(x) and x in SELECTION_SPLITS),
+                        f"one of {', '.join(SELECTION_SPLITS)} or null"),
+    "recipe": (lambda x: isinstance(x, dict), "an object"),
 }  # fmt: skip
 
 
@@ -407,10 +432,9 @@ def _selection_problem(data: dict) -> str | None:
                     return f"pairs.{quote(model)}.{quote(task)} is not an object"
                 check_fields(entry, _ENTRY_TYPES, f"pairs.{model}.{task}.", optional=True,
                              unknown_ok=True)  # fmt: skip
-                for name, value in (entry.get("select_setup") or {}).items():
-                    if not isinstance(value, str | bool | dict | None):
-                        return (f"pairs.{quote(model)}.{quote(task)}.select_setup.{quote(name)} "
-                                f"is {quote(value)}")  # fmt: skip
+                check_fields(entry.get("select_setup") or {}, _SETUP_TYPES,
+                             f"pairs.{model}.{task}.select_setup.", optional=True,
+                             unknown_ok=True)  # fmt: skip
     except ValueError as exc:
         return str(exc)
     return None

@@ -48,7 +48,7 @@ from .errors import (
 )
 from .fileio import FileProblem, parse_json, read_json, write_json_atomic, write_output
 from .results import DONE_STATES
-from .schema import check_fields, is_int, is_list_of, is_number, is_str
+from .schema import check_fields, is_int, is_list_of, is_name, is_number, is_str
 
 RECEIPT_SCHEMA = "encoder-eval-receipt"
 REPORT_SCHEMA = "encoder-eval-regression"
@@ -318,7 +318,7 @@ class Receipt:
 
 # field -> (check, what it must be): a receipt's fields and one task's, as written.
 _RECEIPT_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "checkpoint_id": (is_str, "a string"), "checkpoint_index": (is_int, "an integer"),
+    "checkpoint_id": (is_name, "a name"), "checkpoint_index": (is_int, "an integer"),
     "tasks": (lambda x: isinstance(x, list), "a list"),
     "seeds": (is_list_of(is_int), "a list of integers"),
     "metadata": (lambda x: isinstance(x, dict), "an object"),
@@ -327,7 +327,7 @@ _RECEIPT_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "created_at": (is_str, "a string"),
 }  # fmt: skip
 _TASK_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "name": (is_str, "a string"), "score": (lambda x: True, "a number"),
+    "name": (is_name, "a name"), "score": (lambda x: True, "a number"),
     "higher_is_better": (lambda x: isinstance(x, bool), "true or false"),
     "n_examples": (lambda x: x is None or is_int(x), "an integer or null"),
     "details": (lambda x: isinstance(x, dict), "an object"),
@@ -335,7 +335,7 @@ _TASK_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
 # TrackSetup's fields as a receipt records them (None: not used by this kind).
 _SETUP_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "kind": (lambda x: x in ("probe", "finetune"), "probe or finetune"),
-    "tasks": (is_list_of(is_str), "a list of strings"),
+    "tasks": (is_list_of(is_name), "a list of names"),
     "seeds": (is_list_of(is_int), "a list of integers"),
     **{k: (lambda x: x is None or is_int(x), "an integer or null")
        for k in ("max_seq_len", "k_folds", "seed", "max_steps")},
