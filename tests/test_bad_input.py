@@ -10,7 +10,6 @@ root, so those run it without root's CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,7 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from fault_helpers import env, snapshot
+from fault_helpers import (
+    _drop_dac_capabilities,
+    _permissions_problem,
+    env,
+    snapshot,
+)
 from result_helpers import make_result, write_result
 
 from encoder_eval.protocol import LR_GRID
@@ -308,30 +312,6 @@ CASES = {
 # capabilities dropped (prctl PR_CAPBSET_DROP before exec): a root without them is held to
 # the permission bits like any user.
 NEEDS_PERMISSIONS = {"unreadable-model-dir", "out-json-in-read-only-dir"}
-_PR_CAPBSET_DROP, _CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH = 24, 1, 2
-
-
-def _drop_dac_capabilities() -> None:
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    for cap in (_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH):
-        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
-
-
-def _permissions_problem(locked: Path) -> str | None:
-    """None when a command started like the cases can be stopped by permission bits."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        probe = subprocess.run(
-            [sys.executable, "-c", f"import os, sys; sys.exit(os.access({str(locked)!r}, os.R_OK))"],
-            preexec_fn=_drop_dac_capabilities, capture_output=True, text=True,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"dropping CAP_DAC_OVERRIDE failed ({exc})"
-    return None if probe.returncode == 0 else "root still reads a mode-000 directory"
 
 
 @pytest.fixture
