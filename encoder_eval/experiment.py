@@ -299,7 +299,7 @@ def load(path: str | os.PathLike) -> Experiment:
                            f"its results directory ({EXPERIMENT_NAME}), or write your own "
                            "(see examples/experiment.toml)") from None  # fmt: skip
     except UnreadableFile as exc:
-        raise HarnessError(f"cannot read experiment file {exc}") from None
+        raise HarnessError(f"cannot read experiment file {path}: {exc.reason}") from None
     except DamagedFile as exc:
         raise HarnessError(f"{exc}; fix it or write it again") from None
     return from_dict(data, str(path), path.absolute().parent)

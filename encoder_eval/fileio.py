@@ -157,11 +157,14 @@ def write_output(text: str, out: str | os.PathLike | None) -> None:
 
 
 class FileProblem(HarnessError):
-    """A file a reader could not use; `reason` says why without the path (str() has both)."""
+    """A file a reader could not use; `reason` says why without the path, str() is
+    `<path> <verb> <reason>` ("x.json is not valid JSON (...)")."""
+
+    verb = ""
 
     def __init__(self, path: str | os.PathLike, reason: str):
         self.path, self.reason = str(path), one_line(reason, 300)
-        super().__init__(f"{self.path}: {self.reason}")
+        super().__init__(" ".join(filter(None, (self.path, self.verb, self.reason))))
 
 
 class MissingFile(FileProblem):
@@ -177,6 +180,8 @@ class DamagedFile(FileProblem):
     """The file reads but does not parse (syntax, encoding, a number too long or out of
     range, nesting too deep, YAML anchors): its content is damaged or hostile."""
 
+    verb = "is"
+
 
 def read_bytes(path: str | os.PathLike) -> bytes:
     """The bytes of `path`; MissingFile or UnreadableFile (with the OS's reason) when it has none."""
@@ -184,9 +189,9 @@ def read_bytes(path: str | os.PathLike) -> bytes:
         with io.open(path, "rb") as handle:  # noqa: UP020 (io.open: the seam tests fail I/O at)
             return handle.read()
     except FileNotFoundError:
-        raise MissingFile(path, "no such file") from None
+        raise MissingFile(path, "does not exist") from None
     except IsADirectoryError:
-        raise UnreadableFile(path, "a directory, not a file") from None
+        raise UnreadableFile(path, "is a directory, not a file") from None
     except OSError as exc:
         raise UnreadableFile(path, f"cannot be read ({exc.strerror or exc})") from None
 
@@ -242,11 +247,11 @@ def parse_toml(data: bytes | str, source: str | os.PathLike) -> dict:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        reason = f"not valid TOML ({exc})"
+        reason = f"not valid TOML: {exc}"
     except RecursionError:
-        reason = "not valid TOML (nested too deeply)"
+        reason = "not valid TOML: nested too deeply"
     except ValueError as exc:  # an integer of too many digits
-        reason = f"not valid TOML ({str(exc).split(';')[0]})"
+        reason = f"not valid TOML: {str(exc).split(';')[0]}"
     raise DamagedFile(source, reason)
 
 
@@ -267,16 +272,16 @@ def parse_yaml(data: bytes | str, source: str | os.PathLike) -> Any:
             event = self.peek_event()
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
                 mark = event.start_mark
-                raise DamagedFile(source, f"uses a YAML anchor or alias (line {mark.line + 1}); "
-                                  "write each value out in full")  # fmt: skip
+                raise DamagedFile(source, f"YAML with an anchor or alias (line {mark.line + 1}), "
+                                  "which is not allowed: write each value out in full")  # fmt: skip
             return super().compose_node(parent, index)
 
     try:
         return yaml.load(data, Loader=NoAliasLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
-        reason = f"not valid YAML ({' '.join(str(exc).split())})"
+        reason = f"not valid YAML: {' '.join(str(exc).split())}"
     except RecursionError:
-        reason = "not valid YAML (nested too deeply)"
+        reason = "not valid YAML: nested too deeply"
     except ValueError as exc:  # an integer of too many digits
-        reason = f"not valid YAML ({str(exc).split(';')[0]})"
+        reason = f"not valid YAML: {str(exc).split(';')[0]}"
     raise DamagedFile(source, reason)

@@ -502,7 +502,7 @@ def load_results(
     try:
         entries = sorted(root.iterdir())
     except OSError as exc:
-        raise UnreadableFile(root, f"cannot list it ({exc.strerror or exc})") from None
+        raise UnreadableFile(root, f"cannot be listed ({exc.strerror or exc})") from None
     for path in entries:
         if is_own_file(path):
             continue

@@ -450,7 +450,8 @@ def load_selection(path: str | os.PathLike) -> dict:
         ) from None
     except FileProblem as exc:
         raise HarnessError(
-            f"cannot read selection file {exc}; regenerate it with python -m encoder_eval.select"
+            f"cannot read selection file {path}: {exc.reason}; regenerate it with "
+            "python -m encoder_eval.select"
         ) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise HarnessError(f"{path} is not a selection file (schema {SCHEMA!r}); "

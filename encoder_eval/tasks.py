@@ -553,7 +553,7 @@ def read_jsonl(path: Path) -> list[dict]:
             try:
                 row = parse_json(line, f"{path}:{number}")
             except DamagedFile as exc:
-                raise HarnessError(str(exc)) from None
+                raise HarnessError(f"{path}:{number}: invalid JSON ({exc.reason})") from None
             if not isinstance(row, dict):
                 raise HarnessError(f"{path}:{number}: expected a JSON object per line")
             rows.append(row)

@@ -361,7 +361,7 @@ def read_receipt(path: str | os.PathLike) -> Receipt:
     try:
         return Receipt.from_dict(read_json(path))
     except FileProblem as exc:
-        raise HarnessError(f"{exc}; not a valid {RECEIPT_SCHEMA}") from None
+        raise HarnessError(f"{path}: not a valid {RECEIPT_SCHEMA} ({exc.reason})") from None
     except ValueError as exc:
         raise HarnessError(f"{path}: not a valid {RECEIPT_SCHEMA} ({exc})") from None
 
