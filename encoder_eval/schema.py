@@ -92,8 +92,8 @@ def _rule(check, expected: str) -> dict:
 class CellId:
     """Which cell a result is: model key, task, learning rate (and its grid key), seed, phase."""
 
-    model: str = field(metadata=_rule(is_name, "missing, not a str, or with control characters"))
-    task: str = field(metadata=_rule(is_name, "missing, not a str, or with control characters"))
+    model: str = field(metadata=_rule(is_str, "missing or not a str"))
+    task: str = field(metadata=_rule(is_str, "missing or not a str"))
     lr: float = field(
         metadata=_rule(lambda x: is_number(x) and x > 0, "missing or not a positive number")
     )

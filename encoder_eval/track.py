@@ -318,7 +318,7 @@ class Receipt:
 
 # field -> (check, what it must be): a receipt's fields and one task's, as written.
 _RECEIPT_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "checkpoint_id": (is_name, "a name"), "checkpoint_index": (is_int, "an integer"),
+    "checkpoint_id": (lambda x: is_str(x) and bool(CHECKPOINT_ID.fullmatch(x)), "an id"), "checkpoint_index": (is_int, "an integer"),
     "tasks": (lambda x: isinstance(x, list), "a list"),
     "seeds": (is_list_of(is_int), "a list of integers"),
     "metadata": (lambda x: isinstance(x, dict), "an object"),
