@@ -5,13 +5,18 @@ Usage::
     python -m encoder_eval.done --phase select results/select/m_xnli_lr06_s42.json ...
     printf '%s\\0' FILE... | python -m encoder_eval.done --phase select --states --files0-from -
 
-Done is `results.cell_state`: a file that parses, validates and names its cell (and phase);
-with `--phase probe`, a probe result `probe_model.read_probe_result` reads
-(`probe_model.probe_cell_state`).
-A corrupt file is moved aside into `<results dir>/.corrupt/` (never deleted), with one line
-on stderr, so its cell runs again. `--states` prints one word per file, in order: ok or
-diverged (done), missing, moved (was corrupt, moved aside now), corrupt (another runner
-holds its cell, so it stays). It imports no torch, so it is fast on a login node.
+Done is `results.cell_state`: a file that parses, validates and names its cell (and phase,
+and with `--model` that model); with `--phase probe`, a probe result
+`probe_model.read_probe_result` reads (`probe_model.probe_cell_state`).
+A file named like a cell result that reads and fails to parse or validate is moved aside
+into `<results dir>/.corrupt/` (never deleted), with one line on stderr, so its cell runs
+again. Nothing else is ever moved: a file that cannot be read (permissions, I/O), one a
+newer harness wrote, another model's result under this cell's name, and any file not named
+like a cell result (experiment.toml, predictions) are left in place with one line on
+stderr, and are not done. `--states` prints one word per file, in order: ok or diverged
+(done), missing, moved (was corrupt, moved aside now), corrupt (another runner holds its
+cell, so it stays), kept (left in place, as above: `run --skip-existing` does not run its
+cell over it). It imports no torch, so it is fast on a login node.
 
 Exit status: 0 when every file is done; 1 when some are not; 2 on bad input.
 """
@@ -31,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="python -m encoder_eval.done",
         description="Exit 0 iff every result file is done (parses, validates, names its cell); "
-        "corrupt ones are moved aside into .corrupt/ so their cells run again.",
+        "a corrupt cell result is moved aside into .corrupt/ so its cell runs again; files "
+        "that cannot be read, of a newer harness, or not named like a cell result are left.",
     )
     p.add_argument("files", nargs="*", metavar="FILE", help="result files to check")
     p.add_argument("--phase", choices=SWEEP_PHASES, help="the phase the files must be of "
@@ -40,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "from F ('-': stdin), for lists longer than a command line")  # fmt: skip
     p.add_argument("--states", action="store_true",
                    help="print one state word per file, in order, on stdout")  # fmt: skip
+    p.add_argument("--model", metavar="NAME", help="the model every file must be of (another "
+                   "model's result under one of its names is left in place, not done)")  # fmt: skip
     return p
 
 
@@ -58,13 +66,15 @@ def main(argv: list[str] | None = None) -> int:
                   "give a readable file, or - for stdin", file=sys.stderr)  # fmt: skip
             return EXIT_INPUT_ERROR
         files += [os.fsdecode(f) for f in raw.split(b"\0") if f]
-    state_of = None
+    state_of = names_result = None
     if args.phase == PROBE_PHASE:
-        from .probe_model import probe_cell_state
+        from .probe_model import is_probe_result_name, probe_cell_state
 
-        state_of = lambda path, _phase: probe_cell_state(path)  # noqa: E731
+        state_of = lambda path, _phase: probe_cell_state(path, model=args.model)  # noqa: E731
+        names_result = is_probe_result_name
     try:
-        states = [settle_cell(f, args.phase, state_of=state_of)[0] for f in files]
+        states = [settle_cell(f, args.phase, state_of=state_of, names_result=names_result,
+                              model=args.model)[0] for f in files]  # fmt: skip
     except KeyboardInterrupt:  # Ctrl-C in a script: the script itself says how to resume
         return EXIT_INTERRUPTED
     if args.states:

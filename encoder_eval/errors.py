@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import functools
+import reprlib
 import sys
 from collections.abc import Callable, Iterable
 
@@ -17,18 +18,52 @@ EXIT_PREEMPTED = 75  # EX_TEMPFAIL: SIGTERM stopped a cell after it saved its st
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C stopped a cell after it saved its state
 
 
+# The most characters of one message (an `error:` or `warning:` line); longer ones are cut,
+# saying how much was cut, so a hostile file never floods a terminal or a log.
+MESSAGE_LIMIT = 2000
+_QUOTE = reprlib.Repr()
+_QUOTE.maxstring = _QUOTE.maxother = 200
+_QUOTE.maxlist = _QUOTE.maxdict = _QUOTE.maxtuple = _QUOTE.maxset = 6
+_QUOTE.maxlevel = 3
+
+
 class HarnessError(Exception):
     """A problem with the user's input or files; the message names the problem and the fix."""
+
+
+def quote(value: object) -> str:
+    """`repr(value)` cut short (strings to 200 characters, containers to 6 items and 3 levels):
+    how a message quotes a value read from a user's file, at a bounded cost."""
+    return _QUOTE.repr(value)
+
+
+def brief(value: object, limit: int = 120) -> str:
+    """A value read from a file, as a message shows it: a string as itself on one line, cut
+    to `limit` characters; anything else by `quote`."""
+    if isinstance(value, str):
+        text = " ".join(value.splitlines())
+        return text if len(text) <= limit else f"{text[: limit - 3]}..."
+    return quote(value)
+
+
+def one_line(message: object, limit: int = MESSAGE_LIMIT) -> str:
+    """`message` as one line (line breaks become spaces) of at most `limit` characters."""
+    text = " ".join(str(message).splitlines())
+    if len(text) > limit:
+        text = f"{text[: limit - 40]}... ({len(text) - limit + 40} more characters cut)"
+    return text
 
 
 def unknown_name(kind: str, name: str, valid: Iterable[str], fix: str = "") -> HarnessError:
     """Build the error for an unknown registry name: a close match if there is one, then
     `fix` (how to add a name of this kind), then the valid names."""
     valid = sorted(valid)
-    close = closest_name(name, valid)
+    close = closest_name(name, valid) if len(name) <= 200 else None
     hint = f" Did you mean {close!r}?" if close else ""
     fix = f" {fix.rstrip('.')}." if fix else ""
-    return HarnessError(f"unknown {kind} {name!r}.{hint}{fix} Valid {kind}s: {', '.join(valid)}")
+    return HarnessError(
+        f"unknown {kind} {quote(name)}.{hint}{fix} Valid {kind}s: {', '.join(valid)}"
+    )
 
 
 def _normal(text: str) -> str:
@@ -73,7 +108,7 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
-        self.exit(2, f"error: {message}; run {self.prog} --help for the valid flags\n")
+        self.exit(2, f"error: {one_line(message)}; run {self.prog} --help for the valid flags\n")
 
 
 def report_errors(main: Callable[..., int]) -> Callable[..., int]:
@@ -86,7 +121,7 @@ def report_errors(main: Callable[..., int]) -> Callable[..., int]:
         try:
             return main(*args, **kwargs)
         except HarnessError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {one_line(exc)}", file=sys.stderr)
             return EXIT_INPUT_ERROR
         except KeyboardInterrupt:
             print("interrupted: Ctrl-C; run the same command again to continue", file=sys.stderr)
@@ -103,6 +138,6 @@ def warn_once() -> Callable[[str], None]:
     def warn(message: str) -> None:
         if message not in seen:
             seen.add(message)
-            print(f"warning: {message}", file=sys.stderr)
+            print(f"warning: {one_line(message)}", file=sys.stderr)
 
     return warn

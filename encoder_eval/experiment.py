@@ -48,13 +48,12 @@ import json
 import os
 import re
 import shlex
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import HarnessError, unknown_name
-from .fileio import write_atomic
+from .errors import HarnessError, quote, unknown_name
+from .fileio import DamagedFile, MissingFile, UnreadableFile, read_toml, write_atomic
 from .models import MODEL_REGISTRY, MODES, ModelEntry, parse_model_spec, registry_trusts
 from .protocol import LR_GRID, MAX_SEED, PHASE_SEEDS, PROTOCOL_RECIPE, SELECTION_SPLITS
 from .results import EXPERIMENT_NAME
@@ -197,31 +196,31 @@ class _Reader:
 
     def table(self, value: Any, where: str) -> dict:
         if not isinstance(value, dict):
-            raise self.fail(where, f"must be a table, got {value!r}")
+            raise self.fail(where, f"must be a table, got {quote(value)}")
         return value
 
     def string(self, value: Any, where: str, choices: tuple[str, ...] | None = None) -> str:
         if not isinstance(value, str) or not value:
-            raise self.fail(where, f"must be a non-empty string, got {value!r}")
+            raise self.fail(where, f"must be a non-empty string, got {quote(value)}")
         if choices is not None and value not in choices:
-            raise self.fail(where, f"is {value!r}; valid values: {', '.join(choices)}")
+            raise self.fail(where, f"is {quote(value)}; valid values: {', '.join(choices)}")
         return value
 
     def strings(self, value: Any, where: str) -> list[str]:
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise self.fail(where, f"must be a list of strings, got {value!r}")
+            raise self.fail(where, f"must be a list of strings, got {quote(value)}")
         return list(dict.fromkeys(value))
 
     def integer(self, value: Any, where: str, minimum: int, maximum: int | None = None) -> int:
         if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
                 or (maximum is not None and value > maximum)):  # fmt: skip
             most = "" if maximum is None else f" and <= {maximum}"
-            raise self.fail(where, f"must be an integer >= {minimum}{most}, got {value!r}")
+            raise self.fail(where, f"must be an integer >= {minimum}{most}, got {quote(value)}")
         return value
 
     def boolean(self, value: Any, where: str) -> bool:
         if not isinstance(value, bool):
-            raise self.fail(where, f"must be true or false, got {value!r}")
+            raise self.fail(where, f"must be true or false, got {quote(value)}")
         return value
 
     def path(self, value: Any, where: str) -> str:
@@ -248,7 +247,7 @@ def from_dict(data: dict, source: str, base_dir: Path | None = None) -> Experime
     r.known(data, _FIELDS, "")
     version = data.get("version", VERSION)
     if version != VERSION:
-        raise r.fail("version", f"is {version!r}; this harness reads version {VERSION} "
+        raise r.fail("version", f"is {quote(version)}; this harness reads version {VERSION} "
                      "(write the file again with this harness's sweep)")  # fmt: skip
     exp = Experiment()
     if "phase" in data:
@@ -261,13 +260,13 @@ def from_dict(data: dict, source: str, base_dir: Path | None = None) -> Experime
         keys = r.strings(data["lr_keys"], "lr_keys")
         for key in keys:
             if key not in LR_GRID:
-                raise r.fail("lr_keys", f"holds {key!r}; valid keys: {', '.join(LR_GRID)}")
+                raise r.fail("lr_keys", f"holds {quote(key)}; valid keys: {', '.join(LR_GRID)}")
         exp.lr_keys = sorted(keys, key=LR_GRID.__getitem__)
     seeds = r.table(data.get("seeds", {}), "seeds")
     r.known(seeds, PHASES, "seeds: ")
     for phase, value in seeds.items():
         if not isinstance(value, list) or not value:
-            raise r.fail(f"seeds.{phase}", f"must be a non-empty list of seeds, got {value!r}")
+            raise r.fail(f"seeds.{phase}", f"must be a non-empty list of seeds, got {quote(value)}")
         exp.seeds[phase] = list(
             dict.fromkeys(r.integer(s, f"seeds.{phase}", 0, MAX_SEED) for s in value)
         )
@@ -285,7 +284,7 @@ def from_dict(data: dict, source: str, base_dir: Path | None = None) -> Experime
     if "extra_run_args" in data:
         value = data["extra_run_args"]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise r.fail("extra_run_args", f"must be a list of strings, got {value!r}")
+            raise r.fail("extra_run_args", f"must be a list of strings, got {quote(value)}")
         exp.extra_run_args = list(value)
     phases = r.table(data.get("phases", {}), "phases")
     r.known(phases, PHASES, "phases: ")
@@ -325,9 +324,9 @@ def _read_models(r: _Reader, value: Any) -> dict[str, ModelSpec]:
             if "code_revision" in entry else default.code_revision,
         )  # fmt: skip
         if row is not None and not _registry_row(name, spec):
-            differs = [f"{k} {getattr(spec, k)!r} (registry: {getattr(default, k)!r})"
+            differs = [f"{k} {quote(getattr(spec, k))} (registry: {quote(getattr(default, k))})"
                        for k in _MODEL_FIELDS[:3] if getattr(spec, k) != getattr(default, k)]  # fmt: skip
-            raise r.fail(where, f"contradicts the registry model {name!r}: {'; '.join(differs)}; "
+            raise r.fail(where, f"contradicts the registry model {quote(name)}: {'; '.join(differs)}; "
                          "drop those fields or give the model another name")  # fmt: skip
         models[name] = spec
     return models
@@ -345,15 +344,15 @@ def load(path: str | os.PathLike) -> Experiment:
     """Read an experiment file; raises HarnessError naming the file and what is wrong."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        data = read_toml(path)
+    except MissingFile:
         raise HarnessError(f"experiment file {path} does not exist; a sweep writes one into "
                            f"its results directory ({EXPERIMENT_NAME}), or write your own "
                            "(see examples/experiment.toml)") from None  # fmt: skip
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HarnessError(f"cannot read experiment file {path}: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise HarnessError(f"{path} is not valid TOML ({exc}); fix it or write it again") from None
+    except UnreadableFile as exc:
+        raise HarnessError(f"cannot read experiment file {path}: {exc.reason}") from None
+    except DamagedFile as exc:
+        raise HarnessError(f"{exc}; fix it or write it again") from None
     return from_dict(data, str(path), path.absolute().parent)
 
 

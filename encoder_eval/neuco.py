@@ -41,7 +41,15 @@ from .errors import (
     report_errors,
     unknown_name,
 )
-from .fileio import safe_filename_part, write_atomic
+from .fileio import (
+    FileProblem,
+    MissingFile,
+    parse_yaml,
+    read_bytes,
+    read_json,
+    safe_filename_part,
+    write_atomic,
+)
 from .probe import (
     CLASSIFICATION,
     NEUCO_RULES,
@@ -115,18 +123,16 @@ def _positive_int(value: Any, key: str, where: str) -> int:
 def read_config(path: str | Path | None) -> NeucoConfig:
     """Read and check a NeuCo-Bench YAML config: every required key present, no unknown key,
     `probe_type: linear` with its `probe_params`; defaults filled in for the optional keys."""
-    import yaml
-
     if path is None:
         raise HarnessError("give --config config.yaml (k_folds, probe_type, probe_params, "
                            "update_leaderboard are required)")  # fmt: skip
     where = str(path)
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        raw = parse_yaml(read_bytes(path), path)
+    except MissingFile:
         raise HarnessError(f"config file {where} does not exist; check --config") from None
-    except yaml.YAMLError as exc:
-        raise HarnessError(f"{where} is not valid YAML ({exc}); fix the file") from None
+    except FileProblem as exc:
+        raise HarnessError(f"{exc}; fix the file") from None
     if not isinstance(raw, dict):
         raise HarnessError(f"{where}: the config must be a mapping of keys to values")
     for key in raw:
@@ -328,13 +334,16 @@ def summarize_runs(
     `<output_dir>/leaderboards/<phase>/leaderboard_<timestamp>.csv`. A run missing a task
     (or with an undefined Q) is refused, each listed, unless `drop_incomplete` (NeuCo
     rule drop_incomplete_runs: it is dropped, and the CSV says so)."""
-    import json
-
     from .leaderboard import neuco_weights, positions, task_ranks
 
     runs = []
     for path in sorted(Path(output_dir, phase).glob(f"*/{SUMMARY_FILE}")):
-        summary = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            summary = read_json(path)
+        except FileProblem as exc:
+            raise HarnessError(f"{exc}; run that probe again") from None
+        if not isinstance(summary, dict) or not isinstance(summary.get("neuco_rules"), list):
+            raise HarnessError(f"{path}: not a probe run summary; run that probe again")
         runs.append((path.parent.name, summary))
     if not runs:
         raise HarnessError(f"no {SUMMARY_FILE} under {Path(output_dir, phase)}; run a probe first")

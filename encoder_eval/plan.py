@@ -362,13 +362,32 @@ class Plan:
         return units
 
     def cell_state(self, cell: Cell) -> str:
-        """'ok' or 'diverged' (done), 'missing' or 'corrupt', by `results.cell_state` (a
-        probe cell by `probe_model.probe_cell_state`)."""
+        """'ok' or 'diverged' (done), 'missing', 'corrupt' or 'kept', by `results.cell_state`
+        with the cell's model and task (a probe cell by `probe_model.probe_cell_state`)."""
+        return self.cell_status(cell)[0]
+
+    def cell_status(self, cell: Cell) -> tuple[str, dict | None, str | None]:
+        """`cell_state`'s (state, data, why) of one cell of this plan."""
         if cell.pooling is not None:
             from .probe_model import probe_cell_state
 
-            return probe_cell_state(self.out_json(cell))[0]
-        return cell_state(self.out_json(cell), self.phase)[0]
+            return probe_cell_state(self.out_json(cell), model=cell.model, task=cell.task)
+        return cell_state(self.out_json(cell), self.phase, model=cell.model, task=cell.task)
+
+
+def check_file_names(cells: list[Cell]) -> None:
+    """Refuse a plan in which two models (or tasks) would write one result file (`a/b` and
+    `a_b` both give `a_b_...`): each would count the other's result as its own."""
+    seen: dict[str, Cell] = {}
+    for cell in cells:
+        other = seen.setdefault(cell.filename, cell)
+        if other.pair != cell.pair:
+            raise HarnessError(
+                f"model {other.model!r} on task {other.task!r} and model {cell.model!r} on "
+                f"task {cell.task!r} would write one result file ({cell.filename}), each "
+                "counting the other's result as its own; give one of the models another name "
+                "(--model NAME=PATH)"
+            )
 
 
 def _abs_if_local(path: str) -> str:
@@ -560,6 +579,7 @@ def build_plan(
             f"the selection has no selected LR for {len(missing_pairs)} pair(s): "
             f"{', '.join(missing_pairs)}; finish the select phase or narrow --models/--tasks"
         )
+    check_file_names(cells)
     return Plan(
         phase=phase, cells=cells, results_dir=os.path.abspath(results_dir),
         max_steps=max_steps, max_seq_len=max_seq_len, selection_split=selection_split,
@@ -641,6 +661,7 @@ def build_probe_plan(
         for task in task_list
         for pooling in poolings
     ]  # fmt: skip
+    check_file_names(cells)
     return Plan(
         phase=PROBE_PHASE, cells=cells, results_dir=os.path.abspath(results_dir),
         max_seq_len=max_seq_len, data_dir=data_dir,

@@ -21,7 +21,6 @@ run_name` per candidate, ranked as the metrics rank (score, ties by first-stage 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from typing import Any
 
 from . import metrics
 from .errors import HarnessError
-from .fileio import atomic_open, write_json_atomic
+from .fileio import FileProblem, MissingFile, atomic_open, read_json, write_json_atomic
 from .results import PREDICTIONS_SUFFIX, TREC_SUFFIX
 from .schema import CellId, CellResult, data_identity, is_number
 
@@ -199,11 +198,11 @@ def load_predictions(path: str | os.PathLike) -> CellPredictions:
     """Read and validate one predictions file; PredictionsError says what is wrong."""
     path = Path(path)
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        obj = read_json(path)
+    except MissingFile:
         raise PredictionsError(f"{path}: no predictions file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PredictionsError(f"{path}: unreadable predictions file ({exc})") from None
+    except FileProblem as exc:
+        raise PredictionsError(f"{path}: unreadable predictions file ({exc.reason})") from None
     try:
         return CellPredictions.from_dict(obj)
     except PredictionsError as exc:

@@ -30,7 +30,7 @@ from typing import Any
 
 from . import fileio, tasks
 from .errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
-from .fileio import atomic_open
+from .fileio import FileProblem, atomic_open, read_json
 
 MANIFEST_NAME = "MANIFEST.json"
 MANIFEST_SCHEMA = "encoder-eval-mirror"
@@ -105,11 +105,11 @@ def read_manifest(out: Path) -> dict:
     if not path.exists():
         return {"schema": MANIFEST_SCHEMA, "version": MANIFEST_VERSION, "tasks": {}}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = read_json(path)
+    except FileProblem as exc:
         raise HarnessError(
-            f"{path} is not valid JSON ({exc}); move it aside (the data files stay usable) "
-            "and run prefetch again to write a new one"
+            f"{exc}; move it aside (the data files stay usable) and run prefetch again to "
+            "write a new one"
         ) from None
     if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
         raise HarnessError(

@@ -22,7 +22,6 @@ data (`save_probe` / `load_probe`), never pickles or generated code.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections import Counter
@@ -34,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .errors import HarnessError, unknown_name
-from .fileio import write_json_atomic
+from .fileio import FileProblem, MissingFile, read_json, write_json_atomic
 from .metrics import compute_metric, language_mean
 
 PROBE_SCHEMA = "encoder-eval-probe"
@@ -230,13 +229,14 @@ def load_probe(folder: str | os.PathLike) -> tuple[Probe, str]:
     `load_probe` returns, read from JSON data (no pickle, no code)."""
     path = Path(folder) / PROBE_FILE
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        obj = read_json(path)
+    except MissingFile:
         raise HarnessError(f"no stored probe at {path}; run with store_probes: true") from None
-    except json.JSONDecodeError as exc:
-        raise HarnessError(f"{path} is not valid JSON ({exc}); store the probe again") from None
+    except FileProblem as exc:
+        raise HarnessError(f"{exc}; store the probe again") from None
     if (
-        obj.get("schema") != STORED_PROBE_SCHEMA
+        not isinstance(obj, dict)
+        or obj.get("schema") != STORED_PROBE_SCHEMA
         or obj.get("schema_version") != PROBE_SCHEMA_VERSION
     ):
         raise HarnessError(

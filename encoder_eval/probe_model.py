@@ -14,24 +14,32 @@ train and report splits are embedded once for every pooling asked (`encoder_eval
 cached on disk), and `probe.probe_task` runs the fold protocol on the vectors. Each cell
 writes `<results-dir>/<model>_<pooling>_<task>.probe.json` (schema `encoder-eval-probe`,
 with the per-fold scores `q_t`), and each (model, pooling) a run summary
-`<model>_<pooling>.probe-summary.json`. Done cells are skipped (`--force` redoes them);
-every input (models, tasks, their data) is checked, and the data provenance computed,
+`<model>_<pooling>.probe-summary.json`. Done cells are skipped (`--force` redoes them), as
+are cells whose result file must be left alone (one that cannot be read, or a newer
+harness's: said on stderr, exit 1); every input (models, tasks, their data) is checked, and the data provenance computed,
 before the first model is loaded. `summarize` and `leaderboard` read the folder.
 
-Exit status: 0 done; 2 bad input.
+Exit status: 0 done; 1 some cells left alone (their files kept); 2 bad input.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import EXIT_OK, ArgumentParser, HarnessError, report_errors, unknown_name
-from .fileio import safe_filename_part
+from .errors import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    ArgumentParser,
+    HarnessError,
+    quote,
+    report_errors,
+    unknown_name,
+)
+from .fileio import DamagedFile, MissingFile, UnreadableFile, read_json, safe_filename_part
 from .probe import (
     DEFAULT_K_FOLDS,
     DEFAULT_SEED,
@@ -86,6 +94,7 @@ class ProbeRun:
     require_code_revision: bool = False
     limit: int | None = None  # a smoke run: every split cut to this many examples
     record_model_path: bool = False  # paths can be private: recorded only when asked
+    kept: list[Path] = field(default_factory=list)  # result files left alone (`run_probes`)
 
 
 def method_label(model: str, pooling: str) -> str:
@@ -105,34 +114,68 @@ def summary_path(results_dir: Path, model: str, pooling: str) -> Path:
     return Path(results_dir) / f"{cell_stem(model, pooling)}{SUMMARY_SUFFIX}"
 
 
+def examine_probe_result(path: str | os.PathLike) -> tuple[dict | None, str | None, bool]:
+    """(record, None, True) for a readable probe result of this schema version; else (None,
+    why, judged): `judged` is False when this harness cannot judge the file (it does not
+    read, or a newer harness wrote it), True when it reads and is not a probe result."""
+    try:
+        record = read_json(path)
+    except MissingFile:
+        return None, "no file", False
+    except UnreadableFile as exc:
+        return None, exc.reason, False
+    except DamagedFile as exc:
+        return None, exc.reason, True
+    if not isinstance(record, dict) or record.get("schema") != PROBE_SCHEMA:
+        return None, f"not an {PROBE_SCHEMA} result", True
+    version = record.get("schema_version")
+    if (
+        isinstance(version, int)
+        and not isinstance(version, bool)
+        and version > PROBE_SCHEMA_VERSION
+    ):
+        return None, (f"written by a newer harness (schema_version {quote(version)}; this one reads "
+                      f"{PROBE_SCHEMA_VERSION}): read it with that harness"), False  # fmt: skip
+    if version != PROBE_SCHEMA_VERSION:
+        return None, f"schema_version {quote(version)}, expected {PROBE_SCHEMA_VERSION}", True
+    if not isinstance(record.get("cell"), dict):
+        return None, "no 'cell' object", True
+    return record, None, True
+
+
 def read_probe_result(path: Path) -> dict | None:
     """A probe result file's record, or None when it is missing, torn or of another schema."""
-    try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    ok = (
-        isinstance(record, dict)
-        and record.get("schema") == PROBE_SCHEMA
-        and record.get("schema_version") == PROBE_SCHEMA_VERSION
-    )
-    return record if ok else None
+    return examine_probe_result(path)[0]
 
 
-def probe_cell_state(path: str | os.PathLike) -> tuple[str, dict | None, str | None]:
+def probe_cell_state(
+    path: str | os.PathLike, *, model: str | None = None, task: str | None = None
+) -> tuple[str, dict | None, str | None]:
     """Whether a probe result file makes its cell done, in `results.cell_state`'s terms:
     ('ok', record, None) when `read_probe_result` reads it (the rule `run_probes` skips
-    by), ('missing', None, None) without a file, else ('corrupt', None, why)."""
-    from .results import CORRUPT, MISSING
+    by) and it names `model` and `task` when given, ('missing', None, None) without a
+    file, ('kept', None, why) for a file to leave alone (unreadable, a newer harness's,
+    another model's), else ('corrupt', None, why)."""
+    from .results import CORRUPT, KEPT, MISSING
 
     if not os.path.lexists(path):
         return MISSING, None, None
-    record = read_probe_result(Path(path))
+    record, why, judged = examine_probe_result(path)
     if record is None:
-        why = (f"not a readable {PROBE_SCHEMA} result of schema version "
-               f"{PROBE_SCHEMA_VERSION}: torn, not JSON, or of another schema")  # fmt: skip
-        return CORRUPT, None, why
+        return (CORRUPT if judged else KEPT), None, why
+    for kind, planned in (("model", model), ("task", task)):
+        if planned is not None and record["cell"].get(kind) != planned:
+            return KEPT, None, (
+                f"a probe result of {kind} {quote(record['cell'].get(kind))}, whose file name "
+                f"is {kind} {quote(planned)}'s too: give one of the two another name"
+            )  # fmt: skip
     return "ok", record, None
+
+
+def is_probe_result_name(path: str | os.PathLike) -> bool:
+    """Whether `path` is named like a probe cell's result (the only probe files ever moved)."""
+    name = Path(path).name
+    return name.endswith(RESULT_SUFFIX) and not name.startswith(".")
 
 
 def resolve_model(spec: str) -> ProbeModel:
@@ -181,14 +224,21 @@ def run_probes(run: ProbeRun) -> list[Path]:
     device = resolve_device(run.device)
     setup = EmbedSetup(max_seq_len=run.max_seq_len, precision=run.precision,
                        batch_size=run.batch_size)  # fmt: skip
-    todo = {
-        (m.name, task): [
-            p for p in run.poolings
-            if run.force or read_probe_result(result_path(run.results_dir, m.name, p, task)) is None
-        ]
-        for m in run.models
-        for task in run.tasks
-    }  # fmt: skip
+    kept = []  # result files to leave alone (unreadable, a newer harness's): not run over
+    todo: dict[tuple[str, str], list[str]] = {}
+    for m in run.models:
+        for task in run.tasks:
+            todo[(m.name, task)] = []
+            for p in run.poolings:
+                path = result_path(run.results_dir, m.name, p, task)
+                state, _, why = probe_cell_state(path, model=m.name, task=task)
+                if state == "kept" and not run.force:
+                    _log(f"left {path} in place ({why}); its cell is not done, and is not run "
+                         "over it: fix or move the file (or pass --force), then run again")  # fmt: skip
+                    kept.append(path)
+                elif run.force or state != "ok":
+                    todo[(m.name, task)].append(p)
+    run.kept = kept
     total = sum(len(v) for v in todo.values())
     cells = len(run.models) * len(run.tasks) * len(run.poolings)
     _log(f"probe: {cells} cell(s), {cells - total} already done, {total} to run "
@@ -305,10 +355,10 @@ def load_probe_results(results_dir: str | os.PathLike, warn=None) -> list[dict]:
     """Every readable probe result of a folder; unreadable ones are skipped with a warning."""
     records = []
     for path in sorted(Path(results_dir).glob(f"*{RESULT_SUFFIX}")):
-        record = read_probe_result(path)
+        record, why, _ = examine_probe_result(path)
         if record is None:
             if warn is not None:
-                warn(f"warning: skipping {path}: not a readable {PROBE_SCHEMA} result")
+                warn(f"warning: skipping {path}: {why}")
             continue
         records.append(record)
     return records
@@ -472,4 +522,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     written = run_probes(run)
     _log(f"probe: wrote {len(written)} result(s) in {time.perf_counter() - started:.1f} s; "
          f"table: python -m encoder_eval.summarize --results-dir {run.results_dir}")  # fmt: skip
+    if run.kept:
+        _log(f"probe: {len(run.kept)} cell(s) not run, to keep the file in their place "
+             "(see the lines above)")  # fmt: skip
+        return EXIT_INCOMPLETE
     return EXIT_OK

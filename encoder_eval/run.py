@@ -45,6 +45,7 @@ from .protocol import (
 )
 from .results import (
     DONE_STATES,
+    KEPT,
     cell_lock,
     clean_stale_temporaries,
     result_filename,
@@ -285,7 +286,9 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
     """Run cells in order in this process, sharing the task data; returns their results.
 
     With `skip_existing`, a cell that is done (`results.cell_state`) is skipped, and a
-    corrupt result file in its place is moved aside into `.corrupt/` and the cell run again.
+    corrupt result file in its place is moved aside into `.corrupt/` and the cell run again;
+    a file to leave alone (unreadable, a newer harness's, another model's result under this
+    cell's name) is left, its cell not run, and CellsFailed names it at the end.
     A cell another runner holds is skipped and come back to at the end: this process then
     waits for that runner's lock and skips the cell if the other runner finished it (or runs
     it, if that runner died first), so a unit's process ends only when its cells are done.
@@ -301,8 +304,18 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
     results = []
     data = data_prov = None
 
-    def done(cfg) -> bool:  # called with the cell's lock held; a corrupt result is moved aside
-        return settle_cell(cfg.out_json, cfg.phase, locked=True)[0] in DONE_STATES
+    kept = []  # cells whose result file must be left alone (`results.KEPT`): not run over it
+
+    def skip(cfg, done_by: str) -> bool:
+        """Whether to skip the cell (called with its lock held): it is done, or its file is
+        one to leave alone; a corrupt result is moved aside, and the cell runs."""
+        state = settle_cell(cfg.out_json, cfg.phase, locked=True, model=cfg.model_key,
+                            task=cfg.task)[0]  # fmt: skip
+        if state == KEPT:
+            kept.append(cfg)
+        elif state in DONE_STATES:
+            log(f"skip {cfg.out_json} ({done_by})")
+        return state == KEPT or state in DONE_STATES
 
     def run_one(cfg) -> None:
         nonlocal data, data_prov
@@ -340,22 +353,29 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
                 log(f"skip {cfg.out_json} (another runner is running this cell; back to it later)")
                 held_elsewhere.append(cfg)
                 continue
-            if skip_existing and done(cfg):
-                log(f"skip {cfg.out_json} (done)")
+            if skip_existing and skip(cfg, "done"):
                 continue
             guarded(cfg)
     for cfg in held_elsewhere:
         with cell_lock(cfg.out_json, wait=True):
-            if done(cfg):
-                log(f"skip {cfg.out_json} (done by another runner)")
+            if skip(cfg, "done by another runner"):
                 continue
             guarded(cfg)
+    problems = []
     if crashed:
-        raise CellsFailed(
+        problems.append(
             f"{len(crashed)} of {len(cells)} cell(s) crashed and wrote nothing: "
             + ", ".join(f"lr={c.lr:g} seed={c.seed}" for c in crashed)
             + "; see the tracebacks above, then run again to retry them"
         )
+    if kept:
+        problems.append(
+            f"{len(kept)} cell(s) not run, to keep the file in their place (see the lines "
+            "above: unreadable, written by a newer harness, or another model's result): "
+            + ", ".join(str(c.out_json) for c in kept)
+        )
+    if problems:
+        raise CellsFailed("; and ".join(problems))
     return results
 
 

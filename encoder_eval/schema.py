@@ -11,9 +11,11 @@ the known ones, so reading and writing a file changes nothing.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from .errors import quote
 from .protocol import RANK_OBJECTIVES, SELECTION_SPLITS
 
 SCHEMA_NAME = "encoder-eval-result"
@@ -25,17 +27,62 @@ PHASES = ("select", "report")
 
 
 def is_number(x: Any) -> bool:
-    """A finite int or float that is not a bool (JSON numbers a score may be)."""
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+    """A finite int or float that is not a bool (JSON numbers a score may be), within a
+    float's range (a 400-digit integer is not a number any reader can compute with)."""
+    if not isinstance(x, int | float) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
+INT_LIMIT = 2**63  # integers in result files (seeds, steps, sizes) stay below this
+
+
+def is_int(x: Any) -> bool:
+    """An int that is not a bool, of magnitude below `INT_LIMIT`."""
+    return isinstance(x, int) and not isinstance(x, bool) and -INT_LIMIT < x < INT_LIMIT
+
+
+def is_str(x: Any) -> bool:
+    return isinstance(x, str)
+
+
+def is_name(x: Any) -> bool:
+    """A non-empty string without control characters (a model or task name)."""
+    return isinstance(x, str) and bool(x) and not any(ord(c) < 32 or ord(c) == 127 for c in x)
+
+
+def is_list_of(kind: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """A check for a list whose every item passes `kind`."""
+    return lambda x: isinstance(x, list) and all(kind(v) for v in x)
+
+
+def check_fields(
+    obj: dict, types: dict[str, tuple[Callable[[Any], bool], str]], where: str = "",
+    optional: bool = False, unknown_ok: bool = False,
+) -> None:  # fmt: skip
+    """Raise ValueError naming the first field of the JSON object `obj` that is missing
+    (unless `optional`), unknown (unless `unknown_ok`), or fails its check in `types`
+    (field -> (check, what it must be)): the one check readers of shared JSON files use
+    before they trust a field's type."""
+    if not unknown_ok:
+        for key in obj:
+            if key not in types:
+                raise ValueError(f"unknown field {where}{quote(key)}")
+    for key, (check, what) in types.items():
+        if key not in obj:
+            if optional:
+                continue
+            raise ValueError(f"field {where}{key} is missing")
+        if not check(obj[key]):
+            raise ValueError(f"field {where}{key} is {quote(obj[key])}, not {what}")
 
 
 def _rule(check, expected: str) -> dict:
     """Field metadata: `check(value)` holds for a valid value; the message names `expected`."""
     return {"check": check, "expected": expected}
-
-
-def _is_str(x: Any) -> bool:
-    return isinstance(x, str)
 
 
 # ----------------------------------------------------------------------------- sections
@@ -45,14 +92,14 @@ def _is_str(x: Any) -> bool:
 class CellId:
     """Which cell a result is: model key, task, learning rate (and its grid key), seed, phase."""
 
-    model: str = field(metadata=_rule(_is_str, "missing or not a str"))
-    task: str = field(metadata=_rule(_is_str, "missing or not a str"))
+    model: str = field(metadata=_rule(is_str, "missing or not a str"))
+    task: str = field(metadata=_rule(is_str, "missing or not a str"))
     lr: float = field(
         metadata=_rule(lambda x: is_number(x) and x > 0, "missing or not a positive number")
     )
-    lr_key: str = field(metadata=_rule(_is_str, "missing or not a str"))
-    seed: int = field(metadata=_rule(lambda x: isinstance(x, int), "missing or not an integer"))
-    phase: str = field(metadata={**_rule(_is_str, "missing or not a str"), "choices": PHASES})
+    lr_key: str = field(metadata=_rule(is_str, "missing or not a str"))
+    seed: int = field(metadata=_rule(is_int, "missing or not an integer"))
+    phase: str = field(metadata={**_rule(is_str, "missing or not a str"), "choices": PHASES})
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -256,7 +303,7 @@ def validate_result(obj: Any) -> list[str]:
         return ["not a JSON object"]
     errors = []
     if obj.get("schema") != SCHEMA_NAME:
-        errors.append(f"schema is {obj.get('schema')!r}, expected {SCHEMA_NAME!r}")
+        errors.append(f"schema is {quote(obj.get('schema'))}, expected {SCHEMA_NAME!r}")
     version = obj.get("schema_version")
     if isinstance(version, int) and not isinstance(version, bool) and version < SCHEMA_VERSION:
         errors.append(
@@ -264,7 +311,7 @@ def validate_result(obj: Any) -> list[str]:
             f"{SCHEMA_VERSION}); re-run the cell"
         )
     elif version != SCHEMA_VERSION:
-        errors.append(f"schema_version is {version!r}, expected {SCHEMA_VERSION}")
+        errors.append(f"schema_version is {quote(version)}, expected {SCHEMA_VERSION}")
     if errors:
         return errors
     cell = obj.get("cell")
@@ -276,11 +323,11 @@ def validate_result(obj: Any) -> list[str]:
     for f in fields(CellId):
         choices = f.metadata.get("choices")
         if choices and cell.get(f.name) not in choices:
-            errors.append(f"cell.{f.name} is {cell.get(f.name)!r}, expected "
+            errors.append(f"cell.{f.name} is {quote(cell.get(f.name))}, expected "
                           + " or ".join(choices))  # fmt: skip
     status = obj.get("status")
     if status not in STATUSES:
-        errors.append(f"status is {status!r}, expected one of {STATUSES}")
+        errors.append(f"status is {quote(status)}, expected one of {STATUSES}")
     if not isinstance(obj.get("metric"), str):
         errors.append("metric missing")
     for f in fields(CellResult):
@@ -288,6 +335,7 @@ def validate_result(obj: Any) -> list[str]:
             errors.append(f"missing section {f.name!r}")
     if errors:
         return errors
+    errors += _typed_errors("training", obj["training"], Training)
     if status == "ok":
         errors += _score_errors("dev", obj.get("dev"))
         report = obj.get("report")
@@ -301,13 +349,46 @@ def validate_result(obj: Any) -> list[str]:
         if "check" in f.metadata and not f.metadata["check"](obj["protocol"].get(f.name)):
             errors.append(f"protocol.{f.name} {f.metadata['expected']}")
     if obj["recipe"].get("selection_split") not in SELECTION_SPLITS:
-        errors.append(f"recipe.selection_split is {obj['recipe'].get('selection_split')!r}, "
+        errors.append(f"recipe.selection_split is {quote(obj['recipe'].get('selection_split'))}, "
                       f"expected one of {SELECTION_SPLITS}")  # fmt: skip
     data = obj["provenance"].get("data")
     if not isinstance(data, dict) or not isinstance(data.get("identity"), str):
         errors.append("provenance.data.identity missing (the data source the cell read)")
+    for key, (check, what) in _PROVENANCE_TYPES.items():
+        value = obj["provenance"].get(key)
+        if not check(value):
+            errors.append(f"provenance.{key} is {quote(value)}, not {what}")
     if "ranking" in obj:
         errors += _ranking_errors(obj["ranking"])
+    return errors
+
+
+# A section field's declared type -> the check its JSON value must pass.
+_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "int | None": lambda x: x is None or is_int(x),
+    "float | None": lambda x: x is None or is_number(x),
+    "bool | None": lambda x: x is None or isinstance(x, bool),
+    "str | None": lambda x: x is None or isinstance(x, str),
+    "list": lambda x: isinstance(x, list),
+}
+
+
+# What readers take from a result's provenance (absent is null).
+_PROVENANCE_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "model_revision": (lambda x: x is None or isinstance(x, str), "a string or null"),
+    "trust_remote_code": (lambda x: x is None or isinstance(x, bool), "true, false or null"),
+    **{k: (lambda x: x is None or isinstance(x, dict), "an object or null")
+       for k in ("software", "hardware", "model")},
+}  # fmt: skip
+
+
+def _typed_errors(name: str, section: dict, cls: type) -> list[str]:
+    """Every field of `section` whose value is not of the type `cls` declares for it."""
+    errors = []
+    for f in fields(cls):
+        check = _TYPE_CHECKS.get(str(f.type))
+        if check is not None and f.name in section and not check(section[f.name]):
+            errors.append(f"{name}.{f.name} is {quote(section[f.name])}, not {f.type}")
     return errors
 
 
@@ -317,7 +398,7 @@ def _ranking_errors(section: Any) -> list[str]:
         return ["ranking is not an object"]
     errors = []
     if section.get("objective") not in RANK_OBJECTIVES:
-        errors.append(f"ranking.objective is {section.get('objective')!r}, expected one of "
+        errors.append(f"ranking.objective is {quote(section.get('objective'))}, expected one of "
                       f"{RANK_OBJECTIVES}")  # fmt: skip
     for key in ("group_size", "group_size_used"):
         value = section.get(key)
@@ -326,12 +407,31 @@ def _ranking_errors(section: Any) -> list[str]:
     return errors
 
 
+# Every metric (`metrics.METRIC_SPECS`: accuracy, F1s, MCC, Spearman, MRR, NDCG) scores in
+# [-1, 1]; a score outside (with room for rounding) is damage, not a result.
+SCORE_LIMIT = 1.0 + 1e-9
+
+
+def is_score(x: Any) -> bool:
+    """A score a metric can give: a number in [-1, 1]."""
+    return is_number(x) and -SCORE_LIMIT <= x <= SCORE_LIMIT
+
+
 def _score_errors(name: str, section: Any) -> list[str]:
-    """A score section holds a finite mean, or a null mean with the reason it is undefined."""
+    """A score section holds a finite mean, or a null mean with the reason it is undefined;
+    every score in it is a metric's (in [-1, 1]) or null."""
     if not isinstance(section, dict):
         return [f"status ok but {name} scores are missing"]
-    if not isinstance(section.get("per_language"), dict):
+    per_language = section.get("per_language")
+    if not isinstance(per_language, dict):
         return [f"{name}.per_language missing"]
+    bad = [k for k, v in per_language.items() if not (v is None or is_score(v))]
+    if bad or not (section.get("mean") is None or is_score(section.get("mean"))):
+        return [f"{name} holds a score that is not a number in [-1, 1] or null"]
+    if not isinstance(section.get("undefined", {}), dict) or not is_list_of(is_str)(
+        section.get("languages_in_mean", [])
+    ):
+        return [f"{name}.undefined or {name}.languages_in_mean is malformed"]
     if is_number(section.get("mean")):
         return []
     undefined = section.get("undefined")

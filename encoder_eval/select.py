@@ -59,7 +59,6 @@ Exit status: 0 written; 1 refused or some pair has no selection; 2 bad input.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -68,9 +67,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import experiment
-from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
+from .errors import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    ArgumentParser,
+    HarnessError,
+    brief,
+    quote,
+    report_errors,
+)
+from .fileio import FileProblem, MissingFile, read_json
 from .metrics import metric_spec
-from .protocol import LR_GRID, PROTOCOL_RECIPE, SELECT_SEEDS, TABLE, loader_label, signature
+from .protocol import (
+    LR_GRID,
+    PROTOCOL_RECIPE,
+    SELECT_SEEDS,
+    SELECTION_SPLITS,
+    TABLE,
+    loader_label,
+    signature,
+)
 from .results import (
     EXPERIMENT_NAME,
     LoadedResult,
@@ -78,7 +94,7 @@ from .results import (
     result_filename,
     write_json_atomic,
 )
-from .schema import data_identity
+from .schema import check_fields, data_identity, is_int, is_list_of, is_number, is_str
 
 SCHEMA = "encoder-eval-selection"
 # 2: per pair, `select_setup` (what its select cells ran with) and `undefined_by_lr`.
@@ -139,7 +155,7 @@ def setup_differences(setup: dict, reference: dict, reference_has: str) -> list[
         if k != "selection_split"
     ]
     return [
-        f"{name}{'' if name.endswith('=') else ' '}{value} ({reference_has} {other})"
+        f"{name}{'' if name.endswith('=') else ' '}{brief(value)} ({reference_has} {brief(other)})"
         for name, value, other in pairs
         if value != other
     ]
@@ -360,17 +376,81 @@ def unselected_pairs(selection: dict) -> list[str]:
     ]
 
 
+_number_or_null = (lambda x: x is None or is_number(x), "a number or null")
+_by_lr_seeds = (lambda x: isinstance(x, dict) and all(is_list_of(is_int)(v) for v in x.values()),
+                "an object of seed lists")  # fmt: skip
+# A selection's fields (all but `pairs` optional: older versions lack some), and a pair's.
+_SELECTION_TYPES = {
+    "schema": (is_str, "a string"), "version": (is_int, "an integer"),
+    "created_at": (is_str, "a string"), "results_dir": (is_str, "a string"),
+    "policy": (lambda x: isinstance(x, dict), "an object"),
+    "experiment": (lambda x: x is None or isinstance(x, dict), "an object or null"),
+    "on_protocol": (lambda x: isinstance(x, bool), "true or false"),
+    "pairs": (lambda x: isinstance(x, dict), "an object"),
+}  # fmt: skip
+_POLICY_TYPES = {
+    "lr_keys": (is_list_of(lambda k: is_str(k) and k in LR_GRID), "a list of grid keys"),
+    "seeds": (is_list_of(is_int), "a list of integers"),
+    "allow_partial": (lambda x: isinstance(x, bool), "true or false"),
+    "rule": (is_str, "a string"), "protocol_max_steps": (is_int, "an integer"),
+}  # fmt: skip
+_ENTRY_TYPES = {
+    "lr_key": (lambda x: x is None or (is_str(x) and x in LR_GRID), "a grid key or null"),
+    "lr": _number_or_null, "dev_mean": _number_or_null,
+    "metric": (lambda x: x is None or is_str(x), "a string or null"),
+    "dev_mean_by_lr": (lambda x: isinstance(x, dict) and all(
+        _number_or_null[0](v) for v in x.values()), "an object of numbers or nulls"),
+    "seeds_by_lr": _by_lr_seeds, "diverged_by_lr": _by_lr_seeds,
+    "undefined_by_lr": _by_lr_seeds, "missing_by_lr": _by_lr_seeds,
+    "partial": (lambda x: isinstance(x, bool), "true or false"),
+    "on_protocol": (lambda x: isinstance(x, bool), "true or false"),
+    "reason": (lambda x: x is None or is_str(x), "a string or null"),
+    "select_setup": (lambda x: x is None or isinstance(x, dict), "an object or null"),
+}  # fmt: skip
+_str_or_null = (lambda x: x is None or is_str(x), "a string or null")
+# `cell_setup`'s entries, as a selection records them per pair.
+_SETUP_TYPES = {
+    "model_revision": _str_or_null, "mode": _str_or_null, "data_identity": _str_or_null,
+    "trust_remote_code": (lambda x: x is None or isinstance(x, bool), "true, false or null"),
+    "selection_split": (lambda x: x is None or (is_str(x) and x in SELECTION_SPLITS),
+                        f"one of {', '.join(SELECTION_SPLITS)} or null"),
+    "recipe": (lambda x: isinstance(x, dict), "an object"),
+}  # fmt: skip
+
+
+def _selection_problem(data: dict) -> str | None:
+    """The first way a selection document's fields are not what `select` writes (None: fine)."""
+    try:
+        check_fields(data, _SELECTION_TYPES, optional=True, unknown_ok=True)
+        check_fields(data.get("policy") or {}, _POLICY_TYPES, "policy.", optional=True,
+                     unknown_ok=True)  # fmt: skip
+        for model, by_task in data["pairs"].items():
+            if not isinstance(by_task, dict):
+                return f"pairs.{quote(model)} is not an object"
+            for task, entry in by_task.items():
+                if not isinstance(entry, dict):
+                    return f"pairs.{quote(model)}.{quote(task)} is not an object"
+                check_fields(entry, _ENTRY_TYPES, f"pairs.{model}.{task}.", optional=True,
+                             unknown_ok=True)  # fmt: skip
+                check_fields(entry.get("select_setup") or {}, _SETUP_TYPES,
+                             f"pairs.{model}.{task}.select_setup.", optional=True,
+                             unknown_ok=True)  # fmt: skip
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def load_selection(path: str | os.PathLike) -> dict:
     """Read and check a selection.json; raises HarnessError naming the problem."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        data = read_json(path)
+    except MissingFile:
         raise HarnessError(
             f"selection file {path} does not exist; create it with python -m encoder_eval.select"
         ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except FileProblem as exc:
         raise HarnessError(
-            f"cannot read selection file {path}: {exc}; regenerate it with "
+            f"cannot read selection file {path}: {exc.reason}; regenerate it with "
             "python -m encoder_eval.select"
         ) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
@@ -378,17 +458,22 @@ def load_selection(path: str | os.PathLike) -> dict:
                            "pass the file encoder_eval.select wrote")  # fmt: skip
     if data.get("version") not in READABLE_VERSIONS:
         readable = " and ".join(map(str, READABLE_VERSIONS))
-        raise HarnessError(f"{path} has selection version {data.get('version')!r}, this harness "
-                           f"reads {readable}; regenerate it with python -m encoder_eval.select")  # fmt: skip
+        raise HarnessError(f"{path} has selection version {quote(data.get('version'))}, this "
+                           f"harness reads {readable}; regenerate it with python -m "
+                           "encoder_eval.select")  # fmt: skip
     pairs = data.get("pairs")
     if not isinstance(pairs, dict) or not all(isinstance(v, dict) for v in pairs.values()):
         raise HarnessError(f"{path} has no valid 'pairs' object; regenerate it")
+    problem = _selection_problem(data)
+    if problem is not None:
+        raise HarnessError(f"{path}: {problem}; regenerate it with python -m encoder_eval.select")
     for model, by_task in pairs.items():
         for task, entry in by_task.items():
-            key = entry.get("lr_key") if isinstance(entry, dict) else "?"
+            key = entry.get("lr_key")
             if key is not None and (key not in LR_GRID or entry.get("lr") != LR_GRID[key]):
-                raise HarnessError(f"{path}: {model}/{task} has lr_key {key!r} / lr "
-                                   f"{entry.get('lr')!r}, not a grid entry; regenerate it")  # fmt: skip
+                raise HarnessError(f"{path}: {quote(model)}/{quote(task)} has lr_key "
+                                   f"{quote(key)} / lr {quote(entry.get('lr'))}, not a grid "
+                                   "entry; regenerate it")  # fmt: skip
     return data
 
 

@@ -19,8 +19,12 @@ same flags (`--phase`, `--models`, `--model`, `--tasks`, `--lr-keys`, `--seeds`,
 
 * done: a result that parses, validates and names this cell (phase included), status ok;
 * diverged: such a result whose training diverged (a finished outcome, not re-run);
-* corrupt: a result file that does not parse, validate or name this cell (listed with why;
-  the scripts and `run --skip-existing` move it aside into `.corrupt/` and re-run the cell);
+* corrupt: a result file that reads but does not parse, validate or name this cell (listed
+  with why; the scripts and `run --skip-existing` move it aside into `.corrupt/` and re-run
+  the cell);
+* kept: a file to leave alone: one that cannot be read (permissions, I/O errors), one a
+  newer harness wrote, or another model's result under this cell's name (listed with why;
+  nothing moves it or runs the cell over it until you fix or move it);
 * missing: no result file yet.
 
 Results in the directory that the plan does not cover are counted as "other", and the
@@ -30,8 +34,8 @@ not a valid result of this phase gets one warning on stderr naming it and why, a
 `--emit DIR` writes a script (`--mode shell|slurm|slurm-array`, with the sweep's options)
 covering only the missing and corrupt cells; nothing is written when there are none.
 
-Exit status: 0 when every cell is done or diverged; 1 when some are missing or corrupt;
-2 on bad input.
+Exit status: 0 when every cell is done or diverged; 1 when some are missing, corrupt or
+kept; 2 on bad input.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from pathlib import Path
 
 from . import experiment
 from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
-from .results import CORRUPT, MISSING, QUARANTINE_DIR, cell_state, count_quarantined, load_results
+from .results import CORRUPT, KEPT, MISSING, QUARANTINE_DIR, count_quarantined, load_results
 from .sweep import (
     Cell,
     Plan,
@@ -56,14 +60,14 @@ from .sweep import (
     plan_from_args,
 )
 
-STATES = ("done", "diverged", "corrupt", "missing")
+STATES = ("done", "diverged", "corrupt", "kept", "missing")
 
 
 @dataclass
 class Status:
     plan: Plan
     cells: dict[str, list[Cell]]  # state -> cells
-    reasons: dict[str, str] = field(default_factory=dict)  # corrupt file -> why
+    reasons: dict[str, str] = field(default_factory=dict)  # corrupt or kept file -> why
     other: list[str] = field(default_factory=list)  # result files the plan does not cover
     moved_aside: int = 0  # corrupt results moved into the results directory's .corrupt/
 
@@ -78,7 +82,7 @@ class Status:
 
     @property
     def complete(self) -> bool:
-        return not self.to_run
+        return not self.to_run and not self.cells["kept"]
 
 
 def phase_status(plan: Plan) -> Status:
@@ -87,8 +91,8 @@ def phase_status(plan: Plan) -> Status:
     reasons = {}
     for cell in plan.cells:
         path = plan.out_json(cell)
-        state, _, why = cell_state(path, plan.phase)
-        if state == CORRUPT:
+        state, _, why = plan.cell_status(cell)
+        if state in (CORRUPT, KEPT):
             reasons[path] = why
         cells[{MISSING: "missing", CORRUPT: "corrupt", "ok": "done"}.get(state, state)].append(cell)
     planned = {os.path.basename(plan.out_json(c)) for c in plan.cells}
@@ -117,7 +121,7 @@ def format_status(status: Status, limit: int | None = 50) -> str:
         where = os.path.join(plan.results_dir, QUARANTINE_DIR)
         lines.append(f"  {'moved aside':<9}{status.moved_aside:>4}  (corrupt results kept in "
                      f"{where}; never read)")  # fmt: skip
-    for state in ("diverged", "corrupt", "missing"):
+    for state in ("diverged", "corrupt", "kept", "missing"):
         cells = status.cells[state]
         if not cells:
             continue
@@ -132,6 +136,9 @@ def format_status(status: Status, limit: int | None = 50) -> str:
     if status.cells["corrupt"]:
         lines.append("corrupt files do not count as done: the phase's script (or --emit) moves "
                      "them aside into .corrupt/ and re-runs their cells")  # fmt: skip
+    if status.cells["kept"]:
+        lines.append("kept files do not count as done, and nothing moves them or runs their "
+                     "cells over them: fix or move each (see why above), then run again")  # fmt: skip
     return "\n".join(lines)
 
 

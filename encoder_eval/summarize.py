@@ -72,7 +72,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import aggregate, stats
-from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors, warn_once
+from .errors import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    ArgumentParser,
+    HarnessError,
+    brief,
+    report_errors,
+    warn_once,
+)
 from .experiment import summarize_inputs
 from .fileio import write_output
 from .metrics import metric_spec
@@ -254,8 +262,8 @@ def _group_disagreement(rule: str, what: str, groups: dict[str, list[LoadedResul
     parts = []
     cells = []
     for value, members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        parts.append(f"{value} in {len(members)} cell(s)")
-        cells += [f"{m.path} ({what} {value})" for m in members]
+        parts.append(f"{brief(value)} in {len(members)} cell(s)")
+        cells += [f"{m.path} ({what} {brief(value)})" for m in members]
     return Problem(rule, f"cells disagree on {what}: " + "; ".join(parts), cells)
 
 

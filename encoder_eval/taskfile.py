@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import tasks
-from .errors import HarnessError, unknown_name
+from .errors import HarnessError, quote, unknown_name
+from .fileio import DamagedFile, MissingFile, UnreadableFile, parse_toml, parse_yaml, read_bytes
 from .metrics import METRIC_SPECS
 
 # A task file defines classification and regression tasks: their metrics score examples.
@@ -78,24 +78,15 @@ def read_task_file(path: str | os.PathLike) -> dict[str, Any]:
             "name it .toml, .yaml or .yml"
         )
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+        raw = read_bytes(path)
+    except MissingFile:
         raise HarnessError(f"task file {path} does not exist") from None
-    except OSError as exc:
-        raise HarnessError(f"task file {path} cannot be read: {exc.strerror or exc}") from None
-    if path.suffix.lower() == ".toml":
-        try:
-            doc = tomllib.loads(raw.decode("utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise HarnessError(f"task file {path} is not valid TOML: {exc}") from None
-    else:
-        import yaml
-
-        try:
-            doc = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
-            problem = " ".join(str(exc).split())
-            raise HarnessError(f"task file {path} is not valid YAML: {problem}") from None
+    except UnreadableFile as exc:
+        raise HarnessError(f"task file {exc}") from None
+    try:
+        doc = parse_toml(raw, path) if path.suffix.lower() == ".toml" else parse_yaml(raw, path)
+    except DamagedFile as exc:
+        raise HarnessError(f"task file {exc}") from None
     if not isinstance(doc, dict) or not doc:
         raise HarnessError(f"task file {path} holds no tasks table; write {LAYOUT}")
     extra = sorted(str(k) for k in set(doc) - {"tasks"})
@@ -150,7 +141,7 @@ def parse_task_rows(rows: Any, source: str) -> list[UserTask]:
 
 def _check_key(key: str, source: str) -> None:
     """Refuse a key that is not a plain name, or names a group or a built-in task."""
-    where = f"{source}: task {key!r}"
+    where = f"{source}: task {quote(key)}"
     if not KEY.fullmatch(key):
         raise HarnessError(
             f"{where}: a task name is 1-64 letters, digits, '_' or '-', starting with a letter or "
@@ -199,7 +190,7 @@ class _Table:
         if value is None:
             return default
         if not isinstance(value, str) or not value.strip():
-            raise self.fail(field, f"{value!r} is not a non-empty string")
+            raise self.fail(field, f"{quote(value)} is not a non-empty string")
         return value
 
     def texts(self, field: str, least: int = 1, most: int | None = None) -> tuple[str, ...] | None:
@@ -208,13 +199,13 @@ class _Table:
             return None
         items = [value] if isinstance(value, str) else value
         if not isinstance(items, list) or not all(isinstance(v, str) and v.strip() for v in items):
-            raise self.fail(field, f"{value!r} is not a list of non-empty strings")
+            raise self.fail(field, f"{quote(value)} is not a list of non-empty strings")
         if len(set(items)) != len(items):
-            raise self.fail(field, f"{value!r} names one value twice")
+            raise self.fail(field, f"{quote(value)} names one value twice")
         if len(items) < least or (most is not None and len(items) > most):
             between = "or" if most is not None and most - least == 1 else "to"
             count = f"{least} or more" if most is None else f"{least} {between} {most}"
-            raise self.fail(field, f"{value!r} holds {len(items)}; give {count}")
+            raise self.fail(field, f"{quote(value)} holds {len(items)}; give {count}")
         return tuple(items)
 
     def choice(self, field: str, valid: tuple[str, ...] | dict, default: str) -> str:
@@ -232,7 +223,7 @@ class _Table:
         if not isinstance(value, dict) or not all(
             isinstance(v, str) and v.strip() for v in value.values()
         ):
-            raise self.fail(field, f"{value!r} is not a table of names")
+            raise self.fail(field, f"{quote(value)} is not a table of names")
         for k in value:
             if k not in keys:
                 raise self.fail(field, str(unknown_name("key", str(k), keys)))
@@ -243,7 +234,7 @@ def _parse_one(key: str, table: Any, source: str) -> UserTask:
     """Check one task table's fields and build its TaskKnobs."""
     if not isinstance(table, dict):
         raise HarnessError(
-            f"{source}: task {key!r} is {table!r}, not a table of fields; write {LAYOUT}"
+            f"{source}: task {key!r} is {quote(table)}, not a table of fields; write {LAYOUT}"
         )
     t = _Table(source, key, table)
     for field in table:
@@ -259,7 +250,7 @@ def _parse_one(key: str, table: Any, source: str) -> UserTask:
     labels = t.texts("labels", 2)
     num_labels = t.get("num_labels")
     if num_labels is not None and (isinstance(num_labels, bool) or not isinstance(num_labels, int)):
-        raise t.fail("num_labels", f"{num_labels!r} is not a whole number")
+        raise t.fail("num_labels", f"{quote(num_labels)} is not a whole number")
     if problem == tasks.REGRESSION:
         if labels is not None:
             raise t.fail("labels", "a regression task has no classes: remove labels (its "

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import math
 import os
 import random
@@ -32,6 +31,7 @@ from typing import Any
 
 from . import synthetic
 from .errors import HarnessError, unknown_name
+from .fileio import DamagedFile, FileProblem, parse_json, read_json
 
 SINGLE_LABEL = "single_label_classification"
 REGRESSION = "regression"
@@ -492,11 +492,10 @@ def dataset_revisions() -> dict[str, str | None]:
     raw = os.environ.get("ENCODER_EVAL_DATASET_REVISIONS")
     if raw:
         try:
-            override = json.loads(raw)
-        except json.JSONDecodeError as exc:
+            override = parse_json(raw, "ENCODER_EVAL_DATASET_REVISIONS")
+        except DamagedFile as exc:
             raise HarnessError(
-                f"ENCODER_EVAL_DATASET_REVISIONS is not valid JSON ({exc}); "
-                'set it to an object such as {"nyu-mll/glue": "<sha>"}'
+                f'{exc}; set it to an object such as {{"nyu-mll/glue": "<sha>"}}'
             ) from None
         if not isinstance(override, dict):
             raise HarnessError("ENCODER_EVAL_DATASET_REVISIONS must be a JSON object")
@@ -552,9 +551,9 @@ def read_jsonl(path: Path) -> list[dict]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise HarnessError(f"{path}:{number}: invalid JSON ({exc.msg})") from None
+                row = parse_json(line, f"{path}:{number}")
+            except DamagedFile as exc:
+                raise HarnessError(f"{path}:{number}: invalid JSON ({exc.reason})") from None
             if not isinstance(row, dict):
                 raise HarnessError(f"{path}:{number}: expected a JSON object per line")
             rows.append(row)
@@ -927,8 +926,8 @@ def data_provenance(task: str, data_dir: str | os.PathLike | None = None) -> dic
     manifest = data_dir / "MANIFEST.json" if knobs.data_dir is None else None
     if manifest is not None and manifest.exists():
         try:
-            entry = json.loads(manifest.read_text()).get("tasks", {}).get(task)
-        except (json.JSONDecodeError, AttributeError, OSError):
+            entry = read_json(manifest).get("tasks", {}).get(task)
+        except (FileProblem, AttributeError):
             entry = None
         if isinstance(entry, dict):
             out["manifest"] = {

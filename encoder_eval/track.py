@@ -35,19 +35,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from .errors import (
     EXIT_OK,
     EXIT_REGRESSED,
     ArgumentParser,
     HarnessError,
+    quote,
     report_errors,
     unknown_name,
 )
-from .fileio import write_json_atomic, write_output
+from .fileio import FileProblem, parse_json, read_json, write_json_atomic, write_output
 from .protocol import seed_arg
 from .receipt import TaskResult
 from .results import DONE_STATES
+from .schema import check_fields, is_int, is_list_of, is_name, is_number, is_str
 
 RECEIPT_SCHEMA = "encoder-eval-receipt"
 REPORT_SCHEMA = "encoder-eval-regression"
@@ -295,18 +298,67 @@ class Receipt:
         return {"schema": RECEIPT_SCHEMA, "schema_version": SCHEMA_VERSION, **asdict(self)}
 
     @classmethod
-    def from_dict(cls, obj: dict) -> Receipt:
+    def from_dict(cls, obj: Any) -> Receipt:
+        """The receipt of a JSON object; ValueError naming the first problem when invalid."""
         if not isinstance(obj, dict) or obj.get("schema") != RECEIPT_SCHEMA:
             raise ValueError(f"not an {RECEIPT_SCHEMA} file")
         if obj.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"schema_version {obj.get('schema_version')!r}, expected 1")
+            raise ValueError(f"schema_version {quote(obj.get('schema_version'))}, expected 1")
         body = {k: v for k, v in obj.items() if k not in ("schema", "schema_version")}
+        check_fields(body, _RECEIPT_TYPES, "")
+        for i, t in enumerate(body["tasks"]):
+            if not isinstance(t, dict):
+                raise ValueError(f"tasks[{i}] is not an object")
+            check_fields(t, _TASK_TYPES, f"tasks[{i}].")
+            if not is_number(t["score"]):
+                raise ValueError(f"task {quote(t['name'])}: score {quote(t['score'])} is not a "
+                                 "finite number")  # fmt: skip
+            details = t["details"]
+            std, n = details.get("std"), details.get("n")
+            if not (std is None or is_number(std)) or not (n is None or is_int(n)):
+                raise ValueError(f"task {quote(t['name'])}: details.std or details.n is not a "
+                                 "number")  # fmt: skip
+            if not isinstance(details.get("metric", ""), str):
+                raise ValueError(f"task {quote(t['name'])}: details.metric is not a string")
+        _check_setup(body["setup"])
         body["tasks"] = [TaskResult(**t) for t in body["tasks"]]
-        receipt = cls(**body)
-        for t in receipt.tasks:
-            if not isinstance(t.score, int | float) or not math.isfinite(t.score):
-                raise ValueError(f"task {t.name}: score {t.score!r} is not a finite number")
-        return receipt
+        return cls(**body)
+
+
+# field -> (check, what it must be): a receipt's fields and one task's, as written.
+_RECEIPT_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "checkpoint_id": (lambda x: is_str(x) and bool(CHECKPOINT_ID.fullmatch(x)), "an id"), "checkpoint_index": (is_int, "an integer"),
+    "tasks": (lambda x: isinstance(x, list), "a list"),
+    "seeds": (is_list_of(is_int), "a list of integers"),
+    "metadata": (lambda x: isinstance(x, dict), "an object"),
+    "setup": (lambda x: isinstance(x, dict), "an object"),
+    "checkpoint_path": (is_str, "a string"), "model_revision": (is_str, "a string"),
+    "created_at": (is_str, "a string"),
+}  # fmt: skip
+_TASK_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "name": (is_name, "a name"), "score": (lambda x: True, "a number"),
+    "higher_is_better": (lambda x: isinstance(x, bool), "true or false"),
+    "n_examples": (lambda x: x is None or is_int(x), "an integer or null"),
+    "details": (lambda x: isinstance(x, dict), "an object"),
+}  # fmt: skip
+# TrackSetup's fields as a receipt records them (None: not used by this kind).
+_SETUP_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "kind": (lambda x: x in ("probe", "finetune"), "probe or finetune"),
+    "tasks": (is_list_of(is_name), "a list of names"),
+    "seeds": (is_list_of(is_int), "a list of integers"),
+    **{k: (lambda x: x is None or is_int(x), "an integer or null")
+       for k in ("max_seq_len", "k_folds", "seed", "max_steps")},
+    **{k: (lambda x: x is None or is_str(x), "a string or null")
+       for k in ("pooling", "precision", "lr_key", "lr_source")},
+    "lr": (lambda x: x is None or is_number(x), "a number or null"),
+}  # fmt: skip
+
+
+def _check_setup(setup: dict) -> None:
+    """A receipt's setup has TrackSetup's fields (those absent take their defaults)."""
+    check_fields(setup, _SETUP_TYPES, "setup.", optional=True)
+    if "kind" not in setup or "tasks" not in setup:
+        raise ValueError("setup names no kind or tasks")
 
 
 def receipt_path(out_dir: str | os.PathLike, checkpoint_id: str) -> Path:
@@ -316,8 +368,10 @@ def receipt_path(out_dir: str | os.PathLike, checkpoint_id: str) -> Path:
 def read_receipt(path: str | os.PathLike) -> Receipt:
     """The receipt in `path`; HarnessError naming the file when it is not a valid one."""
     try:
-        return Receipt.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
-    except (OSError, ValueError, TypeError, KeyError) as exc:
+        return Receipt.from_dict(read_json(path))
+    except FileProblem as exc:
+        raise HarnessError(f"{path}: not a valid {RECEIPT_SCHEMA} ({exc.reason})") from None
+    except ValueError as exc:
         raise HarnessError(f"{path}: not a valid {RECEIPT_SCHEMA} ({exc})") from None
 
 
@@ -441,7 +495,7 @@ def _finetune_task_result(plan, cells, revision: str) -> TaskResult:
     metric = None
     for cell in cells:
         path = Path(plan.out_json(cell))
-        state, data, reason = cell_state(path, "report")
+        state, data, reason = cell_state(path, "report", model=cell.model, task=cell.task)
         if data is None:
             raise HarnessError(f"{path}: {reason or state} after its run")
         _check_revision(path, data["provenance"].get("model_revision"), revision, cell.model)
@@ -923,8 +977,8 @@ def _parse_meta(items: list[str]) -> dict:
         if not sep or not key:
             raise HarnessError(f"--meta {item!r} must look like KEY=VALUE")
         try:
-            meta[key] = json.loads(value)
-        except ValueError:
+            meta[key] = parse_json(value, f"--meta {key}")
+        except FileProblem:
             meta[key] = value
     return meta
 

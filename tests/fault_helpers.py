@@ -134,3 +134,31 @@ def logs_text(log_dir: Path) -> str:
 
 def read_json(path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+# Commands run without root's permission override (the tests run as root, whom permission
+# bits do not stop): `preexec_fn=_drop_dac_capabilities`, after `_permissions_problem`.
+_PR_CAPBSET_DROP, _CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH = 24, 1, 2
+
+
+def _drop_dac_capabilities() -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH):
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+def _permissions_problem(locked: Path) -> str | None:
+    """None when a command started like the cases can be stopped by permission bits."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", f"import os, sys; sys.exit(os.access({str(locked)!r}, os.R_OK))"],
+            preexec_fn=_drop_dac_capabilities, capture_output=True, text=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"dropping CAP_DAC_OVERRIDE failed ({exc})"
+    return None if probe.returncode == 0 else "root still reads a mode-000 directory"

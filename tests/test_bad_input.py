@@ -10,7 +10,6 @@ root, so those run it without root's CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,10 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from fault_helpers import env, snapshot
+from fault_helpers import (
+    _drop_dac_capabilities,
+    _permissions_problem,
+    env,
+    snapshot,
+)
 from result_helpers import make_result, write_result
 
+from encoder_eval.errors import HarnessError
 from encoder_eval.protocol import LR_GRID
+from encoder_eval.results import result_filename
 
 
 @dataclass
@@ -311,30 +317,6 @@ CASES = {
 # capabilities dropped (prctl PR_CAPBSET_DROP before exec): a root without them is held to
 # the permission bits like any user.
 NEEDS_PERMISSIONS = {"unreadable-model-dir", "out-json-in-read-only-dir"}
-_PR_CAPBSET_DROP, _CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH = 24, 1, 2
-
-
-def _drop_dac_capabilities() -> None:
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    for cap in (_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH):
-        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
-
-
-def _permissions_problem(locked: Path) -> str | None:
-    """None when a command started like the cases can be stopped by permission bits."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        probe = subprocess.run(
-            [sys.executable, "-c", f"import os, sys; sys.exit(os.access({str(locked)!r}, os.R_OK))"],
-            preexec_fn=_drop_dac_capabilities, capture_output=True, text=True,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"dropping CAP_DAC_OVERRIDE failed ({exc})"
-    return None if probe.returncode == 0 else "root still reads a mode-000 directory"
 
 
 @pytest.fixture
@@ -381,3 +363,143 @@ def test_bad_input_fails_with_one_line_and_writes_nothing(case, ctx):
 
 def test_at_least_twenty_cases():
     assert len(CASES) >= 20
+
+
+# ----------------------------------------------------------------------------- hostile files
+# Issue 23 items 12 and 13: a file that parses badly in any way is one line naming it (a
+# refusal, or a skipped file with a warning where a command reads many), never a traceback.
+
+
+def _one_line_each(text: str) -> list[str]:
+    lines = text.splitlines()
+    assert "Traceback" not in text and all(len(x) < 2500 for x in lines), text[-3000:]
+    return lines
+
+
+def test_done_moves_a_result_with_a_huge_integer_or_deep_nesting_and_says_so(tmp_path):
+    good = json.dumps(make_result("m", "glue_rte", "lr06", 42, "select", 0.5))
+    huge, deep = (write_result(tmp_path, make_result("m", "glue_rte", "lr06", s, "select", 0.5))
+                  for s in (43, 44))  # fmt: skip
+    huge.write_text(good.replace('"seed": 42', '"seed": ' + "4" * 5000))
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    proc = subprocess.run([sys.executable, "-m", "encoder_eval.done", "--phase", "select",
+                           "--states", str(huge), str(deep)], capture_output=True, text=True,
+                          env=env(), timeout=60)  # fmt: skip
+    assert proc.returncode == 1 and proc.stdout.split() == ["moved", "moved"], proc.stderr
+    lines = _one_line_each(proc.stderr)
+    assert len(lines) == 2 and all(x.startswith("moved the corrupt result") for x in lines)
+    assert "Exceeds the limit (4300 digits)" in lines[0] and "nested too deeply" in lines[1]
+
+
+def test_readers_of_many_files_skip_a_hostile_one_with_a_warning(tmp_path, capsys):
+    from encoder_eval import estimate, select, status
+
+    rdir = tmp_path / "select"
+    for key in ("lr03", "lr06"):
+        for seed in (42, 43):
+            write_result(rdir, make_result("m", "glue_rte", key, seed, "select", 0.5))
+    bad = write_result(rdir, make_result("m", "glue_rte", "lr10", 42, "select", 0.5))
+    data = json.loads(bad.read_text())
+    data["training"].update(steps=10, train_time_s="twelve seconds")
+    bad.write_text(json.dumps(data))
+    deep = rdir / result_filename("m", "glue_rte", LR_GRID["lr10"], 43)
+    deep.write_text("{" * 50_000)
+    for main, argv in (
+        (estimate.main, ["--results-dir", rdir, "--tasks", "glue_rte"]),
+        (select.main, ["--results-dir", rdir, "--out", tmp_path / "s.json",
+                       "--lr-keys", "lr03,lr06", "--seeds", "42,43"]),
+        (status.main, ["--phase", "select", "--model", "m=org/m", "--tasks", "glue_rte",
+                       "--lr-keys", "lr03,lr06,lr10", "--seeds", "42,43", "--results-dir", rdir]),
+    ):  # fmt: skip
+        rc = main([str(a) for a in argv])
+        err = capsys.readouterr().err
+        warned = [x for x in _one_line_each(err) if x.startswith("warning: skipping")]
+        assert rc in (0, 1) and len(warned) == 2, (main.__module__, err)
+        assert "training.train_time_s is 'twelve seconds'" in warned[0]
+        assert "not valid JSON" in warned[1]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda s: s["pairs"]["m"]["glue_rte"].update(select_setup="dev"),
+            r"pairs\.m\.glue_rte\.select_setup is 'dev', not an object or null",
+        ),
+        (
+            lambda s: s["pairs"]["m"]["glue_rte"].update(lr_key=["lr06"]),
+            r"pairs\.m\.glue_rte\.lr_key is \['lr06'\], not a grid key or null",
+        ),
+        (
+            lambda s: s["pairs"]["m"]["glue_rte"]["select_setup"].update(selection_split=True),
+            r"select_setup\.selection_split is True, not one of",
+        ),
+        (lambda s: s.update(policy={"seeds": "42"}), r"policy\.seeds is '42', not a list"),
+    ],
+)
+def test_a_malformed_selection_is_one_error_line_naming_it(tmp_path, capsys, change, message):
+    from result_helpers import make_selection
+
+    from encoder_eval import summarize
+
+    selection = make_selection({("m", "glue_rte"): "lr06"})
+    change(selection)
+    sel = tmp_path / "selection.json"
+    sel.write_text(json.dumps(selection))
+    write_result(tmp_path / "report", make_result("m", "glue_rte", "lr06", 45, "report", 0.5))
+    rc = summarize.main(["--results-dir", str(tmp_path / "report"), "--selection", str(sel)])
+    (line,) = _one_line_each(capsys.readouterr().err)
+    assert rc == 2 and line.startswith(f"error: {sel}: "), line
+    assert __import__("re").search(message, line), line
+
+
+def test_a_malformed_receipt_is_skipped_with_one_warning(tmp_path, capsys):
+    from encoder_eval import track
+
+    out = tmp_path / "track"
+    (out / "receipts").mkdir(parents=True)
+    for i, (setup, score) in enumerate(((None, 0.7), (None, 0.69), ("finetune", 0.5))):
+        r = track.Receipt(f"c{i}", i, [track.TaskResult("glue_rte", score, True, 100,
+                                                        {"std": 0.01, "n": 5})],
+                          [45], {}, {"kind": "probe", "tasks": ["glue_rte"]},
+                          f"/ckpt/{i}", f"rev{i}")  # fmt: skip
+        data = r.to_dict()
+        if setup:
+            data["setup"] = setup  # a string where the setup object belongs
+        track.receipt_path(out, r.checkpoint_id).write_text(json.dumps(data))
+    rc = track.main(["report", "--out-dir", str(out), "--no-plots"])
+    warned = [x for x in _one_line_each(capsys.readouterr().err) if x.startswith("warning:")]
+    assert rc == 0 and len(warned) == 1, warned
+    assert (
+        "c2.receipt.json: not a valid encoder-eval-receipt (field setup is 'finetune'" in warned[0]
+    )
+
+
+def test_a_yaml_task_file_with_aliases_is_refused_at_once(tmp_path):
+    """A 403-byte 'billion laughs' task file once gave a 58 MB error message."""
+    from encoder_eval.taskfile import read_task_file
+
+    bomb = "\n".join(["a: &a [x, x, x, x, x, x, x, x, x]"]
+                     + [f"{n}: &{n} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]"
+                        for p, n in zip("abcdefgh", "bcdefghi", strict=True)]
+                     + ["tasks: {my_task: {inputs: *i, metric: accuracy}}"])  # fmt: skip
+    path = tmp_path / "bomb.yaml"
+    path.write_text(bomb)
+    assert len(bomb) < 500
+    with pytest.raises(HarnessError) as refused:
+        read_task_file(path)
+    message = str(refused.value)
+    assert len(message) < 300 and "anchor or alias (line 1)" in message, message
+
+
+def test_a_task_file_value_is_quoted_cut_short(tmp_path):
+    from encoder_eval.taskfile import parse_task_rows, read_task_file
+
+    path = tmp_path / "t.toml"
+    path.write_text('[tasks.my_task]\ninputs = "text"\nlabels = ["' + "n" * 100_000
+                    + '", 7]\nmetric = "accuracy"\nreport_split = "test"\ndata_dir = "."\n')  # fmt: skip
+    with pytest.raises(HarnessError) as refused:
+        parse_task_rows(read_task_file(path), str(path))
+    message = str(refused.value)
+    assert "field 'labels'" in message and "is not a list of non-empty strings" in message
+    assert len(message) < 1000, len(message)

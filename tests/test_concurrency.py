@@ -5,7 +5,12 @@ never corrupt a result, and a lock whose holder was SIGKILLed is free again.
 from __future__ import annotations
 
 import collections
+import errno
+import fcntl
+import os
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import textwrap
@@ -17,6 +22,7 @@ from fault_helpers import (
     LOCKED,
     REPO,
     SHRINK,
+    _drop_dac_capabilities,
     cells_run,
     env,
     logs_text,
@@ -168,3 +174,77 @@ def test_a_runner_waits_for_a_held_cell_and_takes_over_when_its_holder_is_killed
             waiter.kill()
     assert cells_run(first + rest) == [str(out)]  # the holder died: the waiter ran the cell
     assert read_result(out)[0] is not None
+
+
+# ----------------------------------------------------------------------------- lock files
+
+
+def test_lock_files_take_the_results_mode_group_writable_in_a_shared_folder(tmp_path):
+    """Issue 23 item 9: in a group-writable results folder a lock file is group-writable, so
+    a teammate can take the lock a killed runner of yours left; elsewhere it has the mode
+    results get."""
+    old = os.umask(0o022)
+    try:
+        for name, dir_mode, group_write in (("shared", 0o2775, True), ("mine", 0o755, False)):
+            folder = tmp_path / name
+            folder.mkdir()
+            folder.chmod(dir_mode)
+            with cell_lock(folder / "x.json") as mine:
+                mode = stat.S_IMODE(os.stat(folder / ".lock-x.json").st_mode)
+            assert mine and bool(mode & stat.S_IWGRP) == group_write, oct(mode)
+            assert mode & 0o644 == 0o644 and not mode & stat.S_IWOTH, oct(mode)
+    finally:
+        os.umask(old)
+
+
+def test_another_users_leftover_lock_does_not_stop_the_cell(tmp_path):
+    """A lock file another user left (0644, not writable here) is locked read-only: the cell
+    runs, and once done the file is gone. Run without root's permission override."""
+    target = tmp_path / "x.json"
+    lock = tmp_path / ".lock-x.json"
+    lock.write_text("")
+    os.chown(lock, 65534, 65534)
+    lock.chmod(0o644)
+    tmp_path.chmod(0o777)
+    probe = subprocess.run([sys.executable, "-c", "import os, sys; sys.exit(os.access("
+                            f"{str(lock)!r}, os.W_OK))"], preexec_fn=_drop_dac_capabilities)  # fmt: skip
+    if probe.returncode != 0:
+        pytest.skip("permission bits cannot stop this test's commands (root writes any file)")
+    code = ("import sys; from encoder_eval.results import cell_lock\n"
+            f"with cell_lock({str(target)!r}) as mine:\n    print(mine)")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env(), timeout=60, preexec_fn=_drop_dac_capabilities)  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout == "True\n", proc.stderr
+    assert not lock.exists()
+
+
+def test_without_flock_cells_are_locked_by_exclusive_lock_files(tmp_path, monkeypatch, capsys):
+    """Lustre `noflock` and friends: flock fails with ENOSYS. Cells are then locked by an
+    O_EXCL lock file naming host and process: a held one stops a second runner, a stale one
+    of this host (its process gone) is taken over, another host's is left alone; one note
+    says so, and what to do."""
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    target = tmp_path / "x.json"
+    excl = tmp_path / ".lock-x.json.excl"
+    with cell_lock(target) as first:
+        owner = excl.read_text().split()
+        with cell_lock(target) as second:
+            pass
+    assert first and not second and not excl.exists()
+    assert owner[:2] == [socket.gethostname(), str(os.getpid())]
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    excl.write_text(f"{socket.gethostname()} {gone.pid} dead0000\n")
+    with cell_lock(target) as taken:
+        assert taken and excl.read_text().split()[1] == str(os.getpid())
+    excl.write_text("another-host 1 c0ffee\n")
+    with cell_lock(target) as elsewhere:
+        assert not elsewhere
+    assert excl.read_text() == "another-host 1 c0ffee\n"  # never removed
+    (note,) = capsys.readouterr().err.splitlines()
+    assert note.startswith(f"note: the file system of {tmp_path} has no flock")
+    assert "remove it by hand once that host's run is gone" in note

@@ -15,7 +15,13 @@ from fault_helpers import SHRINK, py, sh
 from result_helpers import make_result, make_selection, write_result
 
 from encoder_eval.protocol import LR_GRID
-from encoder_eval.results import QUARANTINE_DIR, SCHEMA_VERSION, read_result, result_filename
+from encoder_eval.results import (
+    QUARANTINE_DIR,
+    SCHEMA_VERSION,
+    TMP_PREFIX,
+    read_result,
+    result_filename,
+)
 
 MODEL, TASK = "m", "glue_rte"
 
@@ -43,7 +49,7 @@ def plant(rdir: Path, phase: str, key: str, good: list[int], bad: list[int]) -> 
     future = make_result(MODEL, TASK, "lr10", 44, phase, 0.99)
     future["schema_version"] = SCHEMA_VERSION + 1
     (rdir / _name("lr10", 44)).write_text(json.dumps(future))
-    expect[_name("lr10", 44)] = f"schema_version is {SCHEMA_VERSION + 1}"
+    expect[_name("lr10", 44)] = rf"written by a newer harness \(schema_version {SCHEMA_VERSION + 1}"
     (rdir / "README.txt").write_text("these are my results\n")
     expect["README.txt"] = "not a result file"
     (rdir / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1\x00")
@@ -57,7 +63,7 @@ def plant(rdir: Path, phase: str, key: str, good: list[int], bad: list[int]) -> 
     expect["old"] = "subdirectory"
     # The harness's own files: ignored without a word.
     (rdir / f".lock-{_name(key, good[0])}").write_text("")
-    (rdir / f".tmp-{truncated.name}.x1y2z3").write_text(valid_text[:40])
+    (rdir / f"{TMP_PREFIX}{truncated.name}.x1y2z3").write_text(valid_text[:40])
     (rdir / f".resume-{truncated.name}.pt").write_bytes(b"\x80\x04torn")
     (rdir / _name(key, good[0]).replace(".json", ".predictions.json")).write_text("{}")
     (rdir / QUARANTINE_DIR).mkdir()  # corrupt results moved aside: never read, never warned
@@ -73,7 +79,7 @@ def check_warnings(stderr: str, rdir: Path, expect: dict[str, str]) -> None:
         assert len(mine) == 1, f"{name}: {len(mine)} warnings in\n{stderr}"
         assert re.search(why, mine[0]), mine[0]
     assert len(lines) == len(expect), stderr  # nothing else: the harness's own files are silent
-    for own in (".lock-", ".tmp-", ".resume-", ".predictions.json", QUARANTINE_DIR):
+    for own in (".lock-", TMP_PREFIX, ".resume-", ".predictions.json", QUARANTINE_DIR):
         assert own not in stderr
 
 
@@ -174,3 +180,26 @@ def test_run_skip_existing_moves_corrupt_and_other_cells_results_aside_and_rerun
         assert line.startswith("moved the corrupt result") and "its cell runs again" in line
     assert "not valid JSON" in proc.stderr
     assert "a select cell in a report results directory" in proc.stderr
+
+
+def test_run_skip_existing_leaves_a_newer_harness_result_and_does_not_run_over_it(
+    tmp_path, tiny_models, small_mirror
+):
+    """Issue 23 item 8: a result a newer harness wrote is not corrupt: `run --skip-existing`
+    leaves it, does not train the cell over it, and exits 1 naming it."""
+    rdir = tmp_path / "results"
+    rdir.mkdir()
+    newer = make_result("tiny", TASK, "lr06", 45, "report", 0.6)
+    newer["schema_version"] = SCHEMA_VERSION + 1
+    path = rdir / result_filename("tiny", TASK, LR_GRID["lr06"], 45)
+    path.write_text(json.dumps(newer))
+    before = path.read_bytes()
+    proc = sh(py("encoder_eval.run", "--model-path", tiny_models["bert"], "--model-key", "tiny",
+                 "--task", TASK, "--lr", f"{LR_GRID['lr06']:g}", "--seed", "45",
+                 "--phase", "report", "--data-dir", small_mirror, "--results-dir", rdir,
+                 "--skip-existing", "--progress", "quiet", *SHRINK), tmp_path, ok=(1,))  # fmt: skip
+    assert path.read_bytes() == before and not (rdir / QUARANTINE_DIR).exists()
+    lines = proc.stderr.splitlines()
+    assert any(x.startswith(f"left {path} in place (written by a newer harness") for x in lines)
+    assert lines[-1].startswith("error: 1 cell(s) not run, to keep the file in their place")
+    assert "Traceback" not in proc.stderr

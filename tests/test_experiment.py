@@ -69,7 +69,7 @@ def fill_select(rdir: Path, seeds=(42, 43), keys=("lr03", "lr06")) -> None:
     for model, mode in (("m", "auto"), ("lfm.x", "liquid-bidir")):
         for key in keys:
             for seed in seeds:
-                score = 0.5 + 0.1 * (key == "lr06") + 0.01 * seed
+                score = 0.3 + 0.1 * (key == "lr06") + 0.01 * seed
                 write_result(rdir, make_result(model, "glue_rte", key, seed, "select", score,
                                                recipe={"max_steps": 4, "max_seq_len": 64},
                                                mode=mode))  # fmt: skip
@@ -389,7 +389,7 @@ def test_status_and_summarize_of_the_report_phase_need_only_the_results_dir(tmp_
     for model, mode in (("m", "auto"), ("lfm.x", "liquid-bidir")):
         for seed in (45, 46):
             write_result(report, make_result(model, "glue_rte", "lr06", seed, "report",
-                                             0.6 + 0.01 * seed, mode=mode,
+                                             0.3 + 0.01 * seed, mode=mode,
                                              recipe={"max_steps": 4, "max_seq_len": 64}))  # fmt: skip
     assert status.main(["--results-dir", str(report)]) == EXIT_OK
     assert "done          4" in capsys.readouterr().out

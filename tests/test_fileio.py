@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -136,3 +137,50 @@ def test_one_file_name_rule_for_results_and_figures():
     assert results.result_filename("a/b", "glue_rte", 3.59e-05, 42) == "a_b_glue_rte_lr06_s42.json"
     for degenerate, expected in (("", "_"), (".", "_"), ("..", "__")):
         assert safe_filename_part(degenerate) == results.safe_component(degenerate) == expected
+
+
+def test_the_cleaner_removes_only_the_harness_own_temporaries(tmp_path):
+    """Issue 23 item 11: another program's `.tmp-*` file in a results folder is not the
+    harness's to delete, however old; the harness's own leftover is."""
+    theirs = tmp_path / ".tmp-editor-swap.json"
+    theirs.write_text("someone else's")
+    ours = tmp_path / f"{fileio.temporary_name(tmp_path / 'x.json')}k1ll3d"
+    ours.write_text("{")
+    past = time.time() - 3600
+    for p in (theirs, ours):
+        os.utime(p, (past, past))
+    assert clean_stale_temporaries(tmp_path) == 1
+    assert theirs.read_text() == "someone else's" and not ours.exists()
+    assert not TMP_PREFIX.startswith(".tmp-") and "encoder-eval" in TMP_PREFIX
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('{"a": ' + "7" * 5000 + "}", r"is not valid JSON \(Exceeds the limit \(4300 digits\)"),
+        ("[" * 100_000 + "]" * 100_000, r"is not valid JSON \(nested too deeply\)"),
+        ('{"a": NaN}', r"is not valid JSON \(NaN is not a JSON number\)"),
+        ('{"a": 1e999}', r"is not valid JSON \(the number 1e999 is out of range\)"),
+        (b'{"a": "\xff"}', r"is not UTF-8 text \(byte 7\)"),
+        ('{"a": 1', r"is not valid JSON \(Expecting ',' delimiter at line 1 column 8\)"),
+    ],
+)
+def test_every_way_json_fails_is_one_typed_error_naming_the_file(tmp_path, text, reason):
+    path = tmp_path / "x.json"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(fileio.DamagedFile, match=f"^{re.escape(str(path))} {reason}"):
+        fileio.read_json(path)
+    with pytest.raises(fileio.MissingFile, match="does not exist"):
+        fileio.read_json(tmp_path / "absent.json")
+    with pytest.raises(fileio.UnreadableFile, match="is a directory"):
+        fileio.read_json(tmp_path)
+
+
+def test_toml_and_yaml_fail_the_same_way(tmp_path):
+    for text, reason in (("a = " + "[" * 3000 + "]" * 3000, "nested too deeply"),
+                         ("a = 1" + "0" * 5000, "Exceeds the limit"), ("[x", "Expected")):  # fmt: skip
+        with pytest.raises(fileio.DamagedFile, match=f"is not valid TOML: .*{reason}"):
+            fileio.parse_toml(text, "t.toml")
+    with pytest.raises(fileio.DamagedFile, match="anchor or alias \\(line 1\\)"):
+        fileio.parse_yaml("a: &x [1]\nb: *x\n", "t.yaml")
+    assert fileio.parse_yaml("a: [1, 2]\n", "t.yaml") == {"a": [1, 2]}
