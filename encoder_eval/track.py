@@ -343,11 +343,11 @@ _TASK_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }  # fmt: skip
 # TrackSetup's fields as a receipt records them (None: not used by this kind).
 _SETUP_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "kind": (lambda x: x in ("probe", "finetune"), "probe or finetune"),
+    "kind": (lambda x: x in EVAL_KINDS, " or ".join(EVAL_KINDS)),
     "tasks": (is_list_of(is_name), "a list of names"),
     "seeds": (is_list_of(is_int), "a list of integers"),
     **{k: (lambda x: x is None or is_int(x), "an integer or null")
-       for k in ("max_seq_len", "k_folds", "seed", "max_steps")},
+       for k in ("max_seq_len", "k_folds", "seed", "max_steps", "n_examples")},
     **{k: (lambda x: x is None or is_str(x), "a string or null")
        for k in ("pooling", "precision", "lr_key", "lr_source")},
     "lr": (lambda x: x is None or is_number(x), "a number or null"),
@@ -622,10 +622,13 @@ def _synthetic_task_results(setup: TrackSetup, checkpoint: Checkpoint, device: s
         raise HarnessError(f"{checkpoint.id}: {checkpoint.path} does not load as a causal "
                            f"language model ({str(exc).splitlines()[0][:200]}); --kind "
                            "synthetic is for decoder checkpoints") from None  # fmt: skip
-    try:
-        vocab = len(AutoTokenizer.from_pretrained(checkpoint.path, local_files_only=True))
-    except (OSError, ValueError):
-        vocab = None
+    vocab = None  # the tokenizer's size, when the checkpoint has one (the embedding may be padded)
+    if any(Path(checkpoint.path, f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(checkpoint.path, local_files_only=True)
+            vocab = min(len(tokenizer), model.config.vocab_size)
+        except (OSError, ValueError):
+            vocab = None
     model.to(resolve_device(device or "auto"))
     report = score_suite(model, checkpoint_id=checkpoint.id, seed=setup.seed,
                          n_examples=setup.n_examples, vocab=vocab)  # fmt: skip
