@@ -180,7 +180,8 @@ def child_ours(args, unbounded: bool) -> dict:
         recipe = dataclasses.replace(recipe, micro_batch=args.hf_micro_batch)
     cfg = train.CellConfig(model_path=args.model_path, task="ms_marco", lr=args.lr,
                            seed=args.seed, model_key="minilm", phase="select", recipe=recipe,
-                           device="cpu", progress="quiet", cache_dir=None)  # fmt: skip
+                           data_dir=args.data_dir, device="cpu", progress="quiet",
+                           cache_dir=None)  # fmt: skip
     result = train.run_cell(cfg, data=(train_split, {lang: small_dev}, {}, num_labels, problem))
     t = result["training"]
     assert t["steps"] == args.steps, t["steps"]
