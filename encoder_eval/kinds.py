@@ -8,20 +8,23 @@ type, a row in `PROBLEM_KINDS`; the loop does not change.
 A training step is formed of "units": one example for a classifier or regressor, one
 query's group (one relevant candidate plus sampled negatives) for a ranker, so a ranking
 batch is counted in queries. The loop draws an epoch's units (`units`), batches them,
-collates them (`train_collate`) and counts their tokens (`members`); evaluation scores
-single examples (`collate`, `predictions`), and `record` adds what a kind records beside
-the scores.
+collates them (`train_collate`), counts their tokens (`members`) and runs forward, loss and
+backward on the batch (`train_step`: a ranker's in pieces of bounded size); evaluation
+scores single examples (`collate`, `predictions`), and `record` adds what a kind records
+beside the scores.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from . import metrics
 from .errors import unknown_name
@@ -91,6 +94,22 @@ def _no_record(
 
 def _no_section_extra(knobs: TaskKnobs, encs: dict, preds: dict) -> dict:
     return {}
+
+
+Autocast = Callable[[], AbstractContextManager]
+
+
+def _whole_batch_step(
+    kind: Kind, model: nn.Module, batch: dict, scale: float, autocast: Autocast
+) -> torch.Tensor:
+    """Forward the whole batch under `autocast`, backward `scale` times its loss; returns
+    that scaled loss, detached."""
+    labels = batch.pop("labels")
+    with autocast():
+        logits = model(**batch).logits
+    loss = kind.loss(logits, labels) * scale
+    loss.backward()
+    return loss.detach()
 
 
 # ----------------------------------------------------------------------------- ranking
@@ -175,6 +194,123 @@ def _pointwise(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return nn.functional.binary_cross_entropy_with_logits(logits.float().reshape(-1), labels[mask])
 
 
+def _groups_items(labels: torch.Tensor) -> int:
+    return labels.shape[0]
+
+
+def _pairs_items(labels: torch.Tensor) -> int:
+    return int((labels >= 0).sum())
+
+
+# How a ranking training batch is cut so that its memory stays bounded (the arithmetic is
+# the same: see `_ranking_step`), by device type. A batch is 32 query groups of up to 36
+# candidates, up to 1,152 pairs of up to 256 tokens; forwarded at once (padded to its
+# longest pair) it kept 23 GB of activations on the CPU for MiniLM, where training-mode
+# attention (dropout) leaves sdpa's fused kernel for its fp32 math path, which stores the
+# fp32 attention scores of every head (bench/README.md, bench_rank.py).
+# Chunk: whole groups whose real tokens are at most this many are forwarded before one
+# backward (a larger group is one chunk alone, its pieces recomputed in the backward).
+RANK_CHUNK_TOKENS = {"cpu": 4096, "cuda": 131072}
+# Piece: one forward call, at most this many padded tokens of length-sorted pairs.
+RANK_PIECE_TOKENS = {"cpu": 1024, "cuda": 32768}
+
+
+def _by_budget(sizes: list[int], budget: int) -> list[tuple[int, int]]:
+    """Consecutive runs [start, end) of items whose `sizes` sum to at most `budget` (an item
+    larger than the budget is a run alone)."""
+    runs, start, total = [], 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and total + size > budget:
+            runs.append((start, i))
+            start, total = i, 0
+        total += size
+    if sizes:
+        runs.append((start, len(sizes)))
+    return runs
+
+
+def _pieces(lengths: list[int], budget: int) -> list[list[int]]:
+    """Rows cut, longest first, into pieces whose padded size (rows x longest row) is at most
+    `budget` (a row longer than the budget is a piece alone)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    pieces, current = [], []
+    for i in order:
+        if current and (len(current) + 1) * lengths[current[0]] > budget:
+            pieces.append(current)
+            current = []
+        current.append(i)
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def _forward_rows(
+    model: nn.Module,
+    batch: dict,
+    rows: list[int],
+    lengths: list[int],
+    piece_tokens: int,
+    autocast: Autocast,
+    recompute: bool,
+) -> torch.Tensor:
+    """The logits of `rows` of a flat batch, in the order given, forwarded in length-sorted
+    pieces each cut to its own longest row; with `recompute` each piece keeps only its
+    inputs and is run again in the backward (activation checkpointing, same dropout)."""
+    names = list(batch)
+    device = batch[names[0]].device
+    outs, order = [], []
+    for piece in _pieces([lengths[r] for r in rows], piece_tokens):
+        picked = [rows[i] for i in piece]
+        width = lengths[picked[0]]
+        index = torch.tensor(picked, device=device)
+        inputs = [batch[n].index_select(0, index)[:, :width] for n in names]
+
+        def run(*tensors: torch.Tensor) -> torch.Tensor:
+            with autocast():
+                return model(**dict(zip(names, tensors, strict=True))).logits
+
+        outs.append(checkpoint(run, *inputs, use_reentrant=False) if recompute else run(*inputs))
+        order.extend(piece)
+    logits = torch.cat(outs)
+    where = torch.tensor(order, device=logits.device)
+    inverse = torch.empty_like(where)
+    inverse[where] = torch.arange(len(order), device=logits.device)
+    return logits.index_select(0, inverse)
+
+
+def _ranking_step(
+    kind: Kind, model: nn.Module, batch: dict, scale: float, autocast: Autocast
+) -> torch.Tensor:
+    """A ranking batch's forward, loss and backward in bounded memory, the same loss and
+    gradient as at once: chunks of whole groups (`RANK_CHUNK_TOKENS` real tokens), each
+    forwarded in length-sorted pieces (`RANK_PIECE_TOKENS` padded tokens) and backed by its
+    share of the batch loss (the loss is a mean over groups, or over pairs, so the shares add
+    up to it); a chunk of one group over the budget recomputes its pieces in the backward."""
+    labels = batch.pop("labels")
+    device = labels.device.type
+    chunk_tokens = RANK_CHUNK_TOKENS.get(device, RANK_CHUNK_TOKENS["cuda"])
+    piece_tokens = RANK_PIECE_TOKENS.get(device, RANK_PIECE_TOKENS["cuda"])
+    width = batch["input_ids"].shape[1]
+    mask = batch.get("attention_mask")
+    lengths = mask.sum(1).tolist() if mask is not None else [width] * batch["input_ids"].shape[0]
+    sizes = (labels >= 0).sum(1).tolist()
+    starts = [0]
+    for n in sizes:
+        starts.append(starts[-1] + n)
+    group_tokens = [sum(lengths[starts[g] : starts[g + 1]]) for g in range(len(sizes))]
+    items = kind.loss_items(labels)
+    total = torch.zeros((), device=labels.device)
+    for g0, g1 in _by_budget(group_tokens, chunk_tokens):
+        rows = list(range(starts[g0], starts[g1]))
+        recompute = sum(group_tokens[g0:g1]) > chunk_tokens
+        logits = _forward_rows(model, batch, rows, lengths, piece_tokens, autocast, recompute)
+        sub = labels[g0:g1]
+        loss = kind.loss(logits, sub) * (scale * kind.loss_items(sub) / items)
+        loss.backward()
+        total += loss.detach()
+    return total
+
+
 def _ranking_record(knobs: TaskKnobs, recipe: Recipe, enc_train: Encoded) -> tuple[dict, list[str]]:
     """A ranking cell's `ranking` result section (objective, group sizes, training query
     counts) and the off-protocol reason when the data holds fewer candidates than a group."""
@@ -233,6 +369,10 @@ class Kind:
     `record(knobs, recipe, enc_train)`: a result section of the kind's own (None: none)
     and its off-protocol reasons; `section_extra(knobs, encs, preds)`: what a score
     section records beside the primary metric, from the split's encodings and predictions.
+    `step(kind, model, batch, scale, autocast)`: forward (under `autocast()`), loss and
+    backward of `scale` times the loss of a `train_step` batch, returning that scaled loss
+    detached; `loss_items(labels)`: how many terms the loss averages over (its share when a
+    step cuts a batch).
     """
 
     name: str
@@ -246,16 +386,24 @@ class Kind:
     train_collate: Callable[..., dict[str, torch.Tensor]] | None = None
     record: Callable[..., tuple[dict | None, list[str]]] = _no_record
     section_extra: Callable[..., dict] = _no_section_extra
+    step: Callable[..., torch.Tensor] = _whole_batch_step
+    loss_items: Callable[[torch.Tensor], int] = _groups_items
 
     def collate_units(self, enc: Encoded, units: list, pad_id: int, device) -> dict:
         """The training batch of `units` (`train_collate`, else `collate`)."""
         return (self.train_collate or self.collate)(enc, units, pad_id, device)
 
+    def train_step(self, model: nn.Module, batch: dict, scale: float, autocast: Autocast):
+        """Forward, loss and backward of a `collate_units` batch (`labels` included), the
+        loss scaled by `scale`; returns the scaled loss, detached."""
+        return self.step(self, model, batch, scale, autocast)
+
 
 _RANKER = {"problem": REGRESSION, "collate": _collate_with(torch.float32),
            "predictions": _squeeze, "units": _query_groups, "count_units": _count_queries,
            "members": _group_members, "train_collate": _collate_groups,
-           "record": _ranking_record, "section_extra": _ranking_section_extra}  # fmt: skip
+           "record": _ranking_record, "section_extra": _ranking_section_extra,
+           "step": _ranking_step}  # fmt: skip
 
 KINDS: dict[str, Kind] = {
     kind.name: kind
@@ -263,8 +411,8 @@ KINDS: dict[str, Kind] = {
         Kind("classification", SINGLE_LABEL, _collate_with(torch.long), _cross_entropy, _argmax),
         Kind("regression", REGRESSION, _collate_with(torch.float32), _squared_error, _squeeze),
         # A cross-encoder: one logit per (query, candidate) pair, a group per query.
-        Kind("ranking", loss=_listwise, **_RANKER),
-        Kind("ranking_pointwise", loss=_pointwise, **_RANKER),
+        Kind("ranking", loss=_listwise, loss_items=_groups_items, **_RANKER),
+        Kind("ranking_pointwise", loss=_pointwise, loss_items=_pairs_items, **_RANKER),
     )
 }
 

@@ -1,0 +1,168 @@
+"""A ranking step in bounded memory (issue 26, item 1): the ranking kinds cut a training
+batch into chunks of whole query groups, each forwarded in length-sorted pieces, and must
+compute the same loss and the same gradients as the whole batch forwarded at once."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import write_small_mirror
+
+from encoder_eval import kinds, train
+from encoder_eval.loaders import load_model
+from encoder_eval.protocol import Recipe
+from encoder_eval.tasks import RANKING, load_task
+
+RANK_MIRROR = {"ms_marco": {"train.jsonl": 200, "validation.jsonl": 60}}
+MAX_LEN = 64
+
+
+@pytest.fixture(scope="module")
+def rank_mirror(tmp_path_factory) -> Path:
+    return write_small_mirror(tmp_path_factory.mktemp("rank_mem_mirror"), RANK_MIRROR)
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory) -> Path:
+    from tiny_models import build_tiny_model
+
+    return build_tiny_model("bert", tmp_path_factory.mktemp("rank_mem_model") / "bert",
+                            num_labels=None)  # fmt: skip
+
+
+def fp32() -> contextlib.AbstractContextManager:
+    return torch.autocast("cpu", enabled=False)
+
+
+def setup(tiny_bert: Path, rank_mirror: Path, objective: str, groups: int):
+    """The tiny model and a real ranking batch of `groups` query groups (20 candidates each)."""
+    recipe = Recipe(max_seq_len=MAX_LEN, rank_objective=objective)
+    kind = kinds.kind_for(RANKING, recipe)
+    loaded = load_model(str(tiny_bert), "auto", 1, kind.problem)
+    split = load_task("ms_marco", rank_mirror)[0]
+    enc = train.encode(loaded.tokenizer, split, MAX_LEN, loaded.input_names)
+    enc = train.with_rank_columns(enc, split)
+    units = kind.units(enc, random.Random(45), recipe)[:groups]
+    # Shorten some groups so that groups of unequal size share a batch.
+    units[1] = units[1][:7]
+    return kind, loaded, enc, units
+
+
+def grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def set_budgets(monkeypatch, chunk: int, piece: int) -> None:
+    monkeypatch.setitem(kinds.RANK_CHUNK_TOKENS, "cpu", chunk)
+    monkeypatch.setitem(kinds.RANK_PIECE_TOKENS, "cpu", piece)
+
+
+@pytest.mark.parametrize("objective", ["listwise", "pointwise"])
+@pytest.mark.parametrize(
+    ("chunk", "piece"),
+    [(10**9, 10**9), (2000, 300), (2000, 64), (100, 200)],
+    ids=["one-piece", "chunks-and-pieces", "one-row-pieces", "recomputed-groups"],
+)
+def test_the_bounded_step_gives_the_whole_batch_loss_and_gradients(
+    objective, chunk, piece, tiny_bert, rank_mirror, monkeypatch
+):
+    kind, loaded, enc, units = setup(tiny_bert, rank_mirror, objective, groups=5)
+    model = loaded.model.eval()  # no dropout: both sides compute the same function
+    batch = kind.collate_units(enc, units, loaded.tokenizer.pad_token_id, "cpu")
+    # The reference: the whole batch at once, the kind's loss, scaled as a micro-batch is.
+    ref_batch = dict(batch)
+    labels = ref_batch.pop("labels")
+    ref = kind.loss(model(**ref_batch).logits, labels) * 0.5
+    ref.backward()
+    ref = ref.detach()
+    want = grads(model)
+    model.zero_grad(set_to_none=True)
+
+    set_budgets(monkeypatch, chunk, piece)
+    calls = []
+    hook = model.register_forward_pre_hook(
+        lambda m, args, kw: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    got = kind.train_step(model, dict(batch), 0.5, fp32)
+    hook.remove()
+    print(f"{objective}: chunk {chunk}, piece {piece}: forwards {calls}; loss {float(got)} "
+          f"against {float(ref)}")  # fmt: skip
+    assert float(got) == pytest.approx(float(ref), abs=1e-5)
+    have = grads(model)
+    assert have.keys() == want.keys()
+    for name, g in want.items():
+        assert torch.allclose(have[name], g, atol=1e-5, rtol=1e-4), name
+    # Every forward stays within the piece budget (a row longer than it goes alone), and
+    # together they forward every pair once (twice where a group is recomputed).
+    for rows, width in calls:
+        assert rows * width <= piece or rows == 1
+    pairs = batch["input_ids"].shape[0]
+    assert sum(rows for rows, _ in calls) == pairs * (2 if chunk < MAX_LEN * 20 else 1)
+    if chunk == 10**9:
+        assert calls == [tuple(batch["input_ids"].shape[:1]) + (max(
+            enc.lengths[i] for u in units for i in u),)]  # fmt: skip
+
+
+def test_recomputed_pieces_replay_the_same_dropout(tiny_bert, rank_mirror, monkeypatch):
+    """In training mode (dropout on), a group recomputed in the backward gets the gradient
+    of the very forward whose loss was taken: the same as without recomputation."""
+    kind, loaded, enc, units = setup(tiny_bert, rank_mirror, "listwise", groups=3)
+    model = loaded.model.train()
+    batch = kind.collate_units(enc, units, loaded.tokenizer.pad_token_id, "cpu")
+    results = []
+    # One group a chunk both times (the same pieces, so the same dropout draws): within the
+    # budget, activations stored; over it, every group recomputed in the backward.
+    group_tokens = [sum(enc.lengths[i] for i in u) for u in units]
+    assert sum(group_tokens[:2]) > max(group_tokens)
+    for chunk in (max(group_tokens), 100):
+        set_budgets(monkeypatch, chunk, 300)
+        torch.manual_seed(7)
+        loss = kind.train_step(model, dict(batch), 1.0, fp32)
+        results.append((float(loss), grads(model)))
+        model.zero_grad(set_to_none=True)
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    assert loss_a == pytest.approx(loss_b, abs=1e-6)
+    for name, g in grads_a.items():
+        assert torch.allclose(grads_b[name], g, atol=1e-6), name
+
+
+def test_a_ranking_cell_forwards_bounded_pieces(tiny_bert, rank_mirror, monkeypatch, tmp_path):
+    """A whole cell: every training forward holds at most the piece budget of padded tokens,
+    where the loop used to forward a micro-batch of whole groups at once."""
+    set_budgets(monkeypatch, 1500, 256)
+    recipe = Recipe(max_steps=2, batch_size=4, max_seq_len=MAX_LEN)
+    kind = kinds.kind_for(RANKING, recipe)
+    loaded = load_model(str(tiny_bert), "auto", 1, kind.problem)
+    shapes = []
+
+    def record(module, args, kw):
+        if module.training:
+            shapes.append(tuple(kw["input_ids"].shape))
+
+    loaded.model.register_forward_pre_hook(record, with_kwargs=True)
+    cfg = train.CellConfig(model_path=str(tiny_bert), task="ms_marco", lr=1e-4, seed=45,
+                           model_key="tiny", recipe=recipe, data_dir=str(rank_mirror),
+                           device="cpu", progress="quiet", phase="select", cache_dir=None)  # fmt: skip
+    result = train.run_cell(cfg, loaded=loaded)
+    assert result["status"] == "ok" and result["training"]["steps"] == 2
+    print(f"training forwards: {shapes}")
+    assert shapes and all(rows * width <= 256 or rows == 1 for rows, width in shapes)
+    # Every pair of the two batches the cell drew (its data draws are seeded), once.
+    split = load_task("ms_marco", rank_mirror)[0]
+    enc = train.with_rank_columns(train.encode(loaded.tokenizer, split, MAX_LEN,
+                                               loaded.input_names), split)  # fmt: skip
+    drawn = train._epoch_batches(enc, kind, recipe, random.Random(45))[:2]
+    assert sum(rows for rows, _ in shapes) == sum(len(u) for b in drawn for u in b)
+
+
+def test_chunk_and_piece_cutting():
+    assert kinds._by_budget([5, 5, 5, 20, 1], 10) == [(0, 2), (2, 3), (3, 4), (4, 5)]
+    assert kinds._by_budget([], 10) == []
+    # Longest first; a piece's padded size (rows x its longest row) stays within the budget.
+    assert kinds._pieces([3, 9, 4, 30, 8], 20) == [[3], [1, 4], [2, 0]]
+    assert dataclasses.is_dataclass(kinds.KINDS["ranking"])
