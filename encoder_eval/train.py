@@ -156,10 +156,11 @@ def encode_cached(
     fp = tokenizer_fp or tokencache.tokenizer_fingerprint(tokenizer)
     key = tokencache.cache_key(fp, split, max_len, input_names)
     hit = tokencache.load(cache_dir, key)
-    if isinstance(hit, Encoded):
-        return hit
+    if hit is not None:
+        features, labels = hit
+        return Encoded(features, labels, [len(ids) for ids in features["input_ids"]])
     enc = encode(tokenizer, split, max_len, input_names)
-    tokencache.store(cache_dir, key, enc)
+    tokencache.store(cache_dir, key, enc.features, enc.labels)
     return enc
 
 
@@ -501,7 +502,7 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
     resume_path = _resume_path(cfg.out_json)
     signature = _signature(cfg, cell.loaded.revision)
     if resume_path is not None and resume_path.exists():
-        st = _restore(resume_path, signature, model, optimizer, scheduler, data_rng, st)
+        st = _restore(resume_path, signature, model, optimizer, scheduler, data_rng, st, label)
     diverged_at = None
     t_train = time.perf_counter()
     first_step_s = process_first_step_s = None
@@ -810,22 +811,32 @@ def _signature(cfg: CellConfig, revision: str) -> dict:
 
 
 def _save_resume(path: Path, signature, st, model, optimizer, scheduler, data_rng) -> None:
+    """Save the loop's state as tensors and plain values only, so that `_restore` loads it
+    with `weights_only=True` (no pickled objects, no code): numpy's generator state becomes
+    a list."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
     state = {
         "signature": signature, "loop": st.__dict__, "model": model.state_dict(),
         "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
         "data_rng": data_rng.getstate(), "py_rng": random.getstate(),
-        "np_rng": np.random.get_state(), "torch_rng": torch.get_rng_state(),
+        "np_rng": [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
+        "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }  # fmt: skip
     with atomic_open(path, "wb") as handle:
         torch.save(state, handle)
 
 
-def _restore(path: Path, signature, model, optimizer, scheduler, data_rng, st) -> _LoopState:
-    """Load a saved state into the live objects; a state of another cell is ignored."""
+def _restore(
+    path: Path, signature, model, optimizer, scheduler, data_rng, st, label: str
+) -> _LoopState:
+    """Load a saved state into the live objects (`weights_only`: tensors and plain values,
+    never code); a state of another cell, or an unreadable or older-format one, is ignored."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # a torn or foreign file: start over rather than crash
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict):
+            raise ValueError(f"a {type(state).__name__}, not a saved cell state")
+    except Exception as exc:  # a torn, foreign or older file: start over rather than crash
         warnings.warn(f"ignoring unreadable resume state {path}: {exc}", stacklevel=2)
         return st
     if state.get("signature") != signature:
@@ -836,11 +847,14 @@ def _restore(path: Path, signature, model, optimizer, scheduler, data_rng, st) -
     scheduler.load_state_dict(state["scheduler"])
     data_rng.setstate(state["data_rng"])
     random.setstate(state["py_rng"])
-    np.random.set_state(state["np_rng"])
+    name, keys, *rest = state["np_rng"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
     torch.set_rng_state(state["torch_rng"])
     if state["cuda_rng"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda_rng"])
-    return _LoopState(**state["loop"])
+    restored = _LoopState(**state["loop"])
+    print(f"{label}: resuming at step {restored.step} from {path}", file=sys.stderr, flush=True)
+    return restored
 
 
 def _stopped_by(diverged_at: int | None, early_stopped: bool, max_steps: int, recipe) -> str:
