@@ -35,7 +35,7 @@ from . import metrics, provenance, tokencache
 from .errors import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # re-exported for older imports
 from .errors import EXIT_PREEMPTED as EXIT_PREEMPTED
 from .errors import HarnessError, unknown_name
-from .fileio import atomic_open
+from .fileio import atomic_open, temporary_name
 from .kinds import Kind, kind_for
 from .loaders import LoadedModel, load_model
 from .metrics import RankGroups
@@ -48,7 +48,7 @@ from .predictions import (
 )
 from .predictions import from_cell as predictions_from_cell
 from .protocol import PROTOCOL_RECIPE, Recipe, off_protocol_reasons, step_budget
-from .results import lr_key, write_json_atomic
+from .results import LOCK_PREFIX, lr_key, write_json_atomic
 from .schema import CellId, CellResult, Protocol, ScoreSection, Training
 from .tasks import TaskKnobs, data_provenance, load_task, task_knobs
 
@@ -406,6 +406,8 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     """Resolve the task, device, data, model, tokenisation, schedule and provenance."""
     if cfg.dev_languages not in DEV_LANGUAGES:
         raise unknown_name("dev_languages setting", cfg.dev_languages, DEV_LANGUAGES)
+    if cfg.out_json:
+        validate_out_path(cfg.out_json)  # (also checked by `run` before any cell starts)
     knobs = task_knobs(cfg.task)
     device = resolve_device(cfg.device)
     recipe = cfg.recipe
@@ -714,26 +716,31 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
 
 
 def _write(cfg: CellConfig, result: dict, predictions: dict) -> None:
-    """Write the report predictions (unless turned off), then the result; drop the resume
-    state. A predictions file of an earlier run of this cell that is not rewritten is
-    removed, so no file beside the result describes another run."""
+    """Write the report predictions (unless turned off), then the result, and only then
+    remove what the result supersedes: a predictions or TREC file of an earlier run that
+    was not rewritten (so no file beside the result describes another run), and the resume
+    state. A write that fails (a full disk) raises with the resume state still in place."""
     if not cfg.out_json:
         return
-    resume_path = _resume_path(cfg.out_json)
-    if resume_path is not None:
-        resume_path.unlink(missing_ok=True)
     pred_path, trec_path = predictions_path(cfg.out_json), trec_run_path(cfg.out_json)
-    pred_path.unlink(missing_ok=True)
-    trec_path.unlink(missing_ok=True)
+    rewritten = set()
     if cfg.save_predictions and predictions:
         try:
             preds = predictions_from_cell(result, predictions)
             write_predictions(pred_path, preds)
+            rewritten.add(pred_path)
             if preds.ranked:
                 write_trec_run(trec_path, preds)
+                rewritten.add(trec_path)
         except PredictionsError as exc:  # e.g. a non-finite regression output: keep the result
             print(f"warning: {_label(cfg)}: predictions not written: {exc}", file=sys.stderr)
     write_json_atomic(cfg.out_json, result)
+    for stale in (pred_path, trec_path):
+        if stale not in rewritten:
+            stale.unlink(missing_ok=True)
+    resume_path = _resume_path(cfg.out_json)
+    if resume_path is not None:
+        resume_path.unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------- preemption
@@ -888,7 +895,8 @@ def _cpu_peak_rss() -> int | None:
 
 def validate_out_path(path: str | os.PathLike) -> None:
     """Refuse, before any training, an output path whose directory cannot be created or
-    written; a missing directory is fine (`run` creates it when the cell starts)."""
+    written, or whose longest derived file name the file system would refuse; a missing
+    directory is fine (`run` creates it when the cell starts)."""
     parent = Path(path).resolve().parent
     existing = parent
     while not existing.exists():
@@ -898,3 +906,45 @@ def validate_out_path(path: str | os.PathLike) -> None:
                            "choose another --out-json or --results-dir")  # fmt: skip
     if not os.access(existing, os.W_OK):
         raise HarnessError(f"output directory {parent} is not writable; choose another --out-json")
+    _check_name_lengths(Path(path), existing)
+
+
+# mkstemp's random part of a temporary's name (`fileio.temporary_name` is the rest).
+_TMP_RANDOM_CHARS = 8
+
+
+def derived_names(out_json: str | os.PathLike) -> dict[str, str]:
+    """Every file name a cell writes beside its result, by what it is: the result, its
+    predictions, TREC run, resume state and lock, and the writers' temporaries of each."""
+    path = Path(out_json)
+    files = {"result": path, "predictions": predictions_path(path), "TREC run": trec_run_path(path),
+             "resume state": _resume_path(path)}  # fmt: skip
+    names = {what: p.name for what, p in files.items()}
+    names["lock"] = f"{LOCK_PREFIX}{path.name}"
+    for what, p in files.items():
+        names[f"temporary of the {what}"] = temporary_name(p) + "x" * _TMP_RANDOM_CHARS
+    return names
+
+
+def _name_bytes(name: str) -> int:
+    try:
+        return len(os.fsencode(name))
+    except UnicodeError:
+        return len(name.encode("utf-8", "surrogatepass"))
+
+
+def _check_name_lengths(out_json: Path, existing: Path) -> None:
+    """Refuse a result name whose longest derived name exceeds the file system's NAME_MAX,
+    which would otherwise fail only when the trained cell is written."""
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    if not name_max or name_max < 0:
+        return
+    what, name = max(derived_names(out_json).items(), key=lambda item: _name_bytes(item[1]))
+    if _name_bytes(name) > name_max:
+        raise HarnessError(f"the result name {out_json.name!r} is too long for its directory: "
+                           f"the {what} beside it would be named with {_name_bytes(name)} bytes, "
+                           f"and this file system allows {name_max}; use a shorter --model-key "
+                           "or --out-json name")  # fmt: skip
