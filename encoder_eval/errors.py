@@ -17,6 +17,16 @@ EXIT_PREEMPTED = 75  # EX_TEMPFAIL: SIGTERM stopped a cell after it saved its st
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C stopped a cell after it saved its state
 
 
+class Terminated(BaseException):
+    """SIGTERM outside a training loop (where nothing is lost), raised like
+    KeyboardInterrupt for Ctrl-C, so no `except Exception` takes it for a crash."""
+
+
+def raise_on_sigterm(signum: int, frame) -> None:
+    """A SIGTERM handler for a command's main thread: raise Terminated."""
+    raise Terminated()
+
+
 class HarnessError(Exception):
     """A problem with the user's input or files; the message names the problem and the fix."""
 

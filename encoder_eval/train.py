@@ -317,10 +317,22 @@ def run_cell(
     pass in what it already has; a fresh model is still loaded for every cell, since weights
     change during training.
     SIGTERM or Ctrl-C during training saves a resumable state and raises Preempted or
-    Interrupted; one that arrives after training lets the cell finish and write first.
+    Interrupted; one that arrives after training lets the cell finish and write first. The
+    signal wins over any failure after it (saving the state or the result): that failure
+    is named in the Preempted or Interrupted raised, never reported as a crash.
     """
     with _stop_requests() as stop:
-        result = _run_cell(cfg, loaded, data, data_prov, stop)
+        try:
+            result = _run_cell(cfg, loaded, data, data_prov, stop)
+        except Preempted:
+            raise
+        except Exception as exc:
+            if stop.signal is None:
+                raise
+            kind, how = _stop_kind(stop.signal)
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())
+            raise kind(f"{_label(cfg)}: stopped by {how}, but saving failed ({why}); nothing "
+                       "new was saved for this cell; run the same command again") from exc  # fmt: skip
         if stop.signal is not None:
             kind, how = _stop_kind(stop.signal)
             raise kind(f"{_label(cfg)}: {how} arrived after training; the result is written "
