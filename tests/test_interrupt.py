@@ -23,11 +23,12 @@ def test_ctrl_c_stops_run_all_at_the_running_unit_and_says_how_to_resume(
     tmp_path, tiny_models, small_mirror
 ):
     rdir, runs = tmp_path / "results", tmp_path / "runs"
-    # Two units (one per LR); 60 steps with a dev evaluation every 2 keep the first running.
+    # Two units (one per LR); a million steps with a dev evaluation every 2 keep the first
+    # running until the signal, on any machine.
     sh(py("encoder_eval.sweep", "--phase", "select", "--model", f"{MODEL}={tiny_models['bert']}",
           "--tasks", TASK, "--lr-keys", "lr03,lr06", "--seeds", "42", "--group", "lr",
-          "--max-steps", "60", "--max-seq-len", "128", "--device", "cpu", "--data-dir",
-          small_mirror, "--extra-run-args", "--epoch-cap 100 --no-early-stop",
+          "--max-steps", "1000000", "--max-seq-len", "128", "--device", "cpu", "--data-dir",
+          small_mirror, "--extra-run-args", "--epoch-cap 1000000 --no-early-stop",
           "--out-dir", runs, "--results-dir", rdir), tmp_path)  # fmt: skip
     script = runs / "run_all.sh"
     first, second = (runs / "logs" / f"{MODEL}_{TASK}_{key}.log" for key in ("lr03", "lr06"))
