@@ -70,8 +70,9 @@ def usable(cache_dir: str | os.PathLike, create: bool = False) -> bool:
     path = Path(cache_dir)
     try:
         if create and not path.is_dir():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.mkdir(mode=0o777 if shared() else 0o700, exist_ok=True)
+            missing = [path, *(p for p in path.parents if not p.exists())]
+            for folder in reversed(missing):  # each one the harness creates: 0700 too
+                folder.mkdir(mode=0o777 if shared() else 0o700, exist_ok=True)
         st = path.stat()
     except OSError:
         return False

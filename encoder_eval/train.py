@@ -331,8 +331,9 @@ def run_cell(
                 raise
             kind, how = _stop_kind(stop.signal)
             why = " ".join(f"{type(exc).__name__}: {exc}".split())
-            raise kind(f"{_label(cfg)}: stopped by {how}, but saving failed ({why}); nothing "
-                       "new was saved for this cell; run the same command again") from exc  # fmt: skip
+            raise kind(f"{_label(cfg)}: stopped by {how}, but the cell could not be saved "
+                       f"({why}); nothing new was saved for it; run the same command again "
+                       "once that is fixed") from exc  # fmt: skip
         if stop.signal is not None:
             kind, how = _stop_kind(stop.signal)
             raise kind(f"{_label(cfg)}: {how} arrived after training; the result is written "

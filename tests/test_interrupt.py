@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 
+import psutil
 import pytest
 from fault_helpers import env, py, sh
 
@@ -87,7 +88,7 @@ def test_a_signal_wins_over_a_failed_save_and_no_further_cell_starts(
 ):
     """A directory where the first cell's resume state goes makes saving it fail after the
     signal (a real failure): the process still exits with the signal's code, says in one
-    line that saving failed, and the second cell of the process never starts."""
+    line that the cell could not be saved and why, and the second cell of the process never starts."""
     rdir = tmp_path / "results"
     first = result_filename(MODEL, TASK, LR_GRID["lr06"], 45)
     rdir.mkdir()
@@ -109,7 +110,7 @@ def test_a_signal_wins_over_a_failed_save_and_no_further_cell_starts(
             proc.kill()
     assert proc.returncode == code, err[-3000:]
     last = err.strip().splitlines()[-1]
-    assert last.startswith(prefix) and "saving failed (IsADirectoryError" in last, last
+    assert last.startswith(prefix) and "could not be saved (IsADirectoryError" in last, last
     assert "FAILED" not in err and second not in err
     assert [p.name for p in rdir.iterdir() if not p.name.startswith(".")] == []
 
@@ -147,3 +148,44 @@ def test_a_signal_between_cells_exits_with_its_code(
     assert proc.returncode == code, err[-3000:]
     assert err.startswith(prefix) and err.count("\n") == 1, err
     assert "run the same command again" in err and '"step"' not in err
+
+
+def test_sigterm_to_the_cell_process_alone_stops_run_all(tmp_path, tiny_models, small_mirror):
+    """SIGTERM to a unit's process only (not to the script, e.g. `kill PID`): the cell
+    saves its state and exits 75, and `run_all.sh` stops there with 75 instead of
+    counting a failed unit and starting the next one."""
+    rdir, runs = tmp_path / "results", tmp_path / "runs"
+    sh(py("encoder_eval.sweep", "--phase", "select", "--model", f"{MODEL}={tiny_models['bert']}",
+          "--tasks", TASK, "--lr-keys", "lr03,lr06", "--seeds", "42", "--group", "lr",
+          "--max-steps", "1000000", "--max-seq-len", "128", "--device", "cpu", "--data-dir",
+          small_mirror, "--extra-run-args", "--epoch-cap 1000000 --no-early-stop",
+          "--out-dir", runs, "--results-dir", rdir), tmp_path)  # fmt: skip
+    script = runs / "run_all.sh"
+    first, second = (runs / "logs" / f"{MODEL}_{TASK}_{key}.log" for key in ("lr03", "lr06"))
+    proc = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while '"step": 4' not in (first.read_text() if first.exists() else ""):
+            assert time.monotonic() < deadline and proc.poll() is None, "the cell never started"
+            time.sleep(0.05)
+        (cell,) = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                   if "encoder_eval.run" in p.cmdline()]  # fmt: skip
+        cell.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 120
+        while proc.poll() is None:
+            assert not second.exists(), "the next unit started after SIGTERM"
+            assert time.monotonic() < deadline, "run_all.sh did not stop"
+            time.sleep(0.05)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 75, out + err
+    assert not second.exists() and "FAILED" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"preempted during {MODEL}_{TASK}_lr03: ") and "again" in last, last
+    assert "preempted: " in first.read_text()  # the cell's own line: its state is saved
+    name = result_filename(MODEL, TASK, LR_GRID["lr03"], 42)
+    assert (rdir / f".resume-{name}.pt").exists()

@@ -300,7 +300,8 @@ def test_the_cache_folder_is_private_unless_shared_on_purpose(
     monkeypatch.delenv("ENCODER_EVAL_CACHE_SHARED", raising=False)
     private = tmp_path / "a" / "private"
     train.encode_cached(tok, split, 64, names, private)
-    assert stat.S_IMODE(private.stat().st_mode) == 0o700
+    assert stat.S_IMODE(private.stat().st_mode) == stat.S_IMODE(private.parent.stat().st_mode)
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700  # and the folder above it it made
     (entry,) = private.iterdir()
     assert stat.S_IMODE(entry.stat().st_mode) == 0o600
     assert tokencache.load(private, key) is not None
