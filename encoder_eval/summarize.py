@@ -529,12 +529,22 @@ PROBE_NOTES = (
 )
 
 
+def _dagger_notes(table: Table) -> list[str]:
+    """`† avg@k instead of avg@n: cells` for the cells averaged over fewer seeds (or folds)."""
+    by_n: dict[int, list[str]] = defaultdict(list)
+    for c in table.partial_cells():
+        by_n[c.n].append(f"{c.model}/{c.task}")
+    n = len(table.expected_seeds)
+    return [f"† avg@{k} instead of avg@{n}: {', '.join(by_n[k])}." for k in sorted(by_n)]
+
+
 def footnotes(table: Table) -> list[str]:
     n = len(table.expected_seeds)
     if table.kind == "probe":
         notes = [PROBE_NOTES[0].format(n=n), PROBE_NOTES[1]]
         if any(TASK_KNOBS[t].report_split == "validation" for t in table.tasks):
             notes.append("* reported on the dev (validation) split: the test labels are hidden.")
+        notes += _dagger_notes(table)
         notes += [f"Not a protocol table: {p.message} [{p.rule}]." for p in table.problems]
         return notes
     seeds = _seed_range(table.expected_seeds)
@@ -572,12 +582,7 @@ def footnotes(table: Table) -> list[str]:
     if separate:
         notes.append(f"Average leaves out the ranking tasks ({', '.join(separate)}), which "
                      "have their own column.")  # fmt: skip
-    if partial:
-        by_n: dict[int, list[str]] = defaultdict(list)
-        for c in partial:
-            by_n[c.n].append(f"{c.model}/{c.task}")
-        for k in sorted(by_n):
-            notes.append(f"† avg@{k} instead of avg@{n}: {', '.join(by_n[k])}.")
+    notes += _dagger_notes(table)
     for p in table.problems:
         notes.append(f"Not a protocol table: {p.message} [{p.rule}].")
     return notes
