@@ -116,11 +116,16 @@ CI_NOTES = {
     "bootstrap": "[low, high]: 95 % two-level bootstrap interval of the seed mean (seeds and "
     "report examples resampled, percentile method).",
 }
-MARKS_NOTE = (
-    "Bold: the task's best model by mean; ≈: not distinguishable from it (the verdict of "
-    "`encoder-eval compare`: a t-test carrying seed and test-set variance, Holm-corrected "
-    "across the task's comparisons with the best)."
-)
+MARKS_NOTES = {
+    "table": "Bold: the task's best model by mean; ≈: not distinguishable from it (the verdict "
+    "of `encoder-eval compare`: a t-test carrying seed and test-set variance). Every pair of "
+    "models on every task is tested, Holm-corrected as one family, so the chance that any "
+    "mark of the table comes from a false difference is at most 0.05.",
+    "task": "Bold: the task's best model by mean; ≈: not distinguishable from it (the verdict "
+    "of `encoder-eval compare`: a t-test carrying seed and test-set variance, Holm-corrected "
+    "across the task's comparisons with the best only, --marks-family task: this does not "
+    "account for the best being picked by its mean, nor for the other tasks).",
+}
 BUCKET_LABELS = {"multilingual": "Multilingual", "glue": "GLUE", "superglue": "SuperGLUE",
                  "ranking": "Ranking"}  # fmt: skip
 BUCKET_ORDER = ("multilingual", "glue", "superglue", "ranking")
@@ -194,6 +199,7 @@ class Table:
     ci_method: str = "t"  # CI_METHODS: how `interval` is computed
     bootstrap: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     marks: dict | None = None  # task -> compare.TaskMarks; None: not computed
+    marks_family: str = "table"  # what the marks' correction runs over (compare.MARK_FAMILIES)
     kind: str = "fine-tune"  # or "probe": rows are (model, pooling), "seeds" are probe folds
 
     def interval(self, model: str, task: str) -> tuple[float, float] | None:
@@ -537,12 +543,22 @@ PROBE_NOTES = (
 )
 
 
+def _dagger_notes(table: Table) -> list[str]:
+    """`† avg@k instead of avg@n: cells` for the cells averaged over fewer seeds (or folds)."""
+    by_n: dict[int, list[str]] = defaultdict(list)
+    for c in table.partial_cells():
+        by_n[c.n].append(f"{c.model}/{c.task}")
+    n = len(table.expected_seeds)
+    return [f"† avg@{k} instead of avg@{n}: {', '.join(by_n[k])}." for k in sorted(by_n)]
+
+
 def footnotes(table: Table) -> list[str]:
     n = len(table.expected_seeds)
     if table.kind == "probe":
         notes = [PROBE_NOTES[0].format(n=n), PROBE_NOTES[1]]
         if any(TASK_KNOBS[t].report_split == "validation" for t in table.tasks):
             notes.append("* reported on the dev (validation) split: the test labels are hidden.")
+        notes += _dagger_notes(table)
         notes += [f"Not a protocol table: {p.message} [{p.rule}]." for p in table.problems]
         return notes
     seeds = _seed_range(table.expected_seeds)
@@ -558,7 +574,7 @@ def footnotes(table: Table) -> list[str]:
         CI_NOTES[table.ci_method],
     ]
     if table.marks is not None:
-        notes.append(MARKS_NOTE)
+        notes.append(MARKS_NOTES[table.marks_family])
         for task, m in table.marks.items():
             if m.notes:
                 notes.append(f"{task}: " + "; ".join(m.notes) + ".")
@@ -580,12 +596,7 @@ def footnotes(table: Table) -> list[str]:
     if separate:
         notes.append(f"Average leaves out the ranking tasks ({', '.join(separate)}), which "
                      "have their own column.")  # fmt: skip
-    if partial:
-        by_n: dict[int, list[str]] = defaultdict(list)
-        for c in partial:
-            by_n[c.n].append(f"{c.model}/{c.task}")
-        for k in sorted(by_n):
-            notes.append(f"† avg@{k} instead of avg@{n}: {', '.join(by_n[k])}.")
+    notes += _dagger_notes(table)
     for p in table.problems:
         notes.append(f"Not a protocol table: {p.message} [{p.rule}].")
     return notes
@@ -735,10 +746,11 @@ def add_statistics(
     marks: bool = True,
     n_resamples: int = 999,
     seed: int = 1234,
+    marks_family: str = "table",
 ) -> None:
     """Set the table's interval method (bootstrap intervals computed here) and, with
     `marks`, each task's best model and those not distinguishable from it
-    (`compare.best_marks`)."""
+    (`compare.best_marks`, corrected over `marks_family`)."""
     from . import compare
 
     if ci not in CI_METHODS:
@@ -748,7 +760,9 @@ def add_statistics(
         table.bootstrap = compare.bootstrap_intervals(table, results, n_resamples=n_resamples,
                                                       seed=seed)  # fmt: skip
     if marks:
-        table.marks = compare.best_marks(table, results, n_resamples=n_resamples, seed=seed)
+        table.marks = compare.best_marks(table, results, n_resamples=n_resamples, seed=seed,
+                                         family=marks_family)  # fmt: skip
+        table.marks_family = marks_family
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -771,6 +785,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "examples (needs the cells' predictions files)")  # fmt: skip
     p.add_argument("--no-marks", action="store_true", help="do not mark each task's best "
                    "model and those not distinguishable from it (skips the tests)")  # fmt: skip
+    p.add_argument("--marks-family", choices=("table", "task"), default="table",
+                   help="what the marks are corrected over: table (every pair of models on "
+                   "every task, the default: any false mark at most 5 %%) or task (the "
+                   "best against the others of each task only)")  # fmt: skip
     p.add_argument("--resamples", type=int, default=999,
                    help="bootstrap replicates and permutations (--ci bootstrap, the marks)")  # fmt: skip
     p.add_argument("--seed", type=seed_arg, default=1234, help="seed of the resampling")
@@ -802,7 +820,8 @@ def main(argv: list[str] | None = None) -> int:
                         tasks=split_csv(args.tasks) or None)  # fmt: skip
     if not (table.problems and not args.allow_partial):
         add_statistics(table, results, ci=args.ci, marks=not args.no_marks,
-                       n_resamples=args.resamples, seed=args.seed)  # fmt: skip
+                       n_resamples=args.resamples, seed=args.seed,
+                       marks_family=args.marks_family)  # fmt: skip
     text = render(table, args.format)
     if args.out and not Path(args.out).absolute().parent.is_dir():
         raise HarnessError(f"--out {args.out}: its directory does not exist")

@@ -715,7 +715,8 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
     cfg, recipe, st = cell.cfg, cell.cfg.recipe, trained.st
     device, train_time = cell.device, trained.train_time
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _cpu_peak_rss()
-    kind_record, kind_reasons = cell.kind.record(cell.knobs, recipe, cell.enc_train)
+    kind_record, kind_reasons = cell.kind.record(cell.knobs, recipe, cell.enc_train,
+                                                 cell.enc_val)  # fmt: skip
     off = off_protocol_reasons(recipe, cfg.lr, cfg.seed, cfg.phase) + kind_reasons
     stopped_by = _stopped_by(trained.diverged_at, st.early_stopped, cell.max_steps, recipe)
     first_step_s = trained.first_step_s

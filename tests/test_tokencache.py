@@ -20,6 +20,7 @@ from test_cell import cell
 from transformers import AutoTokenizer
 
 from encoder_eval import fileio, tokencache, train
+from encoder_eval.fileio import TMP_PREFIX
 from encoder_eval.tasks import load_task
 
 
@@ -101,7 +102,7 @@ def test_two_concurrent_writers_leave_one_valid_entry(tiny_models, small_mirror,
     assert [p.returncode for p in procs] == [0, 0] and all("ok" in o for o in outs)
     entries = list(tmp_path.glob("*" + tokencache.SUFFIX))
     assert len(entries) == 1
-    assert not list(tmp_path.glob(".tmp-*"))
+    assert not list(tmp_path.glob(f"{TMP_PREFIX}*"))
     tok, _, names = _setup(tiny_models, small_mirror)
     split = load_task("glue_sst2", small_mirror)[0]
     assert tokencache.load(tmp_path, entries[0].stem) == _value(train.encode(tok, split, 64, names))
