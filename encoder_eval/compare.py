@@ -53,7 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import stats
+from . import latex, stats
 from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors, warn_once
 from .experiment import summarize_inputs
 from .fileio import write_output
@@ -662,6 +662,29 @@ def render_markdown(cmp: Comparison) -> str:
     return "\n".join([*lines, *footnotes(cmp)]) + "\n"
 
 
+def render_latex(cmp: Comparison) -> str:
+    """One booktabs table per pair for a paper: each task's means, Δ with its Welch interval,
+    the verdict's adjusted p-value and test, the verdict (bold when a model is better), and
+    the seeds needed; every note and footnote as table notes."""
+    by_pair: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for r in cmp.rows:
+        by_pair[(r.model_a, r.model_b)].append(r)
+    head = ["Task", "A", "B", "Δ [95 %]", "p (adj)", "verdict", "seeds needed"]
+    out = []
+    for (a, b), rows in by_pair.items():
+        body = []
+        for r in rows:
+            delta = "—" if r.diff is None else f"{_num(r.diff)} [{_num(r.ci_low)}, {_num(r.ci_high)}]"
+            p = "—" if r.p_verdict_adj is None else f"{_p(r.p_verdict_adj)} ({r.verdict_test})"
+            body.append([task_header(r.task), f"{_num(r.mean_a)} (n={r.n_a})",
+                         f"{_num(r.mean_b)} (n={r.n_b})", delta, p,
+                         latex.Score(r.verdict, best=r.verdict in (stats.A_BETTER, stats.B_BETTER)),
+                         "—" if r.seeds_needed is None else str(r.seeds_needed)])  # fmt: skip
+        notes = [f"{r.task}: {n}" for r in rows for n in r.notes] + footnotes(cmp)
+        out.append(latex.render_table(head, body, notes, caption=f"A = {a}, B = {b}"))
+    return "\n".join(out)
+
+
 def to_dict(cmp: Comparison) -> dict:
     return {
         "schema": COMPARE_SCHEMA,
@@ -695,6 +718,8 @@ def render(cmp: Comparison, fmt: str) -> str:
         return render_markdown(cmp)
     if fmt == "json":
         return json.dumps(to_dict(cmp), indent=2) + "\n"
+    if fmt == "latex":
+        return render_latex(cmp)
     return render_csv(cmp)
 
 
@@ -766,7 +791,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=seed_arg, default=DEFAULT_SEED, help="seed of the resampling")
     p.add_argument("--allow-partial", action="store_true",
                    help="compare despite the table's problems (listed as notes)")  # fmt: skip
-    p.add_argument("--format", choices=("markdown", "json", "csv"), default="markdown")
+    p.add_argument("--format", choices=("markdown", "json", "csv", "latex"), default="markdown",
+                   help="latex: a booktabs table per pair for a paper (needs booktabs, graphicx)")  # fmt: skip
     p.add_argument("--out", help="write here instead of stdout")
     return p
 

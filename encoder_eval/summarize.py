@@ -71,7 +71,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import aggregate, stats
+from . import aggregate, latex, stats
 from .errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -83,6 +83,7 @@ from .errors import (
 )
 from .experiment import summarize_inputs
 from .fileio import write_output
+from .latex import Score
 from .metrics import metric_spec
 from .protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS, seed_arg
 from .results import LoadedResult, load_results, result_filename
@@ -136,6 +137,8 @@ TASK_LABELS = {
     "glue_mnli": "MNLI", "glue_qnli": "QNLI", "glue_rte": "RTE", "sg_boolq": "BoolQ",
     "sg_cb": "CB", "sg_wic": "WiC", "sg_wsc": "WSC", "ms_marco": "MS-MARCO",
 }  # fmt: skip
+
+FORMATS = ("markdown", "json", "csv", "latex")
 
 
 @dataclass
@@ -499,25 +502,30 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.2f}"
 
 
+def score_cell(
+    cell: CellStats | None,
+    expected_n: int,
+    interval: tuple[float, float] | None = None,
+    mark: str | None = None,
+) -> Score:
+    """`72.31 ± 1.05 [70.98, 73.64]` (x100: mean ± std [95 % interval]); `—` for no score;
+    `†` when averaged over fewer seeds; bold when `mark` is "best", `≈` when "tied"."""
+    if cell is None or cell.mean is None:
+        return Score("—")
+    std = "n/a" if cell.std is None else f"{100 * cell.std:.2f}"
+    ci = "" if interval is None else f" [{_pct(interval[0])}, {_pct(interval[1])}]"
+    return Score(f"{_pct(cell.mean)} ± {std}{ci}", best=mark == "best", tied=mark == "tied",
+                 dagger=cell.n != expected_n)  # fmt: skip
+
+
 def format_cell(
     cell: CellStats | None,
     expected_n: int,
     interval: tuple[float, float] | None = None,
     mark: str | None = None,
 ) -> str:
-    """`72.31 ± 1.05 [70.98, 73.64]` (x100: mean ± std [95 % interval]); `—` for no score;
-    `†` when averaged over fewer seeds; bold when `mark` is "best", `≈` when "tied"."""
-    if cell is None or cell.mean is None:
-        return "—"
-    std = "n/a" if cell.std is None else f"{100 * cell.std:.2f}"
-    ci = "" if interval is None else f" [{_pct(interval[0])}, {_pct(interval[1])}]"
-    dagger = " †" if cell.n != expected_n else ""
-    text = f"{_pct(cell.mean)} ± {std}{ci}"
-    if mark == "best":
-        text = f"**{text}**"
-    elif mark == "tied":
-        text += " ≈"
-    return text + dagger
+    """The markdown of `score_cell`."""
+    return score_cell(cell, expected_n, interval, mark).markdown()
 
 
 def task_header(task: str) -> str:
@@ -602,27 +610,43 @@ def footnotes(table: Table) -> list[str]:
     return notes
 
 
-def render_markdown(table: Table) -> str:
+def table_grid(table: Table) -> tuple[list[str], list[list[Score | str]]]:
+    """The table's header and rows, each cell with its marks: what every text format shows."""
     n = len(table.expected_seeds)
     head = ["Model", *(task_header(t) for t in table.tasks)]
     head += [BUCKET_LABELS.get(b, b.title()) for b in table.buckets]
     head += [BENCHMARK_LABELS[name] for name in table.benchmark_scores] + ["Average"]
-    lines = [
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" + "---:|" * (len(head) - 1),
-    ]
+    rows: list[list[Score | str]] = []
     for model in table.models:
-        row = [model]
+        row: list[Score | str] = [model]
         row += [
-            format_cell(table.cells.get((model, t)), n, table.interval(model, t),
-                        table.mark(model, t))
+            score_cell(table.cells.get((model, t)), n, table.interval(model, t),
+                       table.mark(model, t))
             for t in table.tasks
         ]  # fmt: skip
         row += [_pct(table.bucket_mean(model, b)) for b in table.buckets]
         row += [_pct(table.benchmark_score(model, name)) for name in table.benchmark_scores]
         row.append(_pct(table.overall_mean(model)))
-        lines.append("| " + " | ".join(row) + " |")
+        rows.append(row)
+    return head, rows
+
+
+def render_markdown(table: Table) -> str:
+    head, rows = table_grid(table)
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" + "---:|" * (len(head) - 1),
+    ]
+    for row in rows:
+        cells = [c.markdown() if isinstance(c, Score) else c for c in row]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join([*lines, "", *footnotes(table)]) + "\n"
+
+
+def render_latex(table: Table) -> str:
+    """The table for a paper: booktabs, marks as in markdown, the footnotes as table notes."""
+    head, rows = table_grid(table)
+    return latex.render_table(head, rows, footnotes(table))
 
 
 def table_to_dict(table: Table) -> dict:
@@ -724,7 +748,9 @@ def render(table: Table, fmt: str) -> str:
         return json.dumps(table_to_dict(table), indent=2) + "\n"
     if fmt == "csv":
         return render_csv(table)
-    raise HarnessError(f"--format {fmt!r} must be markdown, json or csv")
+    if fmt == "latex":
+        return render_latex(table)
+    raise HarnessError(f"--format {fmt!r} must be one of {', '.join(FORMATS)}")
 
 
 def format_refusal(table: Table) -> str:
@@ -774,7 +800,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-dir", required=True, help="report-phase result directory")
     p.add_argument("--selection", help="selection.json from encoder_eval.select (default: the "
                    "one the results directory's experiment file names)")  # fmt: skip
-    p.add_argument("--format", choices=("markdown", "json", "csv"), default="markdown")
+    p.add_argument("--format", choices=FORMATS, default="markdown",
+                   help="latex: a booktabs table for a paper (needs booktabs, graphicx)")  # fmt: skip
     p.add_argument("--models", help="comma-separated models (default: selection + results)")
     p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
     p.add_argument("--allow-partial", action="store_true",
