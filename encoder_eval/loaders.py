@@ -590,6 +590,8 @@ def output_layer_in_fp32(model: nn.Module, num_outputs: int) -> nn.Module:
 
 def _load_error(what: str, label: str, exc: Exception, local: bool, trust: bool) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if len(text) > 300:  # transformers lists every model type it knows: keep the hint visible
+        text = text[:297] + "..."
     if "trust_remote_code" in str(exc) and not trust:
         return (
             f"{label} needs trust_remote_code to load its {what}; pass --trust-remote-code "
