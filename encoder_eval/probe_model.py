@@ -216,6 +216,7 @@ def _log(text: str) -> None:
 def run_probes(run: ProbeRun) -> list[Path]:
     """Run every (model, pooling, task) cell of `run` not already done; returns the result
     files written. Inputs are checked and data provenance computed before any model work."""
+    from .cpu import warn_slow_bf16
     from .embed import EmbedSetup, default_cache_dir, embed_split
     from .loaders import load_encoder
     from .tokencache import default_cache_dir as token_cache_dir
@@ -245,6 +246,8 @@ def run_probes(run: ProbeRun) -> list[Path]:
          f"({len(run.models)} model(s) x {len(run.poolings)} pooling(s) x {len(run.tasks)} "
          f"task(s)); results in {run.results_dir}")  # fmt: skip
     data = _load_all_data(run) if total else {}
+    if total:
+        warn_slow_bf16(device.type, run.precision)
     run.results_dir.mkdir(parents=True, exist_ok=True)
     cache = default_cache_dir() if run.cache else None
     tokens = token_cache_dir() if run.cache else None
