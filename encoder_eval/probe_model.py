@@ -376,7 +376,8 @@ def probe_table(
 ):
     """The probe results as a `summarize.Table`: a row per (model, pooling) ("model:pooling"),
     a cell per task whose "seeds" are the folds (score per fold, `q_t`). Cells of another
-    fold setup than the most common one, or off protocol, are problems of the table."""
+    fold setup than the most common one, off protocol, or whose embeddings ran at another
+    precision than the rest (bf16 beside fp32) are problems of the table."""
     from collections import Counter
 
     from .summarize import CellStats, Problem, Table
@@ -400,9 +401,13 @@ def probe_table(
     (k, seed), _ = setups.most_common(1)[0] if setups else ((DEFAULT_K_FOLDS, DEFAULT_SEED), 0)
     cells, problems, off = {}, [], []
     other_setup, limited = [], []
+    by_precision: dict[str, list[str]] = {}
     for (method, task), r in by_cell.items():
         if method not in names or task not in task_names:
             continue
+        precision = ((r.get("provenance") or {}).get("embedding") or {}).get("precision")
+        if precision is not None:  # results of embeddings given as files record none
+            by_precision.setdefault(str(precision), []).append(f"{method}/{task}")
         q_t = r.get("q_t") or []
         scores = {i: float(v) for i, v in enumerate(q_t) if v is not None}
         undefined = [i for i, v in enumerate(q_t) if v is None]
@@ -420,6 +425,13 @@ def probe_table(
     if other_setup:
         problems.append(Problem("probe_setup", f"{len(other_setup)} cell(s) use another fold "
                                 f"setup than k_folds {k}, seed {seed}", sorted(other_setup)))  # fmt: skip
+    if len(by_precision) > 1:  # bf16 and fp32 embeddings differ by more than rounding noise
+        groups = sorted(by_precision.items(), key=lambda kv: -len(kv[1]))
+        problems.append(Problem(
+            "precision", "probe cells disagree on the embeddings' precision: "
+            + "; ".join(f"{p} in {len(c)} cell(s)" for p, c in groups),
+            sorted(f"{c} (precision {p})" for p, cs in groups for c in cs),
+        ))  # fmt: skip
     if off:
         problems.append(Problem("off_protocol", f"{len(off)} probe cell(s) ran under a NeuCo "
                                 "rule", sorted(off)))  # fmt: skip
