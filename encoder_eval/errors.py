@@ -27,6 +27,16 @@ _QUOTE.maxlist = _QUOTE.maxdict = _QUOTE.maxtuple = _QUOTE.maxset = 6
 _QUOTE.maxlevel = 3
 
 
+class Terminated(BaseException):
+    """SIGTERM outside a training loop (where nothing is lost), raised like
+    KeyboardInterrupt for Ctrl-C, so no `except Exception` takes it for a crash."""
+
+
+def raise_on_sigterm(signum: int, frame) -> None:
+    """A SIGTERM handler for a command's main thread: raise Terminated."""
+    raise Terminated()
+
+
 class HarnessError(Exception):
     """A problem with the user's input or files; the message names the problem and the fix."""
 

@@ -87,7 +87,7 @@ def _itself(unit: int) -> list[int]:
 
 
 def _no_record(
-    knobs: TaskKnobs, recipe: Recipe, enc_train: Encoded
+    knobs: TaskKnobs, recipe: Recipe, enc_train: Encoded, evaluated: dict | None = None
 ) -> tuple[dict | None, list[str]]:
     return None, []
 
@@ -311,11 +311,18 @@ def _ranking_step(
     return total
 
 
-def _ranking_record(knobs: TaskKnobs, recipe: Recipe, enc_train: Encoded) -> tuple[dict, list[str]]:
+def _ranking_record(
+    knobs: TaskKnobs, recipe: Recipe, enc_train: Encoded, evaluated: dict | None = None
+) -> tuple[dict, list[str]]:
     """A ranking cell's `ranking` result section (objective, group sizes, training query
-    counts) and the off-protocol reason when the data holds fewer candidates than a group."""
+    counts, the ranking depth) and its off-protocol reasons: the data holds fewer candidates
+    than a group, or its evaluated queries (`evaluated`: the dev encodings per language;
+    else the training queries) re-rank another number of candidates than the protocol's
+    `rank_depth` (the seed re-ranks the first stage's top 1,000)."""
     counts = query_counts(enc_train)
     used = min(recipe.rank_group_size, counts["candidate_depth"])
+    depths = [query_counts(e)["candidate_depth"] for e in (evaluated or {}).values()]
+    depth = max(depths) if depths else counts["candidate_depth"]
     record = {
         "objective": recipe.rank_objective,
         "group_size": recipe.rank_group_size,
@@ -325,12 +332,19 @@ def _ranking_record(knobs: TaskKnobs, recipe: Recipe, enc_train: Encoded) -> tup
         "train_queries": {"total": counts["total"], "with_positive": counts["with_positive"],
                           "skipped": counts["without_positive"]},
         "train_candidate_depth": counts["candidate_depth"],
+        "depth": depth,
+        "depth_protocol": PROTOCOL_RECIPE.rank_depth,
     }  # fmt: skip
     reasons = []
     if used < recipe.rank_group_size:
         reasons.append(f"rank group size {used} (protocol: {PROTOCOL_RECIPE.rank_group_size}; "
                        f"the training queries have at most {counts['candidate_depth']} "
                        "candidates)")  # fmt: skip
+    if depth != recipe.rank_depth:
+        where = "evaluated" if depths else "training"
+        reasons.append(f"rank depth {depth} (protocol: {PROTOCOL_RECIPE.rank_depth} "
+                       f"first-stage candidates re-ranked per query; the {where} queries have "
+                       f"at most {depth})")  # fmt: skip
     return record, reasons
 
 
@@ -366,8 +380,8 @@ class Kind:
     `units(enc, rng, recipe)`: an epoch's training units; `count_units(enc)` how many an
     epoch has (the step budget counts them); `members(unit)`: its example indices;
     `train_collate(enc, units, pad_id, device)`: the training batch of `units`.
-    `record(knobs, recipe, enc_train)`: a result section of the kind's own (None: none)
-    and its off-protocol reasons; `section_extra(knobs, encs, preds)`: what a score
+    `record(knobs, recipe, enc_train, evaluated)`: a result section of the kind's own
+    (None: none) and its off-protocol reasons (`evaluated`: the dev encodings); `section_extra(knobs, encs, preds)`: what a score
     section records beside the primary metric, from the split's encodings and predictions.
     `step(kind, model, batch, scale, autocast)`: forward (under `autocast()`), loss and
     backward of `scale` times the loss of a `train_step` batch, returning that scaled loss

@@ -75,6 +75,10 @@ class Score:
     tied: bool = False
     dagger: bool = False
 
+    def markdown(self) -> str:
+        text = f"**{self.text}**" if self.best else self.text
+        return text + (" ≈" if self.tied else "") + (" †" if self.dagger else "")
+
     def latex(self) -> str:
         body = escape(self.text)
         if self.best:

@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
+from . import latex
 from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors, warn_once
 from .experiment import summarize_inputs
 from .fileio import write_output
@@ -430,13 +431,23 @@ def notes(board: Leaderboard) -> list[str]:
     return out
 
 
-def render_markdown(board: Leaderboard) -> str:
+def _grid(board: Leaderboard) -> tuple[list[str], list[list[str]]]:
     head = ["Model", *(label for label, _ in AGGREGATES.values())]
+    return head, [[m, *(format_aggregate(n, board.aggregates[m][n]) for n in AGGREGATES)]
+                  for m in board.models]  # fmt: skip
+
+
+def render_markdown(board: Leaderboard) -> str:
+    head, rows = _grid(board)
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * len(AGGREGATES)]
-    for m in board.models:
-        row = [m, *(format_aggregate(n, board.aggregates[m][n]) for n in AGGREGATES)]
-        lines.append("| " + " | ".join(row) + " |")
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join([*lines, "", *notes(board)]) + "\n"
+
+
+def render_latex(board: Leaderboard) -> str:
+    """The leaderboard as a booktabs table, its notes as table notes."""
+    head, rows = _grid(board)
+    return latex.render_table(head, rows, notes(board))
 
 
 def leaderboard_to_dict(board: Leaderboard) -> dict:
@@ -506,6 +517,8 @@ def render(board: Leaderboard, fmt: str) -> str:
         return json.dumps(leaderboard_to_dict(board), indent=2, ensure_ascii=False) + "\n"
     if fmt == "csv":
         return render_csv(board)
+    if fmt == "latex":
+        return render_latex(board)
     raise HarnessError(f"--format {fmt!r} must be markdown, json or csv")
 
 
@@ -526,7 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
     p.add_argument("--allow-partial", action="store_true", help="drop models missing a task "
                    "and turn the table's problems into notes (all said under the table)")  # fmt: skip
-    p.add_argument("--format", choices=("markdown", "json", "csv"), default="markdown")
+    p.add_argument("--format", choices=("markdown", "json", "csv", "latex"), default="markdown",
+                   help="latex: a booktabs table for a paper (needs booktabs, graphicx)")  # fmt: skip
     p.add_argument("--out", help="write the leaderboard here instead of stdout")
     p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES, metavar="N",
                    help=f"bootstrap replicates (default {DEFAULT_REPLICATES})")  # fmt: skip

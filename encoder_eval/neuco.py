@@ -84,6 +84,8 @@ OPTIONAL_KEYS = {
     "seed": 42,
 }
 CONFIG_KEYS = (*REQUIRED_KEYS, *OPTIONAL_KEYS)
+# What runs of one leaderboard must share: the folds, their seed and the standardisation.
+SETUP_KEYS = ("k_folds", "seed", "standardize_embeddings")
 PROBE_TYPES = ("linear",)  # NeuCo-Bench's svm probe is not offered
 PROBE_PARAMS_REQUIRED = ("batch_size", "epochs", "learning_rate")
 PROBE_PARAMS = (*PROBE_PARAMS_REQUIRED, "device")
@@ -330,11 +332,16 @@ def summarize_runs(
     output_dir: str | Path, phase: str, drop_incomplete: bool = False, now: datetime | None = None
 ) -> Path:
     """Rank every run under `<output_dir>/<phase>/` by NeuCo-Bench's std-weighted rank of
-    per-task Q (the rule of `encoder_eval.leaderboard`) and write
-    `<output_dir>/leaderboards/<phase>/leaderboard_<timestamp>.csv`. A run missing a task
-    (or with an undefined Q) is refused, each listed, unless `drop_incomplete` (NeuCo
-    rule drop_incomplete_runs: it is dropped, and the CSV says so)."""
-    from .leaderboard import neuco_weights, positions, task_ranks
+    per-task Q, as NeuCo-Bench's `compute_leaderboard` does (per task, rank by Q with ties
+    at the lowest rank, scipy rankdata method "min"; weight each task by the std of its Q
+    across runs over the sum of those stds; rank the weighted sums, method "min") and write
+    `<output_dir>/leaderboards/<phase>/leaderboard_<timestamp>.csv`. Runs made with other
+    k_folds, fold seeds or standardisation are refused (their Q do not compare), and so is
+    a run missing a task (or with an undefined Q), each listed, unless `drop_incomplete`
+    (NeuCo rule drop_incomplete_runs: it is dropped, and the CSV says so)."""
+    from scipy import stats as sps
+
+    from .leaderboard import neuco_weights
 
     runs = []
     for path in sorted(Path(output_dir, phase).glob(f"*/{SUMMARY_FILE}")):
@@ -354,6 +361,17 @@ def summarize_runs(
             + "; ".join(f"{name}: {s['neuco_rules'] or 'none'}" for name, s in runs)
             + "; use one --phase per set of rules"
         )
+    setups: dict[str, list[str]] = {}
+    for name, s in runs:
+        config = s.get("config") or {}
+        key = ", ".join(f"{k}={config.get(k)}" for k in SETUP_KEYS)
+        setups.setdefault(key, []).append(name)
+    if len(setups) > 1:
+        raise LeaderboardRefused(
+            "runs made with different fold setups cannot share a leaderboard (their Q do not "
+            "compare): " + "; ".join(f"{key}: {', '.join(names)}" for key, names in setups.items())
+            + "; use one --phase per setup"
+        )  # fmt: skip
     tasks = sorted({t for _, s in runs for t in s["task_q_scores"]})
     missing = {name: [t for t in tasks if s["task_q_scores"].get(t) is None] for name, s in runs}
     missing = {name: ts for name, ts in missing.items() if ts}
@@ -369,8 +387,8 @@ def summarize_runs(
         raise LeaderboardRefused("every run misses a task; nothing to rank")
     q = np.asarray([[s["task_q_scores"][t] for t in tasks] for _, s in kept], dtype=np.float64)
     weights, _ = neuco_weights(q)
-    weighted = task_ranks(q) @ weights
-    order = positions(weighted, higher_is_better=False)
+    weighted = sps.rankdata(-q, method="min", axis=0) @ weights
+    order = sps.rankdata(weighted, method="min")
     buffer = []
     header = ["method", "run", "aggregated_rank", "weighted_score", "overall_q_score",
               "overall_acc_score", *(f"{t}_q" for t in tasks)]  # fmt: skip
@@ -418,6 +436,7 @@ def run_neuco(
         standardize=config["standardize_embeddings"],
         normalize_labels=config["normalize_labels"],
         neuco_rules=tuple(sorted(set(neuco_rules))),
+        std_ddof=0,  # NeuCo-Bench's Q: np.nanstd, ddof 0
     )
     annotations = read_annotations(annotation_path)
     tasks = sorted(annotations)

@@ -13,7 +13,8 @@ files; `probe_task` runs the protocol (EVALUATION_METHODOLOGY.md, "12. Probing")
   (per language, headline as in fine-tuning) and the secondary metric (macro F1 or R²);
   without a report split (NeuCo mode) the fold's held-out rows are the evaluation and
   the strength is chosen on a further held-out tenth of the fold's fitting rows;
-* mean and std (ddof 1) over folds, and Q = 2 * mean / (Q_OFFSET + std).
+* mean and std over folds (ddof 1; ddof 0, NeuCo-Bench's np.nanstd, in NeuCo mode:
+  `ProbeConfig.std_ddof`), and Q = 2 * mean / (Q_OFFSET + std).
 
 NeuCo-Bench's unsound rules (`NEUCO_RULES`) are available behind `ProbeConfig.neuco_rules`;
 a result computed under any of them says so and is off protocol. Stored probes are JSON
@@ -135,6 +136,9 @@ class ProbeConfig:
     standardize: bool = True
     normalize_labels: bool = False
     neuco_rules: tuple[str, ...] = ()
+    # The fold std's ddof, in the std and in Q: 1 here (the folds are a sample), 0 in NeuCo
+    # mode, which follows NeuCo-Bench's np.nanstd so that its Q is NeuCo-Bench's.
+    std_ddof: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.k_folds, int) or self.k_folds < 2:
@@ -156,6 +160,7 @@ class ProbeConfig:
             "seed": self.seed,
             "validation_fraction": VALIDATION_FRACTION,
             "standardize": self.standardize,
+            "std_ddof": self.std_ddof,
             "normalize_labels": self.normalize_labels,
             "neuco_rules": sorted(self.neuco_rules),
         }
@@ -353,10 +358,11 @@ def _headline(
     return language_mean(per_lang, euro)[0], per_lang
 
 
-def q_statistic(fold_scores: list[float]) -> tuple[float, float, float]:
-    """(mean, std with ddof 1, Q = 2 * mean / (Q_OFFSET + std)) of per-fold scores."""
+def q_statistic(fold_scores: list[float], ddof: int = 1) -> tuple[float, float, float]:
+    """(mean, std with `ddof`, Q = 2 * mean / (Q_OFFSET + std)) of per-fold scores; ddof 0
+    is NeuCo-Bench's (np.nanstd), 1 the sample std."""
     values = np.asarray(fold_scores, dtype=np.float64)
-    mean, std = float(values.mean()), float(values.std(ddof=1))
+    mean, std = float(values.mean()), float(values.std(ddof=ddof))
     return mean, std, 2.0 * mean / (Q_OFFSET + std)
 
 
@@ -451,10 +457,10 @@ def _probe_task(task: ProbeTask, config: ProbeConfig) -> ProbeOutcome:
     if any(s is None for s in scores):
         undefined = f"{task.metric} undefined on {sum(s is None for s in scores)} fold(s)"
     else:
-        mean, std, q = q_statistic(scores)
+        mean, std, q = q_statistic(scores, config.std_ddof)
     sec_mean = sec_std = None
     if all(s is not None for s in seconds):
-        sec_mean, sec_std, _ = q_statistic(seconds)
+        sec_mean, sec_std, _ = q_statistic(seconds, config.std_ddof)
     scored_on = (
         "validation rows that chose the probe (NeuCo rule best_fold_score)" if best_rule
         else "report split" if report else "held-out rows of each fold"

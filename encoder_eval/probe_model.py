@@ -376,8 +376,10 @@ def probe_table(
 ):
     """The probe results as a `summarize.Table`: a row per (model, pooling) ("model:pooling"),
     a cell per task whose "seeds" are the folds (score per fold, `q_t`). Cells of another
-    fold setup than the most common one, off protocol, or whose embeddings ran at another
-    precision than the rest (bf16 beside fp32) are problems of the table."""
+    fold setup than the most common one, off protocol, whose embeddings ran at another
+    precision than the rest (bf16 beside fp32), or with a fold whose score is undefined (as
+    `summarize` treats an undefined report score: never averaged, the table refused unless
+    --allow-partial) are problems of the table."""
     from collections import Counter
 
     from .summarize import CellStats, Problem, Table
@@ -400,7 +402,7 @@ def probe_table(
     setups = Counter((r["protocol"]["k_folds"], r["protocol"]["seed"]) for r in by_cell.values())
     (k, seed), _ = setups.most_common(1)[0] if setups else ((DEFAULT_K_FOLDS, DEFAULT_SEED), 0)
     cells, problems, off = {}, [], []
-    other_setup, limited = [], []
+    other_setup, limited, undefined_folds = [], [], []
     by_precision: dict[str, list[str]] = {}
     for (method, task), r in by_cell.items():
         if method not in names or task not in task_names:
@@ -411,6 +413,11 @@ def probe_table(
         q_t = r.get("q_t") or []
         scores = {i: float(v) for i, v in enumerate(q_t) if v is not None}
         undefined = [i for i, v in enumerate(q_t) if v is None]
+        if undefined or (r.get("mean_score") is None and not q_t):
+            why = r.get("undefined") or "score undefined"
+            folds = ", ".join(map(str, undefined)) or "all (no per-fold scores recorded)"
+            undefined_folds.append(f"{method}/{task}: fold(s) {folds} of {len(q_t) or '?'} "
+                                   f"undefined ({why})")  # fmt: skip
         if (r["protocol"]["k_folds"], r["protocol"]["seed"]) != (k, seed):
             other_setup.append(f"{method}/{task}")
         if r["protocol"].get("limit") is not None:
@@ -438,6 +445,10 @@ def probe_table(
     if limited:
         problems.append(Problem("off_protocol", f"{len(limited)} probe cell(s) are smoke runs "
                                 "on a few examples per split (--limit)", sorted(limited)))  # fmt: skip
+    if undefined_folds:
+        problems.append(Problem("undefined_metric", f"{len(undefined_folds)} probe cell(s) have "
+                                "a fold whose score is undefined (never averaged, never read "
+                                "as 0)", sorted(undefined_folds)))  # fmt: skip
     return Table(names, task_names, cells, problems, list(range(k)), kind="probe")
 
 

@@ -78,9 +78,12 @@ class Recipe:
     # different value changes predictions by bf16 rounding only, yet tables never mix them.
     eval_batch_size: int | None = _entry(None, checked=False)
     # Ranking cells: the objective (RANK_OBJECTIVES) and the group per query, one relevant
-    # candidate plus sampled negatives (the seed's 36); other cells ignore both.
+    # candidate plus sampled negatives (the seed's 36); other cells ignore them.
     rank_objective: str = _entry("listwise")
     rank_group_size: int = _entry(36)
+    # How many first-stage candidates each query re-ranks: the seed re-ranks BM25's top
+    # 1,000. A cell whose data holds another depth is off-protocol (kinds._ranking_record).
+    rank_depth: int = _entry(1000)
     mode: str = _entry("auto", scope=MODEL, checked=False)  # the loader (models.MODES)
     # The decoder-adapted loader's settings (models.loader_settings); None for other modes.
     attention: str | None = _entry(None, scope=MODEL, checked=False)  # bidirectional | causal

@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from .errors import (
@@ -20,6 +22,8 @@ from .errors import (
     EXIT_PREEMPTED,
     ArgumentParser,
     HarnessError,
+    Terminated,
+    raise_on_sigterm,
     report_errors,
 )
 from .limit import check_limit
@@ -294,7 +298,9 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
     it, if that runner died first), so a unit's process ends only when its cells are done.
     A cell that crashes (an exception other than bad input or preemption, e.g. running out
     of memory) writes nothing; its traceback is printed and the next cell runs. CellsFailed
-    is raised at the end, naming the crashed cells.
+    is raised at the end, naming the crashed cells. A stop signal is never a crash: once
+    SIGTERM or Ctrl-C arrives, Preempted or Interrupted ends the loop, even when saving
+    failed after it, and no further cell starts.
     """
     import traceback
 
@@ -397,9 +403,17 @@ def main(argv: list[str] | None = None) -> int:
     cells = plan_cells(args)  # bad input ends here, before torch is imported
     from .train import Interrupted, Preempted
 
+    # SIGTERM between cells (loading data, waiting for another runner's lock) raises, as
+    # Ctrl-C does; inside a cell `train.run_cell` turns both into a saved state.
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, raise_on_sigterm) if main_thread else None
     try:
         run_cells(cells, args.skip_existing, log=(lambda m: None) if quiet else print)
         _note_unreadable_name(cells)
+    except Terminated:
+        print("preempted: SIGTERM before a cell's training started or after its result was "
+              "written; run the same command again to continue", file=sys.stderr)  # fmt: skip
+        return EXIT_PREEMPTED
     except Interrupted as exc:
         print(f"interrupted: {exc}", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -413,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     except CellsFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INCOMPLETE
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     return EXIT_OK
 
 

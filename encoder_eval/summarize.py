@@ -71,7 +71,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import aggregate, stats
+from . import aggregate, latex, stats
 from .errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -83,6 +83,7 @@ from .errors import (
 )
 from .experiment import summarize_inputs
 from .fileio import write_output
+from .latex import Score
 from .metrics import metric_spec
 from .protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS, seed_arg
 from .results import LoadedResult, load_results, result_filename
@@ -116,11 +117,16 @@ CI_NOTES = {
     "bootstrap": "[low, high]: 95 % two-level bootstrap interval of the seed mean (seeds and "
     "report examples resampled, percentile method).",
 }
-MARKS_NOTE = (
-    "Bold: the task's best model by mean; ≈: not distinguishable from it (the verdict of "
-    "`encoder-eval compare`: a t-test carrying seed and test-set variance, Holm-corrected "
-    "across the task's comparisons with the best)."
-)
+MARKS_NOTES = {
+    "table": "Bold: the task's best model by mean; ≈: not distinguishable from it (the verdict "
+    "of `encoder-eval compare`: a t-test carrying seed and test-set variance). Every pair of "
+    "models on every task is tested, Holm-corrected as one family, so the chance that any "
+    "mark of the table comes from a false difference is at most 0.05.",
+    "task": "Bold: the task's best model by mean; ≈: not distinguishable from it (the verdict "
+    "of `encoder-eval compare`: a t-test carrying seed and test-set variance, Holm-corrected "
+    "across the task's comparisons with the best only, --marks-family task: this does not "
+    "account for the best being picked by its mean, nor for the other tasks).",
+}
 BUCKET_LABELS = {"multilingual": "Multilingual", "glue": "GLUE", "superglue": "SuperGLUE",
                  "ranking": "Ranking"}  # fmt: skip
 BUCKET_ORDER = ("multilingual", "glue", "superglue", "ranking")
@@ -131,6 +137,8 @@ TASK_LABELS = {
     "glue_mnli": "MNLI", "glue_qnli": "QNLI", "glue_rte": "RTE", "sg_boolq": "BoolQ",
     "sg_cb": "CB", "sg_wic": "WiC", "sg_wsc": "WSC", "ms_marco": "MS-MARCO",
 }  # fmt: skip
+
+FORMATS = ("markdown", "json", "csv", "latex")
 
 
 @dataclass
@@ -194,6 +202,7 @@ class Table:
     ci_method: str = "t"  # CI_METHODS: how `interval` is computed
     bootstrap: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     marks: dict | None = None  # task -> compare.TaskMarks; None: not computed
+    marks_family: str = "table"  # what the marks' correction runs over (compare.MARK_FAMILIES)
     kind: str = "fine-tune"  # or "probe": rows are (model, pooling), "seeds" are probe folds
 
     def interval(self, model: str, task: str) -> tuple[float, float] | None:
@@ -493,25 +502,30 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.2f}"
 
 
+def score_cell(
+    cell: CellStats | None,
+    expected_n: int,
+    interval: tuple[float, float] | None = None,
+    mark: str | None = None,
+) -> Score:
+    """`72.31 ± 1.05 [70.98, 73.64]` (x100: mean ± std [95 % interval]); `—` for no score;
+    `†` when averaged over fewer seeds; bold when `mark` is "best", `≈` when "tied"."""
+    if cell is None or cell.mean is None:
+        return Score("—")
+    std = "n/a" if cell.std is None else f"{100 * cell.std:.2f}"
+    ci = "" if interval is None else f" [{_pct(interval[0])}, {_pct(interval[1])}]"
+    return Score(f"{_pct(cell.mean)} ± {std}{ci}", best=mark == "best", tied=mark == "tied",
+                 dagger=cell.n != expected_n)  # fmt: skip
+
+
 def format_cell(
     cell: CellStats | None,
     expected_n: int,
     interval: tuple[float, float] | None = None,
     mark: str | None = None,
 ) -> str:
-    """`72.31 ± 1.05 [70.98, 73.64]` (x100: mean ± std [95 % interval]); `—` for no score;
-    `†` when averaged over fewer seeds; bold when `mark` is "best", `≈` when "tied"."""
-    if cell is None or cell.mean is None:
-        return "—"
-    std = "n/a" if cell.std is None else f"{100 * cell.std:.2f}"
-    ci = "" if interval is None else f" [{_pct(interval[0])}, {_pct(interval[1])}]"
-    dagger = " †" if cell.n != expected_n else ""
-    text = f"{_pct(cell.mean)} ± {std}{ci}"
-    if mark == "best":
-        text = f"**{text}**"
-    elif mark == "tied":
-        text += " ≈"
-    return text + dagger
+    """The markdown of `score_cell`."""
+    return score_cell(cell, expected_n, interval, mark).markdown()
 
 
 def task_header(task: str) -> str:
@@ -537,12 +551,22 @@ PROBE_NOTES = (
 )
 
 
+def _dagger_notes(table: Table) -> list[str]:
+    """`† avg@k instead of avg@n: cells` for the cells averaged over fewer seeds (or folds)."""
+    by_n: dict[int, list[str]] = defaultdict(list)
+    for c in table.partial_cells():
+        by_n[c.n].append(f"{c.model}/{c.task}")
+    n = len(table.expected_seeds)
+    return [f"† avg@{k} instead of avg@{n}: {', '.join(by_n[k])}." for k in sorted(by_n)]
+
+
 def footnotes(table: Table) -> list[str]:
     n = len(table.expected_seeds)
     if table.kind == "probe":
         notes = [PROBE_NOTES[0].format(n=n), PROBE_NOTES[1]]
         if any(TASK_KNOBS[t].report_split == "validation" for t in table.tasks):
             notes.append("* reported on the dev (validation) split: the test labels are hidden.")
+        notes += _dagger_notes(table)
         notes += [f"Not a protocol table: {p.message} [{p.rule}]." for p in table.problems]
         return notes
     seeds = _seed_range(table.expected_seeds)
@@ -558,7 +582,7 @@ def footnotes(table: Table) -> list[str]:
         CI_NOTES[table.ci_method],
     ]
     if table.marks is not None:
-        notes.append(MARKS_NOTE)
+        notes.append(MARKS_NOTES[table.marks_family])
         for task, m in table.marks.items():
             if m.notes:
                 notes.append(f"{task}: " + "; ".join(m.notes) + ".")
@@ -580,38 +604,49 @@ def footnotes(table: Table) -> list[str]:
     if separate:
         notes.append(f"Average leaves out the ranking tasks ({', '.join(separate)}), which "
                      "have their own column.")  # fmt: skip
-    if partial:
-        by_n: dict[int, list[str]] = defaultdict(list)
-        for c in partial:
-            by_n[c.n].append(f"{c.model}/{c.task}")
-        for k in sorted(by_n):
-            notes.append(f"† avg@{k} instead of avg@{n}: {', '.join(by_n[k])}.")
+    notes += _dagger_notes(table)
     for p in table.problems:
         notes.append(f"Not a protocol table: {p.message} [{p.rule}].")
     return notes
 
 
-def render_markdown(table: Table) -> str:
+def table_grid(table: Table) -> tuple[list[str], list[list[Score | str]]]:
+    """The table's header and rows, each cell with its marks: what every text format shows."""
     n = len(table.expected_seeds)
     head = ["Model", *(task_header(t) for t in table.tasks)]
     head += [BUCKET_LABELS.get(b, b.title()) for b in table.buckets]
     head += [BENCHMARK_LABELS[name] for name in table.benchmark_scores] + ["Average"]
-    lines = [
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" + "---:|" * (len(head) - 1),
-    ]
+    rows: list[list[Score | str]] = []
     for model in table.models:
-        row = [model]
+        row: list[Score | str] = [model]
         row += [
-            format_cell(table.cells.get((model, t)), n, table.interval(model, t),
-                        table.mark(model, t))
+            score_cell(table.cells.get((model, t)), n, table.interval(model, t),
+                       table.mark(model, t))
             for t in table.tasks
         ]  # fmt: skip
         row += [_pct(table.bucket_mean(model, b)) for b in table.buckets]
         row += [_pct(table.benchmark_score(model, name)) for name in table.benchmark_scores]
         row.append(_pct(table.overall_mean(model)))
-        lines.append("| " + " | ".join(row) + " |")
+        rows.append(row)
+    return head, rows
+
+
+def render_markdown(table: Table) -> str:
+    head, rows = table_grid(table)
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" + "---:|" * (len(head) - 1),
+    ]
+    for row in rows:
+        cells = [c.markdown() if isinstance(c, Score) else c for c in row]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join([*lines, "", *footnotes(table)]) + "\n"
+
+
+def render_latex(table: Table) -> str:
+    """The table for a paper: booktabs, marks as in markdown, the footnotes as table notes."""
+    head, rows = table_grid(table)
+    return latex.render_table(head, rows, footnotes(table))
 
 
 def table_to_dict(table: Table) -> dict:
@@ -713,7 +748,9 @@ def render(table: Table, fmt: str) -> str:
         return json.dumps(table_to_dict(table), indent=2) + "\n"
     if fmt == "csv":
         return render_csv(table)
-    raise HarnessError(f"--format {fmt!r} must be markdown, json or csv")
+    if fmt == "latex":
+        return render_latex(table)
+    raise HarnessError(f"--format {fmt!r} must be one of {', '.join(FORMATS)}")
 
 
 def format_refusal(table: Table) -> str:
@@ -735,10 +772,11 @@ def add_statistics(
     marks: bool = True,
     n_resamples: int = 999,
     seed: int = 1234,
+    marks_family: str = "table",
 ) -> None:
     """Set the table's interval method (bootstrap intervals computed here) and, with
     `marks`, each task's best model and those not distinguishable from it
-    (`compare.best_marks`)."""
+    (`compare.best_marks`, corrected over `marks_family`)."""
     from . import compare
 
     if ci not in CI_METHODS:
@@ -748,7 +786,9 @@ def add_statistics(
         table.bootstrap = compare.bootstrap_intervals(table, results, n_resamples=n_resamples,
                                                       seed=seed)  # fmt: skip
     if marks:
-        table.marks = compare.best_marks(table, results, n_resamples=n_resamples, seed=seed)
+        table.marks = compare.best_marks(table, results, n_resamples=n_resamples, seed=seed,
+                                         family=marks_family)  # fmt: skip
+        table.marks_family = marks_family
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -760,7 +800,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-dir", required=True, help="report-phase result directory")
     p.add_argument("--selection", help="selection.json from encoder_eval.select (default: the "
                    "one the results directory's experiment file names)")  # fmt: skip
-    p.add_argument("--format", choices=("markdown", "json", "csv"), default="markdown")
+    p.add_argument("--format", choices=FORMATS, default="markdown",
+                   help="latex: a booktabs table for a paper (needs booktabs, graphicx)")  # fmt: skip
     p.add_argument("--models", help="comma-separated models (default: selection + results)")
     p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
     p.add_argument("--allow-partial", action="store_true",
@@ -771,6 +812,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "examples (needs the cells' predictions files)")  # fmt: skip
     p.add_argument("--no-marks", action="store_true", help="do not mark each task's best "
                    "model and those not distinguishable from it (skips the tests)")  # fmt: skip
+    p.add_argument("--marks-family", choices=("table", "task"), default="table",
+                   help="what the marks are corrected over: table (every pair of models on "
+                   "every task, the default: any false mark at most 5 %%) or task (the "
+                   "best against the others of each task only)")  # fmt: skip
     p.add_argument("--resamples", type=int, default=999,
                    help="bootstrap replicates and permutations (--ci bootstrap, the marks)")  # fmt: skip
     p.add_argument("--seed", type=seed_arg, default=1234, help="seed of the resampling")
@@ -802,7 +847,8 @@ def main(argv: list[str] | None = None) -> int:
                         tasks=split_csv(args.tasks) or None)  # fmt: skip
     if not (table.problems and not args.allow_partial):
         add_statistics(table, results, ci=args.ci, marks=not args.no_marks,
-                       n_resamples=args.resamples, seed=args.seed)  # fmt: skip
+                       n_resamples=args.resamples, seed=args.seed,
+                       marks_family=args.marks_family)  # fmt: skip
     text = render(table, args.format)
     if args.out and not Path(args.out).absolute().parent.is_dir():
         raise HarnessError(f"--out {args.out}: its directory does not exist")

@@ -17,9 +17,15 @@ checkpoint (same weights) and setup is kept.
 `track_regression` compares each checkpoint with a reference, `best` (the best earlier
 score: catches slow drift) or `prior` (the previous checkpoint: catches step drops),
 direction-aware. A drop is flagged when it exceeds `threshold` relative to the reference
-and, unless `noise_z` is 0, `noise_z` standard errors of the difference of the two means
-(seed or fold spread of both checkpoints). A reference within `zero_floor` of zero is
-measured against `zero_floor` instead of its own magnitude: an absolute threshold.
+and, unless `noise_alpha` is 0, a one-sided Welch t bound: drop > t_{1-level}(Welch df) ·
+SE, SE the standard error of the difference of the two means (seed or fold spread of both
+checkpoints). The level spreads `noise_alpha` over the sequence so that, per task, the
+chance of any false flag over a sequence of up to `horizon` checkpoints with no true change
+is at most `noise_alpha`: level = noise_alpha / (H - 1), H = max(horizon, checkpoints), and
+under `best` divided again by the number of earlier checkpoints the best is the maximum of
+(a Bonferroni bound: a drop below the maximum is a drop below one of them). A reference
+within `zero_floor` of zero is measured against `zero_floor` instead of its own magnitude:
+an absolute threshold.
 """
 
 from __future__ import annotations
@@ -58,7 +64,8 @@ SCHEMA_VERSION = 1
 EVAL_KINDS = ("probe", "finetune", "synthetic")
 REFERENCES = ("best", "prior")
 DEFAULT_THRESHOLD = 0.05  # the seed's relative threshold
-DEFAULT_NOISE_Z = 2.0
+DEFAULT_NOISE_ALPHA = 0.05  # per task: any false flag over the horizon, at most this
+DEFAULT_HORIZON = 10  # checkpoints the noise level is spread over (more when there are more)
 DEFAULT_ZERO_FLOOR = 0.1  # metric units: below it a reference's magnitude is replaced by this
 RECEIPT_SUFFIX = ".receipt.json"
 CHECKPOINT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -668,7 +675,9 @@ class Check:
     rule: str
     drop: float  # how much worse, in metric units (negative: better)
     noise: float | None  # standard error of the difference of the two means
-    noise_z: float
+    level: float | None  # the one-sided level of this check's noise bound (None: rule off)
+    df: float | None  # Welch-Satterthwaite degrees of freedom of `noise`
+    critical: float | None  # t quantile at 1 - level on df: a flag needs drop > critical x noise
     status: str
 
     @property
@@ -688,7 +697,8 @@ class RegressionReport:
     n_checkpoints: int
     threshold: float
     reference: str
-    noise_z: float
+    noise_alpha: float
+    horizon: int
     zero_floor: float
     checkpoints: list[str] = field(default_factory=list)
     setup: dict = field(default_factory=dict)
@@ -702,20 +712,32 @@ class RegressionReport:
             "schema": REPORT_SCHEMA, "schema_version": SCHEMA_VERSION,
             "n_checkpoints": self.n_checkpoints, "checkpoints": self.checkpoints,
             "threshold": self.threshold, "reference": self.reference,
-            "noise_z": self.noise_z, "zero_floor": self.zero_floor, "setup": self.setup,
+            "noise_alpha": self.noise_alpha, "horizon": self.horizon,
+            "zero_floor": self.zero_floor, "setup": self.setup,
             "flags": [asdict(c) for c in self.flags],
             "checks": [asdict(c) for c in self.checks],
         }  # fmt: skip
 
 
-def _noise(a: TaskResult, b: TaskResult) -> float | None:
+def _noise(a: TaskResult, b: TaskResult) -> tuple[float, float] | None:
+    """(standard error of the difference of the two means, its Welch-Satterthwaite df), or
+    None when a side has no spread measured (one seed)."""
     parts = []
     for t in (a, b):
         std, n = t.details.get("std"), t.details.get("n") or 0
         if std is None or n < 2:
             return None
-        parts.append(std * std / n)
-    return math.sqrt(sum(parts))
+        parts.append((std * std / n, n - 1))
+    var = sum(u for u, _ in parts)
+    denom = sum(u * u / df for u, df in parts)
+    return math.sqrt(var), (math.inf if denom == 0 else var * var / denom)
+
+
+def _critical(level: float, df: float) -> float:
+    """The one-sided t quantile at 1 - level on df degrees of freedom (normal for infinite)."""
+    from scipy import stats as sps
+
+    return float(sps.norm.isf(level) if math.isinf(df) else sps.t.isf(level, df))
 
 
 def _better(x: float, y: float, higher: bool) -> bool:
@@ -727,19 +749,24 @@ def track_regression(
     *,
     threshold: float = DEFAULT_THRESHOLD,
     reference: str = "best",
-    noise_z: float = DEFAULT_NOISE_Z,
+    noise_alpha: float = DEFAULT_NOISE_ALPHA,
+    horizon: int = DEFAULT_HORIZON,
     zero_floor: float = DEFAULT_ZERO_FLOOR,
 ) -> RegressionReport:
     """Compare every checkpoint after the first with its reference on each task (see the
     module docstring for the rule). With no noise measured (one seed), only the threshold
-    decides, and the check's `noise` is None."""
+    decides, the check's `noise` is None, and the false-flag bound does not hold."""
     if reference not in REFERENCES:
         raise unknown_name("reference", reference, REFERENCES)
-    if threshold < 0 or noise_z < 0 or zero_floor < 0:
-        raise HarnessError("--threshold, --noise-z and --zero-floor must be >= 0")
+    if threshold < 0 or zero_floor < 0 or not 0 <= noise_alpha < 1:
+        raise HarnessError("--threshold and --zero-floor must be >= 0, --noise-alpha in [0, 1)")
+    if horizon < 2:
+        raise HarnessError(f"--horizon {horizon}: a sequence to check has 2 checkpoints or more")
     checks: list[Check] = []
     tasks = list(dict.fromkeys(t.name for r in receipts for t in r.tasks))
     for task in tasks:
+        present = sum(r.task(task) is not None for r in receipts)
+        per_check = noise_alpha / (max(horizon, present) - 1)
         seen: list[tuple[Receipt, TaskResult]] = []
         for r in receipts:
             cur = r.task(task)
@@ -757,10 +784,15 @@ def track_regression(
                 drop = (ref.score - cur.score) if higher else (cur.score - ref.score)
                 absolute = abs(ref.score) < zero_floor
                 denom = zero_floor if absolute else abs(ref.score)
-                noise = _noise(cur, ref)
+                measured = _noise(cur, ref)
+                noise, df = (None, None) if measured is None else measured
+                level = critical = None
+                if noise_alpha > 0 and noise is not None:
+                    level = per_check / (len(seen) if reference == "best" else 1)
+                    critical = _critical(level, df)
                 if denom == 0 or drop / denom <= threshold:
                     status = "not_worse" if drop <= 0 else "within_threshold"
-                elif noise_z > 0 and noise is not None and drop <= noise_z * noise:
+                elif critical is not None and drop <= critical * noise:
                     status = "within_noise"
                 else:
                     status = "flagged"
@@ -768,11 +800,12 @@ def track_regression(
                     task, r.checkpoint_id, r.checkpoint_index, cur.score, ref.score,
                     ref_r.checkpoint_id, ref_r.checkpoint_index,
                     (cur.score - ref.score) / denom if denom else 0.0, threshold, higher,
-                    "absolute" if absolute else "relative", drop, noise, noise_z, status,
+                    "absolute" if absolute else "relative", drop, noise, level, df, critical,
+                    status,
                 ))  # fmt: skip
             seen.append((r, cur))
-    return RegressionReport(checks, len(receipts), threshold, reference, noise_z, zero_floor,
-                            [r.checkpoint_id for r in receipts],
+    return RegressionReport(checks, len(receipts), threshold, reference, noise_alpha, horizon,
+                            zero_floor, [r.checkpoint_id for r in receipts],
                             receipts[0].setup if receipts else {})  # fmt: skip
 
 
@@ -805,7 +838,16 @@ def format_markdown(report: RegressionReport, receipts: Sequence[Receipt]) -> st
         else f"fine-tune at {s.get('lr_key')} ({s.get('lr_source')}), seeds "
         f"{','.join(map(str, s.get('seeds') or []))}"
     )
-    z = report.noise_z
+    a = report.noise_alpha
+    noise_rule = (
+        f" and a one-sided Welch t bound on the seed/fold spread: drop > t_(1-level) x SE, the "
+        f"level spreading {a:g} over the sequence so that per task the chance of any false "
+        f"flag over up to {report.horizon} checkpoints (or all of them, when there are more) "
+        "with no true change is at most "
+        f"{a:g}" + (", the best earlier score counted as the maximum it is." if report.reference
+                    == "best" else ".")
+        if a else " (noise rule off: --noise-alpha 0)."
+    )  # fmt: skip
     lines = [
         f"# Regression report: {report.n_checkpoints} checkpoints, {len(report.flags)} flag(s)",
         "",
@@ -813,15 +855,14 @@ def format_markdown(report: RegressionReport, receipts: Sequence[Receipt]) -> st
         f" ({'best earlier score' if report.reference == 'best' else 'previous checkpoint'}). "
         f"A drop is flagged when it exceeds {100 * report.threshold:g} % of the reference "
         f"(of {report.zero_floor:g} when the reference is closer to zero: absolute)"
-        + (f" and {z:g} standard errors of the difference (seed/fold spread)." if z else
-           " (noise rule off: --noise-z 0)."),
+        + noise_rule + " A check without a measured spread (one seed) has the threshold alone.",
         "",
     ]  # fmt: skip
     by_key = {(c.task, c.checkpoint_id): c for c in report.checks}
     tasks = list(dict.fromkeys(t.name for r in receipts for t in r.tasks))
     for task in tasks:
         lines += [f"## {task}", "", "| # | checkpoint | score ± std (n) | reference | Δ rel | "
-                  "drop / noise | verdict |", "|---:|---|---:|---|---:|---:|---|"]  # fmt: skip
+                  "drop / noise (needed) | verdict |", "|---:|---|---:|---|---:|---:|---|"]  # fmt: skip
         for r in receipts:
             t = r.task(task)
             if t is None:
@@ -834,6 +875,8 @@ def format_markdown(report: RegressionReport, receipts: Sequence[Receipt]) -> st
                              "| first |")  # fmt: skip
                 continue
             ratio = "—" if not c.noise else f"{c.drop / c.noise:.2f}"
+            if c.critical is not None and c.noise:
+                ratio += f" ({c.critical:.2f})"
             verdict = "**REGRESSED**" if c.flagged else c.status.replace("_", " ")
             lines.append(
                 f"| {r.checkpoint_index} | {r.checkpoint_id} | {score} | "
@@ -898,7 +941,8 @@ def write_report(
     *,
     threshold: float = DEFAULT_THRESHOLD,
     reference: str = "best",
-    noise_z: float = DEFAULT_NOISE_Z,
+    noise_alpha: float = DEFAULT_NOISE_ALPHA,
+    horizon: int = DEFAULT_HORIZON,
     zero_floor: float = DEFAULT_ZERO_FLOOR,
     plots: bool = True,
 ) -> tuple[RegressionReport, str]:
@@ -908,7 +952,8 @@ def write_report(
                            "more checkpoints")  # fmt: skip
     check_comparable(receipts)
     report = track_regression(receipts, threshold=threshold, reference=reference,
-                              noise_z=noise_z, zero_floor=zero_floor)  # fmt: skip
+                              noise_alpha=noise_alpha, horizon=horizon,
+                              zero_floor=zero_floor)  # fmt: skip
     text = format_markdown(report, receipts)
     out = Path(out_dir)
     write_json_atomic(out / "regression.json", report.to_dict())
@@ -961,9 +1006,13 @@ def _add_report_arguments(p: argparse.ArgumentParser) -> None:
                    help="relative drop that counts (default 0.05)")  # fmt: skip
     g.add_argument("--reference", choices=REFERENCES, default="best",
                    help="best: best earlier score (slow drift); prior: previous checkpoint")  # fmt: skip
-    g.add_argument("--noise-z", type=float, default=DEFAULT_NOISE_Z,
-                   help="a flag also needs the drop beyond this many standard errors of the "
-                   "difference (default 2; 0 = the plain threshold rule)")  # fmt: skip
+    g.add_argument("--noise-alpha", type=float, default=DEFAULT_NOISE_ALPHA,
+                   help="a flag also needs the drop beyond a one-sided Welch t bound; per "
+                   "task, the chance of any false flag over the horizon is at most this "
+                   "(default 0.05; 0 = the plain threshold rule)")  # fmt: skip
+    g.add_argument("--horizon", type=int, default=DEFAULT_HORIZON,
+                   help="checkpoints the noise level is spread over (default 10; the number "
+                   "of checkpoints when there are more)")  # fmt: skip
     g.add_argument("--zero-floor", type=float, default=DEFAULT_ZERO_FLOOR,
                    help="references closer to 0 than this are measured against it "
                    "(absolute threshold; default 0.1)")  # fmt: skip
@@ -1056,7 +1105,8 @@ def build_parser() -> ArgumentParser:
 def _report(args: argparse.Namespace, receipts: list[Receipt]) -> int:
     report, text = write_report(
         receipts, args.out_dir, threshold=args.threshold, reference=args.reference,
-        noise_z=args.noise_z, zero_floor=args.zero_floor, plots=not args.no_plots,
+        noise_alpha=args.noise_alpha, horizon=args.horizon, zero_floor=args.zero_floor,
+        plots=not args.no_plots,
     )  # fmt: skip
     print(text)
     print(f"wrote {Path(args.out_dir) / 'regression.json'} and regression.md"

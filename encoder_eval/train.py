@@ -35,7 +35,7 @@ from . import cpu, metrics, provenance, tokencache, trackers
 from .errors import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # re-exported for older imports
 from .errors import EXIT_PREEMPTED as EXIT_PREEMPTED
 from .errors import HarnessError, unknown_name
-from .fileio import atomic_open
+from .fileio import atomic_open, temporary_name
 from .kinds import Kind, kind_for
 from .limit import limit_data
 from .loaders import LoadedModel, load_model
@@ -49,7 +49,7 @@ from .predictions import (
 )
 from .predictions import from_cell as predictions_from_cell
 from .protocol import PROTOCOL_RECIPE, Recipe, off_protocol_reasons, signature, step_budget
-from .results import lr_key, write_json_atomic
+from .results import EXCL_SUFFIX, LOCK_PREFIX, lr_key, write_json_atomic
 from .schema import CellId, CellResult, Protocol, ScoreSection, Training
 from .tasks import TaskKnobs, data_provenance, load_task, task_knobs
 
@@ -161,10 +161,11 @@ def encode_cached(
     fp = tokenizer_fp or tokencache.tokenizer_fingerprint(tokenizer)
     key = tokencache.cache_key(fp, split, max_len, input_names)
     hit = tokencache.load(cache_dir, key)
-    if isinstance(hit, Encoded):
-        return hit
+    if hit is not None:
+        features, labels = hit
+        return Encoded(features, labels, [len(ids) for ids in features["input_ids"]])
     enc = encode(tokenizer, split, max_len, input_names)
-    tokencache.store(cache_dir, key, enc)
+    tokencache.store(cache_dir, key, enc.features, enc.labels)
     return enc
 
 
@@ -321,10 +322,23 @@ def run_cell(
     pass in what it already has; a fresh model is still loaded for every cell, since weights
     change during training.
     SIGTERM or Ctrl-C during training saves a resumable state and raises Preempted or
-    Interrupted; one that arrives after training lets the cell finish and write first.
+    Interrupted; one that arrives after training lets the cell finish and write first. The
+    signal wins over any failure after it (saving the state or the result): that failure
+    is named in the Preempted or Interrupted raised, never reported as a crash.
     """
     with _stop_requests() as stop:
-        result = _run_cell(cfg, loaded, data, data_prov, stop)
+        try:
+            result = _run_cell(cfg, loaded, data, data_prov, stop)
+        except Preempted:
+            raise
+        except Exception as exc:
+            if stop.signal is None:
+                raise
+            kind, how = _stop_kind(stop.signal)
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())
+            raise kind(f"{_label(cfg)}: stopped by {how}, but the cell could not be saved "
+                       f"({why}); nothing new was saved for it; run the same command again "
+                       "once that is fixed") from exc  # fmt: skip
         if stop.signal is not None:
             kind, how = _stop_kind(stop.signal)
             raise kind(f"{_label(cfg)}: {how} arrived after training; the result is written "
@@ -448,6 +462,8 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     """Resolve the task, device, data, model, tokenisation, schedule and provenance."""
     if cfg.dev_languages not in DEV_LANGUAGES:
         raise unknown_name("dev_languages setting", cfg.dev_languages, DEV_LANGUAGES)
+    if cfg.out_json:
+        validate_out_path(cfg.out_json)  # (also checked by `run` before any cell starts)
     knobs = task_knobs(cfg.task)
     device = resolve_device(cfg.device)
     recipe = cfg.recipe
@@ -547,7 +563,7 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
     resume_path = _resume_path(cfg.out_json)
     signature = _signature(cfg, cell.loaded.revision)
     if resume_path is not None and resume_path.exists():
-        st = _restore(resume_path, signature, model, optimizer, scheduler, data_rng, st)
+        st = _restore(resume_path, signature, model, optimizer, scheduler, data_rng, st, label)
     diverged_at = None
     autocast = lambda: _autocast(cell.device, recipe.precision)  # noqa: E731
     t_train = time.perf_counter()
@@ -700,7 +716,8 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
     cfg, recipe, st = cell.cfg, cell.cfg.recipe, trained.st
     device, train_time = cell.device, trained.train_time
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _cpu_peak_rss()
-    kind_record, kind_reasons = cell.kind.record(cell.knobs, recipe, cell.enc_train)
+    kind_record, kind_reasons = cell.kind.record(cell.knobs, recipe, cell.enc_train,
+                                                 cell.enc_val)  # fmt: skip
     off = off_protocol_reasons(recipe, cfg.lr, cfg.seed, cfg.phase) + kind_reasons
     stopped_by = _stopped_by(trained.diverged_at, st.early_stopped, cell.max_steps, recipe)
     first_step_s = trained.first_step_s
@@ -762,26 +779,31 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
 
 
 def _write(cfg: CellConfig, result: dict, predictions: dict) -> None:
-    """Write the report predictions (unless turned off), then the result; drop the resume
-    state. A predictions file of an earlier run of this cell that is not rewritten is
-    removed, so no file beside the result describes another run."""
+    """Write the report predictions (unless turned off), then the result, and only then
+    remove what the result supersedes: a predictions or TREC file of an earlier run that
+    was not rewritten (so no file beside the result describes another run), and the resume
+    state. A write that fails (a full disk) raises with the resume state still in place."""
     if not cfg.out_json:
         return
-    resume_path = _resume_path(cfg.out_json)
-    if resume_path is not None:
-        resume_path.unlink(missing_ok=True)
     pred_path, trec_path = predictions_path(cfg.out_json), trec_run_path(cfg.out_json)
-    pred_path.unlink(missing_ok=True)
-    trec_path.unlink(missing_ok=True)
+    rewritten = set()
     if cfg.save_predictions and predictions:
         try:
             preds = predictions_from_cell(result, predictions)
             write_predictions(pred_path, preds)
+            rewritten.add(pred_path)
             if preds.ranked:
                 write_trec_run(trec_path, preds)
+                rewritten.add(trec_path)
         except PredictionsError as exc:  # e.g. a non-finite regression output: keep the result
             print(f"warning: {_label(cfg)}: predictions not written: {exc}", file=sys.stderr)
     write_json_atomic(cfg.out_json, result)
+    for stale in (pred_path, trec_path):
+        if stale not in rewritten:
+            stale.unlink(missing_ok=True)
+    resume_path = _resume_path(cfg.out_json)
+    if resume_path is not None:
+        resume_path.unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------- preemption
@@ -859,22 +881,32 @@ def _signature(cfg: CellConfig, revision: str) -> dict:
 
 
 def _save_resume(path: Path, signature, st, model, optimizer, scheduler, data_rng) -> None:
+    """Save the loop's state as tensors and plain values only, so that `_restore` loads it
+    with `weights_only=True` (no pickled objects, no code): numpy's generator state becomes
+    a list."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
     state = {
         "signature": signature, "loop": st.__dict__, "model": model.state_dict(),
         "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
         "data_rng": data_rng.getstate(), "py_rng": random.getstate(),
-        "np_rng": np.random.get_state(), "torch_rng": torch.get_rng_state(),
+        "np_rng": [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
+        "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }  # fmt: skip
     with atomic_open(path, "wb") as handle:
         torch.save(state, handle)
 
 
-def _restore(path: Path, signature, model, optimizer, scheduler, data_rng, st) -> _LoopState:
-    """Load a saved state into the live objects; a state of another cell is ignored."""
+def _restore(
+    path: Path, signature, model, optimizer, scheduler, data_rng, st, label: str
+) -> _LoopState:
+    """Load a saved state into the live objects (`weights_only`: tensors and plain values,
+    never code); a state of another cell, or an unreadable or older-format one, is ignored."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # a torn or foreign file: start over rather than crash
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict):
+            raise ValueError(f"a {type(state).__name__}, not a saved cell state")
+    except Exception as exc:  # a torn, foreign or older file: start over rather than crash
         warnings.warn(f"ignoring unreadable resume state {path}: {exc}", stacklevel=2)
         return st
     if state.get("signature") != signature:
@@ -885,11 +917,14 @@ def _restore(path: Path, signature, model, optimizer, scheduler, data_rng, st) -
     scheduler.load_state_dict(state["scheduler"])
     data_rng.setstate(state["data_rng"])
     random.setstate(state["py_rng"])
-    np.random.set_state(state["np_rng"])
+    name, keys, *rest = state["np_rng"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
     torch.set_rng_state(state["torch_rng"])
     if state["cuda_rng"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda_rng"])
-    return _LoopState(**state["loop"])
+    restored = _LoopState(**state["loop"])
+    print(f"{label}: resuming at step {restored.step} from {path}", file=sys.stderr, flush=True)
+    return restored
 
 
 def _stopped_by(diverged_at: int | None, early_stopped: bool, max_steps: int, recipe) -> str:
@@ -923,7 +958,8 @@ def _cpu_peak_rss() -> int | None:
 
 def validate_out_path(path: str | os.PathLike) -> None:
     """Refuse, before any training, an output path whose directory cannot be created or
-    written; a missing directory is fine (`run` creates it when the cell starts)."""
+    written, or whose longest derived file name the file system would refuse; a missing
+    directory is fine (`run` creates it when the cell starts)."""
     parent = Path(path).resolve().parent
     existing = parent
     while not existing.exists():
@@ -933,3 +969,46 @@ def validate_out_path(path: str | os.PathLike) -> None:
                            "choose another --out-json or --results-dir")  # fmt: skip
     if not os.access(existing, os.W_OK):
         raise HarnessError(f"output directory {parent} is not writable; choose another --out-json")
+    _check_name_lengths(Path(path), existing)
+
+
+# mkstemp's random part of a temporary's name (`fileio.temporary_name` is the rest).
+_TMP_RANDOM_CHARS = 8
+
+
+def derived_names(out_json: str | os.PathLike) -> dict[str, str]:
+    """Every file name a cell writes beside its result, by what it is: the result, its
+    predictions, TREC run, resume state and lock, and the writers' temporaries of each."""
+    path = Path(out_json)
+    files = {"result": path, "predictions": predictions_path(path), "TREC run": trec_run_path(path),
+             "resume state": _resume_path(path)}  # fmt: skip
+    names = {what: p.name for what, p in files.items()}
+    names["lock"] = f"{LOCK_PREFIX}{path.name}"
+    names["lock without flock"] = f"{LOCK_PREFIX}{path.name}{EXCL_SUFFIX}"
+    for what, p in files.items():
+        names[f"temporary of the {what}"] = temporary_name(p) + "x" * _TMP_RANDOM_CHARS
+    return names
+
+
+def _name_bytes(name: str) -> int:
+    try:
+        return len(os.fsencode(name))
+    except UnicodeError:
+        return len(name.encode("utf-8", "surrogatepass"))
+
+
+def _check_name_lengths(out_json: Path, existing: Path) -> None:
+    """Refuse a result name whose longest derived name exceeds the file system's NAME_MAX,
+    which would otherwise fail only when the trained cell is written."""
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    if not name_max or name_max < 0:
+        return
+    what, name = max(derived_names(out_json).items(), key=lambda item: _name_bytes(item[1]))
+    if _name_bytes(name) > name_max:
+        raise HarnessError(f"the result name {out_json.name!r} is too long for its directory: "
+                           f"the {what} beside it would be named with {_name_bytes(name)} bytes, "
+                           f"and this file system allows {name_max}; use a shorter --model-key "
+                           "or --out-json name")  # fmt: skip

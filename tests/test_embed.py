@@ -93,7 +93,7 @@ def test_cache_hits_return_the_same_vectors_and_keys_change_with_inputs(tiny_mod
     split = {"text": TEXTS}
     setup = E.EmbedSetup(max_seq_len=64, precision="fp32")
     first, hits = E.embed_split(loaded, split, ("mean", "first"), setup, CPU, tmp_path)
-    assert hits == 0 and len(list(tmp_path.glob("*.npy"))) == 2
+    assert hits == 0 and len(list(tmp_path.glob("*.vectors"))) == 2
     again, hits = E.embed_split(loaded, split, ("mean", "first"), setup, CPU, tmp_path)
     assert hits == 2
     for name in ("mean", "first"):
@@ -117,7 +117,7 @@ def test_a_torn_cache_entry_is_a_miss(tiny_models, tmp_path):
     split = {"text": TEXTS}
     setup = E.EmbedSetup(max_seq_len=64, precision="fp32")
     good, _ = E.embed_split(loaded, split, ("mean",), setup, CPU, tmp_path)
-    path = tmp_path / f"{E.cache_key(loaded, split, 'mean', setup, CPU)}.npy"
+    path = tmp_path / f"{E.cache_key(loaded, split, 'mean', setup, CPU)}.vectors"
     path.write_bytes(path.read_bytes()[:40])
     again, hits = E.embed_split(loaded, split, ("mean",), setup, CPU, tmp_path)
     assert hits == 0 and np.array_equal(good["mean"], again["mean"])

@@ -98,7 +98,7 @@ KILLED_WRITER = textwrap.dedent(
         prefetch.write_json_atomic(directory / "manifest.json", {"tasks": {}})
     elif kind == "cache":
         from encoder_eval import tokencache
-        tokencache.store(directory, "k" * 64, {"ids": [1, 2]})
+        tokencache.store(directory, "k" * 64, {"input_ids": [[1, 2]]}, [0])
     elif kind == "plot":
         from encoder_eval import plots
         fig = plots._new_figure(2, 2)

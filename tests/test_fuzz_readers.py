@@ -358,12 +358,6 @@ def test_every_reader_survives_damaged_files(tmp_path, capsys):
     assert total >= 1000 and all(damaged.values()), damaged
 
 
-@pytest.mark.xfail(
-    "pickle" in Path(tokencache.__file__).read_text(encoding="utf-8"),
-    reason="a damaged pickle raises MemoryError/OverflowError; issue 23 item 5 (another "
-    "branch) stores the cache without pickle",
-    strict=False,
-)
 def test_the_token_cache_reader_survives_damaged_entries(tmp_path):
     """Damaged entries, under each name the cache may use, are misses: `load` never raises."""
     print(f"fuzz seed {SEED} (set ENCODER_EVAL_FUZZ_SEED to replay another)")

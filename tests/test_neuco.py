@@ -266,3 +266,54 @@ def test_neuco_underscore_flags_are_accepted():
     )  # fmt: skip
     assert (args.annotation_path, args.submission_file, args.method_name) == ("a", "s.csv", "m")
     assert (args.exclude_file, args.output_dir, args.phase) == ("x.txt", "o", "results")
+
+
+def test_q_in_neuco_mode_is_neuco_benchs_nanstd_ddof_0(bench, capsys):
+    # NeuCo-Bench: mean_score = np.nanmean(q_t), std_dev = np.nanstd(q_t) (ddof 0),
+    # q_stat = mean / (0.02 + std) * 2. Our probes keep ddof 1 (probe_model); NeuCo mode
+    # follows NeuCo-Bench, and says so in the result's protocol.
+    assert neuco.main(_args(bench, "good.csv", "--method-name", "good")) == EXIT_OK
+    run_dir = Path(capsys.readouterr().out.strip())
+    for task in ("landcover", "biomass"):
+        result = json.loads((run_dir / task / f"{task}_result.json").read_text())
+        q_t = np.asarray(result["q_t"])
+        assert result["protocol"]["std_ddof"] == 0
+        assert result["std_dev"] == pytest.approx(np.nanstd(q_t))
+        assert result["q_stat"] == pytest.approx(np.nanmean(q_t) / (0.02 + np.nanstd(q_t)) * 2)
+
+
+def _summary(root: Path, run: str, q: dict[str, float], **config) -> None:
+    folder = root / "out" / "dev" / run
+    folder.mkdir(parents=True)
+    setup = {"k_folds": 4, "seed": 42, "standardize_embeddings": True, **config}
+    (folder / "results_summary.json").write_text(json.dumps({
+        "method": run, "task_q_scores": q, "overall_q_score": float(np.mean(list(q.values()))),
+        "overall_acc_score": 0.5, "neuco_rules": [], "config": setup,
+    }))  # fmt: skip
+
+
+def test_leaderboard_ranks_ties_as_neuco_bench_does(tmp_path):
+    # NeuCo-Bench's compute_leaderboard: per task scipy rankdata(-Q, method="min"), weights =
+    # std of Q across runs (ddof 1) / their sum, weighted_score = Σ rank x weight, and
+    # aggregated_rank = rankdata(weighted_score, method="min"). Runs a and b tie on t1.
+    q = {"a": {"t1": 10.0, "t2": 1.0}, "b": {"t1": 10.0, "t2": 3.0}, "c": {"t1": 4.0, "t2": 2.0}}
+    for run, scores in q.items():
+        _summary(tmp_path, run, scores)
+    path = neuco.summarize_runs(tmp_path / "out", "dev", now=datetime(2026, 1, 1, tzinfo=UTC))
+    rows = {r["run"]: r for r in csv.DictReader(path.open())}
+    # by hand: t1 ranks (min) a 1, b 1, c 3; t2 ranks b 1, c 2, a 3
+    s1, s2 = np.std([10, 10, 4], ddof=1), np.std([1, 3, 2], ddof=1)
+    w1, w2 = s1 / (s1 + s2), s2 / (s1 + s2)
+    expected = {"a": 1 * w1 + 3 * w2, "b": 1 * w1 + 1 * w2, "c": 3 * w1 + 2 * w2}
+    for run, value in expected.items():
+        assert float(rows[run]["weighted_score"]) == pytest.approx(value, rel=1e-5)
+    assert {run: rows[run]["aggregated_rank"] for run in q} == {"b": "1", "a": "2", "c": "3"}
+
+
+@pytest.mark.parametrize(("key", "value"), [("k_folds", 5), ("seed", 7),
+                                            ("standardize_embeddings", False)])  # fmt: skip
+def test_leaderboard_refuses_runs_of_different_fold_setups(tmp_path, key, value):
+    _summary(tmp_path, "a", {"t1": 10.0})
+    _summary(tmp_path, "b", {"t1": 8.0}, **{key: value})
+    with pytest.raises(neuco.LeaderboardRefused, match=f"different fold setups.*{key}={value}"):
+        neuco.summarize_runs(tmp_path / "out", "dev")

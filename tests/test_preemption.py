@@ -13,12 +13,15 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from fault_helpers import env as run_env
 from fault_helpers import py, read_json, sh
 from result_helpers import make_selection
+from test_cell import cell
 from test_sweep import _lines, fake_slurm  # noqa: F401  (fake_slurm is a fixture)
 
-from encoder_eval import sweep
+from encoder_eval import sweep, train
+from encoder_eval.predictions import predictions_path
 from encoder_eval.results import result_filename
 from encoder_eval.train import EXIT_PREEMPTED
 
@@ -164,3 +167,78 @@ def test_requeue_is_refused_in_shell_mode(tmp_path, capsys):
     assert sweep.main(["--phase", "select", "--requeue", "--out-dir", str(tmp_path / "r"),
                        "--results-dir", str(tmp_path / "s")]) == 2  # fmt: skip
     assert "--requeue are for --mode slurm/slurm-array" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- no finished cell lost
+
+
+def _sigterm_after_first_evaluation(monkeypatch) -> None:
+    """Send this process a real SIGTERM right after the cell's first dev evaluation, so
+    the stop lands mid-training whatever the machine's speed."""
+    real = train._evaluate
+
+    def evaluate(cell, st):
+        monkeypatch.setattr(train, "_evaluate", real)  # once
+        out = real(cell, st)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    monkeypatch.setattr(train, "_evaluate", evaluate)
+
+
+def test_a_failed_result_write_keeps_the_resume_state_and_the_rerun_resumes(
+    tmp_path, tiny_models, small_mirror, monkeypatch, capsys
+):
+    """A preempted cell's rerun trains to the end and then cannot write its result (a
+    directory stands where the result goes: a real failure, like a full disk): the resume
+    state survives, and the next run resumes from it and writes what an uninterrupted
+    run writes."""
+    (tmp_path / "ref").mkdir()
+    reference = train.run_cell(cell(tmp_path / "ref", tiny_models["bert"],
+                                    data_dir=str(small_mirror)))  # fmt: skip
+    cfg = cell(tmp_path, tiny_models["bert"], data_dir=str(small_mirror))
+    out = Path(cfg.out_json)
+    resume = out.parent / f".resume-{out.name}.pt"
+    _sigterm_after_first_evaluation(monkeypatch)
+    with pytest.raises(train.Preempted, match="state saved"):
+        train.run_cell(cfg)
+    assert resume.exists() and not out.exists()
+    stopped_at = torch.load(resume, weights_only=True)["loop"]["step"]
+    assert 0 < stopped_at < reference["training"]["steps"]
+
+    out.mkdir()  # the result's rename fails with EISDIR after the whole training
+    with pytest.raises(IsADirectoryError):
+        train.run_cell(cfg)
+    assert f"resuming at step {stopped_at}" in capsys.readouterr().err
+    assert resume.exists() and out.is_dir()
+    assert torch.load(resume, weights_only=True)["loop"]["step"] == stopped_at
+
+    out.rmdir()
+    result = train.run_cell(cfg)
+    assert f"resuming at step {stopped_at}" in capsys.readouterr().err
+    assert not resume.exists() and read_json(out) == result
+    for key in SAME:
+        assert result[key] == reference[key], key
+    for key in SAME_TRAINING:
+        assert result["training"][key] == reference["training"][key], key
+    assert predictions_path(out).exists()
+
+
+def test_a_result_name_too_long_for_the_file_system_is_refused_before_training(
+    tmp_path, tiny_models, small_mirror
+):
+    """The result name fits NAME_MAX but its resume state's temporary would not: `run`
+    refuses with one `error:` line before any training, instead of failing at the write."""
+    name_max = os.pathconf(tmp_path, "PC_NAME_MAX")
+    key = "m" * (name_max - len(result_filename("", TASK, float(LR), SEED)) - 4)
+    assert len(result_filename(key, TASK, float(LR), SEED)) < name_max
+    rdir = tmp_path / "results"
+    proc = subprocess.run(py("encoder_eval.run", "--model-path", tiny_models["bert"],
+                             "--model-key", key, *CELL, "--data-dir", small_mirror,
+                             "--results-dir", rdir, "--progress", "json"),
+                          cwd=tmp_path, env=run_env(), capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "too long" in proc.stderr and f"allows {name_max}" in proc.stderr
+    assert '"step"' not in proc.stderr and not rdir.exists()  # nothing trained or written

@@ -138,6 +138,35 @@ def test_probe_table_cells_are_the_folds(probed):
     assert table.expected_seeds == [0, 1, 2] and cell.n == 3 and cell.lr is None
 
 
+def test_an_undefined_fold_is_refused_not_averaged_away(probed, tmp_path, capsys):
+    # A cell whose folds are partly undefined has `mean_score: null`; the table once averaged
+    # the surviving folds (q_t [0.50, 0.52, None] -> 0.51 over n = 2) with no problem
+    # recorded. Now it is refused, as summarize refuses an undefined report score, and
+    # --allow-partial prints it with the problem and the avg@2 dagger.
+    import shutil
+
+    for path in probed.glob("*.probe.json"):
+        shutil.copy(path, tmp_path / path.name)
+    cell = tmp_path / "tiny_mean_glue_sst2.probe.json"
+    record = json.loads(cell.read_text())
+    record["q_t"] = [0.50, 0.52, None]
+    record["mean_score"] = record["std_dev"] = record["q_stat"] = None
+    record["undefined"] = "accuracy undefined on 1 fold(s)"
+    cell.write_text(json.dumps(record))
+    table = probe_model.probe_table(probe_model.load_probe_results(tmp_path))
+    (problem,) = [p for p in table.problems if p.rule == "undefined_metric"]
+    assert problem.cells == ["tiny:mean/glue_sst2: fold(s) 2 of 3 undefined (accuracy "
+                             "undefined on 1 fold(s))"]  # fmt: skip
+    assert summarize.main(["--results-dir", str(tmp_path)]) == EXIT_INCOMPLETE
+    assert "[undefined_metric]" in capsys.readouterr().err
+    assert summarize.main(["--results-dir", str(tmp_path), "--allow-partial"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "have a fold whose score is undefined" in out
+    assert "† avg@2 instead of avg@3: tiny:mean/glue_sst2" in out
+    assert leaderboard.main(["--results-dir", str(tmp_path)]) == EXIT_INCOMPLETE
+    assert "undefined_metric" in capsys.readouterr().err
+
+
 def test_probe_table_refuses_bf16_beside_fp32_rows_and_footnotes_them(
     probed, tiny_models, small_mirror, tmp_path, capsys
 ):

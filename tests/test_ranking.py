@@ -182,6 +182,39 @@ def test_groups_hold_one_positive_first_and_seeded_negatives(rank_mirror):
     assert {len(g) for g in capped} == {20}
 
 
+def _queries(n_queries: int, depth: int) -> train.Encoded:
+    """A ranking split of `n_queries` queries with `depth` candidates each, one relevant."""
+    n = n_queries * depth
+    return train.Encoded(
+        features={"input_ids": [[1, 2]] * n}, labels=[int(i % depth == 0) for i in range(n)],
+        lengths=[2] * n, query_ids=[f"q{i // depth}" for i in range(n)],
+        doc_ids=[str(i) for i in range(n)], first_stage_ranks=[i % depth + 1 for i in range(n)],
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(("depth", "on_protocol"), [(40, False), (1000, True), (1200, False)])
+def test_the_ranking_depth_is_recorded_and_checked(depth, on_protocol):
+    # The seed re-ranks the first stage's top 1,000 candidates per query. A mirror of 36 or
+    # more candidates fills the protocol's group of 36, so the group size alone let any
+    # depth from 36 up pass as on protocol; the depth of the evaluated queries is checked.
+    from encoder_eval.protocol import PROTOCOL_RECIPE
+    from encoder_eval.tasks import task_knobs
+
+    kind = kinds.kind_for(RANKING)
+    train_enc = _queries(3, 40)
+    record, reasons = kind.record(task_knobs("ms_marco"), PROTOCOL_RECIPE, train_enc,
+                                  {"en": _queries(2, depth)})  # fmt: skip
+    assert record["depth"] == depth and record["depth_protocol"] == 1000
+    assert record["group_size_used"] == 36  # 40 candidates fill the group
+    depth_reasons = [r for r in reasons if r.startswith("rank depth")]
+    assert (depth_reasons == []) == on_protocol
+    if not on_protocol:
+        assert depth_reasons == [f"rank depth {depth} (protocol: 1000 first-stage candidates "
+                                 f"re-ranked per query; the evaluated queries have at most "
+                                 f"{depth})"]  # fmt: skip
+    assert PROTOCOL_RECIPE.to_dict()["rank_depth"] == 1000  # recorded in every recipe
+
+
 def test_listwise_and_pointwise_losses_equal_their_formulas(rank_mirror):
     enc = encoded_train(rank_mirror)
     groups = [(0, 1, 2), (20, 21)]
@@ -246,6 +279,8 @@ def test_a_tiny_ranking_cell_trains_and_writes_result_predictions_and_trec(
     reasons = result["protocol"]["off_protocol_reasons"]
     assert result["protocol"]["on_protocol"] is False
     assert any(r.startswith("rank group size 20 (protocol: 36") for r in reasons)
+    assert any(r.startswith("rank depth 20 (protocol: 1000") for r in reasons)
+    assert rk["depth"] == 20 and result["recipe"]["rank_depth"] == 1000
     assert any(r.startswith("rank_objective=pointwise") for r in reasons) == (
         objective == "pointwise"
     )

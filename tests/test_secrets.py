@@ -60,7 +60,7 @@ def test_a_demo_sized_sweep_writes_the_token_nowhere(tmp_path, tiny_models, smal
     assert list((tmp_path / "plots").glob("*.png")), table.stderr
     searched = [p for p in tmp_path.rglob("*") if p.is_file()]
     kinds = {p.suffix for p in searched}
-    assert {".json", ".sh", ".log", ".png", ".tsv", ".md", ".pkl"} <= kinds, kinds
+    assert {".json", ".sh", ".log", ".png", ".tsv", ".md", ".tokens"} <= kinds, kinds
     leaks = [p for p in searched if canary.encode() in p.read_bytes()]
     assert leaks == [], leaks
     # Nor does any result record an environment variable or the model path.

@@ -97,9 +97,11 @@ def test_a_signal_stops_every_worker_after_saving_state(
 ):
     """Ctrl-C (or SIGTERM, as Slurm sends) to the script's process group: every running
     cell saves its state and says so in its log, no unit starts after it, and the script
-    exits 130 (75) with one last line saying how to resume."""
-    runs = _sweep(tmp_path, tiny_models, small_mirror, "--max-steps", "60",
-                  "--extra-run-args", "--epoch-cap 100 --no-early-stop")  # fmt: skip
+    exits 130 (75) with one last line saying how to resume. The cells cannot finish (a
+    million steps, no early stop): the signal lands mid-training on any machine, however
+    slow or loaded, and the test still takes only as long as two cells need to start."""
+    runs = _sweep(tmp_path, tiny_models, small_mirror, "--max-steps", "1000000",
+                  "--extra-run-args", "--epoch-cap 1000000 --no-early-stop")  # fmt: skip
     logs = [runs / "logs" / f"{MODEL}_{TASK}_{k}.log" for k in LR_KEYS]
     proc = subprocess.Popen(["bash", str(runs / "run_all.sh"), "--workers", "2"], cwd=tmp_path,
                             env=env(), text=True, stdout=subprocess.PIPE,

@@ -9,7 +9,8 @@ __HEADER__
 #                   (CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES)
 # Done cells are skipped and corrupt result files moved aside, so running it again fills
 # the gaps. Exit status: 0 all done; 1 some unit failed; 2 bad input; 130 Ctrl-C;
-# 75 SIGTERM stopped several workers (a single one is stopped by it at once).
+# 75 SIGTERM stopped several workers, or a unit's process (a single worker is stopped by
+# it at once); no unit starts after either signal.
 set -u
 PYTHON=${PYTHON:-__PYTHON__}
 PHASE=__PHASE__
@@ -227,8 +228,14 @@ unit() {
     rc=${PIPESTATUS[0]}
     release_unit_lock
     if [ "$rc" -eq 130 ]; then interrupted; fi
-    if [ -n "$PREEMPTED" ]; then # SIGTERM to a worker of several: stop after this unit
-        echo "${WPREFIX}preempted${current:+ during $current}" >&2
+    # SIGTERM to a worker of several, or to this unit's process alone (exit 75): stop here.
+    if [ -n "$PREEMPTED" ] || [ "$rc" -eq 75 ]; then
+        if [ -n "$WPREFIX" ]; then # the main script says how to resume
+            echo "${WPREFIX}preempted${current:+ during $current}" >&2
+        else
+            echo "preempted${current:+ during $current}: SIGTERM stopped the cell; run" \
+                "$RERUN again to resume" >&2
+        fi
         exit 75
     fi
     check "${outs[@]}"
@@ -287,9 +294,11 @@ else
     set +m
     while [ -n "$(jobs -pr)" ]; do
         wait -n 2>/dev/null
-        # A worker that was interrupted stops the others, as Ctrl-C would.
+        # A worker that was interrupted (preempted) stops the others, as Ctrl-C (SIGTERM) would.
         if [ -z "$STOPPING" ] && grep -qx 130 "$RUN_DIR"/rc.* 2>/dev/null; then
             stop_workers INT
+        elif [ -z "$STOPPING" ] && grep -qx 75 "$RUN_DIR"/rc.* 2>/dev/null; then
+            stop_workers TERM
         fi
     done
     trap - INT TERM
