@@ -51,7 +51,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=40, help="step cap per cell")
     p.add_argument("--max-seq-len", type=int, default=128, help="truncation length")
     p.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"),
+                   help="auto: fp32 on a CPU without native bf16 (5-8x faster there), else "
+                   "bf16, the protocol's")  # fmt: skip
     return p
+
+
+def choose_precision(requested: str, device: str) -> tuple[str, str | None]:
+    """The demo's precision for `--precision requested` on `device`, and the note saying
+    why when auto chose fp32 (a CPU without native bf16, `cpu.cpu_native_bf16`)."""
+    if requested != "auto":
+        return requested, None
+    from .cpu import cpu_native_bf16
+
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and not cpu_native_bf16():
+        return "fp32", ("note: this CPU has no native bf16 (avx512_bf16 or amx_bf16), where "
+                        "bf16 autocast runs 5-8x slower than fp32: the demo runs in fp32 "
+                        "(--precision fp32, off-protocol like the rest of the demo); "
+                        "--precision bf16 runs the protocol's precision")  # fmt: skip
+    return "bf16", None
 
 
 def _run(cmd: list[str], log) -> None:
@@ -71,6 +93,11 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
               "--device", args.device]  # fmt: skip
     if args.data_dir:
         shrink += ["--data-dir", args.data_dir]
+    precision, note = choose_precision(args.precision, args.device)
+    if note:
+        log(note)
+    if precision == "fp32":
+        shrink += ["--precision", "fp32"]
     selection = out / "selection.json"
     dirs = {phase: (str(out / "runs" / phase), str(out / "results" / phase))
             for phase in ("select", "report")}  # fmt: skip

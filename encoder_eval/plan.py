@@ -93,6 +93,24 @@ def parse_seeds(text: str | None, flag: str = "--seeds") -> list[int] | None:
     return seeds
 
 
+# The precision spellings a sweep, demo or track takes: run's and probe's names for bf16.
+_BF16 = ("bf16", "bf16-autocast")
+
+
+def run_precision(value: str | None) -> str | None:
+    """`--precision` as `encoder_eval.run` spells it (bf16-autocast or fp32; None: not given)."""
+    if value is None:
+        return None
+    if value not in (*_BF16, "fp32"):
+        raise unknown_name("precision", value, ("bf16", "fp32"))
+    return "fp32" if value == "fp32" else PROTOCOL_RECIPE.precision
+
+
+def probe_precision(value: str) -> str:
+    """`--precision` as `encoder_eval.probe` spells it (bf16 or fp32)."""
+    return "fp32" if run_precision(value) == "fp32" else "bf16"
+
+
 def parse_lr_keys(text: str | None) -> list[str] | None:
     """Parse `--lr-keys lr03,lr06` against the grid (None when the flag was not given)."""
     if text is None:
@@ -550,6 +568,9 @@ def build_plan(
     limit = extra_flag_value(extra, "--limit")
     if limit is not None:
         shrunk.append(f"limit {limit}: a smoke run, every split cut to {limit} examples")
+    precision = extra_flag_value(extra, "--precision")
+    if precision is not None and precision != PROTOCOL_RECIPE.precision:
+        shrunk.append(f"precision {precision} (protocol: {PROTOCOL_RECIPE.precision})")
 
     cells: list[Cell] = []
     missing_pairs = []

@@ -495,10 +495,13 @@ def final_probe(task: ProbeTask, config: ProbeConfig, outcome: ProbeOutcome) -> 
 
 
 def probe_provenance() -> dict:
-    """Software versions and CPU of a probe run (probes fit on the CPU, with scikit-learn)."""
+    """Software versions and CPU of a probe run (probes fit on the CPU, with scikit-learn),
+    and whether that CPU has native bf16 (the embeddings' forward pass may run on it)."""
+    from .cpu import cpu_native_bf16
     from .provenance import cpu_model, software_versions
 
-    return {"software": software_versions(), "cpu": cpu_model()}
+    return {"software": software_versions(), "cpu": cpu_model(),
+            "cpu_native_bf16": cpu_native_bf16()}  # fmt: skip
 
 
 def _utc_now() -> str:

@@ -216,6 +216,7 @@ def _log(text: str) -> None:
 def run_probes(run: ProbeRun) -> list[Path]:
     """Run every (model, pooling, task) cell of `run` not already done; returns the result
     files written. Inputs are checked and data provenance computed before any model work."""
+    from .cpu import warn_slow_bf16
     from .embed import EmbedSetup, default_cache_dir, embed_split
     from .loaders import load_encoder
     from .tokencache import default_cache_dir as token_cache_dir
@@ -245,6 +246,8 @@ def run_probes(run: ProbeRun) -> list[Path]:
          f"({len(run.models)} model(s) x {len(run.poolings)} pooling(s) x {len(run.tasks)} "
          f"task(s)); results in {run.results_dir}")  # fmt: skip
     data = _load_all_data(run) if total else {}
+    if total:
+        warn_slow_bf16(device.type, run.precision)
     run.results_dir.mkdir(parents=True, exist_ok=True)
     cache = default_cache_dir() if run.cache else None
     tokens = token_cache_dir() if run.cache else None
@@ -373,9 +376,10 @@ def probe_table(
 ):
     """The probe results as a `summarize.Table`: a row per (model, pooling) ("model:pooling"),
     a cell per task whose "seeds" are the folds (score per fold, `q_t`). Cells of another
-    fold setup than the most common one, off protocol, or with a fold whose score is
-    undefined (as `summarize` treats an undefined report score: never averaged, the table
-    refused unless --allow-partial) are problems of the table."""
+    fold setup than the most common one, off protocol, whose embeddings ran at another
+    precision than the rest (bf16 beside fp32), or with a fold whose score is undefined (as
+    `summarize` treats an undefined report score: never averaged, the table refused unless
+    --allow-partial) are problems of the table."""
     from collections import Counter
 
     from .summarize import CellStats, Problem, Table
@@ -399,9 +403,13 @@ def probe_table(
     (k, seed), _ = setups.most_common(1)[0] if setups else ((DEFAULT_K_FOLDS, DEFAULT_SEED), 0)
     cells, problems, off = {}, [], []
     other_setup, limited, undefined_folds = [], [], []
+    by_precision: dict[str, list[str]] = {}
     for (method, task), r in by_cell.items():
         if method not in names or task not in task_names:
             continue
+        precision = ((r.get("provenance") or {}).get("embedding") or {}).get("precision")
+        if precision is not None:  # results of embeddings given as files record none
+            by_precision.setdefault(str(precision), []).append(f"{method}/{task}")
         q_t = r.get("q_t") or []
         scores = {i: float(v) for i, v in enumerate(q_t) if v is not None}
         undefined = [i for i, v in enumerate(q_t) if v is None]
@@ -424,6 +432,13 @@ def probe_table(
     if other_setup:
         problems.append(Problem("probe_setup", f"{len(other_setup)} cell(s) use another fold "
                                 f"setup than k_folds {k}, seed {seed}", sorted(other_setup)))  # fmt: skip
+    if len(by_precision) > 1:  # bf16 and fp32 embeddings differ by more than rounding noise
+        groups = sorted(by_precision.items(), key=lambda kv: -len(kv[1]))
+        problems.append(Problem(
+            "precision", "probe cells disagree on the embeddings' precision: "
+            + "; ".join(f"{p} in {len(c)} cell(s)" for p, c in groups),
+            sorted(f"{c} (precision {p})" for p, cs in groups for c in cs),
+        ))  # fmt: skip
     if off:
         problems.append(Problem("off_protocol", f"{len(off)} probe cell(s) ran under a NeuCo "
                                 "rule", sorted(off)))  # fmt: skip

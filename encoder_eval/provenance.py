@@ -62,14 +62,17 @@ def cpu_model() -> str:
 
 
 def device_info(device: str) -> dict:
-    """The accelerator build and name the cell ran on."""
+    """The accelerator build and name the cell ran on, and whether its CPU has native bf16."""
     import torch
+
+    from .cpu import cpu_native_bf16
 
     info = {
         "device": device,
         "torch_cuda_build": torch.version.cuda,
         "torch_hip_build": getattr(torch.version, "hip", None),
         "cpu": cpu_model(),
+        "cpu_native_bf16": cpu_native_bf16(),
         "gpu": None,
     }
     if device.startswith("cuda") and torch.cuda.is_available():

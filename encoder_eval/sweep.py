@@ -80,11 +80,14 @@ from .plan import (
     Plan,
     build_plan,
     build_probe_plan,
+    extra_flag_value,
     model_table,
     parse_lr_keys,
     parse_seeds,
+    probe_precision,
     resolve_models,
     resolve_tasks,
+    run_precision,
     split_csv,
 )
 from .protocol import LR_GRID, PHASE_SEEDS, PROTOCOL_RECIPE, SELECTION_SPLITS, check_seed
@@ -157,7 +160,7 @@ def add_plan_arguments(p: argparse.ArgumentParser, phases: tuple[str, ...] = PHA
 
 
 # The probe phase's own flags (dest, flag), and the fine-tune flags it refuses.
-_PROBE_FLAGS = (("pooling", "--pooling"), ("k_folds", "--k-folds"), ("precision", "--precision"))
+_PROBE_FLAGS = (("pooling", "--pooling"), ("k_folds", "--k-folds"))
 _FINETUNE_FLAGS = (("experiment", "--experiment"), ("selection", "--selection"),
                    ("lr_keys", "--lr-keys"), ("seeds", "--seeds"), ("max_steps", "--max-steps"),
                    ("selection_split", "--selection-split"))  # fmt: skip
@@ -165,14 +168,21 @@ _FINETUNE_FLAGS = (("experiment", "--experiment"), ("selection", "--selection"),
 
 def add_probe_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of `--phase probe` (defaults: encoder_eval.probe's)."""
-    g = p.add_argument_group("probe phase (--phase probe; also --max-seq-len, default 256)")
+    g = p.add_argument_group(
+        "probe phase (--phase probe; also --max-seq-len, default 256, and --precision)"
+    )
     g.add_argument("--pooling", help="comma-separated poolings: mean, first, last (default "
                    "mean); every pooling of a (model, task) runs in its one unit")  # fmt: skip
     g.add_argument("--k-folds", type=int, help="shuffle-split folds per task (default 10)")
     # --seed was, and for select/report stays, argparse's abbreviation of --seeds
     g.add_argument("--seed", help="the folds' seed (default 42); for select/report the same "
                    "as --seeds")  # fmt: skip
-    g.add_argument("--precision", help="forward pass: bf16 (default; autocast) or fp32")
+    g.add_argument(
+        "--precision",
+        help="every cell's forward pass: bf16 (default; autocast, "
+        "the protocol's) or fp32 (faster on a CPU without native bf16; a "
+        "fine-tuning cell in fp32 is off-protocol)",
+    )
 
 
 def add_emit_arguments(p: argparse.ArgumentParser, out_flag: str = "--out-dir") -> None:
@@ -196,17 +206,28 @@ def _flags_given(args: argparse.Namespace, flags: tuple) -> list[str]:
     return [flag for dest, flag in flags if getattr(args, dest, None) not in (None, "", [])]
 
 
-def _extra_args(args: argparse.Namespace) -> list[str]:
-    """--extra-run-args, then the cell flags the sweep takes directly (--limit, --report-to),
-    which the plan checks with the cell command's own parser like any extra argument."""
+def _extra_args(args: argparse.Namespace, finetune: bool = False) -> list[str]:
+    """--extra-run-args, then the cell flags the sweep takes directly (--limit, --report-to,
+    and for a fine-tuning phase --precision), which the plan checks with the cell command's
+    own parser like any extra argument; one the extra arguments already give the same value
+    (inherited from the select phase's experiment) is not repeated."""
     try:
         extra = shlex.split(args.extra_run_args or "")
     except ValueError as exc:
         raise HarnessError(f"--extra-run-args is not valid shell quoting ({exc})") from None
-    if getattr(args, "limit", None) is not None:
-        extra += ["--limit", str(args.limit)]
-    if getattr(args, "report_to", None):
-        extra += ["--report-to", args.report_to]
+    given = [("--limit", None if getattr(args, "limit", None) is None else str(args.limit)),
+             ("--report-to", getattr(args, "report_to", None) or None)]  # fmt: skip
+    if finetune:
+        given.append(("--precision", run_precision(getattr(args, "precision", None))))
+    for flag, value in given:
+        had = extra_flag_value(extra, flag)
+        if value is None or had == value:
+            continue
+        if had is not None:
+            raise HarnessError(f"{flag} {value} contradicts {flag} {had} of --extra-run-args or "
+                               "of the select phase's experiment; give one value")  # fmt: skip
+        if (flag, value) != ("--precision", PROTOCOL_RECIPE.precision):  # the recipe's own
+            extra += [flag, value]
     return extra
 
 
@@ -217,6 +238,7 @@ def probe_plan_from_args(args: argparse.Namespace) -> Plan:
         raise HarnessError(f"{wrong[0]} is for --phase select/report; drop it for --phase "
                            "probe (its flags: --pooling, --k-folds, --seed, --precision)")  # fmt: skip
     pooling = None if args.pooling is None else split_csv(args.pooling)
+    precision = None if args.precision is None else probe_precision(args.precision)
     seed = None
     if args.seed is not None:
         try:
@@ -227,7 +249,7 @@ def probe_plan_from_args(args: argparse.Namespace) -> Plan:
         results_dir=args.results_dir or os.path.join("results", PROBE_PHASE),
         models=split_csv(args.models) or None, extra_models=args.model,
         tasks=split_csv(args.tasks) or None, poolings=pooling, k_folds=args.k_folds,
-        seed=seed, max_seq_len=args.max_seq_len, precision=args.precision,
+        seed=seed, max_seq_len=args.max_seq_len, precision=precision,
         data_dir=args.data_dir, device=args.device, extra_run_args=_extra_args(args),
         trust_remote_code=split_csv(args.trust_remote_code), tasks_files=args.tasks_file,
     )  # fmt: skip
@@ -251,7 +273,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         from .select import load_selection
 
         selection = load_selection(args.selection)
-    extra = _extra_args(args)
+    extra = _extra_args(args, finetune=True)
     return build_plan(
         args.phase,
         results_dir=args.results_dir or os.path.join("results", args.phase),

@@ -257,10 +257,13 @@ def build_setup(
             k_folds or DEFAULT_K_FOLDS, DEFAULT_SEED if seed is None else seed,
             EmbedSetup(precision=precision or "bf16").precision,
         )  # fmt: skip
+    from .plan import run_precision
     from .protocol import LR_GRID, PHASE_SEEDS, lr_for_key
 
-    if any(v is not None for v in (pooling, k_folds, seed, precision)):
-        raise HarnessError("--pooling, --k-folds, --seed and --precision are for --kind probe")
+    if any(v is not None for v in (pooling, k_folds, seed)):
+        raise HarnessError("--pooling, --k-folds and --seed are for --kind probe")
+    # recorded only when it is not the protocol's bf16: earlier receipts stay comparable
+    precision = "fp32" if run_precision(precision) == "fp32" else None
     if (lr_key is None) == (selection is None):
         raise HarnessError("--kind finetune needs its fixed LR: --lr-key KEY (one of "
                            f"{', '.join(LR_GRID)}) or --selection selection.json")  # fmt: skip
@@ -274,7 +277,7 @@ def build_setup(
         )
     return TrackSetup(
         "finetune", task_list, max_seq_len, lr_key=lr_key, lr=lr, lr_source=source,
-        seeds=tuple(seeds or PHASE_SEEDS["report"]), max_steps=max_steps,
+        seeds=tuple(seeds or PHASE_SEEDS["report"]), max_steps=max_steps, precision=precision,
     )  # fmt: skip
 
 
@@ -438,8 +441,9 @@ def build_track_plan(
             for c in checkpoints
         }
     }
+    extra = ["--precision", "fp32"] if setup.precision == "fp32" else []
     return build_plan("report", selection=selection, seeds=list(setup.seeds),
-                      max_steps=setup.max_steps, **common)  # fmt: skip
+                      max_steps=setup.max_steps, extra_run_args=extra, **common)  # fmt: skip
 
 
 def _run_missing(plan, log: Callable[[str], None]) -> None:
@@ -976,7 +980,12 @@ def _add_setup_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--k-folds", type=int, help="probe: folds (default 10)")
     g.add_argument("--seed", type=seed_arg, help="probe: the folds' seed (default 42); "
                    "synthetic: the seed of the suite's samples (default 0)")  # fmt: skip
-    g.add_argument("--precision", help="probe: bf16 (default) or fp32")
+    g.add_argument(
+        "--precision",
+        help="probe, finetune: bf16 (default; autocast) or fp32 "
+        "(faster on a CPU without native bf16; a fine-tuned cell in fp32 is "
+        "off-protocol)",
+    )
     g.add_argument("--lr-key", help="finetune: the fixed LR, a grid key such as lr06")
     g.add_argument("--selection", help="finetune: take the LR from this selection.json")
     g.add_argument("--selection-model", help="finetune: whose LRs in --selection to use")

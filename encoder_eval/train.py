@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import metrics, provenance, tokencache, trackers
+from . import cpu, metrics, provenance, tokencache, trackers
 from .errors import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # re-exported for older imports
 from .errors import EXIT_PREEMPTED as EXIT_PREEMPTED
 from .errors import HarnessError, unknown_name
@@ -490,6 +490,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
             require_code_revision=cfg.require_code_revision,
         )  # fmt: skip
     model, tok = loaded.model.to(device), loaded.tokenizer
+    cpu.warn_slow_bf16(device.type, recipe.precision)  # before the first step
     prov = {
         "software": provenance.software_versions(),
         "hardware": provenance.device_info(str(device)),

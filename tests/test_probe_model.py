@@ -165,3 +165,31 @@ def test_an_undefined_fold_is_refused_not_averaged_away(probed, tmp_path, capsys
     assert "† avg@2 instead of avg@3: tiny:mean/glue_sst2" in out
     assert leaderboard.main(["--results-dir", str(tmp_path)]) == EXIT_INCOMPLETE
     assert "undefined_metric" in capsys.readouterr().err
+
+
+def test_probe_table_refuses_bf16_beside_fp32_rows_and_footnotes_them(
+    probed, tiny_models, small_mirror, tmp_path, capsys
+):
+    """Issue 29 item 4: a probe run in fp32 beside bf16 ones is a problem of the table."""
+    import shutil
+
+    for path in probed.glob("*.probe.json"):
+        shutil.copy(path, tmp_path / path.name)
+    assert probe.main([
+        "--model", f"tiny3={tiny_models['bert']}", "--pooling", "mean", "--tasks", "glue_sst2",
+        "--data-dir", str(small_mirror), "--results-dir", str(tmp_path), "--k-folds", "3",
+        "--max-seq-len", "64", "--device", "cpu", "--precision", "fp32", "--no-cache",
+    ]) == EXIT_OK  # fmt: skip
+    table = probe_model.probe_table(probe_model.load_probe_results(tmp_path))
+    [problem] = [p for p in table.problems if p.rule == "precision"]
+    assert problem.message == ("probe cells disagree on the embeddings' precision: bf16 in 12 "
+                               "cell(s); fp32 in 1 cell(s)")  # fmt: skip
+    assert "tiny3:mean/glue_sst2 (precision fp32)" in problem.cells
+    capsys.readouterr()
+    assert summarize.main(["--results-dir", str(tmp_path)]) == EXIT_INCOMPLETE
+    assert "disagree on the embeddings' precision" in capsys.readouterr().err
+    assert summarize.main(["--results-dir", str(tmp_path), "--allow-partial"]) == EXIT_OK
+    assert "disagree on the embeddings' precision: bf16 in 12" in capsys.readouterr().out
+    # one precision throughout: no such problem
+    one = probe_model.probe_table(probe_model.load_probe_results(probed))
+    assert not [p for p in one.problems if p.rule == "precision"]
