@@ -31,7 +31,7 @@ def _receipts(
             [TaskResult(task, s, higher, 100, {"std": std, "n": n})],
             [45],
             {},
-            {"kind": "probe"},
+            {"kind": "probe", "tasks": [task]},
             f"/ckpt/{i}",
             f"rev{i}",
         )  # fmt: skip
@@ -184,7 +184,11 @@ def test_report_exit_status_and_refusals(tmp_path, capsys):
     assert "warning: skipping" in capsys.readouterr().err
     # receipts of another setup are refused
     other = _receipts([0.5])[0]
-    other.checkpoint_id, other.checkpoint_index, other.setup = "c9", 9, {"kind": "finetune"}
+    other.checkpoint_id, other.checkpoint_index, other.setup = (
+        "c9",
+        9,
+        {"kind": "finetune", "tasks": ["t"]},
+    )
     (out / "receipts" / "c9.receipt.json").write_text(json.dumps(other.to_dict()))
     assert track.main(["report", "--out-dir", str(out), "--no-plots"]) == EXIT_INPUT_ERROR
     assert "different setups" in capsys.readouterr().err
