@@ -346,8 +346,7 @@ def build_model(name: str, tiny: bool, device, attn: str, seed: int):
             # sdpa: transformers' default where the architecture has it (DeBERTa-v2: eager).
             kw = {} if attn == "sdpa" else {"attn_implementation": attn}
             model = AutoModelForSequenceClassification.from_config(config, **kw)
-    model = model.float()
-    loaders.check_fp32(model)
+    model = model.float()  # fp32 master weights, as the harness's loaders cast them
     loaders.output_layer_in_fp32(model, NUM_LABELS)
     return model, config
 
