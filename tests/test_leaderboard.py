@@ -203,8 +203,10 @@ def test_a_table_problem_is_refused_as_summarize_refuses_it(board):
     assert "[off_protocol]" in err and "a_glue_rte_lr06_s45.json" in err
     code, out, _ = board(results, "--allow-partial")
     assert code == 0
-    assert ("Not a protocol table: 1 result(s) are off-protocol (forced off-protocol for a "
-            "test) [off_protocol].") in out
+    assert (
+        "Not a protocol table: 1 result(s) are off-protocol (forced off-protocol for a "
+        "test) [off_protocol]."
+    ) in out
 
 
 def test_input_errors_exit_2(board, tmp_path, capsys):
