@@ -674,7 +674,9 @@ def render_latex(cmp: Comparison) -> str:
     for (a, b), rows in by_pair.items():
         body = []
         for r in rows:
-            delta = "—" if r.diff is None else f"{_num(r.diff)} [{_num(r.ci_low)}, {_num(r.ci_high)}]"
+            delta = (
+                "—" if r.diff is None else f"{_num(r.diff)} [{_num(r.ci_low)}, {_num(r.ci_high)}]"
+            )
             p = "—" if r.p_verdict_adj is None else f"{_p(r.p_verdict_adj)} ({r.verdict_test})"
             body.append([task_header(r.task), f"{_num(r.mean_a)} (n={r.n_a})",
                          f"{_num(r.mean_b)} (n={r.n_b})", delta, p,

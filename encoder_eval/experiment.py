@@ -136,8 +136,9 @@ class Experiment:
 
         return replace(
             self,
-            models={n: replace(m, path=REDACTED) if local(m.path) else m
-                    for n, m in self.models.items()},  # fmt: skip
+            models={
+                n: replace(m, path=REDACTED) if local(m.path) else m for n, m in self.models.items()
+            },  # fmt: skip
             data_dir=None if self.data_dir is None else REDACTED,
             tasks_files=[REDACTED for _ in self.tasks_files],
             phases={p: PhaseRecord() for p in self.phases},
