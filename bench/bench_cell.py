@@ -12,7 +12,7 @@ In one process, on the same data, model, seed and number of optimizer steps, it 
   (b) trainer_bf16_dynamic  the same Trainer with dynamic padding (DataCollatorWithPadding) and
                             bf16=True (on CPU: use_cpu=True, so Trainer uses torch CPU autocast to
                             bfloat16; on CUDA: accelerate's bf16 autocast);
-  (c) ours                  encoder_eval.train.run_cell with Recipe(max_steps=--steps,
+  (c) ours                  encoder_eval.cells.train.run_cell with Recipe(max_steps=--steps,
                             early_stop=False), phase "select" (no test split), progress quiet.
 
 For each it reports
@@ -20,7 +20,7 @@ For each it reports
                    tokenisation: for (a)/(b) the wall time of `trainer.train()`; for (c) the
                    cell's own `training.train_time_s`, which INCLUDES the cell's dev evaluations
                    inside the training loop (4 when --steps caps a short run, as here). The
-                   bench also times those evaluations (by wrapping encoder_eval.train.predict)
+                   bench also times those evaluations (by wrapping encoder_eval.cells.train.predict)
                    and reports samples/s without them as `samples_per_s_excl_dev_eval`.
   real GFLOP/s     real-token training FLOPs / train time, with
                      FLOPs = 6 * N_nonemb * sum_i(len_i) + 12 * L * H * sum_i(len_i ** 2)
@@ -33,7 +33,7 @@ For each it reports
   first step s     time from the start of that configuration (incl. model and tokenizer load and
                    tokenisation, excl. task data load, which is shared) to the end of the first
                    optimizer step; for (c) the cell's own `training.time_to_first_step_s`.
-  dev              the task's metric (encoder_eval.metrics.compute_metric) on dev after the last
+  dev              the task's metric (encoder_eval.core.metrics.compute_metric) on dev after the last
                    step. For (c) that is the cell's last in-loop evaluation (dev_history[-1]);
                    the cell's reported score (best of its evaluations, weights restored) is in
                    the JSON as `dev_score_best_of_evals`.
@@ -301,8 +301,8 @@ def run_trainer(name: str, args, data, device, knobs) -> dict:
         set_seed,
     )
 
-    from encoder_eval import metrics
-    from encoder_eval.tasks import REGRESSION
+    from encoder_eval.core import metrics
+    from encoder_eval.data.tasks import REGRESSION
 
     dynamic_bf16 = name == "trainer_bf16_dynamic"
     train_split, val_splits, _test, num_labels, problem = data
@@ -440,8 +440,8 @@ def run_ours(args, data, device, knobs) -> dict:
     """(c): the harness's run_cell, with the bench timing its in-loop dev evaluations."""
     import torch
 
-    import encoder_eval.train as train_mod
-    from encoder_eval.protocol import Recipe
+    import encoder_eval.cells.train as train_mod
+    from encoder_eval.core.protocol import Recipe
 
     recipe = Recipe(max_steps=args.steps, early_stop=False, max_seq_len=args.max_seq_len,
                     batch_size=args.batch_size, batching=args.ours_batching)  # fmt: skip
@@ -677,8 +677,8 @@ def main(argv=None) -> int:
     t_imports = time.perf_counter() - t_imports0
     from transformers import Trainer  # noqa: F401  (lazy module; not charged to (a))
 
-    from encoder_eval.tasks import load_task, task_knobs
-    from encoder_eval.train import resolve_device
+    from encoder_eval.data.tasks import load_task, task_knobs
+    from encoder_eval.cells.train import resolve_device
 
     since_start = _seconds_since_process_start()
     transformers.logging.set_verbosity_error()

@@ -1,4 +1,4 @@
-"""Benchmark: embedding throughput of `encoder_eval.embed` against a plain Hugging Face loop.
+"""Benchmark: embedding throughput of `encoder_eval.cells.embed` against a plain Hugging Face loop.
 
 Issue 14, Performance. One process, the same model, texts and machine:
 
@@ -37,8 +37,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from bench_cell import matmul_peak_gflops, model_dims  # noqa: E402
 
-from encoder_eval import embed, tasks  # noqa: E402
-from encoder_eval.loaders import load_encoder  # noqa: E402
+from encoder_eval.cells import embed
+
+from encoder_eval.data import tasks  # noqa: E402
+from encoder_eval.data.loaders import load_encoder  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -100,7 +102,7 @@ def main(argv=None) -> int:
     train = tasks.load_task(args.task, args.data_dir, with_test=False)[0]
     split = {k: v[: args.rows] for k, v in train.items() if k in ("text", "text_pair")}
     loaded = load_encoder(path, max_seq_len=args.max_seq_len)
-    from encoder_eval.train import encode
+    from encoder_eval.cells.train import encode
 
     enc = encode(loaded.tokenizer, {**split, "label": [0] * len(split["text"])},
                  args.max_seq_len, loaded.input_names)  # fmt: skip

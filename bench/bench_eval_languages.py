@@ -42,8 +42,12 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from encoder_eval import metrics, tasks, train  # noqa: E402
-from encoder_eval.protocol import Recipe  # noqa: E402
+from encoder_eval.core import metrics
+
+from encoder_eval.data import tasks
+
+from encoder_eval.cells import train  # noqa: E402
+from encoder_eval.core.protocol import Recipe  # noqa: E402
 
 SPLIT_SEED = 1234
 

@@ -70,7 +70,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # Published configuration values of each checkpoint's config.json (Hub ids in
-# encoder_eval.models.MODEL_REGISTRY), transcribed here: nothing is downloaded.
+# encoder_eval.data.models.MODEL_REGISTRY), transcribed here: nothing is downloaded.
 MODELS: dict[str, dict] = {
     "xlm-r-base": {"model_type": "xlm-roberta", "config": {
         "vocab_size": 250002, "hidden_size": 768, "num_hidden_layers": 12,
@@ -240,7 +240,7 @@ def reset_peak(device) -> None:
 def sample_lengths(args, n_train: int, n_eval: int) -> tuple[list[int], list[int], str]:
     """Real token lengths: texts of `args.task` (train, then dev for evaluation), sampled
     with a seeded generator, measured with MiniLM's tokenizer when installed."""
-    from encoder_eval.tasks import load_task
+    from encoder_eval.data.tasks import load_task
 
     train_split, val_splits, *_ = load_task(args.task, args.data_dir, with_test=False)
     dev = next(iter(val_splits.values()))
@@ -281,7 +281,7 @@ def sample_lengths(args, n_train: int, n_eval: int) -> tuple[list[int], list[int
 
 def encoded(lengths: list[int], vocab: int, pad_id: int, seed: int, num_labels: int):
     """A harness `Encoded` split of random token ids (never the pad id) of these lengths."""
-    from encoder_eval.train import Encoded
+    from encoder_eval.cells.train import Encoded
 
     rng = random.Random(seed)
 
@@ -315,7 +315,7 @@ def build_model(name: str, tiny: bool, device, attn: str, seed: int):
     from transformers import AutoConfig, AutoModelForSequenceClassification, LlamaConfig
     from transformers.modeling_outputs import SequenceClassifierOutput
 
-    from encoder_eval import loaders
+    from encoder_eval.data import loaders
 
     model_type, values = model_config(name, tiny)
     torch.manual_seed(seed)
@@ -381,8 +381,8 @@ def run_ours(model, enc, enc_eval, batches, device, variant: str, warmup: int, l
     steps, then `train.predict` over `enc_eval`."""
     import torch
 
-    from encoder_eval import kinds, train
-    from encoder_eval.protocol import PROTOCOL_RECIPE
+    from encoder_eval.cells import kinds, train
+    from encoder_eval.core.protocol import PROTOCOL_RECIPE
 
     recipe = PROTOCOL_RECIPE
     kind = kinds.KINDS["classification"]
@@ -435,7 +435,7 @@ def run_ours(model, enc, enc_eval, batches, device, variant: str, warmup: int, l
 
 def time_predict(model, enc_eval, device, pad_id: int) -> tuple[float, int]:
     """Seconds of `train.predict` over `enc_eval` (after one warm-up batch), and its tokens."""
-    from encoder_eval import kinds, train
+    from encoder_eval.cells import kinds, train
 
     kind = kinds.KINDS["classification"]
     batch = train.EVAL_BATCH_SIZE.get(device.type, train.EVAL_BATCH_SIZE["cuda"])
@@ -457,8 +457,8 @@ def run_trainer(model, enc, enc_eval, batches, device, warmup: int, lr: float, p
     from torch.utils.data import DataLoader
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from encoder_eval import train
-    from encoder_eval.protocol import PROTOCOL_RECIPE as recipe
+    from encoder_eval.cells import train
+    from encoder_eval.core.protocol import PROTOCOL_RECIPE as recipe
 
     def rows(e):
         return [{"input_ids": e.features["input_ids"][i], "labels": e.labels[i]}
@@ -550,7 +550,7 @@ def main(argv=None) -> int:
     import torch
     import transformers
 
-    from encoder_eval import train
+    from encoder_eval.cells import train
 
     device = train.resolve_device(args.device)
     if args.threads:
@@ -588,7 +588,7 @@ def main(argv=None) -> int:
             pad_id = config.pad_token_id
             enc = encoded(train_lengths, config.vocab_size, pad_id, args.seed, NUM_LABELS)
             enc_eval = encoded(eval_lengths, config.vocab_size, pad_id, args.seed + 1, NUM_LABELS)
-            from encoder_eval.protocol import Recipe
+            from encoder_eval.core.protocol import Recipe
 
             batching = "random" if variant == "random_batches" else "length-grouped"
             recipe = Recipe(batch_size=args.batch_size, batching=batching)

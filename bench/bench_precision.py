@@ -4,7 +4,7 @@ random tokens (issue 29 item 5; the README's "Timings per CPU kind").
     .venv/bin/python bench/bench_precision.py                 # MiniLM (demo extra), 8 x 128
     .venv/bin/python bench/bench_precision.py --model-path DIR --batch 8 --seq-len 128 --reps 5
 
-Prints one JSON line: the CPU, whether it has native bf16 (`encoder_eval.cpu`), the
+Prints one JSON line: the CPU, whether it has native bf16 (`encoder_eval.core.cpu`), the
 median and best seconds per forward+backward in each precision, and bf16/fp32. Each
 precision gets one untimed warm-up step first. A benchmark, not a test.
 """
@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from transformers import AutoModel
 
-    from encoder_eval.cpu import cpu_native_bf16
-    from encoder_eval.provenance import cpu_model
+    from encoder_eval.core.cpu import cpu_native_bf16
+    from encoder_eval.core.provenance import cpu_model
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model-path", help="default: all-MiniLM-L6-v2 of the demo extra")

@@ -51,7 +51,7 @@ def main() -> int:
     p.add_argument("--model-path", default=None, help="default: all-MiniLM-L6-v2 (PyPI)")
     args = p.parse_args()
 
-    from encoder_eval.protocol import LR_GRID
+    from encoder_eval.core.protocol import LR_GRID
 
     model = args.model_path or _model_path()
     tasks, keys, seeds = args.tasks.split(","), args.lr_keys.split(","), args.seeds.split(",")

@@ -15,7 +15,7 @@ ms_marco mirror holds 20 BM25 candidates a query, so 20 pairs a group, 640 a ste
                   torch.optim.AdamW (default implementation, the recipe's betas and weight
                   decay, constant learning rate). 32 groups at once need about 23 GB here,
                   hence micro-batches.
-  ours            encoder_eval.train.run_cell on ms_marco (phase select, --steps steps, no
+  ours            encoder_eval.cells.train.run_cell on ms_marco (phase select, --steps steps, no
                   early stop, one dev evaluation at the last step on the first --dev-queries
                   dev queries): the cell as users run it, its ranking step cut into chunks of
                   whole groups and length-sorted pieces (kinds.RANK_CHUNK_TOKENS,
@@ -94,9 +94,9 @@ def _setup(args):
 
     from transformers import AutoTokenizer
 
-    from encoder_eval import kinds, train
-    from encoder_eval.protocol import Recipe
-    from encoder_eval.tasks import load_task
+    from encoder_eval.cells import kinds, train
+    from encoder_eval.core.protocol import Recipe
+    from encoder_eval.data.tasks import load_task
 
     data = load_task("ms_marco", args.data_dir, with_test=False)
     train_split, _, _, _, problem = data
@@ -165,7 +165,7 @@ def child_hf_loop(args) -> dict:
 def child_ours(args, unbounded: bool) -> dict:
     import dataclasses
 
-    from encoder_eval import kinds, train
+    from encoder_eval.cells import kinds, train
 
     data, recipe, _, enc, batches = _setup(args)
     train_split, val, _, num_labels, problem = data

@@ -72,7 +72,7 @@ def _fmt(mean: float, std: float | None) -> str:
 
 def _fmt_ci(values: list[float]) -> str:
     """`+2.17 [-0.21, +4.55]`: the mean difference and its 95 % t interval over seeds, x100."""
-    from encoder_eval.stats import t_interval
+    from encoder_eval.core.stats import t_interval
 
     mean, low, high = t_interval(values)
     ci = "" if low is None else f" [{100 * low:+.2f}, {100 * high:+.2f}]"
@@ -83,7 +83,9 @@ def _worker(argv: list[str]) -> int:
     """Run `encoder_eval.run` in this process, scoring the official dev split (the report
     split of a dev-reported task) after every evaluation of a strict (holdout) report cell."""
     sys.path.insert(0, str(REPO))
-    from encoder_eval import metrics, run, train
+    from encoder_eval.core import metrics
+    from encoder_eval import run
+    from encoder_eval.cells import train
 
     original = train._evaluate
 
@@ -154,7 +156,7 @@ def main() -> int:
         _print_table(json.loads(Path(args.from_json).read_text(encoding="utf-8")))
         return 0
 
-    from encoder_eval.results import load_results
+    from encoder_eval.core.results import load_results
 
     tasks = args.tasks.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]

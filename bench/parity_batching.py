@@ -47,7 +47,7 @@ def main() -> int:
                    help="only summarise the results already in --out-dir")  # fmt: skip
     args = p.parse_args()
 
-    from encoder_eval.results import load_results
+    from encoder_eval.core.results import load_results
 
     seeds = [int(s) for s in args.seeds.split(",")]
     phase = "select" if all(s in (42, 43, 44) for s in seeds) else "report"

@@ -17,8 +17,8 @@ import json
 import sys
 from dataclasses import dataclass
 
-from . import __version__
-from .errors import EXIT_INPUT_ERROR, EXIT_OK, ArgumentParser, report_errors, unknown_name
+from encoder_eval import __version__
+from encoder_eval.core.errors import EXIT_INPUT_ERROR, EXIT_OK, ArgumentParser, report_errors, unknown_name
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def _usage() -> str:
 
 
 def _task_rows() -> list[dict]:
-    from .tasks import TASK_KNOBS
+    from encoder_eval.data.tasks import TASK_KNOBS
 
     return [
         {
@@ -92,7 +92,7 @@ def _task_rows() -> list[dict]:
 
 
 def _model_rows() -> list[dict]:
-    from .models import MODEL_REGISTRY, ModelEntry
+    from encoder_eval.data.models import MODEL_REGISTRY, ModelEntry
 
     rows = []
     for key, row in MODEL_REGISTRY.items():
@@ -103,7 +103,7 @@ def _model_rows() -> list[dict]:
 
 
 def _group_rows() -> list[dict]:
-    from .tasks import TASK_GROUPS, group_tasks
+    from encoder_eval.data.tasks import TASK_GROUPS, group_tasks
 
     return [{"group": g, "tasks": group_tasks(g)} for g in TASK_GROUPS]
 
@@ -138,14 +138,14 @@ def list_main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks-file", action="append", default=[], metavar="F",
                    help="also list the tasks defined in this file (repeatable)")  # fmt: skip
     args = p.parse_args(argv)
-    from .tasks import register_task_files
+    from encoder_eval.data.tasks import register_task_files
 
     register_task_files(args.tasks_file)
     if args.what == "grid":
-        from .sweep import format_grid
+        from encoder_eval.sweep import format_grid
 
         if args.format == "json":
-            from .protocol import LR_GRID, PHASE_SEEDS, PROTOCOL_RECIPE
+            from encoder_eval.core.protocol import LR_GRID, PHASE_SEEDS, PROTOCOL_RECIPE
 
             print(json.dumps({"lr_grid": LR_GRID, "seeds": PHASE_SEEDS,
                               "recipe": PROTOCOL_RECIPE.to_dict()}, indent=2))  # fmt: skip

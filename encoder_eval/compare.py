@@ -53,18 +53,20 @@ from pathlib import Path
 
 import numpy as np
 
-from . import latex, stats
-from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors, warn_once
-from .experiment import summarize_inputs
-from .fileio import write_output
-from .metrics import language_mean, metric_spec, score_array
-from .predictions import PredictionsError, check_against_result, load_predictions
-from .predictions import predictions_path as predictions_file
-from .protocol import seed_arg
-from .results import LoadedResult, load_results
-from .select import load_selection
-from .summarize import Table, build_table, format_refusal, task_header
-from .tasks import task_knobs
+from encoder_eval.reports import latex
+
+from encoder_eval.core import stats
+from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors, warn_once
+from encoder_eval.plans.experiment import summarize_inputs
+from encoder_eval.core.fileio import write_output
+from encoder_eval.core.metrics import language_mean, metric_spec, score_array
+from encoder_eval.cells.predictions import PredictionsError, check_against_result, load_predictions
+from encoder_eval.cells.predictions import predictions_path as predictions_file
+from encoder_eval.core.protocol import seed_arg
+from encoder_eval.core.results import LoadedResult, load_results
+from encoder_eval.select import load_selection
+from encoder_eval.summarize import Table, build_table, format_refusal, task_header
+from encoder_eval.data.tasks import task_knobs
 
 COMPARE_SCHEMA = "encoder-eval-compare"
 DEFAULT_RESAMPLES = 999
@@ -801,7 +803,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @report_errors
 def main(argv: list[str] | None = None) -> int:
-    from .sweep import split_csv
+    from encoder_eval.sweep import split_csv
 
     args = build_parser().parse_args(argv)
     warn = warn_once()

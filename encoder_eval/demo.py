@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
-from .fileio import write_atomic
+from encoder_eval.core.errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
+from encoder_eval.core.fileio import write_atomic
 
 DEMO_TASKS = "synthetic_sentiment,synthetic_nli,synthetic_rating"
 DEMO_MODEL_KEY = "all-minilm-l6-v2"
@@ -62,7 +62,7 @@ def choose_precision(requested: str, device: str) -> tuple[str, str | None]:
     why when auto chose fp32 (a CPU without native bf16, `cpu.cpu_native_bf16`)."""
     if requested != "auto":
         return requested, None
-    from .cpu import cpu_native_bf16
+    from encoder_eval.core.cpu import cpu_native_bf16
 
     if device == "auto":
         import torch

@@ -27,9 +27,9 @@ import argparse
 import os
 import sys
 
-from .errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_INTERRUPTED, EXIT_OK, ArgumentParser
-from .plan import PROBE_PHASE, SWEEP_PHASES
-from .results import DONE_STATES, settle_cell
+from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_INTERRUPTED, EXIT_OK, ArgumentParser
+from encoder_eval.plans.plan import PROBE_PHASE, SWEEP_PHASES
+from encoder_eval.core.results import DONE_STATES, settle_cell
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         files += [os.fsdecode(f) for f in raw.split(b"\0") if f]
     state_of = names_result = None
     if args.phase == PROBE_PHASE:
-        from .probe_model import is_probe_result_name, probe_cell_state
+        from encoder_eval.cells.probe_cell import is_probe_result_name, probe_cell_state
 
         state_of = lambda path, _phase: probe_cell_state(path, model=args.model)  # noqa: E731
         names_result = is_probe_result_name

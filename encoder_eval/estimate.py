@@ -17,10 +17,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
-from .protocol import LR_GRID, PROTOCOL_RECIPE, REPORT_SEEDS, SELECT_SEEDS, step_budget
-from .results import load_results
-from .tasks import resolve_task_names
+from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
+from encoder_eval.core.protocol import LR_GRID, PROTOCOL_RECIPE, REPORT_SEEDS, SELECT_SEEDS, step_budget
+from encoder_eval.core.results import load_results
+from encoder_eval.data.tasks import resolve_task_names
 
 # Training examples of each suite task's full Hub split (multilingual: every language's train
 # split, concatenated as the loader does), from the datasets' cards. Only tasks under

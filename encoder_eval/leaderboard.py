@@ -48,16 +48,16 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
-from . import latex
-from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors, warn_once
-from .experiment import summarize_inputs
-from .fileio import write_output
-from .metrics import metric_spec
-from .plan import split_csv
-from .protocol import seed_arg
-from .results import load_results
-from .select import load_selection
-from .summarize import Table, build_table, format_refusal
+from encoder_eval.reports import latex
+from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors, warn_once
+from encoder_eval.plans.experiment import summarize_inputs
+from encoder_eval.core.fileio import write_output
+from encoder_eval.core.metrics import metric_spec
+from encoder_eval.plans.plan import split_csv
+from encoder_eval.core.protocol import seed_arg
+from encoder_eval.core.results import load_results
+from encoder_eval.select import load_selection
+from encoder_eval.summarize import Table, build_table, format_refusal
 
 LEADERBOARD_SCHEMA = "encoder-eval-leaderboard"
 DEFAULT_SEED = 0
@@ -558,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
         raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
     if args.out and not Path(args.out).absolute().parent.is_dir():
         raise HarnessError(f"--out {args.out}: its directory does not exist")
-    from .probe_model import has_probe_results, load_probe_results, probe_table
+    from encoder_eval.cells.probe_cell import has_probe_results, load_probe_results, probe_table
 
     warn = warn_once()
     ran_seeds = None
@@ -590,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
         if board.critical_difference is None:
             print(f"note: no cd.png: {board.cd_note}", file=sys.stderr)
         else:
-            from .plots import plot_critical_difference
+            from encoder_eval.reports.plots import plot_critical_difference
 
             path = plot_critical_difference(board.critical_difference, Path(args.plot))
             print(f"wrote {path}", file=sys.stderr)

@@ -28,9 +28,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from . import fileio, tasks
-from .errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
-from .fileio import FileProblem, atomic_open, read_json
+from encoder_eval.core import fileio
+
+from encoder_eval.data import tasks
+from encoder_eval.core.errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
+from encoder_eval.core.fileio import FileProblem, atomic_open, read_json
 
 MANIFEST_NAME = "MANIFEST.json"
 MANIFEST_SCHEMA = "encoder-eval-mirror"

@@ -2,7 +2,7 @@
 
 The seam to an encoder is `ProbeTask`: embeddings given as arrays (one row per example, in
 the order of the task's split), labels beside them. `task_from_registry` builds one for a
-registered task from arrays made by an extractor, `encoder_eval.neuco` from NeuCo-Bench's
+registered task from arrays made by an extractor, `encoder_eval.reports.neuco` from NeuCo-Bench's
 files; `probe_task` runs the protocol (EVALUATION_METHODOLOGY.md, "12. Probing"):
 
 * `k_folds` repeated shuffle-splits of the train rows (`ShuffleSplit`, seed `seed`), each
@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import HarnessError, unknown_name
-from .fileio import FileProblem, MissingFile, read_json, write_json_atomic
-from .metrics import compute_metric, language_mean
+from encoder_eval.core.errors import HarnessError, unknown_name
+from encoder_eval.core.fileio import FileProblem, MissingFile, read_json, write_json_atomic
+from encoder_eval.core.metrics import compute_metric, language_mean
 
 PROBE_SCHEMA = "encoder-eval-probe"
 PROBE_SUMMARY_SCHEMA = "encoder-eval-probe-summary"
@@ -82,7 +82,7 @@ class ProbeTask:
     `train_x` is (n, d) float, `train_y` (n,) labels (class ids or any hashable class values
     for classification, floats for regression). `report_x`/`report_y` map a language to its
     report-split rows; None (NeuCo mode) makes each fold's held-out rows the evaluation.
-    `metric` is the task's own metric (`encoder_eval.metrics` name, or "r2");
+    `metric` is the task's own metric (`encoder_eval.core.metrics` name, or "r2");
     `euro_languages` decide the headline as in fine-tuning (`metrics.language_mean`).
     `global_rows` are the rows NeuCo-Bench's global statistics cover (its rule
     global_standardization); None: the train and report rows."""
@@ -497,8 +497,8 @@ def final_probe(task: ProbeTask, config: ProbeConfig, outcome: ProbeOutcome) -> 
 def probe_provenance() -> dict:
     """Software versions and CPU of a probe run (probes fit on the CPU, with scikit-learn),
     and whether that CPU has native bf16 (the embeddings' forward pass may run on it)."""
-    from .cpu import cpu_native_bf16
-    from .provenance import cpu_model, software_versions
+    from encoder_eval.core.cpu import cpu_native_bf16
+    from encoder_eval.core.provenance import cpu_model, software_versions
 
     return {"software": software_versions(), "cpu": cpu_model(),
             "cpu_native_bf16": cpu_native_bf16()}  # fmt: skip
@@ -612,8 +612,8 @@ def task_from_registry(
     per row of `load_task(task)`'s train split, in its order, and `report_x[lang]` one per
     row of its report split (test, or validation where that is the report split). `data`:
     that `load_task` result when the caller has it already."""
-    from .tasks import REGRESSION as TASK_REGRESSION
-    from .tasks import load_task, task_knobs
+    from encoder_eval.data.tasks import REGRESSION as TASK_REGRESSION
+    from encoder_eval.data.tasks import load_task, task_knobs
 
     knobs = task_knobs(task)
     train, _, test, _, problem = data if data is not None else load_task(task, data_dir)
@@ -643,15 +643,15 @@ NEUCO_FLAGS = ("--annotation-path", "--annotation_path", "--submission-file", "-
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m encoder_eval.probe`: a model's own embeddings on registered tasks
-    (`encoder_eval.probe_model`), or, given NeuCo-Bench's `--annotation-path` /
-    `--submission-file`, embeddings from its files (`encoder_eval.neuco`)."""
+    (`encoder_eval.cells.probe_cell`), or, given NeuCo-Bench's `--annotation-path` /
+    `--submission-file`, embeddings from its files (`encoder_eval.reports.neuco`)."""
     args = sys.argv[1:] if argv is None else list(argv)
     prog = "python -m encoder_eval.probe"
     if any(a.split("=", 1)[0] in NEUCO_FLAGS for a in args):
-        from .neuco import main as neuco_main
+        from encoder_eval.reports.neuco import main as neuco_main
 
         return neuco_main(args, prog=prog)
-    from .probe_model import main as model_main
+    from encoder_eval.cells.probe_cell import main as model_main
 
     return model_main(args, prog=prog)
 

@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from .errors import (
+from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -26,8 +26,8 @@ from .errors import (
     raise_on_sigterm,
     report_errors,
 )
-from .limit import check_limit
-from .models import (
+from encoder_eval.data.limit import check_limit
+from encoder_eval.data.models import (
     ATTENTIONS,
     DECODER_DEFAULTS,
     HEAD_POOLINGS,
@@ -38,7 +38,7 @@ from .models import (
     model_entry,
     registry_trusts,
 )
-from .protocol import (
+from encoder_eval.core.protocol import (
     PHASE_SEEDS,
     PROTOCOL_RECIPE,
     RANK_OBJECTIVES,
@@ -47,7 +47,7 @@ from .protocol import (
     check_seed,
     lr_key_for,
 )
-from .results import (
+from encoder_eval.core.results import (
     DONE_STATES,
     KEPT,
     cell_lock,
@@ -55,8 +55,8 @@ from .results import (
     result_filename,
     settle_cell,
 )
-from .tasks import TASK_KNOBS, dataset_revisions, register_task_files, task_knobs
-from .trackers import check_tracking_dir, parse_report_to
+from encoder_eval.data.tasks import TASK_KNOBS, dataset_revisions, register_task_files, task_knobs
+from encoder_eval.cells.trackers import check_tracking_dir, parse_report_to
 
 
 class CellsFailed(Exception):
@@ -193,7 +193,7 @@ def _parse_list(text: str, kind, flag: str) -> list:
 
 def plan_cells(args: argparse.Namespace) -> list:
     """Turn parsed flags into CellConfigs, checking every input before anything runs."""
-    from .train import CellConfig, validate_out_path
+    from encoder_eval.cells.train import CellConfig, validate_out_path
 
     register_task_files(args.tasks_file)  # first: the task names below may be defined there
     task_knobs(args.task)
@@ -304,8 +304,8 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
     """
     import traceback
 
-    from .tasks import data_provenance, load_task
-    from .train import Preempted, run_cell
+    from encoder_eval.data.tasks import data_provenance, load_task
+    from encoder_eval.cells.train import Preempted, run_cell
 
     results = []
     data = data_prov = None
@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     quiet = args.progress == "quiet"
     cells = plan_cells(args)  # bad input ends here, before torch is imported
-    from .train import Interrupted, Preempted
+    from encoder_eval.cells.train import Interrupted, Preempted
 
     # SIGTERM between cells (loading data, waiting for another runner's lock) raises, as
     # Ctrl-C does; inside a cell `train.run_cell` turns both into a saved state.

@@ -66,8 +66,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import experiment
-from .errors import (
+from encoder_eval.plans import experiment
+from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
     ArgumentParser,
@@ -76,9 +76,9 @@ from .errors import (
     quote,
     report_errors,
 )
-from .fileio import FileProblem, MissingFile, read_json
-from .metrics import metric_spec
-from .protocol import (
+from encoder_eval.core.fileio import FileProblem, MissingFile, read_json
+from encoder_eval.core.metrics import metric_spec
+from encoder_eval.core.protocol import (
     LR_GRID,
     PROTOCOL_RECIPE,
     SELECT_SEEDS,
@@ -87,14 +87,14 @@ from .protocol import (
     loader_label,
     signature,
 )
-from .results import (
+from encoder_eval.core.results import (
     EXPERIMENT_NAME,
     LoadedResult,
     load_results,
     result_filename,
     write_json_atomic,
 )
-from .schema import check_fields, data_identity, is_int, is_list_of, is_number, is_str
+from encoder_eval.core.schema import check_fields, data_identity, is_int, is_list_of, is_number, is_str
 
 SCHEMA = "encoder-eval-selection"
 # 2: per pair, `select_setup` (what its select cells ran with) and `undefined_by_lr`.
@@ -530,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @report_errors
 def main(argv: list[str] | None = None) -> int:
-    from .sweep import parse_lr_keys, parse_seeds, resolve_tasks, split_csv
+    from encoder_eval.sweep import parse_lr_keys, parse_seeds, resolve_tasks, split_csv
 
     args = build_parser().parse_args(argv)
     try:

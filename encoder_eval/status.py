@@ -9,7 +9,7 @@ Usage::
         --emit runs/select-rest --mode slurm --slurm-template my.sbatch
 
 The expected cells are those the sweep planned: the experiment file it wrote into the
-results directory (`experiment.toml`, see `encoder_eval.experiment`) gives the phase,
+results directory (`experiment.toml`, see `encoder_eval.plans.experiment`) gives the phase,
 models, tasks, LR keys, seeds, recipe overrides, data directory, device and (report) the
 selection; flags may narrow `--models`/`--tasks` but not contradict the file. Without the
 file (results of an older sweep) they are those `encoder_eval.sweep` would plan from the
@@ -46,10 +46,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import experiment
-from .errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
-from .results import CORRUPT, KEPT, MISSING, QUARANTINE_DIR, count_quarantined, load_results
-from .sweep import (
+from encoder_eval.plans import experiment
+from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
+from encoder_eval.core.results import CORRUPT, KEPT, MISSING, QUARANTINE_DIR, count_quarantined, load_results
+from encoder_eval.sweep import (
     Cell,
     Plan,
     add_emit_arguments,

@@ -54,7 +54,7 @@ avg@5". Unparseable result files are skipped with one warning each.
 
 The library functions (`build_table`, `render_markdown`, `render_csv`, `table_to_dict`)
 return data and strings; only `main` prints. `--plots DIR` writes the figures of
-`encoder_eval.plots` once the table is accepted.
+`encoder_eval.reports.plots` once the table is accepted.
 
 Exit status: 0 printed; 1 refused; 2 bad input.
 """
@@ -71,8 +71,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import aggregate, latex, stats
-from .errors import (
+from encoder_eval.core import aggregate, stats
+
+from encoder_eval.reports import latex
+from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
     ArgumentParser,
@@ -81,14 +83,14 @@ from .errors import (
     report_errors,
     warn_once,
 )
-from .experiment import summarize_inputs
-from .fileio import write_output
-from .latex import Score
-from .metrics import metric_spec
-from .protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS, seed_arg
-from .results import LoadedResult, load_results, result_filename
-from .select import cell_setup, load_selection, setup_differences
-from .tasks import (
+from encoder_eval.plans.experiment import summarize_inputs
+from encoder_eval.core.fileio import write_output
+from encoder_eval.reports.latex import Score
+from encoder_eval.core.metrics import metric_spec
+from encoder_eval.core.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS, seed_arg
+from encoder_eval.core.results import LoadedResult, load_results, result_filename
+from encoder_eval.select import cell_setup, load_selection, setup_differences
+from encoder_eval.data.tasks import (
     BENCHMARK_LABELS,
     BENCHMARK_SCORES,
     SEPARATE_BUCKETS,
@@ -777,7 +779,7 @@ def add_statistics(
     """Set the table's interval method (bootstrap intervals computed here) and, with
     `marks`, each task's best model and those not distinguishable from it
     (`compare.best_marks`, corrected over `marks_family`)."""
-    from . import compare
+    from encoder_eval import compare
 
     if ci not in CI_METHODS:
         raise HarnessError(f"--ci {ci!r} must be one of {', '.join(CI_METHODS)}")
@@ -828,14 +830,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 @report_errors
 def main(argv: list[str] | None = None) -> int:
-    from .sweep import split_csv
+    from encoder_eval.sweep import split_csv
 
     args = build_parser().parse_args(argv)
     warn = warn_once()  # --plots reads the report results again: one warning per file
 
     if not Path(args.results_dir).is_dir():
         raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
-    from .probe_model import has_probe_results
+    from encoder_eval.cells.probe_cell import has_probe_results
 
     if has_probe_results(args.results_dir):
         return _main_probe(args, warn)
@@ -861,7 +863,7 @@ def main(argv: list[str] | None = None) -> int:
         print(format_refusal(table), file=sys.stderr)
         return EXIT_INCOMPLETE
     if args.plots:
-        from .plots import write_plots
+        from encoder_eval.reports.plots import write_plots
 
         select_dir = args.select_results_dir or select_dir
         written = write_plots(
@@ -877,9 +879,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main_probe(args: argparse.Namespace, warn) -> int:
-    """`summarize` of a folder of probe results (`encoder_eval.probe_model`)."""
-    from .probe_model import load_probe_results, probe_table
-    from .sweep import split_csv
+    """`summarize` of a folder of probe results (`encoder_eval.cells.probe_cell`)."""
+    from encoder_eval.cells.probe_cell import load_probe_results, probe_table
+    from encoder_eval.sweep import split_csv
 
     if args.ci != "t" or args.plots or args.selection:
         raise HarnessError("probe results take the t interval only, no --selection, no --plots")

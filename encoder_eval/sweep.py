@@ -42,7 +42,7 @@ aside into `<results dir>/.corrupt/` and its cell runs again, so re-running a sc
 the gaps. Nothing here imports torch: it runs on a login node.
 
 This module is the command line; what a phase runs is `plan.py` (Cell, Plan, build_plan),
-how it is launched `emit.py` (the script bodies are `encoder_eval/templates/*.sh`).
+how it is launched `emit.py` (the script bodies are `encoder_eval/plans/templates/*.sh`).
 
 Adding a model is one row of `MODEL_REGISTRY` (re-exported here from `models.py`)::
 
@@ -56,9 +56,9 @@ import os
 import shlex
 import sys
 
-from . import emit as _emit
-from . import experiment
-from .emit import (
+from encoder_eval.plans import emit as _emit
+from encoder_eval.plans import experiment
+from encoder_eval.plans.emit import (
     DEFAULT_GROUP,
     EMIT_MODES,
     SLURM_VARIABLES,
@@ -68,10 +68,10 @@ from .emit import (
     emit_slurm,
     emit_slurm_array,
 )
-from .errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
-from .fileio import check_utf8
-from .models import MODEL_REGISTRY, MODES
-from .plan import (
+from encoder_eval.core.errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
+from encoder_eval.core.fileio import check_utf8
+from encoder_eval.data.models import MODEL_REGISTRY, MODES
+from encoder_eval.plans.plan import (
     GROUPS,
     PHASES,
     PROBE_PHASE,
@@ -90,8 +90,8 @@ from .plan import (
     run_precision,
     split_csv,
 )
-from .protocol import LR_GRID, PHASE_SEEDS, PROTOCOL_RECIPE, SELECTION_SPLITS, check_seed
-from .tasks import MULTILINGUAL_TASKS, TASK_GROUPS
+from encoder_eval.core.protocol import LR_GRID, PHASE_SEEDS, PROTOCOL_RECIPE, SELECTION_SPLITS, check_seed
+from encoder_eval.data.tasks import MULTILINGUAL_TASKS, TASK_GROUPS
 
 # Re-exported: status.py, select.py, summarize.py, demo.py and the tests import these from here.
 __all__ = [
@@ -191,7 +191,7 @@ def add_emit_arguments(p: argparse.ArgumentParser, out_flag: str = "--out-dir") 
                    help="shell: run_all.sh; slurm: launch.sh with one sbatch per cell; "
                    "slurm-array: launch.sh submitting array jobs over a manifest")  # fmt: skip
     g.add_argument("--slurm-template", help="your sbatch script (contract: the emit_slurm "
-                   "docstring in encoder_eval/emit.py; example: examples/slurm_template.sh)")  # fmt: skip
+                   "docstring in encoder_eval/plans/emit.py; example: examples/slurm_template.sh)")  # fmt: skip
     g.add_argument("--group", choices=GROUPS, help="cells run by one process: pair = every "
                    "cell of a (model, task), lr = the seeds of one (model, task, LR), cell = "
                    "one (default: pair for shell, cell for slurm/slurm-array, where long "
@@ -270,7 +270,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         raise HarnessError("give --phase select or --phase report")
     selection = None
     if args.selection is not None:
-        from .select import load_selection
+        from encoder_eval.select import load_selection
 
         selection = load_selection(args.selection)
     extra = _extra_args(args, finetune=True)

@@ -43,7 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import (
+from encoder_eval.core.errors import (
     EXIT_OK,
     EXIT_REGRESSED,
     ArgumentParser,
@@ -52,11 +52,11 @@ from .errors import (
     report_errors,
     unknown_name,
 )
-from .fileio import FileProblem, parse_json, read_json, write_json_atomic, write_output
-from .protocol import seed_arg
-from .receipt import TaskResult
-from .results import DONE_STATES
-from .schema import check_fields, is_int, is_list_of, is_name, is_number, is_str
+from encoder_eval.core.fileio import FileProblem, parse_json, read_json, write_json_atomic, write_output
+from encoder_eval.core.protocol import seed_arg
+from encoder_eval.core.receipt import TaskResult
+from encoder_eval.core.results import DONE_STATES
+from encoder_eval.core.schema import check_fields, is_int, is_list_of, is_name, is_number, is_str
 
 RECEIPT_SCHEMA = "encoder-eval-receipt"
 REPORT_SCHEMA = "encoder-eval-regression"
@@ -176,7 +176,7 @@ class TrackSetup:
 
 
 def _lr_from_selection(path: str, model: str | None, tasks: list[str]) -> dict[str, tuple]:
-    from .select import load_selection
+    from encoder_eval.select import load_selection
 
     pairs = load_selection(path).get("pairs", {})
     if model is None:
@@ -218,12 +218,12 @@ def build_setup(
     n_examples: int | None = None,
 ) -> TrackSetup:
     """Check and complete the evaluation setup, filling the defaults of its kind."""
-    from .plan import resolve_tasks
+    from encoder_eval.plans.plan import resolve_tasks
 
     if kind not in EVAL_KINDS:
         raise unknown_name("evaluation kind", kind, EVAL_KINDS)
     if kind == "synthetic":
-        from .capability import AXES
+        from encoder_eval.cells.capability import AXES
 
         given = [v is not None for v in (max_seq_len, pooling, k_folds, precision, lr_key,
                                           selection, seeds, max_steps)]  # fmt: skip
@@ -241,10 +241,10 @@ def build_setup(
         raise HarnessError(f"--kind {kind} needs --tasks (task keys and groups)")
     task_list = tuple(resolve_tasks(tasks))
     if kind == "probe":
-        from .embed import EmbedSetup, check_poolings
-        from .plan import split_csv
-        from .probe import DEFAULT_K_FOLDS, DEFAULT_SEED
-        from .probe_model import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
+        from encoder_eval.cells.embed import EmbedSetup, check_poolings
+        from encoder_eval.plans.plan import split_csv
+        from encoder_eval.probe import DEFAULT_K_FOLDS, DEFAULT_SEED
+        from encoder_eval.cells.probe_cell import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
 
         if any(v is not None for v in (lr_key, selection, seeds, max_steps)):
             raise HarnessError("--lr-key, --selection, --seeds and --max-steps are for --kind "
@@ -257,8 +257,8 @@ def build_setup(
             k_folds or DEFAULT_K_FOLDS, DEFAULT_SEED if seed is None else seed,
             EmbedSetup(precision=precision or "bf16").precision,
         )  # fmt: skip
-    from .plan import run_precision
-    from .protocol import LR_GRID, PHASE_SEEDS, lr_for_key
+    from encoder_eval.plans.plan import run_precision
+    from encoder_eval.core.protocol import LR_GRID, PHASE_SEEDS, lr_for_key
 
     if any(v is not None for v in (pooling, k_folds, seed)):
         raise HarnessError("--pooling, --k-folds and --seed are for --kind probe")
@@ -422,7 +422,7 @@ def build_track_plan(
     """The sweep `Plan` of the cells behind the receipts of `checkpoints` (each checkpoint is
     a `--model ID=PATH` addition): the probe phase, or the report phase under a selection
     that gives every (checkpoint, task) the fixed LR."""
-    from .plan import build_plan, build_probe_plan
+    from encoder_eval.plans.plan import build_plan, build_probe_plan
 
     specs = [f"{c.id}={c.path}" for c in checkpoints]
     names = [c.id for c in checkpoints]
@@ -472,8 +472,8 @@ def _mean_by_language(rows: list[dict]) -> dict[str, float]:
 
 
 def _probe_task_result(plan, cell, revision: str) -> TaskResult:
-    from .metrics import metric_spec
-    from .probe_model import read_probe_result
+    from encoder_eval.core.metrics import metric_spec
+    from encoder_eval.cells.probe_cell import read_probe_result
 
     path = Path(plan.out_json(cell))
     r = read_probe_result(path)
@@ -496,11 +496,11 @@ def _probe_task_result(plan, cell, revision: str) -> TaskResult:
 
 
 def _finetune_task_result(plan, cells, revision: str) -> TaskResult:
-    from . import aggregate
-    from .metrics import metric_spec
-    from .predictions import load_predictions, predictions_path
-    from .results import cell_state
-    from .schema import CellResult
+    from encoder_eval.core import aggregate
+    from encoder_eval.core.metrics import metric_spec
+    from encoder_eval.cells.predictions import load_predictions, predictions_path
+    from encoder_eval.core.results import cell_state
+    from encoder_eval.core.schema import CellResult
 
     scores, per_lang, diverged, undefined, n_examples, off = {}, [], [], [], None, False
     metric = None
@@ -564,7 +564,7 @@ def evaluate_checkpoint(
     """The receipt of one checkpoint: run its cells that are not done, then write
     `receipts/<id>.receipt.json` atomically. An existing receipt of the same weights and
     setup is returned as it is; one of other weights or another setup is refused."""
-    from .provenance import directory_content_hash
+    from encoder_eval.core.provenance import directory_content_hash
 
     check_checkpoint_id(checkpoint.id)
     revision = directory_content_hash(checkpoint.path)
@@ -621,8 +621,8 @@ def _synthetic_task_results(setup: TrackSetup, checkpoint: Checkpoint, device: s
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .capability import evaluate_checkpoint as score_suite
-    from .train import resolve_device
+    from encoder_eval.cells.capability import evaluate_checkpoint as score_suite
+    from encoder_eval.cells.train import resolve_device
 
     log(f"track: {checkpoint.id}: synthetic capability suite ({setup.n_examples} examples "
         "per axis)")  # fmt: skip
@@ -900,7 +900,7 @@ def plot_tracks(
 ) -> list[Path]:
     """One PNG per task: score against checkpoint, a band of ± one seed/fold std, and the
     flagged checkpoints marked."""
-    from .plots import _new_figure, _save
+    from encoder_eval.reports.plots import _new_figure, _save
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -1020,7 +1020,7 @@ def _add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def setup_from_args(args: argparse.Namespace) -> TrackSetup:
-    from .plan import parse_seeds, split_csv
+    from encoder_eval.plans.plan import parse_seeds, split_csv
 
     return build_setup(
         args.kind, split_csv(args.tasks) if args.tasks else [], max_seq_len=args.max_seq_len,
@@ -1093,7 +1093,7 @@ def build_parser() -> ArgumentParser:
                         "cells; then `track run` only assembles")  # fmt: skip
     sw.add_argument("--checkpoints", required=True, help="as for run")
     _add_setup_arguments(sw)
-    from .sweep import add_emit_arguments
+    from encoder_eval.sweep import add_emit_arguments
 
     add_emit_arguments(sw)
     rep = sub.add_parser("report", help="the regression report of the receipts in --out-dir")
@@ -1128,7 +1128,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     checkpoints = read_checkpoints(args.checkpoints)
     if args.command == "sweep":
-        from .emit import emit
+        from encoder_eval.plans.emit import emit
 
         if setup.kind == "synthetic":
             raise HarnessError("--kind synthetic runs in process in seconds per checkpoint; "

@@ -73,7 +73,7 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture
 def task_registry():
     """The task registries as built in; tasks a test registers (task files) are removed after."""
-    from encoder_eval import tasks
+    from encoder_eval.data import tasks
 
     saved = [(d, dict(d)) for d in (tasks.TASK_KNOBS, tasks.LOADERS, tasks.DATASET_REVISIONS,
                                     tasks.USER_TASK_SOURCES)]  # fmt: skip

@@ -32,7 +32,7 @@ LOCKED = "another runner is running this cell"
 IN_WRITE_HOOK = textwrap.dedent(
     """
     import os, runpy, signal, sys
-    from encoder_eval.results import TMP_PREFIX
+    from encoder_eval.core.results import TMP_PREFIX
     results_dir = os.path.realpath(os.environ["EE_RESULTS_DIR"])
     real_fsync = os.fsync
     def fsync(fd):

@@ -17,7 +17,7 @@ from typing import NoReturn
 
 import pytest
 
-from encoder_eval import tasks
+from encoder_eval.data import tasks
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SHARED_DATA_ENV = "ENCODER_EVAL_SHARED_DATA"  # another mirror location than SHARED_DATA

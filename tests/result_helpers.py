@@ -8,10 +8,10 @@ import dataclasses
 import json
 from pathlib import Path
 
-from encoder_eval.protocol import LR_GRID, PROTOCOL_RECIPE, off_protocol_reasons
-from encoder_eval.results import result_filename, validate_result
-from encoder_eval.schema import CellId, CellResult, Protocol, ScoreSection, Training
-from encoder_eval.tasks import task_knobs
+from encoder_eval.core.protocol import LR_GRID, PROTOCOL_RECIPE, off_protocol_reasons
+from encoder_eval.core.results import result_filename, validate_result
+from encoder_eval.core.schema import CellId, CellResult, Protocol, ScoreSection, Training
+from encoder_eval.data.tasks import task_knobs
 
 
 def make_result(
@@ -42,7 +42,7 @@ def make_result(
            "selection_split": selection_split}  # fmt: skip
     rec.update(recipe or {})
     if on_protocol is None:
-        from encoder_eval.protocol import Recipe
+        from encoder_eval.core.protocol import Recipe
 
         fields = {k: rec[k] for k in PROTOCOL_RECIPE.to_dict()}
         reasons = off_protocol_reasons(Recipe(**fields), lr, seed, phase)
@@ -118,8 +118,8 @@ def write_cell_with_predictions(
 ) -> Path:
     """A report result whose score is its `predictions`' metric on `labels` (one language,
     "en"), written with its predictions file, as a report cell writes both."""
-    from encoder_eval import metrics
-    from encoder_eval import predictions as preds_mod
+    from encoder_eval.core import metrics
+    from encoder_eval.cells import predictions as preds_mod
 
     score = metrics.compute_metric(task_knobs(task).metric, predictions, labels)
     data = make_result(model, task, lr_key, seed, "report", score, **result_kw)

@@ -25,9 +25,9 @@ from fault_helpers import (
 )
 from result_helpers import make_result, write_result
 
-from encoder_eval.errors import HarnessError
-from encoder_eval.protocol import LR_GRID
-from encoder_eval.results import result_filename
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.protocol import LR_GRID
+from encoder_eval.core.results import result_filename
 
 
 @dataclass
@@ -477,7 +477,7 @@ def test_a_malformed_receipt_is_skipped_with_one_warning(tmp_path, capsys):
 
 def test_a_yaml_task_file_with_aliases_is_refused_at_once(tmp_path):
     """A 403-byte 'billion laughs' task file once gave a 58 MB error message."""
-    from encoder_eval.taskfile import read_task_file
+    from encoder_eval.data.taskfile import read_task_file
 
     bomb = "\n".join(["a: &a [x, x, x, x, x, x, x, x, x]"]
                      + [f"{n}: &{n} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]"
@@ -493,7 +493,7 @@ def test_a_yaml_task_file_with_aliases_is_refused_at_once(tmp_path):
 
 
 def test_a_task_file_value_is_quoted_cut_short(tmp_path):
-    from encoder_eval.taskfile import parse_task_rows, read_task_file
+    from encoder_eval.data.taskfile import parse_task_rows, read_task_file
 
     path = tmp_path / "t.toml"
     path.write_text('[tasks.my_task]\ninputs = "text"\nlabels = ["' + "n" * 100_000

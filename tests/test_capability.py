@@ -11,8 +11,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from encoder_eval import capability
-from encoder_eval.capability import (
+from encoder_eval.cells import capability
+from encoder_eval.cells.capability import (
     AXES,
     MODULUS,
     evaluate_checkpoint,
@@ -20,7 +20,7 @@ from encoder_eval.capability import (
     markov_transition_matrix,
     sample_markov,
 )
-from encoder_eval.errors import HarnessError
+from encoder_eval.core.errors import HarnessError
 
 VOCAB = 96
 
@@ -166,7 +166,7 @@ def test_track_kind_synthetic_flags_a_checkpoint_whose_perplexity_regressed(tmp_
     """A ladder of real (tiny) decoder checkpoints: untrained, trained on the chain, and
     untrained again. The third is flagged on perplexity, a lower-is-better score."""
     from encoder_eval import track
-    from encoder_eval.errors import EXIT_REGRESSED
+    from encoder_eval.core.errors import EXIT_REGRESSED
 
     trained = tiny_decoder()
     optim = torch.optim.AdamW(trained.parameters(), lr=1e-2)

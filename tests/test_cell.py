@@ -14,13 +14,13 @@ import pytest
 import torch
 from conftest import REPO, read_json
 
-from encoder_eval import train
-from encoder_eval.errors import HarnessError
-from encoder_eval.kinds import KINDS
-from encoder_eval.loaders import load_encoder, load_model
-from encoder_eval.protocol import Recipe
-from encoder_eval.results import result_filename, validate_result
-from encoder_eval.tasks import load_task
+from encoder_eval.cells import train
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.cells.kinds import KINDS
+from encoder_eval.data.loaders import load_encoder, load_model
+from encoder_eval.core.protocol import Recipe
+from encoder_eval.core.results import result_filename, validate_result
+from encoder_eval.data.tasks import load_task
 
 SHORT = Recipe(max_steps=6, patience=3, max_seq_len=128)
 
@@ -374,7 +374,7 @@ def test_an_undefined_metric_is_recorded_as_undefined_not_zero(tiny_models, tmp_
 def test_holdout_selects_on_a_slice_of_train_and_reports_the_official_dev(
     tiny_models, small_mirror, tmp_path
 ):
-    from encoder_eval.holdout import HOLDOUT_KEY, holdout_indices, holdout_size
+    from encoder_eval.data.holdout import HOLDOUT_KEY, holdout_indices, holdout_size
 
     default = load_task("glue_rte", small_mirror)
     strict = load_task("glue_rte", small_mirror, selection_split="holdout")
@@ -435,8 +435,8 @@ def _languages_predicted(monkeypatch, tokenizer, input_names, splits: dict) -> l
 def test_training_evaluations_score_only_the_deciding_languages_and_the_rest_once_at_the_end(
     tiny_models, seahorse_mirror, tmp_path, monkeypatch
 ):
-    from encoder_eval import metrics
-    from encoder_eval.kinds import kind_for
+    from encoder_eval.core import metrics
+    from encoder_eval.cells.kinds import kind_for
 
     data = load_task("seahorse", seahorse_mirror, with_test=False)
     val = data[1]
@@ -502,7 +502,7 @@ def test_the_best_checkpoint_follows_the_metric_direction(
     evaluation is the one with the lowest dev score, and by default the highest."""
     import dataclasses
 
-    from encoder_eval import metrics
+    from encoder_eval.core import metrics
 
     recipe = Recipe(max_steps=8, patience=99, max_seq_len=128)
     cfg = cell(tmp_path, tiny_models["bert"], task="glue_stsb", data_dir=str(small_mirror),
@@ -525,7 +525,7 @@ def test_under_holdout_selection_dev_is_the_slice_alone(
 ):
     """With --selection-split holdout the slice of train replaces every dev language and
     decides alone: each evaluation scores it, and nothing is left to score after training."""
-    from encoder_eval.holdout import HOLDOUT_KEY
+    from encoder_eval.data.holdout import HOLDOUT_KEY
 
     recipe = Recipe(max_steps=6, patience=3, max_seq_len=128, selection_split="holdout")
     data = load_task("seahorse", seahorse_mirror, with_test=False, selection_split="holdout")

@@ -12,7 +12,7 @@ import pytest
 
 from encoder_eval import __version__
 from encoder_eval.cli import COMMANDS, main
-from encoder_eval.tasks import TASK_KNOBS, group_tasks
+from encoder_eval.data.tasks import TASK_KNOBS, group_tasks
 
 REPO = Path(__file__).resolve().parents[1]
 

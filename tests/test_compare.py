@@ -16,9 +16,11 @@ from scipy import stats as sps
 from stats_helpers import SEED, band, seeded_rng
 from statsmodels.stats.multitest import multipletests
 
-from encoder_eval import compare, stats
-from encoder_eval.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK
-from encoder_eval.predictions import predictions_path
+from encoder_eval import compare
+
+from encoder_eval.core import stats
+from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK
+from encoder_eval.cells.predictions import predictions_path
 
 TASKS = ("glue_rte", "glue_mrpc")  # accuracy and F1
 REPORT = range(45, 50)

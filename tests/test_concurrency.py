@@ -31,7 +31,7 @@ from fault_helpers import (
     sh,
 )
 
-from encoder_eval.results import cell_lock, read_result, result_filename
+from encoder_eval.core.results import cell_lock, read_result, result_filename
 
 MODEL, TASK, LR_KEYS, SEEDS = "tiny", "glue_rte", ("lr03", "lr10"), (42, 43)
 
@@ -109,7 +109,7 @@ def test_an_array_task_and_a_shell_run_at_once(tmp_path, tiny_models, small_mirr
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from encoder_eval.results import cell_lock
+    from encoder_eval.core.results import cell_lock
     with cell_lock(sys.argv[1]) as mine:
         print("HELD" if mine else "BUSY", flush=True)
         time.sleep(600)
@@ -210,7 +210,7 @@ def test_another_users_leftover_lock_does_not_stop_the_cell(tmp_path):
                             f"{str(lock)!r}, os.W_OK))"], preexec_fn=_drop_dac_capabilities)  # fmt: skip
     if probe.returncode != 0:
         pytest.skip("permission bits cannot stop this test's commands (root writes any file)")
-    code = ("import sys; from encoder_eval.results import cell_lock\n"
+    code = ("import sys; from encoder_eval.core.results import cell_lock\n"
             f"with cell_lock({str(target)!r}) as mine:\n    print(mine)")  # fmt: skip
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env(), timeout=60, preexec_fn=_drop_dac_capabilities)  # fmt: skip

@@ -14,8 +14,8 @@ import pytest
 from fault_helpers import SHRINK, py, sh
 from result_helpers import make_result, make_selection, write_result
 
-from encoder_eval.protocol import LR_GRID
-from encoder_eval.results import (
+from encoder_eval.core.protocol import LR_GRID
+from encoder_eval.core.results import (
     QUARANTINE_DIR,
     SCHEMA_VERSION,
     TMP_PREFIX,

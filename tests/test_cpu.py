@@ -8,9 +8,11 @@ import dataclasses
 import pytest
 from conftest import read_json
 
-from encoder_eval import cpu, train
-from encoder_eval.protocol import Recipe
-from encoder_eval.results import result_filename
+from encoder_eval.core import cpu
+
+from encoder_eval.cells import train
+from encoder_eval.core.protocol import Recipe
+from encoder_eval.core.results import result_filename
 
 # Trimmed from real /proc/cpuinfo files.
 SAPPHIRE_RAPIDS = """processor\t: 0

@@ -36,13 +36,14 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from encoder_eval import models as model_registry
-from encoder_eval import run, select, train
-from encoder_eval.errors import EXIT_INPUT_ERROR, EXIT_OK, HarnessError
-from encoder_eval.loaders import PooledClassifier, load_model, pool, verify_attention
-from encoder_eval.models import ModelEntry, loader_settings
-from encoder_eval.protocol import Recipe, loader_label
-from encoder_eval.results import validate_result
+from encoder_eval.data import models as model_registry
+from encoder_eval import run, select
+from encoder_eval.cells import train
+from encoder_eval.core.errors import EXIT_INPUT_ERROR, EXIT_OK, HarnessError
+from encoder_eval.data.loaders import PooledClassifier, load_model, pool, verify_attention
+from encoder_eval.data.models import ModelEntry, loader_settings
+from encoder_eval.core.protocol import Recipe, loader_label
+from encoder_eval.core.results import validate_result
 
 ARCHS = ("llama", "qwen2", "gemma3")
 IMPLEMENTATIONS = ("eager", "sdpa")

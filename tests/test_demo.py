@@ -38,7 +38,7 @@ def test_make_smoke_paws_writes_a_result_name_the_readers_accept(tmp_path, capsy
     import shlex
 
     from encoder_eval import run
-    from encoder_eval.results import result_filename
+    from encoder_eval.core.results import result_filename
 
     dry = subprocess.run(["make", "-n", "-s", "smoke-paws", "PY=python"], cwd=REPO,
                          capture_output=True, text=True, check=True).stdout  # fmt: skip

@@ -20,9 +20,9 @@ import pytest
 from fault_helpers import _drop_dac_capabilities, _permissions_problem, env
 from result_helpers import make_result, write_result
 
-from encoder_eval.errors import HarnessError
-from encoder_eval.protocol import LR_GRID
-from encoder_eval.results import QUARANTINE_DIR, cell_lock, result_filename, settle_cell
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.protocol import LR_GRID
+from encoder_eval.core.results import QUARANTINE_DIR, cell_lock, result_filename, settle_cell
 
 MODEL, TASK = "m", "glue_rte"
 
@@ -96,7 +96,7 @@ def test_imports_no_torch():
     assert proc.returncode == 1 and proc.stdout == "missing\n"
     modules = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
                if line.startswith("import time:")]  # fmt: skip
-    assert "encoder_eval.results" in modules
+    assert "encoder_eval.core.results" in modules
     heavy = {"torch", "transformers", "datasets", "sklearn", "scipy"}
     assert not [m for m in modules if m.split(".")[0] in heavy]
 
@@ -207,7 +207,7 @@ def test_colliding_model_names_are_refused_and_never_count_as_each_other(tmp_pat
     """Issue 23 item 10: `a/b` and `a_b` write one result file. A plan holding both is
     refused naming both; a result of one under the other's name is not the other's done
     cell, and nothing moves or overwrites it."""
-    from encoder_eval import plan as plan_mod
+    from encoder_eval.plans import plan as plan_mod
 
     with pytest.raises(HarnessError) as refused:
         plan_mod.build_plan("select", results_dir=tmp_path, extra_models=["a/b=org/x",

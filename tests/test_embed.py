@@ -7,9 +7,9 @@ import pytest
 import torch
 from tiny_models import KINDS, REMOTE_KIND
 
-from encoder_eval import embed as E
-from encoder_eval.errors import HarnessError
-from encoder_eval.loaders import load_encoder
+from encoder_eval.cells import embed as E
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.data.loaders import load_encoder
 
 CPU = torch.device("cpu")
 TEXTS = [
@@ -58,7 +58,7 @@ def test_batched_fp32_embeddings_equal_one_example_at_a_time(tiny_models, kind, 
 
 
 def test_pairs_are_encoded_jointly_like_fine_tuning(tiny_models):
-    from encoder_eval.train import encode
+    from encoder_eval.cells.train import encode
 
     loaded = _loaded(tiny_models, "bert")
     enc = encode(loaded.tokenizer, {"text": TEXTS, "text_pair": PAIRS, "label": [0] * 7}, 64,

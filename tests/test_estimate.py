@@ -8,9 +8,9 @@ import pytest
 from result_helpers import make_result, write_many
 
 from encoder_eval import estimate
-from encoder_eval.errors import HarnessError
-from encoder_eval.protocol import PROTOCOL_RECIPE
-from encoder_eval.tasks import group_tasks
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.protocol import PROTOCOL_RECIPE
+from encoder_eval.data.tasks import group_tasks
 
 
 def _measured(model: str, task: str, seed: int, steps: int, cap: int, seconds: float, gpu=None,

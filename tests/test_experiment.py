@@ -19,10 +19,12 @@ import pytest
 from fault_helpers import sh
 from result_helpers import make_result, make_selection, write_result
 
-from encoder_eval import experiment, select, status, summarize, sweep
-from encoder_eval.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK, HarnessError
-from encoder_eval.experiment import Experiment, ModelSpec, PhaseRecord
-from encoder_eval.results import EXPERIMENT_NAME, load_results
+from encoder_eval.plans import experiment
+
+from encoder_eval import select, status, summarize, sweep
+from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK, HarnessError
+from encoder_eval.plans.experiment import Experiment, ModelSpec, PhaseRecord
+from encoder_eval.core.results import EXPERIMENT_NAME, load_results
 
 REPO = Path(__file__).resolve().parents[1]
 SHRINK = ["--lr-keys", "lr03,lr06", "--seeds", "42,43", "--max-steps", "4",
@@ -471,7 +473,7 @@ def test_a_user_files_value_that_contradicts_the_select_phase_is_named_as_such(t
 
 
 def test_inline_task_definitions_are_registered_and_planned(tmp_path, task_registry):
-    from encoder_eval.tasks import TASK_KNOBS
+    from encoder_eval.data.tasks import TASK_KNOBS
 
     wnli = (REPO / "examples" / "tasks" / "glue_wnli.toml").read_text(encoding="utf-8")
     row = wnli[wnli.index("[tasks.glue_wnli]") :]  # the example's task table, inline
@@ -489,7 +491,7 @@ def test_inline_task_definitions_are_registered_and_planned(tmp_path, task_regis
     # every cell process gets the inline definition as a task file in the results directory
     (rows_file,) = (tmp_path / "r").glob(".tasks-*.toml")
     assert str(rows_file) in script
-    from encoder_eval.taskfile import read_task_file
+    from encoder_eval.data.taskfile import read_task_file
 
     assert read_task_file(rows_file)["glue_wnli"]["hf_config"] == "wnli"
     warnings = []

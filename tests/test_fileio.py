@@ -1,4 +1,4 @@
-"""The one atomic writer (encoder_eval/fileio.py): content, file mode, one temporary-name
+"""The one atomic writer (encoder_eval/core/fileio.py): content, file mode, one temporary-name
 scheme that every writer uses and `clean_stale_temporaries` cleans, and the file-name rule."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 from conftest import REPO
 from result_helpers import make_result
 
-from encoder_eval import fileio, results
-from encoder_eval.fileio import (
+from encoder_eval.core import fileio, results
+from encoder_eval.core.fileio import (
     TMP_PREFIX,
     atomic_open,
     clean_stale_temporaries,
@@ -88,7 +88,7 @@ KILLED_WRITER = textwrap.dedent(
     os.fsync = lambda fd: os._exit(9)
     kind, directory = sys.argv[1], Path(sys.argv[2])
     if kind == "result":
-        from encoder_eval import results
+        from encoder_eval.core import results
         results.write_json_atomic(directory / "r.json", json.loads(sys.argv[3]))
     elif kind == "mirror":
         from encoder_eval import prefetch
@@ -97,10 +97,10 @@ KILLED_WRITER = textwrap.dedent(
         from encoder_eval import prefetch
         prefetch.write_json_atomic(directory / "manifest.json", {"tasks": {}})
     elif kind == "cache":
-        from encoder_eval import tokencache
+        from encoder_eval.data import tokencache
         tokencache.store(directory, "k" * 64, {"input_ids": [[1, 2]]}, [0])
     elif kind == "plot":
-        from encoder_eval import plots
+        from encoder_eval.reports import plots
         fig = plots._new_figure(2, 2)
         plots._save(fig, directory / "scores.png")
     """

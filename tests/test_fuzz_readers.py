@@ -36,8 +36,8 @@ from encoder_eval import (
     tokencache,
     track,
 )
-from encoder_eval.errors import MESSAGE_LIMIT, HarnessError
-from encoder_eval.results import (
+from encoder_eval.core.errors import MESSAGE_LIMIT, HarnessError
+from encoder_eval.core.results import (
     CORRUPT,
     KEPT,
     MOVED,

@@ -23,7 +23,7 @@ from fault_helpers import SHRINK, env, py, read_json, result_files, sh
 from test_sweep import _lines, fake_slurm, hostile  # noqa: F401  (fake_slurm is a fixture)
 
 from encoder_eval import sweep
-from encoder_eval.results import result_filename
+from encoder_eval.core.results import result_filename
 
 CANARY = "canary"
 EVIL = hostile(Path(CANARY))  # no "/": it can name a directory

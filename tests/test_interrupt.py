@@ -14,8 +14,8 @@ import psutil
 import pytest
 from fault_helpers import env, py, sh
 
-from encoder_eval.protocol import LR_GRID
-from encoder_eval.results import cell_lock, result_filename
+from encoder_eval.core.protocol import LR_GRID
+from encoder_eval.core.results import cell_lock, result_filename
 
 MODEL, TASK = "tiny", "glue_rte"
 

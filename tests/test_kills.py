@@ -36,7 +36,7 @@ from fault_helpers import (
 )
 from result_helpers import make_result, write_result
 
-from encoder_eval.results import (
+from encoder_eval.core.results import (
     TMP_PREFIX,
     clean_stale_temporaries,
     load_results,
@@ -49,7 +49,7 @@ from encoder_eval.results import (
 BLOCKED_WRITER = textwrap.dedent(
     """
     import json, os, sys, time
-    from encoder_eval import results
+    from encoder_eval.core import results
     real_fsync = os.fsync
     def fsync_then_block(fd):
         real_fsync(fd)

@@ -8,11 +8,11 @@ import dataclasses
 import pytest
 import torch
 
-from encoder_eval import kinds, train
-from encoder_eval.errors import HarnessError
-from encoder_eval.loaders import load_model
-from encoder_eval.protocol import Recipe
-from encoder_eval.tasks import RANKING, REGRESSION, SINGLE_LABEL, TASK_KNOBS, load_task
+from encoder_eval.cells import kinds, train
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.data.loaders import load_model
+from encoder_eval.core.protocol import Recipe
+from encoder_eval.data.tasks import RANKING, REGRESSION, SINGLE_LABEL, TASK_KNOBS, load_task
 
 CPU = torch.device("cpu")
 

@@ -18,7 +18,7 @@ from scipy import stats as sps
 from test_plots import check_png
 
 from encoder_eval import leaderboard
-from encoder_eval.protocol import REPORT_SEEDS
+from encoder_eval.core.protocol import REPORT_SEEDS
 
 TASKS = ("glue_rte", "glue_sst2", "sg_cb")
 # Task means by hand; every cell's five seeds are the mean + these offsets (mean exact).

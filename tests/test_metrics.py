@@ -11,8 +11,8 @@ import pytest
 from scipy.stats import spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from encoder_eval.errors import HarnessError
-from encoder_eval.metrics import (
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.metrics import (
     METRIC_SPECS,
     METRICS,
     compute_metric,
@@ -249,7 +249,7 @@ def test_improves_reads_the_direction_and_never_counts_undefined(monkeypatch):
 def test_score_array_equals_compute_metric(name):
     """The numpy path of the resampling loops gives scikit-learn's / scipy's value, and the
     same undefined cases, on seeded random inputs (seed printed)."""
-    from encoder_eval.metrics import compute_metric, score_array
+    from encoder_eval.core.metrics import compute_metric, score_array
 
     seed = 20261201
     print(f"seed={seed}")

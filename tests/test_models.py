@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from encoder_eval import models, run
-from encoder_eval.errors import HarnessError
+from encoder_eval.data import models
+
+from encoder_eval import run
+from encoder_eval.core.errors import HarnessError
 
 
 def planned(tmp_path, *flags: str):

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from encoder_eval import neuco
-from encoder_eval.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK, HarnessError
+from encoder_eval.reports import neuco
+from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK, HarnessError
 from encoder_eval.probe import load_probe
 
 SEED = 1201

@@ -17,10 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from encoder_eval import plots, select
-from encoder_eval.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
-from encoder_eval.results import result_filename, validate_result, write_json_atomic
-from encoder_eval.schema import CellId, CellResult, Protocol, ScoreSection, Training
+from encoder_eval.reports import plots
+
+from encoder_eval import select
+from encoder_eval.core.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
+from encoder_eval.core.results import result_filename, validate_result, write_json_atomic
+from encoder_eval.core.schema import CellId, CellResult, Protocol, ScoreSection, Training
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SAMPLE_DIR = os.environ.get("PLOTS_SAMPLE_DIR")  # set to keep copies of the figures to look at
@@ -231,7 +233,7 @@ def test_final_scores_without_selection_one_seed_and_diverged(tmp_path):
 
 
 def test_final_scores_many_tasks_gets_wider(tmp_path):
-    from encoder_eval.tasks import TASK_KNOBS
+    from encoder_eval.data.tasks import TASK_KNOBS
 
     def width(tasks):
         res = [make_result("m", t, "lr05", 45, "report", 0.5, TASK_KNOBS[t].metric,
@@ -286,7 +288,7 @@ def test_write_plots_missing_selection_and_dirs(tmp_path):
     assert any("no report results" in w for w in warnings)
 
 
-@pytest.mark.parametrize("module", ["encoder_eval.plots"])
+@pytest.mark.parametrize("module", ["encoder_eval.reports.plots"])
 def test_import_is_cheap(module):
     code = f"import sys, {module}; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -302,8 +304,8 @@ def test_the_score_chart_shows_the_numbers_of_the_table():
     from scipy import stats as sps
 
     from encoder_eval import summarize
-    from encoder_eval.results import LoadedResult
-    from encoder_eval.stats import t_interval
+    from encoder_eval.core.results import LoadedResult
+    from encoder_eval.core.stats import t_interval
 
     seed = random.randrange(2**32)
     print(f"random seed {seed}")

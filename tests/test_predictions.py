@@ -9,15 +9,15 @@ import pytest
 from conftest import read_json
 from test_cell import SHORT, cell
 
-from encoder_eval import predictions, train
-from encoder_eval.predictions import (
+from encoder_eval.cells import predictions, train
+from encoder_eval.cells.predictions import (
     PredictionsError,
     check_against_result,
     load_predictions,
     predictions_path,
 )
-from encoder_eval.schema import CellResult
-from encoder_eval.tasks import load_task
+from encoder_eval.core.schema import CellResult
+from encoder_eval.data.tasks import load_task
 
 
 def test_a_report_cell_writes_predictions_that_recompute_its_scores(

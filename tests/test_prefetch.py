@@ -26,9 +26,11 @@ from mirror_helpers import (
     write_jsonl,
 )
 
-from encoder_eval import prefetch, tasks
-from encoder_eval.errors import HarnessError
-from encoder_eval.tasks import TASK_KNOBS, data_provenance, load_task, read_jsonl
+from encoder_eval import prefetch
+
+from encoder_eval.data import tasks
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.data.tasks import TASK_KNOBS, data_provenance, load_task, read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 SHA = {"current": "c0ffee" + "0" * 34}
@@ -411,8 +413,8 @@ def test_offline_hub_gives_a_clear_error_not_a_traceback(tmp_path):
     env.pop("ENCODER_EVAL_DATA_DIR", None)
     out = tmp_path / "m"
     load = (
-        "import sys\nfrom encoder_eval.errors import HarnessError\n"
-        "from encoder_eval.tasks import load_task\n"
+        "import sys\nfrom encoder_eval.core.errors import HarnessError\n"
+        "from encoder_eval.data.tasks import load_task\n"
         "try:\n    load_task('glue_rte')\nexcept HarnessError as exc:\n    print(exc)\n"
         "    sys.exit(3)\n"
     )

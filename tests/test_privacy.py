@@ -10,7 +10,7 @@ import pytest
 from result_helpers import make_result, write_many
 
 from encoder_eval import probe, select, sweep
-from encoder_eval.errors import HarnessError
+from encoder_eval.core.errors import HarnessError
 
 
 @pytest.mark.parametrize("record", [False, True])

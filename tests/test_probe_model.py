@@ -8,8 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from encoder_eval import leaderboard, probe, probe_model, summarize
-from encoder_eval.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK
+from encoder_eval import leaderboard, probe, summarize
+
+from encoder_eval.cells import probe_cell as probe_model
+from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK
 
 TASKS = "glue_sst2,glue_stsb,sg_cb"
 

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 from fault_helpers import py, sh
 
-from encoder_eval import probe_model, sweep
-from encoder_eval.errors import EXIT_INPUT_ERROR, HarnessError
+from encoder_eval.cells import probe_cell as probe_model
+
+from encoder_eval import sweep
+from encoder_eval.core.errors import EXIT_INPUT_ERROR, HarnessError
 from encoder_eval.probe import PROBE_SCHEMA, PROBE_SCHEMA_VERSION
 
 TESTS = Path(__file__).resolve().parent
@@ -198,7 +200,7 @@ if sys.argv[1:3] != ["-m", "encoder_eval.probe"]:
     os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
 sys.path.insert(0, {tests!r})
 from test_probe_sweep import probe_record
-from encoder_eval.probe_model import result_path
+from encoder_eval.cells.probe_cell import result_path
 argv = sys.argv[1:]
 with open(os.environ["FAKE_LOG"], "a") as f:
     f.write(json.dumps(argv) + "\\n")

@@ -15,7 +15,7 @@ import pytest
 from fault_helpers import py, sh
 from scipy import stats as sps
 
-from encoder_eval.results import load_results
+from encoder_eval.core.results import load_results
 
 MODELS = {"tiny-bert": "bert", "tiny-xlmr": "xlm-roberta"}
 TASKS = ["glue_rte", "glue_sst2"]

@@ -19,18 +19,22 @@ from fault_helpers import py, sh
 from mirror_helpers import shared_data
 from sklearn.metrics import ndcg_score
 
-from encoder_eval import compare, kinds, metrics, train
-from encoder_eval.errors import HarnessError
-from encoder_eval.predictions import (
+from encoder_eval import compare
+
+from encoder_eval.cells import kinds, train
+
+from encoder_eval.core import metrics
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.cells.predictions import (
     check_against_result,
     load_predictions,
     predictions_path,
     trec_run_path,
 )
-from encoder_eval.protocol import Recipe
-from encoder_eval.results import load_results, result_filename, validate_result
-from encoder_eval.schema import CellResult
-from encoder_eval.tasks import RANKING, load_task, ranking_rows_to_split
+from encoder_eval.core.protocol import Recipe
+from encoder_eval.core.results import load_results, result_filename, validate_result
+from encoder_eval.core.schema import CellResult
+from encoder_eval.data.tasks import RANKING, load_task, ranking_rows_to_split
 
 # The first 10 training queries (one without a relevant passage) and the first 8
 # validation queries (one without), 20 BM25 candidates each.
@@ -197,8 +201,8 @@ def test_the_ranking_depth_is_recorded_and_checked(depth, on_protocol):
     # The seed re-ranks the first stage's top 1,000 candidates per query. A mirror of 36 or
     # more candidates fills the protocol's group of 36, so the group size alone let any
     # depth from 36 up pass as on protocol; the depth of the evaluated queries is checked.
-    from encoder_eval.protocol import PROTOCOL_RECIPE
-    from encoder_eval.tasks import task_knobs
+    from encoder_eval.core.protocol import PROTOCOL_RECIPE
+    from encoder_eval.data.tasks import task_knobs
 
     kind = kinds.kind_for(RANKING)
     train_enc = _queries(3, 40)
@@ -384,7 +388,7 @@ def test_a_ranking_cell_through_real_slurm(tiny_bert, rank_mirror, tmp_path, slu
                    f'exec {shlex.quote(sys.executable)} -m encoder_eval.run "$@"\n')  # fmt: skip
     from result_helpers import make_selection
 
-    from encoder_eval.protocol import LR_GRID
+    from encoder_eval.core.protocol import LR_GRID
 
     selection = make_selection({("tiny", "ms_marco"): "lr10"})
     (tmp_path / "selection.json").write_text(json.dumps(selection))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from encoder_eval.protocol import (
+from encoder_eval.core.protocol import (
     CELL,
     MODEL,
     PROTOCOL_RECIPE,

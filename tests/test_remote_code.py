@@ -20,9 +20,17 @@ import pytest
 from conftest import REPO
 from fault_helpers import SHRINK, py, read_json, sh
 
-from encoder_eval import errors, loaders, plan, probe_model, provenance, run, status, sweep
-from encoder_eval.errors import EXIT_INPUT_ERROR, HarnessError
-from encoder_eval.protocol import LR_GRID
+from encoder_eval.core import errors, provenance
+
+from encoder_eval.data import loaders
+
+from encoder_eval.plans import plan
+
+from encoder_eval.cells import probe_cell as probe_model
+
+from encoder_eval import run, status, sweep
+from encoder_eval.core.errors import EXIT_INPUT_ERROR, HarnessError
+from encoder_eval.core.protocol import LR_GRID
 
 EVIL = "attacker/evil-model"
 TASK = "xnli"
@@ -227,7 +235,7 @@ def test_a_cell_runs_and_records_the_pinned_code(tiny_models, small_mirror, tmp_
     model = cross_repo_model(tiny_models, tmp_path)
     home = hub_cache(tiny_models, tmp_path / "hf")
     out = tmp_path / "cell.json"
-    mock = (f"import sys; import encoder_eval.provenance as p; "
+    mock = (f"import sys; import encoder_eval.core.provenance as p; "
             f"p.resolve_commit = lambda repo, rev: {SHA!r}; "
             "from encoder_eval.run import main; sys.exit(main(sys.argv[1:]))")  # fmt: skip
     cell = ["--model-path", model, "--model-key", "cross", "--task", "sg_cb", "--lr", "3.59e-05",
@@ -259,7 +267,7 @@ def test_pins_reach_every_cell_from_a_file_and_the_registry(tmp_path, capsys, mo
     assert f"--model-revision {'b' * 40} --model-code-revision {SHA}" in script
     recorded = (tmp_path / "r" / "experiment.toml").read_text()
     assert f'code_revision = "{SHA}"' in recorded
-    from encoder_eval import models
+    from encoder_eval.data import models
 
     monkeypatch.setitem(models.MODEL_REGISTRY, "pinned",
                         models.ModelEntry("org/pinned", "auto", True, revision="c" * 40,

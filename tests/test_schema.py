@@ -1,4 +1,4 @@
-"""The result schema (encoder_eval/schema.py): real results round-trip unchanged, the
+"""The result schema (encoder_eval/core/schema.py): real results round-trip unchanged, the
 validator's rules and messages, older files refused as before, typed reading."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import json
 import pytest
 from result_helpers import make_result, write_result
 
-from encoder_eval import train
-from encoder_eval.protocol import Recipe
-from encoder_eval.results import (
+from encoder_eval.cells import train
+from encoder_eval.core.protocol import Recipe
+from encoder_eval.core.results import (
     CORRUPT,
     LoadedResult,
     cell_state,
@@ -20,7 +20,7 @@ from encoder_eval.results import (
     read_result,
     result_filename,
 )
-from encoder_eval.schema import (
+from encoder_eval.core.schema import (
     SCHEMA_VERSION,
     CellId,
     CellResult,

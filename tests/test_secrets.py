@@ -18,7 +18,7 @@ import pytest
 from fault_helpers import SHRINK, py, read_json, result_files, sh
 
 from encoder_eval import run, sweep
-from encoder_eval.models import MODEL_REGISTRY, model_entry
+from encoder_eval.data.models import MODEL_REGISTRY, model_entry
 
 MODEL, TASK = "tiny", "glue_rte"
 

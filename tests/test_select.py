@@ -8,9 +8,9 @@ import pytest
 from result_helpers import make_result, write_many
 
 from encoder_eval import select
-from encoder_eval.errors import HarnessError
-from encoder_eval.protocol import LR_GRID
-from encoder_eval.results import load_results
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.protocol import LR_GRID
+from encoder_eval.core.results import load_results
 
 KEYS = ["lr03", "lr06"]
 SEEDS = [42, 43]
@@ -58,7 +58,7 @@ def test_tie_goes_to_the_smaller_lr(tmp_path):
 
 
 def test_a_lower_is_better_metric_selects_the_lowest_dev_mean(tmp_path, monkeypatch):
-    from encoder_eval import metrics
+    from encoder_eval.core import metrics
 
     spec = metrics.MetricSpec("error_rate", lambda p, y: 0.0, False, "pointwise", "err")
     monkeypatch.setitem(metrics.METRIC_SPECS, "error_rate", spec)

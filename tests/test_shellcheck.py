@@ -1,5 +1,5 @@
 """shellcheck on every script the harness writes or ships: the template files in
-encoder_eval/templates/, the example Slurm template, the CI scripts, and the scripts a small plan emits in
+encoder_eval/plans/templates/, the example Slurm template, the CI scripts, and the scripts a small plan emits in
 each mode (run_all.sh; launch.sh, template.sh and array.sh for slurm and slurm-array).
 
 Skipped when shellcheck is not installed, unless ENCODER_EVAL_REQUIRE_SHELLCHECK=1 (CI sets

@@ -22,7 +22,7 @@ import pytest
 from fault_helpers import py, sh
 from scipy import stats as sps
 
-from encoder_eval.results import load_results
+from encoder_eval.core.results import load_results
 
 REPO = Path(__file__).resolve().parents[1]
 WAIT_S = 420

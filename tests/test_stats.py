@@ -1,4 +1,4 @@
-"""encoder_eval.stats: each statistic against scipy/statsmodels and textbook values, the
+"""encoder_eval.core.stats: each statistic against scipy/statsmodels and textbook values, the
 calibration of the tests under the null and a known shift, and the refusals of bad input.
 
 Every random case draws from numpy's default_rng seeded by SEED (printed); the simulations
@@ -18,8 +18,8 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestIndPower
 from statsmodels.stats.weightstats import DescrStatsW
 
-from encoder_eval import stats
-from encoder_eval.errors import HarnessError
+from encoder_eval.core import stats
+from encoder_eval.core.errors import HarnessError
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import json
 from result_helpers import make_result, write_result
 
 from encoder_eval import select, status
-from encoder_eval.protocol import LR_GRID
-from encoder_eval.results import QUARANTINE_DIR
+from encoder_eval.core.protocol import LR_GRID
+from encoder_eval.core.results import QUARANTINE_DIR
 
 PLAN = ["--phase", "select", "--model", "m=org/m", "--tasks", "glue_rte",
         "--lr-keys", "lr03,lr06", "--seeds", "42,43"]  # fmt: skip

@@ -12,7 +12,7 @@ from result_helpers import make_result, make_selection, write_many, write_result
 from scipy import stats as sps
 
 from encoder_eval import summarize
-from encoder_eval.protocol import REPORT_SEEDS
+from encoder_eval.core.protocol import REPORT_SEEDS
 
 SEL = make_selection({
     ("alpha", "glue_rte"): "lr06", ("alpha", "glue_sst2"): "lr03", ("alpha", "sg_cb"): "lr06",
@@ -403,8 +403,8 @@ def test_refuses_a_selection_of_the_previous_version(setup, capsys):
 
 
 def test_seed_aggregation_is_the_mean_and_sample_std_and_never_counts_undefined():
-    from encoder_eval import aggregate
-    from encoder_eval.schema import CellResult
+    from encoder_eval.core import aggregate
+    from encoder_eval.core.schema import CellResult
 
     values = [0.5, 0.7, 0.65]
     assert aggregate.seed_mean(values) == pytest.approx(statistics.fmean(values))
@@ -452,7 +452,7 @@ def test_results_and_selection_written_before_the_recipe_change_still_make_a_tab
 
 
 def test_glue_and_superglue_scores_and_a_ranking_column_outside_the_average(tmp_path, capsys):
-    from encoder_eval.tasks import BENCHMARK_SCORES
+    from encoder_eval.data.tasks import BENCHMARK_SCORES
 
     glue, superglue = BENCHMARK_SCORES["glue_score"], BENCHMARK_SCORES["superglue_score"]
     assert "sg_record" not in superglue and len(glue) == 8 and len(superglue) == 4

@@ -18,11 +18,13 @@ from pathlib import Path
 import pytest
 from result_helpers import make_result, write_result
 
-from encoder_eval import models, select, sweep
-from encoder_eval.errors import HarnessError
-from encoder_eval.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
-from encoder_eval.results import result_filename
-from encoder_eval.tasks import MULTILINGUAL_TASKS
+from encoder_eval.data import models
+
+from encoder_eval import select, sweep
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
+from encoder_eval.core.results import result_filename
+from encoder_eval.data.tasks import MULTILINGUAL_TASKS
 
 RECIPE = ["--weight-decay", "0.1", "--adam-beta2", "0.95", "--early-stop", "--patience", "3",
           "--epoch-cap", "20", "--bsz", "32"]  # fmt: skip
@@ -208,7 +210,7 @@ def test_cli_errors_exit_2_and_write_nothing(tmp_path, capsys):
 
 
 def test_tasks_takes_group_names(tmp_path, capsys):
-    from encoder_eval.tasks import TASK_GROUPS, group_tasks
+    from encoder_eval.data.tasks import TASK_GROUPS, group_tasks
 
     everything = sweep.build_plan("select", results_dir=tmp_path, models=["xlm-r-base"],
                                   tasks=["all"], lr_keys=["lr06"], seeds=[42])  # fmt: skip
@@ -266,7 +268,7 @@ if sys.argv[1:3] != ["-m", "encoder_eval.run"]:
     os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
 sys.path.insert(0, {tests!r})
 from result_helpers import make_result, write_result
-from encoder_eval.protocol import lr_key_for
+from encoder_eval.core.protocol import lr_key_for
 argv = sys.argv[1:]
 with open(os.environ["FAKE_LOG"], "a") as f:
     f.write(json.dumps(argv) + "\\n")

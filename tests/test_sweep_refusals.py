@@ -14,8 +14,10 @@ import sys
 
 import pytest
 
-from encoder_eval import compare, leaderboard, probe_model, run, status, summarize, sweep, track
-from encoder_eval.errors import EXIT_INPUT_ERROR, HarnessError
+from encoder_eval import compare, leaderboard, run, status, summarize, sweep, track
+
+from encoder_eval.cells import probe_cell as probe_model
+from encoder_eval.core.errors import EXIT_INPUT_ERROR, HarnessError
 
 BASE = ["--phase", "select", "--models", "xlm-r-base", "--tasks", "xnli", "--lr-keys", "lr06"]
 

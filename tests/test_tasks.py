@@ -20,9 +20,11 @@ from mirror_helpers import (
     write_jsonl,
 )
 
-from encoder_eval import metrics, tasks
-from encoder_eval.errors import HarnessError
-from encoder_eval.tasks import (
+from encoder_eval.core import metrics
+
+from encoder_eval.data import tasks
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.data.tasks import (
     REGRESSION,
     SINGLE_LABEL,
     TASK_KNOBS,

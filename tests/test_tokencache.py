@@ -19,9 +19,13 @@ from conftest import REPO
 from test_cell import cell
 from transformers import AutoTokenizer
 
-from encoder_eval import fileio, tokencache, train
-from encoder_eval.fileio import TMP_PREFIX
-from encoder_eval.tasks import load_task
+from encoder_eval.core import fileio
+
+from encoder_eval.data import tokencache
+
+from encoder_eval.cells import train
+from encoder_eval.core.fileio import TMP_PREFIX
+from encoder_eval.data.tasks import load_task
 
 
 def _value(enc) -> tuple[dict, list]:
@@ -74,13 +78,13 @@ def test_torn_entry_is_a_miss(tiny_models, small_mirror, tmp_path):
 WRITER = """
 import sys
 from transformers import AutoTokenizer
-from encoder_eval import train
-from encoder_eval.tasks import load_task
+from encoder_eval.cells import train
+from encoder_eval.data.tasks import load_task
 tok = AutoTokenizer.from_pretrained(sys.argv[1])
 split = load_task("glue_sst2", sys.argv[2])[0]
 for _ in range(20):
     train.encode_cached(tok, split, 64, ("input_ids", "attention_mask"), sys.argv[3],)
-    import encoder_eval.tokencache as tc
+    import encoder_eval.data.tokencache as tc
     key = tc.cache_key(tc.tokenizer_fingerprint(tok), split, 64, ("input_ids", "attention_mask"))
     enc = train.encode(tok, split, 64, ("input_ids", "attention_mask"))
     tc.store(sys.argv[3], key, enc.features, enc.labels)

@@ -15,7 +15,7 @@ import torch
 from scipy import stats as sps
 
 from encoder_eval import track
-from encoder_eval.errors import EXIT_INPUT_ERROR, EXIT_OK
+from encoder_eval.core.errors import EXIT_INPUT_ERROR, EXIT_OK
 from encoder_eval.track import Receipt, TaskResult, track_regression
 
 SEED = 20261201

@@ -19,10 +19,10 @@ import yaml
 from conftest import REPO, read_json
 from fault_helpers import py, sh
 
-from encoder_eval import tasks
-from encoder_eval.errors import HarnessError
-from encoder_eval.taskfile import parse_task_rows, read_task_file
-from encoder_eval.tasks import (
+from encoder_eval.data import tasks
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.data.taskfile import parse_task_rows, read_task_file
+from encoder_eval.data.tasks import (
     SINGLE_LABEL,
     TASK_KNOBS,
     data_provenance,
@@ -448,7 +448,7 @@ def tiny_bert(tmp_path_factory) -> Path:
 
 
 def test_run_with_the_wnli_task_file_writes_a_valid_result(tiny_bert, tmp_path):
-    from encoder_eval.results import validate_result
+    from encoder_eval.core.results import validate_result
 
     mirror = tmp_path / "mirror"
     write_wnli(mirror / "glue_wnli")

@@ -25,8 +25,8 @@ from fault_helpers import SHRINK, cells_run, env, logs_text, py, result_files, s
 from test_sweep import FAKE_PYTHON, TESTS, _calls, _exe
 
 from encoder_eval import sweep
-from encoder_eval.protocol import LR_GRID
-from encoder_eval.results import read_result, result_filename
+from encoder_eval.core.protocol import LR_GRID
+from encoder_eval.core.results import read_result, result_filename
 
 MODEL, TASK, LR_KEYS, SEEDS = "tiny", "glue_rte", ("lr03", "lr06", "lr10"), (42, 43)
 PROGRESS = re.compile(

@@ -1,0 +1,555 @@
+"""Probing a model's frozen embeddings on the registered tasks: one probe cell per
+(model, pooling, task).
+
+Usage::
+
+    python -m encoder_eval.probe --model minilm=/path/to/minilm [--model NAME[=PATH]] \\
+        [--pooling mean,first] [--tasks glue_sst2,glue_mrpc | --tasks all] \\
+        [--data-dir ../shared/data] [--results-dir probe_results] [--k-folds 10] [--seed 42] \\
+        [--max-seq-len 256] [--precision bf16|fp32] [--batch-size N] [--device auto] \\
+        [--no-cache] [--store-probes] [--force]
+
+For each model the frozen encoder is loaded once (`loaders.load_encoder`), each task's
+train and report splits are embedded once for every pooling asked (`encoder_eval.cells.embed`,
+cached on disk), and `probe.probe_task` runs the fold protocol on the vectors. Each cell
+writes `<results-dir>/<model>_<pooling>_<task>.probe.json` (schema `encoder-eval-probe`,
+with the per-fold scores `q_t`), and each (model, pooling) a run summary
+`<model>_<pooling>.probe-summary.json`. Done cells are skipped (`--force` redoes them), as
+are cells whose result file must be left alone (one that cannot be read, or a newer
+harness's: said on stderr, exit 1); every input (models, tasks, their data) is checked, and the data provenance computed,
+before the first model is loaded. `summarize` and `leaderboard` read the folder.
+
+Exit status: 0 done; 1 some cells left alone (their files kept); 2 bad input.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from encoder_eval.core.errors import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    ArgumentParser,
+    HarnessError,
+    quote,
+    report_errors,
+    unknown_name,
+)
+from encoder_eval.core.fileio import DamagedFile, MissingFile, UnreadableFile, read_json, safe_filename_part
+from encoder_eval.probe import (
+    DEFAULT_K_FOLDS,
+    DEFAULT_SEED,
+    PROBE_SCHEMA,
+    PROBE_SCHEMA_VERSION,
+    ProbeConfig,
+    final_probe,
+    probe_provenance,
+    probe_task,
+    result_record,
+    run_summary,
+    save_probe,
+    task_from_registry,
+    write_result,
+)
+from encoder_eval.core.protocol import seed_arg
+
+RESULT_SUFFIX = ".probe.json"
+SUMMARY_SUFFIX = ".probe-summary.json"
+DEFAULT_POOLINGS = ("mean",)
+DEFAULT_MAX_SEQ_LEN = 256  # the fine-tuning protocol's length limit
+
+
+@dataclass(frozen=True)
+class ProbeModel:
+    """A model to probe: its name in the results, where it loads from, how."""
+
+    name: str
+    path: str
+    trust_remote_code: bool = False
+    revision: str | None = None
+    code_revision: str | None = None  # remote code another repository holds (auto_map)
+
+
+@dataclass
+class ProbeRun:
+    """Everything one probe run does, checked before any model work."""
+
+    models: list[ProbeModel]
+    tasks: list[str]
+    poolings: tuple[str, ...] = DEFAULT_POOLINGS
+    results_dir: Path = Path("probe_results")
+    data_dir: str | None = None
+    config: ProbeConfig = field(default_factory=ProbeConfig)
+    max_seq_len: int = DEFAULT_MAX_SEQ_LEN
+    precision: str = "bf16"
+    batch_size: int | None = None
+    device: str = "auto"
+    cache: bool = True
+    store_probes: bool = False
+    force: bool = False
+    require_code_revision: bool = False
+    limit: int | None = None  # a smoke run: every split cut to this many examples
+    record_model_path: bool = False  # paths can be private: recorded only when asked
+    kept: list[Path] = field(default_factory=list)  # result files left alone (`run_probes`)
+
+
+def method_label(model: str, pooling: str) -> str:
+    """How a (model, pooling) is named in tables: `minilm:mean`."""
+    return f"{model}:{pooling}"
+
+
+def cell_stem(model: str, pooling: str) -> str:
+    return f"{safe_filename_part(model)}_{pooling}"
+
+
+def result_path(results_dir: Path, model: str, pooling: str, task: str) -> Path:
+    return Path(results_dir) / f"{cell_stem(model, pooling)}_{task}{RESULT_SUFFIX}"
+
+
+def summary_path(results_dir: Path, model: str, pooling: str) -> Path:
+    return Path(results_dir) / f"{cell_stem(model, pooling)}{SUMMARY_SUFFIX}"
+
+
+def examine_probe_result(path: str | os.PathLike) -> tuple[dict | None, str | None, bool]:
+    """(record, None, True) for a readable probe result of this schema version; else (None,
+    why, judged): `judged` is False when this harness cannot judge the file (it does not
+    read, or a newer harness wrote it), True when it reads and is not a probe result."""
+    try:
+        record = read_json(path)
+    except MissingFile:
+        return None, "no file", False
+    except UnreadableFile as exc:
+        return None, exc.reason, False
+    except DamagedFile as exc:
+        return None, exc.reason, True
+    if not isinstance(record, dict) or record.get("schema") != PROBE_SCHEMA:
+        return None, f"not an {PROBE_SCHEMA} result", True
+    version = record.get("schema_version")
+    if (
+        isinstance(version, int)
+        and not isinstance(version, bool)
+        and version > PROBE_SCHEMA_VERSION
+    ):
+        return None, (f"written by a newer harness (schema_version {quote(version)}; this one reads "
+                      f"{PROBE_SCHEMA_VERSION}): read it with that harness"), False  # fmt: skip
+    if version != PROBE_SCHEMA_VERSION:
+        return None, f"schema_version {quote(version)}, expected {PROBE_SCHEMA_VERSION}", True
+    if not isinstance(record.get("cell"), dict):
+        return None, "no 'cell' object", True
+    return record, None, True
+
+
+def read_probe_result(path: Path) -> dict | None:
+    """A probe result file's record, or None when it is missing, torn or of another schema."""
+    return examine_probe_result(path)[0]
+
+
+def probe_cell_state(
+    path: str | os.PathLike, *, model: str | None = None, task: str | None = None
+) -> tuple[str, dict | None, str | None]:
+    """Whether a probe result file makes its cell done, in `results.cell_state`'s terms:
+    ('ok', record, None) when `read_probe_result` reads it (the rule `run_probes` skips
+    by) and it names `model` and `task` when given, ('missing', None, None) without a
+    file, ('kept', None, why) for a file to leave alone (unreadable, a newer harness's,
+    another model's), else ('corrupt', None, why)."""
+    from encoder_eval.core.results import CORRUPT, KEPT, MISSING
+
+    if not os.path.lexists(path):
+        return MISSING, None, None
+    record, why, judged = examine_probe_result(path)
+    if record is None:
+        return (CORRUPT if judged else KEPT), None, why
+    for kind, planned in (("model", model), ("task", task)):
+        if planned is not None and record["cell"].get(kind) != planned:
+            return KEPT, None, (
+                f"a probe result of {kind} {quote(record['cell'].get(kind))}, whose file name "
+                f"is {kind} {quote(planned)}'s too: give one of the two another name"
+            )  # fmt: skip
+    return "ok", record, None
+
+
+def is_probe_result_name(path: str | os.PathLike) -> bool:
+    """Whether `path` is named like a probe cell's result (the only probe files ever moved)."""
+    name = Path(path).name
+    return name.endswith(RESULT_SUFFIX) and not name.startswith(".")
+
+
+def resolve_model(spec: str) -> ProbeModel:
+    """`NAME=PATH_OR_HUB_ID` (the sweep's `--model` form; a mode suffix is ignored: probes
+    use the encoder body) or a registry key."""
+    from encoder_eval.data.models import check_model_path, model_entry, parse_model_spec, registry_trusts
+
+    if "=" in spec:
+        name, entry = parse_model_spec(spec)
+        path = check_model_path(spec, entry.path)
+        # NAME=PATH with a registry name and its own Hub id is that row, pins included
+        row = model_entry(name) if registry_trusts(name, path) else None
+        pins = (row.revision, row.code_revision) if row else (None, None)
+        return ProbeModel(name, path, row is not None, *pins)
+    entry = model_entry(spec)
+    return ProbeModel(spec, entry.path, registry_trusts(spec, entry.path), entry.revision,
+                      entry.code_revision)  # fmt: skip
+
+
+def _load_all_data(run: ProbeRun) -> dict[str, tuple[tuple, dict]]:
+    """Every task's (load_task result, data provenance), or the first input problem."""
+    from encoder_eval.data.limit import limit_data
+    from encoder_eval.data.tasks import data_provenance, load_task
+
+    loaded = {}
+    for task in run.tasks:
+        data = limit_data(load_task(task, run.data_dir), run.limit)
+        if not data[0].get("text"):
+            raise HarnessError(f"task {task!r} has no train rows to fit probes on")
+        loaded[task] = (data, data_provenance(task, run.data_dir))
+    return loaded
+
+
+def _log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def run_probes(run: ProbeRun) -> list[Path]:
+    """Run every (model, pooling, task) cell of `run` not already done; returns the result
+    files written. Inputs are checked and data provenance computed before any model work."""
+    from encoder_eval.core.cpu import warn_slow_bf16
+    from encoder_eval.cells.embed import EmbedSetup, default_cache_dir, embed_split
+    from encoder_eval.data.loaders import load_encoder
+    from encoder_eval.data.tokencache import default_cache_dir as token_cache_dir
+    from encoder_eval.cells.train import resolve_device
+
+    device = resolve_device(run.device)
+    setup = EmbedSetup(max_seq_len=run.max_seq_len, precision=run.precision,
+                       batch_size=run.batch_size)  # fmt: skip
+    kept = []  # result files to leave alone (unreadable, a newer harness's): not run over
+    todo: dict[tuple[str, str], list[str]] = {}
+    for m in run.models:
+        for task in run.tasks:
+            todo[(m.name, task)] = []
+            for p in run.poolings:
+                path = result_path(run.results_dir, m.name, p, task)
+                state, _, why = probe_cell_state(path, model=m.name, task=task)
+                if state == "kept" and not run.force:
+                    _log(f"left {path} in place ({why}); its cell is not done, and is not run "
+                         "over it: fix or move the file (or pass --force), then run again")  # fmt: skip
+                    kept.append(path)
+                elif run.force or state != "ok":
+                    todo[(m.name, task)].append(p)
+    run.kept = kept
+    total = sum(len(v) for v in todo.values())
+    cells = len(run.models) * len(run.tasks) * len(run.poolings)
+    _log(f"probe: {cells} cell(s), {cells - total} already done, {total} to run "
+         f"({len(run.models)} model(s) x {len(run.poolings)} pooling(s) x {len(run.tasks)} "
+         f"task(s)); results in {run.results_dir}")  # fmt: skip
+    data = _load_all_data(run) if total else {}
+    if total:
+        warn_slow_bf16(device.type, run.precision)
+    run.results_dir.mkdir(parents=True, exist_ok=True)
+    cache = default_cache_dir() if run.cache else None
+    tokens = token_cache_dir() if run.cache else None
+    written, number = [], 0
+    base_provenance = probe_provenance()
+    for model in run.models:
+        if not any(todo[(model.name, t)] for t in run.tasks):
+            continue
+        started = time.perf_counter()
+        loaded = load_encoder(model.path, revision=model.revision,
+                              trust_remote_code=model.trust_remote_code,
+                              max_seq_len=run.max_seq_len, model_label=model.name,
+                              code_revision=model.code_revision,
+                              require_code_revision=run.require_code_revision)  # fmt: skip
+        _log(f"{model.name}: loaded {model.path} (revision {loaded.revision[:12]}) in "
+             f"{time.perf_counter() - started:.1f} s on {device.type}, {run.precision}")  # fmt: skip
+        for task in run.tasks:
+            poolings = tuple(todo[(model.name, task)])
+            if not poolings:
+                continue
+            (train, dev, test, n_labels, problem), data_prov = data[task]
+            t0 = time.perf_counter()
+            train_x, hits = embed_split(loaded, train, poolings, setup, device, cache, tokens)
+            report_x = {}
+            for lang, split in test.items():
+                report_x[lang], h = embed_split(loaded, split, poolings, setup, device, cache,
+                                                tokens)  # fmt: skip
+                hits += h
+            embed_s = time.perf_counter() - t0
+            n_texts = len(train["text"]) + sum(len(s["text"]) for s in test.values())
+            for pooling in poolings:
+                number += 1
+                t1 = time.perf_counter()
+                ptask = task_from_registry(task, train_x[pooling],
+                                           {lang: v[pooling] for lang, v in report_x.items()},
+                                           data=(train, dev, test, n_labels, problem))  # fmt: skip
+                outcome = probe_task(ptask, run.config)
+                probe_s = time.perf_counter() - t1
+                shown_path = model.path if run.record_model_path else None
+                cell = {"model": model.name, "model_path": shown_path, "pooling": pooling,
+                        "method": method_label(model.name, pooling)}  # fmt: skip
+                provenance = {
+                    **base_provenance,
+                    "model": {"path": shown_path, "revision": loaded.revision,
+                              "revision_requested": model.revision,
+                              "trust_remote_code": model.trust_remote_code, "code": loaded.code,
+                              "source": loaded.source, "class": type(loaded.model).__name__},
+                    "data": data_prov,
+                    "embedding": {"pooling": pooling, "max_seq_len": run.max_seq_len,
+                                  "precision": run.precision, "device": device.type,
+                                  "dim": int(train_x[pooling].shape[1]), "texts": n_texts,
+                                  "cache_hits": hits, "limit": run.limit},
+                    "timing": {"embed_s": round(embed_s, 3), "probe_s": round(probe_s, 3)},
+                }  # fmt: skip
+                record = result_record(outcome, cell, run.config, fold_results=True,
+                                       provenance=provenance)  # fmt: skip
+                if run.limit is not None:  # a smoke run is never a protocol number
+                    record["protocol"].update(on_protocol=False, limit=run.limit)
+                path = result_path(run.results_dir, model.name, pooling, task)
+                if run.store_probes:
+                    save_probe(path.with_name(path.name.removesuffix(RESULT_SUFFIX) + ".probe"),
+                               final_probe(ptask, run.config, outcome))  # fmt: skip
+                write_result(path, record)
+                written.append(path)
+                score = "undefined" if outcome.mean_score is None else (
+                    f"{outcome.metric} {100 * outcome.mean_score:.2f} ± "
+                    f"{100 * outcome.std_dev:.2f}, Q {outcome.q_stat:.2f}")  # fmt: skip
+                _log(f"[{number}/{total}] {method_label(model.name, pooling)} {task}: {score} "
+                     f"(embed {embed_s:.1f} s{', cached' if hits else ''}, probe {probe_s:.1f} s)")  # fmt: skip
+        del loaded
+    for model in run.models:
+        for pooling in run.poolings:
+            write_summary(run, model.name, pooling)
+    return written
+
+
+def write_summary(run: ProbeRun, model: str, pooling: str) -> Path | None:
+    """The (model, pooling)'s run summary over every task result of it in the results
+    directory, not only the run's tasks (a sweep runs each task in its own process); its
+    `missing_tasks` are the run's tasks without a result."""
+    found: dict[str, dict] = {}
+    root, prefix = Path(run.results_dir), cell_stem(model, pooling) + "_"
+    # Listed, not globbed: a model's name may hold * ? [
+    names = sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(RESULT_SUFFIX)):
+            continue
+        record = read_probe_result(root / name)
+        cell = (record or {}).get("cell") or {}
+        # the stem of another (model, pooling) can start with this one's: check the cell
+        if cell.get("model") == model and cell.get("pooling") == pooling and "task" in cell:
+            found.setdefault(cell["task"], record)
+    if not found:
+        return None
+    tasks = [t for t in run.tasks if t in found] + sorted(set(found) - set(run.tasks))
+    config = {"k_folds": run.config.k_folds, "seed": run.config.seed, "pooling": pooling,
+              "max_seq_len": run.max_seq_len, "precision": run.precision, "tasks": tasks,
+              "missing_tasks": [t for t in run.tasks if t not in found]}  # fmt: skip
+    path = summary_path(run.results_dir, model, pooling)
+    write_result(path, run_summary(method_label(model, pooling), [found[t] for t in tasks], config))
+    return path
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def load_probe_results(results_dir: str | os.PathLike, warn=None) -> list[dict]:
+    """Every readable probe result of a folder; unreadable ones are skipped with a warning."""
+    records = []
+    for path in sorted(Path(results_dir).glob(f"*{RESULT_SUFFIX}")):
+        record, why, _ = examine_probe_result(path)
+        if record is None:
+            if warn is not None:
+                warn(f"warning: skipping {path}: {why}")
+            continue
+        records.append(record)
+    return records
+
+
+def has_probe_results(results_dir: str | os.PathLike) -> bool:
+    return any(Path(results_dir).glob(f"*{RESULT_SUFFIX}"))
+
+
+def probe_table(
+    records: list[dict], models: list[str] | None = None, tasks: list[str] | None = None
+):
+    """The probe results as a `summarize.Table`: a row per (model, pooling) ("model:pooling"),
+    a cell per task whose "seeds" are the folds (score per fold, `q_t`). Cells of another
+    fold setup than the most common one, off protocol, whose embeddings ran at another
+    precision than the rest (bf16 beside fp32), or with a fold whose score is undefined (as
+    `summarize` treats an undefined report score: never averaged, the table refused unless
+    --allow-partial) are problems of the table."""
+    from collections import Counter
+
+    from encoder_eval.summarize import CellStats, Problem, Table
+
+    by_cell: dict[tuple[str, str], dict] = {}
+    for r in records:
+        by_cell[(r["cell"]["method"], r["cell"]["task"])] = r
+    names = sorted({m for m, _ in by_cell})
+    task_names = sorted({t for _, t in by_cell})
+    if models:
+        for m in models:
+            if m not in names:
+                raise unknown_name("probe method", m, names)
+        names = list(models)
+    if tasks:
+        for t in tasks:
+            if t not in task_names:
+                raise unknown_name("probed task", t, task_names)
+        task_names = list(tasks)
+    setups = Counter((r["protocol"]["k_folds"], r["protocol"]["seed"]) for r in by_cell.values())
+    (k, seed), _ = setups.most_common(1)[0] if setups else ((DEFAULT_K_FOLDS, DEFAULT_SEED), 0)
+    cells, problems, off = {}, [], []
+    other_setup, limited, undefined_folds = [], [], []
+    by_precision: dict[str, list[str]] = {}
+    for (method, task), r in by_cell.items():
+        if method not in names or task not in task_names:
+            continue
+        precision = ((r.get("provenance") or {}).get("embedding") or {}).get("precision")
+        if precision is not None:  # results of embeddings given as files record none
+            by_precision.setdefault(str(precision), []).append(f"{method}/{task}")
+        q_t = r.get("q_t") or []
+        scores = {i: float(v) for i, v in enumerate(q_t) if v is not None}
+        undefined = [i for i, v in enumerate(q_t) if v is None]
+        if undefined or (r.get("mean_score") is None and not q_t):
+            why = r.get("undefined") or "score undefined"
+            folds = ", ".join(map(str, undefined)) or "all (no per-fold scores recorded)"
+            undefined_folds.append(f"{method}/{task}: fold(s) {folds} of {len(q_t) or '?'} "
+                                   f"undefined ({why})")  # fmt: skip
+        if (r["protocol"]["k_folds"], r["protocol"]["seed"]) != (k, seed):
+            other_setup.append(f"{method}/{task}")
+        if r["protocol"].get("limit") is not None:
+            limited.append(f"{method}/{task} (limit {r['protocol']['limit']})")
+        elif not r["protocol"].get("on_protocol", False):
+            off.append(f"{method}/{task}")
+        cells[(method, task)] = CellStats(
+            model=method, task=task, metric=r["metric"], lr_key=None, lr=None, scores=scores,
+            diverged=[], missing=[], off_protocol=not r["protocol"].get("on_protocol", False),
+            undefined=undefined,
+        )  # fmt: skip
+    if other_setup:
+        problems.append(Problem("probe_setup", f"{len(other_setup)} cell(s) use another fold "
+                                f"setup than k_folds {k}, seed {seed}", sorted(other_setup)))  # fmt: skip
+    if len(by_precision) > 1:  # bf16 and fp32 embeddings differ by more than rounding noise
+        groups = sorted(by_precision.items(), key=lambda kv: -len(kv[1]))
+        problems.append(Problem(
+            "precision", "probe cells disagree on the embeddings' precision: "
+            + "; ".join(f"{p} in {len(c)} cell(s)" for p, c in groups),
+            sorted(f"{c} (precision {p})" for p, cs in groups for c in cs),
+        ))  # fmt: skip
+    if off:
+        problems.append(Problem("off_protocol", f"{len(off)} probe cell(s) ran under a NeuCo "
+                                "rule", sorted(off)))  # fmt: skip
+    if limited:
+        problems.append(Problem("off_protocol", f"{len(limited)} probe cell(s) are smoke runs "
+                                "on a few examples per split (--limit)", sorted(limited)))  # fmt: skip
+    if undefined_folds:
+        problems.append(Problem("undefined_metric", f"{len(undefined_folds)} probe cell(s) have "
+                                "a fold whose score is undefined (never averaged, never read "
+                                "as 0)", sorted(undefined_folds)))  # fmt: skip
+    return Table(names, task_names, cells, problems, list(range(k)), kind="probe")
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def build_parser(prog: str | None = None) -> ArgumentParser:
+    from encoder_eval.cells.embed import POOLINGS, PRECISIONS
+
+    p = ArgumentParser(
+        prog=prog or "python -m encoder_eval.probe",
+        description="Linear probes on a frozen encoder's embeddings, per registered task: "
+        "repeated shuffle-split folds, the Q score. (NeuCo-Bench's files: pass "
+        "--annotation-path and --submission-file instead.)",
+    )
+    p.add_argument("--model", action="append", required=True, metavar="NAME[=PATH]",
+                   help="a registry key, or NAME=PATH_OR_HUB_ID (repeatable)")  # fmt: skip
+    p.add_argument("--pooling", default=",".join(DEFAULT_POOLINGS),
+                   help=f"comma-separated poolings: {', '.join(POOLINGS)} (default mean)")  # fmt: skip
+    p.add_argument("--tasks", required=True, help="comma-separated tasks or groups, or all")
+    p.add_argument("--tasks-file", action="append", help="user task file (repeatable)")
+    p.add_argument("--data-dir", help="data mirror (default: $ENCODER_EVAL_DATA_DIR or the Hub)")
+    p.add_argument("--results-dir", default="probe_results", help="where results go")
+    p.add_argument("--k-folds", type=int, default=DEFAULT_K_FOLDS)
+    p.add_argument("--seed", type=seed_arg, default=DEFAULT_SEED, help="the folds' seed")
+    p.add_argument("--max-seq-len", type=int, default=DEFAULT_MAX_SEQ_LEN)
+    p.add_argument("--precision", choices=PRECISIONS, default="bf16",
+                   help="forward pass under bf16 autocast (weights and outputs fp32) or fp32")  # fmt: skip
+    p.add_argument("--batch-size", type=int, help="examples per forward pass")
+    p.add_argument("--device", default="auto", help="auto, cuda or cpu")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="let the --model models run model-authored code (default: on only "
+                   "for a registry row that says so, loaded from that row's Hub id)")  # fmt: skip
+    p.add_argument("--model-revision", help="pin the model's Hub revision (commit sha; one "
+                   "--model only; default: the registry row's pin, else the head)")  # fmt: skip
+    p.add_argument("--model-code-revision", help="remote code: the revision of the code "
+                   "repository the config's auto_map names (one --model only)")  # fmt: skip
+    p.add_argument("--require-code-revision", action="store_true", help="refuse remote "
+                   "code from another repository unless --model-code-revision pins it")  # fmt: skip
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the "
+                   "embedding cache")  # fmt: skip
+    p.add_argument("--store-probes", action="store_true",
+                   help="also store each cell's probe as JSON data (load_probe)")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="redo cells that are done")
+    p.add_argument("--record-model-path", action="store_true", help="write the model path "
+                   "into the results (off: local paths and private repository names can be "
+                   "sensitive)")  # fmt: skip
+    p.add_argument("--limit", type=int, metavar="N", help="a smoke run: cut every split to N "
+                   "examples (seeded, stratified; recorded; refused by summarize without "
+                   "--allow-partial)")  # fmt: skip
+    return p
+
+
+def run_from_args(args) -> ProbeRun:
+    """Turn parsed flags into a checked `ProbeRun` (no model or data is loaded here)."""
+    from dataclasses import replace
+
+    from encoder_eval.cells.embed import check_poolings
+    from encoder_eval.data.limit import check_limit
+    from encoder_eval.data.tasks import register_task_files, resolve_task_names
+
+    register_task_files(args.tasks_file)
+    models = [resolve_model(spec) for spec in args.model]
+    if args.trust_remote_code:
+        models = [replace(m, trust_remote_code=True) for m in models]
+    pins = {k: v for k in ("revision", "code_revision")
+            if (v := getattr(args, f"model_{k}")) is not None}  # fmt: skip
+    if pins and len(models) != 1:
+        raise HarnessError("--model-revision and --model-code-revision pin one model; give "
+                           "one --model per probe run")  # fmt: skip
+    models = [replace(m, **pins) for m in models]
+    names = [m.name for m in models]
+    if len(set(names)) != len(names):
+        raise HarnessError(f"--model names repeat ({', '.join(names)}); give each its own NAME")
+    poolings = check_poolings(p.strip() for p in args.pooling.split(",") if p.strip())
+    tasks = resolve_task_names([t.strip() for t in args.tasks.split(",") if t.strip()])
+    check_limit(args.limit)
+    for flag in ("max_seq_len", "batch_size"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise HarnessError(f"--{flag.replace('_', '-')} {value} must be 1 or more")
+    return ProbeRun(
+        models=models, tasks=tasks, poolings=poolings, results_dir=Path(args.results_dir),
+        data_dir=args.data_dir, config=ProbeConfig(k_folds=args.k_folds, seed=args.seed),
+        max_seq_len=args.max_seq_len, precision=args.precision, batch_size=args.batch_size,
+        device=args.device, cache=not args.no_cache, store_probes=args.store_probes,
+        force=args.force, require_code_revision=args.require_code_revision, limit=args.limit,
+        record_model_path=args.record_model_path,
+    )  # fmt: skip
+
+
+@report_errors
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = build_parser(prog).parse_args(argv)
+    run = run_from_args(args)
+    started = time.perf_counter()
+    written = run_probes(run)
+    _log(f"probe: wrote {len(written)} result(s) in {time.perf_counter() - started:.1f} s; "
+         f"table: python -m encoder_eval.summarize --results-dir {run.results_dir}")  # fmt: skip
+    if run.kept:
+        _log(f"probe: {len(run.kept)} cell(s) not run, to keep the file in their place "
+             "(see the lines above)")  # fmt: skip
+        return EXIT_INCOMPLETE
+    return EXIT_OK

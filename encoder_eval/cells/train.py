@@ -1,0 +1,1018 @@
+"""One cell, top to bottom: load, tokenise, fine-tune with early stopping, score, write.
+
+The loop is written out rather than delegated to `transformers.Trainer` so that the
+protocol is visible in one file: fp32 master weights, bf16 autocast for the forward
+pass, AdamW with the shared recipe, linear warmup and decay, evaluation on dev at a
+fixed cadence, early stopping, best weights restored in memory, then the report split.
+`run_cell` runs four parts in turn: `_setup` (task, device, data, model, tokenisation and
+provenance, all before the first step), `_train` (the loop), `_score` (dev and report
+sections) and `_result` (the result dict). What differs between kinds of cell (batching,
+loss, predictions) comes from the cell's `kinds.Kind`; the loop has no branch per kind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from dataclasses import replace as dataclass_replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from encoder_eval.core import cpu, metrics, provenance
+
+from encoder_eval.data import tokencache
+
+from encoder_eval.cells import trackers
+from encoder_eval.core.errors import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # re-exported for older imports
+from encoder_eval.core.errors import EXIT_PREEMPTED as EXIT_PREEMPTED
+from encoder_eval.core.errors import HarnessError, unknown_name
+from encoder_eval.core.fileio import atomic_open, temporary_name
+from encoder_eval.cells.kinds import Kind, kind_for
+from encoder_eval.data.limit import limit_data
+from encoder_eval.data.loaders import LoadedModel, load_model
+from encoder_eval.core.metrics import RankGroups
+from encoder_eval.cells.predictions import (
+    PredictionsError,
+    predictions_path,
+    trec_run_path,
+    write_predictions,
+    write_trec_run,
+)
+from encoder_eval.cells.predictions import from_cell as predictions_from_cell
+from encoder_eval.core.protocol import PROTOCOL_RECIPE, Recipe, off_protocol_reasons, signature, step_budget
+from encoder_eval.core.results import EXCL_SUFFIX, LOCK_PREFIX, lr_key, write_json_atomic
+from encoder_eval.core.schema import CellId, CellResult, Protocol, ScoreSection, Training
+from encoder_eval.data.tasks import TaskKnobs, data_provenance, load_task, task_knobs
+
+# Which dev languages each evaluation during training scores: "deciding", those whose mean
+# decides early stopping and the best checkpoint (the rest are scored once, at the end, on
+# the kept weights); "all", every language at every evaluation (the same numbers, slower).
+DEV_LANGUAGES = ("deciding", "all")
+
+
+@dataclass
+class CellConfig:
+    """Everything that defines one cell; the CLI in `run.py` fills it from flags. What makes
+    cells comparable (loader mode, batching, micro-batch, evaluation batch) is the recipe's."""
+
+    model_path: str
+    task: str
+    lr: float
+    seed: int
+    model_key: str
+    phase: str = "report"
+    recipe: Recipe = field(default_factory=Recipe)
+    data_dir: str | None = None
+    device: str = "auto"
+    out_json: str | None = None
+    model_revision: str | None = None
+    model_code_revision: str | None = None  # remote code held by another repository
+    require_code_revision: bool = False  # refuse such code unless model_code_revision pins it
+    trust_remote_code: bool = False
+    record_model_path: bool = False
+    save_predictions: bool = True  # report cells only: `encoder_eval.cells.predictions`
+    progress: str = "bar"  # bar | quiet | json
+    cache_dir: str | None = "default"  # tokenisation cache; None disables it
+    dev_languages: str = "deciding"  # or "all" (DEV_LANGUAGES; benchmarks only)
+    report_to: tuple[str, ...] = ()  # experiment trackers (`trackers.TRACKERS`); none by default
+    tracking_dir: str | None = None  # their files; default: `tracking/` beside out_json
+
+
+def resolve_device(device: str) -> torch.device:
+    """`auto` picks CUDA/ROCm when present, else the CPU; `cuda` without a GPU is an error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise HarnessError("--device cuda but no CUDA or ROCm GPU is visible; use --device cpu")
+    if device not in ("cuda", "cpu"):
+        raise HarnessError(f"unknown device {device!r}; valid: auto, cuda, cpu")
+    return torch.device(device)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+@dataclass
+class Encoded:
+    """A tokenised split: one list of token ids per example (no padding), plus labels; for
+    a ranking split also each example's query, candidate id and first-stage rank."""
+
+    features: dict[str, list[list[int]]]
+    labels: list
+    lengths: list[int]
+    query_ids: list[str] | None = None
+    doc_ids: list[str] | None = None
+    first_stage_ranks: list[int] | None = None
+
+    @property
+    def rank_groups(self) -> RankGroups | None:
+        """What a grouped metric needs beside scores and labels; None for other splits."""
+        if self.query_ids is None:
+            return None
+        return RankGroups(self.query_ids, self.first_stage_ranks)
+
+
+def with_rank_columns(enc: Encoded, split: dict) -> Encoded:
+    """`enc` with a ranking split's query, candidate and first-stage columns (kept out of
+    the tokenisation cache, which holds model inputs only); other splits unchanged."""
+    if "query_id" not in split:
+        return enc
+    return dataclass_replace(enc, query_ids=list(split["query_id"]), doc_ids=list(split["doc_id"]),
+                             first_stage_ranks=list(split["first_stage_rank"]))  # fmt: skip
+
+
+def encode(tokenizer, split: dict, max_len: int, input_names: tuple[str, ...]) -> Encoded:
+    """Tokenise a split without padding; truncation keeps both texts of a pair where it can."""
+    args = (split["text"], split["text_pair"]) if "text_pair" in split else (split["text"],)
+    enc = tokenizer(*args, truncation=True, max_length=max_len, padding=False)
+    features = {name: enc[name] for name in input_names if name in enc}
+    lengths = [len(ids) for ids in features["input_ids"]]
+    return Encoded(features=features, labels=list(split["label"]), lengths=lengths)
+
+
+def encode_cached(
+    tokenizer,
+    split: dict,
+    max_len: int,
+    input_names: tuple[str, ...],
+    cache_dir: Path | None,
+    tokenizer_fp: str | None = None,
+) -> Encoded:
+    """`encode` through the tokenisation cache (no cache when `cache_dir` is None)."""
+    if cache_dir is None:
+        return encode(tokenizer, split, max_len, input_names)
+    fp = tokenizer_fp or tokencache.tokenizer_fingerprint(tokenizer)
+    key = tokencache.cache_key(fp, split, max_len, input_names)
+    hit = tokencache.load(cache_dir, key)
+    if hit is not None:
+        features, labels = hit
+        return Encoded(features, labels, [len(ids) for ids in features["input_ids"]])
+    enc = encode(tokenizer, split, max_len, input_names)
+    tokencache.store(cache_dir, key, enc.features, enc.labels)
+    return enc
+
+
+def _collate(enc: Encoded, idx: list[int], pad_id: int, device, kind: Kind) -> dict:
+    """The batch of examples `idx` for `kind` (the one call the loop and `predict` batch
+    through, so a benchmark can count the tokens of every batch)."""
+    return kind.collate(enc, idx, pad_id, device)
+
+
+def train_batches(lengths: list[int], batch_size: int, rng: random.Random, grouped: bool):
+    """One epoch of training batches (lists of example indices), deterministic given `rng`.
+
+    Length-grouped: shuffle, cut into mega-batches of 50 batches, sort each by length,
+    cut into batches and shuffle the batch order; padding then wastes little compute while
+    every epoch still sees a fresh random grouping.
+    """
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    if not grouped:
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    mega = batch_size * 50
+    batches = []
+    for start in range(0, len(order), mega):
+        chunk = sorted(order[start : start + mega], key=lambda i: -lengths[i])
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
+    rng.shuffle(batches)
+    return batches
+
+
+# ----------------------------------------------------------------------------- model step
+
+
+def _autocast(device: torch.device, precision: str):
+    if precision == "fp32":
+        return torch.autocast(device.type, enabled=False)
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+@torch.no_grad()
+def predict(model, enc: Encoded, pad_id: int, device, precision: str, batch_size: int, kind: Kind):
+    """Predictions for every example, in the split's original order (length-sorted batches)."""
+    model.eval()
+    order = sorted(range(len(enc.labels)), key=lambda i: enc.lengths[i])
+    preds: list = [None] * len(order)
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        batch = _collate(enc, idx, pad_id, device, kind)
+        batch.pop("labels")
+        with _autocast(device, precision):
+            logits = model(**batch).logits
+        for i, value in zip(idx, kind.predictions(logits), strict=True):
+            preds[i] = value
+    model.train()
+    return preds
+
+
+# Evaluation batch by device type. Batches are length-sorted, so padding is small either
+# way; a GPU is fastest with large batches, while on the CPU (bf16 autocast, MiniLM, RTE
+# dev) batches of 8-32 scored the split in 1.7-1.9 s against 3.0 s with 128. Predictions
+# do not depend on it beyond bf16 rounding (max |logit difference| 6e-4, same argmax).
+EVAL_BATCH_SIZE = {"cuda": 128, "cpu": 16}
+
+
+def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay on weight matrices only; biases and normalisation weights are not decayed."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def build_optimizer(model: nn.Module, recipe: Recipe, lr: float) -> torch.optim.AdamW:
+    """AdamW with the shared recipe; its state lives beside the fp32 parameters, so it is fp32."""
+    groups = _param_groups(model, recipe.weight_decay)
+    kw = {"lr": lr, "betas": (recipe.adam_beta1, recipe.adam_beta2), "eps": recipe.adam_eps}
+    try:
+        # The fused kernel does the same arithmetic in one pass (10x faster steps measured
+        # on the CPU for MiniLM); older torch builds without it fall back to foreach.
+        return torch.optim.AdamW(groups, fused=True, **kw)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(groups, foreach=True, **kw)
+
+
+def _lr_lambda(warmup: int, total: int):
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return f
+
+
+def eval_interval(steps_per_epoch: int, max_steps: int, recipe: Recipe = PROTOCOL_RECIPE) -> int:
+    """Dev evaluation cadence: once an epoch, but at least every `recipe.eval_every_max` steps
+    on large tasks, and at least `recipe.min_evals_when_capped` times when max_steps ends
+    training early."""
+    cap_every = math.ceil(max_steps / recipe.min_evals_when_capped)
+    return max(1, min(steps_per_epoch, recipe.eval_every_max, cap_every))
+
+
+# ----------------------------------------------------------------------------- the cell
+
+
+class _Progress:
+    """Step, loss, dev score and ETA, as a tqdm bar, JSON lines, or nothing."""
+
+    def __init__(self, style: str, total: int, label: str):
+        self.style, self.total, self.label = style, total, label
+        self.bar = None
+        self.start = time.perf_counter()
+        if style == "bar":
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=label, unit="step", file=sys.stderr, leave=False)
+
+    def step(self, loss: float, dev: float | None) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{loss:.4f}", dev="-" if dev is None else f"{dev:.4f}")
+
+    def event(self, **fields) -> None:
+        if self.style == "json":
+            import json
+
+            elapsed = time.perf_counter() - self.start
+            step = fields.get("step", 0)
+            eta = elapsed / step * (self.total - step) if step else None
+            print(json.dumps({"cell": self.label, "total_steps": self.total, "elapsed_s": round(
+                elapsed, 2), "eta_s": None if eta is None else round(eta, 1), **fields}),
+                file=sys.stderr, flush=True)  # fmt: skip
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _score_section(scores: dict, undefined: dict, euro: tuple[str, ...]) -> dict:
+    mean, langs = metrics.language_mean(scores, euro)
+    return {"per_language": scores, "mean": mean, "languages_in_mean": langs,
+            "undefined": undefined}  # fmt: skip
+
+
+def run_cell(
+    cfg: CellConfig, loaded: LoadedModel | None = None, data=None, data_prov: dict | None = None
+) -> dict:
+    """Fine-tune one cell and return its result dict (also written to `cfg.out_json`).
+
+    `loaded`, `data` and `data_prov` (its `tasks.data_provenance`) let a multi-cell process
+    pass in what it already has; a fresh model is still loaded for every cell, since weights
+    change during training.
+    SIGTERM or Ctrl-C during training saves a resumable state and raises Preempted or
+    Interrupted; one that arrives after training lets the cell finish and write first. The
+    signal wins over any failure after it (saving the state or the result): that failure
+    is named in the Preempted or Interrupted raised, never reported as a crash.
+    """
+    with _stop_requests() as stop:
+        try:
+            result = _run_cell(cfg, loaded, data, data_prov, stop)
+        except Preempted:
+            raise
+        except Exception as exc:
+            if stop.signal is None:
+                raise
+            kind, how = _stop_kind(stop.signal)
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())
+            raise kind(f"{_label(cfg)}: stopped by {how}, but the cell could not be saved "
+                       f"({why}); nothing new was saved for it; run the same command again "
+                       "once that is fixed") from exc  # fmt: skip
+        if stop.signal is not None:
+            kind, how = _stop_kind(stop.signal)
+            raise kind(f"{_label(cfg)}: {how} arrived after training; the result is written "
+                       f"to {cfg.out_json}; run the same command again for any remaining "
+                       "cells")  # fmt: skip
+    return result
+
+
+def _label(cfg: CellConfig) -> str:
+    return f"{cfg.model_key}/{cfg.task}/{lr_key(cfg.lr)}/s{cfg.seed}"
+
+
+def _stop_kind(signum: int) -> tuple[type, str]:
+    if signum == signal.SIGINT:
+        return Interrupted, "Ctrl-C (SIGINT)"
+    return Preempted, "SIGTERM"
+
+
+def _run_cell(
+    cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | None, stop: _StopFlag
+) -> dict:
+    cell = _setup(cfg, loaded, data, data_prov)
+    cell.reporter = _reporter(cfg)
+    try:
+        trained = _train(cell, stop)
+        scored = _score(cell, trained)
+        result = _result(cell, trained, scored)
+        _write(cfg, result, scored.predictions)
+    except BaseException:
+        if cell.reporter is not None:
+            cell.reporter.finish({}, status="failed")
+        raise
+    if cell.reporter is not None:
+        cell.reporter.finish(_final_metrics(result), status=result["status"])
+    return result
+
+
+def tracking_dir(cfg: CellConfig) -> Path:
+    """Where file-based trackers write: `--tracking-dir`, else `tracking/` beside the result."""
+    if cfg.tracking_dir:
+        return Path(cfg.tracking_dir)
+    return (Path(cfg.out_json).parent if cfg.out_json else Path.cwd()) / "tracking"
+
+
+def _reporter(cfg: CellConfig) -> trackers.Reporter | None:
+    recipe = cfg.recipe.to_dict()
+    return trackers.reporter_for_cell(
+        cfg.report_to, model=cfg.model_key, task=cfg.task, lr=cfg.lr, lr_key=lr_key(cfg.lr),
+        seed=cfg.seed, phase=cfg.phase, recipe=recipe, signature=signature(recipe),
+        tracking_dir=tracking_dir(cfg),
+    )  # fmt: skip
+
+
+def _final_metrics(result: dict) -> dict[str, float | None]:
+    """The scores a tracker shows as the cell's outcome: dev and report means, per language."""
+    out: dict[str, float | None] = {}
+    for name in ("dev", "report"):
+        section = result.get(name) or {}
+        out[f"{name}/mean"] = section.get("mean")
+        for lang, score in (section.get("per_language") or {}).items():
+            out[f"{name}/{lang}"] = score
+    out["best_step"] = result["training"]["best_step"]
+    out["steps"] = result["training"]["steps"]
+    return out
+
+
+@dataclass
+class _Cell:
+    """Everything a cell resolves before its first step (`_setup`), and the dev scorer."""
+
+    cfg: CellConfig
+    knobs: TaskKnobs
+    kind: Kind
+    device: torch.device
+    eval_batch: int
+    loaded: LoadedModel
+    model: nn.Module
+    pad_id: int
+    prov: dict
+    tokenise: Callable[[dict], Encoded]
+    enc_train: Encoded
+    enc_val: dict[str, Encoded]
+    test_splits: dict[str, dict]
+    loop_languages: list[str]  # the dev languages each evaluation during training scores
+    micro: int
+    accum: int
+    steps_per_epoch: int
+    max_steps: int
+    warmup: int
+    every: int
+    t0: float
+    dev_eval_seconds: float = 0.0  # time spent scoring dev, in the loop and at the end
+    reporter: trackers.Reporter | None = None  # --report-to: the cell's tracker runs
+
+    last_dev_predictions: dict = field(default_factory=dict)  # of the last `dev_scores`
+
+    def predict(self, enc: Encoded) -> list:
+        return predict(self.model, enc, self.pad_id, self.device, self.cfg.recipe.precision,
+                       self.eval_batch, self.kind)  # fmt: skip
+
+    def dev_scores(self, langs: list[str]) -> tuple[dict[str, float | None], dict[str, str]]:
+        """Score the current weights on the dev split of each language in `langs` (the
+        predictions are kept in `last_dev_predictions`)."""
+        t = time.perf_counter()
+        preds = {lang: self.predict(self.enc_val[lang]) for lang in langs}
+        out = score_encoded(self.knobs.metric, preds, {k: self.enc_val[k] for k in langs})
+        self.last_dev_predictions = preds
+        self.dev_eval_seconds += time.perf_counter() - t
+        return out
+
+
+def score_encoded(
+    metric: str, preds: dict[str, list], encs: dict[str, Encoded]
+) -> tuple[dict[str, float | None], dict[str, str]]:
+    """`metrics.score_splits` of predictions on tokenised splits (with their query groups)."""
+    groups = {k: e.rank_groups for k, e in encs.items() if e.rank_groups is not None}
+    return metrics.score_splits(metric, preds, {k: e.labels for k, e in encs.items()}, groups)
+
+
+def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | None) -> _Cell:
+    """Resolve the task, device, data, model, tokenisation, schedule and provenance."""
+    if cfg.dev_languages not in DEV_LANGUAGES:
+        raise unknown_name("dev_languages setting", cfg.dev_languages, DEV_LANGUAGES)
+    if cfg.out_json:
+        validate_out_path(cfg.out_json)  # (also checked by `run` before any cell starts)
+    knobs = task_knobs(cfg.task)
+    device = resolve_device(cfg.device)
+    recipe = cfg.recipe
+    eval_batch = recipe.eval_batch_size or EVAL_BATCH_SIZE.get(device.type, EVAL_BATCH_SIZE["cuda"])
+    t0 = time.perf_counter()
+    # Where the data comes from is resolved before it is read (for the Hub, the commit that
+    # is then loaded), and before any training: a cell never trains and then fails on
+    # bookkeeping.
+    if data_prov is None:
+        data_prov = data_provenance(cfg.task, cfg.data_dir)
+    if data is None:
+        data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report",
+                         selection_split=recipe.selection_split)  # fmt: skip
+    train_split, val_splits, test_splits, num_labels, problem = limit_data(data, recipe.limit)
+    kind = kind_for(problem, recipe)
+
+    seed_everything(cfg.seed)  # before the model load: the fresh head's init is seeded
+    if loaded is None:
+        loaded = load_model(
+            cfg.model_path, recipe.mode, num_labels, kind.problem, revision=cfg.model_revision,
+            trust_remote_code=cfg.trust_remote_code, max_seq_len=recipe.max_seq_len,
+            model_label=cfg.model_key, attention=recipe.attention, pooling=recipe.pooling,
+            head_dropout=recipe.head_dropout, code_revision=cfg.model_code_revision,
+            require_code_revision=cfg.require_code_revision,
+        )  # fmt: skip
+    model, tok = loaded.model.to(device), loaded.tokenizer
+    cpu.warn_slow_bf16(device.type, recipe.precision)  # before the first step
+    prov = {
+        "software": provenance.software_versions(),
+        "hardware": provenance.device_info(str(device)),
+        "model_revision": loaded.revision,
+        "model_revision_requested": cfg.model_revision,
+        "model_source": loaded.source,
+        "model_path": cfg.model_path if cfg.record_model_path else None,
+        "trust_remote_code": cfg.trust_remote_code,
+        "model_code": loaded.code,
+        "data": data_prov,
+        "dataset_revisions": {knobs.hf_path: data_prov.get("revision")} if knobs.hf_path else {},
+    }
+    max_len = recipe.max_seq_len
+    cache_dir = None
+    if cfg.cache_dir is not None:
+        cache_dir = tokencache.default_cache_dir() if cfg.cache_dir == "default" else Path(
+            cfg.cache_dir
+        )  # fmt: skip
+    tok_fp = tokencache.tokenizer_fingerprint(tok) if cache_dir is not None else None
+
+    def tokenise(split: dict) -> Encoded:
+        enc = encode_cached(tok, split, max_len, loaded.input_names, cache_dir, tok_fp)
+        return with_rank_columns(enc, split)
+
+    enc_train = tokenise(train_split)
+    enc_val = {lang: tokenise(s) for lang, s in val_splits.items()}
+
+    micro = recipe.micro_batch or recipe.batch_size
+    if recipe.batch_size % micro:
+        raise HarnessError(f"--micro-batch {micro} must divide the batch size {recipe.batch_size}")
+    steps_per_epoch, max_steps = step_budget(kind.count_units(enc_train), recipe)
+    deciding = metrics.deciding_languages(list(enc_val), knobs.euro_languages)
+    return _Cell(
+        cfg=cfg, knobs=knobs, kind=kind, device=device, eval_batch=eval_batch, loaded=loaded,
+        model=model, pad_id=tok.pad_token_id, prov=prov, tokenise=tokenise,
+        enc_train=enc_train, enc_val=enc_val, test_splits=test_splits,
+        loop_languages=deciding if cfg.dev_languages == "deciding" else list(enc_val),
+        micro=micro, accum=recipe.batch_size // micro, steps_per_epoch=steps_per_epoch,
+        max_steps=max_steps, warmup=int(recipe.warmup_ratio * max_steps),
+        every=eval_interval(steps_per_epoch, max_steps, recipe), t0=t0,
+    )  # fmt: skip
+
+
+@dataclass
+class _Trained:
+    """What the training loop hands to scoring and the result."""
+
+    st: _LoopState
+    diverged_at: int | None
+    train_time: float
+    first_step_s: float | None
+    process_first_step_s: float | None
+
+
+def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
+    """Fine-tune with dev evaluations on the deciding languages and early stopping; on a
+    stop signal, save a resumable state (with --out-json) and raise Preempted/Interrupted."""
+    cfg, recipe, model, kind = cell.cfg, cell.cfg.recipe, cell.model, cell.kind
+    enc_train, max_steps, micro = cell.enc_train, cell.max_steps, cell.micro
+    optimizer = build_optimizer(model, recipe, cfg.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cell.warmup, max_steps))
+    data_rng = random.Random(cfg.seed)
+    label = _label(cfg)
+    progress = _Progress(cfg.progress, max_steps, label)
+
+    if cell.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(cell.device)
+    model.train()
+    st = _LoopState()
+    resume_path = _resume_path(cfg.out_json)
+    signature = _signature(cfg, cell.loaded.revision)
+    if resume_path is not None and resume_path.exists():
+        st = _restore(resume_path, signature, model, optimizer, scheduler, data_rng, st, label)
+    diverged_at = None
+    autocast = lambda: _autocast(cell.device, recipe.precision)  # noqa: E731
+    t_train = time.perf_counter()
+    first_step_s = process_first_step_s = None
+    while st.step < max_steps and diverged_at is None and not st.early_stopped:
+        if stop.signal is not None:
+            progress.close()
+            stop_kind, how = _stop_kind(stop.signal)
+            if resume_path is None:
+                raise stop_kind(f"{label}: stopped by {how} at step {st.step}; no --out-json, "
+                                "so no state was saved")  # fmt: skip
+            st.train_time_before += time.perf_counter() - t_train
+            _save_resume(resume_path, signature, st, model, optimizer, scheduler, data_rng)
+            raise stop_kind(f"{label}: stopped by {how} at step {st.step}; state saved to "
+                            f"{resume_path}; run the cell again to resume (the same command)")  # fmt: skip
+        if not st.batches:
+            st.batches = _epoch_batches(enc_train, kind, recipe, data_rng)
+            st.epoch += 1
+        idx = st.batches.pop(0)
+        optimizer.zero_grad(set_to_none=True)
+        step_loss = 0.0
+        for m in range(0, len(idx), micro):
+            sub = idx[m : m + micro]
+            batch = kind.collate_units(enc_train, sub, cell.pad_id, cell.device)
+            step_loss += kind.train_step(model, batch, len(sub) / len(idx), autocast)
+            st.real_tokens += sum(enc_train.lengths[i] for u in sub for i in kind.members(u))
+        step_loss = float(step_loss)
+        if not math.isfinite(step_loss):
+            diverged_at = st.step + 1
+            break
+        optimizer.step()
+        scheduler.step()
+        st.step += 1
+        st.last_loss = step_loss
+        if first_step_s is None:
+            first_step_s = time.perf_counter() - cell.t0
+            process_first_step_s = _seconds_since_process_start()
+        dev_mean = None
+        evaluated = st.step % cell.every == 0 or st.step == max_steps
+        if evaluated:
+            dev_mean = _evaluate(cell, st)
+            progress.event(step=st.step, loss=step_loss, dev=dev_mean)
+        progress.step(step_loss, dev_mean)
+        if cell.reporter is not None:
+            curves = {"train/loss": step_loss, "train/lr": scheduler.get_last_lr()[0]}
+            if evaluated:
+                curves["dev/mean"] = dev_mean
+                curves.update({f"dev/{k}": v for k, v in st.last_per_language.items()})
+            cell.reporter.log(st.step, curves)
+    progress.close()
+    train_time = st.train_time_before + time.perf_counter() - t_train
+    return _Trained(st, diverged_at, train_time, first_step_s, process_first_step_s)
+
+
+def _epoch_batches(enc: Encoded, kind: Kind, recipe: Recipe, rng: random.Random) -> list[list]:
+    """One epoch of training batches of the kind's units (examples, or query groups), each
+    batch `recipe.batch_size` units, length-grouped by a unit's tokens unless the recipe
+    says random; deterministic given `rng`."""
+    units = kind.units(enc, rng, recipe)
+    lengths = [sum(enc.lengths[i] for i in kind.members(u)) for u in units]
+    order = train_batches(lengths, recipe.batch_size, rng, recipe.batching == "length-grouped")
+    return [[units[i] for i in batch] for batch in order]
+
+
+def _evaluate(cell: _Cell, st: _LoopState) -> float | None:
+    """One dev evaluation during training: score the deciding languages, record it, keep the
+    weights when it is a new best, and count patience; returns the dev mean."""
+    per_lang, undefined = cell.dev_scores(cell.loop_languages)
+    dev_mean, _ = metrics.language_mean(per_lang, cell.knobs.euro_languages)
+    st.history.append({"step": st.step, "dev": dev_mean, "loss": st.last_loss})
+    st.last_per_language, st.last_undefined = per_lang, undefined
+    st.last_predictions = cell.last_dev_predictions
+    # An undefined dev score (constant predictions) never counts as a best.
+    if metrics.improves(dev_mean, st.best_mean, cell.knobs.metric):
+        st.best_mean, st.best_step = dev_mean, st.step
+        st.best_per_language, st.best_undefined = per_lang, undefined
+        st.best_predictions = cell.last_dev_predictions
+        st.best_state = {k: v.detach().to("cpu", copy=True)
+                         for k, v in cell.model.state_dict().items()}  # fmt: skip
+        st.bad_evals = 0
+    else:
+        st.bad_evals += 1
+        # Patience running out at the last allowed step is the cap ending training, not an
+        # early stop.
+        recipe = cell.cfg.recipe
+        if recipe.early_stop and st.bad_evals >= recipe.patience and st.step < cell.max_steps:
+            st.early_stopped = True
+    return dev_mean
+
+
+@dataclass
+class _Scores:
+    status: str  # ok | diverged
+    dev: dict | None
+    report: dict | None
+    predictions: dict[str, dict]  # report split, per language: predictions and labels
+
+
+def _score(cell: _Cell, trained: _Trained) -> _Scores:
+    """Restore the best weights, complete the dev scores and score the report split."""
+    if trained.diverged_at is not None:
+        return _Scores("diverged", None, None, {})
+    knobs, euro, kind = cell.knobs, cell.knobs.euro_languages, cell.kind
+    *dev_scores, dev_preds = _final_dev_scores(cell, trained.st)
+    dev = {**_score_section(*dev_scores, euro),
+           **kind.section_extra(knobs, cell.enc_val, dev_preds)}  # fmt: skip
+    report, predictions = None, {}
+    if cell.cfg.phase == "report":
+        encs = {lang: cell.tokenise(split) for lang, split in cell.test_splits.items()}
+        preds = {lang: cell.predict(enc) for lang, enc in encs.items()}
+        for lang, enc in encs.items():
+            predictions[lang] = {"predictions": preds[lang], "labels": enc.labels}
+            if enc.query_ids is not None:
+                predictions[lang].update(query_ids=enc.query_ids, doc_ids=enc.doc_ids,
+                                         first_stage_ranks=enc.first_stage_ranks)  # fmt: skip
+        scores, undefined = score_encoded(knobs.metric, preds, encs)
+        report = {"split": knobs.report_split, **_score_section(scores, undefined, euro),
+                  **kind.section_extra(knobs, encs, preds)}  # fmt: skip
+    for name, section in (("dev", dev), ("report", report)):
+        for lang, why in (section or {}).get("undefined", {}).items():
+            print(f"warning: {_label(cell.cfg)}: {knobs.metric} is undefined on the {name} "
+                  f"split ({lang}: {why}); recorded as undefined, not as 0", file=sys.stderr)  # fmt: skip
+    return _Scores("ok", dev, report, predictions)
+
+
+def _final_dev_scores(
+    cell: _Cell, st: _LoopState
+) -> tuple[dict[str, float | None], dict[str, str], dict[str, list]]:
+    """Every dev language's score (and predictions) on the weights the cell keeps: the best
+    evaluation's (restored here), else the last one's. The languages that evaluation scored
+    keep its numbers; the others are scored once, now, on the same weights."""
+    if st.best_state is not None:
+        cell.model.load_state_dict(st.best_state)
+        scores, undefined, preds = st.best_per_language, st.best_undefined, st.best_predictions
+    else:  # no evaluation had a defined score: the last one says why
+        scores, undefined, preds = st.last_per_language, st.last_undefined, st.last_predictions
+    rest = [lang for lang in cell.enc_val if lang not in scores]
+    more, more_undefined = cell.dev_scores(rest) if rest else ({}, {})
+    more_preds = cell.last_dev_predictions if rest else {}
+    scores, undefined = {**scores, **more}, {**undefined, **more_undefined}
+    preds = {**preds, **more_preds}
+    order = list(cell.enc_val)
+    return ({lang: scores[lang] for lang in order},
+            {lang: undefined[lang] for lang in order if lang in undefined},
+            {lang: preds[lang] for lang in order if lang in preds})  # fmt: skip
+
+
+def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
+    """The cell's result dict (schema v2, `results.validate_result`)."""
+    cfg, recipe, st = cell.cfg, cell.cfg.recipe, trained.st
+    device, train_time = cell.device, trained.train_time
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _cpu_peak_rss()
+    kind_record, kind_reasons = cell.kind.record(cell.knobs, recipe, cell.enc_train,
+                                                 cell.enc_val)  # fmt: skip
+    off = off_protocol_reasons(recipe, cfg.lr, cfg.seed, cfg.phase) + kind_reasons
+    stopped_by = _stopped_by(trained.diverged_at, st.early_stopped, cell.max_steps, recipe)
+    first_step_s = trained.first_step_s
+    training = Training(
+        steps=st.step,
+        max_steps=cell.max_steps,
+        best_step=st.best_step,
+        epochs=round(st.step / cell.steps_per_epoch, 3),
+        epochs_started=st.epoch,
+        steps_per_epoch=cell.steps_per_epoch,
+        eval_every=cell.every,
+        early_stopped=st.early_stopped,
+        stopped_by=stopped_by,
+        diverged_at_step=trained.diverged_at,
+        final_loss=st.last_loss if math.isfinite(st.last_loss) else None,
+        train_examples=len(cell.enc_train.labels),
+        dev_history=st.history,
+        wall_time_s=round(time.perf_counter() - cell.t0, 3),
+        train_time_s=round(train_time, 3),
+        dev_eval_time_s=round(cell.dev_eval_seconds, 3),
+        time_to_first_step_s=None if first_step_s is None else round(first_step_s, 3),
+        process_start_to_first_step_s=trained.process_first_step_s,
+        train_tokens_per_s=round(st.real_tokens / train_time, 1) if train_time > 0 else None,
+        peak_memory_bytes=int(peak) if peak else None,
+    )
+    recorded_recipe = {
+        **recipe.to_dict(),
+        # What the run derived from the recipe on this device and task:
+        "effective_batch": recipe.batch_size,
+        "micro_batch": cell.micro,
+        "grad_accumulation": cell.accum,
+        "eval_batch": cell.eval_batch,
+        "warmup_steps": cell.warmup,
+        "optimizer": "AdamW",
+        "schedule": "linear warmup, linear decay",
+        "pair_format": cell.knobs.pair_format,
+        **cell.loaded.recorded,  # what the loader derived (decoder-adapted: pair separator, ...)
+    }
+    return CellResult(
+        cell=CellId(
+            model=cfg.model_key,
+            task=cfg.task,
+            lr=cfg.lr,
+            lr_key=lr_key(cfg.lr),
+            seed=cfg.seed,
+            phase=cfg.phase,
+        ),  # fmt: skip
+        status=scored.status,
+        metric=cell.knobs.metric,
+        dev=ScoreSection.from_dict(scored.dev),
+        report=ScoreSection.from_dict(scored.report),
+        training=training,
+        recipe=recorded_recipe,
+        protocol=Protocol(on_protocol=not off, off_protocol_reasons=off),
+        provenance=cell.prov,
+        ranking=kind_record,
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    ).to_dict()
+
+
+def _write(cfg: CellConfig, result: dict, predictions: dict) -> None:
+    """Write the report predictions (unless turned off), then the result, and only then
+    remove what the result supersedes: a predictions or TREC file of an earlier run that
+    was not rewritten (so no file beside the result describes another run), and the resume
+    state. A write that fails (a full disk) raises with the resume state still in place."""
+    if not cfg.out_json:
+        return
+    pred_path, trec_path = predictions_path(cfg.out_json), trec_run_path(cfg.out_json)
+    rewritten = set()
+    if cfg.save_predictions and predictions:
+        try:
+            preds = predictions_from_cell(result, predictions)
+            write_predictions(pred_path, preds)
+            rewritten.add(pred_path)
+            if preds.ranked:
+                write_trec_run(trec_path, preds)
+                rewritten.add(trec_path)
+        except PredictionsError as exc:  # e.g. a non-finite regression output: keep the result
+            print(f"warning: {_label(cfg)}: predictions not written: {exc}", file=sys.stderr)
+    write_json_atomic(cfg.out_json, result)
+    for stale in (pred_path, trec_path):
+        if stale not in rewritten:
+            stale.unlink(missing_ok=True)
+    resume_path = _resume_path(cfg.out_json)
+    if resume_path is not None:
+        resume_path.unlink(missing_ok=True)
+
+
+# ----------------------------------------------------------------------------- preemption
+
+
+class Preempted(Exception):
+    """Raised when SIGTERM stopped a cell after it saved a resumable state."""
+
+
+class Interrupted(Preempted):
+    """Raised when Ctrl-C (SIGINT) stopped a cell after it saved a resumable state."""
+
+
+@dataclass
+class _LoopState:
+    """Everything the training loop carries from one step to the next (saved on SIGTERM)."""
+
+    step: int = 0
+    epoch: int = 0
+    bad_evals: int = 0
+    best_mean: float = -math.inf
+    best_step: int = 0
+    best_per_language: dict = field(default_factory=dict)
+    best_undefined: dict = field(default_factory=dict)
+    best_state: dict | None = None
+    history: list = field(default_factory=list)
+    early_stopped: bool = False
+    real_tokens: int = 0
+    batches: list = field(default_factory=list)
+    last_loss: float = math.nan
+    train_time_before: float = 0.0
+    last_per_language: dict = field(default_factory=dict)
+    last_undefined: dict = field(default_factory=dict)
+    best_predictions: dict = field(default_factory=dict)  # dev, of the best evaluation
+    last_predictions: dict = field(default_factory=dict)  # dev, of the last evaluation
+
+
+class _StopFlag:
+    signal: int | None = None  # the first stop signal received
+
+
+@contextlib.contextmanager
+def _stop_requests():
+    """Turn SIGTERM and SIGINT into a flag the loop checks between steps (main thread only),
+    so a preempted or interrupted cell saves its state instead of losing its progress."""
+    flag = _StopFlag()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum, frame):
+        if flag.signal is None:
+            flag.signal = signum
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield flag
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _resume_path(out_json: str | None) -> Path | None:
+    if not out_json:
+        return None
+    path = Path(out_json)
+    return path.parent / f".resume-{path.name}.pt"
+
+
+def _signature(cfg: CellConfig, revision: str) -> dict:
+    """What must match for a saved state to be resumed: the cell, recipe and model revision."""
+    return {"model": cfg.model_key, "task": cfg.task, "lr": cfg.lr, "seed": cfg.seed,
+            "phase": cfg.phase, "recipe": cfg.recipe.to_dict(), "revision": revision,
+            "micro": cfg.recipe.micro_batch}  # fmt: skip
+
+
+def _save_resume(path: Path, signature, st, model, optimizer, scheduler, data_rng) -> None:
+    """Save the loop's state as tensors and plain values only, so that `_restore` loads it
+    with `weights_only=True` (no pickled objects, no code): numpy's generator state becomes
+    a list."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {
+        "signature": signature, "loop": st.__dict__, "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+        "data_rng": data_rng.getstate(), "py_rng": random.getstate(),
+        "np_rng": [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }  # fmt: skip
+    with atomic_open(path, "wb") as handle:
+        torch.save(state, handle)
+
+
+def _restore(
+    path: Path, signature, model, optimizer, scheduler, data_rng, st, label: str
+) -> _LoopState:
+    """Load a saved state into the live objects (`weights_only`: tensors and plain values,
+    never code); a state of another cell, or an unreadable or older-format one, is ignored."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict):
+            raise ValueError(f"a {type(state).__name__}, not a saved cell state")
+    except Exception as exc:  # a torn, foreign or older file: start over rather than crash
+        warnings.warn(f"ignoring unreadable resume state {path}: {exc}", stacklevel=2)
+        return st
+    if state.get("signature") != signature:
+        warnings.warn(f"ignoring resume state {path}: it belongs to another setup", stacklevel=2)
+        return st
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    data_rng.setstate(state["data_rng"])
+    random.setstate(state["py_rng"])
+    name, keys, *rest = state["np_rng"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
+    torch.set_rng_state(state["torch_rng"])
+    if state["cuda_rng"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    restored = _LoopState(**state["loop"])
+    print(f"{label}: resuming at step {restored.step} from {path}", file=sys.stderr, flush=True)
+    return restored
+
+
+def _stopped_by(diverged_at: int | None, early_stopped: bool, max_steps: int, recipe) -> str:
+    """What ended training: divergence, early stopping, or the step or epoch cap."""
+    if diverged_at is not None:
+        return "diverged"
+    if early_stopped:
+        return "early_stop"
+    return "step_cap" if max_steps == recipe.max_steps else "epoch_cap"
+
+
+def _seconds_since_process_start() -> float | None:
+    """Wall time since this process started (imports included), for start-up measurements."""
+    try:
+        import psutil
+
+        return round(time.time() - psutil.Process().create_time(), 3)
+    except Exception:
+        return None
+
+
+def _cpu_peak_rss() -> int | None:
+    try:
+        import resource
+
+        kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(kb) * 1024 if sys.platform != "darwin" else int(kb)
+    except Exception:
+        return None
+
+
+def validate_out_path(path: str | os.PathLike) -> None:
+    """Refuse, before any training, an output path whose directory cannot be created or
+    written, or whose longest derived file name the file system would refuse; a missing
+    directory is fine (`run` creates it when the cell starts)."""
+    parent = Path(path).resolve().parent
+    existing = parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise HarnessError(f"output directory {parent} cannot be created: {existing} is a file; "
+                           "choose another --out-json or --results-dir")  # fmt: skip
+    if not os.access(existing, os.W_OK):
+        raise HarnessError(f"output directory {parent} is not writable; choose another --out-json")
+    _check_name_lengths(Path(path), existing)
+
+
+# mkstemp's random part of a temporary's name (`fileio.temporary_name` is the rest).
+_TMP_RANDOM_CHARS = 8
+
+
+def derived_names(out_json: str | os.PathLike) -> dict[str, str]:
+    """Every file name a cell writes beside its result, by what it is: the result, its
+    predictions, TREC run, resume state and lock, and the writers' temporaries of each."""
+    path = Path(out_json)
+    files = {"result": path, "predictions": predictions_path(path), "TREC run": trec_run_path(path),
+             "resume state": _resume_path(path)}  # fmt: skip
+    names = {what: p.name for what, p in files.items()}
+    names["lock"] = f"{LOCK_PREFIX}{path.name}"
+    names["lock without flock"] = f"{LOCK_PREFIX}{path.name}{EXCL_SUFFIX}"
+    for what, p in files.items():
+        names[f"temporary of the {what}"] = temporary_name(p) + "x" * _TMP_RANDOM_CHARS
+    return names
+
+
+def _name_bytes(name: str) -> int:
+    try:
+        return len(os.fsencode(name))
+    except UnicodeError:
+        return len(name.encode("utf-8", "surrogatepass"))
+
+
+def _check_name_lengths(out_json: Path, existing: Path) -> None:
+    """Refuse a result name whose longest derived name exceeds the file system's NAME_MAX,
+    which would otherwise fail only when the trained cell is written."""
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    if not name_max or name_max < 0:
+        return
+    what, name = max(derived_names(out_json).items(), key=lambda item: _name_bytes(item[1]))
+    if _name_bytes(name) > name_max:
+        raise HarnessError(f"the result name {out_json.name!r} is too long for its directory: "
+                           f"the {what} beside it would be named with {_name_bytes(name)} bytes, "
+                           f"and this file system allows {name_max}; use a shorter --model-key "
+                           "or --out-json name")  # fmt: skip

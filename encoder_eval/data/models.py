@@ -1,0 +1,187 @@
+"""The model registry: key -> (Hub id or local path, loader mode, trust_remote_code, and for
+`decoder-adapted` rows optionally attention, pooling, head dropout; optionally the weights'
+and the remote code's revision pins), and the loader settings.
+
+`sweep.MODEL_REGISTRY` is this same dict; adding a model is one row:
+
+    "my-encoder-base": ("org/my-encoder-base", "auto"),
+    "my-encoder-body": ("org/my-encoder-body", "liquid-bidir", True),  # needs remote code
+    "my-decoder": ModelEntry("org/my-decoder", "decoder-adapted", pooling="last"),
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+from encoder_eval.core.errors import HarnessError, unknown_name
+
+MODES = ("auto", "liquid-bidir", "decoder-adapted")
+# The `decoder-adapted` loader's settings: how its attention is masked, how the token states
+# are pooled for the fresh head, and the head's dropout (EVALUATION_METHODOLOGY.md, section 14).
+ATTENTIONS = ("bidirectional", "causal")
+FIXED_POOLINGS = ("mean", "first", "last")  # also the probes' (embed.POOLINGS)
+HEAD_POOLINGS = (*FIXED_POOLINGS, "attention")  # attention: a learned query (loaders)
+DECODER_DEFAULTS = {"attention": "bidirectional", "pooling": "mean", "head_dropout": 0.1}
+DECODER_SETTINGS = tuple(DECODER_DEFAULTS)
+
+
+class ModelEntry(NamedTuple):
+    path: str  # Hub id or local directory
+    mode: str  # one of MODES
+    trust_remote_code: bool = False  # only for models whose architecture is not in transformers
+    # decoder-adapted only; None: DECODER_DEFAULTS (or the run's flag)
+    attention: str | None = None
+    pooling: str | None = None
+    head_dropout: float | None = None
+    # Pins: the weights' Hub revision (`run --model-revision`) and the revision of the code
+    # another repository holds when the config's auto_map names one (`--model-code-revision`).
+    revision: str | None = None
+    code_revision: str | None = None
+
+
+def registry_trusts(key: str, path: str) -> bool:
+    """Whether the registry lets model `key` loaded from `path` run remote code: only a row
+    that says so, and only from that row's own Hub id. Another path under a registry name,
+    or a local folder named like a registry model, gets no trust from the name."""
+    row = MODEL_REGISTRY.get(key)
+    if row is None or not ModelEntry(*row).trust_remote_code:
+        return False
+    return path == ModelEntry(*row).path and not os.path.isdir(os.path.expanduser(path))
+
+
+def loader_settings(
+    mode: str,
+    attention: str | None = None,
+    pooling: str | None = None,
+    head_dropout: float | None = None,
+    where: str = "",
+) -> dict:
+    """The checked loader settings {attention, pooling, head_dropout} of `mode`: the defaults
+    filled in for `decoder-adapted`, all None for the other modes (which refuse them). Causal
+    attention with first-token pooling is refused: token 0 sees only itself."""
+    given = {"attention": attention, "pooling": pooling, "head_dropout": head_dropout}
+    if mode != "decoder-adapted":
+        named = [k for k, v in given.items() if v is not None]
+        if named:
+            flags = ", ".join(f"--{k.replace('_', '-')}" for k in named)
+            raise HarnessError(f"{where}{flags} applies to --mode decoder-adapted only (the mode "
+                               f"is {mode}); drop it or use --mode decoder-adapted")  # fmt: skip
+        return dict.fromkeys(DECODER_SETTINGS)
+    out = {k: DECODER_DEFAULTS[k] if v is None else v for k, v in given.items()}
+    if out["attention"] not in ATTENTIONS:
+        raise HarnessError(where + str(unknown_name("attention", out["attention"], ATTENTIONS)))
+    if out["pooling"] not in HEAD_POOLINGS:
+        raise HarnessError(where + str(unknown_name("pooling", out["pooling"], HEAD_POOLINGS)))
+    dropout = out["head_dropout"]
+    if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0 <= dropout < 1:
+        raise HarnessError(f"{where}--head-dropout {dropout!r} must be a number in [0, 1)")
+    out["head_dropout"] = float(dropout)
+    if out["attention"] == "causal" and out["pooling"] == "first":
+        raise HarnessError(
+            f"{where}causal attention with first-token pooling: under a causal mask token 0 "
+            "attends only to itself, so the pooled vector ignores the rest of the input; use "
+            "--pooling last (or mean), or --attention bidirectional"
+        )
+    return out
+
+
+def pooling_pitfall(attention: str | None, pooling: str | None) -> str | None:
+    """The seed's pitfall, when these settings fall into it: a causal mask with mean or
+    attention pooling pools states that each saw only a prefix (last-token pooling is the
+    one that sees the whole input under a causal mask). None otherwise."""
+    if attention == "causal" and pooling in ("mean", "attention"):
+        return (
+            f"causal attention with {pooling} pooling: each token state saw only the tokens "
+            "before it; last-token pooling (or bidirectional attention) is preferred"
+        )
+    return None
+
+
+# Ids checked against the models' public cards (see the closing notes of the issue that added
+# them). EuroBERT, mGTE and the LFM2.5 family ship their architecture as remote code.
+MODEL_REGISTRY: dict[str, tuple] = {
+    "xlm-r-base": ("FacebookAI/xlm-roberta-base", "auto"),
+    "xlm-r-large": ("FacebookAI/xlm-roberta-large", "auto"),
+    "xlm-r-xl": ("facebook/xlm-roberta-xl", "auto"),
+    "mdeberta-v3-base": ("microsoft/mdeberta-v3-base", "auto"),
+    "mgte-mlm-base": ("Alibaba-NLP/gte-multilingual-mlm-base", "auto", True),
+    "eurobert-210m": ("EuroBERT/EuroBERT-210m", "auto", True),
+    "eurobert-610m": ("EuroBERT/EuroBERT-610m", "auto", True),
+    "eurobert-2.1b": ("EuroBERT/EuroBERT-2.1B", "auto", True),
+    "modernbert-base": ("answerdotai/ModernBERT-base", "auto"),
+    "modernbert-large": ("answerdotai/ModernBERT-large", "auto"),
+    "lfm2.5-encoder-230m": ("LiquidAI/LFM2.5-Encoder-230M", "liquid-bidir", True),
+    "lfm2.5-encoder-350m": ("LiquidAI/LFM2.5-Encoder-350M", "liquid-bidir", True),
+    "lfm2.5-embedding-350m": ("LiquidAI/LFM2.5-Embedding-350M", "liquid-bidir", True),
+    # Id confirmed; whether its remote code is needed is not (the card shows no flag).
+    "lfm2.5-colbert-350m": ("LiquidAI/LFM2.5-ColBERT-350M", "liquid-bidir", True),
+}
+
+
+def model_entry(key: str, registry: dict[str, tuple] | None = None) -> ModelEntry:
+    """Look a model key up, listing the valid keys (and a close match) when it is unknown."""
+    registry = MODEL_REGISTRY if registry is None else registry
+    if key not in registry:
+        raise unknown_name("model", key, registry)
+    entry = ModelEntry(*registry[key])
+    if entry.mode not in MODES:
+        raise HarnessError(
+            f"model {key!r} has mode {entry.mode!r}; valid modes: {', '.join(MODES)}"
+        )
+    loader_settings(entry.mode, entry.attention, entry.pooling, entry.head_dropout,
+                    where=f"model {key!r} in the registry: ")  # fmt: skip
+    return entry
+
+
+def key_from_path(path: str) -> str:
+    """A model key derived from a path or Hub id: the registry key of a listed Hub id, or of a
+    local directory named like one (case-insensitively), else the path's last part."""
+    name = Path(path.rstrip("/")).name or "model"
+    local = os.path.isdir(os.path.expanduser(path))  # the loaders' test of a local model
+    for key, row in MODEL_REGISTRY.items():
+        if row[0] == path or (local and row[0].rsplit("/", 1)[-1].lower() == name.lower()):
+            return key
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name)
+
+
+# A Hugging Face Hub model id: `org/name`, letters, digits, `_`, `.` and `-` (the Hub's own
+# rule), neither part starting with `.` (so `./x`, `../x`, `/x` and `~/x` are paths).
+HUB_ID = re.compile(r"[\w-][\w.-]*/[\w-][\w.-]*")
+
+
+def check_model_path(spec: str, path: str) -> str:
+    """The model path of a `--model` addition as jobs must see it: an existing local
+    directory, made absolute (jobs may start elsewhere), or a Hub id, unchanged. Anything
+    else is refused now, naming both readings, instead of failing inside a job."""
+    local = os.path.expanduser(path)
+    if os.path.isdir(local):
+        return os.path.abspath(local)
+    if HUB_ID.fullmatch(path) and not path.startswith(("~", ".")):
+        return path
+    if os.path.exists(local):
+        raise HarnessError(f"--model {spec!r}: {path} is a file, not a model directory; give "
+                           "the directory holding config.json, or a Hub id such as org/name")  # fmt: skip
+    raise HarnessError(
+        f"--model {spec!r}: {path!r} is neither an existing local directory nor a Hub id "
+        "(org/name: letters, digits, _ . -); fix the path, or give the Hub id"
+    )
+
+
+def parse_model_spec(spec: str) -> tuple[str, ModelEntry]:
+    """Parse `NAME=PATH_OR_HUB_ID[:MODE]` (the sweep's --model flag); a ':' in the last path
+    component starts a mode, which must be a valid one. The path is not checked here (see
+    `check_model_path`)."""
+    if "=" not in spec:
+        raise HarnessError(f"--model {spec!r} must look like NAME=PATH_OR_HUB_ID[:MODE]")
+    name, target = spec.split("=", 1)
+    mode = "auto"
+    if ":" in target.rsplit("/", 1)[-1]:
+        target, mode = target.rsplit(":", 1)
+        if mode not in MODES:
+            raise HarnessError(f"--model {spec!r}: {unknown_name('mode', mode, MODES)}")
+    if not name or not target:
+        raise HarnessError(f"--model {spec!r} must look like NAME=PATH_OR_HUB_ID[:MODE]")
+    return name, ModelEntry(target, mode, False)

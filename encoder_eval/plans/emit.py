@@ -1,0 +1,593 @@
+"""How a phase is launched: `run_all.sh` (shell) or `launch.sh` (Slurm, Slurm array) for a
+Plan. The script bodies are the template files in `encoder_eval/plans/templates/`, filled by
+`_fill` with shell-quoted values and code built here from shell-quoted words: no value is
+ever pasted into a script as code. A probe plan (`plan.build_probe_plan`) is emitted by the
+same code: its units run `encoder_eval.probe` instead of `encoder_eval.run` (`Plan.module`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.fileio import UNSAFE_IN_LABEL, safe_filename_part, write_atomic
+from encoder_eval.plans.plan import GROUPS, PROBE, Cell, Plan
+from encoder_eval.core.results import CORRUPT, DONE_STATES, QUARANTINE_DIR
+
+__all__ = ["Emitted", "emit", "emit_shell", "emit_slurm", "emit_slurm_array"]
+
+EMIT_MODES = ("shell", "slurm", "slurm-array")
+DEFAULT_GROUP = {"shell": "pair", "slurm": "cell", "slurm-array": "cell"}
+DEFAULT_MAX_ARRAY_SIZE = 1001
+# Exported to a Slurm template, in this order (manifest columns after N and the N result files).
+SLURM_VARIABLES = (
+    "OUT_JSON", "MODEL", "MODEL_PATH", "MODE", "TASK", "LR", "LR_KEY", "SEED", "PHASE",
+    "RESULTS_DIR", "DATA_DIR", "DEVICE", "MAX_STEPS", "RECIPE_ARGS", "RUN_ARGS", "N_CELLS",
+)  # fmt: skip
+
+
+@dataclass
+class Emitted:
+    """What an emitter wrote."""
+
+    mode: str
+    script: Path  # run_all.sh or launch.sh
+    n_cells: int
+    n_done: int
+    n_units: int
+    files: list[Path] = field(default_factory=list)
+    corrupt: list[str] = field(default_factory=list)  # result files that are not done results
+    group: str = "pair"
+    remote_code: list[str] = field(default_factory=list)  # models that run remote code
+
+    def describe(self) -> str:
+        todo = self.n_cells - self.n_done
+        what = f"{self.n_cells} cell(s) ({self.n_done} already done, {todo} to run)"
+        what += f" in {self.n_units} {'process(es)' if self.mode == 'shell' else 'job(s)'}, "
+        what += f"one per {_GROUP_WORDS[self.group]}"
+        text = f"wrote {self.script}: {what}; run: bash {shlex.quote(str(self.script))}"
+        if self.corrupt:
+            where = Path(self.corrupt[0]).parent / QUARANTINE_DIR
+            text += (
+                f"\nnote: {len(self.corrupt)} corrupt result file(s) among the cells to run; "
+                f"the script moves them aside into {shlex.quote(str(where))} and re-runs "
+                "their cells"
+            )
+        if self.remote_code:
+            text += (f"\nremote code: {len(self.remote_code)} model(s) will run code from "
+                     f"their repositories: {'; '.join(self.remote_code)}")  # fmt: skip
+        return text
+
+
+def remote_code_models(cells: list[Cell]) -> list[str]:
+    """`name (path, pins)` of each model among `cells` that runs remote code, in order."""
+    out = []
+    for c in cells:
+        if c.trust_remote_code:
+            pins = [f"{k} {v}" for k, v in (("revision", c.revision),
+                                            ("code revision", c.code_revision)) if v]  # fmt: skip
+            text = f"{c.model} ({c.model_path}{', ' if pins else ', unpinned'}{', '.join(pins)})"
+            if text not in out:
+                out.append(text)
+    return out
+
+
+_GROUP_WORDS = {"pair": "(model, task)", "lr": "(model, task, LR)", "cell": "cell"}
+
+
+def _unit_label(cells: list[Cell], group: str) -> str:
+    """`model_task[_lrkey][_sSEED]`, file-name safe: names a unit's log and job.
+
+    The LR key is added when the unit has one LR, the seed for `--group cell` (a probe
+    unit, every pooling of a pair, is `model_task`)."""
+    first = cells[0]
+    label = f"{first.model}_{first.task}"
+    if first.kind == PROBE:
+        return safe_filename_part(label, UNSAFE_IN_LABEL)
+    if len({c.lr_key for c in cells}) == 1:
+        label += f"_{first.lr_key}"
+    if group == "cell":
+        label += f"_s{first.seed}"
+    return safe_filename_part(label, UNSAFE_IN_LABEL)
+
+
+def _states(plan: Plan, cells: list[Cell]) -> tuple[int, list[str]]:
+    """(cells that are done, paths of corrupt result files) among `cells`."""
+    done, corrupt = 0, []
+    for cell in cells:
+        state = plan.cell_state(cell)
+        if state in DONE_STATES:
+            done += 1
+        elif state == CORRUPT:
+            corrupt.append(plan.out_json(cell))
+    return done, corrupt
+
+
+TEMPLATES = "templates"  # the script bodies: encoder_eval/plans/templates/*.sh
+_PLACEHOLDER = re.compile(r"__([A-Z][A-Z0-9_]*)__")
+
+
+def _template(name: str) -> str:
+    """The text of a template file shipped in the package (encoder_eval/plans/templates/NAME)."""
+    return (resources.files(__package__) / TEMPLATES / name).read_text(encoding="utf-8")
+
+
+def _fill(
+    name: str, words: dict[str, object] | None = None, code: dict[str, str] | None = None
+) -> str:
+    """Template NAME with each `__KEY__` replaced: a `words` value shell-quoted (one word,
+    whatever it holds), a `code` value as is (bash this module built from quoted words or
+    constants). Lines marked `(template)` (shellcheck notes for the bare template) go."""
+    words, code = words or {}, code or {}
+    text = "".join(line for line in _template(name).splitlines(keepends=True)
+                   if not (line.startswith("# shellcheck") and "(template)" in line))  # fmt: skip
+    wanted = set(_PLACEHOLDER.findall(text))
+    given = set(words) | set(code)
+    if wanted != given or set(words) & set(code):
+        raise ValueError(f"template {name}: placeholders {sorted(wanted)}, given {sorted(given)}")
+
+    def value(match: re.Match) -> str:
+        key = match.group(1)
+        return _q(words[key]) if key in words else code[key]
+
+    return _PLACEHOLDER.sub(value, text)
+
+
+def _common() -> str:
+    """The bash every script shares (templates/common.sh): the done check and first pass."""
+    return _fill("common.sh").rstrip("\n")
+
+
+def _q(value) -> str:
+    return shlex.quote(str(value))
+
+
+def _write_script(path: Path, text: str) -> None:
+    write_atomic(path, text, mode_bits=0o755)
+
+
+def _job_name(plan: Plan, cells: list[Cell]) -> str:
+    """`ee-<phase>-<hash of the results dir>-<unit>`: unique across sweeps, readable in squeue.
+
+    A one-cell job is named for its result file; a job of several cells (or a probe job,
+    whatever its poolings) for its unit."""
+    if cells[0].kind == PROBE:
+        stem = _unit_label(cells, "pair")
+    elif len(cells) == 1:
+        stem = safe_filename_part(cells[0].filename.removesuffix(".json"), UNSAFE_IN_LABEL)
+    else:
+        stem = _unit_label(cells, "pair") + f"_{len(cells)}cells"
+    return f"ee-{plan.phase}-{_short_hash(plan.results_dir)}-{stem[:160]}"
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:6]
+
+
+def _unit_env(plan: Plan, cells: list[Cell]) -> dict[str, str]:
+    """The variables a Slurm template receives for one job's cells (see `emit_slurm`)."""
+    cell = cells[0]
+    run_args = plan.run_args(cells)
+    outs = [plan.out_json(c) for c in cells]
+    probe = cell.kind == PROBE
+    return {
+        "OUT_JSON": outs[0] if len(outs) == 1 else shlex.join(outs),
+        "MODEL": cell.model,
+        "MODEL_PATH": cell.model_path,
+        "MODE": cell.mode,
+        "TASK": cell.task,
+        "LR": "" if probe else ",".join(dict.fromkeys(f"{c.lr:g}" for c in cells)),
+        "LR_KEY": "" if probe else ",".join(dict.fromkeys(c.lr_key for c in cells)),
+        "SEED": ",".join(dict.fromkeys(str(c.seed) for c in cells)),
+        "PHASE": plan.phase,
+        "RESULTS_DIR": plan.results_dir,
+        "DATA_DIR": plan.data_dir or "",
+        "DEVICE": plan.device,
+        "MAX_STEPS": "" if probe else str(plan.max_steps),
+        "RECIPE_ARGS": shlex.join(plan.recipe_args()),
+        "RUN_ARGS": shlex.join(run_args),
+        "N_CELLS": str(len(cells)),
+    }
+
+
+def _comment(text: str) -> str:
+    """`text` made safe for one `#` comment line: a newline or other control character in a
+    path would otherwise end the comment and start code."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def _header(plan: Plan, what: str) -> str:
+    """The comment lines naming what generated a script and for which plan."""
+    lines = [
+        f"# Generated by python -m encoder_eval.sweep: {what}",
+        f"# phase {plan.phase}, {len(plan.cells)} cells, results in {plan.results_dir}",
+    ]
+    if plan.shrunk:
+        lines.append("# SHRUNKEN (results are off-protocol): " + "; ".join(plan.shrunk))
+    return "\n".join("# " + _comment(line[2:]) for line in lines)
+
+
+def _units_code(units_words: list[list[str]]) -> str:
+    """The body of a script's `units` function: one `unit WORD...` call per unit, every word
+    shell-quoted."""
+    return "\n".join(" ".join(_q(w) for w in words) for words in units_words)
+
+
+def _prepare_out_dir(plan: Plan, out_dir: str | os.PathLike) -> Path:
+    out = Path(out_dir).absolute()
+    if out.exists() and not out.is_dir():
+        raise HarnessError(f"--out-dir {out} exists and is not a directory; choose another")
+    return out
+
+
+def _make_dirs(plan: Plan, out: Path) -> None:
+    try:
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+        Path(plan.results_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HarnessError(f"cannot create {out} or {plan.results_dir}: {exc.strerror}") from None
+
+
+def _cells_or_all(plan: Plan, cells: list[Cell] | None) -> list[Cell]:
+    cells = plan.cells if cells is None else cells
+    if not cells:
+        raise HarnessError("no cells to emit; check --models, --tasks and --seeds")
+    return cells
+
+
+def emit_shell(
+    plan: Plan, out_dir: str | os.PathLike, cells: list[Cell] | None = None,
+    python: str | None = None, group: str = "pair",
+) -> Emitted:  # fmt: skip
+    """Write `out_dir/run_all.sh`: one `encoder_eval.run` process per unit (`Plan.units`).
+
+    By default a unit is every cell of one (model, task): one process runs all its LRs and
+    seeds (`--lr a,b,c --seed 42,43,44`), so imports, data loading and tokenisation are
+    paid once per pair, and writes each cell's JSON as that cell ends (`--results-dir`,
+    `--skip-existing`). The script skips a unit whose cells are all done
+    (`results.cell_state`, checked by `encoder_eval.done`, which moves corrupt result files
+    aside so their cells run again), appends each unit's output to
+    `out_dir/logs/<unit>.log` (appends: two runners of one script keep both logs), prints
+    `[cells 6/12 done, units 2/4, failed 0] starting ...` before each unit and a summary at
+    the end, and exits 1 if any unit failed. Ctrl-C (SIGINT), or a unit that exits 130,
+    stops it before the next unit with one line saying how to resume, and exit status 130.
+    The interpreter is `$PYTHON` when set, else the Python that wrote the script.
+
+    `bash run_all.sh --workers N` runs N workers at once (`--gpus 0,1` one per GPU, with
+    CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES set to it): each unit goes to the first
+    worker that claims it, so no unit runs twice in one run of the script. A worker holds a
+    non-blocking `flock` on `out_dir/locks/<unit>.lock` while its unit runs; a unit whose
+    lock another runner holds (a second run_all.sh) is left for after the others, and then
+    run anyway: `encoder_eval.run`'s per-cell locks (`results.cell_lock`) wait for or skip
+    cells running elsewhere. Each `--progress json` line of a unit's process is shown as
+    `[w1] MODEL/TASK/LR_KEY/sSEED step S/T dev D eta E` (and kept in its log). Ctrl-C
+    reaches the script, which passes it on to every worker's process group.
+
+    A probe plan's units run `python -m encoder_eval.probe` (`Plan.module`), one per
+    (model, task); each result line the probe logs (`[1/2] MODEL:POOLING TASK: SCORE ...`)
+    is shown as `[w1] probe MODEL:POOLING TASK: SCORE ...`.
+    """
+    cells = _cells_or_all(plan, cells)
+    out = _prepare_out_dir(plan, out_dir)
+    units = plan.units(cells, group)
+    script = out / "run_all.sh"
+    units_words = []
+    for unit_cells in units:
+        words = ["unit", _unit_label(unit_cells, group), str(len(unit_cells))]
+        words += [plan.out_json(c) for c in unit_cells]
+        units_words.append([*words, "--", *plan.run_args(unit_cells)])
+    body = _fill(
+        "run_all.sh",
+        words={
+            "PYTHON": python or sys.executable, "PHASE": plan.phase, "MODULE": plan.module,
+            "LOG_DIR": out / "logs",
+            "LOCK_DIR": out / "locks", "RESULTS_DIR": plan.results_dir,
+            "RERUN": "bash " + shlex.quote(str(script)), "TOTAL_CELLS": len(cells),
+            "TOTAL_UNITS": len(units),
+        },
+        code={
+            "HEADER": _header(plan, f"run every cell, one process per {_GROUP_WORDS[group]}"),
+            "COMMON": _common(), "UNITS": _units_code(units_words),
+        },
+    )  # fmt: skip
+    _make_dirs(plan, out)
+    _write_script(script, body)
+    n_done, corrupt = _states(plan, cells)
+    return Emitted("shell", script, len(cells), n_done, len(units), [script], corrupt, group)
+
+
+def _read_template(
+    template: str | os.PathLike | None, *, need_bash: bool, module: str = "encoder_eval.run"
+) -> str:
+    if template is None:
+        raise HarnessError(
+            "--mode slurm needs --slurm-template FILE (see examples/slurm_template.sh)"
+        )
+    path = Path(template)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HarnessError(f"cannot read --slurm-template {template}: {exc}") from None
+    first = text.splitlines()[0] if text else ""
+    if not first.startswith("#!"):
+        raise HarnessError(
+            f"--slurm-template {template} must start with a #! line (sbatch requires one), "
+            "e.g. #!/bin/bash"
+        )
+    if need_bash and "bash" not in first:
+        raise HarnessError(
+            f"--slurm-template {template} starts with {first!r}; slurm-array mode inserts bash "
+            "code into it, so make its first line #!/bin/bash"
+        )
+    if not _template_runs_the_cell(text):
+        raise HarnessError(
+            f"--slurm-template {template} never passes the cell to {module}: it uses "
+            'neither "$@" nor $RUN_ARGS (nor all of '
+            + ", ".join(f"${v}" for v in _OWN_COMMAND)
+            + f'); add the line python -m {module} "$@" (see examples/slurm_template.sh)'
+        )
+    if module != "encoder_eval.run" and not _template_runs(text, module):
+        raise HarnessError(
+            f"--slurm-template {template} never runs {module}, which this sweep's jobs run; "
+            f'give a template whose run line is python -m {module} "$@"'
+        )
+    return text
+
+
+# A template that writes its own command line must use at least these variables.
+_OWN_COMMAND = ("MODEL_PATH", "TASK", "LR", "SEED", "OUT_JSON")
+
+
+def _code(text: str) -> str:
+    """A template's lines that are not comments."""
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def _template_runs(text: str, module: str) -> bool:
+    """Whether a template's code names `module` (a probe sweep's jobs run encoder_eval.probe)."""
+    return re.search(rf"\b{re.escape(module)}\b", _code(text)) is not None
+
+
+def _template_runs_the_cell(text: str) -> bool:
+    """Whether a template's code (comments aside) hands a job its cell: "$@" / $RUN_ARGS, or
+    the identity variables for a command of its own."""
+    code = _code(text)
+    if re.search(r"\$@|\$\{@\}|\bRUN_ARGS\b", code):
+        return True
+    return all(re.search(rf"\$\{{?{name}\b", code) for name in _OWN_COMMAND)
+
+
+def _sbatch_path(path: Path) -> str:
+    """A path for sbatch --output, with `%` escaped (sbatch expands %j, %x, ... in it)."""
+    return str(path).replace("%", "%%")
+
+
+def emit_slurm(
+    plan: Plan, out_dir: str | os.PathLike, template: str | os.PathLike | None,
+    cells: list[Cell] | None = None, requeue: bool = False, group: str = "cell",
+    python: str | None = None,
+) -> Emitted:  # fmt: skip
+    """Write `out_dir/launch.sh`: one `sbatch` per cell not done, each running your template.
+
+    With `group` "lr" or "pair" (`--group`), one job runs a unit of several cells in one
+    process instead (`Plan.units`): the seeds of one (model, task, LR), or every cell of
+    one (model, task). Each cell still writes its own result file as it ends.
+
+    The template contract
+    ---------------------
+    Your template is an ordinary sbatch batch script: a `#!` line (sbatch requires one),
+    any `#SBATCH` directives your cluster needs (GPU, time, partition, account), then the
+    lines that activate your environment and run the cell. It is copied to
+    `out_dir/template.sh` when the launch script is written, and `launch.sh` submits
+    that copy once per cell that is not done yet, as::
+
+        VAR=value ... sbatch --export=ALL --job-name=ee-<phase>-<cell> \\
+            --output=<out_dir>/logs/%x-%j.out [--requeue] template.sh RUN_ARGS...
+
+    so each job receives, for its cell:
+
+    * positional arguments ``"$@"``: the complete argument list of
+      ``python -m encoder_eval.run`` for this cell (identity, the explicit recipe flags,
+      ``--results-dir``, ``--skip-existing``, ``--device``, ``--data-dir``, ...). The
+      simplest, and recommended, run line is therefore::
+
+          python -m encoder_eval.run "$@"
+
+      (keep the double quotes: each argument then arrives exactly as written, whatever
+      characters a path or model name holds);
+    * exported variables, one value each, for logging or for writing your own command:
+      ``MODEL`` (the model's name in results), ``MODEL_PATH`` (Hub id or local
+      directory), ``MODE`` (auto | liquid-bidir), ``TASK``, ``LR`` (e.g. 3.59e-05),
+      ``LR_KEY`` (e.g. lr06), ``SEED``, ``PHASE`` (select | report), ``OUT_JSON`` (the
+      result file the cell writes), ``RESULTS_DIR``, ``DATA_DIR`` (empty: the Hub),
+      ``DEVICE``, ``MAX_STEPS``, ``RECIPE_ARGS`` (the recipe flags as one shell-quoted
+      string) and ``RUN_ARGS`` (the same arguments as ``"$@"``, as one shell-quoted
+      string: ``eval "python -m encoder_eval.run $RUN_ARGS"`` is equivalent to the
+      recommended line; ``python -m encoder_eval.run $RUN_ARGS`` without eval is not).
+
+    Use the variables quoted (``"$MODEL_PATH"``), as with any shell variable. Values are
+    passed as process arguments and environment entries, never pasted into shell code,
+    so a value holding ``$(...)``, backticks, ``;``, quotes, spaces or newlines arrives
+    verbatim and is never executed. Because of `--export=ALL` the job also sees the
+    environment `launch.sh` ran in; sbatch's own input variables (SBATCH_PARTITION,
+    SBATCH_ACCOUNT, ...) apply to every submission. `--job-name` and `--output` on the
+    command line override the template's `#SBATCH` lines of those names (the job name is
+    how `launch.sh` recognises a cell already queued).
+
+    `launch.sh` checks, when it runs, which cells are done and which are already queued
+    or running (by job name, via squeue), and submits only the others: running it again
+    submits nothing for done or pending cells. Done is `results.cell_state`: the result
+    file parses, validates and names the cell, phase included (a diverged result is done).
+    A corrupt result file is moved aside into `<results dir>/.corrupt/` (never deleted) and
+    its cell submitted again. The check runs `python -m encoder_eval.done` (no torch) with
+    `$PYTHON` when set, else the Python that wrote the script (`--python`); the job's own
+    Python is the one your template activates, and the run skips a cell already done
+    (`--skip-existing`) by the same definition.
+
+    A job of several cells (`--group lr|pair`) gets the same contract, with: ``"$@"`` and
+    ``RUN_ARGS`` for the whole unit (``--lr`` and ``--seed`` take comma-separated lists);
+    ``LR``, ``LR_KEY`` and ``SEED`` as comma-separated lists of the unit's distinct values
+    (in run order); ``OUT_JSON`` as the unit's result files in one shell-quoted string
+    (like ``RUN_ARGS``); and ``N_CELLS``, the number of cells (1 for a one-cell job).
+    `launch.sh` submits a unit while any of its cells is not done; the process then skips
+    the cells already done.
+
+    slurm-array mode (`emit_slurm_array`) keeps this same contract for every array task.
+
+    A probe sweep (`--phase probe`) keeps it too, for jobs of one (model, task) each: the
+    template runs ``python -m encoder_eval.probe "$@"`` (checked here), ``OUT_JSON`` holds
+    the unit's result files (one per pooling), ``SEED`` is the folds' seed,
+    ``RECIPE_ARGS`` the probe's settings, and ``LR``, ``LR_KEY`` and ``MAX_STEPS`` are empty.
+    """
+    cells = _cells_or_all(plan, cells)
+    text = _read_template(template, need_bash=False, module=plan.module)
+    out = _prepare_out_dir(plan, out_dir)
+    tpl = out / "template.sh"
+    logs = out / "logs"
+    units = plan.units(cells, group)
+    units_words = []
+    for unit_cells in units:
+        env = _unit_env(plan, unit_cells)
+        words = ["unit", _job_name(plan, unit_cells), _sbatch_path(logs) + "/%x-%j.out"]
+        words += [str(len(unit_cells)), *(plan.out_json(c) for c in unit_cells)]
+        words += [f"{k}={v}" for k, v in env.items()]
+        units_words.append([*words, "--", *plan.run_args(unit_cells)])
+    launch = _fill(
+        "launch_slurm.sh",
+        words={"TEMPLATE": tpl, "PYTHON": python or sys.executable, "PHASE": plan.phase},
+        code={
+            "HEADER": _header(plan, "submit one sbatch job per cell not done"),
+            "REQUEUE": "--requeue" if requeue else "", "COMMON": _common(),
+            "UNITS": _units_code(units_words),
+        },
+    )  # fmt: skip
+    _make_dirs(plan, out)
+    _write_script(tpl, text)
+    script = out / "launch.sh"
+    _write_script(script, launch)
+    n_done, corrupt = _states(plan, cells)
+    return Emitted("slurm", script, len(cells), n_done, len(units), [script, tpl], corrupt, group)
+
+
+def _split_template_header(text: str) -> tuple[str, str]:
+    """Split at the first line that is neither blank nor a comment (where sbatch stops
+    reading #SBATCH directives), so inserted code never hides a directive."""
+    lines = text.splitlines(keepends=True)
+    i = 0
+    while i < len(lines) and (not lines[i].strip() or lines[i].lstrip().startswith("#")):
+        i += 1
+    head = "".join(lines[:i])
+    if head and not head.endswith("\n"):
+        head += "\n"
+    return head, "".join(lines[i:])
+
+
+def emit_slurm_array(
+    plan: Plan, out_dir: str | os.PathLike, template: str | os.PathLike | None,
+    cells: list[Cell] | None = None, requeue: bool = False, group: str = "cell",
+    python: str | None = None,
+) -> Emitted:  # fmt: skip
+    """Write a cells manifest, an array job script and `launch.sh` for one array job per phase.
+
+    * `out_dir/manifest.tsv`: a header line, then one unit per line (one array task: a
+      cell, or with `--group lr|pair` several cells run by one process), tab-separated:
+      the number of cells N, their N result files, the variables of the `emit_slurm`
+      contract, then the unit's `encoder_eval.run` arguments. Values may not contain tabs
+      or newlines here (use `--mode slurm` for such values).
+    * `out_dir/array.sh`: your template with a bash block inserted after its leading
+      comment/`#SBATCH` lines; the block reads the task's manifest row, exports the same
+      variables and sets the same positional arguments as in `emit_slurm`, and exits early
+      when all the task's cells are done (checked as in `emit_slurm`, before your template
+      activates its environment: with `$PYTHON` when set, else the Python that wrote the
+      script; when that cannot run on the node, the task runs and skips done cells itself).
+      The template therefore needs no change, but must be a bash script.
+    * `out_dir/launch.sh`: at launch time lists the manifest rows with a cell not done
+      (moving corrupt result files aside, as in `emit_slurm`), reads the cluster's MaxArraySize (`scontrol show config`; 1001 when it cannot
+      be read), and submits `sbatch --array=0-<n-1>` chunks of at most that many tasks, each
+      over a rows file written to `out_dir/arrays/`. It refuses to submit while jobs of this
+      sweep are still queued or running (scancel them or wait), and submits nothing when
+      every cell is done. `EE_ARRAY_CHUNK=N` lowers the chunk size;
+      `EE_ARRAY_THROTTLE=N` adds Slurm's `%N` limit on simultaneously running tasks.
+    """
+    cells = _cells_or_all(plan, cells)
+    text = _read_template(template, need_bash=True, module=plan.module)
+    out = _prepare_out_dir(plan, out_dir)
+    rows = []
+    units = plan.units(cells, group)
+    for unit_cells in units:
+        env = _unit_env(plan, unit_cells)
+        outs = [plan.out_json(c) for c in unit_cells]
+        values = [str(len(outs)), *outs, *(env[k] for k in SLURM_VARIABLES)]
+        values += plan.run_args(unit_cells)
+        for v in values:
+            if "\t" in v or "\n" in v or "\r" in v:
+                raise HarnessError(
+                    f"cell {unit_cells[0].label} has a value with a tab or newline ({v!r}), "
+                    "which the array manifest cannot hold; use --mode slurm for this sweep"
+                )
+        rows.append("\t".join(values))
+    manifest = out / "manifest.tsv"
+    array = out / "array.sh"
+    head, rest = _split_template_header(text)
+    python = python or sys.executable
+    preamble = _fill("array_preamble.sh", words={"PYTHON": python},
+                     code={"VARIABLES": " ".join(SLURM_VARIABLES)})  # fmt: skip
+    job_name = f"ee-{plan.phase}-{_short_hash(plan.results_dir)}-array"
+    launch = _fill(
+        "launch_array.sh",
+        words={
+            "MANIFEST": manifest, "ARRAY_SCRIPT": array, "ARRAYS_DIR": out / "arrays",
+            "LOG": _sbatch_path(out / "logs") + "/%x-%A_%a.out", "JOB_NAME": job_name,
+            "PYTHON": python, "PHASE": plan.phase,
+            "DEFAULT_MAX_ARRAY_SIZE": DEFAULT_MAX_ARRAY_SIZE,
+        },
+        code={
+            "HEADER": _header(plan, "submit one Slurm array job (chunked to MaxArraySize) "
+                              "over the manifest"),
+            "REQUEUE": "--requeue" if requeue else "", "COMMON": _common(),
+        },
+    )  # fmt: skip
+    _make_dirs(plan, out)
+    header = "\t".join(["N", "OUT_JSON_1..N", *SLURM_VARIABLES, "RUN_ARG..."])
+    write_atomic(manifest, header + "\n" + "".join(r + "\n" for r in rows))
+    _write_script(array, head + preamble + rest)
+    script = out / "launch.sh"
+    _write_script(script, launch)
+    n_done, corrupt = _states(plan, cells)
+    files = [script, array, manifest]
+    return Emitted("slurm-array", script, len(cells), n_done, len(units), files, corrupt, group)
+
+
+def emit(
+    plan: Plan, out_dir: str | os.PathLike, mode: str = "shell", *,
+    cells: list[Cell] | None = None, template: str | os.PathLike | None = None,
+    requeue: bool = False, python: str | None = None, group: str | None = None,
+) -> Emitted:  # fmt: skip
+    """Write the launch script of `mode` for `cells` (default: every cell of the plan).
+
+    `group` says which cells share one process (`Plan.units`); default `DEFAULT_GROUP`:
+    one per (model, task) in shell mode, one per cell in the Slurm modes; a probe plan's
+    units are always one per (model, task).
+    """
+    if mode not in EMIT_MODES:
+        raise HarnessError(f"--mode {mode!r} must be one of {', '.join(EMIT_MODES)}")
+    group = group or ("pair" if plan.kind == PROBE else DEFAULT_GROUP[mode])
+    if group not in GROUPS:
+        raise HarnessError(f"--group {group!r} must be one of {', '.join(GROUPS)}")
+    if mode == "shell":
+        if template is not None or requeue:
+            raise HarnessError("--slurm-template and --requeue are for --mode slurm/slurm-array")
+        emitted = emit_shell(plan, out_dir, cells, python=python, group=group)
+    elif mode == "slurm":
+        emitted = emit_slurm(plan, out_dir, template, cells, requeue, group, python)
+    else:
+        emitted = emit_slurm_array(plan, out_dir, template, cells, requeue, group, python)
+    emitted.remote_code = remote_code_models(plan.cells if cells is None else cells)
+    return emitted

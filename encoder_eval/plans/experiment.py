@@ -1,0 +1,980 @@
+"""The experiment file: what a sweep ran, written once and read by every later command.
+
+A sweep writes `experiment.toml` (`results.EXPERIMENT_NAME`) into its results directory and
+beside its scripts: the models (path, loader mode, trust_remote_code), the tasks, the LR
+keys and seeds, the recipe overrides (`max_steps`, `max_seq_len`), the data directory, the
+device, the selection split and, per phase, where it ran. `select`, the report sweep,
+`status` and `summarize` read it, so the shrinking flags are given once. A user may write
+the file first and pass it with `sweep --experiment FILE`::
+
+    version = 1
+    tasks = ["synthetic_sentiment", "synthetic_nli"]
+    lr_keys = ["lr06", "lr10"]
+    device = "cpu"
+
+    [models.all-minilm-l6-v2]
+    path = "/path/to/all-MiniLM-L6-v2"   # relative paths are read from the file's folder
+    mode = "auto"
+
+    [seeds]
+    select = [42, 43]
+    report = [45, 46, 47]
+
+    [recipe]
+    max_steps = 40
+    max_seq_len = 128
+
+A model table may also pin `revision` (the weights' commit) and `code_revision` (the code
+another repository holds, when its config's `auto_map` names one). Its `trust_remote_code`
+says what the model needs and is never a grant: a sweep refuses it unless the user's own
+`--trust-remote-code NAME` (or the registry row, from its own Hub id) allows it.
+
+`tasks` is a list of task keys (or group names), or a table whose entries are the tasks
+that run: an empty `[tasks.glue_rte]` names a known task, a `[tasks.X]` with fields defines
+task X inline (`tasks.register_task_rows`). `tasks_files` lists task files
+(`tasks.register_task_files`). A field left out means the protocol's value.
+
+A report phase runs as its select phase did: its sweep takes models, tasks, recipe
+overrides, data directory, device and selection split from the experiment its selection
+records, and refuses a flag that contradicts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from encoder_eval.core.errors import HarnessError, quote, unknown_name
+from encoder_eval.core.fileio import DamagedFile, MissingFile, UnreadableFile, read_toml, write_atomic
+from encoder_eval.data.models import MODEL_REGISTRY, MODES, ModelEntry, parse_model_spec, registry_trusts
+from encoder_eval.core.protocol import LR_GRID, MAX_SEED, PHASE_SEEDS, PROTOCOL_RECIPE, SELECTION_SPLITS
+from encoder_eval.core.results import EXPERIMENT_NAME
+
+VERSION = 1
+PHASES = ("select", "report")
+DEVICES = ("auto", "cuda", "cpu")
+_FIELDS = (
+    "version", "phase", "models", "tasks", "tasks_files", "lr_keys", "seeds", "recipe",
+    "data_dir", "device", "selection_split", "extra_run_args", "phases",
+)  # fmt: skip
+_MODEL_FIELDS = ("path", "mode", "trust_remote_code", "revision", "code_revision")
+_RECIPE_FIELDS = ("max_steps", "max_seq_len")
+_PHASE_FIELDS = ("results_dir", "out_dir", "selection")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How one model loads: Hub id or local directory, loader mode, trust_remote_code (in a
+    file: what the model needs, never a grant: the user's `--trust-remote-code` is), and the
+    pins of its weights' and its remote code's revisions."""
+
+    path: str
+    mode: str = "auto"
+    trust_remote_code: bool = False
+    revision: str | None = None
+    code_revision: str | None = None
+
+    @classmethod
+    def of(cls, entry) -> ModelSpec:
+        """The spec of a `models.ModelEntry` (a registry row)."""
+        return cls(entry.path, entry.mode, bool(entry.trust_remote_code), entry.revision,
+                   entry.code_revision)  # fmt: skip
+
+
+# What a selection shared with `select --redact-paths` holds instead of a local path; the
+# report sweep of whoever receives it asks for their own (`--model NAME=PATH`, `--data-dir`).
+REDACTED = "<redacted>"
+
+
+@dataclass(frozen=True)
+class PhaseRecord:
+    """Where a phase ran: its results and scripts, and (report) the selection it ran from."""
+
+    results_dir: str | None = None
+    out_dir: str | None = None
+    selection: str | None = None
+
+
+@dataclass
+class Experiment:
+    """Everything that decides which cells a protocol run has and how they run.
+
+    None (or empty) means "not stated": the protocol's value, or the command line's.
+    """
+
+    models: dict[str, ModelSpec] = field(default_factory=dict)
+    tasks: list[str] = field(default_factory=list)
+    tasks_files: list[str] = field(default_factory=list)
+    task_rows: dict[str, dict] = field(default_factory=dict)  # inline [tasks.X] definitions
+    lr_keys: list[str] | None = None
+    seeds: dict[str, list[int]] = field(default_factory=dict)  # phase -> seeds
+    max_steps: int | None = None
+    max_seq_len: int | None = None
+    data_dir: str | None = None
+    device: str | None = None
+    selection_split: str | None = None
+    extra_run_args: list[str] = field(default_factory=list)
+    phases: dict[str, PhaseRecord] = field(default_factory=dict)
+    phase: str | None = None  # the phase of the sweep that wrote the file (None: user-written)
+    version: int = VERSION
+
+    def redacted(self) -> Experiment:
+        """This experiment without local paths (model directories, the data directory, task
+        files, where the phases ran), for a file meant to be shared; Hub ids stay."""
+        replace = dataclasses.replace
+
+        def local(path: str) -> bool:
+            return os.path.isabs(path) or path.startswith(("~", "."))
+
+        return replace(
+            self,
+            models={
+                n: replace(m, path=REDACTED) if local(m.path) else m for n, m in self.models.items()
+            },  # fmt: skip
+            data_dir=None if self.data_dir is None else REDACTED,
+            tasks_files=[REDACTED for _ in self.tasks_files],
+            phases={p: PhaseRecord() for p in self.phases},
+        )
+
+    def to_dict(self) -> dict:
+        """The file's content as plain data (TOML tables; None entries left out)."""
+        out: dict[str, Any] = {"version": self.version}
+        if self.phase is not None:
+            out["phase"] = self.phase
+        if self.task_rows:
+            out["tasks"] = {t: dict(self.task_rows.get(t, {})) for t in self.tasks}
+        else:
+            out["tasks"] = list(self.tasks)
+        out["tasks_files"] = list(self.tasks_files)
+        if self.lr_keys is not None:
+            out["lr_keys"] = list(self.lr_keys)
+        for name in ("data_dir", "device", "selection_split"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        out["extra_run_args"] = list(self.extra_run_args)
+        out["models"] = {
+            name: {"path": m.path, "mode": m.mode, "trust_remote_code": m.trust_remote_code,
+                   **{k: v for k in _MODEL_FIELDS[3:] if (v := getattr(m, k)) is not None}}
+            for name, m in self.models.items()
+        }  # fmt: skip
+        out["seeds"] = {p: list(s) for p, s in self.seeds.items()}
+        out["recipe"] = {
+            k: getattr(self, k) for k in _RECIPE_FIELDS if getattr(self, k) is not None
+        }
+        out["phases"] = {
+            p: {k: v for k in _PHASE_FIELDS if (v := getattr(r, k)) is not None}
+            for p, r in self.phases.items()
+        }
+        return out
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+class _Reader:
+    """Checks one file's fields, naming the file, the field and the valid values."""
+
+    def __init__(self, source: str, base_dir: Path | None):
+        self.source = source
+        self.base_dir = base_dir
+
+    def fail(self, where: str, problem: str) -> HarnessError:
+        return HarnessError(f"{self.source}: {where} {problem}")
+
+    def known(self, table: dict, valid: tuple[str, ...], where: str) -> None:
+        for key in table:
+            if key not in valid:
+                err = unknown_name("field", key, valid)
+                raise HarnessError(f"{self.source}: {where}{err}")
+
+    def table(self, value: Any, where: str) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"must be a table, got {quote(value)}")
+        return value
+
+    def string(self, value: Any, where: str, choices: tuple[str, ...] | None = None) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(where, f"must be a non-empty string, got {quote(value)}")
+        if choices is not None and value not in choices:
+            raise self.fail(where, f"is {quote(value)}; valid values: {', '.join(choices)}")
+        return value
+
+    def strings(self, value: Any, where: str) -> list[str]:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.fail(where, f"must be a list of strings, got {quote(value)}")
+        return list(dict.fromkeys(value))
+
+    def integer(self, value: Any, where: str, minimum: int, maximum: int | None = None) -> int:
+        if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
+                or (maximum is not None and value > maximum)):  # fmt: skip
+            most = "" if maximum is None else f" and <= {maximum}"
+            raise self.fail(where, f"must be an integer >= {minimum}{most}, got {quote(value)}")
+        return value
+
+    def boolean(self, value: Any, where: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(where, f"must be true or false, got {quote(value)}")
+        return value
+
+    def path(self, value: Any, where: str) -> str:
+        """A path from the file: relative ones are read from the file's folder."""
+        if value == REDACTED:
+            return REDACTED
+        text = os.path.expanduser(self.string(value, where))
+        if self.base_dir is not None and not os.path.isabs(text):
+            text = str(self.base_dir / text)
+        return os.path.abspath(text)
+
+    def model_path(self, value: Any, where: str) -> str:
+        """A model path: a local directory (relative to the file's folder) or a Hub id."""
+        if value == REDACTED:
+            return REDACTED
+        text = os.path.expanduser(self.string(value, where))
+        local = text if self.base_dir is None else str(self.base_dir / text)
+        return os.path.abspath(local) if os.path.exists(local) else text
+
+
+def from_dict(data: dict, source: str, base_dir: Path | None = None) -> Experiment:
+    """Check and convert a file's content; raises HarnessError naming the file and field."""
+    r = _Reader(source, base_dir)
+    r.known(data, _FIELDS, "")
+    version = data.get("version", VERSION)
+    if version != VERSION:
+        raise r.fail("version", f"is {quote(version)}; this harness reads version {VERSION} "
+                     "(write the file again with this harness's sweep)")  # fmt: skip
+    exp = Experiment()
+    if "phase" in data:
+        exp.phase = r.string(data["phase"], "phase", PHASES)
+    exp.models = _read_models(r, data.get("models", {}))
+    exp.tasks, exp.task_rows = _read_tasks(r, data.get("tasks", []))
+    exp.tasks_files = [r.path(p, "tasks_files") for p in r.strings(data.get("tasks_files", []),
+                                                                      "tasks_files")]  # fmt: skip
+    if "lr_keys" in data:
+        keys = r.strings(data["lr_keys"], "lr_keys")
+        for key in keys:
+            if key not in LR_GRID:
+                raise r.fail("lr_keys", f"holds {quote(key)}; valid keys: {', '.join(LR_GRID)}")
+        exp.lr_keys = sorted(keys, key=LR_GRID.__getitem__)
+    seeds = r.table(data.get("seeds", {}), "seeds")
+    r.known(seeds, PHASES, "seeds: ")
+    for phase, value in seeds.items():
+        if not isinstance(value, list) or not value:
+            raise r.fail(f"seeds.{phase}", f"must be a non-empty list of seeds, got {quote(value)}")
+        exp.seeds[phase] = list(
+            dict.fromkeys(r.integer(s, f"seeds.{phase}", 0, MAX_SEED) for s in value)
+        )
+    recipe = r.table(data.get("recipe", {}), "recipe")
+    r.known(recipe, _RECIPE_FIELDS, "recipe: ")
+    for name, value in recipe.items():
+        setattr(exp, name, r.integer(value, f"recipe.{name}", 1))
+    if "data_dir" in data:
+        exp.data_dir = r.path(data["data_dir"], "data_dir")
+    if "device" in data:
+        exp.device = r.string(data["device"], "device", DEVICES)
+    if "selection_split" in data:
+        exp.selection_split = r.string(data["selection_split"], "selection_split",
+                                       SELECTION_SPLITS)  # fmt: skip
+    if "extra_run_args" in data:
+        value = data["extra_run_args"]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise r.fail("extra_run_args", f"must be a list of strings, got {quote(value)}")
+        exp.extra_run_args = list(value)
+    phases = r.table(data.get("phases", {}), "phases")
+    r.known(phases, PHASES, "phases: ")
+    for phase, record in phases.items():
+        record = r.table(record, f"phases.{phase}")
+        r.known(record, _PHASE_FIELDS, f"phases.{phase}: ")
+        exp.phases[phase] = PhaseRecord(**{
+            k: r.path(v, f"phases.{phase}.{k}") for k, v in record.items()
+        })  # fmt: skip
+    return exp
+
+
+def _read_models(r: _Reader, value: Any) -> dict[str, ModelSpec]:
+    """`models = ["registry-key", ...]` or `[models.NAME]` tables; a registry key's row
+    supplies what its table leaves out, and may not be contradicted."""
+    if isinstance(value, list):
+        value = {name: {} for name in r.strings(value, "models")}
+    models = {}
+    for name, entry in r.table(value, "models").items():
+        where = f"models.{name}"
+        entry = r.table(entry, where)
+        r.known(entry, _MODEL_FIELDS, f"{where}: ")
+        row = MODEL_REGISTRY.get(name)
+        if row is None and "path" not in entry:
+            err = unknown_name("model", name, MODEL_REGISTRY)
+            raise r.fail(where, f"has no path and is not a registry model ({err}); give path")
+        default = ModelSpec.of(ModelEntry(*row)) if row else ModelSpec("")
+        spec = ModelSpec(
+            path=r.model_path(entry["path"], f"{where}.path") if "path" in entry else default.path,
+            mode=r.string(entry.get("mode", default.mode), f"{where}.mode", MODES),
+            trust_remote_code=r.boolean(entry.get("trust_remote_code",
+                                                  default.trust_remote_code),
+                                        f"{where}.trust_remote_code"),
+            revision=r.string(entry["revision"], f"{where}.revision") if "revision" in entry
+            else default.revision,
+            code_revision=r.string(entry["code_revision"], f"{where}.code_revision")
+            if "code_revision" in entry else default.code_revision,
+        )  # fmt: skip
+        if row is not None and not _registry_row(name, spec):
+            differs = [f"{k} {quote(getattr(spec, k))} (registry: {quote(getattr(default, k))})"
+                       for k in _MODEL_FIELDS[:3] if getattr(spec, k) != getattr(default, k)]  # fmt: skip
+            raise r.fail(where, f"contradicts the registry model {quote(name)}: {'; '.join(differs)}; "
+                         "drop those fields or give the model another name")  # fmt: skip
+        models[name] = spec
+    return models
+
+
+def _read_tasks(r: _Reader, value: Any) -> tuple[list[str], dict[str, dict]]:
+    if isinstance(value, list):
+        return r.strings(value, "tasks"), {}
+    table = r.table(value, "tasks")
+    rows = {name: r.table(row, f"tasks.{name}") for name, row in table.items()}
+    return list(table), {name: row for name, row in rows.items() if row}
+
+
+def load(path: str | os.PathLike) -> Experiment:
+    """Read an experiment file; raises HarnessError naming the file and what is wrong."""
+    path = Path(path)
+    try:
+        data = read_toml(path)
+    except MissingFile:
+        raise HarnessError(f"experiment file {path} does not exist; a sweep writes one into "
+                           f"its results directory ({EXPERIMENT_NAME}), or write your own "
+                           "(see examples/experiment.toml)") from None  # fmt: skip
+    except UnreadableFile as exc:
+        raise HarnessError(f"cannot read experiment file {path}: {exc.reason}") from None
+    except DamagedFile as exc:
+        raise HarnessError(f"{exc}; fix it or write it again") from None
+    return from_dict(data, str(path), path.absolute().parent)
+
+
+def in_results_dir(results_dir: str | os.PathLike) -> tuple[Experiment | None, Path]:
+    """The experiment a sweep wrote into `results_dir` (None when it has none), and its path."""
+    path = Path(results_dir) / EXPERIMENT_NAME
+    return (load(path) if path.is_file() else None), path
+
+
+def from_selection(selection: dict, source: str) -> Experiment | None:
+    """The select phase's experiment a selection records (None for older selections)."""
+    data = selection.get("experiment")
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise HarnessError(f"{source}: 'experiment' must be an object; regenerate it with "
+                           "python -m encoder_eval.select")  # fmt: skip
+    return from_dict(data, f"{source} (its experiment)")
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_value(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)  # inf, -inf and nan are TOML too
+    if isinstance(value, str):
+        # JSON's escapes are TOML's; DEL must be escaped in TOML, not in JSON.
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()
+                               if v is not None) + "}"  # fmt: skip
+    raise TypeError(f"cannot write {value!r} ({type(value).__name__}) to TOML")
+
+
+def dumps(data: dict) -> str:
+    """TOML text for plain data (str, int, float, bool, lists, nested tables; None left out)."""
+    lines: list[str] = []
+
+    def table(prefix: list[str], content: dict) -> None:
+        scalars = {k: v for k, v in content.items() if v is not None and not isinstance(v, dict)}
+        subtables = {k: v for k, v in content.items() if isinstance(v, dict)}
+        if prefix and (scalars or not subtables):
+            lines.extend(["", "[" + ".".join(map(_toml_key, prefix)) + "]"])
+        lines.extend(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in scalars.items())
+        for key, sub in subtables.items():
+            table([*prefix, key], sub)
+
+    table([], data)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def write(exp: Experiment, path: str | os.PathLike) -> None:
+    """Write `exp` to `path` atomically (the old content or the whole new one)."""
+    path = Path(path)
+    text = "# Written by encoder_eval.sweep; read by select, status, summarize and the report\n" \
+           "# sweep (see encoder_eval/plans/experiment.py).\n" + dumps(exp.to_dict())  # fmt: skip
+    write_atomic(path, text)
+
+
+# ----------------------------------------------------------------------------- tasks
+
+
+def register_tasks(exp: Experiment, source: str) -> None:
+    """Make the experiment's own tasks known: its task files and inline `[tasks.X]` rows."""
+    from encoder_eval.data import tasks
+
+    if exp.tasks_files:
+        tasks.register_task_files(exp.tasks_files)
+    if exp.task_rows:
+        tasks.register_task_rows(exp.task_rows, source)
+
+
+def _task_keys(names: list[str]) -> list[str]:
+    """Task keys of a list of keys and group names (unknown names raise with the valid ones)."""
+    from encoder_eval.data.tasks import resolve_task_names
+
+    return resolve_task_names(names) if names else []
+
+
+# ----------------------------------------------------------------------------- the commands
+
+
+@dataclass(frozen=True)
+class _Fact:
+    """One flag that an experiment can fill: its attribute, flag, and how values compare."""
+
+    attr: str
+    flag: str
+    default: Any = None  # what an unset value means, for comparing
+
+    def get(self, exp: Experiment, phase: str) -> Any:
+        if self.attr == "seeds":
+            return exp.seeds.get(phase)
+        return getattr(exp, self.attr)
+
+    def from_args(self, args: argparse.Namespace) -> Any:
+        """The flag's value as the experiment holds it (None: not given)."""
+        from encoder_eval.sweep import parse_lr_keys, parse_seeds
+
+        raw = getattr(args, self.attr)
+        if raw is None or raw == "":
+            return None
+        if self.attr == "lr_keys":
+            return parse_lr_keys(raw)
+        if self.attr == "seeds":
+            return parse_seeds(raw)
+        if self.attr == "data_dir":
+            return os.path.abspath(raw)
+        if self.attr == "extra_run_args":
+            try:
+                return shlex.split(raw)
+            except ValueError as exc:
+                raise HarnessError(f"--extra-run-args is not valid shell quoting ({exc})") from None
+        return raw
+
+    def to_args(self, value: Any) -> Any:
+        if self.attr in ("lr_keys", "seeds"):
+            return ",".join(map(str, value))
+        if self.attr == "extra_run_args":
+            return shlex.join(value)
+        return value
+
+    def show(self, value: Any) -> str:
+        value = self.default if value is None else value
+        if value is None:
+            return "none"
+        if isinstance(value, list):
+            return ",".join(map(str, value)) if value else "none"
+        return str(value)
+
+
+# The facts a report phase inherits from its select phase (and status from its results).
+_SELECT_FACTS = (
+    _Fact("max_steps", "--max-steps", PROTOCOL_RECIPE.max_steps),
+    _Fact("max_seq_len", "--max-seq-len", PROTOCOL_RECIPE.max_seq_len),
+    _Fact("data_dir", "--data-dir"),
+    _Fact("device", "--device", "auto"),
+    _Fact("selection_split", "--selection-split", PROTOCOL_RECIPE.selection_split),
+    _Fact("extra_run_args", "--extra-run-args", []),
+)
+_LR_KEYS = _Fact("lr_keys", "--lr-keys", list(LR_GRID))
+
+
+def _seeds_fact(phase: str) -> _Fact:
+    return _Fact("seeds", "--seeds", list(PHASE_SEEDS[phase]))
+
+
+def _registry_spec(name: str) -> ModelSpec | None:
+    row = MODEL_REGISTRY.get(name)
+    return ModelSpec.of(ModelEntry(*row)) if row else None
+
+
+def _registry_row(name: str, spec: ModelSpec) -> bool:
+    """Whether `spec` loads registry model `name` as its row does (pins may differ)."""
+    row = _registry_spec(name)
+    return row is not None and (row.path, row.mode, row.trust_remote_code) == (
+        spec.path,
+        spec.mode,
+        spec.trust_remote_code,
+    )
+
+
+def _models_from_args(args: argparse.Namespace) -> dict[str, ModelSpec | None] | None:
+    """The models the flags name (None: neither --models nor --model given); a name with
+    no --model spec maps to None (the registry's, or the experiment's)."""
+    from encoder_eval.sweep import split_csv
+
+    specs = {}
+    trusted = split_csv(args.trust_remote_code)
+    pins = getattr(args, "model_pins", None) or {}
+    for spec in args.model or []:
+        name, entry = parse_model_spec(spec)
+        path = os.path.abspath(entry.path) if os.path.exists(entry.path) else entry.path
+        specs[name] = ModelSpec(path, entry.mode, name in trusted, *pins.get(name, (None, None)))
+    names = split_csv(args.models)
+    if not names and not specs:
+        return None
+    return {name: specs.get(name) for name in (names or specs)}
+
+
+def _set_models(args: argparse.Namespace, models: dict[str, ModelSpec], source: str) -> None:
+    """Spell `models` as --models/--model (registry rows by name) and their pins as
+    `args.model_pins`. A model the file marks trust_remote_code runs remote code only when
+    the registry grants it (its own Hub id) or the user's `--trust-remote-code` names it:
+    a file shared by someone else must not switch code execution on."""
+    from encoder_eval.sweep import split_csv
+
+    trusted = split_csv(args.trust_remote_code)
+    unconsented = [f"{n} ({m.path})" for n, m in models.items()
+                   if m.trust_remote_code and n not in trusted
+                   and not registry_trusts(n, m.path)]  # fmt: skip
+    if unconsented:  # refused by `check_consent` where a script would run it
+        names = ",".join(n for n, m in models.items() if m.trust_remote_code
+                         and n not in trusted and not registry_trusts(n, m.path))  # fmt: skip
+        args.unconsented = (
+            f"{source} marks {', '.join(unconsented)} trust_remote_code: running it executes "
+            "code from that repository, and a file cannot grant that; if you trust it, pass "
+            f"--trust-remote-code {names} (else drop the model)"
+        )
+    added = {n: m for n, m in models.items() if not _registry_row(n, m)}
+    args.models = ",".join(models)
+    args.model = [f"{n}={m.path}:{m.mode}" for n, m in added.items()]
+    args.model_pins = {n: (m.revision, m.code_revision) for n, m in models.items()
+                       if m.revision or m.code_revision}  # fmt: skip
+
+
+def check_consent(args: argparse.Namespace) -> None:
+    """Refuse to write a script when a file asked for remote code the user did not allow
+    (`_set_models`); reading results (status without --emit) needs no consent."""
+    message = getattr(args, "unconsented", None)
+    if message:
+        raise HarnessError(message)
+
+
+def _refuse(flag_text: str, inherited: str, where: str, fix: str) -> HarnessError:
+    return HarnessError(f"{flag_text} contradicts {where} ({inherited}); drop it: {fix}")
+
+
+def _inherit(args: argparse.Namespace, exp: Experiment, phase: str, *, where: str, fix: str,
+             given: dict[str, str], facts: tuple[_Fact, ...]) -> None:  # fmt: skip
+    """Fill unset flags from `exp` and refuse given ones that differ (named by `given`)."""
+    for fact in facts:
+        have, want = fact.from_args(args), fact.get(exp, phase)
+        if want == REDACTED:  # shared without the path: the user's own is the one to use
+            if have is None:
+                raise HarnessError(f"{where} was shared without its {fact.attr.replace('_', ' ')} "
+                                   f"(select --redact-paths); give {fact.flag} with your own")  # fmt: skip
+            continue
+        if have is None:
+            if want is not None:
+                setattr(args, fact.attr, fact.to_args(want))
+            continue
+        if (fact.default if want is None else want) != have:
+            raise _refuse(given.get(fact.attr, f"{fact.flag} {fact.show(have)}"),
+                          fact.show(want), where, fix)  # fmt: skip
+
+
+def _check_redacted(args: argparse.Namespace, exp: Experiment) -> None:
+    """Refuse, in one line naming every flag needed, a report phase from a selection shared
+    without its local paths (`select --redact-paths`) unless the user gives their own."""
+    from encoder_eval.sweep import split_csv
+
+    requested = _models_from_args(args) or {}
+    wanted = split_csv(args.models) or list(requested) or list(exp.models)
+    need = [f"--model {n}=PATH:{m.mode}" for n, m in exp.models.items()
+            if m.path == REDACTED and n in wanted and requested.get(n) is None]  # fmt: skip
+    if exp.data_dir == REDACTED and not args.data_dir:
+        need.append("--data-dir DIR")
+    if REDACTED in exp.tasks_files and not getattr(args, "tasks_file", None):
+        need.append("--tasks-file FILE")
+    if need:
+        raise HarnessError("the select phase was shared without its local paths (select "
+                           f"--redact-paths); give your own: {', '.join(need)}")  # fmt: skip
+
+
+def _inherit_pairs(args: argparse.Namespace, exp: Experiment, *, where: str, fix: str,
+                   given: dict[str, str]) -> None:  # fmt: skip
+    """Take `exp`'s models and tasks, or the subset the flags name; refuse any other."""
+    from encoder_eval.sweep import split_csv
+
+    requested = _models_from_args(args)
+    if exp.models:
+        chosen = dict(exp.models)
+        hidden = [n for n, m in exp.models.items() if m.path == REDACTED
+                  and (requested or {}).get(n) is None]  # fmt: skip
+        if hidden and (requested is None or any(n in requested for n in hidden)):
+            raise HarnessError(
+                f"{where} was shared without its local model paths (select --redact-paths): "
+                "give your own copy of each with "
+                + ", ".join(f"--model {n}=PATH:{exp.models[n].mode}" for n in hidden)
+            )
+        if requested is not None:
+            chosen = {}
+            for name, spec in requested.items():
+                if name not in exp.models:
+                    flag = f"--model {name}=..." if spec is not None else f"--models {args.models}"
+                    raise _refuse(given.get("models", flag),
+                                  f"its models: {', '.join(exp.models)}", where, fix)  # fmt: skip
+                m = exp.models[name]
+                if spec is not None and m.path == REDACTED and spec.mode == m.mode:
+                    chosen[name] = dataclasses.replace(m, path=spec.path)
+                    continue
+                if spec is not None and (spec.path, spec.mode) != (m.path, m.mode):
+                    raise _refuse(f"--model {name}={spec.path}:{spec.mode}",
+                                  f"{name}={m.path}:{m.mode}", where, fix)  # fmt: skip
+                chosen[name] = exp.models[name]
+        _set_models(args, chosen, where)
+    if exp.tasks:
+        known = _task_keys(exp.tasks)
+        asked = split_csv(args.tasks)
+        for name in _task_keys(asked):
+            if name not in known:
+                raise _refuse(given.get("tasks", f"--tasks {args.tasks}"),
+                              f"its tasks: {', '.join(known)}", where, fix)  # fmt: skip
+        if not asked:
+            args.tasks = ",".join(known)
+
+
+def _fill(args: argparse.Namespace, exp: Experiment, phase: str | None, source: str,
+          given: dict[str, str], facts: tuple[_Fact, ...]) -> None:  # fmt: skip
+    """Fill the flags the user left unset (`facts`, and the cells: LR keys, seeds, models,
+    tasks) from `exp`; flags given win. `given` learns where each filled value came from."""
+    cells = [*([_LR_KEYS] if phase == "select" else []),
+             *([_seeds_fact(phase)] if phase in PHASE_SEEDS else [])]  # fmt: skip
+    for fact in (*facts, *cells):
+        want = fact.get(exp, phase)
+        if fact.from_args(args) is None and want is not None:
+            setattr(args, fact.attr, fact.to_args(want))
+            given[fact.attr] = f"{fact.attr} = {fact.show(want)} in {source}"
+    requested = _models_from_args(args)
+    if exp.models and requested is None:
+        _set_models(args, exp.models, source)
+        given["models"] = f"the models of {source}"
+    elif exp.models and any(n in exp.models for n, m in requested.items() if m is None):
+        chosen = {}
+        for name, spec in requested.items():  # --models names the file's models too
+            spec = spec or exp.models.get(name) or _registry_spec(name)
+            if spec is None:
+                raise unknown_name("model", name, {*exp.models, *MODEL_REGISTRY})
+            chosen[name] = spec
+        _set_models(args, chosen, source)
+    if exp.tasks and not args.tasks:
+        args.tasks = ",".join(_task_keys(exp.tasks))
+        given["tasks"] = f"tasks of {source}"
+
+
+def apply_to_args(args: argparse.Namespace, *, results_manifest: bool = False) -> None:
+    """Fill the plan flags (`sweep.add_plan_arguments`) that the user left unset.
+
+    From `--experiment FILE` (flags given win), or with `results_manifest` (status) from
+    the file in `--results-dir`, whose recipe overrides, data directory, device and
+    selection split flags may not contradict; then, for a report phase, from the experiment
+    its selection records, which flags may not contradict (models and tasks may narrow it).
+    Records what it read as `args.experiment_sources` for `write_for_plan`. Idempotent.
+    """
+    if hasattr(args, "experiment_sources"):
+        return
+    path = getattr(args, "experiment", None)
+    own: Experiment | None = load(path) if path is not None else None
+    if path is None and results_manifest and args.results_dir:
+        own, manifest = in_results_dir(args.results_dir)
+        path = str(manifest) if own else None
+    given: dict[str, str] = {}
+    if own is not None:
+        register_tasks(own, str(path))
+        if args.phase is None:
+            args.phase = own.phase
+        elif results_manifest and own.phase not in (None, args.phase):
+            raise _refuse(f"--phase {args.phase}", own.phase, str(path),
+                          f"{args.results_dir} holds {own.phase}-phase results")  # fmt: skip
+        record = own.phases.get(args.phase or "")
+        if record is not None:
+            if args.results_dir is None and record.results_dir:
+                args.results_dir = record.results_dir
+            if hasattr(args, "out_dir") and args.out_dir is None and record.out_dir:
+                args.out_dir = record.out_dir
+            if args.phase == "report" and args.selection is None and record.selection:
+                args.selection = record.selection
+        if results_manifest:
+            # Which cells status counts may differ from the sweep's (more seeds, fewer
+            # models); how they run may not, or a script it emits would mix recipes.
+            _inherit(args, own, args.phase, where=str(path), given=given, facts=_SELECT_FACTS,
+                     fix="the cells status emits run as the sweep's did")  # fmt: skip
+            _fill(args, own, args.phase, str(path), given, facts=())
+        else:
+            _fill(args, own, args.phase, str(path), given, facts=_SELECT_FACTS)
+    inherited = None
+    if args.phase == "report" and args.selection is not None:
+        from encoder_eval.select import load_selection
+
+        inherited = from_selection(load_selection(args.selection), args.selection)
+        if inherited is not None:
+            _check_redacted(args, inherited)
+            register_tasks(inherited, args.selection)
+            fix = "the report phase runs as its select phase did"
+            _inherit(args, inherited, "report", where="the select phase", given=given,
+                     facts=_SELECT_FACTS, fix=fix)  # fmt: skip
+            _inherit_pairs(args, inherited, where="the select phase", fix=fix, given=given)
+            if args.seeds is None and inherited.seeds.get("report"):
+                args.seeds = ",".join(map(str, inherited.seeds["report"]))
+    args.experiment_sources = (own, inherited)
+    if hasattr(args, "tasks_file"):  # the runs must know the experiment's user tasks too
+        files = [f for exp in (own, inherited) if exp is not None for f in exp.tasks_files]
+        if REDACTED in files:
+            if not args.tasks_file:
+                raise HarnessError("the select phase was shared without its task files (select "
+                                   "--redact-paths); give your copy with --tasks-file FILE")  # fmt: skip
+            files = [f for f in files if f != REDACTED]
+        rows = {k: v for exp in (own, inherited) if exp is not None
+                for k, v in exp.task_rows.items()}  # fmt: skip
+        if rows:
+            phase_dir = args.results_dir or os.path.join("results", args.phase or "select")
+            files.append(str(_task_rows_file(rows, phase_dir)))
+        args.tasks_file = list(dict.fromkeys([*(args.tasks_file or []), *files]))
+
+
+def _task_rows_file(rows: dict[str, dict], results_dir: str | os.PathLike) -> Path:
+    """Write an experiment's inline task definitions as a task file in `results_dir` (named
+    by its content), so every cell process reads them with `run --tasks-file`."""
+    from encoder_eval.core.results import TASKS_FILE_PREFIX
+    from encoder_eval.data.tasks import TASK_KNOBS
+
+    absolute = {}
+    for key, row in rows.items():  # registered already: a data_dir is resolved
+        folder = TASK_KNOBS[key].data_dir
+        absolute[key] = {**row, **({"data_dir": str(folder)} if folder else {})}
+    text = dumps({"tasks": absolute})
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+    path = Path(results_dir) / f"{TASKS_FILE_PREFIX}{digest}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        write_atomic(path, text)
+    return path.absolute()
+
+
+def for_plan(plan, out_dir: str | os.PathLike, args: argparse.Namespace) -> Experiment:
+    """What `plan` runs, as the experiment `write_for_plan` records. `args` went through
+    `apply_to_args` (what it read)."""
+    own, inherited = getattr(args, "experiment_sources", (None, None))
+    base = inherited or own or Experiment()
+    tasks = list(dict.fromkeys(c.task for c in plan.cells))
+    seeds = dict(base.seeds)
+    if own is not None:
+        seeds.update(own.seeds)
+    ran_seeds = list(dict.fromkeys(c.seed for c in plan.cells))
+    if ran_seeds:
+        seeds[plan.phase] = ran_seeds
+    if plan.phase == "select":
+        lr_keys = sorted({c.lr_key for c in plan.cells}, key=LR_GRID.__getitem__)
+    else:
+        lr_keys = base.lr_keys
+    phases = dict(base.phases)
+    if own is not None and plan.phase == "select":
+        phases.pop("report", None)  # a new select phase: the old report record no longer holds
+    phases[plan.phase] = PhaseRecord(
+        results_dir=plan.results_dir, out_dir=os.path.abspath(out_dir),
+        selection=os.path.abspath(args.selection) if plan.phase == "report" else None,
+    )  # fmt: skip
+    # `--tasks-file` (a str or a list of them, where a command has the flag) joins the files.
+    flag_files = getattr(args, "tasks_file", None) or []
+    flag_files = [flag_files] if isinstance(flag_files, str) else flag_files
+    tasks_files = [*base.tasks_files, *(own.tasks_files if own else [])]
+    tasks_files += [os.path.abspath(f) for f in flag_files]
+    return Experiment(
+        models={
+            c.model: ModelSpec(
+                c.model_path, c.mode, c.trust_remote_code, c.revision, c.code_revision
+            )
+            for c in plan.cells
+        },  # fmt: skip
+        tasks=tasks,
+        tasks_files=list(dict.fromkeys(tasks_files)),
+        task_rows={t: base.task_rows[t] for t in tasks if t in base.task_rows},
+        lr_keys=lr_keys or None,
+        seeds=seeds,
+        max_steps=plan.max_steps,
+        max_seq_len=plan.max_seq_len,
+        data_dir=plan.data_dir,
+        device=plan.device,
+        selection_split=plan.selection_split,
+        extra_run_args=list(plan.extra_run_args),
+        phases=phases,
+        phase=plan.phase,
+    )
+
+
+def _manifests(plan, out_dir: str | os.PathLike) -> list[Path]:
+    """Where a sweep records its experiment: its results directory and its script folder."""
+    folders = dict.fromkeys((Path(plan.results_dir), Path(out_dir).absolute()))
+    return [folder / EXPERIMENT_NAME for folder in folders]
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: data}
+
+
+def differences(old: Experiment, new: Experiment) -> list[str]:
+    """`field: old -> new` for every entry two experiments disagree on; where each phase's
+    scripts and results went (`phases`) is left out, a new select phase forgets the report."""
+    a, b = old.to_dict(), new.to_dict()
+    for d in (a, b):
+        d.pop("phases", None)
+    fa, fb = _flat(a), _flat(b)
+    return [f"{key}: {fa.get(key, 'unset')} -> {fb.get(key, 'unset')}"
+            for key in sorted(set(fa) | set(fb)) if fa.get(key) != fb.get(key)]  # fmt: skip
+
+
+def check_unchanged(plan, out_dir: str | os.PathLike, exp: Experiment) -> None:
+    """Refuse a sweep whose experiment differs from the one already recorded where it would
+    write (another grid, seeds, steps...): its results would mix with, and be counted as
+    done by, results of another recipe. `sweep --force` overwrites instead."""
+    for path in _manifests(plan, out_dir):
+        if not path.is_file():
+            continue
+        changed = differences(load(path), exp)
+        if changed:
+            raise HarnessError(
+                f"{path} records another experiment ({'; '.join(changed)}); this sweep would "
+                "overwrite it, and results already there would count as done for it. Give "
+                "another --results-dir/--out-dir, or --force to overwrite the record"
+            )
+
+
+def write_for_plan(
+    plan, out_dir: str | os.PathLike, args: argparse.Namespace, exp: Experiment | None = None
+) -> list[Path]:
+    """Write what `plan` runs (`for_plan`, or `exp`) as `experiment.toml` into its results
+    directory and `out_dir`; returns the files written."""
+    exp = for_plan(plan, out_dir, args) if exp is None else exp
+    for path in _manifests(plan, out_dir):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(exp, path)
+    return _manifests(plan, out_dir)
+
+
+def select_expectations(
+    results_dir: str | os.PathLike,
+    *,
+    lr_keys: list[str] | None,
+    seeds: list[int] | None,
+    models: list[str] | None,
+    tasks: list[str] | None,
+) -> tuple[Experiment | None, list[str] | None, list[int] | None, list[str] | None,
+           list[str] | None]:  # fmt: skip
+    """What `select` expects of `results_dir`: its experiment file's LR keys, select seeds,
+    models and tasks, unless flags say otherwise: LR keys and seeds may add to the file's,
+    models and tasks may narrow it, and any other flag is refused naming both values.
+    Returns (experiment, lr_keys, seeds, models, tasks)."""
+    exp, path = in_results_dir(results_dir)
+    if exp is None:
+        return None, lr_keys, seeds, models, tasks
+    if exp.phase == "report":
+        raise HarnessError(f"{path} says {results_dir} holds report-phase results; give "
+                           "select the select phase's results directory")  # fmt: skip
+    register_tasks(exp, str(path))
+    fix = "select reads what the sweep ran from its experiment file"
+    for fact, have in ((_LR_KEYS, lr_keys), (_seeds_fact("select"), seeds)):
+        want = fact.get(exp, "select")
+        # More than the sweep ran (cells `status --emit` added) is fine: whatever is missing
+        # is refused as missing. Less would choose over part of what ran, silently.
+        if have is not None and set(fact.default if want is None else want) - set(have):
+            raise _refuse(f"{fact.flag} {fact.show(have)}", f"{fact.attr} {fact.show(want)}",
+                          str(path), fix)  # fmt: skip
+    if models is not None and exp.models:
+        for name in models:
+            if name not in exp.models:
+                raise _refuse(f"--models {','.join(models)}",
+                              f"its models: {', '.join(exp.models)}", str(path), fix)  # fmt: skip
+    known = _task_keys(exp.tasks)
+    if tasks is not None and known:
+        for name in tasks:
+            if name not in known:
+                raise _refuse(f"--tasks {','.join(tasks)}", f"its tasks: {', '.join(known)}",
+                              str(path), fix)  # fmt: skip
+    return (
+        exp,
+        lr_keys or exp.lr_keys,
+        seeds or exp.seeds.get("select"),
+        models or list(exp.models) or None,
+        tasks or known or None,
+    )
+
+
+def summarize_inputs(
+    results_dir: str | os.PathLike, selection: str | None
+) -> tuple[str, list[int] | None, str | None]:
+    """The selection file, the report seeds the sweep ran and the select results directory
+    for `summarize --results-dir R`, from R's experiment file (a `selection` that contradicts
+    it is refused). Without a file: (selection, None, None)."""
+    exp, path = in_results_dir(results_dir)
+    record = exp.phases.get("report") if exp else None
+    recorded = record.selection if record else None
+    if selection is None:
+        if recorded is None:
+            why = "has no experiment file" if exp is None else "its experiment file names none"
+            raise HarnessError(f"give --selection selection.json ({results_dir} {why})")
+        selection = recorded
+    elif recorded is not None and Path(selection).resolve() != Path(recorded).resolve():
+        raise _refuse(f"--selection {selection}", f"the report sweep ran from {recorded}",
+                      str(path), "summarize reads the selection its report phase ran from")  # fmt: skip
+    if exp is None:
+        return selection, None, None
+    register_tasks(exp, str(path))  # user tasks in the table are known to summarize too
+    select_record = exp.phases.get("select")
+    return selection, exp.seeds.get("report"), select_record.results_dir if select_record else None
+
+
+__all__ = [
+    "Experiment",
+    "ModelSpec",
+    "PhaseRecord",
+    "VERSION",
+    "apply_to_args",
+    "check_consent",
+    "check_unchanged",
+    "differences",
+    "dumps",
+    "for_plan",
+    "from_dict",
+    "from_selection",
+    "in_results_dir",
+    "load",
+    "register_tasks",
+    "select_expectations",
+    "summarize_inputs",
+    "write",
+    "write_for_plan",
+]

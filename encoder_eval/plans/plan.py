@@ -1,0 +1,691 @@
+"""What a phase runs: its cells (model, task, LR, seed), the units processes run them in, and
+each unit's `encoder_eval.run` arguments. `emit.py` turns a Plan into launch scripts;
+`sweep.py` is the command line. Nothing here imports torch: it runs on a login node.
+
+The probe phase (`build_probe_plan`) is the same machinery for linear probes on frozen
+embeddings: a cell is one (model, pooling, task) probe result, a unit every pooling of one
+(model, task), run by one `encoder_eval.probe` process (one forward pass serves them all).
+Building a probe plan imports `embed` (torch) once, for its list of poolings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from encoder_eval.core.errors import HarnessError, unknown_name
+from encoder_eval.data.models import (
+    MODEL_REGISTRY,
+    ModelEntry,
+    check_model_path,
+    model_entry,
+    parse_model_spec,
+    registry_trusts,
+)
+from encoder_eval.core.protocol import (
+    LR_GRID,
+    PHASE_SEEDS,
+    PROTOCOL_RECIPE,
+    SELECTION_SPLITS,
+    check_seed,
+    lr_for_key,
+    lr_key_for,
+)
+from encoder_eval.core.results import cell_state, result_filename
+from encoder_eval.data.tasks import register_task_files, resolve_task_names
+
+__all__ = ["Cell", "Plan", "ProbeSettings", "build_plan", "build_probe_plan"]
+
+PHASES = ("select", "report")
+PROBE_PHASE = "probe"  # linear probes on frozen embeddings (`build_probe_plan`)
+SWEEP_PHASES = (*PHASES, PROBE_PHASE)
+# The module a unit's process runs, by the plan's kind of cell.
+FINETUNE, PROBE = "finetune", "probe"
+MODULES = {FINETUNE: "encoder_eval.run", PROBE: "encoder_eval.probe"}
+# How many cells share one `encoder_eval.run` process (see `Plan.units`).
+GROUPS = ("pair", "lr", "cell")
+# Flags that define a cell's identity, or what code and weights it runs (remote code needs
+# the user's own word, `--trust-remote-code MODEL`); --extra-run-args must not set them. They
+# are found by parsing the extra arguments with the cell command's own parser.
+_RESERVED_RUN_FLAGS = (
+    "--model-key", "--model-path", "--mode", "--task", "--lr", "--seed", "--phase",
+    "--results-dir", "--out-json", "--skip-existing", "--tasks-file", "--trust-remote-code",
+    "--no-trust-remote-code", "--cache-dir", "--model-revision", "--model-code-revision",
+)  # fmt: skip
+# The same for a probe unit's `encoder_eval.probe` flags.
+_RESERVED_PROBE_FLAGS = (
+    "--model", "--tasks", "--pooling", "--results-dir", "--k-folds", "--seed", "--max-seq-len",
+    "--precision", "--device", "--data-dir", "--tasks-file", "--trust-remote-code", "--force",
+    "--model-revision", "--model-code-revision",
+)  # fmt: skip
+
+# ----------------------------------------------------------------------------- parsing helpers
+
+
+def split_csv(text: str | None) -> list[str]:
+    """`'a, b,,c'` -> `['a', 'b', 'c']` (order kept, duplicates dropped); None -> []."""
+    out: list[str] = []
+    for item in (text or "").split(","):
+        item = item.strip()
+        if item and item not in out:
+            out.append(item)
+    return out
+
+
+def parse_seeds(text: str | None, flag: str = "--seeds") -> list[int] | None:
+    """Parse a comma-separated seed list (None when the flag was not given)."""
+    if text is None:
+        return None
+    try:
+        seeds = [int(s) for s in split_csv(text)]
+    except ValueError:
+        raise HarnessError(
+            f"{flag} {text!r} must be comma-separated integers, e.g. 42,43"
+        ) from None
+    if not seeds:
+        raise HarnessError(f"{flag} is empty; give at least one seed, e.g. {flag} 42")
+    for seed in seeds:
+        check_seed(seed, flag)
+    return seeds
+
+
+# The precision spellings a sweep, demo or track takes: run's and probe's names for bf16.
+_BF16 = ("bf16", "bf16-autocast")
+
+
+def run_precision(value: str | None) -> str | None:
+    """`--precision` as `encoder_eval.run` spells it (bf16-autocast or fp32; None: not given)."""
+    if value is None:
+        return None
+    if value not in (*_BF16, "fp32"):
+        raise unknown_name("precision", value, ("bf16", "fp32"))
+    return "fp32" if value == "fp32" else PROTOCOL_RECIPE.precision
+
+
+def probe_precision(value: str) -> str:
+    """`--precision` as `encoder_eval.probe` spells it (bf16 or fp32)."""
+    return "fp32" if run_precision(value) == "fp32" else "bf16"
+
+
+def parse_lr_keys(text: str | None) -> list[str] | None:
+    """Parse `--lr-keys lr03,lr06` against the grid (None when the flag was not given)."""
+    if text is None:
+        return None
+    keys = split_csv(text)
+    if not keys:
+        raise HarnessError("--lr-keys is empty; give grid keys such as lr03,lr06")
+    for key in keys:
+        lr_for_key(key)  # raises with the valid keys
+    return sorted(keys, key=lambda k: LR_GRID[k])
+
+
+def model_table(extra_specs: list[str] | None = None) -> tuple[dict[str, tuple], list[str]]:
+    """The registry merged with `--model NAME=PATH[:MODE]` additions, and the added names."""
+    table = dict(MODEL_REGISTRY)
+    added = []
+    for spec in extra_specs or []:
+        name, entry = parse_model_spec(spec)
+        entry = entry._replace(path=check_model_path(spec, entry.path))
+        if name in MODEL_REGISTRY:
+            raise HarnessError(
+                f"--model {name}=... shadows the registry model {name!r}; choose another NAME"
+            )
+        if name in added:
+            raise HarnessError(f"--model {name}=... is given twice; give each NAME once")
+        table[name] = tuple(entry)
+        added.append(name)
+    return table, added
+
+
+def resolve_models(
+    models: list[str] | None,
+    extra_specs: list[str] | None = None,
+    trusted: Sequence[str] = (),
+    pins: dict[str, tuple[str | None, str | None]] | None = None,
+) -> dict[str, ModelEntry]:
+    """Which models a sweep covers: `models` (names of the registry or of additions), else the
+    additions when there are any, else the whole registry.
+
+    Remote code is on for the names in `trusted` (the user's `--trust-remote-code`) and for
+    registry rows that say so (from their own Hub id); never from a file. `pins`: name ->
+    (weights revision, code revision), from an experiment file; a registry row's own pins
+    otherwise."""
+    table, added = model_table(extra_specs)
+    names = models if models else (added or list(MODEL_REGISTRY))
+    for name in trusted:
+        if name not in table:
+            raise HarnessError(f"--trust-remote-code names {name!r}, which is no model of "
+                               f"this sweep ({', '.join(names)})")  # fmt: skip
+    out = {}
+    for name in names:
+        if name not in table:
+            raise unknown_name("model", name, table)
+        entry = model_entry(name, table)
+        trust = name in trusted or registry_trusts(name, entry.path)
+        entry = entry._replace(trust_remote_code=trust)
+        if pins and name in pins:
+            revision, code_revision = pins[name]
+            entry = entry._replace(revision=revision or entry.revision,
+                                   code_revision=code_revision or entry.code_revision)  # fmt: skip
+        out[name] = entry
+    return out
+
+
+def resolve_tasks(tasks: list[str] | None) -> list[str]:
+    """Task keys of `--tasks` (keys and the groups of `tasks.TASK_GROUPS`; default: the
+    multilingual tasks); unknown names raise with the valid ones."""
+    return resolve_task_names(tasks)
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (model, task, learning rate, seed) of a phase, with how to load its model.
+
+    A probe cell (`pooling` set) is one (model, pooling, task) of the probe phase: `seed` is
+    the folds' seed, `lr_key` and `lr` are empty ("" and 0.0)."""
+
+    model: str
+    model_path: str
+    mode: str
+    trust_remote_code: bool
+    task: str
+    lr_key: str
+    lr: float
+    seed: int
+    phase: str
+    pooling: str | None = None
+    revision: str | None = None  # the weights' pin (`--model-revision`)
+    code_revision: str | None = None  # another repository's remote code (`--model-code-revision`)
+
+    @property
+    def kind(self) -> str:
+        return FINETUNE if self.pooling is None else PROBE
+
+    def pin_args(self) -> list[str]:
+        """The revision flags of this cell's model (none when nothing is pinned)."""
+        out = ["--model-revision", self.revision] if self.revision else []
+        return out + (["--model-code-revision", self.code_revision] if self.code_revision else [])
+
+    @property
+    def filename(self) -> str:
+        if self.pooling is not None:
+            from encoder_eval.cells.probe_cell import result_path
+
+            return result_path(Path(""), self.model, self.pooling, self.task).name
+        return result_filename(self.model, self.task, self.lr, self.seed)
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return (self.model, self.task)
+
+    @property
+    def label(self) -> str:
+        if self.pooling is not None:
+            return f"{self.model}/{self.task}/{self.pooling}"
+        return f"{self.model}/{self.task}/{self.lr_key}/s{self.seed}"
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """What every unit of a probe plan passes to `encoder_eval.probe` besides its cells."""
+
+    poolings: tuple[str, ...]
+    k_folds: int
+    seed: int
+    precision: str
+
+
+@dataclass
+class Plan:
+    """Every cell of one phase plus what each cell command needs besides its identity."""
+
+    phase: str
+    cells: list[Cell]
+    results_dir: str
+    max_steps: int = PROTOCOL_RECIPE.max_steps
+    max_seq_len: int = PROTOCOL_RECIPE.max_seq_len
+    selection_split: str = PROTOCOL_RECIPE.selection_split
+    data_dir: str | None = None
+    device: str = "auto"
+    extra_run_args: list[str] = field(default_factory=list)
+    tasks_files: list[str] = field(default_factory=list)  # absolute paths, given to every run
+    shrunk: list[str] = field(default_factory=list)  # how this plan departs from the protocol
+    probe: ProbeSettings | None = None  # set for the probe phase (`build_probe_plan`)
+
+    @property
+    def kind(self) -> str:
+        """FINETUNE (select, report) or PROBE: which kind of cell the plan holds."""
+        return FINETUNE if self.probe is None else PROBE
+
+    @property
+    def module(self) -> str:
+        """The module a unit's process runs (`python -m MODULE RUN_ARGS...`)."""
+        return MODULES[self.kind]
+
+    def out_json(self, cell: Cell) -> str:
+        return os.path.join(self.results_dir, cell.filename)
+
+    def recipe_args(self) -> list[str]:
+        """The recipe, spelled out flag by flag (the protocol's values unless shrunk); for a
+        probe plan, the probe's settings."""
+        if self.probe is not None:
+            p = self.probe
+            return ["--k-folds", str(p.k_folds), "--seed", str(p.seed),
+                    "--max-seq-len", str(self.max_seq_len), "--precision", p.precision]  # fmt: skip
+        r = PROTOCOL_RECIPE
+        return [
+            "--weight-decay", f"{r.weight_decay:g}", "--adam-beta2", f"{r.adam_beta2:g}",
+            "--warmup-ratio", f"{r.warmup_ratio:g}", "--bsz", str(r.batch_size),
+            "--early-stop", "--patience", str(r.patience), "--epoch-cap", str(r.epoch_cap),
+            "--max-steps", str(self.max_steps), "--max-seq-len", str(self.max_seq_len),
+            "--precision", r.precision, "--selection-split", self.selection_split,
+        ]  # fmt: skip
+
+    def run_args(self, cells: list[Cell]) -> list[str]:
+        """Arguments of `python -m encoder_eval.run` for the cells of one unit.
+
+        A unit is every (LR, seed) combination of its LRs and seeds for one (model, task):
+        the process runs them LR by LR, each LR's seeds in order (see `Plan.units`). For a
+        probe plan, `encoder_eval.probe`'s arguments for the poolings of one (model, task).
+        """
+        if self.probe is not None:
+            return self._probe_args(cells)
+        first = cells[0]
+        lrs = list(dict.fromkeys(c.lr for c in cells))
+        seeds = list(dict.fromkeys(c.seed for c in cells))
+        if (
+            any(c.pair != first.pair for c in cells)
+            or len(cells) != len(lrs) * len(seeds)
+            or ({(c.lr, c.seed) for c in cells} != {(lr, s) for lr in lrs for s in seeds})
+        ):
+            raise ValueError("run_args takes the cells of one unit (LRs x seeds of one pair)")
+        args = [
+            "--model-key", first.model, "--model-path", first.model_path, "--mode", first.mode,
+            "--task", first.task, "--lr", ",".join(f"{lr:g}" for lr in lrs),
+            "--seed", ",".join(map(str, seeds)),
+            "--phase", self.phase, "--results-dir", self.results_dir, "--skip-existing",
+            "--trust-remote-code" if first.trust_remote_code else "--no-trust-remote-code",
+            *first.pin_args(), *self.recipe_args(), "--device", self.device,
+        ]  # fmt: skip
+        if self.data_dir:
+            args += ["--data-dir", self.data_dir]
+        for path in self.tasks_files:
+            args += ["--tasks-file", path]
+        if any(s not in PHASE_SEEDS[self.phase] for s in seeds):
+            args.append("--allow-off-protocol")  # run.py then marks the result off-protocol
+        args += ["--progress", "json", *self.extra_run_args]
+        return args
+
+    def _probe_args(self, cells: list[Cell]) -> list[str]:
+        first = cells[0]
+        poolings = list(dict.fromkeys(c.pooling for c in cells))
+        if any(c.pair != first.pair for c in cells) or len(poolings) != len(cells):
+            raise ValueError("run_args takes the cells of one unit (poolings of one pair)")
+        # The mode suffix keeps a ':' in the path's last part from reading as one (the probe
+        # itself ignores the mode: it loads the encoder body).
+        args = [
+            "--model", f"{first.model}={first.model_path}:{first.mode}", "--tasks", first.task,
+            "--pooling", ",".join(poolings), "--results-dir", self.results_dir,
+            *self.recipe_args(), "--device", self.device,
+        ]  # fmt: skip
+        if first.trust_remote_code:
+            args.append("--trust-remote-code")
+        args += first.pin_args()
+        if self.data_dir:
+            args += ["--data-dir", self.data_dir]
+        for path in self.tasks_files:
+            args += ["--tasks-file", path]
+        return [*args, *self.extra_run_args]
+
+    def units(self, cells: list[Cell] | None = None, group: str = "pair") -> list[list[Cell]]:
+        """Split cells into units, each run by one process, in plan order.
+
+        group "pair": every cell of one (model, task), when they are all combinations of
+        their LRs and seeds (a plan's always are; a subset that is not, e.g. from `status
+        --emit`, falls back to one unit per LR); "lr": the seeds of one (model, task, LR);
+        "cell": one cell per unit.
+        """
+        if group not in GROUPS:
+            raise HarnessError(f"--group {group!r} must be one of {', '.join(GROUPS)}")
+        if self.probe is not None and group != "pair":
+            raise HarnessError(
+                f"--group {group}: a probe sweep runs one process per (model, task), every "
+                "pooling from one forward pass; drop --group"
+            )
+        if group == "cell":
+            return [[c] for c in (self.cells if cells is None else cells)]
+        by_pair: dict[tuple, list[Cell]] = {}
+        for cell in self.cells if cells is None else cells:
+            by_pair.setdefault(cell.pair, []).append(cell)
+        if self.probe is not None:
+            return list(by_pair.values())
+        units = []
+        for pair_cells in by_pair.values():
+            by_lr: dict[float, list[Cell]] = {}
+            for cell in pair_cells:
+                by_lr.setdefault(cell.lr, []).append(cell)
+            seed_sets = {tuple(sorted(c.seed for c in v)) for v in by_lr.values()}
+            if group == "pair" and len(seed_sets) == 1:
+                seeds = [c.seed for c in next(iter(by_lr.values()))]
+                units.append([c for lr in by_lr for s in seeds for c in by_lr[lr] if c.seed == s])
+            else:
+                units.extend(by_lr.values())
+        return units
+
+    def cell_state(self, cell: Cell) -> str:
+        """'ok' or 'diverged' (done), 'missing', 'corrupt' or 'kept', by `results.cell_state`
+        with the cell's model and task (a probe cell by `probe_model.probe_cell_state`)."""
+        return self.cell_status(cell)[0]
+
+    def cell_status(self, cell: Cell) -> tuple[str, dict | None, str | None]:
+        """`cell_state`'s (state, data, why) of one cell of this plan."""
+        if cell.pooling is not None:
+            from encoder_eval.cells.probe_cell import probe_cell_state
+
+            return probe_cell_state(self.out_json(cell), model=cell.model, task=cell.task)
+        return cell_state(self.out_json(cell), self.phase, model=cell.model, task=cell.task)
+
+
+def check_file_names(cells: list[Cell]) -> None:
+    """Refuse a plan in which two models (or tasks) would write one result file (`a/b` and
+    `a_b` both give `a_b_...`): each would count the other's result as its own."""
+    seen: dict[str, Cell] = {}
+    for cell in cells:
+        other = seen.setdefault(cell.filename, cell)
+        if other.pair != cell.pair:
+            raise HarnessError(
+                f"model {other.model!r} on task {other.task!r} and model {cell.model!r} on "
+                f"task {cell.task!r} would write one result file ({cell.filename}), each "
+                "counting the other's result as its own; give one of the models another name "
+                "(--model NAME=PATH)"
+            )
+
+
+def _abs_if_local(path: str) -> str:
+    """Absolute path for a local model directory (jobs may start elsewhere); Hub ids unchanged."""
+    return os.path.abspath(path) if os.path.exists(path) else path
+
+
+def _check_run_inputs(
+    device: str | None,
+    extra_run_args: list[str] | None,
+    data_dir: str | os.PathLike | None,
+    reserved: tuple[str, ...],
+    per: str,
+    parser: Callable[[], argparse.ArgumentParser],
+) -> tuple[str, list[str], str | None]:
+    """The device, extra run arguments and data directory every phase's plan takes,
+    checked: (device, extra args, absolute data dir or None). The extra arguments are
+    parsed with the cell command's own `parser()`, so a flag is found however it is
+    spelled; any of `reserved` is refused, as is anything that command would refuse."""
+    device = device or "auto"
+    if device not in ("auto", "cuda", "cpu"):
+        raise HarnessError(f"--device {device!r} must be auto, cuda or cpu")
+    extra = list(extra_run_args or [])
+    if extra:
+        _refuse_reserved(extra, parser(), reserved, per)
+    if data_dir is not None:
+        if not Path(data_dir).is_dir():
+            raise HarnessError(f"--data-dir {data_dir} is not a directory; give the mirror's path")
+        data_dir = os.path.abspath(data_dir)
+    return device, extra, None if data_dir is None else str(data_dir)
+
+
+def extra_flag_value(extra: list[str], flag: str) -> str | None:
+    """The value the extra arguments give `flag` (the last one wins, as in argparse), or
+    None; abbreviations are off on every parser, so the flag is spelled out."""
+    value = None
+    for i, arg in enumerate(extra):
+        if arg == flag and i + 1 < len(extra):
+            value = extra[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    from encoder_eval.run import build_parser  # the cell command's own flags
+
+    return build_parser()
+
+
+def _probe_parser() -> argparse.ArgumentParser:
+    from encoder_eval.cells.probe_cell import build_parser
+
+    return build_parser()
+
+
+def _refuse_reserved(extra: list[str], parser: argparse.ArgumentParser,
+                     reserved: tuple[str, ...], per: str) -> None:  # fmt: skip
+    """Parse `extra` as the cell command would, and refuse it when it sets a flag of
+    `reserved` (by the flag's destination: `--no-x` sets what `--x` does) or does not parse."""
+    shown = shlex.join(extra)
+
+    def fail(message: str):
+        raise HarnessError(f"--extra-run-args {shown!r}: {message}")
+
+    for action in parser._actions:  # None: not given (a given flag stores a value)
+        action.required = False
+        action.default = None
+    parser.error = fail  # type: ignore[method-assign]
+    try:
+        given = parser.parse_args(extra)
+    except SystemExit:  # --help or --version: printed, then exit
+        fail("holds a flag that prints and exits (--help?)")
+    for action in parser._actions:
+        if getattr(given, action.dest, None) is None:
+            continue
+        if any(option in reserved for option in action.option_strings):
+            spelled = next((a.split("=", 1)[0] for a in extra
+                            if a.split("=", 1)[0] in action.option_strings),
+                           action.option_strings[0])  # fmt: skip
+            hint = ("; remote code is turned on by --trust-remote-code MODEL on the sweep's own "
+                    "command line") if "trust" in spelled else ""  # fmt: skip
+            raise HarnessError(f"--extra-run-args may not set {spelled}; the sweep sets it per "
+                               f"{per}{hint}")  # fmt: skip
+
+
+def build_plan(
+    phase: str,
+    *,
+    results_dir: str | os.PathLike,
+    models: list[str] | None = None,
+    extra_models: list[str] | None = None,
+    tasks: list[str] | None = None,
+    lr_keys: list[str] | None = None,
+    seeds: list[int] | None = None,
+    selection: dict | None = None,
+    max_steps: int | None = None,
+    max_seq_len: int | None = None,
+    data_dir: str | os.PathLike | None = None,
+    device: str | None = None,
+    extra_run_args: list[str] | None = None,
+    trust_remote_code: Sequence[str] = (),
+    pins: dict[str, tuple[str | None, str | None]] | None = None,
+    selection_split: str | None = None,
+    tasks_files: list[str | os.PathLike] | None = None,
+) -> Plan:
+    """Expand a phase into its cells, checking every input; raises HarnessError on bad input.
+
+    select: models x tasks x LR keys (default: the whole grid) x seeds (default 42-44).
+    report: models x tasks x seeds (default 45-49) at each pair's LR in `selection`, with
+    the selection split its select cells used (a contradicting `selection_split` is refused).
+    `tasks_files` (user task files) are registered before the tasks are resolved, and every
+    cell's run reads them too. `trust_remote_code`: the models the user lets run remote code
+    (`resolve_models`); `pins`: per-model (weights, code) revisions.
+    """
+    if phase not in PHASES:
+        raise HarnessError(f"--phase {phase!r} must be select or report")
+    resolved = resolve_models(models, extra_models, trust_remote_code, pins)
+    files = [os.path.abspath(f) for f in tasks_files or []]
+    register_task_files(files)
+    task_list = resolve_tasks(tasks)
+    shrunk = []
+    if seeds is None:
+        seeds = list(PHASE_SEEDS[phase])
+    elif seeds != list(PHASE_SEEDS[phase]):
+        shrunk.append(f"seeds {','.join(map(str, seeds))} (protocol: {list(PHASE_SEEDS[phase])})")
+    if phase == "select":
+        if selection is not None:
+            raise HarnessError("--selection is for --phase report; drop it for --phase select")
+        if lr_keys is None:
+            lr_keys = list(LR_GRID)
+        for key in lr_keys:
+            lr_for_key(key)  # raises with the valid keys
+        lr_keys = sorted(dict.fromkeys(lr_keys), key=LR_GRID.__getitem__)  # grid order
+        if lr_keys != list(LR_GRID):
+            shrunk.append(f"lr keys {','.join(lr_keys)} (protocol: all {len(LR_GRID)})")
+    else:
+        if lr_keys is not None:
+            raise HarnessError(
+                "--lr-keys is for --phase select; the report phase runs each pair's selected LR"
+            )
+        if selection is None:
+            raise HarnessError(
+                "--phase report needs --selection selection.json; "
+                "create it with python -m encoder_eval.select"
+            )
+    selection_split = _selection_split(phase, selection, selection_split)
+    if max_steps is not None and max_steps < 1:
+        raise HarnessError("--max-steps must be at least 1")
+    if max_seq_len is not None and max_seq_len < 1:
+        raise HarnessError("--max-seq-len must be at least 1")
+    max_steps = PROTOCOL_RECIPE.max_steps if max_steps is None else max_steps
+    max_seq_len = PROTOCOL_RECIPE.max_seq_len if max_seq_len is None else max_seq_len
+    if max_steps != PROTOCOL_RECIPE.max_steps:
+        shrunk.append(f"max steps {max_steps} (protocol: {PROTOCOL_RECIPE.max_steps})")
+    if max_seq_len != PROTOCOL_RECIPE.max_seq_len:
+        shrunk.append(f"max seq len {max_seq_len} (protocol: {PROTOCOL_RECIPE.max_seq_len})")
+    device, extra, data_dir = _check_run_inputs(device, extra_run_args, data_dir,
+                                                _RESERVED_RUN_FLAGS, "cell", _run_parser)  # fmt: skip
+    limit = extra_flag_value(extra, "--limit")
+    if limit is not None:
+        shrunk.append(f"limit {limit}: a smoke run, every split cut to {limit} examples")
+    precision = extra_flag_value(extra, "--precision")
+    if precision is not None and precision != PROTOCOL_RECIPE.precision:
+        shrunk.append(f"precision {precision} (protocol: {PROTOCOL_RECIPE.precision})")
+
+    cells: list[Cell] = []
+    missing_pairs = []
+    for name, entry in resolved.items():
+        path = _abs_if_local(entry.path)
+        for task in task_list:
+            if phase == "select":
+                pair_lrs = [(key, LR_GRID[key]) for key in lr_keys]
+            else:
+                chosen = selection.get("pairs", {}).get(name, {}).get(task) or {}
+                if not chosen.get("lr_key"):
+                    missing_pairs.append(f"{name}/{task}")
+                    continue
+                pair_lrs = [(chosen["lr_key"], float(chosen["lr"]))]
+            for key, lr in pair_lrs:
+                if lr_key_for(lr) != key:
+                    raise HarnessError(
+                        f"selection gives {name}/{task} lr {lr:g} under key {key!r}, which "
+                        "disagrees with the grid; regenerate it with encoder_eval.select"
+                    )
+                for seed in seeds:
+                    cells.append(Cell(name, path, entry.mode, bool(entry.trust_remote_code),
+                                      task, key, lr, seed, phase, revision=entry.revision,
+                                      code_revision=entry.code_revision))  # fmt: skip
+    if missing_pairs:
+        raise HarnessError(
+            f"the selection has no selected LR for {len(missing_pairs)} pair(s): "
+            f"{', '.join(missing_pairs)}; finish the select phase or narrow --models/--tasks"
+        )
+    check_file_names(cells)
+    return Plan(
+        phase=phase, cells=cells, results_dir=os.path.abspath(results_dir),
+        max_steps=max_steps, max_seq_len=max_seq_len, selection_split=selection_split,
+        data_dir=data_dir, device=device,
+        extra_run_args=extra, tasks_files=files, shrunk=shrunk,
+    )  # fmt: skip
+
+
+def _selection_split(phase: str, selection: dict | None, requested: str | None) -> str:
+    """The split that picks LRs and checkpoints: as requested, and for a report phase the
+    one its select cells used (a report phase never contradicts its select phase)."""
+    if requested is not None and requested not in SELECTION_SPLITS:
+        raise HarnessError(f"--selection-split {requested!r}: valid: {', '.join(SELECTION_SPLITS)}")
+    if phase != "report" or selection is None:
+        return requested or PROTOCOL_RECIPE.selection_split
+    used = {
+        (entry.get("select_setup") or {}).get("selection_split")
+        for by_task in selection.get("pairs", {}).values()
+        for entry in by_task.values()
+        if isinstance(entry, dict) and entry.get("lr_key")
+    } - {None}
+    if len(used) > 1:
+        raise HarnessError(f"the selection mixes selection splits ({', '.join(sorted(used))}); "
+                           "select each variant into its own selection file")  # fmt: skip
+    chosen = next(iter(used), None) or requested or PROTOCOL_RECIPE.selection_split
+    if requested is not None and requested != chosen:
+        raise HarnessError(
+            f"--selection-split {requested} contradicts the selection, whose select cells used "
+            f"{chosen}; drop the flag (the report phase follows its select phase)"
+        )
+    return chosen
+
+
+def build_probe_plan(
+    *,
+    results_dir: str | os.PathLike,
+    models: list[str] | None = None,
+    extra_models: list[str] | None = None,
+    tasks: list[str] | None = None,
+    poolings: list[str] | None = None,
+    k_folds: int | None = None,
+    seed: int | None = None,
+    max_seq_len: int | None = None,
+    precision: str | None = None,
+    data_dir: str | os.PathLike | None = None,
+    device: str | None = None,
+    extra_run_args: list[str] | None = None,
+    trust_remote_code: Sequence[str] = (),
+    pins: dict[str, tuple[str | None, str | None]] | None = None,
+    tasks_files: list[str | os.PathLike] | None = None,
+) -> Plan:
+    """The probe phase: one cell per (model, pooling, task), one unit per (model, task); raises
+    HarnessError on bad input. Defaults are `encoder_eval.probe`'s (pooling mean, 10 folds,
+    seed 42, length 256, bf16); models and tasks are chosen as for the other phases."""
+    from encoder_eval.cells.embed import EmbedSetup, check_poolings  # the probe's own rules (imports torch)
+    from encoder_eval.probe import DEFAULT_K_FOLDS, DEFAULT_SEED, ProbeConfig
+    from encoder_eval.cells.probe_cell import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
+
+    resolved = resolve_models(models, extra_models, trust_remote_code, pins)
+    files = [os.path.abspath(f) for f in tasks_files or []]
+    register_task_files(files)
+    task_list = resolve_tasks(tasks)
+    poolings = list(check_poolings(DEFAULT_POOLINGS if poolings is None else poolings))
+    precision = EmbedSetup(precision=precision or "bf16").precision  # refuses an unknown one
+    seed = check_seed(DEFAULT_SEED if seed is None else seed)
+    try:
+        k_folds = ProbeConfig(DEFAULT_K_FOLDS if k_folds is None else k_folds, seed).k_folds
+    except HarnessError as exc:
+        raise HarnessError(f"--k-folds: {exc}") from None
+    max_seq_len = DEFAULT_MAX_SEQ_LEN if max_seq_len is None else max_seq_len
+    if max_seq_len < 1:
+        raise HarnessError("--max-seq-len must be at least 1")
+    device, extra, data_dir = _check_run_inputs(device, extra_run_args, data_dir,
+                                                _RESERVED_PROBE_FLAGS, "unit", _probe_parser)  # fmt: skip
+    cells = [
+        Cell(name, _abs_if_local(entry.path), entry.mode, bool(entry.trust_remote_code), task,
+             "", 0.0, seed, PROBE_PHASE, pooling, entry.revision, entry.code_revision)
+        for name, entry in resolved.items()
+        for task in task_list
+        for pooling in poolings
+    ]  # fmt: skip
+    check_file_names(cells)
+    return Plan(
+        phase=PROBE_PHASE, cells=cells, results_dir=os.path.abspath(results_dir),
+        max_seq_len=max_seq_len, data_dir=data_dir,
+        device=device, extra_run_args=extra, tasks_files=files,
+        probe=ProbeSettings(tuple(poolings), k_folds, seed, precision),
+    )  # fmt: skip
