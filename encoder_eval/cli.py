@@ -138,7 +138,7 @@ def list_main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks-file", action="append", default=[], metavar="F",
                    help="also list the tasks defined in this file (repeatable)")  # fmt: skip
     args = p.parse_args(argv)
-    from encoder_eval.data.tasks import register_task_files
+    from encoder_eval.data.taskfile import register_task_files
 
     register_task_files(args.tasks_file)
     if args.what == "grid":

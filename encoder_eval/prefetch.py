@@ -33,6 +33,7 @@ from encoder_eval.core import fileio
 from encoder_eval.data import tasks
 from encoder_eval.core.errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
 from encoder_eval.core.fileio import FileProblem, atomic_open, read_json
+from encoder_eval.data.taskfile import register_task_files
 
 MANIFEST_NAME = "MANIFEST.json"
 MANIFEST_SCHEMA = "encoder-eval-mirror"
@@ -268,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
 @report_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    tasks.register_task_files(args.tasks_file)
+    register_task_files(args.tasks_file)
     if not _csv(args.tasks):
         raise HarnessError("--tasks is empty; give task names separated by commas, or 'all'")
     names = tasks.resolve_task_names(_csv(args.tasks))

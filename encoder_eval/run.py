@@ -55,7 +55,8 @@ from encoder_eval.core.results import (
     result_filename,
     settle_cell,
 )
-from encoder_eval.data.tasks import TASK_KNOBS, dataset_revisions, register_task_files, task_knobs
+from encoder_eval.data.taskfile import register_task_files
+from encoder_eval.data.tasks import TASK_KNOBS, dataset_revisions, task_knobs
 from encoder_eval.cells.trackers import check_tracking_dir, parse_report_to
 
 

@@ -38,7 +38,7 @@ from transformers import (
 
 from encoder_eval.data import models as model_registry
 from encoder_eval import run, select
-from encoder_eval.cells import train
+from encoder_eval.cells import encoding
 from encoder_eval.core.errors import EXIT_INPUT_ERROR, EXIT_OK, HarnessError
 from encoder_eval.data.loaders import PooledClassifier, load_model, pool, verify_attention
 from encoder_eval.data.models import ModelEntry, loader_settings
@@ -282,12 +282,12 @@ def test_pairs_get_an_explicit_separator_when_the_tokenizer_has_no_template(deco
     plain_b = tok(b, add_special_tokens=False)["input_ids"]
     assert tok(a)["input_ids"] == plain_a  # single texts are unchanged
     split = {"text": [a], "text_pair": [b], "label": [0]}
-    enc = train.encode(tok, split, 128, qwen.input_names)
+    enc = encoding.encode(tok, split, 128, qwen.input_names)
     assert enc.features["input_ids"][0] == [*plain_a, tok.eos_token_id, *plain_b]
     assert enc.features["attention_mask"][0] == [1] * enc.lengths[0]  # the separator is real
     # Truncation keeps the separator and both texts.
     long = {"text": [a * 20], "text_pair": [b * 20], "label": [0]}
-    ids = train.encode(tok, long, 24, qwen.input_names).features["input_ids"][0]
+    ids = encoding.encode(tok, long, 24, qwen.input_names).features["input_ids"][0]
     assert (
         len(ids) == 24 and ids.count(tok.eos_token_id) == 1 and 2 < ids.index(tok.eos_token_id) < 21
     )

@@ -58,7 +58,7 @@ def test_batched_fp32_embeddings_equal_one_example_at_a_time(tiny_models, kind, 
 
 
 def test_pairs_are_encoded_jointly_like_fine_tuning(tiny_models):
-    from encoder_eval.cells.train import encode
+    from encoder_eval.cells.encoding import encode
 
     loaded = _loaded(tiny_models, "bert")
     enc = encode(loaded.tokenizer, {"text": TEXTS, "text_pair": PAIRS, "label": [0] * 7}, 64,

@@ -21,7 +21,7 @@ from sklearn.metrics import ndcg_score
 
 from encoder_eval import compare
 
-from encoder_eval.cells import kinds, train
+from encoder_eval.cells import encoding, kinds, train
 
 from encoder_eval.core import metrics
 from encoder_eval.core.errors import HarnessError
@@ -160,9 +160,9 @@ def test_ranking_refuses_the_holdout_split_and_a_missing_mirror(rank_mirror):
 # ----------------------------------------------------------------------------- the kind
 
 
-def encoded_train(rank_mirror: Path) -> train.Encoded:
+def encoded_train(rank_mirror: Path) -> encoding.Encoded:
     split = load_task("ms_marco", rank_mirror)[0]
-    enc = train.Encoded(features={"input_ids": [[1, 2]] * len(split["label"])},
+    enc = encoding.Encoded(features={"input_ids": [[1, 2]] * len(split["label"])},
                         labels=split["label"], lengths=[2] * len(split["label"]))  # fmt: skip
     return train.with_rank_columns(enc, split)
 
@@ -186,10 +186,10 @@ def test_groups_hold_one_positive_first_and_seeded_negatives(rank_mirror):
     assert {len(g) for g in capped} == {20}
 
 
-def _queries(n_queries: int, depth: int) -> train.Encoded:
+def _queries(n_queries: int, depth: int) -> encoding.Encoded:
     """A ranking split of `n_queries` queries with `depth` candidates each, one relevant."""
     n = n_queries * depth
-    return train.Encoded(
+    return encoding.Encoded(
         features={"input_ids": [[1, 2]] * n}, labels=[int(i % depth == 0) for i in range(n)],
         lengths=[2] * n, query_ids=[f"q{i // depth}" for i in range(n)],
         doc_ids=[str(i) for i in range(n)], first_stage_ranks=[i % depth + 1 for i in range(n)],

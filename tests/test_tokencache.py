@@ -23,7 +23,7 @@ from encoder_eval.core import fileio
 
 from encoder_eval.data import tokencache
 
-from encoder_eval.cells import train
+from encoder_eval.cells import encoding, train
 from encoder_eval.core.fileio import TMP_PREFIX
 from encoder_eval.data.tasks import load_task
 
@@ -43,10 +43,10 @@ def test_miss_then_hit_returns_the_same_encoding(tiny_models, small_mirror, tmp_
     tok, split, names = _setup(tiny_models, small_mirror)
     key = tokencache.cache_key(tokencache.tokenizer_fingerprint(tok), split, 64, names)
     assert tokencache.load(tmp_path, key) is None  # miss
-    first = train.encode_cached(tok, split, 64, names, tmp_path)
+    first = encoding.encode_cached(tok, split, 64, names, tmp_path)
     assert tokencache.entry_path(tmp_path, key).exists()
-    second = train.encode_cached(tok, split, 64, names, tmp_path)  # hit
-    assert second == first == train.encode(tok, split, 64, names)
+    second = encoding.encode_cached(tok, split, 64, names, tmp_path)  # hit
+    assert second == first == encoding.encode(tok, split, 64, names)
 
 
 def test_max_length_tokenizer_and_data_change_the_key(tiny_models, small_mirror):
@@ -66,11 +66,11 @@ def test_max_length_tokenizer_and_data_change_the_key(tiny_models, small_mirror)
 def test_torn_entry_is_a_miss(tiny_models, small_mirror, tmp_path):
     tok, split, names = _setup(tiny_models, small_mirror)
     key = tokencache.cache_key(tokencache.tokenizer_fingerprint(tok), split, 64, names)
-    tokencache.store(tmp_path, key, *_value(train.encode(tok, split, 64, names)))
+    tokencache.store(tmp_path, key, *_value(encoding.encode(tok, split, 64, names)))
     entry = tokencache.entry_path(tmp_path, key)
     entry.write_bytes(entry.read_bytes()[:-7])
     assert tokencache.load(tmp_path, key) is None
-    assert train.encode_cached(tok, split, 64, names, tmp_path) == train.encode(
+    assert encoding.encode_cached(tok, split, 64, names, tmp_path) == encoding.encode(
         tok, split, 64, names
     )
 
@@ -78,15 +78,15 @@ def test_torn_entry_is_a_miss(tiny_models, small_mirror, tmp_path):
 WRITER = """
 import sys
 from transformers import AutoTokenizer
-from encoder_eval.cells import train
+from encoder_eval.cells import encoding, train
 from encoder_eval.data.tasks import load_task
 tok = AutoTokenizer.from_pretrained(sys.argv[1])
 split = load_task("glue_sst2", sys.argv[2])[0]
 for _ in range(20):
-    train.encode_cached(tok, split, 64, ("input_ids", "attention_mask"), sys.argv[3],)
+    encoding.encode_cached(tok, split, 64, ("input_ids", "attention_mask"), sys.argv[3],)
     import encoder_eval.data.tokencache as tc
     key = tc.cache_key(tc.tokenizer_fingerprint(tok), split, 64, ("input_ids", "attention_mask"))
-    enc = train.encode(tok, split, 64, ("input_ids", "attention_mask"))
+    enc = encoding.encode(tok, split, 64, ("input_ids", "attention_mask"))
     tc.store(sys.argv[3], key, enc.features, enc.labels)
 print("ok")
 """
@@ -109,7 +109,7 @@ def test_two_concurrent_writers_leave_one_valid_entry(tiny_models, small_mirror,
     assert not list(tmp_path.glob(f"{TMP_PREFIX}*"))
     tok, _, names = _setup(tiny_models, small_mirror)
     split = load_task("glue_sst2", small_mirror)[0]
-    assert tokencache.load(tmp_path, entries[0].stem) == _value(train.encode(tok, split, 64, names))
+    assert tokencache.load(tmp_path, entries[0].stem) == _value(encoding.encode(tok, split, 64, names))
 
 
 def test_cell_scores_are_the_same_with_and_without_the_cache(tiny_models, small_mirror, tmp_path):
@@ -147,7 +147,7 @@ def test_a_pickle_in_the_cache_is_never_unpickled(tiny_models, small_mirror, tmp
     for name in (f"{key}.pkl", f"{key}.tokens"):  # the old entry's name, and the new one
         (cache / name).write_bytes(planted)
     assert tokencache.load(cache, key) is None
-    assert train.encode_cached(tok, split, 64, names, cache) == train.encode(tok, split, 64, names)
+    assert encoding.encode_cached(tok, split, 64, names, cache) == encoding.encode(tok, split, 64, names)
     assert not canary.exists()
 
 
@@ -199,8 +199,8 @@ def test_every_damaged_entry_is_a_miss_and_nothing_raises(tiny_models, small_mir
     tok, split, names = _setup(tiny_models, small_mirror)
     split = {column: values[:8] for column, values in split.items()}
     key = tokencache.cache_key(tokencache.tokenizer_fingerprint(tok), split, 64, names)
-    fresh = train.encode(tok, split, 64, names)
-    train.encode_cached(tok, split, 64, names, tmp_path)
+    fresh = encoding.encode(tok, split, 64, names)
+    encoding.encode_cached(tok, split, 64, names, tmp_path)
     (entry,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
     good = entry.read_bytes()
     assert tokencache.load(tmp_path, key) is not None  # the undamaged entry is a hit
@@ -214,7 +214,7 @@ def test_every_damaged_entry_is_a_miss_and_nothing_raises(tiny_models, small_mir
         assert tokencache.load(tmp_path, key) is None, f"{kind} (seed {seed})"
     assert sum(kinds.values()) >= 1000, kinds
     print(f"damaged entries: {sum(kinds.values())} ({dict(sorted(kinds.items()))}), all misses")
-    assert train.encode_cached(tok, split, 64, names, tmp_path) == fresh  # rewritten
+    assert encoding.encode_cached(tok, split, 64, names, tmp_path) == fresh  # rewritten
     assert tokencache.load(tmp_path, key) is not None
 
 
@@ -235,7 +235,7 @@ def test_entries_with_a_valid_checksum_but_a_hostile_header_are_misses(
     tok, split, names = _setup(tiny_models, small_mirror)
     split = {column: values[:8] for column, values in split.items()}
     key = tokencache.cache_key(tokencache.tokenizer_fingerprint(tok), split, 64, names)
-    enc = train.encode(tok, split, 64, names)
+    enc = encoding.encode(tok, split, 64, names)
     good = tokencache.encode_entry(key, *_value(enc))
     assert tokencache.decode_entry(good, key) == _value(enc)
     start = len(tokencache.MAGIC) + 32
@@ -304,7 +304,7 @@ def test_the_cache_folder_is_private_unless_shared_on_purpose(
     key = tokencache.cache_key(tokencache.tokenizer_fingerprint(tok), split, 64, names)
     monkeypatch.delenv("ENCODER_EVAL_CACHE_SHARED", raising=False)
     private = tmp_path / "a" / "private"
-    train.encode_cached(tok, split, 64, names, private)
+    encoding.encode_cached(tok, split, 64, names, private)
     assert stat.S_IMODE(private.stat().st_mode) == stat.S_IMODE(private.parent.stat().st_mode)
     assert stat.S_IMODE(private.stat().st_mode) == 0o700  # and the folder above it it made
     (entry,) = private.iterdir()
@@ -315,18 +315,18 @@ def test_the_cache_folder_is_private_unless_shared_on_purpose(
     loose.mkdir()
     loose.chmod(0o777)
     for _ in range(2):
-        train.encode_cached(tok, split, 64, names, loose)
+        encoding.encode_cached(tok, split, 64, names, loose)
     assert list(loose.iterdir()) == []
     warning = capsys.readouterr().err.strip()
     assert warning.count("warning: not using the token cache") == 1 and "\n" not in warning
     assert f"chmod 700 {loose}" in warning and f"{tokencache.SHARED_ENV}=1" in warning
     monkeypatch.setenv(tokencache.SHARED_ENV, "1")
-    train.encode_cached(tok, split, 64, names, loose)
+    encoding.encode_cached(tok, split, 64, names, loose)
     assert tokencache.load(loose, key) is not None
     entry_mode = stat.S_IMODE(tokencache.entry_path(loose, key).stat().st_mode)
     assert entry_mode == fileio.FILE_MODE  # what the umask gives: readable by the team
     shared = tmp_path / "shared"
-    train.encode_cached(tok, split, 64, names, shared)
+    encoding.encode_cached(tok, split, 64, names, shared)
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(shared.stat().st_mode) == 0o777 & ~umask  # as the user's umask says

@@ -21,14 +21,17 @@ from fault_helpers import py, sh
 
 from encoder_eval.data import tasks
 from encoder_eval.core.errors import HarnessError
-from encoder_eval.data.taskfile import parse_task_rows, read_task_file
+from encoder_eval.data.taskfile import (
+    parse_task_rows,
+    read_task_file,
+    register_task_files,
+    register_task_rows,
+)
 from encoder_eval.data.tasks import (
     SINGLE_LABEL,
     TASK_KNOBS,
     data_provenance,
     load_task,
-    register_task_files,
-    register_task_rows,
 )
 
 EXAMPLE = REPO / "examples" / "tasks" / "glue_wnli.toml"

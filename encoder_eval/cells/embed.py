@@ -27,7 +27,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from encoder_eval.cells.encoding import Encoded, autocast, encode_cached
+from encoder_eval.cells.kinds import pad_features
 from encoder_eval.core.errors import HarnessError, unknown_name
+from encoder_eval.data.tokencache import tokenizer_fingerprint
 from encoder_eval.data.loaders import LoadedModel, pool
 from encoder_eval.data.models import FIXED_POOLINGS
 
@@ -132,8 +135,6 @@ def forward_pooled(
 ) -> dict[str, np.ndarray]:
     """{pooling: (n, dim) fp32 vectors} of tokenised examples, in their given order; one
     forward pass serves every pooling."""
-    from encoder_eval.cells.kinds import pad_features
-    from encoder_eval.cells.train import Encoded, _autocast
 
     poolings = check_poolings(poolings)
     model = loaded.model.to(device).eval()
@@ -144,7 +145,7 @@ def forward_pooled(
     out: dict[str, np.ndarray] = {}
     for number, idx in enumerate(batches, start=1):
         batch = {k: v.to(device) for k, v in pad_features(enc, idx, pad_id).items()}
-        with _autocast(device, setup.precision):
+        with autocast(device, setup.precision):
             hidden = model(**batch)
         hidden = hidden.last_hidden_state if hasattr(hidden, "last_hidden_state") else hidden[0]
         for name in poolings:
@@ -170,8 +171,6 @@ def embed_split(
     """{pooling: (n, dim) fp32 embeddings} of a split's examples (`text`, optional
     `text_pair`) and how many poolings came from the cache. `cache_dir` None: no
     embedding cache; `token_cache_dir` None: no tokenisation cache."""
-    from encoder_eval.data.tokencache import tokenizer_fingerprint
-    from encoder_eval.cells.train import encode_cached
 
     n = len(split["text"])
     fp = tokenizer_fingerprint(loaded.tokenizer)  # once: both cache keys hash it

@@ -20,19 +20,17 @@ import random
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from encoder_eval.cells.encoding import Encoded
 from encoder_eval.core import metrics
 from encoder_eval.core.errors import unknown_name
 from encoder_eval.core.protocol import PROTOCOL_RECIPE, RANK_OBJECTIVES, Recipe
-from encoder_eval.data.tasks import RANKING, REGRESSION, SINGLE_LABEL, TaskKnobs
-
-if TYPE_CHECKING:
-    from encoder_eval.cells.train import Encoded
+from encoder_eval.core.problems import RANKING, REGRESSION, SINGLE_LABEL
+from encoder_eval.data.tasks import TaskKnobs
 
 
 def pad_features(enc: Encoded, idx: list[int], pad_id: int) -> dict[str, torch.Tensor]:

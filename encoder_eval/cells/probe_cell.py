@@ -508,7 +508,8 @@ def run_from_args(args) -> ProbeRun:
 
     from encoder_eval.cells.embed import check_poolings
     from encoder_eval.data.limit import check_limit
-    from encoder_eval.data.tasks import register_task_files, resolve_task_names
+    from encoder_eval.data.taskfile import register_task_files
+    from encoder_eval.data.tasks import resolve_task_names
 
     register_task_files(args.tasks_file)
     models = [resolve_model(spec) for spec in args.model]

@@ -23,7 +23,6 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from dataclasses import replace as dataclass_replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,10 +39,10 @@ from encoder_eval.core.errors import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # re-
 from encoder_eval.core.errors import EXIT_PREEMPTED as EXIT_PREEMPTED
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.fileio import atomic_open, temporary_name
+from encoder_eval.cells.encoding import Encoded, autocast, encode_cached, with_rank_columns
 from encoder_eval.cells.kinds import Kind, kind_for
 from encoder_eval.data.limit import limit_data
 from encoder_eval.data.loaders import LoadedModel, load_model
-from encoder_eval.core.metrics import RankGroups
 from encoder_eval.cells.predictions import (
     PredictionsError,
     predictions_path,
@@ -113,66 +112,6 @@ def seed_everything(seed: int) -> None:
 # ----------------------------------------------------------------------------- data
 
 
-@dataclass
-class Encoded:
-    """A tokenised split: one list of token ids per example (no padding), plus labels; for
-    a ranking split also each example's query, candidate id and first-stage rank."""
-
-    features: dict[str, list[list[int]]]
-    labels: list
-    lengths: list[int]
-    query_ids: list[str] | None = None
-    doc_ids: list[str] | None = None
-    first_stage_ranks: list[int] | None = None
-
-    @property
-    def rank_groups(self) -> RankGroups | None:
-        """What a grouped metric needs beside scores and labels; None for other splits."""
-        if self.query_ids is None:
-            return None
-        return RankGroups(self.query_ids, self.first_stage_ranks)
-
-
-def with_rank_columns(enc: Encoded, split: dict) -> Encoded:
-    """`enc` with a ranking split's query, candidate and first-stage columns (kept out of
-    the tokenisation cache, which holds model inputs only); other splits unchanged."""
-    if "query_id" not in split:
-        return enc
-    return dataclass_replace(enc, query_ids=list(split["query_id"]), doc_ids=list(split["doc_id"]),
-                             first_stage_ranks=list(split["first_stage_rank"]))  # fmt: skip
-
-
-def encode(tokenizer, split: dict, max_len: int, input_names: tuple[str, ...]) -> Encoded:
-    """Tokenise a split without padding; truncation keeps both texts of a pair where it can."""
-    args = (split["text"], split["text_pair"]) if "text_pair" in split else (split["text"],)
-    enc = tokenizer(*args, truncation=True, max_length=max_len, padding=False)
-    features = {name: enc[name] for name in input_names if name in enc}
-    lengths = [len(ids) for ids in features["input_ids"]]
-    return Encoded(features=features, labels=list(split["label"]), lengths=lengths)
-
-
-def encode_cached(
-    tokenizer,
-    split: dict,
-    max_len: int,
-    input_names: tuple[str, ...],
-    cache_dir: Path | None,
-    tokenizer_fp: str | None = None,
-) -> Encoded:
-    """`encode` through the tokenisation cache (no cache when `cache_dir` is None)."""
-    if cache_dir is None:
-        return encode(tokenizer, split, max_len, input_names)
-    fp = tokenizer_fp or tokencache.tokenizer_fingerprint(tokenizer)
-    key = tokencache.cache_key(fp, split, max_len, input_names)
-    hit = tokencache.load(cache_dir, key)
-    if hit is not None:
-        features, labels = hit
-        return Encoded(features, labels, [len(ids) for ids in features["input_ids"]])
-    enc = encode(tokenizer, split, max_len, input_names)
-    tokencache.store(cache_dir, key, enc.features, enc.labels)
-    return enc
-
-
 def _collate(enc: Encoded, idx: list[int], pad_id: int, device, kind: Kind) -> dict:
     """The batch of examples `idx` for `kind` (the one call the loop and `predict` batch
     through, so a benchmark can count the tokens of every batch)."""
@@ -202,12 +141,6 @@ def train_batches(lengths: list[int], batch_size: int, rng: random.Random, group
 # ----------------------------------------------------------------------------- model step
 
 
-def _autocast(device: torch.device, precision: str):
-    if precision == "fp32":
-        return torch.autocast(device.type, enabled=False)
-    return torch.autocast(device.type, dtype=torch.bfloat16)
-
-
 @torch.no_grad()
 def predict(model, enc: Encoded, pad_id: int, device, precision: str, batch_size: int, kind: Kind):
     """Predictions for every example, in the split's original order (length-sorted batches)."""
@@ -218,7 +151,7 @@ def predict(model, enc: Encoded, pad_id: int, device, precision: str, batch_size
         idx = order[start : start + batch_size]
         batch = _collate(enc, idx, pad_id, device, kind)
         batch.pop("labels")
-        with _autocast(device, precision):
+        with autocast(device, precision):
             logits = model(**batch).logits
         for i, value in zip(idx, kind.predictions(logits), strict=True):
             preds[i] = value
@@ -569,7 +502,7 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
     if resume_path is not None and resume_path.exists():
         st = _restore(resume_path, signature, model, optimizer, scheduler, data_rng, st, label)
     diverged_at = None
-    autocast = lambda: _autocast(cell.device, recipe.precision)  # noqa: E731
+    autocast = lambda: autocast(cell.device, recipe.precision)  # noqa: E731
     t_train = time.perf_counter()
     first_step_s = process_first_step_s = None
     while st.step < max_steps and diverged_at is None and not st.early_stopped:

@@ -16,7 +16,8 @@ import random
 from collections import defaultdict
 
 from encoder_eval.core.protocol import SELECTION_SPLITS
-from encoder_eval.data.tasks import REGRESSION, LoaderResult, Split
+from encoder_eval.core.problems import REGRESSION
+from encoder_eval.data.splits import LoaderResult, Split
 
 HOLDOUT_FRACTION = 0.10  # of the train split...
 HOLDOUT_MIN = 100  # ...but at least this many examples...

@@ -8,8 +8,8 @@ A task file holds one table, `tasks`, with a table of fields per task:
     ...                                                      inputs: [sentence1, sentence2]
 
 `FIELDS` lists every field with what it holds (README, "Adding a task", says the same for
-users). This module only reads and checks; `encoder_eval.data.tasks.register_task_rows` puts the
-checked tasks into the registry.
+users). This module reads and checks them; `register_task_files` / `register_task_rows` then put
+the checked tasks into the registry (`tasks.add_user_task`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from encoder_eval.data import tasks
 from encoder_eval.core.errors import HarnessError, quote, unknown_name
 from encoder_eval.core.fileio import DamagedFile, MissingFile, UnreadableFile, parse_toml, parse_yaml, read_bytes
 from encoder_eval.core.metrics import METRIC_SPECS
+from encoder_eval.core.problems import CLASSIFICATION, REGRESSION, SINGLE_LABEL, short_name
 
 # A task file defines classification and regression tasks: their metrics score examples.
 METRICS = tuple(name for name, spec in METRIC_SPECS.items() if spec.granularity == "pointwise")
@@ -49,7 +50,7 @@ FIELDS: dict[str, str] = {
     "euro_languages": "the languages averaged into the headline score (default: all)",
     "language_field": "the field naming each row's language, when one file holds them all",
 }
-PROBLEMS = {"classification": tasks.SINGLE_LABEL, "regression": tasks.REGRESSION}
+PROBLEMS = {CLASSIFICATION: SINGLE_LABEL, REGRESSION: REGRESSION}  # ranking is built in only
 BUCKETS = ("user", "glue", "superglue", "multilingual")
 SPLITS = ("train", "validation", "test")
 REPORT_SPLITS = ("test", "validation")
@@ -243,7 +244,7 @@ def _parse_one(key: str, table: Any, source: str) -> UserTask:
                 f"{source}: task {key!r}: {unknown_name('field', str(field), FIELDS)}"
             )
 
-    problem = PROBLEMS[t.choice("problem", PROBLEMS, "classification")]
+    problem = PROBLEMS[t.choice("problem", PROBLEMS, CLASSIFICATION)]
     inputs = t.texts("inputs", 1, 2)
     if inputs is None:
         raise t.fail("inputs", "missing; give the input field, or a list of two for a text pair")
@@ -251,7 +252,7 @@ def _parse_one(key: str, table: Any, source: str) -> UserTask:
     num_labels = t.get("num_labels")
     if num_labels is not None and (isinstance(num_labels, bool) or not isinstance(num_labels, int)):
         raise t.fail("num_labels", f"{quote(num_labels)} is not a whole number")
-    if problem == tasks.REGRESSION:
+    if problem == REGRESSION:
         if labels is not None:
             raise t.fail("labels", "a regression task has no classes: remove labels (its "
                          "target is the number in label_field)")  # fmt: skip
@@ -275,11 +276,11 @@ def _parse_one(key: str, table: Any, source: str) -> UserTask:
     if metric is None:
         raise t.fail("metric", f"missing; give one of {', '.join(METRICS)}")
     metric = t.choice("metric", METRICS, "")
-    allowed = REGRESSION_METRICS if problem == tasks.REGRESSION else tuple(
+    allowed = REGRESSION_METRICS if problem == REGRESSION else tuple(
         m for m in METRICS if m not in REGRESSION_METRICS
     )  # fmt: skip
     if metric not in allowed:
-        kind = "regression" if problem == tasks.REGRESSION else "classification"
+        kind = short_name(problem)
         raise t.fail("metric", f"{metric} does not score a {kind} task; valid for {kind}: "
                      f"{', '.join(allowed)}")  # fmt: skip
     if metric == "f1" and num_labels != 2:
@@ -332,3 +333,28 @@ def _data_dir(t: _Table, source: str) -> Path | None:
         raise t.fail("data_dir", f"{path} is not a folder (a relative data_dir is read from "
                      f"the task file's folder, {os.path.abspath(base)})")  # fmt: skip
     return path
+
+
+def register_task_files(paths: list[str] | None) -> list[str]:
+    """Register the tasks defined in user task files (TOML or YAML); returns their keys.
+
+    Each file is checked whole before its tasks join the registry; registering a file again
+    is a no-op.
+    """
+    keys: list[str] = []
+    for path in paths or []:
+        keys.extend(k for k in register_task_rows(read_task_file(path), str(path)) if k not in keys)
+    return keys
+
+
+def register_task_rows(rows: dict, source: str) -> list[str]:
+    """Register user tasks given as task tables `{key: {field: value}}` (a task file's
+    `tasks` table, or one embedded in another file), read from the file `source`, against
+    whose folder a relative `data_dir` is read; returns their keys.
+
+    A user task then is a registry row like a built-in one (`tasks.add_user_task`).
+    """
+    parsed = parse_task_rows(rows, source)  # every table checked before any is registered
+    for task in parsed:
+        tasks.add_user_task(task.key, task.knobs, task.source, task.revision)
+    return [task.key for task in parsed]

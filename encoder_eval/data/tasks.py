@@ -32,16 +32,14 @@ from typing import Any
 from encoder_eval.data import synthetic
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.fileio import DamagedFile, FileProblem, parse_json, read_json
+from encoder_eval.core.problems import RANKING, REGRESSION, SINGLE_LABEL
+from encoder_eval.data.holdout import apply_selection_split
+from encoder_eval.data.splits import LoaderResult, Split
 
-SINGLE_LABEL = "single_label_classification"
-REGRESSION = "regression"
-RANKING = "ranking"  # (query, candidate) pairs scored by one logit, metrics per query
 TRAIN_SHUFFLE_SEED = (
     20240531  # fixed: the multilingual train concatenation is the same for every cell
 )
 
-Split = dict[str, list]
-LoaderResult = tuple[Split, dict[str, Split], dict[str, Split], int, str]
 
 
 @dataclass(frozen=True)
@@ -433,41 +431,19 @@ def _unknown_task(name: str, also: str = "") -> HarnessError:
     return unknown_name("task", name, TASK_KNOBS, f"{ADD_TASK_HINT}{'; ' + also if also else ''}")
 
 
-def register_task_files(paths: list[str] | None) -> list[str]:
-    """Register the tasks defined in user task files (TOML or YAML); returns their keys.
-
-    Each file is checked whole before its tasks join the registry; registering a file again
-    is a no-op. See `encoder_eval.data.taskfile` for the format.
-    """
-    from encoder_eval.data.taskfile import read_task_file
-
-    keys: list[str] = []
-    for path in paths or []:
-        keys.extend(k for k in register_task_rows(read_task_file(path), str(path)) if k not in keys)
-    return keys
-
-
-def register_task_rows(rows: dict, source: str) -> list[str]:
-    """Register user tasks given as task tables `{key: {field: value}}` (a task file's
-    `tasks` table, or one embedded in another file), read from the file `source`, against
-    whose folder a relative `data_dir` is read; returns their keys.
-
-    A user task then is a registry row like a built-in one: in TASK_KNOBS, LOADERS (the
-    generic loader), DATASET_REVISIONS (its Hub dataset's revision) and its bucket's group.
-    """
-    from encoder_eval.data.taskfile import parse_task_rows
-
-    parsed = parse_task_rows(rows, source)  # every table checked before any is registered
-    for task in parsed:
-        if task.key in TASK_KNOBS:  # the same definition, registered before
-            continue
-        TASK_KNOBS[task.key] = task.knobs
-        LOADERS[task.key] = _loader_for(task.key)
-        USER_TASK_SOURCES[task.key] = task.source
-        repo = task.knobs.hf_path
-        if repo and (task.revision is not None or repo not in DATASET_REVISIONS):
-            DATASET_REVISIONS[repo] = task.revision
-    return [task.key for task in parsed]
+def add_user_task(key: str, knobs: TaskKnobs, source: str, revision: str | None) -> bool:
+    """Add a user task (parsed by `encoder_eval.data.taskfile`) to the registry: TASK_KNOBS,
+    LOADERS (the generic loader), DATASET_REVISIONS (its Hub dataset's revision) and its
+    bucket's group. False when the key was registered before (the same definition)."""
+    if key in TASK_KNOBS:
+        return False
+    TASK_KNOBS[key] = knobs
+    LOADERS[key] = _loader_for(key)
+    USER_TASK_SOURCES[key] = source
+    repo = knobs.hf_path
+    if repo and (revision is not None or repo not in DATASET_REVISIONS):
+        DATASET_REVISIONS[repo] = revision
+    return True
 
 
 # Dataset revisions used when reading from the Hub (None = the repository's current head).
@@ -879,8 +855,6 @@ def load_task(
 ) -> LoaderResult:
     """Load a registered task by name through its entry in LOADERS; with `selection_split`
     "holdout", dev is replaced by a fixed slice of train (`encoder_eval.data.holdout`)."""
-    from encoder_eval.data.holdout import apply_selection_split
-
     knobs = task_knobs(task)
     if task not in LOADERS:
         raise unknown_name("task loader", task, LOADERS)

@@ -31,8 +31,8 @@ says what the model needs and is never a grant: a sweep refuses it unless the us
 
 `tasks` is a list of task keys (or group names), or a table whose entries are the tasks
 that run: an empty `[tasks.glue_rte]` names a known task, a `[tasks.X]` with fields defines
-task X inline (`tasks.register_task_rows`). `tasks_files` lists task files
-(`tasks.register_task_files`). A field left out means the protocol's value.
+task X inline (`taskfile.register_task_rows`). `tasks_files` lists task files
+(`taskfile.register_task_files`). A field left out means the protocol's value.
 
 A report phase runs as its select phase did: its sweep takes models, tasks, recipe
 overrides, data directory, device and selection split from the experiment its selection
@@ -429,12 +429,12 @@ def write(exp: Experiment, path: str | os.PathLike) -> None:
 
 def register_tasks(exp: Experiment, source: str) -> None:
     """Make the experiment's own tasks known: its task files and inline `[tasks.X]` rows."""
-    from encoder_eval.data import tasks
+    from encoder_eval.data import taskfile
 
     if exp.tasks_files:
-        tasks.register_task_files(exp.tasks_files)
+        taskfile.register_task_files(exp.tasks_files)
     if exp.task_rows:
-        tasks.register_task_rows(exp.task_rows, source)
+        taskfile.register_task_rows(exp.task_rows, source)
 
 
 def _task_keys(names: list[str]) -> list[str]:

@@ -36,7 +36,8 @@ from encoder_eval.core.protocol import (
     lr_key_for,
 )
 from encoder_eval.core.results import cell_state, result_filename
-from encoder_eval.data.tasks import register_task_files, resolve_task_names
+from encoder_eval.data.taskfile import register_task_files
+from encoder_eval.data.tasks import resolve_task_names
 
 __all__ = ["Cell", "Plan", "ProbeSettings", "build_plan", "build_probe_plan"]
 
