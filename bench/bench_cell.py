@@ -677,8 +677,8 @@ def main(argv=None) -> int:
     t_imports = time.perf_counter() - t_imports0
     from transformers import Trainer  # noqa: F401  (lazy module; not charged to (a))
 
-    from encoder_eval.data.tasks import load_task, task_knobs
     from encoder_eval.cells.train import resolve_device
+    from encoder_eval.data.tasks import load_task, task_knobs
 
     since_start = _seconds_since_process_start()
     transformers.logging.set_verbosity_error()

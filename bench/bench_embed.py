@@ -38,7 +38,6 @@ import torch  # noqa: E402
 from bench_cell import matmul_peak_gflops, model_dims  # noqa: E402
 
 from encoder_eval.cells import embed
-
 from encoder_eval.data import tasks  # noqa: E402
 from encoder_eval.data.loaders import load_encoder  # noqa: E402
 

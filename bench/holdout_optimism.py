@@ -83,9 +83,9 @@ def _worker(argv: list[str]) -> int:
     """Run `encoder_eval.run` in this process, scoring the official dev split (the report
     split of a dev-reported task) after every evaluation of a strict (holdout) report cell."""
     sys.path.insert(0, str(REPO))
-    from encoder_eval.core import metrics
     from encoder_eval import run
     from encoder_eval.cells import train
+    from encoder_eval.core import metrics
 
     original = train._evaluate
 

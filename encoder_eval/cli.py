@@ -18,7 +18,13 @@ import sys
 from dataclasses import dataclass
 
 from encoder_eval import __version__
-from encoder_eval.core.errors import EXIT_INPUT_ERROR, EXIT_OK, ArgumentParser, report_errors, unknown_name
+from encoder_eval.core.errors import (
+    EXIT_INPUT_ERROR,
+    EXIT_OK,
+    ArgumentParser,
+    report_errors,
+    unknown_name,
+)
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,15 @@ import argparse
 import os
 import sys
 
-from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_INTERRUPTED, EXIT_OK, ArgumentParser
-from encoder_eval.plans.plan import PROBE_PHASE, SWEEP_PHASES
+from encoder_eval.core.errors import (
+    EXIT_INCOMPLETE,
+    EXIT_INPUT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    ArgumentParser,
+)
 from encoder_eval.core.results import DONE_STATES, settle_cell
+from encoder_eval.plans.plan import PROBE_PHASE, SWEEP_PHASES
 
 
 def build_parser() -> argparse.ArgumentParser:

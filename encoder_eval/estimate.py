@@ -17,8 +17,20 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
-from encoder_eval.core.protocol import LR_GRID, PROTOCOL_RECIPE, REPORT_SEEDS, SELECT_SEEDS, step_budget
+from encoder_eval.core.errors import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    ArgumentParser,
+    HarnessError,
+    report_errors,
+)
+from encoder_eval.core.protocol import (
+    LR_GRID,
+    PROTOCOL_RECIPE,
+    REPORT_SEEDS,
+    SELECT_SEEDS,
+    step_budget,
+)
 from encoder_eval.core.results import load_results
 from encoder_eval.data.tasks import resolve_task_names
 

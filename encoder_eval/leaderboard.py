@@ -48,16 +48,23 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
-from encoder_eval.reports import latex
-from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors, warn_once
-from encoder_eval.plans.experiment import summarize_inputs
+from encoder_eval.core.errors import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    ArgumentParser,
+    HarnessError,
+    report_errors,
+    warn_once,
+)
 from encoder_eval.core.fileio import write_output
 from encoder_eval.core.metrics import metric_spec
-from encoder_eval.plans.plan import split_csv
 from encoder_eval.core.protocol import seed_arg
 from encoder_eval.core.results import load_results
-from encoder_eval.select import load_selection
-from encoder_eval.summarize import Table, build_table, format_refusal
+from encoder_eval.plans.experiment import summarize_inputs
+from encoder_eval.plans.plan import split_csv
+from encoder_eval.plans.selection import load_selection
+from encoder_eval.reports import latex
+from encoder_eval.reports.table import Table, build_table, format_refusal
 
 LEADERBOARD_SCHEMA = "encoder-eval-leaderboard"
 DEFAULT_SEED = 0

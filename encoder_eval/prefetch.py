@@ -29,10 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from encoder_eval.core import fileio
-
-from encoder_eval.data import tasks
 from encoder_eval.core.errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
 from encoder_eval.core.fileio import FileProblem, atomic_open, read_json
+from encoder_eval.data import tasks
 from encoder_eval.data.taskfile import register_task_files
 
 MANIFEST_NAME = "MANIFEST.json"

@@ -15,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
+from encoder_eval.cells.trackers import check_tracking_dir, parse_report_to
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_INTERRUPTED,
@@ -25,18 +26,6 @@ from encoder_eval.core.errors import (
     Terminated,
     raise_on_sigterm,
     report_errors,
-)
-from encoder_eval.data.limit import check_limit
-from encoder_eval.data.models import (
-    ATTENTIONS,
-    DECODER_DEFAULTS,
-    HEAD_POOLINGS,
-    MODEL_REGISTRY,
-    MODES,
-    key_from_path,
-    loader_settings,
-    model_entry,
-    registry_trusts,
 )
 from encoder_eval.core.protocol import (
     PHASE_SEEDS,
@@ -55,9 +44,20 @@ from encoder_eval.core.results import (
     result_filename,
     settle_cell,
 )
+from encoder_eval.data.limit import check_limit
+from encoder_eval.data.models import (
+    ATTENTIONS,
+    DECODER_DEFAULTS,
+    HEAD_POOLINGS,
+    MODEL_REGISTRY,
+    MODES,
+    key_from_path,
+    loader_settings,
+    model_entry,
+    registry_trusts,
+)
 from encoder_eval.data.taskfile import register_task_files
 from encoder_eval.data.tasks import TASK_KNOBS, dataset_revisions, task_knobs
-from encoder_eval.cells.trackers import check_tracking_dir, parse_report_to
 
 
 class CellsFailed(Exception):
@@ -305,8 +305,8 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
     """
     import traceback
 
-    from encoder_eval.data.tasks import data_provenance, load_task
     from encoder_eval.cells.train import Preempted, run_cell
+    from encoder_eval.data.tasks import data_provenance, load_task
 
     results = []
     data = data_prov = None

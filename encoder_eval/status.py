@@ -46,9 +46,22 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from encoder_eval.core.errors import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    ArgumentParser,
+    HarnessError,
+    report_errors,
+)
+from encoder_eval.core.results import (
+    CORRUPT,
+    KEPT,
+    MISSING,
+    QUARANTINE_DIR,
+    count_quarantined,
+    load_results,
+)
 from encoder_eval.plans import experiment
-from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_OK, ArgumentParser, HarnessError, report_errors
-from encoder_eval.core.results import CORRUPT, KEPT, MISSING, QUARANTINE_DIR, count_quarantined, load_results
 from encoder_eval.sweep import (
     Cell,
     Plan,

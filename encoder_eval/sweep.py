@@ -56,6 +56,17 @@ import os
 import shlex
 import sys
 
+from encoder_eval.core.errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
+from encoder_eval.core.fileio import check_utf8
+from encoder_eval.core.protocol import (
+    LR_GRID,
+    PHASE_SEEDS,
+    PROTOCOL_RECIPE,
+    SELECTION_SPLITS,
+    check_seed,
+)
+from encoder_eval.data.models import MODEL_REGISTRY, MODES
+from encoder_eval.data.tasks import MULTILINGUAL_TASKS, TASK_GROUPS
 from encoder_eval.plans import emit as _emit
 from encoder_eval.plans import experiment
 from encoder_eval.plans.emit import (
@@ -68,9 +79,6 @@ from encoder_eval.plans.emit import (
     emit_slurm,
     emit_slurm_array,
 )
-from encoder_eval.core.errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
-from encoder_eval.core.fileio import check_utf8
-from encoder_eval.data.models import MODEL_REGISTRY, MODES
 from encoder_eval.plans.plan import (
     GROUPS,
     PHASES,
@@ -90,8 +98,6 @@ from encoder_eval.plans.plan import (
     run_precision,
     split_csv,
 )
-from encoder_eval.core.protocol import LR_GRID, PHASE_SEEDS, PROTOCOL_RECIPE, SELECTION_SPLITS, check_seed
-from encoder_eval.data.tasks import MULTILINGUAL_TASKS, TASK_GROUPS
 
 # Re-exported: status.py, select.py, summarize.py, demo.py and the tests import these from here.
 __all__ = [
@@ -270,7 +276,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         raise HarnessError("give --phase select or --phase report")
     selection = None
     if args.selection is not None:
-        from encoder_eval.select import load_selection
+        from encoder_eval.plans.selection import load_selection
 
         selection = load_selection(args.selection)
     extra = _extra_args(args, finetune=True)

@@ -52,7 +52,13 @@ from encoder_eval.core.errors import (
     report_errors,
     unknown_name,
 )
-from encoder_eval.core.fileio import FileProblem, parse_json, read_json, write_json_atomic, write_output
+from encoder_eval.core.fileio import (
+    FileProblem,
+    parse_json,
+    read_json,
+    write_json_atomic,
+    write_output,
+)
 from encoder_eval.core.protocol import seed_arg
 from encoder_eval.core.receipt import TaskResult
 from encoder_eval.core.results import DONE_STATES
@@ -176,7 +182,7 @@ class TrackSetup:
 
 
 def _lr_from_selection(path: str, model: str | None, tasks: list[str]) -> dict[str, tuple]:
-    from encoder_eval.select import load_selection
+    from encoder_eval.plans.selection import load_selection
 
     pairs = load_selection(path).get("pairs", {})
     if model is None:
@@ -242,9 +248,9 @@ def build_setup(
     task_list = tuple(resolve_tasks(tasks))
     if kind == "probe":
         from encoder_eval.cells.embed import EmbedSetup, check_poolings
-        from encoder_eval.plans.plan import split_csv
-        from encoder_eval.probe import DEFAULT_K_FOLDS, DEFAULT_SEED
         from encoder_eval.cells.probe_cell import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
+        from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED
+        from encoder_eval.plans.plan import split_csv
 
         if any(v is not None for v in (lr_key, selection, seeds, max_steps)):
             raise HarnessError("--lr-key, --selection, --seeds and --max-steps are for --kind "
@@ -257,8 +263,8 @@ def build_setup(
             k_folds or DEFAULT_K_FOLDS, DEFAULT_SEED if seed is None else seed,
             EmbedSetup(precision=precision or "bf16").precision,
         )  # fmt: skip
-    from encoder_eval.plans.plan import run_precision
     from encoder_eval.core.protocol import LR_GRID, PHASE_SEEDS, lr_for_key
+    from encoder_eval.plans.plan import run_precision
 
     if any(v is not None for v in (pooling, k_folds, seed)):
         raise HarnessError("--pooling, --k-folds and --seed are for --kind probe")
@@ -472,8 +478,8 @@ def _mean_by_language(rows: list[dict]) -> dict[str, float]:
 
 
 def _probe_task_result(plan, cell, revision: str) -> TaskResult:
-    from encoder_eval.core.metrics import metric_spec
     from encoder_eval.cells.probe_cell import read_probe_result
+    from encoder_eval.core.metrics import metric_spec
 
     path = Path(plan.out_json(cell))
     r = read_probe_result(path)
@@ -496,9 +502,9 @@ def _probe_task_result(plan, cell, revision: str) -> TaskResult:
 
 
 def _finetune_task_result(plan, cells, revision: str) -> TaskResult:
+    from encoder_eval.cells.predictions import load_predictions, predictions_path
     from encoder_eval.core import aggregate
     from encoder_eval.core.metrics import metric_spec
-    from encoder_eval.cells.predictions import load_predictions, predictions_path
     from encoder_eval.core.results import cell_state
     from encoder_eval.core.schema import CellResult
 

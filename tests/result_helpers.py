@@ -8,10 +8,12 @@ import dataclasses
 import json
 from pathlib import Path
 
+from encoder_eval.core import comparability
 from encoder_eval.core.protocol import LR_GRID, PROTOCOL_RECIPE, off_protocol_reasons
 from encoder_eval.core.results import result_filename, validate_result
 from encoder_eval.core.schema import CellId, CellResult, Protocol, ScoreSection, Training
 from encoder_eval.data.tasks import task_knobs
+from encoder_eval.plans import selection
 
 
 def make_result(
@@ -81,16 +83,15 @@ def make_result(
 def make_selection(lr_keys: dict[tuple[str, str], str], **result_kw) -> dict:
     """A valid selection document choosing `lr_keys[(model, task)]`, whose select cells ran
     with what `make_result(**result_kw)` describes."""
-    from encoder_eval import select
 
     pairs: dict[str, dict] = {}
     for (model, task), key in lr_keys.items():
-        setup = select.cell_setup(make_result(model, task, key, 42, "select", **result_kw))
+        setup = comparability.cell_setup(make_result(model, task, key, 42, "select", **result_kw))
         pairs.setdefault(model, {})[task] = {
             "lr_key": key, "lr": LR_GRID[key], "partial": False, "on_protocol": True,
             "select_setup": setup,
         }  # fmt: skip
-    return {"schema": select.SCHEMA, "version": select.VERSION, "on_protocol": True,
+    return {"schema": selection.SCHEMA, "version": selection.VERSION, "on_protocol": True,
             "policy": {"lr_keys": list(LR_GRID), "seeds": [42, 43, 44]}, "pairs": pairs}  # fmt: skip
 
 
@@ -118,8 +119,8 @@ def write_cell_with_predictions(
 ) -> Path:
     """A report result whose score is its `predictions`' metric on `labels` (one language,
     "en"), written with its predictions file, as a report cell writes both."""
-    from encoder_eval.core import metrics
     from encoder_eval.cells import predictions as preds_mod
+    from encoder_eval.core import metrics
 
     score = metrics.compute_metric(task_knobs(task).metric, predictions, labels)
     data = make_result(model, task, lr_key, seed, "report", score, **result_kw)

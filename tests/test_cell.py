@@ -15,11 +15,11 @@ import torch
 from conftest import REPO, read_json
 
 from encoder_eval.cells import train
-from encoder_eval.core.errors import HarnessError
 from encoder_eval.cells.kinds import KINDS
-from encoder_eval.data.loaders import load_encoder, load_model
+from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.protocol import Recipe
 from encoder_eval.core.results import result_filename, validate_result
+from encoder_eval.data.loaders import load_encoder, load_model
 from encoder_eval.data.tasks import load_task
 
 SHORT = Recipe(max_steps=6, patience=3, max_seq_len=128)
@@ -435,8 +435,8 @@ def _languages_predicted(monkeypatch, tokenizer, input_names, splits: dict) -> l
 def test_training_evaluations_score_only_the_deciding_languages_and_the_rest_once_at_the_end(
     tiny_models, seahorse_mirror, tmp_path, monkeypatch
 ):
-    from encoder_eval.core import metrics
     from encoder_eval.cells.kinds import kind_for
+    from encoder_eval.core import metrics
 
     data = load_task("seahorse", seahorse_mirror, with_test=False)
     val = data[1]

@@ -17,10 +17,10 @@ from stats_helpers import SEED, band, seeded_rng
 from statsmodels.stats.multitest import multipletests
 
 from encoder_eval import compare
-
+from encoder_eval.cells.predictions import predictions_path
 from encoder_eval.core import stats
 from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK
-from encoder_eval.cells.predictions import predictions_path
+from encoder_eval.reports import verdicts
 
 TASKS = ("glue_rte", "glue_mrpc")  # accuracy and F1
 REPORT = range(45, 50)
@@ -266,7 +266,7 @@ def test_refusals(rng, tmp_path, capsys):
     code, out, _ = run(capsys, "--results-dir", str(rdir), "--selection", sel,
                        "--allow-partial", "--format", "json")  # fmt: skip
     row = rows_by(json.loads(out))[("a", "b", "glue_mrpc")]
-    assert row["verdict"] == compare.NOT_TESTED and "too few finished seeds" in row["notes"][0]
+    assert row["verdict"] == verdicts.NOT_TESTED and "too few finished seeds" in row["notes"][0]
     code, _, err = run(capsys, "--results-dir", str(rdir), "--selection", sel,
                        "--allow-partial", "--reference", "zzz")  # fmt: skip
     assert code == EXIT_INPUT_ERROR and "--reference 'zzz' is not one of" in err
@@ -333,8 +333,8 @@ def test_summarize_bootstrap_intervals_need_predictions(rng, tmp_path, capsys):
 
 
 def _row(task: str, diff: float, p_seed: float | None, p_combined: float | None = None, *,
-         a: str = "a", b: str = "b", std: float | None = None) -> compare.Row:  # fmt: skip
-    return compare.Row(a, b, task, "accuracy", 5, 5, 0.5 + diff, 0.5, diff=diff, p_seed=p_seed,
+         a: str = "a", b: str = "b", std: float | None = None) -> verdicts.Row:  # fmt: skip
+    return verdicts.Row(a, b, task, "accuracy", 5, 5, 0.5 + diff, 0.5, diff=diff, p_seed=p_seed,
                        p_combined=p_combined, std_a=std, std_b=std)  # fmt: skip
 
 
@@ -349,7 +349,7 @@ def test_seeds_needed_gives_80_percent_power_at_the_applied_alpha_and_correction
     # seeds whatever the alpha and tasks, whose real power at 17 tasks is about 40 %.
     diff, std = 0.01, 0.01
     rows = [_row(f"t{i}", diff, 0.5, std=std) for i in range(n_tasks)]
-    compare.finish_rows(rows, alpha, "holm")
+    verdicts.finish_rows(rows, alpha, "holm")
     n = rows[0].seeds_needed
     assert rows[0].family_size == n_tasks and rows[0].power_alpha == pytest.approx(alpha / n_tasks)
     if expected is not None:
@@ -373,7 +373,7 @@ def test_seeds_needed_gives_80_percent_power_at_the_applied_alpha_and_correction
 
 def test_verdicts_with_and_without_predictions_are_corrected_in_one_family():
     rows = [_row("glue_rte", 0.02, 0.03, 0.01), _row("glue_mrpc", 0.02, 0.02)]
-    compare.finish_rows(rows, 0.05, "holm", power=False)
+    verdicts.finish_rows(rows, 0.05, "holm", power=False)
     want = multipletests([0.01, 0.02], method="holm")[1]
     assert [r.p_verdict_adj for r in rows] == pytest.approx(list(want))
     assert [r.verdict_test for r in rows] == ["combined", "welch"]
@@ -401,13 +401,13 @@ def test_family_table_bounds_any_false_better_in_a_table_of_identical_models(rng
     scores, p = _identical_tables(rng, n_sim, k, n_tasks)
     means = scores.mean(axis=3)
     rate = {}
-    for family in compare.FAMILIES:
-        key = compare.family_key(family)
+    for family in verdicts.FAMILIES:
+        key = verdicts.family_key(family)
         false = 0
         for s in range(n_sim):
             rows = [_row(f"t{t}", means[s, i, t] - means[s, j, t], p[(i, j)][s, t],
                          a=f"m{i}", b=f"m{j}") for (i, j) in p for t in range(n_tasks)]  # fmt: skip
-            compare.finish_rows(rows, 0.05, "holm", family_of=key, power=False)
+            verdicts.finish_rows(rows, 0.05, "holm", family_of=key, power=False)
             false += any(r.verdict != stats.NOT_DISTINGUISHABLE for r in rows)
         rate[family] = false / n_sim
     print(f"tables with a false 'better' (k={k}, {n_tasks} tasks, n={n_sim}): {rate}")
@@ -424,20 +424,20 @@ def test_marks_family_table_bounds_false_marks_although_the_best_is_picked_by_it
     scores, p = _identical_tables(rng, n_sim, k, n_tasks)
     means = scores.mean(axis=3)
     rate = {}
-    for family in compare.MARK_FAMILIES:
-        key = compare.mark_family_key(family)
+    for family in verdicts.MARK_FAMILIES:
+        key = verdicts.mark_family_key(family)
         lost = 0
         for s in range(n_sim):
             rows, shown = [], []
             for t in range(n_tasks):
                 ordered = sorted(range(k), key=lambda m: -means[s, m, t])
-                for x, y in compare.mark_pairs(ordered, family):
+                for x, y in verdicts.mark_pairs(ordered, family):
                     pv = p[(min(x, y), max(x, y))][s, t]
                     rows.append(_row(f"t{t}", means[s, x, t] - means[s, y, t], pv,
                                      a=f"m{x}", b=f"m{y}"))  # fmt: skip
                     if x == ordered[0]:
                         shown.append(rows[-1])
-            compare.finish_rows(rows, 0.05, "holm", family_of=key, power=False)
+            verdicts.finish_rows(rows, 0.05, "holm", family_of=key, power=False)
             lost += any(r.verdict != stats.NOT_DISTINGUISHABLE for r in shown)
         rate[family] = lost / n_sim
     print(f"tables where an identical model loses its ≈ (k={k}, {n_tasks} tasks): {rate}")

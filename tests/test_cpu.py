@@ -8,9 +8,8 @@ import dataclasses
 import pytest
 from conftest import read_json
 
-from encoder_eval.core import cpu
-
 from encoder_eval.cells import train
+from encoder_eval.core import cpu
 from encoder_eval.core.protocol import Recipe
 from encoder_eval.core.results import result_filename
 

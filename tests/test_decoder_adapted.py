@@ -36,14 +36,15 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from encoder_eval.data import models as model_registry
-from encoder_eval import run, select
+from encoder_eval import run
 from encoder_eval.cells import encoding
+from encoder_eval.core import comparability
 from encoder_eval.core.errors import EXIT_INPUT_ERROR, EXIT_OK, HarnessError
-from encoder_eval.data.loaders import PooledClassifier, load_model, pool, verify_attention
-from encoder_eval.data.models import ModelEntry, loader_settings
 from encoder_eval.core.protocol import Recipe, loader_label
 from encoder_eval.core.results import validate_result
+from encoder_eval.data import models as model_registry
+from encoder_eval.data.loaders import PooledClassifier, load_model, pool, verify_attention
+from encoder_eval.data.models import ModelEntry, loader_settings
 
 ARCHS = ("llama", "qwen2", "gemma3")
 IMPLEMENTATIONS = ("eager", "sdpa")
@@ -305,8 +306,8 @@ def test_loader_label_makes_the_settings_part_of_the_loader():
     assert loader_label(mean) == (
         "decoder-adapted (attention=bidirectional, head_dropout=0.1, pooling=mean)"
     )
-    a, b = select.cell_setup({"recipe": mean}), select.cell_setup({"recipe": last})
-    assert select.setup_differences(a, b, "select has") == [
+    a, b = comparability.cell_setup({"recipe": mean}), comparability.cell_setup({"recipe": last})
+    assert comparability.setup_differences(a, b, "select has") == [
         "mode decoder-adapted (attention=bidirectional, head_dropout=0.1, pooling=mean) "
         "(select has decoder-adapted (attention=bidirectional, head_dropout=0.1, pooling=last))"
     ]

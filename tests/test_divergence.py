@@ -19,9 +19,9 @@ import torch
 from fault_helpers import SHRINK, py, read_json, sh
 
 from encoder_eval.cells import train
-from encoder_eval.data.loaders import load_model
 from encoder_eval.core.protocol import LR_GRID, Recipe
 from encoder_eval.core.results import read_result, result_filename, validate_result
+from encoder_eval.data.loaders import load_model
 
 MODEL, TASK = "tiny", "glue_stsb"
 

@@ -19,12 +19,11 @@ import pytest
 from fault_helpers import sh
 from result_helpers import make_result, make_selection, write_result
 
-from encoder_eval.plans import experiment
-
 from encoder_eval import select, status, summarize, sweep
 from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK, HarnessError
-from encoder_eval.plans.experiment import Experiment, ModelSpec, PhaseRecord
 from encoder_eval.core.results import EXPERIMENT_NAME, load_results
+from encoder_eval.plans import experiment, selection
+from encoder_eval.plans.experiment import Experiment, ModelSpec, PhaseRecord
 
 REPO = Path(__file__).resolve().parents[1]
 SHRINK = ["--lr-keys", "lr03,lr06", "--seeds", "42,43", "--max-steps", "4",
@@ -232,7 +231,7 @@ def test_select_reads_lr_keys_and_seeds_from_the_file_and_records_the_experiment
     rdir, _ = select_sweep(tmp_path)
     fill_select(rdir)
     sel_path = run_select(tmp_path, rdir)  # no --lr-keys, no --seeds
-    sel = select.load_selection(sel_path)
+    sel = selection.load_selection(sel_path)
     assert sel["version"] == 3
     assert sel["policy"]["lr_keys"] == ["lr03", "lr06"] and sel["policy"]["seeds"] == [42, 43]
     assert sel["pairs"]["m"]["glue_rte"]["lr_key"] == "lr06"
@@ -243,7 +242,7 @@ def test_select_reads_lr_keys_and_seeds_from_the_file_and_records_the_experiment
     out = tmp_path / "more.json"
     assert select.main(["--results-dir", str(rdir), "--out", str(out), "--seeds", "42,43,44"]) == 1
     fill_select(rdir, seeds=(44,))
-    assert select.load_selection(run_select(tmp_path, rdir, "--seeds", "42,43,44"))["policy"][
+    assert selection.load_selection(run_select(tmp_path, rdir, "--seeds", "42,43,44"))["policy"][
         "seeds"
     ] == [42, 43, 44]
 
@@ -507,7 +506,7 @@ def test_old_selection_files_and_results_without_a_file_read_as_before(tmp_path,
     sel["version"] = 2
     path = tmp_path / "selection.json"
     path.write_text(json.dumps(sel))
-    assert select.load_selection(path)["version"] == 2
+    assert selection.load_selection(path)["version"] == 2
     assert report_sweep(tmp_path, path, "--model", "m=org/m", "--tasks", "glue_rte",
                         "--max-steps", "8") == EXIT_OK  # fmt: skip
     (unit,) = unit_args(tmp_path / "runs/report/run_all.sh")

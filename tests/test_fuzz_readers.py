@@ -320,7 +320,7 @@ def test_every_reader_survives_damaged_files(tmp_path, capsys):
               "track report")  # fmt: skip
         for bad in bad_selections:
             try:
-                select.load_selection(bad)
+                selection.load_selection(bad)
             except HarnessError as exc:
                 out.add(f"load_selection {bad}", f"error: {exc}")
         for exp in exp_files:

@@ -10,8 +10,8 @@ import torch
 
 from encoder_eval.cells import kinds, train
 from encoder_eval.core.errors import HarnessError
-from encoder_eval.data.loaders import load_model
 from encoder_eval.core.protocol import Recipe
+from encoder_eval.data.loaders import load_model
 from encoder_eval.data.tasks import RANKING, REGRESSION, SINGLE_LABEL, TASK_KNOBS, load_task
 
 CPU = torch.device("cpu")

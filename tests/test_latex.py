@@ -16,8 +16,8 @@ import pytest
 from result_helpers import make_result, make_selection, write_many
 
 from encoder_eval import compare, leaderboard, summarize
-from encoder_eval.reports.latex import Score, escape, render_table, standalone
 from encoder_eval.core.protocol import PHASE_SEEDS
+from encoder_eval.reports.latex import Score, escape, render_table, standalone
 
 HOSTILE = "m_1&2%#$"  # a model name every LaTeX special character of which must be escaped
 MODELS = (HOSTILE, "base~x")

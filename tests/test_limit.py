@@ -14,8 +14,8 @@ from conftest import REPO, read_json
 from result_helpers import make_result, make_selection, write_many
 
 from encoder_eval import summarize
-from encoder_eval.data.limit import limit_data, limit_split
 from encoder_eval.core.protocol import PHASE_SEEDS
+from encoder_eval.data.limit import limit_data, limit_split
 from encoder_eval.data.tasks import load_task
 
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from encoder_eval.data import models
-
 from encoder_eval import run
 from encoder_eval.core.errors import HarnessError
+from encoder_eval.data import models
 
 
 def planned(tmp_path, *flags: str):

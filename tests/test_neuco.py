@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from encoder_eval.reports import neuco
+from encoder_eval.cells.probing import load_probe
 from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK, HarnessError
-from encoder_eval.probe import load_probe
+from encoder_eval.reports import neuco
 
 SEED = 1201
 N = 160

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from encoder_eval.reports import plots
-
-from encoder_eval import select
 from encoder_eval.core.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
 from encoder_eval.core.results import result_filename, validate_result, write_json_atomic
 from encoder_eval.core.schema import CellId, CellResult, Protocol, ScoreSection, Training
+from encoder_eval.plans import selection
+from encoder_eval.reports import plots
+from encoder_eval.reports.table import build_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SAMPLE_DIR = os.environ.get("PLOTS_SAMPLE_DIR")  # set to keep copies of the figures to look at
@@ -90,7 +90,7 @@ def selection_for(results: list[dict]) -> dict:
         key = max(dev_mean, key=dev_mean.get)
         pairs.setdefault(model, {})[task] = {"lr_key": key, "lr": LR_GRID[key],
                                              "dev_mean_by_lr": dev_mean}  # fmt: skip
-    return {"schema": "encoder-eval-selection", "version": select.VERSION, "pairs": pairs}
+    return {"schema": "encoder-eval-selection", "version": selection.VERSION, "pairs": pairs}
 
 
 def report_set(selection: dict, tasks=("glue_rte", "sg_cb", "xnli", "synthetic_parity")):
@@ -296,14 +296,13 @@ def test_import_is_cheap(module):
 
 
 def test_the_score_chart_shows_the_numbers_of_the_table():
-    """plots.final_score_table and summarize.build_table aggregate through one function, so
+    """plots.final_score_table and table.build_table aggregate through one function, so
     for the same results every bar equals its table cell: mean, std and seed counts; its error
     bar is the 95 % t-interval over those seeds."""
     from result_helpers import make_result as table_result
     from result_helpers import make_selection
     from scipy import stats as sps
 
-    from encoder_eval import summarize
     from encoder_eval.core.results import LoadedResult
     from encoder_eval.core.stats import t_interval
 
@@ -320,7 +319,7 @@ def test_the_score_chart_shows_the_numbers_of_the_table():
     data[0] = table_result("m1", "glue_rte", "lr06", 45, "report", status="diverged")
     selection = make_selection(chosen)
     loaded = [LoadedResult(Path(f"r{i}.json"), d) for i, d in enumerate(data)]
-    table = summarize.build_table(loaded, selection)
+    table = build_table(loaded, selection)
     bars = plots.final_score_table(loaded, selection)
     assert set(bars) == set(table.cells) == set(chosen)
     for pair, stats in table.cells.items():

@@ -7,13 +7,11 @@ import shlex
 
 import pytest
 
-from encoder_eval.core import cpu
-
 from encoder_eval import demo, sweep, track
-
-from encoder_eval.plans import experiment
+from encoder_eval.core import cpu
 from encoder_eval.core.errors import EXIT_INPUT_ERROR, HarnessError
 from encoder_eval.core.results import EXPERIMENT_NAME
+from encoder_eval.plans import experiment
 
 
 def _cell_precisions(run_all: str) -> list[str]:

@@ -21,11 +21,10 @@ from test_cell import cell
 from test_sweep import _lines, fake_slurm  # noqa: F401  (fake_slurm is a fixture)
 
 from encoder_eval import sweep
-
 from encoder_eval.cells import train
 from encoder_eval.cells.predictions import predictions_path
-from encoder_eval.core.results import result_filename
 from encoder_eval.cells.train import EXIT_PREEMPTED
+from encoder_eval.core.results import result_filename
 
 MODEL, TASK, LR, SEED = "tiny", "glue_rte", "3.59e-05", 45
 # 60 steps with a dev evaluation every 2: long enough that a SIGTERM sent after step 4

@@ -27,9 +27,8 @@ from mirror_helpers import (
 )
 
 from encoder_eval import prefetch
-
-from encoder_eval.data import tasks
 from encoder_eval.core.errors import HarnessError
+from encoder_eval.data import tasks
 from encoder_eval.data.tasks import TASK_KNOBS, data_provenance, load_task, read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from sklearn.model_selection import ShuffleSplit
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from encoder_eval import probe as P
+from encoder_eval.cells import probing as P
 from encoder_eval.core.errors import HarnessError
 
 SEED = 20261201

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from encoder_eval import leaderboard, probe, summarize
-
 from encoder_eval.cells import probe_cell as probe_model
 from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK
 

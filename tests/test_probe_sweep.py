@@ -19,11 +19,10 @@ from pathlib import Path
 import pytest
 from fault_helpers import py, sh
 
-from encoder_eval.cells import probe_cell as probe_model
-
 from encoder_eval import sweep
+from encoder_eval.cells import probe_cell as probe_model
+from encoder_eval.cells.probing import PROBE_SCHEMA, PROBE_SCHEMA_VERSION
 from encoder_eval.core.errors import EXIT_INPUT_ERROR, HarnessError
-from encoder_eval.probe import PROBE_SCHEMA, PROBE_SCHEMA_VERSION
 
 TESTS = Path(__file__).resolve().parent
 

@@ -14,8 +14,8 @@ import torch
 from conftest import write_small_mirror
 
 from encoder_eval.cells import kinds, train
-from encoder_eval.data.loaders import load_model
 from encoder_eval.core.protocol import Recipe
+from encoder_eval.data.loaders import load_model
 from encoder_eval.data.tasks import RANKING, load_task
 
 RANK_MIRROR = {"ms_marco": {"train.jsonl": 200, "validation.jsonl": 60}}

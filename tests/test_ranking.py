@@ -19,22 +19,20 @@ from fault_helpers import py, sh
 from mirror_helpers import shared_data
 from sklearn.metrics import ndcg_score
 
-from encoder_eval import compare
-
 from encoder_eval.cells import encoding, kinds, train
-
-from encoder_eval.core import metrics
-from encoder_eval.core.errors import HarnessError
 from encoder_eval.cells.predictions import (
     check_against_result,
     load_predictions,
     predictions_path,
     trec_run_path,
 )
+from encoder_eval.core import metrics
+from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.protocol import Recipe
 from encoder_eval.core.results import load_results, result_filename, validate_result
 from encoder_eval.core.schema import CellResult
 from encoder_eval.data.tasks import RANKING, load_task, ranking_rows_to_split
+from encoder_eval.reports import verdicts
 
 # The first 10 training queries (one without a relevant passage) and the first 8
 # validation queries (one without), 20 BM25 candidates each.
@@ -310,7 +308,7 @@ def test_a_tiny_ranking_cell_trains_and_writes_result_predictions_and_trec(
     assert ndcg == pytest.approx(result["report"]["secondary"]["ndcg_at_10"]["en"], abs=1e-12)
     check_trec(trec_run_path(out), result, raw_queries(raw_path))
     # compare's example-level tests resample single examples: not run on a per-query metric
-    examples, why = compare.load_examples(load_results(tmp_path))
+    examples, why = verdicts.load_examples(load_results(tmp_path))
     assert examples is None and "per-query metric" in why
 
 

@@ -20,17 +20,13 @@ import pytest
 from conftest import REPO
 from fault_helpers import SHRINK, py, read_json, sh
 
-from encoder_eval.core import errors, provenance
-
-from encoder_eval.data import loaders
-
-from encoder_eval.plans import plan
-
-from encoder_eval.cells import probe_cell as probe_model
-
 from encoder_eval import run, status, sweep
+from encoder_eval.cells import probe_cell as probe_model
+from encoder_eval.core import errors, provenance
 from encoder_eval.core.errors import EXIT_INPUT_ERROR, HarnessError
 from encoder_eval.core.protocol import LR_GRID
+from encoder_eval.data import loaders
+from encoder_eval.plans import plan
 
 EVIL = "attacker/evil-model"
 TASK = "xnli"

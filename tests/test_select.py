@@ -8,9 +8,11 @@ import pytest
 from result_helpers import make_result, write_many
 
 from encoder_eval import select
+from encoder_eval.core import comparability
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.protocol import LR_GRID
 from encoder_eval.core.results import load_results
+from encoder_eval.plans import selection
 
 KEYS = ["lr03", "lr06"]
 SEEDS = [42, 43]
@@ -41,7 +43,7 @@ def run_cli(tmp_path, results, *extra, shrink=True):
 def test_best_seed_averaged_mean_wins(tmp_path, capsys):
     rc, out = run_cli(tmp_path, grid({"lr03": [0.6, 0.8], "lr06": [0.75, 0.7]}))
     assert rc == 0
-    sel = select.load_selection(out)
+    sel = selection.load_selection(out)
     e = sel["pairs"]["m"]["glue_rte"]
     assert e["lr_key"] == "lr06" and e["lr"] == LR_GRID["lr06"] == 3.59e-05
     assert e["dev_mean_by_lr"] == {"lr03": pytest.approx(0.7), "lr06": pytest.approx(0.725)}
@@ -54,7 +56,7 @@ def test_best_seed_averaged_mean_wins(tmp_path, capsys):
 def test_tie_goes_to_the_smaller_lr(tmp_path):
     rc, out = run_cli(tmp_path, grid({"lr03": [0.5, 0.7], "lr06": [0.7, 0.5]}))
     assert rc == 0
-    assert select.load_selection(out)["pairs"]["m"]["glue_rte"]["lr_key"] == "lr03"
+    assert selection.load_selection(out)["pairs"]["m"]["glue_rte"]["lr_key"] == "lr03"
 
 
 def test_a_lower_is_better_metric_selects_the_lowest_dev_mean(tmp_path, monkeypatch):
@@ -67,19 +69,19 @@ def test_a_lower_is_better_metric_selects_the_lowest_dev_mean(tmp_path, monkeypa
         r["metric"] = "error_rate"
     rc, out = run_cli(tmp_path, results)
     assert rc == 0
-    assert select.load_selection(out)["pairs"]["m"]["glue_rte"]["lr_key"] == "lr06"
+    assert selection.load_selection(out)["pairs"]["m"]["glue_rte"]["lr_key"] == "lr06"
     for r in results:  # the same numbers read as higher-is-better pick the other LR
         r["metric"] = "accuracy"
     (tmp_path / "acc").mkdir()
     rc, out = run_cli(tmp_path / "acc", results)
-    assert rc == 0 and select.load_selection(out)["pairs"]["m"]["glue_rte"]["lr_key"] == "lr03"
+    assert rc == 0 and selection.load_selection(out)["pairs"]["m"]["glue_rte"]["lr_key"] == "lr03"
 
 
 def test_diverged_seed_makes_its_lr_ineligible(tmp_path):
     # lr06 has the better mean over its finished seed, but one seed diverged.
     rc, out = run_cli(tmp_path, grid({"lr03": [0.6, 0.6], "lr06": [0.9, None]}))
     assert rc == 0
-    e = select.load_selection(out)["pairs"]["m"]["glue_rte"]
+    e = selection.load_selection(out)["pairs"]["m"]["glue_rte"]
     assert e["lr_key"] == "lr03"
     assert e["diverged_by_lr"] == {"lr06": [43]}
     assert e["dev_mean_by_lr"]["lr06"] is None
@@ -89,7 +91,7 @@ def test_diverged_seed_makes_its_lr_ineligible(tmp_path):
 def test_diverged_stays_ineligible_with_allow_partial(tmp_path):
     rc, out = run_cli(tmp_path, grid({"lr03": [0.6, 0.6], "lr06": [0.9, None]}), "--allow-partial")
     assert rc == 0
-    assert select.load_selection(out)["pairs"]["m"]["glue_rte"]["lr_key"] == "lr03"
+    assert selection.load_selection(out)["pairs"]["m"]["glue_rte"]["lr_key"] == "lr03"
 
 
 def test_all_lrs_diverged_means_no_selection_and_exit_1(tmp_path, capsys):
@@ -97,10 +99,10 @@ def test_all_lrs_diverged_means_no_selection_and_exit_1(tmp_path, capsys):
     assert rc == 1
     err = capsys.readouterr().err
     assert "m/glue_rte" in err and "no eligible LR" in err
-    e = select.load_selection(out)["pairs"]["m"]["glue_rte"]  # written, for inspection
+    e = selection.load_selection(out)["pairs"]["m"]["glue_rte"]  # written, for inspection
     assert e["lr_key"] is None and e["lr"] is None
     assert e["diverged_by_lr"] == {"lr03": [42], "lr06": [43]}
-    assert select.unselected_pairs(select.load_selection(out))
+    assert selection.unselected_pairs(selection.load_selection(out))
 
 
 def test_missing_seed_refuses_and_writes_nothing(tmp_path, capsys):
@@ -123,7 +125,7 @@ def test_allow_partial_uses_the_seeds_it_has(tmp_path):
     ]
     rc, out = run_cli(tmp_path, results, "--allow-partial")
     assert rc == 0
-    sel = select.load_selection(out)
+    sel = selection.load_selection(out)
     e = sel["pairs"]["m"]["glue_rte"]
     assert e["lr_key"] == "lr06" and e["partial"]
     assert e["seeds_by_lr"]["lr06"] == [42] and e["missing_by_lr"] == {"lr06": [43]}
@@ -144,7 +146,7 @@ def test_full_protocol_grid_is_on_protocol(tmp_path):
     results = grid(scores, seeds=[42, 43, 44])
     rdir = tmp_path / "res"
     write_many(rdir, results)
-    sel = select.select_pairs(load_results(rdir))
+    sel = selection.select_pairs(load_results(rdir))
     assert sel["on_protocol"] is True
     assert sel["pairs"]["m"]["glue_rte"]["lr_key"] == "lr10"
 
@@ -163,7 +165,7 @@ def test_pairs_are_independent_and_listed(tmp_path):
     results += grid({"lr03": [0.1, 0.1], "lr06": [0.2, 0.2]}, model="b", task="glue_sst2")
     rc, out = run_cli(tmp_path, results)
     assert rc == 0
-    pairs = select.load_selection(out)["pairs"]
+    pairs = selection.load_selection(out)["pairs"]
     assert pairs["a"]["glue_rte"]["lr_key"] == "lr03"
     assert pairs["b"]["glue_sst2"]["lr_key"] == "lr06"
 
@@ -203,13 +205,13 @@ def test_load_selection_rejects_other_files(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"schema": "something-else"}))
     with pytest.raises(HarnessError, match="not a selection file"):
-        select.load_selection(bad)
+        selection.load_selection(bad)
     with pytest.raises(HarnessError, match="does not exist"):
-        select.load_selection(tmp_path / "missing.json")
-    bad.write_text(json.dumps({"schema": select.SCHEMA, "version": select.VERSION,
+        selection.load_selection(tmp_path / "missing.json")
+    bad.write_text(json.dumps({"schema": selection.SCHEMA, "version": selection.VERSION,
                                "pairs": {"m": {"t": {"lr_key": "lr06", "lr": 1.0}}}}))  # fmt: skip
     with pytest.raises(HarnessError, match="not a grid entry"):
-        select.load_selection(bad)
+        selection.load_selection(bad)
 
 
 def test_undefined_dev_mean_makes_its_lr_ineligible(tmp_path):
@@ -218,7 +220,7 @@ def test_undefined_dev_mean_makes_its_lr_ineligible(tmp_path):
     results[-1] = make_result("m", "glue_rte", "lr06", 43, "select", None)
     rc, out = run_cli(tmp_path, results, "--allow-partial")
     assert rc == 0
-    e = select.load_selection(out)["pairs"]["m"]["glue_rte"]
+    e = selection.load_selection(out)["pairs"]["m"]["glue_rte"]
     assert e["lr_key"] == "lr03"
     assert e["undefined_by_lr"] == {"lr06": [43]} and e["dev_mean_by_lr"]["lr06"] is None
     assert e["missing_by_lr"] == {} and not e["partial"]
@@ -237,10 +239,10 @@ def test_each_pair_records_what_its_select_cells_used(tmp_path):
     results = [make_result("m", "glue_rte", k, s, "select", 0.5, **kw) for k in KEYS for s in SEEDS]
     rc, out = run_cli(tmp_path, results)
     assert rc == 0
-    sel = select.load_selection(out)
+    sel = selection.load_selection(out)
     assert sel["version"] == 3 and sel["experiment"] is None  # results without experiment.toml
     setup = sel["pairs"]["m"]["glue_rte"]["select_setup"]
-    assert setup == select.cell_setup(results[0])
+    assert setup == comparability.cell_setup(results[0])
     assert setup["model_revision"] == "rev-z" and setup["mode"] == "liquid-bidir"
     assert setup["trust_remote_code"] is True and setup["data_identity"] == "mirror-sha256:abc"
     assert setup["selection_split"] == "holdout" and setup["recipe"]["weight_decay"] == 0.1
@@ -269,10 +271,10 @@ def test_select_cells_of_a_pair_must_agree_on_their_setup(tmp_path, capsys, odd,
 
 def test_a_selection_of_the_previous_version_must_be_regenerated(tmp_path):
     old = tmp_path / "old.json"
-    old.write_text(json.dumps({"schema": select.SCHEMA, "version": 1, "pairs": {}}))
+    old.write_text(json.dumps({"schema": selection.SCHEMA, "version": 1, "pairs": {}}))
     with pytest.raises(HarnessError, match=r"version 1.*regenerate it with python -m "
                        r"encoder_eval\.select"):  # fmt: skip
-        select.load_selection(old)
+        selection.load_selection(old)
 
 
 def test_a_shrunken_sweep_is_named_with_the_flags_that_fit_it(tmp_path, capsys):
@@ -302,7 +304,7 @@ def test_a_selection_of_version_2_is_still_read(tmp_path):
     data["version"] = 2
     del data["experiment"]
     out.write_text(json.dumps(data))
-    assert select.load_selection(out)["pairs"]["m"]["glue_rte"]["lr_key"] == "lr06"
+    assert selection.load_selection(out)["pairs"]["m"]["glue_rte"]["lr_key"] == "lr06"
 
 
 def test_a_partly_run_sweep_is_not_called_shrunken(tmp_path, capsys):

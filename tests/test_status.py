@@ -6,9 +6,10 @@ import json
 
 from result_helpers import make_result, write_result
 
-from encoder_eval import select, status
+from encoder_eval import status
 from encoder_eval.core.protocol import LR_GRID
 from encoder_eval.core.results import QUARANTINE_DIR
+from encoder_eval.plans import selection
 
 PLAN = ["--phase", "select", "--model", "m=org/m", "--tasks", "glue_rte",
         "--lr-keys", "lr03,lr06", "--seeds", "42,43"]  # fmt: skip
@@ -122,7 +123,7 @@ def test_nothing_missing_writes_nothing(tmp_path, capsys):
 
 def test_report_phase_reads_the_selection(tmp_path, capsys):
     sel = tmp_path / "sel.json"
-    sel.write_text(json.dumps({"schema": "encoder-eval-selection", "version": select.VERSION,
+    sel.write_text(json.dumps({"schema": "encoder-eval-selection", "version": selection.VERSION,
                                "pairs": {"m": {"glue_rte": {"lr_key": "lr06",
                                                             "lr": LR_GRID["lr06"]}}}}))  # fmt: skip
     rdir = tmp_path / "rep"

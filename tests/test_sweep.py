@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from result_helpers import make_result, write_result
 
-from encoder_eval.data import models
-
-from encoder_eval import select, sweep
+from encoder_eval import sweep
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
 from encoder_eval.core.results import result_filename
+from encoder_eval.data import models
 from encoder_eval.data.tasks import MULTILINGUAL_TASKS
+from encoder_eval.plans import selection
 
 RECIPE = ["--weight-decay", "0.1", "--adam-beta2", "0.95", "--early-stop", "--patience", "3",
           "--epoch-cap", "20", "--bsz", "32"]  # fmt: skip
@@ -54,7 +54,7 @@ def has_flags(args: list[str], flags: list[str]) -> bool:
 
 
 def selection_for(pairs: dict) -> dict:
-    return {"schema": "encoder-eval-selection", "version": select.VERSION,
+    return {"schema": "encoder-eval-selection", "version": selection.VERSION,
             "pairs": {m: {t: {"lr_key": k, "lr": LR_GRID[k]} for t, k in by.items()}
                       for m, by in pairs.items()}}  # fmt: skip
 

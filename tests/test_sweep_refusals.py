@@ -15,7 +15,6 @@ import sys
 import pytest
 
 from encoder_eval import compare, leaderboard, run, status, summarize, sweep, track
-
 from encoder_eval.cells import probe_cell as probe_model
 from encoder_eval.core.errors import EXIT_INPUT_ERROR, HarnessError
 

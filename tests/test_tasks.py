@@ -21,9 +21,8 @@ from mirror_helpers import (
 )
 
 from encoder_eval.core import metrics
-
-from encoder_eval.data import tasks
 from encoder_eval.core.errors import HarnessError
+from encoder_eval.data import tasks
 from encoder_eval.data.tasks import (
     REGRESSION,
     SINGLE_LABEL,

@@ -19,12 +19,10 @@ from conftest import REPO
 from test_cell import cell
 from transformers import AutoTokenizer
 
-from encoder_eval.core import fileio
-
-from encoder_eval.data import tokencache
-
 from encoder_eval.cells import encoding, train
+from encoder_eval.core import fileio
 from encoder_eval.core.fileio import TMP_PREFIX
+from encoder_eval.data import tokencache
 from encoder_eval.data.tasks import load_task
 
 

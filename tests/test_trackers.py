@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, read_json
 
+from encoder_eval.cells.trackers import Reporter, RunInfo, parse_report_to
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.results import result_filename
-from encoder_eval.cells.trackers import Reporter, RunInfo, parse_report_to
 
 LRS = (1e-4, 5.99e-05)
 

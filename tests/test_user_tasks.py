@@ -19,8 +19,8 @@ import yaml
 from conftest import REPO, read_json
 from fault_helpers import py, sh
 
-from encoder_eval.data import tasks
 from encoder_eval.core.errors import HarnessError
+from encoder_eval.data import tasks
 from encoder_eval.data.taskfile import (
     parse_task_rows,
     read_task_file,

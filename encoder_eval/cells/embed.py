@@ -30,9 +30,9 @@ import torch
 from encoder_eval.cells.encoding import Encoded, autocast, encode_cached
 from encoder_eval.cells.kinds import pad_features
 from encoder_eval.core.errors import HarnessError, unknown_name
-from encoder_eval.data.tokencache import tokenizer_fingerprint
 from encoder_eval.data.loaders import LoadedModel, pool
 from encoder_eval.data.models import FIXED_POOLINGS
+from encoder_eval.data.tokencache import tokenizer_fingerprint
 
 POOLINGS = FIXED_POOLINGS
 PRECISIONS = ("bf16", "fp32")

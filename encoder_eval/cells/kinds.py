@@ -28,8 +28,8 @@ from torch.utils.checkpoint import checkpoint
 from encoder_eval.cells.encoding import Encoded
 from encoder_eval.core import metrics
 from encoder_eval.core.errors import unknown_name
-from encoder_eval.core.protocol import PROTOCOL_RECIPE, RANK_OBJECTIVES, Recipe
 from encoder_eval.core.problems import RANKING, REGRESSION, SINGLE_LABEL
+from encoder_eval.core.protocol import PROTOCOL_RECIPE, RANK_OBJECTIVES, Recipe
 from encoder_eval.data.tasks import TaskKnobs
 
 

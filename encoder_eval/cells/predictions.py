@@ -29,7 +29,13 @@ from typing import Any
 
 from encoder_eval.core import metrics
 from encoder_eval.core.errors import HarnessError
-from encoder_eval.core.fileio import FileProblem, MissingFile, atomic_open, read_json, write_json_atomic
+from encoder_eval.core.fileio import (
+    FileProblem,
+    MissingFile,
+    atomic_open,
+    read_json,
+    write_json_atomic,
+)
 from encoder_eval.core.results import PREDICTIONS_SUFFIX, TREC_SUFFIX
 from encoder_eval.core.schema import CellId, CellResult, data_identity, is_number
 

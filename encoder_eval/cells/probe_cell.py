@@ -30,17 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from encoder_eval.core.errors import (
-    EXIT_INCOMPLETE,
-    EXIT_OK,
-    ArgumentParser,
-    HarnessError,
-    quote,
-    report_errors,
-    unknown_name,
-)
-from encoder_eval.core.fileio import DamagedFile, MissingFile, UnreadableFile, read_json, safe_filename_part
-from encoder_eval.probe import (
+from encoder_eval.cells.probing import (
     DEFAULT_K_FOLDS,
     DEFAULT_SEED,
     PROBE_SCHEMA,
@@ -54,6 +44,22 @@ from encoder_eval.probe import (
     save_probe,
     task_from_registry,
     write_result,
+)
+from encoder_eval.core.errors import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    ArgumentParser,
+    HarnessError,
+    quote,
+    report_errors,
+    unknown_name,
+)
+from encoder_eval.core.fileio import (
+    DamagedFile,
+    MissingFile,
+    UnreadableFile,
+    read_json,
+    safe_filename_part,
 )
 from encoder_eval.core.protocol import seed_arg
 
@@ -181,7 +187,12 @@ def is_probe_result_name(path: str | os.PathLike) -> bool:
 def resolve_model(spec: str) -> ProbeModel:
     """`NAME=PATH_OR_HUB_ID` (the sweep's `--model` form; a mode suffix is ignored: probes
     use the encoder body) or a registry key."""
-    from encoder_eval.data.models import check_model_path, model_entry, parse_model_spec, registry_trusts
+    from encoder_eval.data.models import (
+        check_model_path,
+        model_entry,
+        parse_model_spec,
+        registry_trusts,
+    )
 
     if "=" in spec:
         name, entry = parse_model_spec(spec)
@@ -216,11 +227,11 @@ def _log(text: str) -> None:
 def run_probes(run: ProbeRun) -> list[Path]:
     """Run every (model, pooling, task) cell of `run` not already done; returns the result
     files written. Inputs are checked and data provenance computed before any model work."""
-    from encoder_eval.core.cpu import warn_slow_bf16
     from encoder_eval.cells.embed import EmbedSetup, default_cache_dir, embed_split
+    from encoder_eval.cells.train import resolve_device
+    from encoder_eval.core.cpu import warn_slow_bf16
     from encoder_eval.data.loaders import load_encoder
     from encoder_eval.data.tokencache import default_cache_dir as token_cache_dir
-    from encoder_eval.cells.train import resolve_device
 
     device = resolve_device(run.device)
     setup = EmbedSetup(max_seq_len=run.max_seq_len, precision=run.precision,
@@ -382,7 +393,7 @@ def probe_table(
     --allow-partial) are problems of the table."""
     from collections import Counter
 
-    from encoder_eval.summarize import CellStats, Problem, Table
+    from encoder_eval.reports.table import CellStats, Problem, Table
 
     by_cell: dict[tuple[str, str], dict] = {}
     for r in records:

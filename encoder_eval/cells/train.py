@@ -30,19 +30,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from encoder_eval.core import cpu, metrics, provenance
-
-from encoder_eval.data import tokencache
-
 from encoder_eval.cells import trackers
-from encoder_eval.core.errors import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # re-exported for older imports
-from encoder_eval.core.errors import EXIT_PREEMPTED as EXIT_PREEMPTED
-from encoder_eval.core.errors import HarnessError, unknown_name
-from encoder_eval.core.fileio import atomic_open, temporary_name
 from encoder_eval.cells.encoding import Encoded, autocast, encode_cached, with_rank_columns
 from encoder_eval.cells.kinds import Kind, kind_for
-from encoder_eval.data.limit import limit_data
-from encoder_eval.data.loaders import LoadedModel, load_model
 from encoder_eval.cells.predictions import (
     PredictionsError,
     predictions_path,
@@ -51,9 +41,25 @@ from encoder_eval.cells.predictions import (
     write_trec_run,
 )
 from encoder_eval.cells.predictions import from_cell as predictions_from_cell
-from encoder_eval.core.protocol import PROTOCOL_RECIPE, Recipe, off_protocol_reasons, signature, step_budget
+from encoder_eval.core import cpu, metrics, provenance
+from encoder_eval.core.errors import (
+    EXIT_INTERRUPTED as EXIT_INTERRUPTED,  # re-exported for older imports
+)
+from encoder_eval.core.errors import EXIT_PREEMPTED as EXIT_PREEMPTED
+from encoder_eval.core.errors import HarnessError, unknown_name
+from encoder_eval.core.fileio import atomic_open, temporary_name
+from encoder_eval.core.protocol import (
+    PROTOCOL_RECIPE,
+    Recipe,
+    off_protocol_reasons,
+    signature,
+    step_budget,
+)
 from encoder_eval.core.results import EXCL_SUFFIX, LOCK_PREFIX, lr_key, write_json_atomic
 from encoder_eval.core.schema import CellId, CellResult, Protocol, ScoreSection, Training
+from encoder_eval.data import tokencache
+from encoder_eval.data.limit import limit_data
+from encoder_eval.data.loaders import LoadedModel, load_model
 from encoder_eval.data.tasks import TaskKnobs, data_provenance, load_task, task_knobs
 
 # Which dev languages each evaluation during training scores: "deciding", those whose mean

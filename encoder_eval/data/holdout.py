@@ -15,8 +15,8 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 
-from encoder_eval.core.protocol import SELECTION_SPLITS
 from encoder_eval.core.problems import REGRESSION
+from encoder_eval.core.protocol import SELECTION_SPLITS
 from encoder_eval.data.splits import LoaderResult, Split
 
 HOLDOUT_FRACTION = 0.10  # of the train split...

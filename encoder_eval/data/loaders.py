@@ -25,8 +25,8 @@ from torch import nn
 
 from encoder_eval.core import provenance
 from encoder_eval.core.errors import HarnessError, unknown_name
-from encoder_eval.data.models import FIXED_POOLINGS, MODES, loader_settings, pooling_pitfall
 from encoder_eval.core.provenance import code_repositories, directory_content_hash
+from encoder_eval.data.models import FIXED_POOLINGS, MODES, loader_settings, pooling_pitfall
 
 # Families whose position ids start after the padding index (pad_token_id + 1 slots are unusable).
 _OFFSET_POSITION_TYPES = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert"}

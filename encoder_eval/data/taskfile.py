@@ -20,11 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from encoder_eval.data import tasks
 from encoder_eval.core.errors import HarnessError, quote, unknown_name
-from encoder_eval.core.fileio import DamagedFile, MissingFile, UnreadableFile, parse_toml, parse_yaml, read_bytes
+from encoder_eval.core.fileio import (
+    DamagedFile,
+    MissingFile,
+    UnreadableFile,
+    parse_toml,
+    parse_yaml,
+    read_bytes,
+)
 from encoder_eval.core.metrics import METRIC_SPECS
 from encoder_eval.core.problems import CLASSIFICATION, REGRESSION, SINGLE_LABEL, short_name
+from encoder_eval.data import tasks
 
 # A task file defines classification and regression tasks: their metrics score examples.
 METRICS = tuple(name for name, spec in METRIC_SPECS.items() if spec.granularity == "pointwise")

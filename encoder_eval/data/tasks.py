@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from encoder_eval.data import synthetic
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.fileio import DamagedFile, FileProblem, parse_json, read_json
 from encoder_eval.core.problems import RANKING, REGRESSION, SINGLE_LABEL
+from encoder_eval.data import synthetic
 from encoder_eval.data.holdout import apply_selection_split
 from encoder_eval.data.splits import LoaderResult, Split
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.fileio import UNSAFE_IN_LABEL, safe_filename_part, write_atomic
-from encoder_eval.plans.plan import GROUPS, PROBE, Cell, Plan
 from encoder_eval.core.results import CORRUPT, DONE_STATES, QUARANTINE_DIR
+from encoder_eval.plans.plan import GROUPS, PROBE, Cell, Plan
 
 __all__ = ["Emitted", "emit", "emit_shell", "emit_slurm", "emit_slurm_array"]
 

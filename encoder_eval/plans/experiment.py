@@ -53,10 +53,28 @@ from pathlib import Path
 from typing import Any
 
 from encoder_eval.core.errors import HarnessError, quote, unknown_name
-from encoder_eval.core.fileio import DamagedFile, MissingFile, UnreadableFile, read_toml, write_atomic
-from encoder_eval.data.models import MODEL_REGISTRY, MODES, ModelEntry, parse_model_spec, registry_trusts
-from encoder_eval.core.protocol import LR_GRID, MAX_SEED, PHASE_SEEDS, PROTOCOL_RECIPE, SELECTION_SPLITS
+from encoder_eval.core.fileio import (
+    DamagedFile,
+    MissingFile,
+    UnreadableFile,
+    read_toml,
+    write_atomic,
+)
+from encoder_eval.core.protocol import (
+    LR_GRID,
+    MAX_SEED,
+    PHASE_SEEDS,
+    PROTOCOL_RECIPE,
+    SELECTION_SPLITS,
+)
 from encoder_eval.core.results import EXPERIMENT_NAME
+from encoder_eval.data.models import (
+    MODEL_REGISTRY,
+    MODES,
+    ModelEntry,
+    parse_model_spec,
+    registry_trusts,
+)
 
 VERSION = 1
 PHASES = ("select", "report")
@@ -733,7 +751,7 @@ def apply_to_args(args: argparse.Namespace, *, results_manifest: bool = False) -
             _fill(args, own, args.phase, str(path), given, facts=_SELECT_FACTS)
     inherited = None
     if args.phase == "report" and args.selection is not None:
-        from encoder_eval.select import load_selection
+        from encoder_eval.plans.selection import load_selection
 
         inherited = from_selection(load_selection(args.selection), args.selection)
         if inherited is not None:

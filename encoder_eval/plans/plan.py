@@ -18,14 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from encoder_eval.core.errors import HarnessError, unknown_name
-from encoder_eval.data.models import (
-    MODEL_REGISTRY,
-    ModelEntry,
-    check_model_path,
-    model_entry,
-    parse_model_spec,
-    registry_trusts,
-)
 from encoder_eval.core.protocol import (
     LR_GRID,
     PHASE_SEEDS,
@@ -36,6 +28,14 @@ from encoder_eval.core.protocol import (
     lr_key_for,
 )
 from encoder_eval.core.results import cell_state, result_filename
+from encoder_eval.data.models import (
+    MODEL_REGISTRY,
+    ModelEntry,
+    check_model_path,
+    model_entry,
+    parse_model_spec,
+    registry_trusts,
+)
 from encoder_eval.data.taskfile import register_task_files
 from encoder_eval.data.tasks import resolve_task_names
 
@@ -656,9 +656,12 @@ def build_probe_plan(
     """The probe phase: one cell per (model, pooling, task), one unit per (model, task); raises
     HarnessError on bad input. Defaults are `encoder_eval.probe`'s (pooling mean, 10 folds,
     seed 42, length 256, bf16); models and tasks are chosen as for the other phases."""
-    from encoder_eval.cells.embed import EmbedSetup, check_poolings  # the probe's own rules (imports torch)
-    from encoder_eval.probe import DEFAULT_K_FOLDS, DEFAULT_SEED, ProbeConfig
+    from encoder_eval.cells.embed import (  # the probe's own rules (imports torch)
+        EmbedSetup,
+        check_poolings,
+    )
     from encoder_eval.cells.probe_cell import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
+    from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED, ProbeConfig
 
     resolved = resolve_models(models, extra_models, trust_remote_code, pins)
     files = [os.path.abspath(f) for f in tasks_files or []]

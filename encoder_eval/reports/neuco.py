@@ -33,6 +33,20 @@ from typing import Any
 
 import numpy as np
 
+from encoder_eval.cells.probing import (
+    CLASSIFICATION,
+    NEUCO_RULES,
+    R2,
+    REGRESSION,
+    ProbeConfig,
+    ProbeTask,
+    final_probe,
+    probe_task,
+    result_record,
+    run_summary,
+    save_probe,
+    write_result,
+)
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -49,20 +63,6 @@ from encoder_eval.core.fileio import (
     read_json,
     safe_filename_part,
     write_atomic,
-)
-from encoder_eval.probe import (
-    CLASSIFICATION,
-    NEUCO_RULES,
-    R2,
-    REGRESSION,
-    ProbeConfig,
-    ProbeTask,
-    final_probe,
-    probe_task,
-    result_record,
-    run_summary,
-    save_probe,
-    write_result,
 )
 
 # Label-file types as NeuCo-Bench spells them -> ours.

@@ -475,7 +475,7 @@ def plot_critical_difference(result, out_dir: Path) -> Path:
 def load_selection(path: str | Path, warn: Callable[[str], None] | None = None) -> dict | None:
     """Read a selection file with `select.load_selection`; warn and return None when bad."""
     from encoder_eval.core.errors import HarnessError
-    from encoder_eval.select import load_selection as _load
+    from encoder_eval.plans.selection import load_selection as _load
 
     try:
         return _load(path)

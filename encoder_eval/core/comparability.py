@@ -1,0 +1,55 @@
+"""When two results may share a table: the one comparability rule.
+
+A cell's *setup* (`cell_setup`) is what every cell of one (model, task) must share, select
+and report alike: the recipe signature (`protocol.signature` at table scope, precision and
+selection split included), the model revision, the loader mode and remote-code trust, the
+data read and the selection split. `setup_differences` names each entry in which one setup
+departs from another. `select`, `summarize`, `compare`, `leaderboard` and `track` ask here.
+"""
+
+from __future__ import annotations
+
+from encoder_eval.core.errors import brief
+from encoder_eval.core.protocol import TABLE, loader_label, signature
+from encoder_eval.core.schema import data_identity
+
+
+def recipe_signature(data: dict) -> dict:
+    """The recipe entries that every cell of one comparison must share (`protocol.signature`:
+    the Recipe's table-scope entries, precision and selection split included)."""
+    return signature(data.get("recipe") or {}, TABLE)
+
+
+def cell_setup(data: dict) -> dict:
+    """What a cell ran with that every cell of one (model, task), select and report alike,
+    must share: the recipe signature, model revision, loader, data and selection split."""
+    recipe = data.get("recipe") or {}
+    provenance = data.get("provenance") or {}
+    return {
+        "model_revision": provenance.get("model_revision"),
+        "mode": loader_label(recipe),  # the mode, with the decoder-adapted settings
+        "trust_remote_code": provenance.get("trust_remote_code"),
+        "selection_split": recipe.get("selection_split"),
+        "data_identity": data_identity(provenance),
+        "recipe": recipe_signature(data),
+    }
+
+
+def setup_differences(setup: dict, reference: dict, reference_has: str) -> list[str]:
+    """`entry value (reference_has other value)` for each `cell_setup` entry in which `setup`
+    departs from `reference`; the recipe by its differing keys, its selection split once."""
+    pairs = [(k, v, reference.get(k)) for k, v in setup.items() if k != "recipe"]
+    # Both sides through `signature`, so a setup recorded by an older harness (other keys,
+    # entries not yet recorded) compares on what the Recipe defines today.
+    recipe = signature(setup.get("recipe") or {}, TABLE)
+    ref = signature(reference.get("recipe") or {}, TABLE)
+    pairs += [
+        (f"recipe {k}=", recipe.get(k), ref.get(k))
+        for k in sorted(set(recipe) | set(ref))
+        if k != "selection_split"
+    ]
+    return [
+        f"{name}{'' if name.endswith('=') else ' '}{brief(value)} ({reference_has} {brief(other)})"
+        for name, value, other in pairs
+        if value != other
+    ]

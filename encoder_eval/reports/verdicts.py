@@ -1,0 +1,758 @@
+"""Is model A really better than model B? Per-task verdicts with confidence intervals,
+significance corrected over a family, and the seeds needed to tell a difference.
+
+`compare_table` gives a `Comparison` (one `Row` per task and pair); `best_marks` gives the
+table's bold/≈ marks; `bootstrap_intervals` the two-level bootstrap intervals. The
+statistics are EVALUATION_METHODOLOGY.md section 10; the command is `encoder_eval.compare`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from encoder_eval.cells.predictions import PredictionsError, check_against_result, load_predictions
+from encoder_eval.cells.predictions import predictions_path as predictions_file
+from encoder_eval.core import stats
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.metrics import language_mean, metric_spec, score_array
+from encoder_eval.core.results import LoadedResult, load_results
+from encoder_eval.data.tasks import task_knobs
+from encoder_eval.plans.experiment import summarize_inputs
+from encoder_eval.plans.selection import load_selection
+from encoder_eval.reports import latex
+from encoder_eval.reports.table import CI_METHODS, Table, build_table, task_header
+
+COMPARE_SCHEMA = "encoder-eval-compare"
+DEFAULT_RESAMPLES = 999
+DEFAULT_SEED = 1234
+POWER = 0.8
+MDD_SEEDS = 5  # the protocol's report seeds
+NOT_TESTED = "not tested"  # the verdict of a row with too few seeds for any test
+
+
+@dataclass
+class Examples:
+    """One (model, task)'s report predictions over its seeds: a (seeds, examples) matrix,
+    the gold labels and each example's language, in one fixed example order."""
+
+    seeds: list[int]
+    matrix: np.ndarray
+    labels: np.ndarray
+    languages: np.ndarray
+    data_identity: str
+    ids: list[tuple[str, int]]
+
+
+@dataclass
+class Row:
+    """The comparison of model A with model B on one task."""
+
+    model_a: str
+    model_b: str
+    task: str
+    metric: str
+    n_a: int
+    n_b: int
+    mean_a: float | None
+    mean_b: float | None
+    diff: float | None = None
+    ci_low: float | None = None  # Welch interval of the difference
+    ci_high: float | None = None
+    p_seed: float | None = None
+    p_seed_adj: float | None = None
+    aso_a_over_b: float | None = None  # ε_min: below 0.5, A almost stochastically dominant
+    aso_b_over_a: float | None = None
+    example_test: str | None = None
+    p_example: float | None = None
+    p_example_adj: float | None = None
+    p_mcnemar: float | None = None
+    std_a: float | None = None  # seed stds (ddof 1)
+    std_b: float | None = None
+    example_sd: float | None = None  # test-set sd of Δ (bootstrap over examples, what seeds share)
+    p_combined: float | None = None  # seed + test-set variance: the verdict's test
+    p_combined_adj: float | None = None
+    comb_low: float | None = None  # the combined test's interval of the difference
+    comb_high: float | None = None
+    boot_low: float | None = None  # two-level bootstrap interval of the difference
+    boot_high: float | None = None
+    verdict_test: str | None = None  # "combined" or "welch" (no predictions)
+    p_verdict: float | None = None  # that test's p-value
+    p_verdict_adj: float | None = None  # corrected in the row's family, every test in one
+    family_size: int | None = None  # tests in the family the verdict is corrected over
+    power_alpha: float | None = None  # the level seeds needed and MDD are sized at
+    seeds_needed: int | None = None
+    mdd_5: float | None = None
+    verdict: str = stats.NOT_DISTINGUISHABLE
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Comparison:
+    rows: list[Row]
+    alpha: float
+    correction: str
+    n_resamples: int
+    seed: int
+    notes: list[str]
+    family: str = "pair"
+
+
+# What a verdict's correction runs over (`--family`): each pair's tasks, or every row shown.
+FAMILIES = ("pair", "table")
+# For the marks of `summarize`: every pair of models on every task of the table (the
+# default), or the seed's per-task comparisons of the best with the others only.
+MARK_FAMILIES = ("table", "task")
+
+
+# ----------------------------------------------------------------------------- examples
+
+
+def seed_scores(metric: str, euro: tuple[str, ...]):
+    """The function (matrix, labels, languages, example columns) -> every seed's task score:
+    per seed (row), the metric per language on the chosen examples and their headline
+    language mean (`metrics.language_mean`, as a cell's report mean is computed); NaN where
+    undefined."""
+
+    def scores(matrix: np.ndarray, labels: np.ndarray, langs: np.ndarray, cols) -> np.ndarray:
+        out = np.empty(len(matrix))
+        lab, lng = labels[cols], langs[cols]
+        order = list(dict.fromkeys(lng.tolist()))
+        for i, row in enumerate(matrix):
+            preds = row[cols]
+            per_lang = {}
+            for lang in order:
+                sel = lng == lang
+                per_lang[lang] = score_array(metric, preds[sel], lab[sel])
+            mean, _ = language_mean(per_lang, euro)
+            out[i] = math.nan if mean is None else mean
+        return out
+
+    return scores
+
+
+def task_score(metric: str, euro: tuple[str, ...]):
+    """The function (matrix, labels, languages, example columns) -> the seed-averaged task
+    score (the mean of `seed_scores`); NaN when a seed's score is undefined."""
+    per_seed = seed_scores(metric, euro)
+
+    def score(matrix: np.ndarray, labels: np.ndarray, langs: np.ndarray, cols) -> float:
+        values = per_seed(matrix, labels, langs, cols)
+        return math.nan if np.isnan(values).any() else float(np.mean(values))
+
+    return score
+
+
+def load_examples(cells: list[LoadedResult]) -> tuple[Examples | None, str | None]:
+    """The predictions of one (model, task)'s report cells as an `Examples`, or None and why
+    not (a missing, invalid or stale predictions file, or cells that disagree)."""
+    if cells and metric_spec(cells[0].result.metric).granularity == "grouped":
+        return None, (f"{cells[0].result.metric} is a per-query metric, and the example-level "
+                      "tests resample single examples, not queries")  # fmt: skip
+    rows, reference = [], None
+    for c in sorted(cells, key=lambda c: c.cell["seed"]):
+        path = predictions_file(c.path)
+        try:
+            preds = load_predictions(path)
+        except PredictionsError as exc:
+            return None, str(exc)
+        problems = check_against_result(preds, c.result)
+        if problems:
+            return None, f"{path}: out of step with its result ({'; '.join(problems)})"
+        ids = [(lang, i) for lang, p in preds.languages.items() for i in p.ids]
+        labels = [x for p in preds.languages.values() for x in p.labels]
+        if reference is None:
+            reference = (ids, labels, preds.data_identity)
+        elif (ids, labels, preds.data_identity) != reference:
+            return None, f"{path}: other examples than seed {cells[0].cell['seed']}'s"
+        rows.append([x for p in preds.languages.values() for x in p.predictions])
+    if reference is None:
+        return None, "no report cells"
+    ids, labels, identity = reference
+    return Examples(
+        seeds=sorted(c.cell["seed"] for c in cells),
+        matrix=np.asarray(rows, dtype=float),
+        labels=np.asarray(labels, dtype=float),
+        languages=np.asarray([lang for lang, _ in ids]),
+        data_identity=identity,
+        ids=ids,
+    ), None
+
+
+def _paired(a: Examples, b: Examples) -> str | None:
+    """Why A's and B's predictions cannot be paired example by example (None: they can)."""
+    if a.data_identity != b.data_identity:
+        return f"the models read different data ({a.data_identity} vs {b.data_identity})"
+    if a.ids != b.ids or not np.array_equal(a.labels, b.labels):
+        return "the models' predictions files hold different examples"
+    return None
+
+
+def _majority_correct(ex: Examples) -> np.ndarray:
+    """Per example: correct in more than half of the model's seeds."""
+    return (ex.matrix == ex.labels).mean(axis=0) > 0.5
+
+
+# ----------------------------------------------------------------------------- one row
+
+
+def compare_cells(
+    model_a: str,
+    model_b: str,
+    task: str,
+    table: Table,
+    cells: dict[tuple[str, str], list[LoadedResult]],
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    examples: dict | None = None,
+    bootstrap: bool = True,
+    example_test: bool = True,
+) -> Row:
+    """Every statistic of A against B on `task` but the correction, the verdict and the
+    seeds needed (those need the row's family: `finish_rows`). `cells` are the table's
+    included report results per (model, task); `examples` caches `load_examples` across
+    rows; `bootstrap` and `example_test` skip the diagnostics the verdict does not use."""
+    knobs = task_knobs(task)
+    sa, sb = table.cells.get((model_a, task)), table.cells.get((model_b, task))
+    a_scores = [] if sa is None else [sa.scores[s] for s in sorted(sa.scores)]
+    b_scores = [] if sb is None else [sb.scores[s] for s in sorted(sb.scores)]
+    row = Row(model_a, model_b, task, knobs.metric, len(a_scores), len(b_scores),
+              sa.mean if sa else None, sb.mean if sb else None)  # fmt: skip
+    if len(a_scores) < 2 or len(b_scores) < 2:
+        row.notes.append(
+            f"too few finished seeds for a seed-level test ({len(a_scores)} and "
+            f"{len(b_scores)}; at least 2 each)"
+        )
+        return row
+    higher = metric_spec(knobs.metric).higher_is_better
+    sign = 1.0 if higher else -1.0  # stats are "higher is better": flip a lower-is-better one
+    welch = stats.welch(a_scores, b_scores)
+    row.diff, row.p_seed = welch.diff, None if math.isnan(welch.pvalue) else welch.pvalue
+    row.ci_low, row.ci_high = welch.low, welch.high
+    if row.p_seed is None:
+        row.notes.append("no seed varies in either model: the seed-level test is undefined")
+    row.aso_a_over_b = stats.aso([sign * x for x in a_scores], [sign * x for x in b_scores],
+                                 seed=seed).eps_min  # fmt: skip
+    row.aso_b_over_a = stats.aso([sign * x for x in b_scores], [sign * x for x in a_scores],
+                                 seed=seed).eps_min  # fmt: skip
+    std_a, std_b = float(np.std(a_scores, ddof=1)), float(np.std(b_scores, ddof=1))
+    row.std_a, row.std_b = std_a, std_b
+    examples = {} if examples is None else examples
+    loaded, why = [], None
+    for model in (model_a, model_b):
+        if (model, task) not in examples:
+            examples[(model, task)] = load_examples(cells.get((model, task), []))
+        ex, why_not = examples[(model, task)]
+        if ex is None:
+            why = why or f"example-level tests unavailable for {model}: {why_not}"
+        loaded.append(ex)
+    if why is None and (unpaired := _paired(*loaded)):
+        why = f"example-level tests unavailable: {unpaired}"
+    if why is not None:
+        row.notes.append(why)
+        return row
+    ea, eb = loaded
+    k = min(len(ea.seeds), len(eb.seeds))
+    if k < len(ea.seeds) or k < len(eb.seeds):
+        row.notes.append(f"the example-level test pairs the first {k} seeds of each model")
+    score = task_score(knobs.metric, knobs.euro_languages)
+    labels, langs = ea.labels, ea.languages
+
+    def diff_stat(ma: np.ndarray, mb: np.ndarray) -> float:
+        cols = np.arange(ma.shape[1])
+        return sign * (score(ma, labels, langs, cols) - score(mb, labels, langs, cols))
+
+    if example_test:
+        test = stats.paired_swap_permutation(ea.matrix[:k], eb.matrix[:k], diff_stat,
+                                             n_resamples=n_resamples, seed=seed)  # fmt: skip
+        row.example_test, row.p_example = test.test, test.pvalue
+    per_seed = seed_scores(knobs.metric, knobs.euro_languages)
+    both = np.concatenate([ea.matrix, eb.matrix])
+    vex = stats.shared_example_variance(
+        lambda cols: per_seed(both, labels, langs, cols), len(ea.seeds), langs,
+        n_resamples=max(2, n_resamples), seed=seed,
+    )  # fmt: skip
+    if math.isnan(vex):
+        row.notes.append("the test-set variance is undefined (a resample's score is); "
+                         "verdict on the seed level only")  # fmt: skip
+    else:
+        row.example_sd = math.sqrt(vex)
+        comb = stats.combined_test(a_scores, b_scores, vex)
+        row.p_combined = None if math.isnan(comb.pvalue) else comb.pvalue
+        row.comb_low, row.comb_high = comb.low, comb.high
+    if knobs.metric == "accuracy":
+        row.p_mcnemar = stats.mcnemar(_majority_correct(ea), _majority_correct(eb)).pvalue
+
+    if not bootstrap:
+        return row
+
+    def boot(seed_rows: list[np.ndarray], cols: np.ndarray) -> float:
+        return score(ea.matrix[seed_rows[0]], labels, langs, cols) - score(
+            eb.matrix[seed_rows[1]], labels, langs, cols
+        )
+
+    _, row.boot_low, row.boot_high = stats.two_level_bootstrap(
+        boot, [len(ea.seeds), len(eb.seeds)], langs, n_resamples=n_resamples, seed=seed
+    )
+    return row
+
+
+def _power(row: Row, level: float) -> None:
+    """Seeds needed and MDD@5 under the verdict's test (Welch's when there is no test-set
+    variance) at `level`, the alpha the family's correction applies to its first test."""
+    vex = 0.0 if row.example_sd is None or row.p_combined is None else row.example_sd**2
+    row.power_alpha = level
+    try:
+        row.mdd_5 = stats.min_detectable_difference(row.std_a, row.std_b, n=MDD_SEEDS,
+                                                    alpha=level, power=POWER,
+                                                    example_var=vex)  # fmt: skip
+        row.seeds_needed = stats.seeds_needed(row.diff, row.std_a, row.std_b, alpha=level,
+                                              power=POWER, example_var=vex)  # fmt: skip
+    except stats.StatsInputError as exc:
+        row.notes.append(f"seeds needed: {exc}")
+
+
+def family_key(family: str) -> Callable[[Row], object]:
+    """Which rows are corrected together: "pair", each pair's tasks; "table", every row."""
+    if family not in FAMILIES:
+        raise HarnessError(f"unknown family {family!r}; valid: {', '.join(FAMILIES)}")
+    if family == "table":
+        return lambda r: "table"
+    return lambda r: (r.model_a, r.model_b)
+
+
+def finish_rows(
+    rows: list[Row],
+    alpha: float,
+    correction: str,
+    family_of: Callable[[Row], object] | None = None,
+    power: bool = True,
+) -> None:
+    """Correct the p-values of each family (by default a pair's tasks) and set every row's
+    verdict and seeds needed. The verdict's p-value (the combined test's, or Welch's for a
+    row without predictions) is corrected in one family whichever test each row used; the
+    seed-level and example-level p-values are corrected separately, as diagnostics.
+    `power` False skips seeds needed (a simulation that wants the verdicts alone)."""
+    by_family: dict[object, list[Row]] = defaultdict(list)
+    for r in rows:
+        if r.diff is not None:
+            r.verdict_test = "welch" if r.p_combined is None else "combined"
+            r.p_verdict = r.p_seed if r.p_combined is None else r.p_combined
+        by_family[(r.model_a, r.model_b) if family_of is None else family_of(r)].append(r)
+    for family in by_family.values():
+        for raw, adj in (("p_seed", "p_seed_adj"), ("p_example", "p_example_adj"),
+                         ("p_verdict", "p_verdict_adj")):  # fmt: skip
+            tested = [r for r in family if getattr(r, raw) is not None]
+            if tested:
+                fixed = stats.correct([getattr(r, raw) for r in tested], correction, alpha)
+                for r, p in zip(tested, fixed.pvalues, strict=True):
+                    setattr(r, adj, p)
+        size = sum(r.p_verdict is not None for r in family)
+        for r in family:
+            if r.p_combined is not None:
+                r.p_combined_adj = r.p_verdict_adj
+            if r.diff is None:  # too few seeds on a side: no test ran
+                r.verdict = NOT_TESTED
+                continue
+            r.family_size = size
+            if power and (r.p_seed is not None or r.p_combined is not None):
+                _power(r, stats.family_alpha(alpha, max(1, size)))
+            if r.p_seed_adj is None:  # no seed varies: the seed variance is unknown
+                r.verdict = stats.NOT_DISTINGUISHABLE
+                continue
+            higher = metric_spec(r.metric).higher_is_better
+            r.verdict = stats.verdict(r.p_verdict_adj, r.diff, alpha, higher_is_better=higher)
+            if r.p_combined is None:
+                r.notes.append("verdict on the seed level only (no test-set variance)")
+
+
+def compare_table(
+    table: Table,
+    results: list[LoadedResult],
+    *,
+    pairs: list[tuple[str, str]] | None = None,
+    alpha: float = 0.05,
+    correction: str = "holm",
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    family: str = "pair",
+) -> Comparison:
+    """Compare every pair of the table's models (or `pairs`) on every task; each verdict is
+    corrected within its `family` (FAMILIES)."""
+    stats.correct([0.5], correction, alpha)  # refuses an unknown correction or a bad alpha
+    key = family_key(family)
+    if pairs is None:
+        pairs = [(a, b) for i, a in enumerate(table.models) for b in table.models[i + 1 :]]
+    if not pairs:
+        raise HarnessError("compare needs at least two models; give --models a,b")
+    cells = included_cells(table, results)
+    cache: dict = {}
+    rows = [
+        compare_cells(a, b, t, table, cells, n_resamples=n_resamples, seed=seed, examples=cache)
+        for a, b in pairs
+        for t in table.tasks
+    ]
+    finish_rows(rows, alpha, correction, family_of=key)
+    notes = [f"Not a protocol table: {p.message} [{p.rule}]." for p in table.problems]
+    return Comparison(rows, alpha, correction, n_resamples, seed, notes, family)
+
+
+def included_cells(
+    table: Table, results: list[LoadedResult]
+) -> dict[tuple[str, str], list[LoadedResult]]:
+    """The report results behind each table cell's scores (finished seeds at its LR)."""
+    out: dict[tuple[str, str], list[LoadedResult]] = defaultdict(list)
+    for r in results:
+        key = (r.cell["model"], r.cell["task"])
+        stats_ = table.cells.get(key)
+        if (stats_ is not None and r.cell["phase"] == "report"
+                and r.cell["lr_key"] == stats_.lr_key and r.cell["seed"] in stats_.scores):  # fmt: skip
+            out[key].append(r)
+    return out
+
+
+# ----------------------------------------------------------------------------- for summarize
+
+
+@dataclass
+class TaskMarks:
+    """Per task: the best model by mean and every model not distinguishable from it."""
+
+    best: str
+    tied: list[str]
+    notes: list[str]
+
+
+def mark_pairs(ordered: list[str], family: str) -> list[tuple[str, str]]:
+    """The comparisons behind one task's marks, models `ordered` best first: the best against
+    each other model, and with `family` "table" every other pair too (the best is picked by
+    its mean, so a correction over its k - 1 comparisons alone does not hold its level)."""
+    best, rest = ordered[0], ordered[1:]
+    pairs = [(best, o) for o in rest]
+    if family == "table":
+        pairs += [(a, b) for i, a in enumerate(rest) for b in rest[i + 1 :]]
+    return pairs
+
+
+def mark_family_key(family: str) -> Callable[[Row], object]:
+    """The marks' correction family: "table", every comparison of every task at once;
+    "task", each task's comparisons with its best."""
+    if family not in MARK_FAMILIES:
+        raise HarnessError(f"unknown marks family {family!r}; valid: {', '.join(MARK_FAMILIES)}")
+    return (lambda r: "table") if family == "table" else (lambda r: r.task)
+
+
+def best_marks(
+    table: Table,
+    results: list[LoadedResult],
+    *,
+    alpha: float = 0.05,
+    correction: str = "holm",
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    family: str = "table",
+) -> dict[str, TaskMarks]:
+    """For each task with two or more scored models: the best model by seed mean (in the
+    metric's direction) and the models whose comparison with it (`compare_cells`, the same
+    verdict as `compare`) is "not distinguishable". With `family` "table" (the default)
+    every pair of scored models on every task is tested and corrected as one family, so the
+    chance that any mark of the table is a false difference stays at most alpha although
+    the best is picked by its mean; with "task", the seed's rule, only the best against each
+    other model, corrected across that task's comparisons (it does not control the choice of
+    the best: among equal models some loses its ≈ more often than alpha)."""
+    key = mark_family_key(family)
+    cells = included_cells(table, results)
+    cache: dict = {}
+    marks: dict[str, TaskMarks] = {}
+    rows: list[Row] = []
+    shown: list[Row] = []
+    for task in table.tasks:
+        scored = [m for m in table.models
+                  if (m, task) in table.cells and table.cells[(m, task)].mean is not None]  # fmt: skip
+        if len(scored) < 2:
+            continue
+        higher = metric_spec(task_knobs(task).metric).higher_is_better
+        ordered = sorted(scored, key=lambda m: table.cells[(m, task)].mean, reverse=higher)
+        best = ordered[0]
+        for a, b in mark_pairs(ordered, family):
+            row = compare_cells(a, b, task, table, cells, n_resamples=n_resamples, seed=seed,
+                                examples=cache, bootstrap=False, example_test=False)  # fmt: skip
+            rows.append(row)
+            if a == best:
+                shown.append(row)
+        marks[task] = TaskMarks(best, [], [])
+    finish_rows(rows, alpha, correction, family_of=key)
+    for r in shown:
+        if r.verdict == stats.NOT_DISTINGUISHABLE:
+            marks[r.task].tied.append(r.model_b)
+        marks[r.task].notes += [f"{r.model_b}: {n}" for n in r.notes]
+    return marks
+
+
+def bootstrap_intervals(
+    table: Table,
+    results: list[LoadedResult],
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> dict[tuple[str, str], tuple[float, float]]:
+    """Each cell's two-level bootstrap interval of its seed-mean score (seeds and report
+    examples resampled, `stats.two_level_bootstrap`); HarnessError naming the cells whose
+    predictions files are missing or stale."""
+    cells = included_cells(table, results)
+    out, missing = {}, []
+    for (model, task), stats_ in table.cells.items():
+        if stats_.mean is None:
+            continue
+        ex, why = load_examples(cells.get((model, task), []))
+        if ex is None:
+            missing.append(f"{model}/{task}: {why}")
+            continue
+        knobs = task_knobs(task)
+        score = task_score(knobs.metric, knobs.euro_languages)
+
+        def one(seed_rows, cols, ex=ex, score=score):
+            return score(ex.matrix[seed_rows[0]], ex.labels, ex.languages, cols)
+
+        _, low, high = stats.two_level_bootstrap(one, [len(ex.seeds)], ex.languages,
+                                                 n_resamples=n_resamples, seed=seed,
+                                                 confidence=confidence)  # fmt: skip
+        out[(model, task)] = (low, high)
+    if missing:
+        raise HarnessError(
+            "--ci bootstrap resamples the report examples, but "
+            f"{len(missing)} cell(s) lack usable predictions files (re-run those report cells, "
+            "or use --ci t): " + "; ".join(missing)
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def _num(x: float | None, scale: float = 100.0, digits: int = 2) -> str:
+    return "—" if x is None else f"{scale * x:.{digits}f}"
+
+
+def _p(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return "<0.001" if x < 0.001 else f"{x:.3f}"
+
+
+CORRECTION_LABELS = {"holm": "Holm", "fdr_bh": "Benjamini-Hochberg"}
+
+
+FAMILY_NOTES = {
+    "pair": "each pair's tasks (the chance of any false 'better' is at most alpha per pair of "
+    "models; over several pairs it adds up: --family table bounds the whole table)",
+    "table": "every row of this comparison (the chance of any false 'better' anywhere in it "
+    "is at most alpha)",
+}
+
+
+def footnotes(cmp: Comparison) -> list[str]:
+    name = CORRECTION_LABELS[cmp.correction]
+    return [
+        "Scores x100. Δ = mean(A) - mean(B) over report seeds, with its Welch 95 % interval "
+        "(seed level) and its two-level bootstrap 95 % interval (seeds and examples resampled).",
+        f"p seed: Welch's t-test over seeds; p example: paired permutation test swapping whole "
+        f"examples on the seed-averaged score ({cmp.n_resamples} resamples, seed {cmp.seed}); "
+        "p combined: a t-test whose variance is Welch's seed variance plus the test-set "
+        "variance of Δ (sd shown; bootstrap over examples, counting only what a model's seeds "
+        "share, since the seed variance already holds their per-example disagreement), "
+        f"Satterthwaite df. Corrected ({name}, alpha {cmp.alpha}) within one family: "
+        f"{FAMILY_NOTES[cmp.family]}; the verdict's p-values (combined, or Welch's for a row "
+        "without predictions) are corrected together, p seed and p example each as diagnostics.",
+        f"Verdict: A or B better only when the corrected p-value of its test (shown beside it) "
+        f"is <= {cmp.alpha}: the combined test, or Welch's when predictions are missing; a "
+        "seed-level test alone ignores the test sample, an example-level test alone treats "
+        "each model as fixed and ignores seeds.",
+        "ASO: ε_min of A over B / B over A (below 0.5: almost stochastically dominant; shown, "
+        "not used for the verdict). McNemar (accuracy): on each model's seed-majority "
+        "correctness, shown only.",
+        "Seeds needed: report seeds per model for 80 % power of the verdict's test at the "
+        f"level its correction applies to a family's first test (alpha {cmp.alpha} / the "
+        "family's number of tests: Holm's first step), given the seed stds and test-set sd (— "
+        f"when the test set's noise alone hides Δ); MDD@{MDD_SEEDS}: the smallest difference "
+        f"{MDD_SEEDS} seeds detect at 80 % power at that level. Both are post hoc: they plug "
+        "in the observed seed stds and test-set sd, and seeds needed the observed Δ, which "
+        "overstates a true difference that was selected for being large.",
+        *cmp.notes,
+    ]
+
+
+def render_markdown(cmp: Comparison) -> str:
+    lines: list[str] = []
+    by_pair: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for r in cmp.rows:
+        by_pair[(r.model_a, r.model_b)].append(r)
+    for (a, b), rows in by_pair.items():
+        lines += [f"### A = {a}, B = {b}", ""]
+        lines.append("| Task | A | B | Δ [Welch 95 %] | Δ [bootstrap 95 %] | p seed (adj) | "
+                     "p example (adj) | test-set sd | p combined (adj) | McNemar p | "
+                     f"ASO A>B / B>A | verdict | seeds needed | MDD@{MDD_SEEDS} |")  # fmt: skip
+        lines.append("|---|" + "---:|" * 13)
+        for r in rows:
+            delta = "—" if r.diff is None else (
+                f"{_num(r.diff)} [{_num(r.ci_low)}, {_num(r.ci_high)}]"
+            )  # fmt: skip
+            boot = "—" if r.boot_low is None else f"[{_num(r.boot_low)}, {_num(r.boot_high)}]"
+            verdict_p = "" if r.p_verdict_adj is None else (
+                f" (p adj {_p(r.p_verdict_adj)}, {r.verdict_test})"
+            )  # fmt: skip
+            aso = "—" if r.aso_a_over_b is None else (
+                f"{r.aso_a_over_b:.2f} / {r.aso_b_over_a:.2f}"
+            )  # fmt: skip
+            lines.append(
+                f"| {task_header(r.task)} | {_num(r.mean_a)} (n={r.n_a}) | "
+                f"{_num(r.mean_b)} (n={r.n_b}) | {delta} | {boot} | "
+                f"{_p(r.p_seed)} ({_p(r.p_seed_adj)}) | {_p(r.p_example)} ({_p(r.p_example_adj)}) "
+                f"| {_num(r.example_sd)} | {_p(r.p_combined)} ({_p(r.p_combined_adj)}) "
+                f"| {_p(r.p_mcnemar)} | {aso} | **{r.verdict}**{verdict_p} | "
+                f"{'—' if r.seeds_needed is None else r.seeds_needed} | {_num(r.mdd_5)} |"
+            )
+        notes = [f"{r.task}: {n}" for r in rows for n in r.notes]
+        lines += [""] + [f"- {n}" for n in notes] + ([""] if notes else [])
+    return "\n".join([*lines, *footnotes(cmp)]) + "\n"
+
+
+def render_latex(cmp: Comparison) -> str:
+    """One booktabs table per pair for a paper: each task's means, Δ with its Welch interval,
+    the verdict's adjusted p-value and test, the verdict (bold when a model is better), and
+    the seeds needed; every note and footnote as table notes."""
+    by_pair: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for r in cmp.rows:
+        by_pair[(r.model_a, r.model_b)].append(r)
+    head = ["Task", "A", "B", "Δ [95 %]", "p (adj)", "verdict", "seeds needed"]
+    out = []
+    for (a, b), rows in by_pair.items():
+        body = []
+        for r in rows:
+            delta = (
+                "—" if r.diff is None else f"{_num(r.diff)} [{_num(r.ci_low)}, {_num(r.ci_high)}]"
+            )
+            p = "—" if r.p_verdict_adj is None else f"{_p(r.p_verdict_adj)} ({r.verdict_test})"
+            body.append([task_header(r.task), f"{_num(r.mean_a)} (n={r.n_a})",
+                         f"{_num(r.mean_b)} (n={r.n_b})", delta, p,
+                         latex.Score(r.verdict, best=r.verdict in (stats.A_BETTER, stats.B_BETTER)),
+                         "—" if r.seeds_needed is None else str(r.seeds_needed)])  # fmt: skip
+        notes = [f"{r.task}: {n}" for r in rows for n in r.notes] + footnotes(cmp)
+        out.append(latex.render_table(head, body, notes, caption=f"A = {a}, B = {b}"))
+    return "\n".join(out)
+
+
+def to_dict(cmp: Comparison) -> dict:
+    return {
+        "schema": COMPARE_SCHEMA,
+        "version": 1,
+        "alpha": cmp.alpha,
+        "correction": cmp.correction,
+        "family": cmp.family,
+        "n_resamples": cmp.n_resamples,
+        "seed": cmp.seed,
+        "rows": [asdict(r) for r in cmp.rows],
+        "footnotes": footnotes(cmp),
+    }
+
+
+CSV_FIELDS = [f for f in Row.__dataclass_fields__ if f != "notes"] + ["notes"]
+
+
+def render_csv(cmp: Comparison) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_FIELDS)
+    for r in cmp.rows:
+        d = asdict(r)
+        w.writerow(["" if d[k] is None else ("; ".join(d[k]) if k == "notes" else d[k])
+                    for k in CSV_FIELDS])  # fmt: skip
+    return buf.getvalue()
+
+
+def render(cmp: Comparison, fmt: str) -> str:
+    if fmt == "markdown":
+        return render_markdown(cmp)
+    if fmt == "json":
+        return json.dumps(to_dict(cmp), indent=2) + "\n"
+    if fmt == "latex":
+        return render_latex(cmp)
+    return render_csv(cmp)
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def load_report_dirs(
+    dirs: list[str], selection: str | None, warn, models: list[str] | None = None,
+    tasks: list[str] | None = None,
+) -> tuple[Table, list[LoadedResult]]:  # fmt: skip
+    """One table over the report results of `dirs` (a model may sit in one directory only),
+    each directory's pairs taken from its own selection, checked across directories by
+    `summarize.build_table`'s rules (recipe, data, software, ...)."""
+    if selection is not None and len(dirs) > 1:
+        raise HarnessError("--selection names one selection; with several --results-dir each "
+                           "directory's experiment file names its own")  # fmt: skip
+    results: list[LoadedResult] = []
+    merged: dict = {}
+    owner: dict[str, str] = {}
+    for d in dirs:
+        if not Path(d).is_dir():
+            raise HarnessError(f"--results-dir {d} is not a directory")
+        sel_path, _, _ = summarize_inputs(d, selection)
+        sel = load_selection(sel_path)
+        here = load_results(d, warn=warn, phase="report")
+        present = {r.cell["model"] for r in here}
+        for m in sorted(present):
+            if m in owner:
+                raise HarnessError(f"model {m!r} has report results in both {owner[m]} and {d}; "
+                                   "compare reads each model from one directory")  # fmt: skip
+            owner[m] = d
+        if not merged:
+            merged = {**sel, "pairs": {}}
+        elif sel.get("on_protocol") is False:
+            merged["on_protocol"] = False
+        for m, by_task in (sel.get("pairs") or {}).items():
+            if m in present or (len(dirs) == 1 and m not in merged["pairs"]):
+                merged["pairs"][m] = by_task
+        results += here
+    if models is None:  # with one directory, its selection's models count even without results
+        known = set(owner) | (set(merged["pairs"]) if len(dirs) == 1 else set())
+        models = [m for m in merged["pairs"] if m in known] + sorted(known - set(merged["pairs"]))
+    table = build_table(results, merged, models=models, tasks=tasks)
+    return table, results
+
+
+def add_statistics(
+    table: Table,
+    results: list[LoadedResult],
+    *,
+    ci: str = "t",
+    marks: bool = True,
+    n_resamples: int = 999,
+    seed: int = 1234,
+    marks_family: str = "table",
+) -> None:
+    """Set the table's interval method (bootstrap intervals computed here) and, with
+    `marks`, each task's best model and those not distinguishable from it
+    (`best_marks`, corrected over `marks_family`)."""
+    if ci not in CI_METHODS:
+        raise HarnessError(f"--ci {ci!r} must be one of {', '.join(CI_METHODS)}")
+    table.ci_method = ci
+    if ci == "bootstrap":
+        table.bootstrap = bootstrap_intervals(table, results, n_resamples=n_resamples,
+                                                      seed=seed)  # fmt: skip
+    if marks:
+        table.marks = best_marks(table, results, n_resamples=n_resamples, seed=seed,
+                                         family=marks_family)  # fmt: skip
+        table.marks_family = marks_family
