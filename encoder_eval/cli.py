@@ -148,7 +148,7 @@ def list_main(argv: list[str] | None = None) -> int:
 
     register_task_files(args.tasks_file)
     if args.what == "grid":
-        from encoder_eval.sweep import format_grid
+        from encoder_eval.plans.arguments import format_grid
 
         if args.format == "json":
             from encoder_eval.core.protocol import LR_GRID, PHASE_SEEDS, PROTOCOL_RECIPE

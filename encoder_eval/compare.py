@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @report_errors
 def main(argv: list[str] | None = None) -> int:
-    from encoder_eval.sweep import split_csv
+    from encoder_eval.plans.plan import split_csv
 
     args = build_parser().parse_args(argv)
     warn = warn_once()

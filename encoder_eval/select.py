@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @report_errors
 def main(argv: list[str] | None = None) -> int:
-    from encoder_eval.sweep import parse_lr_keys, parse_seeds, resolve_tasks, split_csv
+    from encoder_eval.plans.plan import parse_lr_keys, parse_seeds, resolve_tasks, split_csv
 
     args = build_parser().parse_args(argv)
     try:

@@ -62,16 +62,15 @@ from encoder_eval.core.results import (
     load_results,
 )
 from encoder_eval.plans import experiment
-from encoder_eval.sweep import (
-    Cell,
-    Plan,
+from encoder_eval.plans.plan import Cell, Plan
+from encoder_eval.plans.arguments import (
     add_emit_arguments,
     add_plan_arguments,
     check_utf8_args,
     check_utf8_plan,
-    emit,
     plan_from_args,
 )
+from encoder_eval.plans.emit import emit
 
 STATES = ("done", "diverged", "corrupt", "kept", "missing")
 

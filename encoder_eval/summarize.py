@@ -126,14 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 @report_errors
 def main(argv: list[str] | None = None) -> int:
-    from encoder_eval.sweep import split_csv
+    from encoder_eval.plans.plan import split_csv
 
     args = build_parser().parse_args(argv)
     warn = warn_once()  # --plots reads the report results again: one warning per file
 
     if not Path(args.results_dir).is_dir():
         raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
-    from encoder_eval.cells.probe_cell import has_probe_results
+    from encoder_eval.reports.probe_table import has_probe_results
 
     if has_probe_results(args.results_dir):
         return _main_probe(args, warn)
@@ -176,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main_probe(args: argparse.Namespace, warn) -> int:
     """`summarize` of a folder of probe results (`encoder_eval.cells.probe_cell`)."""
-    from encoder_eval.cells.probe_cell import load_probe_results, probe_table
-    from encoder_eval.sweep import split_csv
+    from encoder_eval.reports.probe_table import load_probe_results, probe_table
+    from encoder_eval.plans.plan import split_csv
 
     if args.ci != "t" or args.plots or args.selection:
         raise HarnessError("probe results take the t interval only, no --selection, no --plots")

@@ -455,7 +455,7 @@ def build_track_plan(
 def _run_missing(plan, log: Callable[[str], None]) -> None:
     """Run every unit of `plan` that has a cell not done, in this process, through the same
     entry point the launch scripts call."""
-    module = importlib.import_module(plan.module)
+    module = importlib.import_module(plan.entry_module)
     for unit in plan.units():
         if all(plan.cell_state(c) in DONE_STATES for c in unit):
             continue
@@ -1099,7 +1099,7 @@ def build_parser() -> ArgumentParser:
                         "cells; then `track run` only assembles")  # fmt: skip
     sw.add_argument("--checkpoints", required=True, help="as for run")
     _add_setup_arguments(sw)
-    from encoder_eval.sweep import add_emit_arguments
+    from encoder_eval.plans.arguments import add_emit_arguments
 
     add_emit_arguments(sw)
     rep = sub.add_parser("report", help="the regression report of the receipts in --out-dir")

@@ -14,6 +14,7 @@ import pytest
 import torch
 from conftest import REPO, read_json
 
+from encoder_eval.cells import runner
 from encoder_eval.cells import train
 from encoder_eval.cells.kinds import KINDS
 from encoder_eval.core.errors import HarnessError
@@ -237,9 +238,8 @@ def test_cli_several_lrs_and_seeds_in_one_process_match_single_runs(
 
 
 def test_a_crashing_cell_does_not_stop_the_others(tiny_models, small_mirror, tmp_path, monkeypatch):
-    from encoder_eval import run
 
-    args = run.build_parser().parse_args([
+    args = runner.build_parser().parse_args([
         "--model-path", str(tiny_models["bert"]), "--model-key", "tiny", "--task", "glue_rte",
         "--lr", "1e-4", "--seed", "42,43,44", "--max-steps", "2", "--max-seq-len", "128",
         "--data-dir", str(small_mirror), "--device", "cpu", "--progress", "quiet",
@@ -253,8 +253,8 @@ def test_a_crashing_cell_does_not_stop_the_others(tiny_models, small_mirror, tmp
         return real_run_cell(cfg, *a, **kw)
 
     monkeypatch.setattr(train, "run_cell", run_cell_failing_for_43)
-    with pytest.raises(run.CellsFailed, match="1 of 3 cell.*lr=0.0001 seed=43"):
-        run.run_cells(run.plan_cells(args), log=lambda m: None)
+    with pytest.raises(runner.CellsFailed, match="1 of 3 cell.*lr=0.0001 seed=43"):
+        runner.run_cells(runner.plan_cells(args), log=lambda m: None)
     written = sorted(p.name for p in tmp_path.glob("*.json"))
     assert written == [result_filename("tiny", "glue_rte", 1e-4, s) for s in (42, 44)]
 

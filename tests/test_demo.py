@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from encoder_eval.cells import runner
 import sys
 
 from conftest import REPO
@@ -37,7 +38,6 @@ def test_make_smoke_paws_writes_a_result_name_the_readers_accept(tmp_path, capsy
     """The Makefile's smoke cell must land where select, summarize and status look."""
     import shlex
 
-    from encoder_eval import run
     from encoder_eval.core.results import result_filename
 
     dry = subprocess.run(["make", "-n", "-s", "smoke-paws", "PY=python"], cwd=REPO,
@@ -48,14 +48,14 @@ def test_make_smoke_paws_writes_a_result_name_the_readers_accept(tmp_path, capsy
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
-        cells = run.plan_cells(run.build_parser().parse_args(argv))
+        cells = runner.plan_cells(runner.build_parser().parse_args(argv))
     finally:
         os.chdir(cwd)
     (cfg,) = cells
     assert os.path.basename(cfg.out_json) == result_filename(cfg.model_key, cfg.task, cfg.lr,
                                                              cfg.seed)  # fmt: skip
-    run._note_unreadable_name(cells)
+    runner._note_unreadable_name(cells)
     assert capsys.readouterr().err == ""
     cfg.out_json = str(tmp_path / "xlm-r_paws_lr06_s45.json")  # the name the Makefile used
-    run._note_unreadable_name(cells)
+    runner._note_unreadable_name(cells)
     assert "they will skip" in capsys.readouterr().err

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from encoder_eval import run
+from encoder_eval.cells import runner
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.data import models
 
 
 def planned(tmp_path, *flags: str):
-    args = run.build_parser().parse_args([*flags, "--task", "xnli", "--lr", "3.59e-05",
+    args = runner.build_parser().parse_args([*flags, "--task", "xnli", "--lr", "3.59e-05",
                                           "--seed", "45", "--out-json", str(tmp_path / "o.json")])  # fmt: skip
-    (cell,) = run.plan_cells(args)
+    (cell,) = runner.plan_cells(args)
     return cell
 
 

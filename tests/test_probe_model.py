@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from encoder_eval import leaderboard, probe, summarize
-from encoder_eval.cells import probe_cell as probe_model
+from encoder_eval.reports import probe_table
 from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK
 
 TASKS = "glue_sst2,glue_stsb,sg_cb"
@@ -133,8 +133,8 @@ def test_bad_input_is_one_error_line_before_any_model_work(tiny_models, small_mi
 
 
 def test_probe_table_cells_are_the_folds(probed):
-    records = probe_model.load_probe_results(probed)
-    table = probe_model.probe_table(records, models=["tiny:mean"], tasks=["glue_sst2"])
+    records = probe_table.load_probe_results(probed)
+    table = probe_table.probe_table(records, models=["tiny:mean"], tasks=["glue_sst2"])
     cell = table.cells[("tiny:mean", "glue_sst2")]
     assert table.expected_seeds == [0, 1, 2] and cell.n == 3 and cell.lr is None
 
@@ -154,7 +154,7 @@ def test_an_undefined_fold_is_refused_not_averaged_away(probed, tmp_path, capsys
     record["mean_score"] = record["std_dev"] = record["q_stat"] = None
     record["undefined"] = "accuracy undefined on 1 fold(s)"
     cell.write_text(json.dumps(record))
-    table = probe_model.probe_table(probe_model.load_probe_results(tmp_path))
+    table = probe_table.probe_table(probe_table.load_probe_results(tmp_path))
     (problem,) = [p for p in table.problems if p.rule == "undefined_metric"]
     assert problem.cells == ["tiny:mean/glue_sst2: fold(s) 2 of 3 undefined (accuracy "
                              "undefined on 1 fold(s))"]  # fmt: skip
@@ -181,7 +181,7 @@ def test_probe_table_refuses_bf16_beside_fp32_rows_and_footnotes_them(
         "--data-dir", str(small_mirror), "--results-dir", str(tmp_path), "--k-folds", "3",
         "--max-seq-len", "64", "--device", "cpu", "--precision", "fp32", "--no-cache",
     ]) == EXIT_OK  # fmt: skip
-    table = probe_model.probe_table(probe_model.load_probe_results(tmp_path))
+    table = probe_table.probe_table(probe_table.load_probe_results(tmp_path))
     [problem] = [p for p in table.problems if p.rule == "precision"]
     assert problem.message == ("probe cells disagree on the embeddings' precision: bf16 in 12 "
                                "cell(s); fp32 in 1 cell(s)")  # fmt: skip
@@ -192,5 +192,5 @@ def test_probe_table_refuses_bf16_beside_fp32_rows_and_footnotes_them(
     assert summarize.main(["--results-dir", str(tmp_path), "--allow-partial"]) == EXIT_OK
     assert "disagree on the embeddings' precision: bf16 in 12" in capsys.readouterr().out
     # one precision throughout: no such problem
-    one = probe_model.probe_table(probe_model.load_probe_results(probed))
+    one = probe_table.probe_table(probe_table.load_probe_results(probed))
     assert not [p for p in one.problems if p.rule == "precision"]

@@ -20,7 +20,8 @@ import pytest
 from conftest import REPO
 from fault_helpers import SHRINK, py, read_json, sh
 
-from encoder_eval import run, status, sweep
+from encoder_eval.cells import runner
+from encoder_eval import status, sweep
 from encoder_eval.cells import probe_cell as probe_model
 from encoder_eval.core import errors, provenance
 from encoder_eval.core.errors import EXIT_INPUT_ERROR, HarnessError
@@ -115,7 +116,7 @@ def test_no_parser_of_the_package_accepts_abbreviations():
     assert errors.ArgumentParser().allow_abbrev is False
     for argv in (["--model-k", "eurobert-210m"], ["--trust-r"], ["--results-d", "x"]):
         with pytest.raises(SystemExit):
-            run.build_parser().parse_args(["--task", TASK, "--lr", "1e-5", "--seed", "42", *argv])
+            runner.build_parser().parse_args(["--task", TASK, "--lr", "1e-5", "--seed", "42", *argv])
 
 
 @pytest.mark.parametrize("flags, trusted", [
@@ -127,19 +128,19 @@ def test_no_parser_of_the_package_accepts_abbreviations():
       "--trust-remote-code"], True),
 ], ids=["row", "other-hub-id", "row-spelled-out", "row-by-path", "user-says"])  # fmt: skip
 def test_trust_follows_the_registry_row_and_its_hub_id(tmp_path, flags, trusted):
-    args = run.build_parser().parse_args([*flags, "--task", TASK, "--lr", "3.59e-05", "--seed",
+    args = runner.build_parser().parse_args([*flags, "--task", TASK, "--lr", "3.59e-05", "--seed",
                                           "45", "--out-json", str(tmp_path / "o.json")])  # fmt: skip
-    (cell,) = run.plan_cells(args)
+    (cell,) = runner.plan_cells(args)
     assert cell.trust_remote_code is trusted
 
 
 def test_a_local_folder_named_like_a_registry_model_gets_no_trust(tmp_path, monkeypatch):
     folder = tmp_path / "EuroBERT-210m"
     folder.mkdir()
-    args = run.build_parser().parse_args(["--model-path", str(folder), "--task", TASK, "--lr",
+    args = runner.build_parser().parse_args(["--model-path", str(folder), "--task", TASK, "--lr",
                                           "3.59e-05", "--seed", "45", "--out-json",
                                           str(tmp_path / "o.json")])  # fmt: skip
-    (cell,) = run.plan_cells(args)
+    (cell,) = runner.plan_cells(args)
     assert cell.model_key == "eurobert-210m" and cell.trust_remote_code is False
     # The same in a sweep's plan, where a registry row's Hub id names a local folder.
     monkeypatch.chdir(tmp_path)
@@ -272,9 +273,9 @@ def test_pins_reach_every_cell_from_a_file_and_the_registry(tmp_path, capsys, mo
                         lr_keys=["lr06"], seeds=[42])  # fmt: skip
     args = p.run_args(p.cells)
     assert "--trust-remote-code" in args and args[args.index("--model-code-revision") + 1] == SHA
-    parsed = run.build_parser().parse_args(["--model-key", "pinned", "--task", TASK, "--lr",
+    parsed = runner.build_parser().parse_args(["--model-key", "pinned", "--task", TASK, "--lr",
                                             "3.59e-05", "--seed", "45", "--out-json", "o.json"])  # fmt: skip
-    (cell,) = run.plan_cells(parsed)
+    (cell,) = runner.plan_cells(parsed)
     assert (cell.model_revision, cell.model_code_revision) == ("c" * 40, SHA)
 
 

@@ -17,7 +17,8 @@ import secrets
 import pytest
 from fault_helpers import SHRINK, py, read_json, result_files, sh
 
-from encoder_eval import run, sweep
+from encoder_eval.cells import runner
+from encoder_eval import sweep
 from encoder_eval.data.models import MODEL_REGISTRY, model_entry
 
 MODEL, TASK = "tiny", "glue_rte"
@@ -105,9 +106,9 @@ def test_trust_remote_code_follows_the_registry_column(tmp_path):
     ids=["registry-on", "registry-on-overridden", "registry-off", "explicit", "unlisted"],
 )
 def test_run_turns_trust_on_only_when_the_registry_or_the_user_says(tmp_path, flags, trusted):
-    args = run.build_parser().parse_args([*flags, "--task", "xnli", "--lr", "3.59e-05",
+    args = runner.build_parser().parse_args([*flags, "--task", "xnli", "--lr", "3.59e-05",
                                           "--seed", "45", "--out-json", str(tmp_path / "o.json")])  # fmt: skip
-    (cell,) = run.plan_cells(args)
+    (cell,) = runner.plan_cells(args)
     assert cell.trust_remote_code is trusted
 
 

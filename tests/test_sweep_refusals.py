@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from encoder_eval import compare, leaderboard, run, status, summarize, sweep, track
+from encoder_eval.cells import runner
+from encoder_eval import compare, leaderboard, status, summarize, sweep, track
 from encoder_eval.cells import probe_cell as probe_model
 from encoder_eval.core.errors import EXIT_INPUT_ERROR, HarnessError
 
@@ -78,11 +79,11 @@ def test_sweep_refuses_a_seed_outside_32_bits(tmp_path, capsys, argv):
 
 
 def test_run_and_status_refuse_a_seed_outside_32_bits(tmp_path, capsys):
-    args = run.build_parser().parse_args(["--model-key", "xlm-r-base", "--task", "xnli", "--lr",
+    args = runner.build_parser().parse_args(["--model-key", "xlm-r-base", "--task", "xnli", "--lr",
                                           "1e-05", "--seed", TOO_BIG, "--allow-off-protocol",
                                           "--out-json", str(tmp_path / "o.json")])  # fmt: skip
     with pytest.raises(HarnessError, match=f"--seed {TOO_BIG} must be an integer from 0"):
-        run.plan_cells(args)
+        runner.plan_cells(args)
     assert status.main([*BASE, "--seeds", TOO_BIG, "--results-dir", str(tmp_path)]) == 2
     assert "must be an integer from 0 to 4294967295" in capsys.readouterr().err
 

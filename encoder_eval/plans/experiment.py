@@ -480,7 +480,7 @@ class _Fact:
 
     def from_args(self, args: argparse.Namespace) -> Any:
         """The flag's value as the experiment holds it (None: not given)."""
-        from encoder_eval.sweep import parse_lr_keys, parse_seeds
+        from encoder_eval.plans.plan import parse_lr_keys, parse_seeds
 
         raw = getattr(args, self.attr)
         if raw is None or raw == "":
@@ -548,7 +548,7 @@ def _registry_row(name: str, spec: ModelSpec) -> bool:
 def _models_from_args(args: argparse.Namespace) -> dict[str, ModelSpec | None] | None:
     """The models the flags name (None: neither --models nor --model given); a name with
     no --model spec maps to None (the registry's, or the experiment's)."""
-    from encoder_eval.sweep import split_csv
+    from encoder_eval.plans.plan import split_csv
 
     specs = {}
     trusted = split_csv(args.trust_remote_code)
@@ -568,7 +568,7 @@ def _set_models(args: argparse.Namespace, models: dict[str, ModelSpec], source: 
     `args.model_pins`. A model the file marks trust_remote_code runs remote code only when
     the registry grants it (its own Hub id) or the user's `--trust-remote-code` names it:
     a file shared by someone else must not switch code execution on."""
-    from encoder_eval.sweep import split_csv
+    from encoder_eval.plans.plan import split_csv
 
     trusted = split_csv(args.trust_remote_code)
     unconsented = [f"{n} ({m.path})" for n, m in models.items()
@@ -623,7 +623,7 @@ def _inherit(args: argparse.Namespace, exp: Experiment, phase: str, *, where: st
 def _check_redacted(args: argparse.Namespace, exp: Experiment) -> None:
     """Refuse, in one line naming every flag needed, a report phase from a selection shared
     without its local paths (`select --redact-paths`) unless the user gives their own."""
-    from encoder_eval.sweep import split_csv
+    from encoder_eval.plans.plan import split_csv
 
     requested = _models_from_args(args) or {}
     wanted = split_csv(args.models) or list(requested) or list(exp.models)
@@ -641,7 +641,7 @@ def _check_redacted(args: argparse.Namespace, exp: Experiment) -> None:
 def _inherit_pairs(args: argparse.Namespace, exp: Experiment, *, where: str, fix: str,
                    given: dict[str, str]) -> None:  # fmt: skip
     """Take `exp`'s models and tasks, or the subset the flags name; refuse any other."""
-    from encoder_eval.sweep import split_csv
+    from encoder_eval.plans.plan import split_csv
 
     requested = _models_from_args(args)
     if exp.models:

@@ -47,6 +47,8 @@ SWEEP_PHASES = (*PHASES, PROBE_PHASE)
 # The module a unit's process runs, by the plan's kind of cell.
 FINETUNE, PROBE = "finetune", "probe"
 MODULES = {FINETUNE: "encoder_eval.run", PROBE: "encoder_eval.probe"}
+# The library module whose `main(argv)` those commands call, for running a unit in process.
+ENTRY_MODULES = {FINETUNE: "encoder_eval.cells.runner", PROBE: "encoder_eval.cells.probe_cell"}
 # How many cells share one `encoder_eval.run` process (see `Plan.units`).
 GROUPS = ("pair", "lr", "cell")
 # Flags that define a cell's identity, or what code and weights it runs (remote code needs
@@ -270,6 +272,12 @@ class Plan:
         """The module a unit's process runs (`python -m MODULE RUN_ARGS...`)."""
         return MODULES[self.kind]
 
+    @property
+    def entry_module(self) -> str:
+        """The library module whose `main(RUN_ARGS)` runs a unit in this process (what
+        `module` calls; imported on use, since it brings torch)."""
+        return ENTRY_MODULES[self.kind]
+
     def out_json(self, cell: Cell) -> str:
         return os.path.join(self.results_dir, cell.filename)
 
@@ -452,7 +460,7 @@ def extra_flag_value(extra: list[str], flag: str) -> str | None:
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    from encoder_eval.run import build_parser  # the cell command's own flags
+    from encoder_eval.cells.runner import build_parser  # the cell command's own flags
 
     return build_parser()
 

@@ -341,7 +341,7 @@ def summarize_runs(
     (NeuCo rule drop_incomplete_runs: it is dropped, and the CSV says so)."""
     from scipy import stats as sps
 
-    from encoder_eval.leaderboard import neuco_weights
+    from encoder_eval.reports.ranking import neuco_weights
 
     runs = []
     for path in sorted(Path(output_dir, phase).glob(f"*/{SUMMARY_FILE}")):

@@ -1,0 +1,433 @@
+"""One or several cells run from the `run` command's flags: the flags themselves
+(`build_parser`, which the plan also uses to check extra run arguments), the cells they
+describe (`plan_cells`: every name and path checked before any training), and running them
+(`run_cells`: one process, data and tokenisation paid once, a JSON per cell).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from encoder_eval.cells.trackers import check_tracking_dir, parse_report_to
+from encoder_eval.core.errors import (
+    EXIT_INCOMPLETE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    Terminated,
+    raise_on_sigterm,
+    report_errors,
+    ArgumentParser,
+    HarnessError,
+)
+from encoder_eval.core.protocol import (
+    PHASE_SEEDS,
+    PROTOCOL_RECIPE,
+    RANK_OBJECTIVES,
+    SELECTION_SPLITS,
+    Recipe,
+    check_seed,
+    lr_key_for,
+)
+from encoder_eval.core.results import (
+    DONE_STATES,
+    KEPT,
+    cell_lock,
+    clean_stale_temporaries,
+    result_filename,
+    settle_cell,
+)
+from encoder_eval.data.limit import check_limit
+from encoder_eval.data.models import (
+    ATTENTIONS,
+    DECODER_DEFAULTS,
+    HEAD_POOLINGS,
+    MODEL_REGISTRY,
+    MODES,
+    key_from_path,
+    loader_settings,
+    model_entry,
+    registry_trusts,
+)
+from encoder_eval.data.taskfile import register_task_files
+from encoder_eval.data.tasks import TASK_KNOBS, dataset_revisions, task_knobs
+
+
+class CellsFailed(Exception):
+    """Some cells of a multi-cell process crashed; the others ran and wrote their results."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    r = PROTOCOL_RECIPE
+    p = ArgumentParser(
+        prog="python -m encoder_eval.run",
+        description="Fine-tune one (model, task, learning rate, seed) cell under the fixed "
+        "protocol and write its result as one JSON file.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    g = p.add_argument_group("the cell")
+    g.add_argument("--model-path", help="Hub id or local model directory (default: the "
+                   "registry's path for --model-key)")  # fmt: skip
+    g.add_argument("--model-key", help="the model's name in results and file names: a registry "
+                   f"key ({', '.join(MODEL_REGISTRY)}) or any name; derived from --model-path "
+                   "when omitted")  # fmt: skip
+    g.add_argument("--task", required=True, help=f"task name: {', '.join(TASK_KNOBS)}, or a "
+                   "task defined in a --tasks-file")  # fmt: skip
+    g.add_argument("--tasks-file", action="append", metavar="FILE", help="a task file (TOML or "
+                   "YAML) defining tasks beyond the suite (repeatable; see README, 'Adding a "
+                   "task')")  # fmt: skip
+    g.add_argument("--mode", choices=MODES, help="auto: AutoModelForSequenceClassification; "
+                   "liquid-bidir: encoder body + mean-pool linear head; decoder-adapted: a "
+                   "decoder-only body (Llama, Qwen2, Gemma) + pooled linear head (default: the "
+                   "registry's mode, else auto)")  # fmt: skip
+    g.add_argument("--attention", choices=ATTENTIONS, help="decoder-adapted: bidirectional (a "
+                   "full padding-only mask) or causal (default: the registry's, else "
+                   f"{DECODER_DEFAULTS['attention']})")  # fmt: skip
+    g.add_argument("--pooling", choices=HEAD_POOLINGS, help="decoder-adapted: what the head "
+                   "reads: the mean, first or last real token's state, or a learned attention "
+                   f"pooling (default: the registry's, else {DECODER_DEFAULTS['pooling']})")  # fmt: skip
+    g.add_argument("--head-dropout", type=float, help="decoder-adapted: dropout before the "
+                   f"head (default: the registry's, else {DECODER_DEFAULTS['head_dropout']})")  # fmt: skip
+    g.add_argument("--lr", required=True, help="learning rate(s), comma-separated; protocol "
+                   "values are the 10-point grid (python -m encoder_eval.sweep --show-grid)")  # fmt: skip
+    g.add_argument("--seed", required=True, help="seed(s), comma-separated (select 42-44, "
+                   "report 45-49)")  # fmt: skip
+    g.add_argument("--phase", choices=("select", "report"), default="report",
+                   help="select: score dev only; report: also score the report split")  # fmt: skip
+    g = p.add_argument_group("the recipe (defaults are the protocol's)")
+    g.add_argument("--bsz", type=int, default=r.batch_size, help="effective batch size")
+    g.add_argument("--micro-batch", type=int, default=None, help="micro-batch size for gradient "
+                   "accumulation when the effective batch does not fit in memory")  # fmt: skip
+    g.add_argument("--max-steps", type=int, default=r.max_steps,
+                   help="step cap; training runs min(max-steps, epoch-cap epochs)")  # fmt: skip
+    g.add_argument("--epoch-cap", type=int, default=r.epoch_cap, help="epoch cap")
+    g.add_argument("--max-seq-len", type=int, default=r.max_seq_len, help="truncation length")
+    g.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=r.early_stop,
+                   help="stop after --patience dev evaluations without improvement")  # fmt: skip
+    g.add_argument("--patience", type=int, default=r.patience, help="early-stopping patience")
+    g.add_argument("--weight-decay", type=float, default=r.weight_decay, help="AdamW weight decay")
+    g.add_argument("--adam-beta2", type=float, default=r.adam_beta2, help="AdamW beta2")
+    g.add_argument("--warmup-ratio", type=float, default=r.warmup_ratio, help="linear warmup share")
+    g.add_argument("--precision", choices=("bf16-autocast", "fp32"), default=r.precision,
+                   help="fp32 is for debugging and marks the cell off-protocol")  # fmt: skip
+    g.add_argument("--selection-split", choices=SELECTION_SPLITS, default=r.selection_split,
+                   help="what picks the LR and the early-stopping checkpoint: dev (the "
+                   "specification's default) or holdout (strict: a fixed slice of train; the "
+                   "official dev split is only scored for the report)")  # fmt: skip
+    g.add_argument("--eval-batch", type=int, default=r.eval_batch_size, help="evaluation "
+                   "batch size (default: 16 on the CPU, 128 on a GPU); a table never mixes "
+                   "cells that set it differently")  # fmt: skip
+    g.add_argument("--batching", choices=("length-grouped", "random"), default=r.batching,
+                   help="how training batches are formed (see EVALUATION_METHODOLOGY.md)")  # fmt: skip
+    g.add_argument("--rank-objective", choices=RANK_OBJECTIVES, default=r.rank_objective,
+                   help="ranking tasks: listwise (softmax cross-entropy over each query's "
+                   "group, the protocol's) or pointwise (binary cross-entropy per pair, an "
+                   "ablation; marks the cell off-protocol)")  # fmt: skip
+    g.add_argument("--rank-group-size", type=int, default=r.rank_group_size,
+                   help="ranking tasks: candidates per query group in training, one relevant "
+                   "plus sampled negatives (capped at the candidates a query has)")  # fmt: skip
+    g.add_argument("--allow-off-protocol", action="store_true", help="accept a learning rate "
+                   "off the grid or a seed outside the phase's set (the result is marked "
+                   "off-protocol)")  # fmt: skip
+    g = p.add_argument_group("inputs and outputs")
+    g.add_argument("--out-json", help="result file (one cell only)")
+    g.add_argument("--results-dir", help="directory for results named "
+                   "{model}_{task}_{lrkey}_s{seed}.json (several cells)")  # fmt: skip
+    g.add_argument("--skip-existing", action="store_true",
+                   help="skip cells whose valid result already exists")  # fmt: skip
+    g.add_argument("--data-dir", help="offline data mirror (<task>/<split>[.<lang>].jsonl); "
+                   "default: $ENCODER_EVAL_DATA_DIR, else the Hub")  # fmt: skip
+    g.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                   help="auto picks a CUDA/ROCm GPU when one is visible")  # fmt: skip
+    g.add_argument("--model-revision", help="pin the model's Hub revision (commit sha; "
+                   "default: the registry row's pin, else the head)")  # fmt: skip
+    g.add_argument("--trust-remote-code", action=argparse.BooleanOptionalAction, default=None,
+                   help="run model-authored code (default: on only for a registry row that "
+                   "says so, loaded from that row's Hub id; else off)")  # fmt: skip
+    g.add_argument("--model-code-revision", help="remote code: the revision of the code "
+                   "repository the config's auto_map names (e.g. mGTE's Alibaba-NLP/new-impl); "
+                   "default: the registry row's pin, else that repository's head, resolved to "
+                   "a commit and recorded")  # fmt: skip
+    g.add_argument("--require-code-revision", action="store_true", help="refuse remote "
+                   "code from another repository unless --model-code-revision pins it")  # fmt: skip
+    g.add_argument("--record-model-path", action="store_true",
+                   help="write the model path into the result (off: paths can be private)")  # fmt: skip
+    g.add_argument("--save-predictions", action=argparse.BooleanOptionalAction, default=True,
+                   help="write per-example report predictions beside a report result, for "
+                   "`compare` (default: on; the file is X.predictions.json)")  # fmt: skip
+    g.add_argument("--cache-dir", default="default", help="tokenisation cache shared by the "
+                   "cells of a sweep (default: $ENCODER_EVAL_CACHE_DIR or "
+                   "~/.cache/encoder_eval/tokens)")  # fmt: skip
+    g.add_argument("--no-cache", action="store_true", help="tokenise without the cache")
+    g.add_argument("--progress", choices=("bar", "quiet", "json"), default="bar",
+                   help="progress display: a bar, nothing, or JSON lines on stderr")  # fmt: skip
+    g.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="a smoke run: cut every split to N examples (seeded; stratified by "
+                   "label; N queries for ranking); off-protocol, refused by summarize "
+                   "without --allow-partial")  # fmt: skip
+    g.add_argument("--report-to", default="none", metavar="LIST",
+                   help="send each cell's loss, LR and dev curves and its final scores to "
+                   "experiment trackers: tensorboard, mlflow, wandb (comma-separated; default: "
+                   "none; a failing tracker warns and never stops the cell)")  # fmt: skip
+    g.add_argument("--tracking-dir", default=None, metavar="DIR",
+                   help="where tensorboard and offline wandb write (default: tracking/ beside "
+                   "the results)")  # fmt: skip
+    return p
+
+
+def _parse_list(text: str, kind, flag: str) -> list:
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise HarnessError(f"{flag} {text!r} is not a comma-separated list of numbers") from None
+    if not values:
+        raise HarnessError(f"{flag} is empty")
+    return values
+
+
+def plan_cells(args: argparse.Namespace) -> list:
+    """Turn parsed flags into CellConfigs, checking every input before anything runs."""
+    from encoder_eval.cells.train import CellConfig, validate_out_path
+
+    register_task_files(args.tasks_file)  # first: the task names below may be defined there
+    task_knobs(args.task)
+    dataset_revisions()  # a malformed ENCODER_EVAL_DATASET_REVISIONS fails now, not after training
+    report_to = parse_report_to(args.report_to)
+    check_limit(args.limit)
+    if report_to and args.tracking_dir:
+        check_tracking_dir(args.tracking_dir)
+    if args.model_path is None and args.model_key is None:
+        raise HarnessError("give --model-path or a registry --model-key")
+    entry = None
+    if args.model_key in MODEL_REGISTRY:
+        entry = model_entry(args.model_key)
+    elif args.model_path is None:
+        model_entry(args.model_key)  # raises: unknown key, with the valid ones
+    model_path = args.model_path or entry.path
+    model_key = args.model_key or key_from_path(model_path)
+    if entry is None and model_key in MODEL_REGISTRY:  # --model-path alone names a registry model
+        entry = model_entry(model_key)
+    mode = args.mode or (entry.mode if entry else "auto")
+    row = entry if entry and entry.mode == mode else None  # a row's settings go with its mode
+    settings = loader_settings(mode, *(
+        getattr(args, k) if getattr(args, k) is not None else getattr(row, k, None)
+        for k in ("attention", "pooling", "head_dropout")
+    ))  # fmt: skip
+    trust = args.trust_remote_code
+    if trust is None:  # the registry's word holds for its own Hub id only, never a name
+        trust = registry_trusts(model_key, model_path)
+    pinned = entry if entry is not None and entry.path == model_path else None
+    revision = args.model_revision or (pinned.revision if pinned else None)
+    code_revision = args.model_code_revision or (pinned.code_revision if pinned else None)
+    lrs = _parse_list(args.lr, float, "--lr")
+    seeds = _parse_list(args.seed, int, "--seed")
+    for lr in lrs:
+        if not math.isfinite(lr) or lr <= 0 or lr >= 1:
+            raise HarnessError(f"--lr {lr} is not a usable learning rate (0 < lr < 1)")
+        if lr_key_for(lr) is None and not args.allow_off_protocol:
+            raise HarnessError(
+                f"--lr {lr:g} is not on the protocol grid; use a grid value or pass "
+                "--allow-off-protocol (the result is then marked off-protocol)"
+            )
+    for seed in seeds:
+        check_seed(seed)
+        if seed not in PHASE_SEEDS[args.phase] and not args.allow_off_protocol:
+            raise HarnessError(
+                f"--seed {seed} is not a {args.phase} seed {list(PHASE_SEEDS[args.phase])}; "
+                "use one of those or pass --allow-off-protocol"
+            )
+    for flag in ("bsz", "max_steps", "epoch_cap", "max_seq_len", "patience"):
+        if getattr(args, flag) < 1:
+            raise HarnessError(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.rank_group_size < 2:
+        raise HarnessError("--rank-group-size must be at least 2 (one relevant candidate and "
+                           "one negative)")  # fmt: skip
+    if args.eval_batch is not None and args.eval_batch < 1:
+        raise HarnessError("--eval-batch must be at least 1")
+    if args.micro_batch is not None and (args.micro_batch < 1 or args.bsz % args.micro_batch):
+        raise HarnessError(f"--micro-batch {args.micro_batch} must divide --bsz {args.bsz}")
+    n_cells = len(lrs) * len(seeds)
+    if args.out_json and n_cells > 1:
+        raise HarnessError("--out-json names one file; use --results-dir for several cells")
+    if not args.out_json and not args.results_dir:
+        raise HarnessError("give --out-json FILE (one cell) or --results-dir DIR")
+    recipe = Recipe(
+        weight_decay=args.weight_decay, adam_beta2=args.adam_beta2, warmup_ratio=args.warmup_ratio,
+        batch_size=args.bsz, max_steps=args.max_steps, epoch_cap=args.epoch_cap,
+        patience=args.patience, early_stop=args.early_stop, max_seq_len=args.max_seq_len,
+        precision=args.precision, selection_split=args.selection_split, batching=args.batching,
+        mode=mode, micro_batch=args.micro_batch, eval_batch_size=args.eval_batch,
+        rank_objective=args.rank_objective, rank_group_size=args.rank_group_size,
+        limit=args.limit, **settings,
+    )  # fmt: skip
+    cells = []
+    for lr in lrs:
+        for seed in seeds:
+            out = args.out_json or os.path.join(
+                args.results_dir, result_filename(model_key, args.task, lr, seed)
+            )
+            validate_out_path(out)
+            cells.append(CellConfig(
+                model_path=model_path, task=args.task, lr=lr, seed=seed, model_key=model_key,
+                phase=args.phase, recipe=recipe, data_dir=args.data_dir,
+                device=args.device, out_json=out, model_revision=revision,
+                model_code_revision=code_revision,
+                require_code_revision=args.require_code_revision, trust_remote_code=trust, record_model_path=args.record_model_path,
+                save_predictions=args.save_predictions, progress=args.progress,
+                cache_dir=None if args.no_cache else args.cache_dir,
+                report_to=report_to, tracking_dir=args.tracking_dir,
+            ))  # fmt: skip
+    return cells
+
+
+def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]:
+    """Run cells in order in this process, sharing the task data; returns their results.
+
+    With `skip_existing`, a cell that is done (`results.cell_state`) is skipped, and a
+    corrupt result file in its place is moved aside into `.corrupt/` and the cell run again;
+    a file to leave alone (unreadable, a newer harness's, another model's result under this
+    cell's name) is left, its cell not run, and CellsFailed names it at the end.
+    A cell another runner holds is skipped and come back to at the end: this process then
+    waits for that runner's lock and skips the cell if the other runner finished it (or runs
+    it, if that runner died first), so a unit's process ends only when its cells are done.
+    A cell that crashes (an exception other than bad input or preemption, e.g. running out
+    of memory) writes nothing; its traceback is printed and the next cell runs. CellsFailed
+    is raised at the end, naming the crashed cells. A stop signal is never a crash: once
+    SIGTERM or Ctrl-C arrives, Preempted or Interrupted ends the loop, even when saving
+    failed after it, and no further cell starts.
+    """
+    import traceback
+
+    from encoder_eval.cells.train import Preempted, run_cell
+    from encoder_eval.data.tasks import data_provenance, load_task
+
+    results = []
+    data = data_prov = None
+
+    kept = []  # cells whose result file must be left alone (`results.KEPT`): not run over it
+
+    def skip(cfg, done_by: str) -> bool:
+        """Whether to skip the cell (called with its lock held): it is done, or its file is
+        one to leave alone; a corrupt result is moved aside, and the cell runs."""
+        state = settle_cell(cfg.out_json, cfg.phase, locked=True, model=cfg.model_key,
+                            task=cfg.task)[0]  # fmt: skip
+        if state == KEPT:
+            kept.append(cfg)
+        elif state in DONE_STATES:
+            log(f"skip {cfg.out_json} ({done_by})")
+        return state == KEPT or state in DONE_STATES
+
+    def run_one(cfg) -> None:
+        nonlocal data, data_prov
+        if data is None:  # once per process: where the data comes from, then the data itself
+            data_prov = data_provenance(cfg.task, cfg.data_dir)
+            data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report",
+                             selection_split=cfg.recipe.selection_split)  # fmt: skip
+        result = run_cell(cfg, data=data, data_prov=data_prov)
+        results.append(result)
+        score = result["report"]["mean"] if result["report"] else (result["dev"] or {}).get("mean")
+        log(
+            f"{result['status']}: {cfg.model_key} {cfg.task} lr={cfg.lr:g} seed={cfg.seed} "
+            f"{result['metric']}={'-' if score is None else f'{score:.4f}'} "
+            f"steps={result['training']['steps']} -> {cfg.out_json}"
+        )
+
+    crashed = []
+
+    def guarded(cfg) -> None:
+        try:
+            run_one(cfg)
+        except (HarnessError, Preempted):
+            raise
+        except Exception:
+            crashed.append(cfg)
+            print(f"FAILED {cfg.model_key} {cfg.task} lr={cfg.lr:g} seed={cfg.seed} "
+                  f"(nothing written):\n{traceback.format_exc()}", file=sys.stderr, flush=True)  # fmt: skip
+
+    held_elsewhere = []
+    for cfg in cells:
+        Path(cfg.out_json).parent.mkdir(parents=True, exist_ok=True)  # checked by plan_cells
+        clean_stale_temporaries(Path(cfg.out_json).parent)
+        with cell_lock(cfg.out_json) as mine:
+            if not mine:
+                log(f"skip {cfg.out_json} (another runner is running this cell; back to it later)")
+                held_elsewhere.append(cfg)
+                continue
+            if skip_existing and skip(cfg, "done"):
+                continue
+            guarded(cfg)
+    for cfg in held_elsewhere:
+        with cell_lock(cfg.out_json, wait=True):
+            if skip(cfg, "done by another runner"):
+                continue
+            guarded(cfg)
+    problems = []
+    if crashed:
+        problems.append(
+            f"{len(crashed)} of {len(cells)} cell(s) crashed and wrote nothing: "
+            + ", ".join(f"lr={c.lr:g} seed={c.seed}" for c in crashed)
+            + "; see the tracebacks above, then run again to retry them"
+        )
+    if kept:
+        problems.append(
+            f"{len(kept)} cell(s) not run, to keep the file in their place (see the lines "
+            "above: unreadable, written by a newer harness, or another model's result): "
+            + ", ".join(str(c.out_json) for c in kept)
+        )
+    if problems:
+        raise CellsFailed("; and ".join(problems))
+    return results
+
+
+def _note_unreadable_name(cells: list) -> None:
+    """Say so, once the result is written, when --out-json named a file that select,
+    summarize and status will not read (before that, an error stays one line)."""
+    for cfg in cells:
+        expected = result_filename(cfg.model_key, cfg.task, cfg.lr, cfg.seed)
+        if Path(cfg.out_json).name != expected:
+            print(f"note: select, summarize and status read this cell's result only under the "
+                  f"name {expected}; they will skip {cfg.out_json} (use --results-dir DIR to "
+                  "get the name right)", file=sys.stderr)  # fmt: skip
+
+
+@report_errors
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    quiet = args.progress == "quiet"
+    cells = plan_cells(args)  # bad input ends here, before torch is imported
+    from encoder_eval.cells.train import Interrupted, Preempted
+
+    # SIGTERM between cells (loading data, waiting for another runner's lock) raises, as
+    # Ctrl-C does; inside a cell `train.run_cell` turns both into a saved state.
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, raise_on_sigterm) if main_thread else None
+    try:
+        run_cells(cells, args.skip_existing, log=(lambda m: None) if quiet else print)
+        _note_unreadable_name(cells)
+    except Terminated:
+        print("preempted: SIGTERM before a cell's training started or after its result was "
+              "written; run the same command again to continue", file=sys.stderr)  # fmt: skip
+        return EXIT_PREEMPTED
+    except Interrupted as exc:
+        print(f"interrupted: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Preempted as exc:
+        print(f"preempted: {exc}", file=sys.stderr)
+        return EXIT_PREEMPTED
+    except KeyboardInterrupt:  # Ctrl-C outside a training loop: nothing was lost
+        print("interrupted: Ctrl-C before training started or after a result was written; "
+              "run the same command again to continue", file=sys.stderr)  # fmt: skip
+        return EXIT_INTERRUPTED
+    except CellsFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INCOMPLETE
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    return EXIT_OK

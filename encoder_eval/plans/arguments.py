@@ -1,0 +1,258 @@
+"""The command-line arguments shared by every command that plans cells (`sweep`, `status`,
+`track sweep`): what to run (`add_plan_arguments`, `add_probe_arguments`), how to launch it
+(`add_emit_arguments`), and the `Plan` they describe (`plan_from_args`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.fileio import check_utf8
+from encoder_eval.core.protocol import (
+    LR_GRID,
+    PHASE_SEEDS,
+    PROTOCOL_RECIPE,
+    SELECTION_SPLITS,
+    check_seed,
+)
+from encoder_eval.data.models import MODES
+from encoder_eval.data.tasks import MULTILINGUAL_TASKS, TASK_GROUPS
+from encoder_eval.plans import experiment
+from encoder_eval.plans.emit import (
+    EMIT_MODES,
+)
+from encoder_eval.plans.plan import (
+    GROUPS,
+    PHASES,
+    PROBE_PHASE,
+    Plan,
+    build_plan,
+    build_probe_plan,
+    extra_flag_value,
+    parse_lr_keys,
+    parse_seeds,
+    probe_precision,
+    run_precision,
+    split_csv,
+)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def add_plan_arguments(p: argparse.ArgumentParser, phases: tuple[str, ...] = PHASES) -> None:
+    """Flags that define which cells a phase has (shared by sweep and status; `phases`: the
+    phases the command takes)."""
+    g = p.add_argument_group("what runs")
+    g.add_argument("--experiment", metavar="FILE", help="an experiment file (TOML; see "
+                   "examples/experiment.toml) that fills the flags not given")  # fmt: skip
+    probe = "; probe: linear probes on frozen embeddings, one unit per (model, task)"
+    g.add_argument("--phase", choices=phases, help="select: LR grid x select seeds, dev only; "
+                   "report: report seeds at each pair's selected LR"
+                   + (probe if PROBE_PHASE in phases else ""))  # fmt: skip
+    g.add_argument("--selection", help="selection.json from encoder_eval.select (report phase)")
+    g.add_argument("--models", help="comma-separated model names (default: every registry "
+                   "model, or only the --model additions when any are given)")  # fmt: skip
+    g.add_argument("--model", action="append", default=[], metavar="NAME=PATH[:MODE]",
+                   help=f"add a model for this sweep (repeatable); MODE: {' | '.join(MODES)}, "
+                   "default auto")  # fmt: skip
+    g.add_argument("--trust-remote-code", metavar="MODEL[,MODEL]", help="let these models "
+                   "run code from their repositories (registry rows that need it and load "
+                   "from their own Hub id need no flag); an experiment or selection file "
+                   "never turns remote code on")  # fmt: skip
+    g.add_argument("--tasks", help="comma-separated task keys and groups (default: "
+                   f"multilingual = {','.join(MULTILINGUAL_TASKS)}); groups: "
+                   f"{', '.join(TASK_GROUPS)} (all: the whole suite)")  # fmt: skip
+    g.add_argument("--tasks-file", action="append", default=[], metavar="FILE",
+                   help="a file of user task definitions (TOML or YAML; repeatable): its "
+                   "tasks can be named in --tasks, and every cell reads it")  # fmt: skip
+    g = p.add_argument_group("shrinking for smoke runs (results are marked off-protocol)")
+    g.add_argument("--lr-keys", help="a subset of the grid, e.g. lr03,lr06 (select phase)")
+    g.add_argument("--seeds", help="seeds instead of the phase's (select 42-44, report 45-49)")
+    g.add_argument("--max-steps", type=int, help="step cap (protocol: "
+                   f"{PROTOCOL_RECIPE.max_steps})")  # fmt: skip
+    g.add_argument("--max-seq-len", type=int, help="truncation length (protocol: "
+                   f"{PROTOCOL_RECIPE.max_seq_len})")  # fmt: skip
+    g.add_argument("--limit", type=int, metavar="N", help="a smoke run: every split of every "
+                   "cell cut to N examples (seeded, stratified; `run --limit`)")  # fmt: skip
+    g = p.add_argument_group("what each cell records")
+    g.add_argument("--report-to", metavar="LIST", help="send every cell's curves to "
+                   "tensorboard, mlflow and/or wandb (`run --report-to`; default none)")  # fmt: skip
+    g = p.add_argument_group("protocol variant")
+    g.add_argument("--selection-split", choices=SELECTION_SPLITS, help="what picks the LR "
+                   "and the early-stopping checkpoint: dev (default, the specification's) or "
+                   "holdout (strict: a fixed slice of train; see EVALUATION_METHODOLOGY.md); "
+                   "a report phase follows its selection")  # fmt: skip
+    g = p.add_argument_group("where")
+    g.add_argument("--results-dir", help="result JSON directory (default: results/<phase>)")
+    g.add_argument("--data-dir", help="offline data mirror passed to every cell")
+    g.add_argument("--device", choices=("auto", "cuda", "cpu"),
+                   help="passed to every cell (default: auto)")  # fmt: skip
+    g.add_argument("--extra-run-args", default="", help="more encoder_eval.run flags for every "
+                   "cell, as one shell-quoted string, e.g. '--micro-batch 8'")  # fmt: skip
+
+
+# The probe phase's own flags (dest, flag), and the fine-tune flags it refuses.
+_PROBE_FLAGS = (("pooling", "--pooling"), ("k_folds", "--k-folds"))
+_FINETUNE_FLAGS = (("experiment", "--experiment"), ("selection", "--selection"),
+                   ("lr_keys", "--lr-keys"), ("seeds", "--seeds"), ("max_steps", "--max-steps"),
+                   ("selection_split", "--selection-split"))  # fmt: skip
+
+
+def add_probe_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of `--phase probe` (defaults: encoder_eval.probe's)."""
+    g = p.add_argument_group(
+        "probe phase (--phase probe; also --max-seq-len, default 256, and --precision)"
+    )
+    g.add_argument("--pooling", help="comma-separated poolings: mean, first, last (default "
+                   "mean); every pooling of a (model, task) runs in its one unit")  # fmt: skip
+    g.add_argument("--k-folds", type=int, help="shuffle-split folds per task (default 10)")
+    # --seed was, and for select/report stays, argparse's abbreviation of --seeds
+    g.add_argument("--seed", help="the folds' seed (default 42); for select/report the same "
+                   "as --seeds")  # fmt: skip
+    g.add_argument(
+        "--precision",
+        help="every cell's forward pass: bf16 (default; autocast, "
+        "the protocol's) or fp32 (faster on a CPU without native bf16; a "
+        "fine-tuning cell in fp32 is off-protocol)",
+    )
+
+
+def add_emit_arguments(p: argparse.ArgumentParser, out_flag: str = "--out-dir") -> None:
+    g = p.add_argument_group("the launch script")
+    g.add_argument("--mode", choices=EMIT_MODES, default="shell",
+                   help="shell: run_all.sh; slurm: launch.sh with one sbatch per cell; "
+                   "slurm-array: launch.sh submitting array jobs over a manifest")  # fmt: skip
+    g.add_argument("--slurm-template", help="your sbatch script (contract: the emit_slurm "
+                   "docstring in encoder_eval/plans/emit.py; example: examples/slurm_template.sh)")  # fmt: skip
+    g.add_argument("--group", choices=GROUPS, help="cells run by one process: pair = every "
+                   "cell of a (model, task), lr = the seeds of one (model, task, LR), cell = "
+                   "one (default: pair for shell, cell for slurm/slurm-array, where long "
+                   "jobs meet time limits)")  # fmt: skip
+    g.add_argument("--requeue", action="store_true", help="pass --requeue to sbatch")
+    g.add_argument("--python", help="interpreter run_all.sh runs cells with, and every "
+                   "script checks which cells are done with (default: this one; $PYTHON "
+                   "overrides at run time)")  # fmt: skip
+
+
+def _flags_given(args: argparse.Namespace, flags: tuple) -> list[str]:
+    return [flag for dest, flag in flags if getattr(args, dest, None) not in (None, "", [])]
+
+
+def _extra_args(args: argparse.Namespace, finetune: bool = False) -> list[str]:
+    """--extra-run-args, then the cell flags the sweep takes directly (--limit, --report-to,
+    and for a fine-tuning phase --precision), which the plan checks with the cell command's
+    own parser like any extra argument; one the extra arguments already give the same value
+    (inherited from the select phase's experiment) is not repeated."""
+    try:
+        extra = shlex.split(args.extra_run_args or "")
+    except ValueError as exc:
+        raise HarnessError(f"--extra-run-args is not valid shell quoting ({exc})") from None
+    given = [("--limit", None if getattr(args, "limit", None) is None else str(args.limit)),
+             ("--report-to", getattr(args, "report_to", None) or None)]  # fmt: skip
+    if finetune:
+        given.append(("--precision", run_precision(getattr(args, "precision", None))))
+    for flag, value in given:
+        had = extra_flag_value(extra, flag)
+        if value is None or had == value:
+            continue
+        if had is not None:
+            raise HarnessError(f"{flag} {value} contradicts {flag} {had} of --extra-run-args or "
+                               "of the select phase's experiment; give one value")  # fmt: skip
+        if (flag, value) != ("--precision", PROTOCOL_RECIPE.precision):  # the recipe's own
+            extra += [flag, value]
+    return extra
+
+
+def probe_plan_from_args(args: argparse.Namespace) -> Plan:
+    """The probe phase's Plan (`plan.build_probe_plan`) from the parsed flags."""
+    wrong = _flags_given(args, _FINETUNE_FLAGS)
+    if wrong:
+        raise HarnessError(f"{wrong[0]} is for --phase select/report; drop it for --phase "
+                           "probe (its flags: --pooling, --k-folds, --seed, --precision)")  # fmt: skip
+    pooling = None if args.pooling is None else split_csv(args.pooling)
+    precision = None if args.precision is None else probe_precision(args.precision)
+    seed = None
+    if args.seed is not None:
+        try:
+            seed = check_seed(int(args.seed))
+        except ValueError:
+            raise HarnessError(f"--seed {args.seed!r} must be one integer, e.g. 42") from None
+    return build_probe_plan(
+        results_dir=args.results_dir or os.path.join("results", PROBE_PHASE),
+        models=split_csv(args.models) or None, extra_models=args.model,
+        tasks=split_csv(args.tasks) or None, poolings=pooling, k_folds=args.k_folds,
+        seed=seed, max_seq_len=args.max_seq_len, precision=precision,
+        data_dir=args.data_dir, device=args.device, extra_run_args=_extra_args(args),
+        trust_remote_code=split_csv(args.trust_remote_code), tasks_files=args.tasks_file,
+    )  # fmt: skip
+
+
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    """Build the Plan the parsed plan flags describe (unset ones filled by `experiment`)."""
+    if args.phase == PROBE_PHASE:
+        return probe_plan_from_args(args)
+    wrong = _flags_given(args, _PROBE_FLAGS)
+    if wrong:
+        raise HarnessError(f"{wrong[0]} is for --phase probe; drop it for --phase "
+                           f"{args.phase or 'select'}")  # fmt: skip
+    if getattr(args, "seed", None) is not None and args.seeds is None:
+        args.seeds = args.seed
+    experiment.apply_to_args(args)
+    if args.phase is None:
+        raise HarnessError("give --phase select or --phase report")
+    selection = None
+    if args.selection is not None:
+        from encoder_eval.plans.selection import load_selection
+
+        selection = load_selection(args.selection)
+    extra = _extra_args(args, finetune=True)
+    return build_plan(
+        args.phase,
+        results_dir=args.results_dir or os.path.join("results", args.phase),
+        models=split_csv(args.models) or None, extra_models=args.model,
+        tasks=split_csv(args.tasks) or None, lr_keys=parse_lr_keys(args.lr_keys),
+        seeds=parse_seeds(args.seeds), selection=selection, max_steps=args.max_steps,
+        max_seq_len=args.max_seq_len, data_dir=args.data_dir, device=args.device,
+        extra_run_args=extra, trust_remote_code=split_csv(args.trust_remote_code),
+        pins=getattr(args, "model_pins", None), selection_split=args.selection_split,
+        tasks_files=args.tasks_file,
+    )  # fmt: skip
+
+
+def check_utf8_args(args: argparse.Namespace) -> None:
+    """Refuse, naming the flag, any text flag that is not valid UTF-8 (a path's raw bytes):
+    the launch scripts and records that hold it are UTF-8 text."""
+    for dest, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                check_utf8(item, f"--{dest.replace('_', '-')}")
+
+
+def check_utf8_plan(plan: Plan, out_dir: str | os.PathLike) -> None:
+    """The same for the paths a plan took from files (an experiment's folder, a model's)."""
+    check_utf8(out_dir, "--out-dir")
+    check_utf8(plan.results_dir, "--results-dir")
+    for path in [*([plan.data_dir] if plan.data_dir else []), *plan.tasks_files]:
+        check_utf8(path, "the path")
+    for cell in plan.cells:
+        check_utf8(cell.model_path, f"model {cell.model!r}: its path")
+
+
+def format_grid() -> str:
+    lines = ["key    learning rate"]
+    lines += [f"{key}   {lr:g}" for key, lr in LR_GRID.items()]
+    lines.append(f"select seeds: {','.join(map(str, PHASE_SEEDS['select']))}")
+    lines.append(f"report seeds: {','.join(map(str, PHASE_SEEDS['report']))}")
+    dummy = Plan(phase="select", cells=[], results_dir="")
+    lines.append("recipe flags on every cell: " + shlex.join(dummy.recipe_args()))
+    return "\n".join(lines)
+
+
+
+
+
+

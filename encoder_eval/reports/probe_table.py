@@ -1,0 +1,108 @@
+"""Probe results as a table: every probe cell of a folder read back, and the table that
+`summarize` and `leaderboard` print from them (a row per model and pooling, the folds as
+its "seeds")."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+from encoder_eval.cells.probe_cell import RESULT_SUFFIX, examine_probe_result
+from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED
+from encoder_eval.core.errors import unknown_name
+from encoder_eval.reports.table import CellStats, Problem, Table
+
+
+def load_probe_results(results_dir: str | os.PathLike, warn=None) -> list[dict]:
+    """Every readable probe result of a folder; unreadable ones are skipped with a warning."""
+    records = []
+    for path in sorted(Path(results_dir).glob(f"*{RESULT_SUFFIX}")):
+        record, why, _ = examine_probe_result(path)
+        if record is None:
+            if warn is not None:
+                warn(f"warning: skipping {path}: {why}")
+            continue
+        records.append(record)
+    return records
+
+
+def has_probe_results(results_dir: str | os.PathLike) -> bool:
+    return any(Path(results_dir).glob(f"*{RESULT_SUFFIX}"))
+
+
+def probe_table(
+    records: list[dict], models: list[str] | None = None, tasks: list[str] | None = None
+):
+    """The probe results as a `summarize.Table`: a row per (model, pooling) ("model:pooling"),
+    a cell per task whose "seeds" are the folds (score per fold, `q_t`). Cells of another
+    fold setup than the most common one, off protocol, whose embeddings ran at another
+    precision than the rest (bf16 beside fp32), or with a fold whose score is undefined (as
+    `summarize` treats an undefined report score: never averaged, the table refused unless
+    --allow-partial) are problems of the table."""
+    by_cell: dict[tuple[str, str], dict] = {}
+    for r in records:
+        by_cell[(r["cell"]["method"], r["cell"]["task"])] = r
+    names = sorted({m for m, _ in by_cell})
+    task_names = sorted({t for _, t in by_cell})
+    if models:
+        for m in models:
+            if m not in names:
+                raise unknown_name("probe method", m, names)
+        names = list(models)
+    if tasks:
+        for t in tasks:
+            if t not in task_names:
+                raise unknown_name("probed task", t, task_names)
+        task_names = list(tasks)
+    setups = Counter((r["protocol"]["k_folds"], r["protocol"]["seed"]) for r in by_cell.values())
+    (k, seed), _ = setups.most_common(1)[0] if setups else ((DEFAULT_K_FOLDS, DEFAULT_SEED), 0)
+    cells, problems, off = {}, [], []
+    other_setup, limited, undefined_folds = [], [], []
+    by_precision: dict[str, list[str]] = {}
+    for (method, task), r in by_cell.items():
+        if method not in names or task not in task_names:
+            continue
+        precision = ((r.get("provenance") or {}).get("embedding") or {}).get("precision")
+        if precision is not None:  # results of embeddings given as files record none
+            by_precision.setdefault(str(precision), []).append(f"{method}/{task}")
+        q_t = r.get("q_t") or []
+        scores = {i: float(v) for i, v in enumerate(q_t) if v is not None}
+        undefined = [i for i, v in enumerate(q_t) if v is None]
+        if undefined or (r.get("mean_score") is None and not q_t):
+            why = r.get("undefined") or "score undefined"
+            folds = ", ".join(map(str, undefined)) or "all (no per-fold scores recorded)"
+            undefined_folds.append(f"{method}/{task}: fold(s) {folds} of {len(q_t) or '?'} "
+                                   f"undefined ({why})")  # fmt: skip
+        if (r["protocol"]["k_folds"], r["protocol"]["seed"]) != (k, seed):
+            other_setup.append(f"{method}/{task}")
+        if r["protocol"].get("limit") is not None:
+            limited.append(f"{method}/{task} (limit {r['protocol']['limit']})")
+        elif not r["protocol"].get("on_protocol", False):
+            off.append(f"{method}/{task}")
+        cells[(method, task)] = CellStats(
+            model=method, task=task, metric=r["metric"], lr_key=None, lr=None, scores=scores,
+            diverged=[], missing=[], off_protocol=not r["protocol"].get("on_protocol", False),
+            undefined=undefined,
+        )  # fmt: skip
+    if other_setup:
+        problems.append(Problem("probe_setup", f"{len(other_setup)} cell(s) use another fold "
+                                f"setup than k_folds {k}, seed {seed}", sorted(other_setup)))  # fmt: skip
+    if len(by_precision) > 1:  # bf16 and fp32 embeddings differ by more than rounding noise
+        groups = sorted(by_precision.items(), key=lambda kv: -len(kv[1]))
+        problems.append(Problem(
+            "precision", "probe cells disagree on the embeddings' precision: "
+            + "; ".join(f"{p} in {len(c)} cell(s)" for p, c in groups),
+            sorted(f"{c} (precision {p})" for p, cs in groups for c in cs),
+        ))  # fmt: skip
+    if off:
+        problems.append(Problem("off_protocol", f"{len(off)} probe cell(s) ran under a NeuCo "
+                                "rule", sorted(off)))  # fmt: skip
+    if limited:
+        problems.append(Problem("off_protocol", f"{len(limited)} probe cell(s) are smoke runs "
+                                "on a few examples per split (--limit)", sorted(limited)))  # fmt: skip
+    if undefined_folds:
+        problems.append(Problem("undefined_metric", f"{len(undefined_folds)} probe cell(s) have "
+                                "a fold whose score is undefined (never averaged, never read "
+                                "as 0)", sorted(undefined_folds)))  # fmt: skip
+    return Table(names, task_names, cells, problems, list(range(k)), kind="probe")
