@@ -17,6 +17,7 @@ from result_helpers import make_result, make_selection, write_many
 from scipy import stats as sps
 from test_plots import check_png
 
+from encoder_eval.reports import ranking
 from encoder_eval import leaderboard
 from encoder_eval.core.protocol import REPORT_SEEDS
 
@@ -109,7 +110,7 @@ def test_borda_counts_pairwise_wins_on_random_tables():
     for _ in range(50):
         k, n = rng.integers(2, 7), rng.integers(1, 8)
         means = rng.integers(0, 4, size=(k, n)) / 4  # coarse: many ties
-        got = leaderboard.aggregates(means)
+        got = ranking.aggregates(means)
         borda = [sum((means[i, t] > means[j, t]) + 0.5 * (means[i, t] == means[j, t])
                      for t in range(n) for j in range(k) if j != i) for i in range(k)]  # fmt: skip
         assert got["borda"] == pytest.approx(borda)
@@ -233,7 +234,7 @@ def test_bootstrap_intervals_contain_the_point_and_repeat_for_a_seed(board):
     doc = json.loads(first)
     assert doc["bootstrap"] == {"replicates": 300, "seed": seed, "confidence": 0.95}
     for row in doc["rows"]:
-        for name in leaderboard.AGGREGATES:
+        for name in ranking.AGGREGATES:
             agg = row[name]
             assert 1 <= agg["low"] <= agg["position"] <= agg["high"] <= 4, (row["model"], name)
 
@@ -246,7 +247,7 @@ def test_a_model_best_everywhere_has_a_degenerate_interval(board):
              "y": {"glue_rte": 0.60, "glue_sst2": 0.70, "sg_cb": 0.66}}  # fmt: skip
     code, out, _ = board(results_for(means), "--format", "json", selection=selection_for(means))
     rows = by_model(json.loads(out))
-    for name in leaderboard.AGGREGATES:
+    for name in ranking.AGGREGATES:
         assert (rows["top"][name]["low"], rows["top"][name]["high"]) == (1, 1)
     assert rows["x"]["mean_rank"]["low"] < rows["x"]["mean_rank"]["high"]
 
@@ -258,7 +259,7 @@ def test_friedman_equals_scipys_direct_call():
     for k, n in ((3, 2), (4, 6), (6, 12)):
         means = rng.normal(0.7, 0.05, size=(k, n)) + np.linspace(0, 0.05, k)[:, None]
         models = [f"m{i}" for i in range(k)]
-        cd = leaderboard.critical_difference(means, models)
+        cd = ranking.critical_difference(means, models)
         direct = sps.friedmanchisquare(*means)
         assert cd.statistic == pytest.approx(direct.statistic, rel=1e-12)
         assert cd.pvalue == pytest.approx(direct.pvalue, rel=1e-12)
@@ -273,27 +274,27 @@ def test_friedman_equals_scipys_direct_call():
      (9, 3.102), (10, 3.164)],
 )  # fmt: skip
 def test_nemenyi_q_matches_demsars_table(k, q):
-    assert leaderboard.nemenyi_q(k) == pytest.approx(q, abs=1e-3)
+    assert ranking.nemenyi_q(k) == pytest.approx(q, abs=1e-3)
 
 
 def test_cliques_join_models_closer_than_the_critical_difference():
     # a > b > c > d on each of 10 tasks: mean ranks 1..4, CD = 2.569 * sqrt(20/60) = 1.483.
     means = np.array([[0.9] * 10, [0.8] * 10, [0.7] * 10, [0.6] * 10])
-    cd = leaderboard.critical_difference(means, ["a", "b", "c", "d"])
+    cd = ranking.critical_difference(means, ["a", "b", "c", "d"])
     assert cd.mean_ranks == [1, 2, 3, 4] and cd.rejected and cd.pvalue < 1e-5
     assert cd.cd == pytest.approx(2.569 * math.sqrt(20 / 60), abs=1e-3)
     assert cd.cliques == [["a", "b"], ["b", "c"], ["c", "d"]]
     # Without a rejection no pair is called different: one group of every model.
-    weak = leaderboard.critical_difference(np.array([[0.9, 0.6], [0.8, 0.7], [0.7, 0.8]]),
+    weak = ranking.critical_difference(np.array([[0.9, 0.6], [0.8, 0.7], [0.7, 0.8]]),
                                            ["a", "b", "c"])  # fmt: skip
     assert not weak.rejected and weak.cliques == [["a", "b", "c"]]
 
 
 def test_friedman_needs_three_models_and_two_tasks():
     with pytest.raises(leaderboard.HarnessError, match="three models"):
-        leaderboard.critical_difference(np.ones((2, 5)), ["a", "b"])
+        ranking.critical_difference(np.ones((2, 5)), ["a", "b"])
     with pytest.raises(leaderboard.HarnessError, match="two tasks"):
-        leaderboard.critical_difference(np.ones((3, 1)), ["a", "b", "c"])
+        ranking.critical_difference(np.ones((3, 1)), ["a", "b", "c"])
 
 
 def test_the_cd_plot_is_a_png(board):

@@ -508,7 +508,7 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
     if resume_path is not None and resume_path.exists():
         st = _restore(resume_path, signature, model, optimizer, scheduler, data_rng, st, label)
     diverged_at = None
-    autocast = lambda: autocast(cell.device, recipe.precision)  # noqa: E731
+    in_precision = lambda: autocast(cell.device, recipe.precision)  # noqa: E731
     t_train = time.perf_counter()
     first_step_s = process_first_step_s = None
     while st.step < max_steps and diverged_at is None and not st.early_stopped:
@@ -531,7 +531,7 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
         for m in range(0, len(idx), micro):
             sub = idx[m : m + micro]
             batch = kind.collate_units(enc_train, sub, cell.pad_id, cell.device)
-            step_loss += kind.train_step(model, batch, len(sub) / len(idx), autocast)
+            step_loss += kind.train_step(model, batch, len(sub) / len(idx), in_precision)
             st.real_tokens += sum(enc_train.lengths[i] for u in sub for i in kind.members(u))
         step_loss = float(step_loss)
         if not math.isfinite(step_loss):
