@@ -55,6 +55,7 @@ from encoder_eval.core.errors import (
 )
 from encoder_eval.core.fileio import write_output
 from encoder_eval.core.protocol import seed_arg
+from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.table import format_refusal
 from encoder_eval.reports.verdicts import (
     DEFAULT_RESAMPLES,
@@ -99,8 +100,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 @report_errors
 def main(argv: list[str] | None = None) -> int:
-    from encoder_eval.plans.plan import split_csv
-
     args = build_parser().parse_args(argv)
     warn = warn_once()
 

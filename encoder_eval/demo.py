@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from encoder_eval.core.cpu import cpu_native_bf16
 from encoder_eval.core.errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
 from encoder_eval.core.fileio import write_atomic
 
@@ -62,7 +63,6 @@ def choose_precision(requested: str, device: str) -> tuple[str, str | None]:
     why when auto chose fp32 (a CPU without native bf16, `cpu.cpu_native_bf16`)."""
     if requested != "auto":
         return requested, None
-    from encoder_eval.core.cpu import cpu_native_bf16
 
     if device == "auto":
         import torch

@@ -27,6 +27,7 @@ import argparse
 import os
 import sys
 
+from encoder_eval.cells.probe_cell import is_probe_result_name, probe_cell_state
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_INPUT_ERROR,
@@ -74,8 +75,6 @@ def main(argv: list[str] | None = None) -> int:
         files += [os.fsdecode(f) for f in raw.split(b"\0") if f]
     state_of = names_result = None
     if args.phase == PROBE_PHASE:
-        from encoder_eval.cells.probe_cell import is_probe_result_name, probe_cell_state
-
         state_of = lambda path, _phase: probe_cell_state(path, model=args.model)  # noqa: E731
         names_result = is_probe_result_name
     try:

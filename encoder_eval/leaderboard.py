@@ -35,9 +35,11 @@ Exit status: 0 printed; 1 refused; 2 bad input.
 """
 
 from __future__ import annotations
+
 import argparse
 import sys
 from pathlib import Path
+
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -52,7 +54,8 @@ from encoder_eval.core.results import load_results
 from encoder_eval.plans.experiment import summarize_inputs
 from encoder_eval.plans.plan import split_csv
 from encoder_eval.plans.selection import load_selection
-from encoder_eval.reports.table import build_table
+from encoder_eval.reports.plots import plot_critical_difference
+from encoder_eval.reports.probe_table import has_probe_results, load_probe_results, probe_table
 from encoder_eval.reports.ranking import (
     DEFAULT_REPLICATES,
     DEFAULT_SEED,
@@ -61,6 +64,7 @@ from encoder_eval.reports.ranking import (
     notes,
     render,
 )
+from encoder_eval.reports.table import build_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,11 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
     if args.out and not Path(args.out).absolute().parent.is_dir():
         raise HarnessError(f"--out {args.out}: its directory does not exist")
-    from encoder_eval.reports.probe_table import (
-        has_probe_results,
-        load_probe_results,
-        probe_table,
-    )
 
     warn = warn_once()
     ran_seeds = None
@@ -132,8 +131,6 @@ def main(argv: list[str] | None = None) -> int:
         if board.critical_difference is None:
             print(f"note: no cd.png: {board.cd_note}", file=sys.stderr)
         else:
-            from encoder_eval.reports.plots import plot_critical_difference
-
             path = plot_critical_difference(board.critical_difference, Path(args.plot))
             print(f"wrote {path}", file=sys.stderr)
     if args.format == "csv":

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import sys
 
+from encoder_eval.cells.probe_cell import main as model_main
+from encoder_eval.reports.neuco import main as neuco_main
+
 NEUCO_FLAGS = ("--annotation-path", "--annotation_path", "--submission-file", "--submission_file")
 
 
@@ -21,10 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     prog = "python -m encoder_eval.probe"
     # Imported on use: the model mode pulls in torch, NeuCo mode does not.
     if any(a.split("=", 1)[0] in NEUCO_FLAGS for a in args):
-        from encoder_eval.reports.neuco import main as neuco_main
-
         return neuco_main(args, prog=prog)
-    from encoder_eval.cells.probe_cell import main as model_main
 
     return model_main(args, prog=prog)
 

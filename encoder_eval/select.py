@@ -76,6 +76,7 @@ from encoder_eval.core.results import (
     write_json_atomic,
 )
 from encoder_eval.plans import experiment
+from encoder_eval.plans.plan import parse_lr_keys, parse_seeds, resolve_tasks, split_csv
 from encoder_eval.plans.selection import (
     Refusal,
     format_selection,
@@ -120,8 +121,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 @report_errors
 def main(argv: list[str] | None = None) -> int:
-    from encoder_eval.plans.plan import parse_lr_keys, parse_seeds, resolve_tasks, split_csv
-
     args = build_parser().parse_args(argv)
     try:
         if not Path(args.results_dir).is_dir():

@@ -62,7 +62,6 @@ from encoder_eval.core.results import (
     load_results,
 )
 from encoder_eval.plans import experiment
-from encoder_eval.plans.plan import Cell, Plan
 from encoder_eval.plans.arguments import (
     add_emit_arguments,
     add_plan_arguments,
@@ -71,6 +70,7 @@ from encoder_eval.plans.arguments import (
     plan_from_args,
 )
 from encoder_eval.plans.emit import emit
+from encoder_eval.plans.plan import Cell, Plan
 
 STATES = ("done", "diverged", "corrupt", "kept", "missing")
 

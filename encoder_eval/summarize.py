@@ -77,7 +77,10 @@ from encoder_eval.core.fileio import write_output
 from encoder_eval.core.protocol import seed_arg
 from encoder_eval.core.results import load_results
 from encoder_eval.plans.experiment import summarize_inputs
+from encoder_eval.plans.plan import split_csv
 from encoder_eval.plans.selection import load_selection
+from encoder_eval.reports.plots import write_plots
+from encoder_eval.reports.probe_table import has_probe_results, load_probe_results, probe_table
 from encoder_eval.reports.table import (
     CI_METHODS,
     FORMATS,
@@ -126,14 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 @report_errors
 def main(argv: list[str] | None = None) -> int:
-    from encoder_eval.plans.plan import split_csv
-
     args = build_parser().parse_args(argv)
     warn = warn_once()  # --plots reads the report results again: one warning per file
 
     if not Path(args.results_dir).is_dir():
         raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
-    from encoder_eval.reports.probe_table import has_probe_results
 
     if has_probe_results(args.results_dir):
         return _main_probe(args, warn)
@@ -159,8 +159,6 @@ def main(argv: list[str] | None = None) -> int:
         print(format_refusal(table), file=sys.stderr)
         return EXIT_INCOMPLETE
     if args.plots:
-        from encoder_eval.reports.plots import write_plots
-
         select_dir = args.select_results_dir or select_dir
         written = write_plots(
             Path(select_dir) if select_dir else None,
@@ -176,9 +174,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main_probe(args: argparse.Namespace, warn) -> int:
     """`summarize` of a folder of probe results (`encoder_eval.cells.probe_cell`)."""
-    from encoder_eval.reports.probe_table import load_probe_results, probe_table
-    from encoder_eval.plans.plan import split_csv
-
     if args.ci != "t" or args.plots or args.selection:
         raise HarnessError("probe results take the t interval only, no --selection, no --plots")
     table = probe_table(load_probe_results(args.results_dir, warn=warn),

@@ -50,14 +50,25 @@ Adding a model is one row of `MODEL_REGISTRY` (re-exported here from `models.py`
 """
 
 from __future__ import annotations
+
 import argparse
 import os
 import shlex
 import sys
+
 from encoder_eval.core.errors import EXIT_OK, ArgumentParser, report_errors
 from encoder_eval.data.models import MODEL_REGISTRY
 from encoder_eval.plans import emit as _emit
 from encoder_eval.plans import experiment
+from encoder_eval.plans.arguments import (
+    add_emit_arguments,
+    add_plan_arguments,
+    add_probe_arguments,
+    check_utf8_args,
+    check_utf8_plan,
+    format_grid,
+    plan_from_args,
+)
 from encoder_eval.plans.emit import (
     DEFAULT_GROUP,
     EMIT_MODES,
@@ -84,16 +95,6 @@ from encoder_eval.plans.plan import (
     resolve_tasks,
     split_csv,
 )
-from encoder_eval.plans.arguments import (
-    add_emit_arguments,
-    add_plan_arguments,
-    add_probe_arguments,
-    check_utf8_args,
-    check_utf8_plan,
-    format_grid,
-    plan_from_args,
-)
-
 
 # Re-exported for the tests, which drive a sweep through these names; no module imports a
 # command (tests/test_layers.py).

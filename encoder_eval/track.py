@@ -43,6 +43,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from encoder_eval.cells.capability import AXES
+from encoder_eval.cells.capability import evaluate_checkpoint as score_suite
+from encoder_eval.cells.predictions import load_predictions, predictions_path
+from encoder_eval.cells.probe_cell import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS, read_probe_result
+from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED
+from encoder_eval.core import aggregate
 from encoder_eval.core.errors import (
     EXIT_OK,
     EXIT_REGRESSED,
@@ -59,10 +65,32 @@ from encoder_eval.core.fileio import (
     write_json_atomic,
     write_output,
 )
-from encoder_eval.core.protocol import seed_arg
+from encoder_eval.core.metrics import metric_spec
+from encoder_eval.core.protocol import LR_GRID, PHASE_SEEDS, lr_for_key, seed_arg
+from encoder_eval.core.provenance import directory_content_hash
 from encoder_eval.core.receipt import TaskResult
-from encoder_eval.core.results import DONE_STATES
-from encoder_eval.core.schema import check_fields, is_int, is_list_of, is_name, is_number, is_str
+from encoder_eval.core.results import DONE_STATES, cell_state
+from encoder_eval.core.schema import (
+    CellResult,
+    check_fields,
+    is_int,
+    is_list_of,
+    is_name,
+    is_number,
+    is_str,
+)
+from encoder_eval.plans.arguments import add_emit_arguments
+from encoder_eval.plans.emit import emit
+from encoder_eval.plans.plan import (
+    build_plan,
+    build_probe_plan,
+    parse_seeds,
+    resolve_tasks,
+    run_precision,
+    split_csv,
+)
+from encoder_eval.plans.selection import load_selection
+from encoder_eval.reports.plots import _new_figure, _save
 
 RECEIPT_SCHEMA = "encoder-eval-receipt"
 REPORT_SCHEMA = "encoder-eval-regression"
@@ -182,8 +210,6 @@ class TrackSetup:
 
 
 def _lr_from_selection(path: str, model: str | None, tasks: list[str]) -> dict[str, tuple]:
-    from encoder_eval.plans.selection import load_selection
-
     pairs = load_selection(path).get("pairs", {})
     if model is None:
         if len(pairs) != 1:
@@ -224,13 +250,9 @@ def build_setup(
     n_examples: int | None = None,
 ) -> TrackSetup:
     """Check and complete the evaluation setup, filling the defaults of its kind."""
-    from encoder_eval.plans.plan import resolve_tasks
-
     if kind not in EVAL_KINDS:
         raise unknown_name("evaluation kind", kind, EVAL_KINDS)
     if kind == "synthetic":
-        from encoder_eval.cells.capability import AXES
-
         given = [v is not None for v in (max_seq_len, pooling, k_folds, precision, lr_key,
                                           selection, seeds, max_steps)]  # fmt: skip
         if tasks or any(given):
@@ -247,10 +269,10 @@ def build_setup(
         raise HarnessError(f"--kind {kind} needs --tasks (task keys and groups)")
     task_list = tuple(resolve_tasks(tasks))
     if kind == "probe":
-        from encoder_eval.cells.embed import EmbedSetup, check_poolings
-        from encoder_eval.cells.probe_cell import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
-        from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED
-        from encoder_eval.plans.plan import split_csv
+        from encoder_eval.cells.embed import (  # imports torch: on use only
+            EmbedSetup,
+            check_poolings,
+        )
 
         if any(v is not None for v in (lr_key, selection, seeds, max_steps)):
             raise HarnessError("--lr-key, --selection, --seeds and --max-steps are for --kind "
@@ -263,8 +285,6 @@ def build_setup(
             k_folds or DEFAULT_K_FOLDS, DEFAULT_SEED if seed is None else seed,
             EmbedSetup(precision=precision or "bf16").precision,
         )  # fmt: skip
-    from encoder_eval.core.protocol import LR_GRID, PHASE_SEEDS, lr_for_key
-    from encoder_eval.plans.plan import run_precision
 
     if any(v is not None for v in (pooling, k_folds, seed)):
         raise HarnessError("--pooling, --k-folds and --seed are for --kind probe")
@@ -428,8 +448,6 @@ def build_track_plan(
     """The sweep `Plan` of the cells behind the receipts of `checkpoints` (each checkpoint is
     a `--model ID=PATH` addition): the probe phase, or the report phase under a selection
     that gives every (checkpoint, task) the fixed LR."""
-    from encoder_eval.plans.plan import build_plan, build_probe_plan
-
     specs = [f"{c.id}={c.path}" for c in checkpoints]
     names = [c.id for c in checkpoints]
     common = dict(results_dir=results_dir(out_dir), models=names, extra_models=specs,
@@ -478,9 +496,6 @@ def _mean_by_language(rows: list[dict]) -> dict[str, float]:
 
 
 def _probe_task_result(plan, cell, revision: str) -> TaskResult:
-    from encoder_eval.cells.probe_cell import read_probe_result
-    from encoder_eval.core.metrics import metric_spec
-
     path = Path(plan.out_json(cell))
     r = read_probe_result(path)
     if r is None:
@@ -502,12 +517,6 @@ def _probe_task_result(plan, cell, revision: str) -> TaskResult:
 
 
 def _finetune_task_result(plan, cells, revision: str) -> TaskResult:
-    from encoder_eval.cells.predictions import load_predictions, predictions_path
-    from encoder_eval.core import aggregate
-    from encoder_eval.core.metrics import metric_spec
-    from encoder_eval.core.results import cell_state
-    from encoder_eval.core.schema import CellResult
-
     scores, per_lang, diverged, undefined, n_examples, off = {}, [], [], [], None, False
     metric = None
     for cell in cells:
@@ -570,8 +579,6 @@ def evaluate_checkpoint(
     """The receipt of one checkpoint: run its cells that are not done, then write
     `receipts/<id>.receipt.json` atomically. An existing receipt of the same weights and
     setup is returned as it is; one of other weights or another setup is refused."""
-    from encoder_eval.core.provenance import directory_content_hash
-
     check_checkpoint_id(checkpoint.id)
     revision = directory_content_hash(checkpoint.path)
     meta = {**checkpoint.metadata, **(metadata or {})}
@@ -627,8 +634,7 @@ def _synthetic_task_results(setup: TrackSetup, checkpoint: Checkpoint, device: s
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from encoder_eval.cells.capability import evaluate_checkpoint as score_suite
-    from encoder_eval.cells.train import resolve_device
+    from encoder_eval.cells.train import resolve_device  # imports torch: on use only
 
     log(f"track: {checkpoint.id}: synthetic capability suite ({setup.n_examples} examples "
         "per axis)")  # fmt: skip
@@ -906,8 +912,6 @@ def plot_tracks(
 ) -> list[Path]:
     """One PNG per task: score against checkpoint, a band of ± one seed/fold std, and the
     flagged checkpoints marked."""
-    from encoder_eval.reports.plots import _new_figure, _save
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     flagged = {(f.task, f.checkpoint_id) for f in report.flags}
@@ -1026,8 +1030,6 @@ def _add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def setup_from_args(args: argparse.Namespace) -> TrackSetup:
-    from encoder_eval.plans.plan import parse_seeds, split_csv
-
     return build_setup(
         args.kind, split_csv(args.tasks) if args.tasks else [], max_seq_len=args.max_seq_len,
         pooling=args.pooling,
@@ -1099,7 +1101,6 @@ def build_parser() -> ArgumentParser:
                         "cells; then `track run` only assembles")  # fmt: skip
     sw.add_argument("--checkpoints", required=True, help="as for run")
     _add_setup_arguments(sw)
-    from encoder_eval.plans.arguments import add_emit_arguments
 
     add_emit_arguments(sw)
     rep = sub.add_parser("report", help="the regression report of the receipts in --out-dir")
@@ -1134,8 +1135,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     checkpoints = read_checkpoints(args.checkpoints)
     if args.command == "sweep":
-        from encoder_eval.plans.emit import emit
-
         if setup.kind == "synthetic":
             raise HarnessError("--kind synthetic runs in process in seconds per checkpoint; "
                                "use `track run` (there are no cells to launch)")  # fmt: skip

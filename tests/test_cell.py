@@ -14,8 +14,7 @@ import pytest
 import torch
 from conftest import REPO, read_json
 
-from encoder_eval.cells import runner
-from encoder_eval.cells import train
+from encoder_eval.cells import runner, train
 from encoder_eval.cells.kinds import KINDS
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.protocol import Recipe

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-from encoder_eval.cells import runner
 import sys
 
 from conftest import REPO
+
+from encoder_eval.cells import runner
 
 
 def test_demo_pipeline_end_to_end_on_a_tiny_model(tiny_models, tmp_path):

@@ -25,17 +25,7 @@ from pathlib import Path
 import pytest
 from result_helpers import make_result, make_selection, write_cell_with_predictions, write_result
 
-from encoder_eval import (
-    compare,
-    estimate,
-    experiment,
-    leaderboard,
-    select,
-    status,
-    summarize,
-    tokencache,
-    track,
-)
+from encoder_eval import compare, estimate, leaderboard, select, status, summarize, track
 from encoder_eval.core.errors import MESSAGE_LIMIT, HarnessError
 from encoder_eval.core.results import (
     CORRUPT,
@@ -46,6 +36,8 @@ from encoder_eval.core.results import (
     is_result_name,
     settle_cell,
 )
+from encoder_eval.data import tokencache
+from encoder_eval.plans import experiment
 
 SEED = int(os.environ.get("ENCODER_EVAL_FUZZ_SEED", "20261202"))
 BATCHES = 24

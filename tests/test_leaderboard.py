@@ -17,9 +17,9 @@ from result_helpers import make_result, make_selection, write_many
 from scipy import stats as sps
 from test_plots import check_png
 
-from encoder_eval.reports import ranking
 from encoder_eval import leaderboard
 from encoder_eval.core.protocol import REPORT_SEEDS
+from encoder_eval.reports import ranking
 
 TASKS = ("glue_rte", "glue_sst2", "sg_cb")
 # Task means by hand; every cell's five seeds are the mean + these offsets (mean exact).

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from encoder_eval import leaderboard, probe, summarize
-from encoder_eval.reports import probe_table
 from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK
+from encoder_eval.reports import probe_table
 
 TASKS = "glue_sst2,glue_stsb,sg_cb"
 

@@ -20,9 +20,9 @@ import pytest
 from conftest import REPO
 from fault_helpers import SHRINK, py, read_json, sh
 
-from encoder_eval.cells import runner
 from encoder_eval import status, sweep
 from encoder_eval.cells import probe_cell as probe_model
+from encoder_eval.cells import runner
 from encoder_eval.core import errors, provenance
 from encoder_eval.core.errors import EXIT_INPUT_ERROR, HarnessError
 from encoder_eval.core.protocol import LR_GRID

@@ -17,8 +17,8 @@ import secrets
 import pytest
 from fault_helpers import SHRINK, py, read_json, result_files, sh
 
-from encoder_eval.cells import runner
 from encoder_eval import sweep
+from encoder_eval.cells import runner
 from encoder_eval.data.models import MODEL_REGISTRY, model_entry
 
 MODEL, TASK = "tiny", "glue_rte"

@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from encoder_eval.cells import runner
 from encoder_eval import compare, leaderboard, status, summarize, sweep, track
 from encoder_eval.cells import probe_cell as probe_model
+from encoder_eval.cells import runner
 from encoder_eval.core.errors import EXIT_INPUT_ERROR, HarnessError
 
 BASE = ["--phase", "select", "--models", "xlm-r-base", "--tasks", "xnli", "--lr-keys", "lr06"]

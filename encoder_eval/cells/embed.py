@@ -32,7 +32,14 @@ from encoder_eval.cells.kinds import pad_features
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.data.loaders import LoadedModel, pool
 from encoder_eval.data.models import FIXED_POOLINGS
-from encoder_eval.data.tokencache import tokenizer_fingerprint
+from encoder_eval.data.tokencache import default_cache_dir as token_cache
+from encoder_eval.data.tokencache import (
+    pack,
+    read_entry,
+    split_fingerprint,
+    tokenizer_fingerprint,
+    write_entry,
+)
 
 POOLINGS = FIXED_POOLINGS
 PRECISIONS = ("bf16", "fp32")
@@ -86,8 +93,6 @@ def cache_key(
     """The cache entry of (model revision, pooling, tokenizer, split content, length limit,
     precision, device type). The batch size is not a part: batches are length-sorted and
     pooled per example, so it changes vectors only by bf16 rounding."""
-    from encoder_eval.data.tokencache import split_fingerprint, tokenizer_fingerprint
-
     text = {k: split[k] for k in ("text", "text_pair") if k in split}
     h = hashlib.sha256()
     for part in (f"v{EMBED_CACHE_VERSION}", loaded.revision, type(loaded.model).__name__,
@@ -100,15 +105,11 @@ def cache_key(
 
 def default_cache_dir() -> Path:
     """`embeddings/` inside the token cache's folder (`tokencache.default_cache_dir`)."""
-    from encoder_eval.data.tokencache import default_cache_dir as token_cache
-
     return token_cache() / "embeddings"
 
 
 def _load_cached(path: Path, key: str, rows: int) -> np.ndarray | None:
     """The cached (rows, dim) fp32 vectors at `path`, or None (missing, damaged, foreign)."""
-    from encoder_eval.data.tokencache import read_entry
-
     unpacked = read_entry(path, key)
     value = None if unpacked is None else unpacked[1].get("vectors")
     if value is None or value.dtype != np.float32 or value.ndim != 2 or value.shape[0] != rows:
@@ -118,8 +119,6 @@ def _load_cached(path: Path, key: str, rows: int) -> np.ndarray | None:
 
 def _store(path: Path, key: str, value: np.ndarray) -> None:
     """Write an entry; a cache that cannot be written only costs the next run a miss."""
-    from encoder_eval.data.tokencache import pack, write_entry
-
     write_entry(path, pack(key, {"vectors": np.asarray(value, dtype=np.float32)}))
 
 

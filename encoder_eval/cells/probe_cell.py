@@ -45,6 +45,7 @@ from encoder_eval.cells.probing import (
     task_from_registry,
     write_result,
 )
+from encoder_eval.core.cpu import warn_slow_bf16
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -61,6 +62,17 @@ from encoder_eval.core.fileio import (
     safe_filename_part,
 )
 from encoder_eval.core.protocol import seed_arg
+from encoder_eval.core.results import CORRUPT, KEPT, MISSING
+from encoder_eval.data.limit import check_limit, limit_data
+from encoder_eval.data.models import (
+    check_model_path,
+    model_entry,
+    parse_model_spec,
+    registry_trusts,
+)
+from encoder_eval.data.taskfile import register_task_files
+from encoder_eval.data.tasks import data_provenance, load_task, resolve_task_names
+from encoder_eval.data.tokencache import default_cache_dir as token_cache_dir
 
 RESULT_SUFFIX = ".probe.json"
 SUMMARY_SUFFIX = ".probe-summary.json"
@@ -161,8 +173,6 @@ def probe_cell_state(
     by) and it names `model` and `task` when given, ('missing', None, None) without a
     file, ('kept', None, why) for a file to leave alone (unreadable, a newer harness's,
     another model's), else ('corrupt', None, why)."""
-    from encoder_eval.core.results import CORRUPT, KEPT, MISSING
-
     if not os.path.lexists(path):
         return MISSING, None, None
     record, why, judged = examine_probe_result(path)
@@ -186,13 +196,6 @@ def is_probe_result_name(path: str | os.PathLike) -> bool:
 def resolve_model(spec: str) -> ProbeModel:
     """`NAME=PATH_OR_HUB_ID` (the sweep's `--model` form; a mode suffix is ignored: probes
     use the encoder body) or a registry key."""
-    from encoder_eval.data.models import (
-        check_model_path,
-        model_entry,
-        parse_model_spec,
-        registry_trusts,
-    )
-
     if "=" in spec:
         name, entry = parse_model_spec(spec)
         path = check_model_path(spec, entry.path)
@@ -207,9 +210,6 @@ def resolve_model(spec: str) -> ProbeModel:
 
 def _load_all_data(run: ProbeRun) -> dict[str, tuple[tuple, dict]]:
     """Every task's (load_task result, data provenance), or the first input problem."""
-    from encoder_eval.data.limit import limit_data
-    from encoder_eval.data.tasks import data_provenance, load_task
-
     loaded = {}
     for task in run.tasks:
         data = limit_data(load_task(task, run.data_dir), run.limit)
@@ -226,11 +226,13 @@ def _log(text: str) -> None:
 def run_probes(run: ProbeRun) -> list[Path]:
     """Run every (model, pooling, task) cell of `run` not already done; returns the result
     files written. Inputs are checked and data provenance computed before any model work."""
-    from encoder_eval.cells.embed import EmbedSetup, default_cache_dir, embed_split
-    from encoder_eval.cells.train import resolve_device
-    from encoder_eval.core.cpu import warn_slow_bf16
-    from encoder_eval.data.loaders import load_encoder
-    from encoder_eval.data.tokencache import default_cache_dir as token_cache_dir
+    from encoder_eval.cells.embed import (  # imports torch: on use only
+        EmbedSetup,
+        default_cache_dir,
+        embed_split,
+    )
+    from encoder_eval.cells.train import resolve_device  # imports torch: on use only
+    from encoder_eval.data.loaders import load_encoder  # imports torch: on use only
 
     device = resolve_device(run.device)
     setup = EmbedSetup(max_seq_len=run.max_seq_len, precision=run.precision,
@@ -365,7 +367,7 @@ def write_summary(run: ProbeRun, model: str, pooling: str) -> Path | None:
 
 
 def build_parser(prog: str | None = None) -> ArgumentParser:
-    from encoder_eval.cells.embed import POOLINGS, PRECISIONS
+    from encoder_eval.cells.embed import POOLINGS, PRECISIONS  # imports torch: on use only
 
     p = ArgumentParser(
         prog=prog or "python -m encoder_eval.probe",
@@ -415,10 +417,7 @@ def run_from_args(args) -> ProbeRun:
     """Turn parsed flags into a checked `ProbeRun` (no model or data is loaded here)."""
     from dataclasses import replace
 
-    from encoder_eval.cells.embed import check_poolings
-    from encoder_eval.data.limit import check_limit
-    from encoder_eval.data.taskfile import register_task_files
-    from encoder_eval.data.tasks import resolve_task_names
+    from encoder_eval.cells.embed import check_poolings  # imports torch: on use only
 
     register_task_files(args.tasks_file)
     models = [resolve_model(spec) for spec in args.model]

@@ -32,9 +32,13 @@ from typing import Any
 
 import numpy as np
 
+from encoder_eval.core.cpu import cpu_native_bf16
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.fileio import FileProblem, MissingFile, read_json, write_json_atomic
 from encoder_eval.core.metrics import compute_metric, language_mean
+from encoder_eval.core.provenance import cpu_model, software_versions
+from encoder_eval.data.tasks import REGRESSION as TASK_REGRESSION
+from encoder_eval.data.tasks import load_task, task_knobs
 
 PROBE_SCHEMA = "encoder-eval-probe"
 PROBE_SUMMARY_SCHEMA = "encoder-eval-probe-summary"
@@ -496,9 +500,6 @@ def final_probe(task: ProbeTask, config: ProbeConfig, outcome: ProbeOutcome) -> 
 def probe_provenance() -> dict:
     """Software versions and CPU of a probe run (probes fit on the CPU, with scikit-learn),
     and whether that CPU has native bf16 (the embeddings' forward pass may run on it)."""
-    from encoder_eval.core.cpu import cpu_native_bf16
-    from encoder_eval.core.provenance import cpu_model, software_versions
-
     return {"software": software_versions(), "cpu": cpu_model(),
             "cpu_native_bf16": cpu_native_bf16()}  # fmt: skip
 
@@ -611,9 +612,6 @@ def task_from_registry(
     per row of `load_task(task)`'s train split, in its order, and `report_x[lang]` one per
     row of its report split (test, or validation where that is the report split). `data`:
     that `load_task` result when the caller has it already."""
-    from encoder_eval.data.tasks import REGRESSION as TASK_REGRESSION
-    from encoder_eval.data.tasks import load_task, task_knobs
-
     knobs = task_knobs(task)
     train, _, test, _, problem = data if data is not None else load_task(task, data_dir)
     missing = sorted(set(test) - set(report_x))

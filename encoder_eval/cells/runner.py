@@ -20,11 +20,11 @@ from encoder_eval.core.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PREEMPTED,
+    ArgumentParser,
+    HarnessError,
     Terminated,
     raise_on_sigterm,
     report_errors,
-    ArgumentParser,
-    HarnessError,
 )
 from encoder_eval.core.protocol import (
     PHASE_SEEDS,
@@ -56,7 +56,13 @@ from encoder_eval.data.models import (
     registry_trusts,
 )
 from encoder_eval.data.taskfile import register_task_files
-from encoder_eval.data.tasks import TASK_KNOBS, dataset_revisions, task_knobs
+from encoder_eval.data.tasks import (
+    TASK_KNOBS,
+    data_provenance,
+    dataset_revisions,
+    load_task,
+    task_knobs,
+)
 
 
 class CellsFailed(Exception):
@@ -193,7 +199,7 @@ def _parse_list(text: str, kind, flag: str) -> list:
 
 def plan_cells(args: argparse.Namespace) -> list:
     """Turn parsed flags into CellConfigs, checking every input before anything runs."""
-    from encoder_eval.cells.train import CellConfig, validate_out_path
+    from encoder_eval.cells.train import CellConfig, validate_out_path  # imports torch: on use only
 
     register_task_files(args.tasks_file)  # first: the task names below may be defined there
     task_knobs(args.task)
@@ -304,8 +310,7 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
     """
     import traceback
 
-    from encoder_eval.cells.train import Preempted, run_cell
-    from encoder_eval.data.tasks import data_provenance, load_task
+    from encoder_eval.cells.train import Preempted, run_cell  # imports torch: on use only
 
     results = []
     data = data_prov = None
@@ -401,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     quiet = args.progress == "quiet"
     cells = plan_cells(args)  # bad input ends here, before torch is imported
-    from encoder_eval.cells.train import Interrupted, Preempted
+    from encoder_eval.cells.train import Interrupted, Preempted  # imports torch: on use only
 
     # SIGTERM between cells (loading data, waiting for another runner's lock) raises, as
     # Ctrl-C does; inside a cell `train.run_cell` turns both into a saved state.

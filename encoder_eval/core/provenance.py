@@ -15,6 +15,7 @@ from importlib import metadata
 from pathlib import Path
 
 from encoder_eval import __version__
+from encoder_eval.core.cpu import cpu_native_bf16
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -64,8 +65,6 @@ def cpu_model() -> str:
 def device_info(device: str) -> dict:
     """The accelerator build and name the cell ran on, and whether its CPU has native bf16."""
     import torch
-
-    from encoder_eval.core.cpu import cpu_native_bf16
 
     info = {
         "device": device,

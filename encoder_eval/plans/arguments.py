@@ -38,7 +38,7 @@ from encoder_eval.plans.plan import (
     run_precision,
     split_csv,
 )
-
+from encoder_eval.plans.selection import load_selection
 
 # ----------------------------------------------------------------------------- CLI
 
@@ -206,8 +206,6 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         raise HarnessError("give --phase select or --phase report")
     selection = None
     if args.selection is not None:
-        from encoder_eval.plans.selection import load_selection
-
         selection = load_selection(args.selection)
     extra = _extra_args(args, finetune=True)
     return build_plan(

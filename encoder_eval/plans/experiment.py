@@ -67,7 +67,8 @@ from encoder_eval.core.protocol import (
     PROTOCOL_RECIPE,
     SELECTION_SPLITS,
 )
-from encoder_eval.core.results import EXPERIMENT_NAME
+from encoder_eval.core.results import EXPERIMENT_NAME, TASKS_FILE_PREFIX
+from encoder_eval.data import taskfile
 from encoder_eval.data.models import (
     MODEL_REGISTRY,
     MODES,
@@ -75,6 +76,9 @@ from encoder_eval.data.models import (
     parse_model_spec,
     registry_trusts,
 )
+from encoder_eval.data.tasks import TASK_KNOBS, resolve_task_names
+from encoder_eval.plans.plan import parse_lr_keys, parse_seeds, split_csv
+from encoder_eval.plans.selection import load_selection
 
 VERSION = 1
 PHASES = ("select", "report")
@@ -447,8 +451,6 @@ def write(exp: Experiment, path: str | os.PathLike) -> None:
 
 def register_tasks(exp: Experiment, source: str) -> None:
     """Make the experiment's own tasks known: its task files and inline `[tasks.X]` rows."""
-    from encoder_eval.data import taskfile
-
     if exp.tasks_files:
         taskfile.register_task_files(exp.tasks_files)
     if exp.task_rows:
@@ -457,8 +459,6 @@ def register_tasks(exp: Experiment, source: str) -> None:
 
 def _task_keys(names: list[str]) -> list[str]:
     """Task keys of a list of keys and group names (unknown names raise with the valid ones)."""
-    from encoder_eval.data.tasks import resolve_task_names
-
     return resolve_task_names(names) if names else []
 
 
@@ -480,8 +480,6 @@ class _Fact:
 
     def from_args(self, args: argparse.Namespace) -> Any:
         """The flag's value as the experiment holds it (None: not given)."""
-        from encoder_eval.plans.plan import parse_lr_keys, parse_seeds
-
         raw = getattr(args, self.attr)
         if raw is None or raw == "":
             return None
@@ -548,8 +546,6 @@ def _registry_row(name: str, spec: ModelSpec) -> bool:
 def _models_from_args(args: argparse.Namespace) -> dict[str, ModelSpec | None] | None:
     """The models the flags name (None: neither --models nor --model given); a name with
     no --model spec maps to None (the registry's, or the experiment's)."""
-    from encoder_eval.plans.plan import split_csv
-
     specs = {}
     trusted = split_csv(args.trust_remote_code)
     pins = getattr(args, "model_pins", None) or {}
@@ -568,8 +564,6 @@ def _set_models(args: argparse.Namespace, models: dict[str, ModelSpec], source: 
     `args.model_pins`. A model the file marks trust_remote_code runs remote code only when
     the registry grants it (its own Hub id) or the user's `--trust-remote-code` names it:
     a file shared by someone else must not switch code execution on."""
-    from encoder_eval.plans.plan import split_csv
-
     trusted = split_csv(args.trust_remote_code)
     unconsented = [f"{n} ({m.path})" for n, m in models.items()
                    if m.trust_remote_code and n not in trusted
@@ -623,8 +617,6 @@ def _inherit(args: argparse.Namespace, exp: Experiment, phase: str, *, where: st
 def _check_redacted(args: argparse.Namespace, exp: Experiment) -> None:
     """Refuse, in one line naming every flag needed, a report phase from a selection shared
     without its local paths (`select --redact-paths`) unless the user gives their own."""
-    from encoder_eval.plans.plan import split_csv
-
     requested = _models_from_args(args) or {}
     wanted = split_csv(args.models) or list(requested) or list(exp.models)
     need = [f"--model {n}=PATH:{m.mode}" for n, m in exp.models.items()
@@ -641,8 +633,6 @@ def _check_redacted(args: argparse.Namespace, exp: Experiment) -> None:
 def _inherit_pairs(args: argparse.Namespace, exp: Experiment, *, where: str, fix: str,
                    given: dict[str, str]) -> None:  # fmt: skip
     """Take `exp`'s models and tasks, or the subset the flags name; refuse any other."""
-    from encoder_eval.plans.plan import split_csv
-
     requested = _models_from_args(args)
     if exp.models:
         chosen = dict(exp.models)
@@ -751,8 +741,6 @@ def apply_to_args(args: argparse.Namespace, *, results_manifest: bool = False) -
             _fill(args, own, args.phase, str(path), given, facts=_SELECT_FACTS)
     inherited = None
     if args.phase == "report" and args.selection is not None:
-        from encoder_eval.plans.selection import load_selection
-
         inherited = from_selection(load_selection(args.selection), args.selection)
         if inherited is not None:
             _check_redacted(args, inherited)
@@ -782,9 +770,6 @@ def apply_to_args(args: argparse.Namespace, *, results_manifest: bool = False) -
 def _task_rows_file(rows: dict[str, dict], results_dir: str | os.PathLike) -> Path:
     """Write an experiment's inline task definitions as a task file in `results_dir` (named
     by its content), so every cell process reads them with `run --tasks-file`."""
-    from encoder_eval.core.results import TASKS_FILE_PREFIX
-    from encoder_eval.data.tasks import TASK_KNOBS
-
     absolute = {}
     for key, row in rows.items():  # registered already: a data_dir is resolved
         folder = TASK_KNOBS[key].data_dir

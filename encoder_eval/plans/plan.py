@@ -17,6 +17,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from encoder_eval.cells.probe_cell import (
+    DEFAULT_MAX_SEQ_LEN,
+    DEFAULT_POOLINGS,
+    probe_cell_state,
+    result_path,
+)
+from encoder_eval.cells.probe_cell import build_parser as probe_flags
+from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED, ProbeConfig
+from encoder_eval.cells.runner import build_parser as run_flags
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.protocol import (
     LR_GRID,
@@ -219,8 +228,6 @@ class Cell:
     @property
     def filename(self) -> str:
         if self.pooling is not None:
-            from encoder_eval.cells.probe_cell import result_path
-
             return result_path(Path(""), self.model, self.pooling, self.task).name
         return result_filename(self.model, self.task, self.lr, self.seed)
 
@@ -396,8 +403,6 @@ class Plan:
     def cell_status(self, cell: Cell) -> tuple[str, dict | None, str | None]:
         """`cell_state`'s (state, data, why) of one cell of this plan."""
         if cell.pooling is not None:
-            from encoder_eval.cells.probe_cell import probe_cell_state
-
             return probe_cell_state(self.out_json(cell), model=cell.model, task=cell.task)
         return cell_state(self.out_json(cell), self.phase, model=cell.model, task=cell.task)
 
@@ -460,15 +465,13 @@ def extra_flag_value(extra: list[str], flag: str) -> str | None:
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    from encoder_eval.cells.runner import build_parser  # the cell command's own flags
-
-    return build_parser()
+    """The fine-tune cell's own flags (`encoder-eval run`)."""
+    return run_flags()
 
 
 def _probe_parser() -> argparse.ArgumentParser:
-    from encoder_eval.cells.probe_cell import build_parser
-
-    return build_parser()
+    """The probe cell's own flags (`encoder-eval probe`, model mode)."""
+    return probe_flags()
 
 
 def _refuse_reserved(extra: list[str], parser: argparse.ArgumentParser,
@@ -668,8 +671,6 @@ def build_probe_plan(
         EmbedSetup,
         check_poolings,
     )
-    from encoder_eval.cells.probe_cell import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
-    from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED, ProbeConfig
 
     resolved = resolve_models(models, extra_models, trust_remote_code, pins)
     files = [os.path.abspath(f) for f in tasks_files or []]

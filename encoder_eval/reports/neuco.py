@@ -64,6 +64,7 @@ from encoder_eval.core.fileio import (
     safe_filename_part,
     write_atomic,
 )
+from encoder_eval.reports.ranking import neuco_weights
 
 # Label-file types as NeuCo-Bench spells them -> ours.
 TASK_TYPE_NAMES = {
@@ -340,8 +341,6 @@ def summarize_runs(
     a run missing a task (or with an undefined Q), each listed, unless `drop_incomplete`
     (NeuCo rule drop_incomplete_runs: it is dropped, and the CSV says so)."""
     from scipy import stats as sps
-
-    from encoder_eval.reports.ranking import neuco_weights
 
     runs = []
     for path in sorted(Path(output_dir, phase).glob(f"*/{SUMMARY_FILE}")):

@@ -20,8 +20,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from encoder_eval.core import aggregate
+from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.fileio import atomic_open, safe_filename_part
+from encoder_eval.core.protocol import LR_GRID, lr_key_for
+from encoder_eval.core.results import load_results
 from encoder_eval.core.schema import CellResult
+from encoder_eval.core.stats import t_interval
+from encoder_eval.data.tasks import TASK_KNOBS
+from encoder_eval.plans.selection import load_selection as _load
 
 DPI = 120
 VALIDATION_NOTE = "* reported on the validation split (the task has no labelled test set)"
@@ -65,8 +71,6 @@ def selected_lr(selection: dict | None, model: str, task: str) -> tuple[str | No
 
     An entry may be a dict with `lr_key` and/or `lr`, or a bare lr key string such as 'lr06'.
     """
-    from encoder_eval.core.protocol import LR_GRID, lr_key_for
-
     entry = _selection_pairs(selection).get(model, {})
     entry = entry.get(task) if isinstance(entry, dict) else None
     if isinstance(entry, str):
@@ -86,8 +90,6 @@ def selected_lr(selection: dict | None, model: str, task: str) -> tuple[str | No
 
 def _task_info(task: str, results: Iterable[CellResult]) -> tuple[str, str | None]:
     """(metric, report split) of a task: from its results, else from TASK_KNOBS."""
-    from encoder_eval.data.tasks import TASK_KNOBS
-
     metric, split = None, None
     for result in results:
         metric = metric or result.metric
@@ -102,8 +104,6 @@ def _task_info(task: str, results: Iterable[CellResult]) -> tuple[str, str | Non
 
 def _task_order(tasks: Iterable[str]) -> list[str]:
     """Tasks in the suite's order (TASK_KNOBS), unknown ones after it, alphabetically."""
-    from encoder_eval.data.tasks import TASK_KNOBS
-
     known = list(TASK_KNOBS)
     return sorted(set(tasks), key=lambda t: (0, known.index(t), t) if t in known else (1, 0, t))
 
@@ -267,7 +267,6 @@ def final_score_table(
         if lr is not None and cell.lr_key != key:
             continue  # a report result at a learning rate the selection did not choose
         groups.setdefault((cell.model, cell.task), []).append(result)
-    from encoder_eval.core.stats import t_interval
 
     table = {}
     for (model, task), results in groups.items():
@@ -474,9 +473,6 @@ def plot_critical_difference(result, out_dir: Path) -> Path:
 
 def load_selection(path: str | Path, warn: Callable[[str], None] | None = None) -> dict | None:
     """Read a selection file with `select.load_selection`; warn and return None when bad."""
-    from encoder_eval.core.errors import HarnessError
-    from encoder_eval.plans.selection import load_selection as _load
-
     try:
         return _load(path)
     except HarnessError as exc:
@@ -499,8 +495,6 @@ def write_plots(
     input is missing is skipped with a warning. Returns the written paths.
     """
     import sys
-
-    from encoder_eval.core.results import load_results
 
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     out_dir = Path(out_dir)
