@@ -65,7 +65,7 @@ from encoder_eval.core.fileio import (
     write_json_atomic,
     write_output,
 )
-from encoder_eval.core.metrics import metric_spec
+from encoder_eval.core.metrics import sign
 from encoder_eval.core.protocol import LR_GRID, PHASE_SEEDS, lr_for_key, seed_arg
 from encoder_eval.core.provenance import directory_content_hash
 from encoder_eval.core.receipt import TaskResult
@@ -507,7 +507,7 @@ def _probe_task_result(plan, cell, revision: str) -> TaskResult:
                            "receipt needs a score on every task")  # fmt: skip
     folds = [v for v in r.get("q_t") or [] if v is not None]
     return TaskResult(
-        cell.task, float(r["mean_score"]), metric_spec(r["metric"]).higher_is_better,
+        cell.task, float(r["mean_score"]), sign(r["metric"]) > 0,
         sum((r.get("n") or {}).get("report", {}).values()) or None,
         {"metric": r["metric"], "std": r.get("std_dev"), "n": len(folds),
          "noise_from": "probe folds", "folds": folds, "q_stat": r.get("q_stat"),
@@ -546,7 +546,7 @@ def _finetune_task_result(plan, cells, revision: str) -> TaskResult:
         raise HarnessError(f"{cells[0].model}/{task}: no seed finished with a defined score "
                            f"(diverged {diverged}, undefined {undefined})")  # fmt: skip
     return TaskResult(
-        task, aggregate.seed_mean(scores.values()), metric_spec(metric).higher_is_better,
+        task, aggregate.seed_mean(scores.values()), sign(metric) > 0,
         n_examples,
         {"metric": metric, "std": aggregate.seed_std(scores.values()), "n": len(scores),
          "noise_from": "report seeds", "seeds": sorted(scores),
@@ -752,10 +752,6 @@ def _critical(level: float, df: float) -> float:
     return float(sps.norm.isf(level) if math.isinf(df) else sps.t.isf(level, df))
 
 
-def _better(x: float, y: float, higher: bool) -> bool:
-    return x > y if higher else x < y
-
-
 def track_regression(
     receipts: Sequence[Receipt],
     *,
@@ -785,15 +781,15 @@ def track_regression(
             if cur is None:
                 continue
             if seen:
-                higher = cur.higher_is_better
+                direction = cur.sign
                 if reference == "prior":
                     ref_r, ref = seen[-1]
                 else:
                     ref_r, ref = seen[0]
                     for cand_r, cand in seen[1:]:
-                        if _better(cand.score, ref.score, higher):
+                        if direction * cand.score > direction * ref.score:
                             ref_r, ref = cand_r, cand
-                drop = (ref.score - cur.score) if higher else (cur.score - ref.score)
+                drop = direction * (ref.score - cur.score)
                 absolute = abs(ref.score) < zero_floor
                 denom = zero_floor if absolute else abs(ref.score)
                 measured = _noise(cur, ref)
@@ -811,7 +807,7 @@ def track_regression(
                 checks.append(Check(
                     task, r.checkpoint_id, r.checkpoint_index, cur.score, ref.score,
                     ref_r.checkpoint_id, ref_r.checkpoint_index,
-                    (cur.score - ref.score) / denom if denom else 0.0, threshold, higher,
+                    (cur.score - ref.score) / denom if denom else 0.0, threshold, direction > 0,
                     "absolute" if absolute else "relative", drop, noise, level, df, critical,
                     status,
                 ))  # fmt: skip

@@ -570,7 +570,7 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput, SequenceClassifierOutput
 
-from encoder_eval.configuration_tinyenc import TinyEncConfig
+from .configuration_tinyenc import TinyEncConfig
 
 
 class TinyEncPreTrainedModel(PreTrainedModel):

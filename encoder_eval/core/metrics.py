@@ -186,6 +186,12 @@ def metric_spec(name: str) -> MetricSpec:
     return METRIC_SPECS[name]
 
 
+def sign(metric: str) -> float:
+    """+1 for a higher-is-better metric, -1 for a lower-is-better one. A score times its sign
+    is higher-is-better: the one way the harness reads a metric's direction."""
+    return 1.0 if metric_spec(metric).higher_is_better else -1.0
+
+
 def improves(new: float | None, best: float | None, metric: str) -> bool:
     """Whether score `new` is strictly better than `best` under `metric`'s direction; an
     undefined (None or NaN) `new` never improves, and anything defined beats no best."""
@@ -193,7 +199,7 @@ def improves(new: float | None, best: float | None, metric: str) -> bool:
         return False
     if best is None or math.isnan(best) or math.isinf(best):
         return True
-    return new > best if metric_spec(metric).higher_is_better else new < best
+    return sign(metric) * new > sign(metric) * best
 
 
 def compute_metric(

@@ -19,3 +19,10 @@ class TaskResult:
     higher_is_better: bool
     n_examples: int | None
     details: dict = field(default_factory=dict)
+
+    @property
+    def sign(self) -> float:
+        """+1 when a higher score is better, -1 otherwise (as `metrics.sign`): a score times
+        its sign is higher-is-better. A receipt records its direction, since the synthetic
+        suite's axes (perplexity) are no metric of the registry."""
+        return 1.0 if self.higher_is_better else -1.0

@@ -20,7 +20,7 @@ from encoder_eval.core.errors import (
     quote,
 )
 from encoder_eval.core.fileio import FileProblem, MissingFile, read_json
-from encoder_eval.core.metrics import metric_spec
+from encoder_eval.core.metrics import sign
 from encoder_eval.core.protocol import (
     LR_GRID,
     PROTOCOL_RECIPE,
@@ -256,8 +256,7 @@ def _choose(by_lr: dict[str, _Row], seeds: list[int], allow_partial: bool) -> di
         entry["reason"] = "no eligible LR: " + ("; ".join(why) or "no finished cells")
         return entry
     # The best seed-averaged dev mean in the metric's direction; ties go to the smaller LR.
-    sign = -1 if metric_spec(metric).higher_is_better else 1
-    best = min(eligible, key=lambda k: (sign * dev_by_lr[k], LR_GRID[k]))
+    best = min(eligible, key=lambda k: (-sign(metric) * dev_by_lr[k], LR_GRID[k]))
     entry.update(lr_key=best, lr=LR_GRID[best], dev_mean=dev_by_lr[best])
     return entry
 

@@ -20,7 +20,7 @@ from scipy import stats as sps
 from encoder_eval.core.errors import (
     HarnessError,
 )
-from encoder_eval.core.metrics import metric_spec
+from encoder_eval.core.metrics import sign
 from encoder_eval.reports import latex
 from encoder_eval.reports.table import Table, format_refusal
 
@@ -130,7 +130,7 @@ def table_scores(table: Table, models: list[str] | None = None) -> Scores:
     flipped = []
     for task in table.tasks:
         metrics = {table.cells[(m, task)].metric for m in models}
-        if any(not metric_spec(m).higher_is_better for m in metrics):
+        if any(sign(m) < 0 for m in metrics):
             flipped.append(task)
     seeds = []
     for model in models:

@@ -23,7 +23,7 @@ from encoder_eval.cells.predictions import PredictionsError, check_against_resul
 from encoder_eval.cells.predictions import predictions_path as predictions_file
 from encoder_eval.core import stats
 from encoder_eval.core.errors import HarnessError
-from encoder_eval.core.metrics import language_mean, metric_spec, score_array
+from encoder_eval.core.metrics import language_mean, metric_spec, score_array, sign
 from encoder_eval.core.results import LoadedResult, load_results
 from encoder_eval.data.tasks import task_knobs
 from encoder_eval.plans.experiment import summarize_inputs
@@ -233,16 +233,15 @@ def compare_cells(
             f"{len(b_scores)}; at least 2 each)"
         )
         return row
-    higher = metric_spec(knobs.metric).higher_is_better
-    sign = 1.0 if higher else -1.0  # stats are "higher is better": flip a lower-is-better one
+    direction = sign(knobs.metric)  # stats read "higher is better"
     welch = stats.welch(a_scores, b_scores)
     row.diff, row.p_seed = welch.diff, None if math.isnan(welch.pvalue) else welch.pvalue
     row.ci_low, row.ci_high = welch.low, welch.high
     if row.p_seed is None:
         row.notes.append("no seed varies in either model: the seed-level test is undefined")
-    row.aso_a_over_b = stats.aso([sign * x for x in a_scores], [sign * x for x in b_scores],
+    row.aso_a_over_b = stats.aso([direction * x for x in a_scores], [direction * x for x in b_scores],
                                  seed=seed).eps_min  # fmt: skip
-    row.aso_b_over_a = stats.aso([sign * x for x in b_scores], [sign * x for x in a_scores],
+    row.aso_b_over_a = stats.aso([direction * x for x in b_scores], [direction * x for x in a_scores],
                                  seed=seed).eps_min  # fmt: skip
     std_a, std_b = float(np.std(a_scores, ddof=1)), float(np.std(b_scores, ddof=1))
     row.std_a, row.std_b = std_a, std_b
@@ -269,7 +268,7 @@ def compare_cells(
 
     def diff_stat(ma: np.ndarray, mb: np.ndarray) -> float:
         cols = np.arange(ma.shape[1])
-        return sign * (score(ma, labels, langs, cols) - score(mb, labels, langs, cols))
+        return direction * (score(ma, labels, langs, cols) - score(mb, labels, langs, cols))
 
     if example_test:
         test = stats.paired_swap_permutation(ea.matrix[:k], eb.matrix[:k], diff_stat,
@@ -369,8 +368,8 @@ def finish_rows(
             if r.p_seed_adj is None:  # no seed varies: the seed variance is unknown
                 r.verdict = stats.NOT_DISTINGUISHABLE
                 continue
-            higher = metric_spec(r.metric).higher_is_better
-            r.verdict = stats.verdict(r.p_verdict_adj, r.diff, alpha, higher_is_better=higher)
+            r.verdict = stats.verdict(r.p_verdict_adj, r.diff, alpha,
+                                      higher_is_better=sign(r.metric) > 0)
             if r.p_combined is None:
                 r.notes.append("verdict on the seed level only (no test-set variance)")
 
@@ -480,8 +479,8 @@ def best_marks(
                   if (m, task) in table.cells and table.cells[(m, task)].mean is not None]  # fmt: skip
         if len(scored) < 2:
             continue
-        higher = metric_spec(task_knobs(task).metric).higher_is_better
-        ordered = sorted(scored, key=lambda m: table.cells[(m, task)].mean, reverse=higher)
+        direction = sign(task_knobs(task).metric)
+        ordered = sorted(scored, key=lambda m: -direction * table.cells[(m, task)].mean)
         best = ordered[0]
         for a, b in mark_pairs(ordered, family):
             row = compare_cells(a, b, task, table, cells, n_resamples=n_resamples, seed=seed,

@@ -1,0 +1,100 @@
+"""The package's shape: layers that import only downward, no import circle, commands as leaves.
+
+The layers are `pyproject.toml`'s import-linter contract (commands > reports > plans > cells
+> data > core); these tests run it, and check with grimp's import graph (the one
+import-linter builds, imports inside functions included) what the contract cannot say.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LAYERS = ("core", "data", "cells", "plans", "reports")  # bottom to top
+
+
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph("encoder_eval")
+
+
+def _commands(graph: grimp.ImportGraph) -> set[str]:
+    """The top-level modules: the command line (every layer package is below them)."""
+    return {
+        m
+        for m in graph.find_children("encoder_eval")
+        if m.rsplit(".", 1)[1] not in LAYERS and m != "encoder_eval.__main__"
+    }
+
+
+def test_the_layer_contract_is_kept() -> None:
+    exe = Path(sys.executable).parent / "lint-imports"
+    cmd = [str(exe)] if exe.exists() else [shutil.which("lint-imports") or "lint-imports"]
+    run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "0 broken" in run.stdout
+
+
+def test_no_import_circle(graph: grimp.ImportGraph) -> None:
+    """Tarjan's strongly connected components over module imports: every one is a single
+    module, so no module reaches itself through others."""
+    modules = sorted(graph.modules)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.find_modules_directly_imported_by(v)):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for m in modules:
+        if m not in index:
+            visit(m)
+    assert circles == []
+
+
+def test_no_command_module_is_imported_by_another_module(graph: grimp.ImportGraph) -> None:
+    """`cli` dispatches by module name (importlib), so no module imports a command; the
+    library layers hold every shared type."""
+    commands = _commands(graph)
+    assert {"encoder_eval.run", "encoder_eval.sweep", "encoder_eval.summarize"} <= commands
+    importers = {
+        cmd: sorted(graph.find_modules_that_directly_import(cmd) - {"encoder_eval.__main__"})
+        for cmd in commands
+    }
+    assert {c: i for c, i in importers.items() if i} == {}
+
+
+def test_every_library_module_lives_in_a_layer(graph: grimp.ImportGraph) -> None:
+    """A module at the top level is a command: it has a `main`."""
+    for cmd in _commands(graph):
+        if cmd == "encoder_eval.__init__" or cmd == "encoder_eval":
+            continue
+        path = REPO / (cmd.replace(".", "/") + ".py")
+        assert "def main(" in path.read_text() or "import main" in path.read_text(), cmd
