@@ -28,12 +28,10 @@ from encoder_eval.core.errors import (
 )
 from encoder_eval.core.protocol import (
     PHASE_SEEDS,
-    PROTOCOL_RECIPE,
-    RANK_OBJECTIVES,
-    SELECTION_SPLITS,
-    Recipe,
     check_seed,
     lr_key_for,
+    recipe_arguments,
+    recipe_from_args,
 )
 from encoder_eval.core.results import (
     DONE_STATES,
@@ -70,7 +68,6 @@ class CellsFailed(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    r = PROTOCOL_RECIPE
     p = ArgumentParser(
         prog="python -m encoder_eval.run",
         description="Fine-tune one (model, task, learning rate, seed) cell under the fixed "
@@ -107,37 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--phase", choices=("select", "report"), default="report",
                    help="select: score dev only; report: also score the report split")  # fmt: skip
     g = p.add_argument_group("the recipe (defaults are the protocol's)")
-    g.add_argument("--bsz", type=int, default=r.batch_size, help="effective batch size")
-    g.add_argument("--micro-batch", type=int, default=None, help="micro-batch size for gradient "
-                   "accumulation when the effective batch does not fit in memory")  # fmt: skip
-    g.add_argument("--max-steps", type=int, default=r.max_steps,
-                   help="step cap; training runs min(max-steps, epoch-cap epochs)")  # fmt: skip
-    g.add_argument("--epoch-cap", type=int, default=r.epoch_cap, help="epoch cap")
-    g.add_argument("--max-seq-len", type=int, default=r.max_seq_len, help="truncation length")
-    g.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=r.early_stop,
-                   help="stop after --patience dev evaluations without improvement")  # fmt: skip
-    g.add_argument("--patience", type=int, default=r.patience, help="early-stopping patience")
-    g.add_argument("--weight-decay", type=float, default=r.weight_decay, help="AdamW weight decay")
-    g.add_argument("--adam-beta2", type=float, default=r.adam_beta2, help="AdamW beta2")
-    g.add_argument("--warmup-ratio", type=float, default=r.warmup_ratio, help="linear warmup share")
-    g.add_argument("--precision", choices=("bf16-autocast", "fp32"), default=r.precision,
-                   help="fp32 is for debugging and marks the cell off-protocol")  # fmt: skip
-    g.add_argument("--selection-split", choices=SELECTION_SPLITS, default=r.selection_split,
-                   help="what picks the LR and the early-stopping checkpoint: dev (the "
-                   "specification's default) or holdout (strict: a fixed slice of train; the "
-                   "official dev split is only scored for the report)")  # fmt: skip
-    g.add_argument("--eval-batch", type=int, default=r.eval_batch_size, help="evaluation "
-                   "batch size (default: 16 on the CPU, 128 on a GPU); a table never mixes "
-                   "cells that set it differently")  # fmt: skip
-    g.add_argument("--batching", choices=("length-grouped", "random"), default=r.batching,
-                   help="how training batches are formed (see EVALUATION_METHODOLOGY.md)")  # fmt: skip
-    g.add_argument("--rank-objective", choices=RANK_OBJECTIVES, default=r.rank_objective,
-                   help="ranking tasks: listwise (softmax cross-entropy over each query's "
-                   "group, the protocol's) or pointwise (binary cross-entropy per pair, an "
-                   "ablation; marks the cell off-protocol)")  # fmt: skip
-    g.add_argument("--rank-group-size", type=int, default=r.rank_group_size,
-                   help="ranking tasks: candidates per query group in training, one relevant "
-                   "plus sampled negatives (capped at the candidates a query has)")  # fmt: skip
+    recipe_arguments(g)  # one flag per Recipe entry that has one (core/protocol.py)
     g.add_argument("--allow-off-protocol", action="store_true", help="accept a learning rate "
                    "off the grid or a seed outside the phase's set (the result is marked "
                    "off-protocol)")  # fmt: skip
@@ -173,10 +140,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-cache", action="store_true", help="tokenise without the cache")
     g.add_argument("--progress", choices=("bar", "quiet", "json"), default="bar",
                    help="progress display: a bar, nothing, or JSON lines on stderr")  # fmt: skip
-    g.add_argument("--limit", type=int, default=None, metavar="N",
-                   help="a smoke run: cut every split to N examples (seeded; stratified by "
-                   "label; N queries for ranking); off-protocol, refused by summarize "
-                   "without --allow-partial")  # fmt: skip
     g.add_argument("--report-to", default="none", metavar="LIST",
                    help="send each cell's loss, LR and dev curves and its final scores to "
                    "experiment trackers: tensorboard, mlflow, wandb (comma-separated; default: "
@@ -254,24 +217,16 @@ def plan_cells(args: argparse.Namespace) -> list:
     if args.rank_group_size < 2:
         raise HarnessError("--rank-group-size must be at least 2 (one relevant candidate and "
                            "one negative)")  # fmt: skip
-    if args.eval_batch is not None and args.eval_batch < 1:
+    if args.eval_batch_size is not None and args.eval_batch_size < 1:
         raise HarnessError("--eval-batch must be at least 1")
-    if args.micro_batch is not None and (args.micro_batch < 1 or args.bsz % args.micro_batch):
-        raise HarnessError(f"--micro-batch {args.micro_batch} must divide --bsz {args.bsz}")
+    if args.micro_batch is not None and (args.micro_batch < 1 or args.batch_size % args.micro_batch):
+        raise HarnessError(f"--micro-batch {args.micro_batch} must divide --bsz {args.batch_size}")
     n_cells = len(lrs) * len(seeds)
     if args.out_json and n_cells > 1:
         raise HarnessError("--out-json names one file; use --results-dir for several cells")
     if not args.out_json and not args.results_dir:
         raise HarnessError("give --out-json FILE (one cell) or --results-dir DIR")
-    recipe = Recipe(
-        weight_decay=args.weight_decay, adam_beta2=args.adam_beta2, warmup_ratio=args.warmup_ratio,
-        batch_size=args.bsz, max_steps=args.max_steps, epoch_cap=args.epoch_cap,
-        patience=args.patience, early_stop=args.early_stop, max_seq_len=args.max_seq_len,
-        precision=args.precision, selection_split=args.selection_split, batching=args.batching,
-        mode=mode, micro_batch=args.micro_batch, eval_batch_size=args.eval_batch,
-        rank_objective=args.rank_objective, rank_group_size=args.rank_group_size,
-        limit=args.limit, **settings,
-    )  # fmt: skip
+    recipe = recipe_from_args(args, mode=mode, **settings)
     cells = []
     for lr in lrs:
         for seed in seeds:

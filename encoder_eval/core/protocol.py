@@ -43,10 +43,19 @@ CELL = "cell"  # free per cell: how the arithmetic is laid out, not what is comp
 SCOPES = (TABLE, MODEL, CELL)
 
 
-def _entry(default, scope: str = TABLE, checked: bool = True):
-    """A recipe entry: its default, its comparability scope, and whether a value other than
-    the protocol's marks a cell off-protocol (`checked`)."""
-    return field(default=default, metadata={"scope": scope, "checked": checked})
+def _entry(
+    default,
+    scope: str = TABLE,
+    checked: bool = True,
+    flag: str | None = None,
+    help: str | None = None,
+    choices: tuple[str, ...] | None = None,
+):
+    """A recipe entry: its default, its comparability scope, whether a value other than the
+    protocol's marks a cell off-protocol (`checked`), and the `run` flag that sets it (with
+    its help and choices; `recipe_arguments` makes the flags from these)."""
+    meta = {"scope": scope, "checked": checked, "flag": flag, "help": help, "choices": choices}
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -55,32 +64,73 @@ class Recipe:
     settings, applied to every model), how batches are formed, how often dev is scored, which
     split selects, and how the model is loaded. `signature` derives comparability from it."""
 
-    weight_decay: float = _entry(0.1)
+    weight_decay: float = _entry(0.1, flag="--weight-decay", help="AdamW weight decay")
     adam_beta1: float = _entry(0.9)
-    adam_beta2: float = _entry(0.95)
+    adam_beta2: float = _entry(0.95, flag="--adam-beta2", help="AdamW beta2")
     adam_eps: float = _entry(1e-8)
-    warmup_ratio: float = _entry(0.1)
-    batch_size: int = _entry(32)  # the effective batch (see micro_batch)
-    max_steps: int = _entry(10_000)
-    epoch_cap: int = _entry(20)
-    patience: int = _entry(3)
-    early_stop: bool = _entry(True)
-    max_seq_len: int = _entry(256)
-    precision: str = _entry("bf16-autocast")
+    warmup_ratio: float = _entry(0.1, flag="--warmup-ratio", help="linear warmup share")
+    # The effective batch (see micro_batch).
+    batch_size: int = _entry(32, flag="--bsz", help="effective batch size")
+    max_steps: int = _entry(
+        10_000, flag="--max-steps", help="step cap; training runs min(max-steps, epoch-cap epochs)"
+    )
+    epoch_cap: int = _entry(20, flag="--epoch-cap", help="epoch cap")
+    patience: int = _entry(3, flag="--patience", help="early-stopping patience")
+    early_stop: bool = _entry(
+        True, flag="--early-stop", help="stop after --patience dev evaluations without improvement"
+    )
+    max_seq_len: int = _entry(256, flag="--max-seq-len", help="truncation length")
+    precision: str = _entry(
+        "bf16-autocast",
+        flag="--precision",
+        help="fp32 is for debugging and marks the cell off-protocol",
+        choices=("bf16-autocast", "fp32"),
+    )
     # A variant, not a departure: see SELECTION_SPLITS.
-    selection_split: str = _entry("dev", checked=False)
-    batching: str = _entry("length-grouped")  # or "random" (an ablation)
+    selection_split: str = _entry(
+        "dev",
+        checked=False,
+        flag="--selection-split",
+        help="what picks the LR and the early-stopping checkpoint: dev (the specification's "
+        "default) or holdout (strict: a fixed slice of train; the official dev split is only "
+        "scored for the report)",
+        choices=SELECTION_SPLITS,
+    )
+    batching: str = _entry(
+        "length-grouped",
+        flag="--batching",
+        help="how training batches are formed (see EVALUATION_METHODOLOGY.md)",
+        choices=("length-grouped", "random"),  # random: an ablation
+    )
     # Dev evaluation cadence: once an epoch, at least every `eval_every_max` steps, and at
     # least `min_evals_when_capped` times when max_steps ends training early.
     eval_every_max: int = _entry(500)
     min_evals_when_capped: int = _entry(4)
     # The evaluation batch asked for; None: by device (EVAL_BATCH_SIZE in train.py). A
     # different value changes predictions by bf16 rounding only, yet tables never mix them.
-    eval_batch_size: int | None = _entry(None, checked=False)
+    eval_batch_size: int | None = _entry(
+        None,
+        checked=False,
+        flag="--eval-batch",
+        help="evaluation batch size (default: 16 on the CPU, 128 on a GPU); a table never "
+        "mixes cells that set it differently",
+    )
     # Ranking cells: the objective (RANK_OBJECTIVES) and the group per query, one relevant
     # candidate plus sampled negatives (the seed's 36); other cells ignore them.
-    rank_objective: str = _entry("listwise")
-    rank_group_size: int = _entry(36)
+    rank_objective: str = _entry(
+        "listwise",
+        flag="--rank-objective",
+        help="ranking tasks: listwise (softmax cross-entropy over each query's group, the "
+        "protocol's) or pointwise (binary cross-entropy per pair, an ablation; marks the cell "
+        "off-protocol)",
+        choices=RANK_OBJECTIVES,
+    )
+    rank_group_size: int = _entry(
+        36,
+        flag="--rank-group-size",
+        help="ranking tasks: candidates per query group in training, one relevant plus "
+        "sampled negatives (capped at the candidates a query has)",
+    )
     # How many first-stage candidates each query re-ranks: the seed re-ranks BM25's top
     # 1,000. A cell whose data holds another depth is off-protocol (kinds._ranking_record).
     rank_depth: int = _entry(1000)
@@ -90,9 +140,21 @@ class Recipe:
     pooling: str | None = _entry(None, scope=MODEL, checked=False)  # models.HEAD_POOLINGS
     head_dropout: float | None = _entry(None, scope=MODEL, checked=False)
     # A smoke run (`--limit N`, encoder_eval/data/limit.py): every split cut to N examples.
-    limit: int | None = _entry(None)
+    limit: int | None = _entry(
+        None,
+        flag="--limit",
+        help="a smoke run: cut every split to N examples (seeded; stratified by label; N "
+        "queries for ranking); off-protocol, refused by summarize without --allow-partial",
+    )
     # Gradient accumulation when the effective batch does not fit: the same update.
-    micro_batch: int | None = _entry(None, scope=CELL, checked=False)
+    micro_batch: int | None = _entry(
+        None,
+        scope=CELL,
+        checked=False,
+        flag="--micro-batch",
+        help="micro-batch size for gradient accumulation when the effective batch does not "
+        "fit in memory",
+    )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -109,6 +171,58 @@ def recipe_fields(scope: str) -> tuple[str, ...]:
     if scope not in SCOPES:
         raise ValueError(f"unknown scope {scope!r}; valid: {', '.join(SCOPES)}")
     return tuple(f.name for f in fields(Recipe) if f.metadata["scope"] == scope)
+
+
+# The recipe entries every planned cell command spells out (`recipe_argv`), in this order;
+# the others keep the protocol's value unless a user's extra run arguments set them.
+SPELLED_OUT: tuple[str, ...] = (
+    "weight_decay", "adam_beta2", "warmup_ratio", "batch_size", "early_stop", "patience",
+    "epoch_cap", "max_steps", "max_seq_len", "precision", "selection_split",
+)  # fmt: skip
+
+
+def _flag_type(entry) -> type:
+    """The Python type an entry's flag parses to, from its annotation (`int | None` -> int)."""
+    return {"float": float, "int": int, "str": str}[str(entry.type).split(" |")[0]]
+
+
+def recipe_arguments(group) -> None:
+    """Add a flag for every recipe entry that has one to an argparse group, with the
+    protocol's value as its default: `run`'s recipe flags are declared here only."""
+    for entry in fields(Recipe):
+        meta = entry.metadata
+        if meta["flag"] is None:
+            continue
+        dest = entry.name
+        if entry.type == "bool":
+            group.add_argument(meta["flag"], dest=dest, action=argparse.BooleanOptionalAction,
+                               default=entry.default, help=meta["help"])  # fmt: skip
+            continue
+        kwargs = {"choices": meta["choices"]} if meta["choices"] else {"type": _flag_type(entry)}
+        if not meta["choices"]:
+            kwargs["metavar"] = "N" if entry.name == "limit" else meta["flag"][2:].upper()
+        group.add_argument(meta["flag"], dest=dest, default=entry.default, help=meta["help"],
+                           **kwargs)  # fmt: skip
+
+
+def recipe_from_args(args: argparse.Namespace, **others) -> Recipe:
+    """The Recipe a namespace parsed with `recipe_arguments` describes; `others` sets the
+    entries without a flag (the loader's mode and settings)."""
+    flagged = {e.name: getattr(args, e.name) for e in fields(Recipe) if e.metadata["flag"]}
+    return Recipe(**flagged, **others)
+
+
+def recipe_argv(recipe: Recipe, names: tuple[str, ...] = SPELLED_OUT) -> list[str]:
+    """The flags that set `names` of `recipe` on a `run` command line, in that order."""
+    entries = {e.name: e for e in fields(Recipe)}
+    argv: list[str] = []
+    for name in names:
+        flag, value = entries[name].metadata["flag"], getattr(recipe, name)
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + flag[2:])
+        elif value is not None:
+            argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return argv
 
 
 def signature(recipe: dict, scope: str = TABLE) -> dict:

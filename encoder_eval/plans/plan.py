@@ -11,6 +11,7 @@ Building a probe plan imports `embed` (torch) once, for its list of poolings.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ from encoder_eval.core.protocol import (
     check_seed,
     lr_for_key,
     lr_key_for,
+    recipe_argv,
 )
 from encoder_eval.core.results import cell_state, result_filename
 from encoder_eval.data.models import (
@@ -295,14 +297,10 @@ class Plan:
             p = self.probe
             return ["--k-folds", str(p.k_folds), "--seed", str(p.seed),
                     "--max-seq-len", str(self.max_seq_len), "--precision", p.precision]  # fmt: skip
-        r = PROTOCOL_RECIPE
-        return [
-            "--weight-decay", f"{r.weight_decay:g}", "--adam-beta2", f"{r.adam_beta2:g}",
-            "--warmup-ratio", f"{r.warmup_ratio:g}", "--bsz", str(r.batch_size),
-            "--early-stop", "--patience", str(r.patience), "--epoch-cap", str(r.epoch_cap),
-            "--max-steps", str(self.max_steps), "--max-seq-len", str(self.max_seq_len),
-            "--precision", r.precision, "--selection-split", self.selection_split,
-        ]  # fmt: skip
+        recipe = dataclasses.replace(PROTOCOL_RECIPE, max_steps=self.max_steps,
+                                     max_seq_len=self.max_seq_len,
+                                     selection_split=self.selection_split)  # fmt: skip
+        return recipe_argv(recipe)
 
     def run_args(self, cells: list[Cell]) -> list[str]:
         """Arguments of `python -m encoder_eval.run` for the cells of one unit.
