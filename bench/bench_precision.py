@@ -1,5 +1,5 @@
 """bf16 autocast against fp32 on this CPU: one forward+backward of an encoder on a batch of
-random tokens (issue 29 item 5; the README's "Timings per CPU kind").
+random tokens (issue 29 item 5; docs/install.md, "Timings per CPU kind").
 
     .venv/bin/python bench/bench_precision.py                 # MiniLM (demo extra), 8 x 128
     .venv/bin/python bench/bench_precision.py --model-path DIR --batch 8 --seq-len 128 --reps 5

@@ -422,7 +422,7 @@ def test_summarize_without_a_file_still_needs_the_selection(tmp_path, capsys):
 
 
 def test_a_user_written_file_starts_the_protocol(tmp_path, capsys):
-    """examples/experiment.toml, with the demo model given by --model, as the README shows."""
+    """examples/experiment.toml, with the demo model given by --model, as docs/protocol.md shows."""
     argv = ["--experiment", str(REPO / "examples/experiment.toml"), "--phase", "select",
             "--model", "all-minilm-l6-v2=org/all-minilm", "--out-dir", str(tmp_path / "runs/select"),
             "--results-dir", str(tmp_path / "results/select")]  # fmt: skip
