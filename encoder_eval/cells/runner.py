@@ -31,6 +31,7 @@ from encoder_eval.core.protocol import (
     check_seed,
     lr_key_for,
     recipe_arguments,
+    recipe_flag,
     recipe_from_args,
 )
 from encoder_eval.core.results import (
@@ -211,9 +212,9 @@ def plan_cells(args: argparse.Namespace) -> list:
                 f"--seed {seed} is not a {args.phase} seed {list(PHASE_SEEDS[args.phase])}; "
                 "use one of those or pass --allow-off-protocol"
             )
-    for flag in ("bsz", "max_steps", "epoch_cap", "max_seq_len", "patience"):
-        if getattr(args, flag) < 1:
-            raise HarnessError(f"--{flag.replace('_', '-')} must be at least 1")
+    for name in ("batch_size", "max_steps", "epoch_cap", "max_seq_len", "patience"):
+        if getattr(args, name) < 1:
+            raise HarnessError(f"{recipe_flag(name)} must be at least 1")
     if args.rank_group_size < 2:
         raise HarnessError("--rank-group-size must be at least 2 (one relevant candidate and "
                            "one negative)")  # fmt: skip

@@ -205,6 +205,14 @@ def recipe_arguments(group) -> None:
                            **kwargs)  # fmt: skip
 
 
+def recipe_flag(name: str) -> str:
+    """The `run` flag that sets recipe entry `name` (`batch_size` -> `--bsz`)."""
+    flag = next(e.metadata["flag"] for e in fields(Recipe) if e.name == name)
+    if flag is None:
+        raise ValueError(f"recipe entry {name!r} has no flag")
+    return flag
+
+
 def recipe_from_args(args: argparse.Namespace, **others) -> Recipe:
     """The Recipe a namespace parsed with `recipe_arguments` describes; `others` sets the
     entries without a flag (the loader's mode and settings)."""
@@ -214,10 +222,9 @@ def recipe_from_args(args: argparse.Namespace, **others) -> Recipe:
 
 def recipe_argv(recipe: Recipe, names: tuple[str, ...] = SPELLED_OUT) -> list[str]:
     """The flags that set `names` of `recipe` on a `run` command line, in that order."""
-    entries = {e.name: e for e in fields(Recipe)}
     argv: list[str] = []
     for name in names:
-        flag, value = entries[name].metadata["flag"], getattr(recipe, name)
+        flag, value = recipe_flag(name), getattr(recipe, name)
         if isinstance(value, bool):
             argv.append(flag if value else "--no-" + flag[2:])
         elif value is not None:
