@@ -85,10 +85,15 @@ def _task_rows() -> list[dict]:
             "report_split": k.report_split,
             "languages": list(k.languages),
             "euro_languages": list(k.euro_languages),
-            "source": str(k.data_dir or k.hf_path or "generated"),
+            "source": str(k.data_dir or k.hf_path or _no_source(k.bucket)),
         }
         for key, k in TASK_KNOBS.items()
     ]
+
+
+def _no_source(bucket: str) -> str:
+    """The source shown for a task with neither its own folder nor a Hub dataset."""
+    return "generated" if bucket == "synthetic" else "mirror (--data-dir DIR/<task>/)"
 
 
 def _model_rows() -> list[dict]:

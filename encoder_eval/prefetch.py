@@ -201,8 +201,12 @@ def prefetch(
     out = Path(out)
     names = list(task_names)
     for name in names:  # unknown names fail before anything is fetched
-        if tasks.task_knobs(name).hf_path is None:
-            raise HarnessError(f"task {name!r} is generated locally; there is nothing to prefetch")
+        knobs = tasks.task_knobs(name)
+        if knobs.hf_path is None:
+            source = (
+                "generated locally" if knobs.bucket == "synthetic" else "read from a mirror only"
+            )
+            raise HarnessError(f"task {name!r} is {source}; there is nothing to prefetch")
     splits = _check_splits(splits)
     manifest = read_manifest(out)
     for name in names:

@@ -32,7 +32,8 @@ METRICS = tuple(name for name, spec in METRIC_SPECS.items() if spec.granularity 
 FIELDS: dict[str, str] = {
     "description": "one line saying what the task is",
     "bucket": "the --tasks group it joins (default user: none)",
-    "data_dir": "a folder of <split>[.<lang>].jsonl files, relative to the task file's folder",
+    "data_dir": "a folder of <split>[.<lang>].jsonl files, relative to the task file's folder "
+    "(without data_dir and hf_path: the mirror's folder --data-dir DIR/<key>/)",
     "hf_path": "a Hugging Face Hub dataset id",
     "hf_config": "the Hub dataset's config",
     "hf_lang_configs": "language -> Hub config (default: each language is a config)",
@@ -299,10 +300,7 @@ def _parse_one(key: str, table: Any, source: str) -> UserTask:
     language_field = t.text("language_field")
 
     hf_path = t.text("hf_path")
-    data_dir = _data_dir(t, source)
-    if hf_path is None and data_dir is None:
-        raise t.fail("data_dir", "neither data_dir (a folder of <split>[.<lang>].jsonl files) "
-                     "nor hf_path (a Hub dataset id) is given; give one")  # fmt: skip
+    data_dir = _data_dir(t, source)  # with neither, the task is read from --data-dir DIR/<key>/
     hub_only = [f for f in ("hf_config", "hf_lang_configs", "revision", "hub_splits") if
                 t.get(f) is not None]  # fmt: skip
     if hub_only and hf_path is None:

@@ -909,7 +909,7 @@ def data_provenance(task: str, data_dir: str | os.PathLike | None = None) -> dic
     folder = task_data_folder(task, data_dir)
     if folder is None and knobs.hf_path is None:
         raise HarnessError(f"task {task!r} is read from a data mirror only; pass --data-dir DIR "
-                           "(or set ENCODER_EVAL_DATA_DIR)")  # fmt: skip
+                           f"(or set ENCODER_EVAL_DATA_DIR) with its files in DIR/{task}/")  # fmt: skip
     if folder is None:
         requested = dataset_revisions().get(knobs.hf_path) if knobs.hf_path else None
         sha = _resolved_revision(knobs, task)

@@ -244,10 +244,6 @@ BAD_FIELDS = {
         {"languages": ["de", "fr"], "euro_languages": ["de", "en"]},
         r"field 'euro_languages': en not in languages \(de, fr\)",
     ),
-    "no-data-location": (
-        {"data_dir": None},
-        r"field 'data_dir': neither data_dir .* nor hf_path .* is given",
-    ),
     "data-dir-missing": (
         {"data_dir": "nowhere"},
         r"field 'data_dir': .*nowhere is not a folder \(a relative data_dir is "
@@ -402,6 +398,25 @@ def test_a_user_task_loads_from_its_own_data_dir(tmp_path):
     (data / "validation.jsonl").write_text((data / "train.jsonl").read_text())
     assert data_provenance("my_wnli")["identity"] == content_identity(data)  # content, not path
     assert content_identity(data) != prov["identity"]
+
+
+def test_a_task_without_data_dir_or_hf_path_reads_its_mirror_folder(tmp_path):
+    """README: "The mirror passed with --data-dir DIR: the task's files are in DIR/<task key>/"."""
+    from encoder_eval.cli import _task_rows
+
+    register_task_rows({"my_wnli": {**BASE, "data_dir": None}}, str(tmp_path / "tasks.toml"))
+    mirror = tmp_path / "mirror"
+    write_wnli(mirror / "my_wnli")
+    train, val, _, num_labels, _ = load_task("my_wnli", mirror)
+    assert len(train["label"]) == 2 * TRAIN_SCHEMAS and len(val["en"]["label"]) == 12
+    assert data_provenance("my_wnli", mirror)["identity"] == content_identity(mirror / "my_wnli")
+    row = next(r for r in _task_rows() if r["task"] == "my_wnli")
+    assert row["source"] == "mirror (--data-dir DIR/<task>/)"
+    with pytest.raises(HarnessError, match=r"task 'my_wnli' is read from a data mirror only; "
+                       r"pass --data-dir DIR .* with its files in DIR/my_wnli/"):  # fmt: skip
+        data_provenance("my_wnli", None)
+    with pytest.raises(HarnessError, match=r"has no train\.jsonl for task 'my_wnli'"):
+        load_task("my_wnli", tmp_path)  # a mirror without the task's folder
 
 
 def test_label_names_in_the_rows_are_read_as_class_ids(tmp_path):
