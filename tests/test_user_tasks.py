@@ -281,6 +281,36 @@ def test_each_bad_field_gives_its_message(tmp_path, change, message):
     assert TASK_KNOBS == before  # nothing of a refused file is registered
 
 
+def test_every_problem_of_a_task_file_is_reported_at_once(tmp_path):
+    """A newcomer fixes a task file in one pass: each task's problems, of every task, in one
+    error that names the file once and numbers the problems."""
+    write_wnli(tmp_path / "data")
+    table = {
+        "my_wnli": {**BASE, "metric": "acc", "report_split": None, "lables": ["a", "b"]},
+        "glue_rte": BASE,  # a built-in task's name
+        "other": {**BASE, "inputs": None, "languages": ["de"], "euro_languages": ["en"]},
+        "fine": BASE,
+    }
+    path = tmp_path / "tasks.yaml"
+    path.write_text(yaml.safe_dump(json.loads(json.dumps({"tasks": table})), sort_keys=False))
+    before = dict(TASK_KNOBS)
+    with pytest.raises(HarnessError) as err:
+        register_task_files([str(path)])
+    message = str(err.value)
+    assert message.startswith(f"{path}: 6 problems: [1] task 'my_wnli': unknown field 'lables'")
+    assert message.count(str(path)) == 1 and "\n" not in message
+    for number, problem in enumerate([
+        "task 'my_wnli': unknown field 'lables'. Did you mean 'labels'?",
+        "task 'my_wnli', field 'metric': unknown metric 'acc'",
+        "task 'my_wnli', field 'report_split': missing",
+        "task 'glue_rte': the name is the built-in task 'glue_rte''s",
+        "task 'other', field 'inputs': missing",
+        "task 'other', field 'euro_languages': en not in languages (de)",
+    ], start=1):  # fmt: skip
+        assert f"[{number}] {problem}" in message, problem
+    assert TASK_KNOBS == before  # nothing of a refused file is registered, "fine" neither
+
+
 @pytest.mark.parametrize(
     "key,message",
     [
@@ -543,7 +573,8 @@ def test_run_refuses_a_bad_task_file_in_one_line(tmp_path, capsys):
                             str(tmp_path / "bad.toml")]) == 2  # fmt: skip
     lines = capsys.readouterr().err.splitlines()
     assert lines[0] == f"error: task file {tmp_path / 'nope.toml'} does not exist"
-    assert lines[1].startswith(f"error: {tmp_path / 'bad.toml'}: task 'glue_wnli', field 'inputs'")
+    assert lines[1].startswith(f"error: {tmp_path / 'bad.toml'}: 3 problems: [1] task "
+                               "'glue_wnli', field 'inputs'")  # fmt: skip
     assert len(lines) == 2 and not (tmp_path / "cell.json").exists()
 
 
