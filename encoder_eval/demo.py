@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
+from .errors import EXIT_INTERRUPTED, EXIT_OK, ArgumentParser, HarnessError, report_errors
 from .fileio import write_atomic
 
 DEMO_TASKS = "synthetic_sentiment,synthetic_nli,synthetic_rating"
@@ -77,10 +77,24 @@ def choose_precision(requested: str, device: str) -> tuple[str, str | None]:
 
 
 def _run(cmd: list[str], log) -> None:
+    """Run one step; on Ctrl-C, wait for it (it got the Ctrl-C too and saves its cell's
+    state, `run_all.sh` then exits 130) before the demo says "interrupted" and returns."""
     log("$ " + " ".join(shlex.quote(c) for c in cmd))
-    proc = subprocess.run(cmd)
-    if proc.returncode != 0:
-        raise HarnessError(f"step failed (exit {proc.returncode}): {' '.join(cmd[:4])} ...")
+    proc = subprocess.Popen(cmd)
+    interrupted = False
+    while True:
+        try:
+            code = proc.wait()
+            break
+        except KeyboardInterrupt:  # never kill the step: a killed cell loses its state
+            if not interrupted:
+                print("Ctrl-C: waiting for the running step to save its state...",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            interrupted = True
+    if interrupted or code == EXIT_INTERRUPTED:
+        raise KeyboardInterrupt
+    if code != 0:
+        raise HarnessError(f"step failed (exit {code}): {' '.join(cmd[:4])} ...")
 
 
 def run_demo(args: argparse.Namespace, log=print) -> Path:
