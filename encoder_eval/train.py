@@ -857,6 +857,12 @@ def _stop_requests():
     def handler(signum, frame):
         if flag.signal is None:
             flag.signal = signum
+            # Said at once: the running step (or evaluation) may take minutes to end. A raw
+            # write: a handler may run while the main thread is inside a print to stderr.
+            # run_all.sh shows the lines starting "stopping: " of a cell's stderr.
+            os.write(2, f"stopping: {_stop_kind(signum)[1]} received; saving state at the "
+                     "next step... (the running step ends first, which may take a while; no "
+                     "need to send it again)\n".encode())  # fmt: skip
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -154,7 +154,8 @@ eta() {
 
 # show_progress LOG: append stdin (the unit process's stderr) to LOG, and show each of its
 # `--progress json` lines as one line: [w1] MODEL/TASK/LR_KEY/sSEED step 120/400 dev 0.81
-# eta 2m10s; a probe's result lines ([1/2] MODEL:POOLING TASK: SCORE) as [w1] probe MODEL...
+# eta 2m10s; a probe's result lines ([1/2] MODEL:POOLING TASK: SCORE) as [w1] probe MODEL...;
+# a cell's "stopping: ..." line (a stop signal arrived) as it is, on stderr, at once.
 # It ignores Ctrl-C and SIGTERM: it ends when the process, saving its state, closes stderr
 # (whose last lines say so).
 show_progress() {
@@ -166,6 +167,10 @@ show_progress() {
     local re_eta='"eta_s": ([0-9][0-9.]*)'
     while IFS= read -r line || [ -n "$line" ]; do
         printf '%s\n' "$line" >>"$log"
+        if [[ $line == "stopping: "* ]]; then # a stop signal's acknowledgement, at once
+            echo "${WPREFIX}$line" >&2
+            continue
+        fi
         if [ "$MODULE" = encoder_eval.probe ] && [[ $line =~ $re_probe ]]; then
             echo "[w$WID] probe ${BASH_REMATCH[1]}"
             continue
