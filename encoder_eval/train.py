@@ -49,7 +49,14 @@ from .predictions import (
 )
 from .predictions import from_cell as predictions_from_cell
 from .protocol import PROTOCOL_RECIPE, Recipe, off_protocol_reasons, signature, step_budget
-from .results import EXCL_SUFFIX, LOCK_PREFIX, lr_key, write_json_atomic
+from .results import (
+    EXCL_SUFFIX,
+    LOCK_PREFIX,
+    RESUME_PREFIX,
+    RESUME_SUFFIX,
+    lr_key,
+    write_json_atomic,
+)
 from .schema import CellId, CellResult, Protocol, ScoreSection, Training
 from .tasks import TaskKnobs, data_provenance, load_task, task_knobs
 
@@ -876,7 +883,7 @@ def _resume_path(out_json: str | None) -> Path | None:
     if not out_json:
         return None
     path = Path(out_json)
-    return path.parent / f".resume-{path.name}.pt"
+    return path.parent / f"{RESUME_PREFIX}{path.name}{RESUME_SUFFIX}"
 
 
 def _signature(cfg: CellConfig, revision: str) -> dict:
