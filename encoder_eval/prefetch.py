@@ -149,7 +149,7 @@ def prefetch_task(task: str, out: Path, splits: Iterable[str] | None = None, log
             f"{task}: could not resolve {knobs.hf_path}@{requested or 'default branch'} to a "
             "commit; the manifest records the requested revision only"
         )
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    offline = tasks.hub_offline()
     files: dict[str, dict] = {}
     for split in splits:
         for lang in tasks.file_languages(task):
