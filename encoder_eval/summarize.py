@@ -85,7 +85,7 @@ from .experiment import summarize_inputs
 from .fileio import write_output
 from .latex import Score
 from .metrics import metric_spec
-from .protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS, seed_arg
+from .protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS, name_reasons, seed_arg
 from .results import LoadedResult, load_results, result_filename
 from .select import cell_setup, load_selection, setup_differences
 from .tasks import (
@@ -469,8 +469,7 @@ def build_table(
         problems.append(Problem("wrong_lr", f"{len(wrong_lr)} result(s) sit at an LR other than "
                                 "the selected one (never averaged)", wrong_lr))  # fmt: skip
     if off:
-        named = list(off_reasons)
-        why = "; ".join(named[:4]) + ("; ..." if len(named) > 4 else "")
+        why = name_reasons(off_reasons)
         problems.append(Problem("off_protocol", f"{len(off)} result(s) are off-protocol"
                                 + (f" ({why})" if why else ""), off))  # fmt: skip
     if diverged:
