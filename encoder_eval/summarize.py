@@ -866,6 +866,7 @@ def main(argv: list[str] | None = None) -> int:
         written = write_plots(
             Path(select_dir) if select_dir else None,
             Path(args.results_dir), Path(selection_path), Path(args.plots), warn=warn,
+            expected_n=len(table.expected_seeds),
         )  # fmt: skip
         print(f"wrote {len(written)} plot(s) to {args.plots}", file=sys.stderr)
     if args.format == "csv" and table.problems:
