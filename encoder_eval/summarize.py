@@ -17,7 +17,8 @@ two-level bootstrap over seeds and report examples); nothing is picked here. Per
 best model is bold and `≈` marks each model `compare` calls not distinguishable from it
 (`--no-marks` skips the tests). Scores are shown x100. Each task's column
 names its metric; tasks reported on dev (validation) are marked `*`. Bucket columns
-(Multilingual, GLUE, SuperGLUE, Ranking) average the model's task means within the bucket,
+(Multilingual, GLUE, SuperGLUE, Ranking) average the model's task means within the bucket
+(shown for a bucket of two or more of the table's tasks; JSON and CSV carry every bucket),
 and `Average` averages its task means (each task weighs the same) except the ranking
 tasks', which have their own column; an average is shown only when all its tasks have a
 score. `GLUE score` and `SuperGLUE score` are the seed paper's benchmark scores
@@ -67,7 +68,7 @@ import io
 import json
 import math
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -228,6 +229,14 @@ class Table:
     def buckets(self) -> list[str]:
         present = {TASK_KNOBS[t].bucket for t in self.tasks}
         return [b for b in BUCKET_ORDER if b in present] + sorted(present - set(BUCKET_ORDER))
+
+    @property
+    def bucket_columns(self) -> list[str]:
+        """The buckets a printed table gives a column: those holding two or more of its
+        tasks. A bucket of one task would repeat that task's column under the bucket's name
+        (a "SuperGLUE" column over CB alone reads like the SuperGLUE score)."""
+        count = Counter(TASK_KNOBS[t].bucket for t in self.tasks)
+        return [b for b in self.buckets if count[b] > 1]
 
     def bucket_mean(self, model: str, bucket: str) -> float | None:
         return self._avg(model, [t for t in self.tasks if TASK_KNOBS[t].bucket == bucket])
@@ -613,7 +622,7 @@ def table_grid(table: Table) -> tuple[list[str], list[list[Score | str]]]:
     """The table's header and rows, each cell with its marks: what every text format shows."""
     n = len(table.expected_seeds)
     head = ["Model", *(task_header(t) for t in table.tasks)]
-    head += [BUCKET_LABELS.get(b, b.title()) for b in table.buckets]
+    head += [BUCKET_LABELS.get(b, b.title()) for b in table.bucket_columns]
     head += [BENCHMARK_LABELS[name] for name in table.benchmark_scores] + ["Average"]
     rows: list[list[Score | str]] = []
     for model in table.models:
@@ -623,7 +632,7 @@ def table_grid(table: Table) -> tuple[list[str], list[list[Score | str]]]:
                        table.mark(model, t))
             for t in table.tasks
         ]  # fmt: skip
-        row += [_pct(table.bucket_mean(model, b)) for b in table.buckets]
+        row += [_pct(table.bucket_mean(model, b)) for b in table.bucket_columns]
         row += [_pct(table.benchmark_score(model, name)) for name in table.benchmark_scores]
         row.append(_pct(table.overall_mean(model)))
         rows.append(row)
