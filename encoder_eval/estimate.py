@@ -29,6 +29,7 @@ from encoder_eval.core.protocol import (
     PROTOCOL_RECIPE,
     REPORT_SEEDS,
     SELECT_SEEDS,
+    name_reasons,
     step_budget,
 )
 from encoder_eval.core.results import load_results
@@ -80,6 +81,10 @@ class ModelCost:
     # Steps run / step cap over the measured on-protocol cells (how much early stopping
     # saves); None when no measured cell ran on protocol (a shrunken cap says nothing).
     budget_share: float | None
+    # How many measured cells are off-protocol, and the distinct reasons their results give
+    # (`protocol.off_protocol_reasons`): their step may cost otherwise than a protocol step's.
+    off_protocol: int = 0
+    off_reasons: tuple[str, ...] = ()
 
     def hours(self, tasks: list[str]) -> tuple[float, float | None]:
         """(upper bound, expected) device-hours for every protocol cell of `tasks`."""
@@ -91,6 +96,7 @@ class ModelCost:
 def measure(results_dirs: list[str], warn=None) -> list[ModelCost]:
     """Per (model, device): seconds per optimizer step and budget share of the finished cells."""
     sums: dict[tuple[str, str], list[float]] = {}
+    reasons: dict[tuple[str, str], dict[str, None]] = {}
     for directory in results_dirs:
         if not Path(directory).is_dir():
             raise HarnessError(f"--results-dir {directory} is not a directory")
@@ -100,16 +106,28 @@ def measure(results_dirs: list[str], warn=None) -> list[ModelCost]:
                 continue
             hw = r.data["provenance"].get("hardware") or {}
             device = hw.get("gpu") or f"CPU ({hw.get('cpu') or 'unknown'})"
-            acc = sums.setdefault((r.cell["model"], device), [0, 0.0, 0, 0, 0])
+            acc = sums.setdefault((r.cell["model"], device), [0, 0.0, 0, 0, 0, 0])
             acc[0] += 1
             acc[1] += float(t["train_time_s"])
             acc[2] += int(t["steps"])
             if r.data["protocol"].get("on_protocol"):
                 acc[3] += int(t["steps"])
                 acc[4] += int(t.get("max_steps") or t["steps"])
+            else:
+                acc[5] += 1
+                why = r.data["protocol"].get("off_protocol_reasons") or ["off-protocol"]
+                reasons.setdefault((r.cell["model"], device), {}).update(dict.fromkeys(why))
     return [
-        ModelCost(model, device, int(n), secs / steps, run / caps if caps else None)
-        for (model, device), (n, secs, steps, run, caps) in sorted(sums.items())
+        ModelCost(
+            model,
+            device,
+            int(n),
+            secs / steps,
+            run / caps if caps else None,
+            int(off),
+            tuple(reasons.get((model, device), {})),
+        )
+        for (model, device), (n, secs, steps, run, caps, off) in sorted(sums.items())
     ]
 
 
@@ -122,7 +140,9 @@ def render(costs: list[ModelCost], tasks: list[str], fmt: str = "markdown") -> s
                      "seconds_per_step": round(c.seconds_per_step, 4),
                      "budget_share": None if c.budget_share is None else round(c.budget_share, 3),
                      "hours_upper_bound": round(upper, 1),
-                     "hours_expected": None if expected is None else round(expected, 1)})  # fmt: skip
+                     "hours_expected": None if expected is None else round(expected, 1),
+                     "off_protocol_cells": c.off_protocol,
+                     "off_protocol_reasons": list(c.off_reasons)})  # fmt: skip
     if fmt == "json":
         return json.dumps({"tasks": tasks, "cells_per_pair": CELLS_PER_PAIR,
                            "step_caps": {t: cell_step_cap(t) for t in tasks}, "models": rows},
@@ -147,6 +167,12 @@ def render(costs: list[ModelCost], tasks: list[str], fmt: str = "markdown") -> s
               "measured on-protocol cells ran before early stopping (n/a without one). A "
               "step's cost depends on the task's text lengths: measure on tasks like those "
               "you estimate."]  # fmt: skip
+    for c in costs:
+        if c.off_protocol:
+            lines += ["", f"not the protocol recipe: {c.off_protocol} of {c.model}'s "
+                      f"{c.cells} measured cell(s) on {c.device} are off-protocol "
+                      f"({name_reasons(c.off_reasons)}); a protocol cell's step may cost "
+                      "otherwise: measure on-protocol cells for a figure to plan by"]  # fmt: skip
     return "\n".join(lines)
 
 

@@ -151,7 +151,7 @@ def prefetch_task(task: str, out: Path, splits: Iterable[str] | None = None, log
             f"{task}: could not resolve {knobs.hf_path}@{requested or 'default branch'} to a "
             "commit; the manifest records the requested revision only"
         )
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    offline = tasks.hub_offline()
     files: dict[str, dict] = {}
     for split in splits:
         for lang in tasks.file_languages(task):
@@ -203,8 +203,12 @@ def prefetch(
     out = Path(out)
     names = list(task_names)
     for name in names:  # unknown names fail before anything is fetched
-        if tasks.task_knobs(name).hf_path is None:
-            raise HarnessError(f"task {name!r} is generated locally; there is nothing to prefetch")
+        knobs = tasks.task_knobs(name)
+        if knobs.hf_path is None:
+            source = (
+                "generated locally" if knobs.bucket == "synthetic" else "read from a mirror only"
+            )
+            raise HarnessError(f"task {name!r} is {source}; there is nothing to prefetch")
     splits = _check_splits(splits)
     manifest = read_manifest(out)
     for name in names:

@@ -34,6 +34,13 @@ not a valid result of this phase gets one warning on stderr naming it and why, a
 `--emit DIR` writes a script (`--mode shell|slurm|slurm-array`, with the sweep's options)
 covering only the missing and corrupt cells; nothing is written when there are none.
 
+Resume states (`.resume-<result name>.pt`, a stopped cell's saved state, hundreds of MB
+for a base-size model) in the results directory are listed with their size and whether
+their cell is done. `--clean-resume` removes those whose cell is done (left over: the next
+run would never read them); `--clean-resume all` removes every one, so an unfinished cell
+starts over. A state whose cell another runner holds is never removed. Nothing else is
+ever written or removed by status without `--emit`.
+
 Exit status: 0 when every cell is done or diverged; 1 when some are missing, corrupt or
 kept; 2 on bad input.
 """
@@ -52,12 +59,18 @@ from encoder_eval.core.errors import (
     ArgumentParser,
     HarnessError,
     report_errors,
+    warn_once,
 )
 from encoder_eval.core.results import (
     CORRUPT,
+    DONE_STATES,
     KEPT,
     MISSING,
     QUARANTINE_DIR,
+    RESUME_PREFIX,
+    RESUME_SUFFIX,
+    cell_lock,
+    cell_state,
     count_quarantined,
     load_results,
 )
@@ -75,6 +88,18 @@ from encoder_eval.plans.plan import Cell, Plan
 STATES = ("done", "diverged", "corrupt", "kept", "missing")
 
 
+@dataclass(frozen=True)
+class ResumeState:
+    """A resume state in the results directory: its file and size, the result file of its
+    cell, whether that cell is done, and the cell's label when the plan holds it."""
+
+    path: Path
+    size: int
+    result: Path
+    done: bool
+    label: str | None
+
+
 @dataclass
 class Status:
     plan: Plan
@@ -82,6 +107,7 @@ class Status:
     reasons: dict[str, str] = field(default_factory=dict)  # corrupt or kept file -> why
     other: list[str] = field(default_factory=list)  # result files the plan does not cover
     moved_aside: int = 0  # corrupt results moved into the results directory's .corrupt/
+    resume: list[ResumeState] = field(default_factory=list)  # resume states left in the dir
 
     def count(self, state: str) -> int:
         return len(self.cells[state])
@@ -116,7 +142,54 @@ def phase_status(plan: Plan) -> Status:
             if not p.name.startswith(".") and p.name not in planned
             and not p.name.endswith(".predictions.json")
         )  # fmt: skip
-    return Status(plan, cells, reasons, other, count_quarantined(plan.results_dir))
+    return Status(plan, cells, reasons, other, count_quarantined(plan.results_dir),
+                  resume_states(plan))  # fmt: skip
+
+
+def resume_states(plan: Plan) -> list[ResumeState]:
+    """The resume states in the plan's results directory, each with whether its cell (the
+    result file it is named after) is done (`results.cell_state`)."""
+    root = Path(plan.results_dir)
+    if not root.is_dir():
+        return []
+    labels = {os.path.basename(plan.out_json(c)): c.label for c in plan.cells}
+    out = []
+    for path in sorted(root.glob(f"{RESUME_PREFIX}*{RESUME_SUFFIX}")):
+        name = path.name[len(RESUME_PREFIX) : -len(RESUME_SUFFIX)]
+        try:
+            size = path.stat().st_size
+        except OSError:
+            continue
+        done = cell_state(root / name, plan.phase)[0] in DONE_STATES
+        out.append(ResumeState(path, size, root / name, done, labels.get(name)))
+    return out
+
+
+def clean_resume(states: list[ResumeState], which: str) -> tuple[list[ResumeState], list[str]]:
+    """Remove the resume states of done cells (`which` "done"), or all of them ("all");
+    returns (removed, lines saying what was left and why). A state whose cell another
+    runner holds (its cell lock) is left: that runner is reading or writing it."""
+    removed, left = [], []
+    for state in states:
+        if which != "all" and not state.done:
+            continue
+        with cell_lock(state.result) as mine:
+            if not mine:
+                left.append(f"left {state.path}: another runner is running its cell")
+                continue
+            try:
+                state.path.unlink()
+            except FileNotFoundError:
+                continue  # its cell finished and removed it meanwhile
+            except OSError as exc:
+                left.append(f"left {state.path}: {exc.strerror or exc}")
+                continue
+        removed.append(state)
+    return removed, left
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
 
 
 def format_status(status: Status, limit: int | None = 50) -> str:
@@ -145,6 +218,16 @@ def format_status(status: Status, limit: int | None = 50) -> str:
             lines.append(f"  {c.label}  {path}{why}")
         if len(shown) < len(cells):
             lines.append(f"  ... and {len(cells) - len(shown)} more (--list-all shows them)")
+    if status.resume:
+        total = sum(r.size for r in status.resume)
+        lines.append(f"resume states: {len(status.resume)} ({_mb(total)}), saved when a signal "
+                     "stopped a cell:")  # fmt: skip
+        for r in status.resume:
+            what = ("its cell is done: left over, never read again" if r.done else
+                    "its cell is not done: its next run resumes from it")  # fmt: skip
+            lines.append(f"  {r.label or '(not in this plan)'}  {r.path}  {_mb(r.size)}  ({what})")
+        lines.append("--clean-resume removes those of done cells; --clean-resume all removes "
+                     "every one (an unfinished cell then starts over)")  # fmt: skip
     if status.cells["corrupt"]:
         lines.append("corrupt files do not count as done: the phase's script (or --emit) moves "
                      "them aside into .corrupt/ and re-runs their cells")  # fmt: skip
@@ -165,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--emit", metavar="DIR", help="write a launch script for the missing and "
                    "corrupt cells into DIR (--mode picks its kind)")  # fmt: skip
     p.add_argument("--list-all", action="store_true", help="list every cell, not the first 50")
+    p.add_argument("--clean-resume", nargs="?", const="done", choices=("done", "all"),
+                   help="remove the resume states of done cells (left over); 'all': every "
+                   "resume state, so unfinished cells start over")  # fmt: skip
     return p
 
 
@@ -181,6 +267,14 @@ def main(argv: list[str] | None = None) -> int:
         experiment.check_consent(args)
     status = phase_status(plan)
     load_results(plan.results_dir, phase=plan.phase)  # one warning per entry it skips
+    if args.clean_resume:
+        removed, left = clean_resume(status.resume, args.clean_resume)
+        warn = warn_once()
+        for line in left:
+            warn(line)
+        print(f"removed {len(removed)} resume state(s), "
+              f"{_mb(sum(r.size for r in removed))}")  # fmt: skip
+        status.resume = resume_states(plan)
     emitted = None
     if args.emit and status.to_run:
         emitted = emit(plan, args.emit, args.mode, cells=status.to_run,

@@ -17,7 +17,8 @@ two-level bootstrap over seeds and report examples); nothing is picked here. Per
 best model is bold and `≈` marks each model `compare` calls not distinguishable from it
 (`--no-marks` skips the tests). Scores are shown x100. Each task's column
 names its metric; tasks reported on dev (validation) are marked `*`. Bucket columns
-(Multilingual, GLUE, SuperGLUE, Ranking) average the model's task means within the bucket,
+(Multilingual, GLUE, SuperGLUE, Ranking) average the model's task means within the bucket
+(shown for a bucket of two or more of the table's tasks; JSON and CSV carry every bucket),
 and `Average` averages its task means (each task weighs the same) except the ranking
 tasks', which have their own column; an average is shown only when all its tasks have a
 score. `GLUE score` and `SuperGLUE score` are the seed paper's benchmark scores
@@ -163,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         written = write_plots(
             Path(select_dir) if select_dir else None,
             Path(args.results_dir), Path(selection_path), Path(args.plots), warn=warn,
+            expected_n=len(table.expected_seeds),
         )  # fmt: skip
         print(f"wrote {len(written)} plot(s) to {args.plots}", file=sys.stderr)
     if args.format == "csv" and table.problems:

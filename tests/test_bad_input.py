@@ -212,7 +212,7 @@ CASES = {
     # --- run: the data
     "data-dir-without-task": (lambda c: c.cell("--data-dir", str(c.out)),
                               r"the data mirror has no train\.jsonl for task 'glue_rte'.*"
-                              r"encoder_eval\.prefetch --tasks glue_rte"),
+                              r"Copy the task's files into .*glue_rte/"),  # offline: no Hub
     "empty-task": (lambda c: c.cell("--data-dir", str(_mirror_with(c, "glue_rte",
                                                                      {"train.jsonl": ""}))),
                    r"task 'glue_rte': the train \(en\) split is empty; check its data"),

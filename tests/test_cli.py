@@ -96,3 +96,23 @@ def test_list_tasks_shows_a_task_file(capsys, task_registry):
     assert main(["list", "tasks", "--tasks-file", str(wnli), "--format", "json"]) == 0
     row = next(r for r in json.loads(capsys.readouterr().out) if r["task"] == "glue_wnli")
     assert row["bucket"] == "user" and row["metric"] == "accuracy" and row["source"]
+
+
+def test_help_says_each_default_once():
+    """A flag whose help states its default in words gets no second "(default: ...)" from
+    argparse, and a default of None is not shown as "(default: None)"."""
+    import importlib
+    import re
+
+    for name, command in COMMANDS.items():
+        module = importlib.import_module(command.module)
+        if not hasattr(module, "build_parser"):
+            continue
+        text = " ".join(module.build_parser().format_help().split())
+        assert "(default: None)" not in text, name
+        doubled = re.search(r"default[^()]*(\([^()]*\)[^()]*)*\) \(default: [^)]*\)", text)
+        assert doubled is None, f"{name}: {doubled.group(0) if doubled else ''}"
+    text = " ".join(importlib.import_module("encoder_eval.run").build_parser().format_help()
+                    .split())  # fmt: skip
+    assert "(default: on; the file is X.predictions.json) --" in text
+    assert "(default: 20)" in text  # a default the help does not state is still shown

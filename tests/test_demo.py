@@ -60,3 +60,47 @@ def test_make_smoke_paws_writes_a_result_name_the_readers_accept(tmp_path, capsy
     cfg.out_json = str(tmp_path / "xlm-r_paws_lr06_s45.json")  # the name the Makefile used
     runner._note_unreadable_name(cells)
     assert "they will skip" in capsys.readouterr().err
+
+
+# A step that, like a cell, takes a while to save its state after Ctrl-C and then exits 130.
+SLOW_SAVER = """
+import pathlib, signal, sys, time
+out = pathlib.Path(sys.argv[1])
+def saved(signum, frame):
+    time.sleep(2)  # longer than the 0.25 s subprocess.run grants a child before killing it
+    (out / "saved").write_text("state")
+    sys.exit(130)
+signal.signal(signal.SIGINT, saved)
+(out / "ready").write_text("")
+while True:
+    time.sleep(0.05)
+"""
+
+DEMO_STEP = """
+import sys
+from encoder_eval import demo
+from encoder_eval.core import errors
+sys.exit(errors.report_errors(demo._run)([sys.executable, "-c", sys.argv[1], sys.argv[2]], print))
+"""
+
+
+def test_ctrl_c_waits_for_the_running_step_to_save_before_the_demo_returns(tmp_path):
+    """`make demo` and Ctrl-C: the terminal sends SIGINT to the whole process group; the demo
+    returns only after its step has saved (the step is never killed)."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", DEMO_STEP, SLOW_SAVER, str(tmp_path)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    for _ in range(600):  # the step is up and handles SIGINT (a wait for readiness, no timing)
+        if (tmp_path / "ready").exists() or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert (tmp_path / "ready").exists(), proc.communicate()
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    out, err = proc.communicate(timeout=60)
+    assert (tmp_path / "saved").read_text() == "state"  # the step finished saving first
+    assert proc.returncode == 130, err
+    assert "waiting for the running step to save its state" in err
+    assert err.strip().endswith("interrupted: Ctrl-C; run the same command again to continue")

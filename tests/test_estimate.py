@@ -62,3 +62,29 @@ def test_cli_prints_json_and_refuses_an_empty_directory(tmp_path, capsys):
     assert estimate.main(["--results-dir", str(tmp_path / "empty")]) == 1
     assert "no finished cell" in capsys.readouterr().err
     assert estimate.main(["--results-dir", str(tmp_path / "nope")]) == 2
+
+
+def test_estimate_says_when_its_cells_are_not_the_protocol_recipe(tmp_path, capsys):
+    """Cells run in fp32 with a shrunken step cap (a CPU smoke run) time another step than
+    the protocol's: estimate names the reasons, as the cells' results record them."""
+    shrunk = {"precision": "fp32", "max_steps": 40}
+    cells = [make_result("m", "glue_rte", "lr06", seed, "select", recipe=shrunk)
+             for seed in (42, 43)]  # fmt: skip
+    cells.append(make_result("m", "glue_rte", "lr06", 44, "select"))  # on protocol
+    for r in cells:
+        r["training"].update(steps=40, max_steps=40, train_time_s=20.0)
+        r["provenance"]["hardware"] = {"cpu": "Test CPU", "gpu": None}
+    write_many(tmp_path, cells)
+    (cost,) = estimate.measure([str(tmp_path)])
+    assert cost.off_protocol == 2
+    assert cost.off_reasons == ("max_steps=40 (protocol: 10000)",
+                                "precision=fp32 (protocol: bf16-autocast)")  # fmt: skip
+    assert estimate.main(["--results-dir", str(tmp_path), "--tasks", "glue_rte"]) == 0
+    out = capsys.readouterr().out
+    assert ("not the protocol recipe: 2 of m's 3 measured cell(s) on CPU (Test CPU) are "
+            "off-protocol (max_steps=40 (protocol: 10000); precision=fp32 (protocol: "
+            "bf16-autocast))") in out  # fmt: skip
+    assert estimate.main(["--results-dir", str(tmp_path), "--tasks", "glue_rte",
+                          "--format", "json"]) == 0  # fmt: skip
+    (row,) = json.loads(capsys.readouterr().out)["models"]
+    assert row["off_protocol_cells"] == 2 and len(row["off_protocol_reasons"]) == 2

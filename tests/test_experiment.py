@@ -196,6 +196,16 @@ def test_an_unknown_field_in_a_user_file_stops_the_sweep_with_one_line(tmp_path,
     assert not (tmp_path / "o").exists() and not (tmp_path / "r").exists()
 
 
+def test_an_unknown_task_in_a_user_file_names_the_file(tmp_path, capsys):
+    path = write_file(tmp_path, "version = 1\ntasks = ['glue_rte', 'rtee']\n")
+    argv = ["--experiment", str(path), "--phase", "select", "--out-dir", str(tmp_path / "o"),
+            "--results-dir", str(tmp_path / "r")]  # fmt: skip
+    assert sweep.main(argv) == EXIT_INPUT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: tasks: unknown task 'rtee'.")
+    assert err.count("\n") == 1 and not (tmp_path / "o").exists()
+
+
 def test_relative_paths_are_read_from_the_files_folder(tmp_path, chdir):
     (tmp_path / "cfg" / "mirror").mkdir(parents=True)
     (tmp_path / "cfg" / "model").mkdir()

@@ -163,6 +163,9 @@ def test_the_cleaner_removes_only_the_harness_own_temporaries(tmp_path):
         ('{"a": 1e999}', r"is not valid JSON \(the number 1e999 is out of range\)"),
         (b'{"a": "\xff"}', r"is not UTF-8 text \(byte 7\)"),
         ('{"a": 1', r"is not valid JSON \(Expecting ',' delimiter at line 1 column 8\)"),
+        # json's own message may end in "at": said once ("starting at line", not "at at")
+        ('{"a": "b', r"is not valid JSON \(Unterminated string starting at line 1 column 7\)$"),
+        ('{"a": "\t"}', r"is not valid JSON \(Invalid control character at line 1 column 8\)$"),
     ],
 )
 def test_every_way_json_fails_is_one_typed_error_naming_the_file(tmp_path, text, reason):

@@ -47,6 +47,8 @@ def test_ctrl_c_stops_run_all_at_the_running_unit_and_says_how_to_resume(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, out + err
+    # The cell's acknowledgement reaches the terminal through run_all.sh, before its end.
+    assert "stopping: Ctrl-C (SIGINT) received; saving state at the next step" in err
     assert not second.exists() and f"starting {MODEL}_{TASK}_lr06" not in out  # no next unit
     assert "finished" not in out
     last = err.strip().splitlines()[-1]
@@ -55,6 +57,22 @@ def test_ctrl_c_stops_run_all_at_the_running_unit_and_says_how_to_resume(
     assert "interrupted: " in first.read_text()  # the cell's own line, in its log
     name = result_filename(MODEL, TASK, LR_GRID["lr03"], 42)
     assert (rdir / f".resume-{name}.pt").exists() and not (rdir / name).exists()
+
+
+def test_the_first_stop_signal_is_acknowledged_at_once_and_only_once(capfd):
+    """A slow step may take minutes to end: the first signal is answered on stderr when it
+    arrives, not when the state is saved; a second one adds nothing."""
+    from encoder_eval.cells.train import _stop_requests
+
+    with _stop_requests() as stop:
+        os.kill(os.getpid(), signal.SIGINT)  # a real signal to this process's handler
+        assert stop.signal == signal.SIGINT
+        assert capfd.readouterr().err == (
+            "stopping: Ctrl-C (SIGINT) received; saving state at the next step... (the running "
+            "step ends first, which may take a while; no need to send it again)\n"
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.signal == signal.SIGINT and capfd.readouterr().err == ""
 
 
 # A cell that cannot finish within any test: a stop signal sent after a progress line of it

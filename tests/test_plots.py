@@ -333,3 +333,30 @@ def test_the_score_chart_shows_the_numbers_of_the_table():
         assert bar["n_diverged"] == len(stats.diverged)
         assert bar["lr_keys"] == [chosen[pair]]
     assert bars[("m1", "glue_rte")]["n"] == len(REPORT_SEEDS) - 1  # the diverged seed is out
+
+
+def test_the_score_chart_is_on_the_tables_scale_and_carries_its_marks():
+    """Bars are x100 as the table's cells; a bar over fewer seeds carries the table's `†`
+    (avg@k, in a note), and off-protocol results make it say it is no protocol figure."""
+    full = [make_result("a", "glue_rte", "lr05", s, "report", 0.6 + s / 1000) for s in REPORT_SEEDS]
+    short = [make_result("b", "glue_rte", "lr05", s, "report", 0.7) for s in REPORT_SEEDS[:3]]
+    fig = plots.score_figure(full + short)
+    (ax,) = fig.axes
+    heights = sorted(round(p.get_height(), 6) for p in ax.patches)
+    assert heights == [round(100 * (0.6 + sum(REPORT_SEEDS) / 5000), 6), 70.0]
+    assert "x100" in ax.get_ylabel()
+    assert [t.get_text() for t in ax.texts] == ["†"]  # b's bar only
+    notes = " ".join(t.get_text() for t in fig.texts)
+    assert f"† avg@3 instead of avg@{len(REPORT_SEEDS)}: b/glue_rte" in notes
+    assert "protocol" not in ax.get_title()
+    assert len(plots.score_figure(short, expected_n=3).axes[0].texts) == 0  # the run's avg@3
+
+    for r in short:
+        r["protocol"] = {
+            "on_protocol": False,
+            "off_protocol_reasons": ["precision=fp32 (protocol: bf16-autocast)"],
+        }
+    fig = plots.score_figure(full + short)
+    assert fig.axes[0].get_title().startswith("Not a protocol figure: off-protocol results")
+    notes = " ".join(t.get_text() for t in fig.texts)
+    assert "off-protocol: precision=fp32 (protocol: bf16-autocast)" in notes

@@ -142,3 +142,46 @@ def test_input_errors_exit_2(tmp_path, capsys):
     assert status.main(["--phase", "select"]) == 2
     err = capsys.readouterr().err
     assert err.count("error: ") == 3
+
+
+def test_resume_states_are_listed_and_only_those_of_done_cells_cleaned(tmp_path, capsys):
+    """A stopped cell leaves `.resume-<result>.pt` (hundreds of MB for a real model): status
+    says where each is, how big, and whether its cell is done; --clean-resume removes those
+    of done cells only, `--clean-resume all` every one but a state whose cell is running."""
+    from encoder_eval.core.results import cell_lock
+
+    rdir = tmp_path / "res"
+    fill(rdir)
+    states = {
+        "m_glue_rte_lr03_s42.json": 2_500_000,  # done: left over
+        "m_glue_rte_lr06_s43.json": 1_000_000,  # missing: the next run resumes from it
+        "other_glue_rte_lr03_s42.json": 500_000,  # done, outside the plan
+        "x_glue_rte_lr10_s42.json": 300_000,  # not done, outside the plan (abandoned)
+    }
+    for name, size in states.items():
+        (rdir / f".resume-{name}.pt").write_bytes(b"\0" * size)
+    argv = [*PLAN, "--results-dir", str(rdir)]
+    assert status.main(argv) == 1
+    out = capsys.readouterr().out
+    section = out.split("resume states: 4 (4.3 MB)")[1]
+    assert (f"m/glue_rte/lr03/s42  {rdir}/.resume-m_glue_rte_lr03_s42.json.pt  2.5 MB  "
+            "(its cell is done: left over") in section  # fmt: skip
+    assert (f"m/glue_rte/lr06/s43  {rdir}/.resume-m_glue_rte_lr06_s43.json.pt  1.0 MB  "
+            "(its cell is not done: its next run resumes from it)") in section  # fmt: skip
+    assert "(not in this plan)" in section and "--clean-resume all" in section
+
+    assert status.main([*argv, "--clean-resume"]) == 1
+    out = capsys.readouterr().out
+    assert "removed 2 resume state(s), 3.0 MB" in out
+    left = sorted(p.name for p in rdir.glob(".resume-*"))
+    assert left == [".resume-m_glue_rte_lr06_s43.json.pt", ".resume-x_glue_rte_lr10_s42.json.pt"]
+    assert "resume states: 2 (1.3 MB)" in out
+
+    with cell_lock(rdir / "m_glue_rte_lr06_s43.json") as mine:  # a runner is on that cell
+        assert mine
+        assert status.main([*argv, "--clean-resume", "all"]) == 1
+    captured = capsys.readouterr()
+    assert "removed 1 resume state(s), 0.3 MB" in captured.out
+    assert "another runner is running its cell" in captured.err
+    assert [p.name for p in rdir.glob(".resume-*")] == [".resume-m_glue_rte_lr06_s43.json.pt"]
+    assert (rdir / "m_glue_rte_lr03_s42.json").exists()  # results are never touched

@@ -334,6 +334,11 @@ def test_shell_runs_one_process_per_unit_and_skips_done_units(tmp_path, fake_pyt
     assert "skip a_glue_rte (all 4 cells done)" in proc.stdout
     assert "starting b_glue_sst2 (1 of 4 cells to run)" in proc.stdout
     assert "finished: 1 run, 3 skipped" in proc.stdout
+    # Resuming with 15 of 16 cells done counts them from the start, the unit's own 3 too.
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("[cells ")]
+    assert lines[0].startswith("[cells 15/16 done, units 1/4, failed 0] skip a_glue_rte")
+    assert "[cells 15/16 done, units 3/4, failed 0] starting b_glue_sst2" in proc.stdout
+    assert "[cells 16/16 done, units 4/4, failed 0] finished: 1 run, 3 skipped" in proc.stdout
 
 
 @pytest.mark.parametrize("group, n_units, label", [("lr", 8, "a_glue_rte_lr03"),

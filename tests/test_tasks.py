@@ -716,8 +716,9 @@ def test_synthetic_tasks_still_load(task):
         assert len(set(split["label"])) > 1
 
 
-def test_missing_split_file_says_which_and_how_to_fix(tmp_path):
+def test_missing_split_file_says_which_and_how_to_fix(tmp_path, monkeypatch):
     root = _mirror(tmp_path, "glue_cola", {"train.jsonl": GOOD})
+    monkeypatch.delenv("HF_HUB_OFFLINE")  # online: the Hub command that writes it is offered
     with pytest.raises(HarnessError) as err:
         load_task("glue_cola", root)
     message = str(err.value)
@@ -727,6 +728,26 @@ def test_missing_split_file_says_which_and_how_to_fix(tmp_path):
     assert f"python -m encoder_eval.prefetch --tasks glue_cola --out {root}" in message
     with pytest.raises(HarnessError, match="no train.jsonl .* found: no task directory"):
         load_task("glue_rte", root)
+
+
+def test_a_misspelt_data_dir_names_the_missing_folder_and_offline_offers_no_hub_command(
+    tmp_path, monkeypatch
+):
+    root = _mirror(tmp_path, "glue_cola", {"train.jsonl": GOOD})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    misspelt = tmp_path / "mirorr"
+    with pytest.raises(HarnessError) as err:
+        load_task("glue_cola", misspelt)
+    assert str(err.value) == (
+        f"the data mirror {misspelt} (--data-dir, or ENCODER_EVAL_DATA_DIR) is not a folder; "
+        f"check the path: a mirror holds a folder per task, such as {misspelt / 'glue_cola'}/"
+    )
+    with pytest.raises(HarnessError) as err:  # the mirror is there, the split is not
+        load_task("glue_cola", root)
+    assert "prefetch" not in str(err.value)
+    assert str(err.value).endswith(f"Copy the task's files into {root / 'glue_cola'}/ (a "
+                                   "mirror keeps a task's files in a folder named after the "
+                                   "task key).")  # fmt: skip
 
 
 def test_missing_euro_language_file_is_an_error(split_mirrors, tmp_path):

@@ -247,10 +247,6 @@ BAD_FIELDS = {
         {"languages": ["de", "fr"], "euro_languages": ["de", "en"]},
         r"field 'euro_languages': en not in languages \(de, fr\)",
     ),
-    "no-data-location": (
-        {"data_dir": None},
-        r"field 'data_dir': neither data_dir .* nor hf_path .* is given",
-    ),
     "data-dir-missing": (
         {"data_dir": "nowhere"},
         r"field 'data_dir': .*nowhere is not a folder \(a relative data_dir is "
@@ -286,6 +282,36 @@ def test_each_bad_field_gives_its_message(tmp_path, change, message):
     assert str(err.value).startswith(f"{path}: task 'my_wnli'")  # the file and the task
     assert "\n" not in str(err.value)
     assert TASK_KNOBS == before  # nothing of a refused file is registered
+
+
+def test_every_problem_of_a_task_file_is_reported_at_once(tmp_path):
+    """A newcomer fixes a task file in one pass: each task's problems, of every task, in one
+    error that names the file once and numbers the problems."""
+    write_wnli(tmp_path / "data")
+    table = {
+        "my_wnli": {**BASE, "metric": "acc", "report_split": None, "lables": ["a", "b"]},
+        "glue_rte": BASE,  # a built-in task's name
+        "other": {**BASE, "inputs": None, "languages": ["de"], "euro_languages": ["en"]},
+        "fine": BASE,
+    }
+    path = tmp_path / "tasks.yaml"
+    path.write_text(yaml.safe_dump(json.loads(json.dumps({"tasks": table})), sort_keys=False))
+    before = dict(TASK_KNOBS)
+    with pytest.raises(HarnessError) as err:
+        register_task_files([str(path)])
+    message = str(err.value)
+    assert message.startswith(f"{path}: 6 problems: [1] task 'my_wnli': unknown field 'lables'")
+    assert message.count(str(path)) == 1 and "\n" not in message
+    for number, problem in enumerate([
+        "task 'my_wnli': unknown field 'lables'. Did you mean 'labels'?",
+        "task 'my_wnli', field 'metric': unknown metric 'acc'",
+        "task 'my_wnli', field 'report_split': missing",
+        "task 'glue_rte': the name is the built-in task 'glue_rte''s",
+        "task 'other', field 'inputs': missing",
+        "task 'other', field 'euro_languages': en not in languages (de)",
+    ], start=1):  # fmt: skip
+        assert f"[{number}] {problem}" in message, problem
+    assert TASK_KNOBS == before  # nothing of a refused file is registered, "fine" neither
 
 
 @pytest.mark.parametrize(
@@ -405,6 +431,25 @@ def test_a_user_task_loads_from_its_own_data_dir(tmp_path):
     (data / "validation.jsonl").write_text((data / "train.jsonl").read_text())
     assert data_provenance("my_wnli")["identity"] == content_identity(data)  # content, not path
     assert content_identity(data) != prov["identity"]
+
+
+def test_a_task_without_data_dir_or_hf_path_reads_its_mirror_folder(tmp_path):
+    """README: "The mirror passed with --data-dir DIR: the task's files are in DIR/<task key>/"."""
+    from encoder_eval.cli import _task_rows
+
+    register_task_rows({"my_wnli": {**BASE, "data_dir": None}}, str(tmp_path / "tasks.toml"))
+    mirror = tmp_path / "mirror"
+    write_wnli(mirror / "my_wnli")
+    train, val, _, num_labels, _ = load_task("my_wnli", mirror)
+    assert len(train["label"]) == 2 * TRAIN_SCHEMAS and len(val["en"]["label"]) == 12
+    assert data_provenance("my_wnli", mirror)["identity"] == content_identity(mirror / "my_wnli")
+    row = next(r for r in _task_rows() if r["task"] == "my_wnli")
+    assert row["source"] == "mirror (--data-dir DIR/<task>/)"
+    with pytest.raises(HarnessError, match=r"task 'my_wnli' is read from a data mirror only; "
+                       r"pass --data-dir DIR .* with its files in DIR/my_wnli/"):  # fmt: skip
+        data_provenance("my_wnli", None)
+    with pytest.raises(HarnessError, match=r"has no train\.jsonl for task 'my_wnli'"):
+        load_task("my_wnli", tmp_path)  # a mirror without the task's folder
 
 
 def test_label_names_in_the_rows_are_read_as_class_ids(tmp_path):
@@ -532,7 +577,8 @@ def test_run_refuses_a_bad_task_file_in_one_line(tmp_path, capsys):
                             str(tmp_path / "bad.toml")]) == 2  # fmt: skip
     lines = capsys.readouterr().err.splitlines()
     assert lines[0] == f"error: task file {tmp_path / 'nope.toml'} does not exist"
-    assert lines[1].startswith(f"error: {tmp_path / 'bad.toml'}: task 'glue_wnli', field 'inputs'")
+    assert lines[1].startswith(f"error: {tmp_path / 'bad.toml'}: 3 problems: [1] task "
+                               "'glue_wnli', field 'inputs'")  # fmt: skip
     assert len(lines) == 2 and not (tmp_path / "cell.json").exists()
 
 

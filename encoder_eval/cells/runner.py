@@ -52,6 +52,7 @@ from encoder_eval.data.models import (
     key_from_path,
     loader_settings,
     model_entry,
+    packaged_model,
     registry_trusts,
 )
 from encoder_eval.data.taskfile import register_task_files
@@ -177,8 +178,8 @@ def plan_cells(args: argparse.Namespace) -> list:
     entry = None
     if args.model_key in MODEL_REGISTRY:
         entry = model_entry(args.model_key)
-    elif args.model_path is None:
-        model_entry(args.model_key)  # raises: unknown key, with the valid ones
+    elif args.model_path is None:  # a model an installed package ships, else unknown
+        entry = packaged_model(args.model_key) or model_entry(args.model_key)
     model_path = args.model_path or entry.path
     model_key = args.model_key or key_from_path(model_path)
     if entry is None and model_key in MODEL_REGISTRY:  # --model-path alone names a registry model

@@ -55,7 +55,14 @@ from encoder_eval.core.protocol import (
     signature,
     step_budget,
 )
-from encoder_eval.core.results import EXCL_SUFFIX, LOCK_PREFIX, lr_key, write_json_atomic
+from encoder_eval.core.results import (
+    EXCL_SUFFIX,
+    LOCK_PREFIX,
+    RESUME_PREFIX,
+    RESUME_SUFFIX,
+    lr_key,
+    write_json_atomic,
+)
 from encoder_eval.core.schema import CellId, CellResult, Protocol, ScoreSection, Training
 from encoder_eval.data import tokencache
 from encoder_eval.data.limit import limit_data
@@ -800,6 +807,12 @@ def _stop_requests():
     def handler(signum, frame):
         if flag.signal is None:
             flag.signal = signum
+            # Said at once: the running step (or evaluation) may take minutes to end. A raw
+            # write: a handler may run while the main thread is inside a print to stderr.
+            # run_all.sh shows the lines starting "stopping: " of a cell's stderr.
+            os.write(2, f"stopping: {_stop_kind(signum)[1]} received; saving state at the "
+                     "next step... (the running step ends first, which may take a while; no "
+                     "need to send it again)\n".encode())  # fmt: skip
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -813,7 +826,7 @@ def _resume_path(out_json: str | None) -> Path | None:
     if not out_json:
         return None
     path = Path(out_json)
-    return path.parent / f".resume-{path.name}.pt"
+    return path.parent / f"{RESUME_PREFIX}{path.name}{RESUME_SUFFIX}"
 
 
 def _signature(cfg: CellConfig, revision: str) -> dict:

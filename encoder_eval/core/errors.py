@@ -107,14 +107,28 @@ def closest_name(name: str, valid: Iterable[str]) -> str | None:
     return forms[close[0]] if close else None
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: X)" after each flag's help, but only where it says something:
+    not when the help already states the default in words, nor for a default of None."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is None or "default" in text.lower():
+            return action.help
+        return super()._get_help_string(action)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with the harness's one-line errors: `error: ...` and a pointer to --help
     (exit 2), instead of the whole usage block before the message. Abbreviated flags are
     refused (`allow_abbrev=False`): `--trust-r` must not pass for `--trust-remote-code`
-    where a list of reserved flags is checked."""
+    where a list of reserved flags is checked. A parser asking for argparse's
+    ArgumentDefaultsHelpFormatter gets DefaultsHelpFormatter (no default said twice)."""
 
     def __init__(self, *args, **kwargs):
         kwargs["allow_abbrev"] = False
+        if kwargs.get("formatter_class") is argparse.ArgumentDefaultsHelpFormatter:
+            kwargs["formatter_class"] = DefaultsHelpFormatter
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):

@@ -237,7 +237,9 @@ def parse_json(data: bytes | str, source: str | os.PathLike) -> Any:
     try:
         return json.loads(text, parse_float=_finite, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        reason = f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        # Some of json's messages end in "at" already ("Unterminated string starting at").
+        where = f"at line {exc.lineno} column {exc.colno}"
+        reason = f"not valid JSON ({exc.msg.removesuffix(' at')} {where})"
     except RecursionError:
         reason = "not valid JSON (nested too deeply)"
     except ValueError as exc:  # an integer of too many digits, a float out of range, NaN

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
@@ -306,3 +307,11 @@ def off_protocol_reasons(recipe: Recipe, lr: float, seed: int, phase: str) -> li
     if phase in PHASE_SEEDS and seed not in PHASE_SEEDS[phase]:
         reasons.append(f"seed {seed} is not a {phase} seed {list(PHASE_SEEDS[phase])}")
     return reasons
+
+
+def name_reasons(reasons: Iterable[str], most: int = 4) -> str:
+    """The distinct off-protocol reasons of several cells (`off_protocol_reasons`, as their
+    results record them), in order, as one clause: the first `most`, then "...". How
+    `summarize` and `estimate` name them."""
+    named = list(dict.fromkeys(reasons))
+    return "; ".join(named[:most]) + ("; ..." if len(named) > most else "")

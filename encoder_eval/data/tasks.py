@@ -479,6 +479,12 @@ def dataset_revisions() -> dict[str, str | None]:
     return revisions
 
 
+def hub_offline() -> bool:
+    """Whether HF_HUB_OFFLINE says this machine must not reach the Hub (then no message
+    suggests a command that reads it)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
     """The mirror directory in effect: the argument, else ENCODER_EVAL_DATA_DIR, else None (Hub)."""
     chosen = data_dir if data_dir is not None else os.environ.get("ENCODER_EVAL_DATA_DIR")
@@ -613,12 +619,22 @@ def _read_mirror_file(path: Path, task: str, split: str) -> list[dict]:
                 f"change data_dir in {USER_TASK_SOURCES.get(task, 'its task file')}."
             )
         else:
+            mirror = path.parent.parent
+            if not mirror.is_dir():  # a misspelt --data-dir: say that, not what it lacks
+                raise HarnessError(
+                    f"the data mirror {mirror} (--data-dir, or ENCODER_EVAL_DATA_DIR) is not "
+                    f"a folder; check the path: a mirror holds a folder per task, such as "
+                    f"{mirror / task}{os.sep}"
+                )
             where = "the data mirror"
             fix = (
                 f"Write it with `python -m encoder_eval.prefetch --tasks {task} --out "
                 f"{path.parent.parent}` (a mirror keeps a task's files in a folder named after "
                 "the task key)."
             )
+            if task_knobs(task).hf_path is None or hub_offline():  # no Hub command to offer
+                fix = (f"Copy the task's files into {path.parent}{os.sep} (a mirror keeps a "
+                       "task's files in a folder named after the task key).")  # fmt: skip
         raise HarnessError(
             f"{where} has no {path.name} for task {task!r} (looked at {path}; "
             f"found: {', '.join(have) or 'no task directory'}). {fix}"
@@ -883,7 +899,7 @@ def data_provenance(task: str, data_dir: str | os.PathLike | None = None) -> dic
     folder = task_data_folder(task, data_dir)
     if folder is None and knobs.hf_path is None:
         raise HarnessError(f"task {task!r} is read from a data mirror only; pass --data-dir DIR "
-                           "(or set ENCODER_EVAL_DATA_DIR)")  # fmt: skip
+                           f"(or set ENCODER_EVAL_DATA_DIR) with its files in DIR/{task}/")  # fmt: skip
     if folder is None:
         requested = dataset_revisions().get(knobs.hf_path) if knobs.hf_path else None
         sha = _resolved_revision(knobs, task)

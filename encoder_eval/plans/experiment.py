@@ -457,9 +457,15 @@ def register_tasks(exp: Experiment, source: str) -> None:
         taskfile.register_task_rows(exp.task_rows, source)
 
 
-def _task_keys(names: list[str]) -> list[str]:
-    """Task keys of a list of keys and group names (unknown names raise with the valid ones)."""
-    return resolve_task_names(names) if names else []
+def _task_keys(names: list[str], source: str | None = None) -> list[str]:
+    """Task keys of a list of keys and group names (unknown names raise with the valid ones,
+    naming `source`, the file the names were read from, when given)."""
+    try:
+        return resolve_task_names(names) if names else []
+    except HarnessError as exc:
+        if source is None:
+            raise
+        raise HarnessError(f"{source}: tasks: {exc}") from None
 
 
 # ----------------------------------------------------------------------------- the commands
@@ -661,7 +667,7 @@ def _inherit_pairs(args: argparse.Namespace, exp: Experiment, *, where: str, fix
                 chosen[name] = exp.models[name]
         _set_models(args, chosen, where)
     if exp.tasks:
-        known = _task_keys(exp.tasks)
+        known = _task_keys(exp.tasks, where)
         asked = split_csv(args.tasks)
         for name in _task_keys(asked):
             if name not in known:
@@ -695,7 +701,7 @@ def _fill(args: argparse.Namespace, exp: Experiment, phase: str | None, source: 
             chosen[name] = spec
         _set_models(args, chosen, source)
     if exp.tasks and not args.tasks:
-        args.tasks = ",".join(_task_keys(exp.tasks))
+        args.tasks = ",".join(_task_keys(exp.tasks, source))
         given["tasks"] = f"tasks of {source}"
 
 
@@ -921,7 +927,7 @@ def select_expectations(
             if name not in exp.models:
                 raise _refuse(f"--models {','.join(models)}",
                               f"its models: {', '.join(exp.models)}", str(path), fix)  # fmt: skip
-    known = _task_keys(exp.tasks)
+    known = _task_keys(exp.tasks, str(path))
     if tasks is not None and known:
         for name in tasks:
             if name not in known:

@@ -249,11 +249,12 @@ def final_score_table(
     """Aggregate report results per (model, task), as `plot_final_scores` draws them.
 
     Returns {(model, task): {"mean", "std", "low", "high", "n", "n_diverged", "lr_keys",
-    "selected", "metric", "split"}}:
+    "selected", "metric", "split", "off_protocol"}}:
     the mean report score over the seeds that finished (None when none did), its sample
     standard deviation (ddof=1; None with fewer than two seeds), the bounds of its 95 %
     t-interval over seeds (`stats.t_interval`; None with fewer than two), how many seeds
-    finished and diverged, the lr keys averaged, and whether they were filtered to a selected LR. The
+    finished and diverged, the lr keys averaged, whether they were filtered to a selected LR,
+    and the distinct off-protocol reasons its results record (empty: on protocol). The
     numbers come from `aggregate`, as the table's do. With a selection, only results at the
     pair's chosen LR key count; a pair the selection lacks (or has no LR for) keeps all its
     report results and has `selected` False. Results of another phase are ignored.
@@ -286,24 +287,53 @@ def final_score_table(
             "lr_keys": sorted({r.cell.lr_key for r in results}),
             "metric": metric,
             "split": split,
-        }
+            "off_protocol": list(dict.fromkeys(
+                why for r in results if not r.protocol.on_protocol
+                for why in (r.protocol.off_protocol_reasons or ["off-protocol"])
+            )),
+        }  # fmt: skip
     return table
 
 
+SCORE_SCALE = 100  # the chart's scores are x100, as the summarize table's
+
+
 def plot_final_scores(
-    report_results: list[CellResult | dict], out_dir: Path, selection: dict | None = None
+    report_results: list[CellResult | dict],
+    out_dir: Path,
+    selection: dict | None = None,
+    expected_n: int | None = None,
 ) -> Path:
-    """Write `scores.png`: report score per task (x) and model (bar colour).
+    """Write `scores.png` (`score_figure`) into `out_dir`; returns its path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig = score_figure(report_results, selection, expected_n)
+    path = out_dir / "scores.png"
+    _save(fig, path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
+    return path
+
+
+def score_figure(
+    report_results: list[CellResult | dict],
+    selection: dict | None = None,
+    expected_n: int | None = None,
+):
+    """The score chart: report score x100 (the table's scale) per task (x) and model (bar
+    colour), as a matplotlib Figure.
 
     A bar is the mean report score over the seeds that finished, at the selection's chosen
     learning rate when `selection` is given and has the pair (else over every report result
     of the pair; a bar averaging several learning rates is hatched); its error bar is the
     95 % t-interval of the mean over seeds (`stats.t_interval`; none with one seed). Tasks
     reported on the validation split are marked `*` (explained in a note); tasks named `synthetic_*`
-    are labelled "(synthetic)". See `final_score_table`. Returns the path.
+    are labelled "(synthetic)". As in the table, a bar averaged over other than `expected_n`
+    seeds (default: the protocol's report seeds) carries `†` (avg@k, in a note), and
+    off-protocol results make the title say it is not a protocol figure, with their reasons
+    in a note. See `final_score_table`.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    from encoder_eval.core.protocol import REPORT_SEEDS, name_reasons
+
+    expected_n = len(REPORT_SEEDS) if expected_n is None else expected_n
     groups = final_score_table(report_results, selection)
 
     models = sorted({m for m, _ in groups}, key=lambda m: (m.lower(), m))
@@ -320,6 +350,8 @@ def plot_final_scores(
     any_validation = False
     any_diverged = False
     any_mixed = False
+    partial: dict[int, list[str]] = {}  # avg@k -> the bars averaged over k seeds
+    off: dict[str, None] = {}  # the distinct off-protocol reasons of the bars' results
     labels = []
     for ti, task in enumerate(tasks):
         rows = [groups[(m, task)] for m in models if (m, task) in groups]
@@ -338,6 +370,7 @@ def plot_final_scores(
                 continue
             diverged = row["n_diverged"]
             any_diverged |= diverged > 0
+            off.update(dict.fromkeys(row["off_protocol"]))
             if row["mean"] is None:
                 ax.annotate("all\ndiverged", (x, 0), xytext=(0, 2), textcoords="offset points",
                             ha="center", va="bottom", fontsize=7, color="tab:red")  # fmt: skip
@@ -345,18 +378,25 @@ def plot_final_scores(
             # Hatched: not at a selected LR (the selection lacks the pair), or several LRs.
             mixed = len(row["lr_keys"]) > 1 or (selection is not None and not row["selected"])
             any_mixed |= mixed
-            ax.bar(x, row["mean"], bar_width * 0.92, color=colours[mi], zorder=2,
+            mean = SCORE_SCALE * row["mean"]
+            ax.bar(x, mean, bar_width * 0.92, color=colours[mi], zorder=2,
                    hatch="///" if mixed else None, edgecolor="white" if mixed else None,
                    linewidth=0)  # fmt: skip
-            top = row["mean"]
+            top = mean
             if row["low"] is not None:
                 below, above = row["mean"] - row["low"], row["high"] - row["mean"]
-                yerr = [[max(below, 0.0)], [max(above, 0.0)]]
-                ax.errorbar(x, row["mean"], yerr=yerr, color="black", capsize=3, linewidth=1,
+                yerr = [[SCORE_SCALE * max(below, 0.0)], [SCORE_SCALE * max(above, 0.0)]]
+                ax.errorbar(x, mean, yerr=yerr, color="black", capsize=3, linewidth=1,
                             zorder=3)  # fmt: skip
-                top = max(top, row["high"])
+                top = max(top, SCORE_SCALE * row["high"])
+            lift = 2
+            if row["n"] != expected_n:  # the table's dagger: averaged over other than avg@n
+                partial.setdefault(row["n"], []).append(f"{model}/{task}")
+                ax.annotate("†", (x, top), xytext=(0, lift), textcoords="offset points",
+                            ha="center", va="bottom", fontsize=9)  # fmt: skip
+                lift += 10
             if diverged:
-                ax.annotate(f"{diverged} div.", (x, top), xytext=(0, 2),
+                ax.annotate(f"{diverged} div.", (x, top), xytext=(0, lift),
                             textcoords="offset points", ha="center", va="bottom", fontsize=7,
                             color="tab:red")  # fmt: skip
 
@@ -370,15 +410,18 @@ def plot_final_scores(
                   multialignment="right", fontsize=9)  # fmt: skip
     ax.set_xlim(-0.6, len(tasks) - 0.4 if tasks else 0.6)
     ax.axhline(0, color="0.3", linewidth=0.8, zorder=1)
-    ax.set_ylabel("report score (task metric)")
+    ax.set_ylabel(f"report score x{SCORE_SCALE} (task metric), as in the table")
     ax.set_xlabel("task (metric)")
     which = (
         "at the selected learning rate"
         if selection is not None
         else "over all report results (no selection given)"
     )
-    ax.set_title(f"Report scores {which}\n(bar: mean over seeds, error bar: 95 % t-interval "
-                 "over seeds; none for one seed)", pad=10)  # fmt: skip
+    title = f"Report scores {which}\n(bar: mean over seeds, error bar: 95 % t-interval " \
+            "over seeds; none for one seed)"  # fmt: skip
+    if off:
+        title = "Not a protocol figure: off-protocol results (see the note)\n" + title
+    ax.set_title(title, pad=10)
     ax.grid(True, axis="y", alpha=0.3, zorder=0)
     if handles:
         ax.legend(handles=handles, title="model", loc="upper left", bbox_to_anchor=(1.01, 1.0),
@@ -390,6 +433,11 @@ def plot_final_scores(
         notes.append("red 'n div.' = n seeds diverged (left out of the mean)")
     if any_mixed:
         notes.append("hatched = no selected LR for the pair: mean over all its report results")
+    for k in sorted(partial):
+        shown = ", ".join(partial[k][:6]) + (", ..." if len(partial[k]) > 6 else "")
+        notes.append(f"† avg@{k} instead of avg@{expected_n}: {shown}")
+    if off:
+        notes.append(f"off-protocol: {name_reasons(off)}")
     fig.tight_layout()
     if notes:
         # Place the note just under the tick labels, which tight_layout has already placed.
@@ -397,9 +445,7 @@ def plot_final_scores(
         bottom = ax.get_tightbbox(renderer).y0 / fig.bbox.height
         fig.text(0.01, bottom - 0.01, "\n".join(notes), ha="left", va="top", fontsize=8.5,
                  color="0.25")  # fmt: skip
-    path = out_dir / "scores.png"
-    _save(fig, path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
-    return path
+    return fig
 
 
 # --------------------------------------------------------------------------- critical difference
@@ -487,8 +533,10 @@ def write_plots(
     selection_path: Path | None,
     out_dir: Path,
     warn: Callable[[str], None] | None = None,
+    expected_n: int | None = None,
 ) -> list[Path]:
-    """Load select/report results and the selection, write every figure into `out_dir`.
+    """Load select/report results and the selection, write every figure into `out_dir`
+    (`expected_n`: the report seeds a score chart's bar averages without a `†`).
 
     Bad result files are skipped with one warning each (`results.load_results`). The LR
     sensitivity plots need select results, the score chart report results; a part whose
@@ -510,7 +558,7 @@ def write_plots(
     if results_dir_report is not None:
         report = [r.result for r in load_results(results_dir_report, warn=warn, phase="report")]
         if report:
-            written.append(plot_final_scores(report, out_dir, selection))
+            written.append(plot_final_scores(report, out_dir, selection, expected_n))
         else:
             warn(f"no report results under {results_dir_report}: no score chart")
     return written

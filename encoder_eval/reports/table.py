@@ -13,7 +13,7 @@ import csv
 import io
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from encoder_eval.core import aggregate, stats
@@ -23,7 +23,7 @@ from encoder_eval.core.errors import (
     brief,
 )
 from encoder_eval.core.metrics import metric_spec
-from encoder_eval.core.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
+from encoder_eval.core.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS, name_reasons
 from encoder_eval.core.results import LoadedResult, result_filename
 from encoder_eval.data.tasks import (
     BENCHMARK_LABELS,
@@ -167,6 +167,14 @@ class Table:
     def buckets(self) -> list[str]:
         present = {TASK_KNOBS[t].bucket for t in self.tasks}
         return [b for b in BUCKET_ORDER if b in present] + sorted(present - set(BUCKET_ORDER))
+
+    @property
+    def bucket_columns(self) -> list[str]:
+        """The buckets a printed table gives a column: those holding two or more of its
+        tasks. A bucket of one task would repeat that task's column under the bucket's name
+        (a "SuperGLUE" column over CB alone reads like the SuperGLUE score)."""
+        count = Counter(TASK_KNOBS[t].bucket for t in self.tasks)
+        return [b for b in self.buckets if count[b] > 1]
 
     def bucket_mean(self, model: str, bucket: str) -> float | None:
         return self._avg(model, [t for t in self.tasks if TASK_KNOBS[t].bucket == bucket])
@@ -408,8 +416,7 @@ def build_table(
         problems.append(Problem("wrong_lr", f"{len(wrong_lr)} result(s) sit at an LR other than "
                                 "the selected one (never averaged)", wrong_lr))  # fmt: skip
     if off:
-        named = list(off_reasons)
-        why = "; ".join(named[:4]) + ("; ..." if len(named) > 4 else "")
+        why = name_reasons(off_reasons)
         problems.append(Problem("off_protocol", f"{len(off)} result(s) are off-protocol"
                                 + (f" ({why})" if why else ""), off))  # fmt: skip
     if diverged:
@@ -553,7 +560,7 @@ def table_grid(table: Table) -> tuple[list[str], list[list[Score | str]]]:
     """The table's header and rows, each cell with its marks: what every text format shows."""
     n = len(table.expected_seeds)
     head = ["Model", *(task_header(t) for t in table.tasks)]
-    head += [BUCKET_LABELS.get(b, b.title()) for b in table.buckets]
+    head += [BUCKET_LABELS.get(b, b.title()) for b in table.bucket_columns]
     head += [BENCHMARK_LABELS[name] for name in table.benchmark_scores] + ["Average"]
     rows: list[list[Score | str]] = []
     for model in table.models:
@@ -563,7 +570,7 @@ def table_grid(table: Table) -> tuple[list[str], list[list[Score | str]]]:
                        table.mark(model, t))
             for t in table.tasks
         ]  # fmt: skip
-        row += [_pct(table.bucket_mean(model, b)) for b in table.buckets]
+        row += [_pct(table.bucket_mean(model, b)) for b in table.bucket_columns]
         row += [_pct(table.benchmark_score(model, name)) for name in table.benchmark_scores]
         row.append(_pct(table.overall_mean(model)))
         rows.append(row)

@@ -103,10 +103,11 @@ __COMMON__
 # What happened, one line per event, shared by the workers (each line is one append).
 record() { printf '%s\n' "$*" >>"$RUN_DIR/events"; }
 
-# counts: C_CELLS (done), C_UNITS (finished), C_RUN, C_SKIPPED, C_FAILED, FAILED_UNITS.
+# counts: C_CELLS (done: DONE_BASE, those done at the first pass, plus the cells each
+# finished unit added), C_UNITS (finished), C_RUN, C_SKIPPED, C_FAILED, FAILED_UNITS.
 counts() {
     local kind arg
-    C_CELLS=0 C_UNITS=0 C_RUN=0 C_SKIPPED=0 C_FAILED=0 FAILED_UNITS=()
+    C_CELLS=$DONE_BASE C_UNITS=0 C_RUN=0 C_SKIPPED=0 C_FAILED=0 FAILED_UNITS=()
     while read -r kind arg; do
         case $kind in
         skip) C_CELLS=$((C_CELLS + arg)) C_UNITS=$((C_UNITS + 1)) C_SKIPPED=$((C_SKIPPED + 1)) ;;
@@ -154,7 +155,8 @@ eta() {
 
 # show_progress LOG: append stdin (the unit process's stderr) to LOG, and show each of its
 # `--progress json` lines as one line: [w1] MODEL/TASK/LR_KEY/sSEED step 120/400 dev 0.81
-# eta 2m10s; a probe's result lines ([1/2] MODEL:POOLING TASK: SCORE) as [w1] probe MODEL...
+# eta 2m10s; a probe's result lines ([1/2] MODEL:POOLING TASK: SCORE) as [w1] probe MODEL...;
+# a cell's "stopping: ..." line (a stop signal arrived) as it is, on stderr, at once.
 # It ignores Ctrl-C and SIGTERM: it ends when the process, saving its state, closes stderr
 # (whose last lines say so).
 show_progress() {
@@ -166,6 +168,10 @@ show_progress() {
     local re_eta='"eta_s": ([0-9][0-9.]*)'
     while IFS= read -r line || [ -n "$line" ]; do
         printf '%s\n' "$line" >>"$log"
+        if [[ $line == "stopping: "* ]]; then # a stop signal's acknowledgement, at once
+            echo "${WPREFIX}$line" >&2
+            continue
+        fi
         if [ "$MODULE" = encoder_eval.probe ] && [[ $line =~ $re_probe ]]; then
             echo "[w$WID] probe ${BASH_REMATCH[1]}"
             continue
@@ -188,6 +194,10 @@ __UNITS__
 # shellcheck disable=SC2317  # called by units, from first_pass
 unit() { ALL_OUTS+=("${@:3:$2}"); }
 first_pass
+DONE_BASE=0 # cells done before this run: the counts start from them (a resumed sweep)
+for s in ${DONE_AT_START[@]+"${DONE_AT_START[@]}"}; do
+    case $s in ok | diverged) DONE_BASE=$((DONE_BASE + 1)) ;; esac
+done
 
 # The second pass, by each worker: unit LABEL N OUT_1..OUT_N -- RUN_ARGS...
 unit() {
@@ -196,9 +206,10 @@ unit() {
     local outs=("${@:1:$n}")
     shift "$n"
     shift # drop the --
-    local log="$LOG_DIR/$label.log" rc
+    local log="$LOG_DIR/$label.log" rc start
     UNIT_INDEX=$((UNIT_INDEX + 1))
     done_at_start "$n"
+    start=$HAVE # counted in DONE_BASE: the events below add the cells done since
     if [ "$PASS" = claim ]; then
         # Each unit goes to the first worker of this script to claim it (mkdir is atomic).
         mkdir "$RUN_DIR/claim.$UNIT_INDEX" 2>/dev/null || return 0
@@ -210,7 +221,7 @@ unit() {
         HAVE=$N_DONE
     fi
     if [ "$HAVE" -eq "$n" ]; then
-        record skip "$n"
+        record skip "$((n - start))"
         say "skip $label (all $n cells done)"
         return 0
     fi
@@ -240,7 +251,7 @@ unit() {
     fi
     check "${outs[@]}"
     HAVE=$N_DONE
-    record ran "$HAVE"
+    record ran "$((HAVE - start))"
     if [ "$rc" -ne 0 ] || [ "$HAVE" -ne "$n" ]; then
         record failed "$label"
         echo "${WPREFIX}FAILED $label (exit $rc, $HAVE of $n cells written), see $log" >&2
