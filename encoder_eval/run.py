@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import sys
 
-from encoder_eval.cells.runner import main
+from encoder_eval.cells.runner import build_parser, main
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 if __name__ == "__main__":
     sys.exit(main())
