@@ -25,6 +25,7 @@ from encoder_eval.core.errors import (
     report_errors,
 )
 from encoder_eval.core.fileio import write_atomic
+from encoder_eval.core.protocol import DEVICES, PHASES
 
 DEMO_TASKS = "synthetic_sentiment,synthetic_nli,synthetic_rating"
 DEMO_MODEL_KEY = "all-minilm-l6-v2"
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report-seeds", default="45,46,47", help="report seeds")
     p.add_argument("--max-steps", type=int, default=40, help="step cap per cell")
     p.add_argument("--max-seq-len", type=int, default=128, help="truncation length")
-    p.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--device", default="cpu", choices=DEVICES)
     p.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"),
                    help="auto: fp32 on a CPU without native bf16 (5-8x faster there), else "
                    "bf16, the protocol's")  # fmt: skip
@@ -116,7 +117,7 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
         shrink += ["--precision", "fp32"]
     selection = out / "selection.json"
     dirs = {phase: (str(out / "runs" / phase), str(out / "results" / phase))
-            for phase in ("select", "report")}  # fmt: skip
+            for phase in PHASES}  # fmt: skip
     t0 = time.perf_counter()
     # The shrinking flags go to the select sweep only: its experiment file carries them to
     # select, the report sweep and summarize.

@@ -5,9 +5,8 @@ Usage::
     python -m encoder_eval.done --phase select results/select/m_xnli_lr06_s42.json ...
     printf '%s\\0' FILE... | python -m encoder_eval.done --phase select --states --files0-from -
 
-Done is `results.cell_state`: a file that parses, validates and names its cell (and phase,
-and with `--model` that model); with `--phase probe`, a probe result
-`probe_model.read_probe_result` reads (`probe_model.probe_cell_state`).
+Done is `results.cell_state`, for fine-tune and probe cells alike: a file that parses,
+validates against its schema and names its cell (and phase, and with `--model` that model).
 A file named like a cell result that reads and fails to parse or validate is moved aside
 into `<results dir>/.corrupt/` (never deleted), with one line on stderr, so its cell runs
 again. Nothing else is ever moved: a file that cannot be read (permissions, I/O), one a
@@ -27,7 +26,6 @@ import argparse
 import os
 import sys
 
-from encoder_eval.cells.probe_cell import is_probe_result_name, probe_cell_state
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_INPUT_ERROR,
@@ -35,8 +33,13 @@ from encoder_eval.core.errors import (
     EXIT_OK,
     ArgumentParser,
 )
-from encoder_eval.core.results import DONE_STATES, settle_cell
-from encoder_eval.plans.plan import PROBE_PHASE, SWEEP_PHASES
+from encoder_eval.core.protocol import PROBE_PHASE, SWEEP_PHASES
+from encoder_eval.core.results import (
+    DONE_STATES,
+    cell_state,
+    is_probe_result_name,
+    settle_cell,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         files += [os.fsdecode(f) for f in raw.split(b"\0") if f]
     state_of = names_result = None
     if args.phase == PROBE_PHASE:
-        state_of = lambda path, _phase: probe_cell_state(path, model=args.model)  # noqa: E731
+        state_of = lambda path, _phase: cell_state(path, model=args.model)  # noqa: E731
         names_result = is_probe_result_name
     try:
         states = [settle_cell(f, args.phase, state_of=state_of, names_result=names_result,

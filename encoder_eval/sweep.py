@@ -57,6 +57,7 @@ import shlex
 import sys
 
 from encoder_eval.core.errors import EXIT_OK, ArgumentParser, report_errors
+from encoder_eval.core.protocol import PHASES, PROBE_PHASE, SWEEP_PHASES
 from encoder_eval.data.models import MODEL_REGISTRY
 from encoder_eval.plans import emit as _emit
 from encoder_eval.plans import experiment
@@ -81,9 +82,6 @@ from encoder_eval.plans.emit import (
 )
 from encoder_eval.plans.plan import (
     GROUPS,
-    PHASES,
-    PROBE_PHASE,
-    SWEEP_PHASES,
     Cell,
     Plan,
     build_plan,

@@ -46,7 +46,7 @@ from typing import Any
 from encoder_eval.cells.capability import AXES
 from encoder_eval.cells.capability import evaluate_checkpoint as score_suite
 from encoder_eval.cells.predictions import load_predictions, predictions_path
-from encoder_eval.cells.probe_cell import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS, read_probe_result
+from encoder_eval.cells.probe_cell import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
 from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED
 from encoder_eval.core import aggregate
 from encoder_eval.core.errors import (
@@ -66,10 +66,10 @@ from encoder_eval.core.fileio import (
     write_output,
 )
 from encoder_eval.core.metrics import sign
-from encoder_eval.core.protocol import LR_GRID, PHASE_SEEDS, lr_for_key, seed_arg
+from encoder_eval.core.protocol import DEVICES, LR_GRID, PHASE_SEEDS, lr_for_key, seed_arg
 from encoder_eval.core.provenance import directory_content_hash
 from encoder_eval.core.receipt import TaskResult
-from encoder_eval.core.results import DONE_STATES, cell_state
+from encoder_eval.core.results import DONE_STATES, cell_state, read_result
 from encoder_eval.core.schema import (
     CellResult,
     check_fields,
@@ -497,7 +497,7 @@ def _mean_by_language(rows: list[dict]) -> dict[str, float]:
 
 def _probe_task_result(plan, cell, revision: str) -> TaskResult:
     path = Path(plan.out_json(cell))
-    r = read_probe_result(path)
+    r = read_result(path)[0]
     if r is None:
         raise HarnessError(f"{path}: missing or unreadable after its run")
     found = (r["provenance"].get("model") or {}).get("revision")
@@ -998,7 +998,7 @@ def _add_setup_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seeds", help="finetune: report seeds (default 45-49)")
     g.add_argument("--max-steps", type=int, help="finetune: step cap (shrunken: off-protocol)")
     g.add_argument("--data-dir", help="task data mirror (default: the harness's)")
-    g.add_argument("--device", choices=("auto", "cuda", "cpu"), help="device for the cells")
+    g.add_argument("--device", choices=DEVICES, help="device for the cells")
     g.add_argument("--no-cache", action="store_true",
                    help="probe: embed afresh instead of reading the embedding cache (which is "
                    "keyed by the weights' content hash, so identical weights share entries)")  # fmt: skip

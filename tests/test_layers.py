@@ -92,9 +92,8 @@ def test_no_command_module_is_imported_by_another_module(graph: grimp.ImportGrap
 
 
 def test_every_library_module_lives_in_a_layer(graph: grimp.ImportGraph) -> None:
-    """A module at the top level is a command: it has a `main`."""
-    for cmd in _commands(graph):
-        if cmd == "encoder_eval.__init__" or cmd == "encoder_eval":
-            continue
-        path = REPO / (cmd.replace(".", "/") + ".py")
-        assert "def main(" in path.read_text() or "import main" in path.read_text(), cmd
+    """A module at the top level is a command: it has a `main(argv)`."""
+    import importlib
+
+    for cmd in sorted(_commands(graph) - {"encoder_eval"}):
+        assert callable(getattr(importlib.import_module(cmd), "main", None)), cmd

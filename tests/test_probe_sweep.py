@@ -23,6 +23,7 @@ from encoder_eval import sweep
 from encoder_eval.cells import probe_cell as probe_model
 from encoder_eval.cells.probing import PROBE_SCHEMA, PROBE_SCHEMA_VERSION
 from encoder_eval.core.errors import EXIT_INPUT_ERROR, HarnessError
+from encoder_eval.core.results import read_result
 
 TESTS = Path(__file__).resolve().parent
 
@@ -35,9 +36,11 @@ def probe_plan(tmp_path, **kw) -> sweep.Plan:
 
 
 def probe_record(model: str, pooling: str, task: str) -> dict:
-    """The least a done probe result holds (`probe_model.read_probe_result`)."""
+    """The least a done probe result holds (`schema.validate_probe_result`)."""
     return {"schema": PROBE_SCHEMA, "schema_version": PROBE_SCHEMA_VERSION,
-            "cell": {"model": model, "pooling": pooling, "task": task}}  # fmt: skip
+            "cell": {"model": model, "pooling": pooling, "task": task,
+                     "method": f"{model}:{pooling}"},
+            "metric": "accuracy", "mean_score": 0.5, "protocol": {"k_folds": 3, "seed": 7}}  # fmt: skip
 
 
 def mark_done(plan: sweep.Plan, *cells: sweep.Cell) -> None:
@@ -271,9 +274,8 @@ def test_run_all_probes_for_real_and_the_summaries_cover_every_task(tmp_path, sm
     for pooling in ("mean", "first"):
         assert f"[w1] probe tiny:{pooling} glue_sst2: accuracy" in proc.stdout, proc.stdout
         for task in tasks:
-            record = probe_model.read_probe_result(
-                probe_model.result_path(tmp_path / "res", "tiny", pooling, task)
-            )
+            path = probe_model.result_path(tmp_path / "res", "tiny", pooling, task)
+            record = read_result(path)[0]
             assert record is not None and record["cell"]["task"] == task
             assert record["protocol"]["k_folds"] == 3 and len(record["q_t"]) == 3
         summary = json.loads((tmp_path / "res" / f"tiny_{pooling}.probe-summary.json").read_text())
@@ -367,7 +369,7 @@ def test_a_probe_sweep_through_real_slurm(tmp_path, small_mirror, tiny_models, s
     logs = "\n".join(p.read_text()[-2000:] for p in (tmp_path / "runs" / "logs").glob("*"))
     for pooling in ("mean", "first"):
         path = probe_model.result_path(tmp_path / "res", "tiny", pooling, "glue_sst2")
-        assert probe_model.read_probe_result(path) is not None, logs
+        assert read_result(path)[0] is not None, logs
     assert "[2/2] tiny:first glue_sst2: accuracy" in logs  # the job's progress lines
     again = sh(["bash", "runs/launch.sh"], tmp_path)
     assert job_ids(again.stdout) == [] and "submitted 0 job(s); 2 cell(s) already done" in (

@@ -24,7 +24,6 @@ Exit status: 0 done; 1 some cells left alone (their files kept); 2 bad input.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -33,8 +32,6 @@ from pathlib import Path
 from encoder_eval.cells.probing import (
     DEFAULT_K_FOLDS,
     DEFAULT_SEED,
-    PROBE_SCHEMA,
-    PROBE_SCHEMA_VERSION,
     ProbeConfig,
     final_probe,
     probe_provenance,
@@ -51,18 +48,18 @@ from encoder_eval.core.errors import (
     EXIT_OK,
     ArgumentParser,
     HarnessError,
-    quote,
     report_errors,
 )
 from encoder_eval.core.fileio import (
-    DamagedFile,
-    MissingFile,
-    UnreadableFile,
-    read_json,
     safe_filename_part,
 )
-from encoder_eval.core.protocol import seed_arg
-from encoder_eval.core.results import CORRUPT, KEPT, MISSING
+from encoder_eval.core.protocol import DEVICES, seed_arg
+from encoder_eval.core.results import (
+    PROBE_RESULT_SUFFIX,
+    cell_state,
+    probe_result_filename,
+    read_result,
+)
 from encoder_eval.data.limit import check_limit, limit_data
 from encoder_eval.data.models import (
     check_model_path,
@@ -74,7 +71,6 @@ from encoder_eval.data.taskfile import register_task_files
 from encoder_eval.data.tasks import data_provenance, load_task, resolve_task_names
 from encoder_eval.data.tokencache import default_cache_dir as token_cache_dir
 
-RESULT_SUFFIX = ".probe.json"
 SUMMARY_SUFFIX = ".probe-summary.json"
 DEFAULT_POOLINGS = ("mean",)
 DEFAULT_MAX_SEQ_LEN = 256  # the fine-tuning protocol's length limit
@@ -124,73 +120,11 @@ def cell_stem(model: str, pooling: str) -> str:
 
 
 def result_path(results_dir: Path, model: str, pooling: str, task: str) -> Path:
-    return Path(results_dir) / f"{cell_stem(model, pooling)}_{task}{RESULT_SUFFIX}"
+    return Path(results_dir) / probe_result_filename(model, pooling, task)
 
 
 def summary_path(results_dir: Path, model: str, pooling: str) -> Path:
     return Path(results_dir) / f"{cell_stem(model, pooling)}{SUMMARY_SUFFIX}"
-
-
-def examine_probe_result(path: str | os.PathLike) -> tuple[dict | None, str | None, bool]:
-    """(record, None, True) for a readable probe result of this schema version; else (None,
-    why, judged): `judged` is False when this harness cannot judge the file (it does not
-    read, or a newer harness wrote it), True when it reads and is not a probe result."""
-    try:
-        record = read_json(path)
-    except MissingFile:
-        return None, "no file", False
-    except UnreadableFile as exc:
-        return None, exc.reason, False
-    except DamagedFile as exc:
-        return None, exc.reason, True
-    if not isinstance(record, dict) or record.get("schema") != PROBE_SCHEMA:
-        return None, f"not an {PROBE_SCHEMA} result", True
-    version = record.get("schema_version")
-    if (
-        isinstance(version, int)
-        and not isinstance(version, bool)
-        and version > PROBE_SCHEMA_VERSION
-    ):
-        return None, (f"written by a newer harness (schema_version {quote(version)}; this one reads "
-                      f"{PROBE_SCHEMA_VERSION}): read it with that harness"), False  # fmt: skip
-    if version != PROBE_SCHEMA_VERSION:
-        return None, f"schema_version {quote(version)}, expected {PROBE_SCHEMA_VERSION}", True
-    if not isinstance(record.get("cell"), dict):
-        return None, "no 'cell' object", True
-    return record, None, True
-
-
-def read_probe_result(path: Path) -> dict | None:
-    """A probe result file's record, or None when it is missing, torn or of another schema."""
-    return examine_probe_result(path)[0]
-
-
-def probe_cell_state(
-    path: str | os.PathLike, *, model: str | None = None, task: str | None = None
-) -> tuple[str, dict | None, str | None]:
-    """Whether a probe result file makes its cell done, in `results.cell_state`'s terms:
-    ('ok', record, None) when `read_probe_result` reads it (the rule `run_probes` skips
-    by) and it names `model` and `task` when given, ('missing', None, None) without a
-    file, ('kept', None, why) for a file to leave alone (unreadable, a newer harness's,
-    another model's), else ('corrupt', None, why)."""
-    if not os.path.lexists(path):
-        return MISSING, None, None
-    record, why, judged = examine_probe_result(path)
-    if record is None:
-        return (CORRUPT if judged else KEPT), None, why
-    for kind, planned in (("model", model), ("task", task)):
-        if planned is not None and record["cell"].get(kind) != planned:
-            return KEPT, None, (
-                f"a probe result of {kind} {quote(record['cell'].get(kind))}, whose file name "
-                f"is {kind} {quote(planned)}'s too: give one of the two another name"
-            )  # fmt: skip
-    return "ok", record, None
-
-
-def is_probe_result_name(path: str | os.PathLike) -> bool:
-    """Whether `path` is named like a probe cell's result (the only probe files ever moved)."""
-    name = Path(path).name
-    return name.endswith(RESULT_SUFFIX) and not name.startswith(".")
 
 
 def resolve_model(spec: str) -> ProbeModel:
@@ -244,7 +178,7 @@ def run_probes(run: ProbeRun) -> list[Path]:
             todo[(m.name, task)] = []
             for p in run.poolings:
                 path = result_path(run.results_dir, m.name, p, task)
-                state, _, why = probe_cell_state(path, model=m.name, task=task)
+                state, _, why = cell_state(path, model=m.name, task=task)
                 if state == "kept" and not run.force:
                     _log(f"left {path} in place ({why}); its cell is not done, and is not run "
                          "over it: fix or move the file (or pass --force), then run again")  # fmt: skip
@@ -320,7 +254,7 @@ def run_probes(run: ProbeRun) -> list[Path]:
                     record["protocol"].update(on_protocol=False, limit=run.limit)
                 path = result_path(run.results_dir, model.name, pooling, task)
                 if run.store_probes:
-                    save_probe(path.with_name(path.name.removesuffix(RESULT_SUFFIX) + ".probe"),
+                    save_probe(path.with_name(path.name.removesuffix(PROBE_RESULT_SUFFIX) + ".probe"),
                                final_probe(ptask, run.config, outcome))  # fmt: skip
                 write_result(path, record)
                 written.append(path)
@@ -345,9 +279,9 @@ def write_summary(run: ProbeRun, model: str, pooling: str) -> Path | None:
     # Listed, not globbed: a model's name may hold * ? [
     names = sorted(p.name for p in root.iterdir()) if root.is_dir() else []
     for name in names:
-        if not (name.startswith(prefix) and name.endswith(RESULT_SUFFIX)):
+        if not (name.startswith(prefix) and name.endswith(PROBE_RESULT_SUFFIX)):
             continue
-        record = read_probe_result(root / name)
+        record = read_result(root / name)[0]
         cell = (record or {}).get("cell") or {}
         # the stem of another (model, pooling) can start with this one's: check the cell
         if cell.get("model") == model and cell.get("pooling") == pooling and "task" in cell:
@@ -389,7 +323,7 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     p.add_argument("--precision", choices=PRECISIONS, default="bf16",
                    help="forward pass under bf16 autocast (weights and outputs fp32) or fp32")  # fmt: skip
     p.add_argument("--batch-size", type=int, help="examples per forward pass")
-    p.add_argument("--device", default="auto", help="auto, cuda or cpu")
+    p.add_argument("--device", default="auto", choices=DEVICES, help="auto picks a GPU when one is visible")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="let the --model models run model-authored code (default: on only "
                    "for a registry row that says so, loaded from that row's Hub id)")  # fmt: skip

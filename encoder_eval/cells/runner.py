@@ -27,7 +27,9 @@ from encoder_eval.core.errors import (
     report_errors,
 )
 from encoder_eval.core.protocol import (
+    DEVICES,
     PHASE_SEEDS,
+    PHASES,
     check_seed,
     lr_key_for,
     recipe_arguments,
@@ -103,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "values are the 10-point grid (python -m encoder_eval.sweep --show-grid)")  # fmt: skip
     g.add_argument("--seed", required=True, help="seed(s), comma-separated (select 42-44, "
                    "report 45-49)")  # fmt: skip
-    g.add_argument("--phase", choices=("select", "report"), default="report",
+    g.add_argument("--phase", choices=PHASES, default="report",
                    help="select: score dev only; report: also score the report split")  # fmt: skip
     g = p.add_argument_group("the recipe (defaults are the protocol's)")
     recipe_arguments(g)  # one flag per Recipe entry that has one (core/protocol.py)
@@ -118,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip cells whose valid result already exists")  # fmt: skip
     g.add_argument("--data-dir", help="offline data mirror (<task>/<split>[.<lang>].jsonl); "
                    "default: $ENCODER_EVAL_DATA_DIR, else the Hub")  # fmt: skip
-    g.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+    g.add_argument("--device", choices=DEVICES, default="auto",
                    help="auto picks a CUDA/ROCm GPU when one is visible")  # fmt: skip
     g.add_argument("--model-revision", help="pin the model's Hub revision (commit sha; "
                    "default: the registry row's pin, else the head)")  # fmt: skip

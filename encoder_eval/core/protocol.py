@@ -23,6 +23,13 @@ LR_GRID: dict[str, float] = {
 SELECT_SEEDS: tuple[int, ...] = (42, 43, 44)
 REPORT_SEEDS: tuple[int, ...] = (45, 46, 47, 48, 49)
 PHASE_SEEDS: dict[str, tuple[int, ...]] = {"select": SELECT_SEEDS, "report": REPORT_SEEDS}
+# The phases: a fine-tune cell's (select: pick the LR on dev; report: score the fresh seeds),
+# and the probe phase, whose cells probe frozen embeddings (a sweep's `--phase probe`).
+PHASES: tuple[str, ...] = tuple(PHASE_SEEDS)
+PROBE_PHASE = "probe"
+SWEEP_PHASES: tuple[str, ...] = (*PHASES, PROBE_PHASE)
+# Where a cell runs: auto picks a CUDA/ROCm GPU when one is visible (ROCm answers as cuda).
+DEVICES: tuple[str, ...] = ("auto", "cuda", "cpu")
 # numpy's legacy seeding (and so every RNG a cell seeds) takes 0 .. 2**32 - 1.
 MAX_SEED = 2**32 - 1
 

@@ -39,19 +39,23 @@ from encoder_eval.core.fileio import (  # noqa: F401  (re-exported: the one atom
     safe_filename_part,
     write_json_atomic,
 )
-from encoder_eval.core.protocol import lr_key_for
+from encoder_eval.core.protocol import PROBE_PHASE, lr_key_for
 from encoder_eval.core.schema import (  # noqa: F401  (re-exported: the result schema is defined in schema.py)
+    PROBE_SCHEMA_NAME,
+    PROBE_SCHEMA_VERSION,
     SCHEMA_NAME,
     SCHEMA_VERSION,
     STATUSES,
     CellResult,
     is_number,
+    validate_probe_result,
     validate_result,
 )
 
 LOCK_PREFIX = ".lock-"
 PREDICTIONS_SUFFIX = ".predictions.json"  # per-example predictions written beside a result
 TREC_SUFFIX = ".run.trec"  # a ranking cell's TREC run file, written beside its result
+PROBE_RESULT_SUFFIX = ".probe.json"  # a probe cell's result (`encoder-eval probe --model`)
 
 
 def lr_key(lr: float) -> str:
@@ -68,6 +72,17 @@ def safe_component(text: str) -> str:
 def result_filename(model: str, task: str, lr: float, seed: int) -> str:
     """`{model}_{task}_{lr key}_s{seed}.json`: seeds and learning rates never overwrite each other."""
     return f"{safe_component(model)}_{safe_component(task)}_{lr_key(lr)}_s{seed}.json"
+
+
+def probe_result_filename(model: str, pooling: str, task: str) -> str:
+    """The file name of a probe cell's result: `{model}_{pooling}_{task}.probe.json`."""
+    return f"{safe_filename_part(model)}_{pooling}_{task}{PROBE_RESULT_SUFFIX}"
+
+
+def is_probe_result_name(path: str | os.PathLike) -> bool:
+    """Whether `path` is named like a probe cell's result (the only probe files ever moved)."""
+    name = Path(path).name
+    return name.endswith(PROBE_RESULT_SUFFIX) and not name.startswith(".")
 
 
 def _lock_mode(directory: Path) -> int:
@@ -274,7 +289,11 @@ class LoadedResult:
 def _examine(path: Path) -> tuple[dict | None, str | None, bool]:
     """(data, None, False) for a valid result at `path`; else (None, why, judged): `judged` is
     False when this harness cannot judge the file (it does not read, or a newer harness
-    wrote it), True when the file reads and is not a valid result (damaged)."""
+    wrote it), True when the file reads and is not a valid result (damaged). A fine-tune
+    cell's and a probe cell's result alike (by the file's name): each must validate against
+    its schema and name the cell its file name says."""
+    if is_probe_result_name(path):
+        return _examine_probe(path)
     try:
         raw = read_bytes(path)
         data = parse_json(raw, path)
@@ -300,6 +319,33 @@ def _examine(path: Path) -> tuple[dict | None, str | None, bool]:
             f"its cell identity says {quote(expected)}, which disagrees with its filename",
             True,
         )
+    return data, None, True
+
+
+def _examine_probe(path: Path) -> tuple[dict | None, str | None, bool]:
+    """`_examine` for a probe cell's result (`schema.validate_probe_result`)."""
+    try:
+        raw = read_bytes(path)
+        data = parse_json(raw, path)
+    except MissingFile:
+        return None, "no file", False
+    except UnreadableFile as exc:
+        return None, exc.reason, False
+    except DamagedFile as exc:
+        return None, "empty file" if not raw.strip() else exc.reason, True
+    if isinstance(data, dict) and data.get("schema") == PROBE_SCHEMA_NAME:
+        version = data.get("schema_version")
+        if isinstance(version, int) and not isinstance(version, bool) and version > PROBE_SCHEMA_VERSION:
+            return None, (f"written by a newer harness (schema_version {quote(version)}; this one "
+                          f"reads {PROBE_SCHEMA_VERSION}): read it with that harness"), False  # fmt: skip
+    errors = validate_probe_result(data)
+    if errors:
+        return None, "not a valid probe result: " + "; ".join(errors[:3]), True
+    cell = data["cell"]
+    expected = probe_result_filename(cell["model"], cell["pooling"], cell["task"])
+    if path.name != expected:
+        return None, (f"its cell identity says {quote(expected)}, which disagrees with its "
+                      "filename"), True  # fmt: skip
     return data, None, True
 
 
@@ -379,6 +425,8 @@ def cell_state(
     cannot read (permissions, I/O), one a newer harness wrote, or another model's or task's
     valid result under this cell's name; ('corrupt', None, why) is a file that reads and is
     not this cell's valid result. Neither counts as done.
+    A probe cell's result (`*.probe.json`, `schema.validate_probe_result`) is done ('ok') by
+    the same rules; it has no LR, seed or phase to check.
     """
     path = Path(path)
     if not os.path.lexists(path):
@@ -387,18 +435,20 @@ def cell_state(
     if data is None:
         return (CORRUPT if judged else KEPT), None, why
     cell = data["cell"]
-    if cell["lr_key"] != lr_key(cell["lr"]):
+    probe = data["schema"] == PROBE_SCHEMA_NAME  # a probe cell: no LR or seed
+    if not probe and cell["lr_key"] != lr_key(cell["lr"]):
         why = f"its cell.lr_key {quote(cell['lr_key'])} disagrees with its lr {cell['lr']:g}"
         return CORRUPT, None, why
-    if phase is not None and cell["phase"] != phase:
-        return CORRUPT, None, f"a {cell['phase']} cell in a {phase} results directory"
+    cell_phase = PROBE_PHASE if probe else cell["phase"]
+    if phase is not None and cell_phase != phase:
+        return CORRUPT, None, f"a {cell_phase} cell in a {phase} results directory"
     for kind, planned in (("model", model), ("task", task)):
         if planned is not None and cell[kind] != planned:
             return KEPT, None, (
                 f"a valid result of {kind} {quote(cell[kind])}, whose file name is {kind} "
                 f"{quote(planned)}'s too: give one of the two another name"
             )  # fmt: skip
-    return data["status"], data, None
+    return ("ok" if probe else data["status"]), data, None
 
 
 def quarantine_result(path: str | os.PathLike) -> Path | None:

@@ -16,14 +16,13 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from encoder_eval.core.errors import quote
-from encoder_eval.core.protocol import RANK_OBJECTIVES, SELECTION_SPLITS
+from encoder_eval.core.protocol import PHASES, RANK_OBJECTIVES, SELECTION_SPLITS
 
 SCHEMA_NAME = "encoder-eval-result"
 # 2: provenance.data.identity (the resolved data source), recipe.selection_split, and
 # scores that may be undefined (null, with the reason under `undefined`).
 SCHEMA_VERSION = 2
 STATUSES = ("ok", "diverged")
-PHASES = ("select", "report")
 
 
 def is_number(x: Any) -> bool:
@@ -438,3 +437,60 @@ def _score_errors(name: str, section: Any) -> list[str]:
     if section.get("mean") is None and isinstance(undefined, dict) and undefined:
         return []
     return [f"{name}.mean is missing or not finite, and no {name}.undefined says why"]
+
+
+# ----------------------------------------------------------------------------- probe cells
+
+# A probe cell's result (`encoder-eval probe`, one file per model, pooling and task): the
+# fold protocol's scores over `k_folds` folds instead of one training run's. Written by
+# `cells.probing.result_record`; read, like a fine-tune result, through `results.cell_state`.
+PROBE_SCHEMA_NAME = "encoder-eval-probe"
+PROBE_SCHEMA_VERSION = 1
+_number_or_null = (lambda x: x is None or is_number(x), "a number or null")
+_PROBE_CELL_TYPES = {
+    "model": (is_name, "a non-empty name"),
+    "pooling": (is_str, "a string"),
+    "task": (is_name, "a non-empty name"),
+    "method": (is_str, "a string"),
+}
+# What every reader of a probe cell needs (required), then what it may hold (typed when
+# present: older files and NeuCo-Bench mode's records lack some).
+PROBE_REQUIRED = {
+    "cell": (lambda x: isinstance(x, dict), "an object"),
+    "metric": (is_str, "a string"),
+    "mean_score": _number_or_null,
+    "protocol": (lambda x: isinstance(x, dict), "an object"),
+}
+PROBE_OPTIONAL = {
+    "task_type": (is_str, "a string"),
+    "q_stat": _number_or_null,
+    "std_dev": _number_or_null,
+    "provenance": (lambda x: isinstance(x, dict), "an object"),
+    "q_t": (is_list_of(lambda v: v is None or is_number(v)), "a list of numbers or nulls"),
+}
+_PROBE_PROTOCOL_TYPES = {
+    "k_folds": (is_int, "an integer"),
+    "seed": (is_int, "an integer"),
+}
+
+
+def validate_probe_result(obj: Any, model_cell: bool = True) -> list[str]:
+    """Every way `obj` fails the probe result schema (an empty list: valid). A cell of a
+    model (`model_cell`, what `encoder-eval probe --model` writes) names its model, pooling
+    and task; NeuCo-Bench mode's cells name a method only."""
+    if not isinstance(obj, dict):
+        return ["not a JSON object"]
+    if obj.get("schema") != PROBE_SCHEMA_NAME:
+        return [f"schema is {quote(obj.get('schema'))}, expected {PROBE_SCHEMA_NAME!r}"]
+    version = obj.get("schema_version")
+    if version != PROBE_SCHEMA_VERSION:
+        return [f"schema_version {quote(version)}, expected {PROBE_SCHEMA_VERSION}"]
+    try:
+        check_fields(obj, PROBE_REQUIRED, unknown_ok=True)
+        check_fields(obj, PROBE_OPTIONAL, optional=True, unknown_ok=True)
+        check_fields(obj["protocol"], _PROBE_PROTOCOL_TYPES, "protocol.", unknown_ok=True)
+        if model_cell:
+            check_fields(obj["cell"], _PROBE_CELL_TYPES, "cell.", unknown_ok=True)
+    except ValueError as exc:
+        return [str(exc)]
+    return []

@@ -12,8 +12,11 @@ import shlex
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.fileio import check_utf8
 from encoder_eval.core.protocol import (
+    DEVICES,
     LR_GRID,
     PHASE_SEEDS,
+    PHASES,
+    PROBE_PHASE,
     PROTOCOL_RECIPE,
     SELECTION_SPLITS,
     check_seed,
@@ -26,8 +29,6 @@ from encoder_eval.plans.emit import (
 )
 from encoder_eval.plans.plan import (
     GROUPS,
-    PHASES,
-    PROBE_PHASE,
     Plan,
     build_plan,
     build_probe_plan,
@@ -89,7 +90,7 @@ def add_plan_arguments(p: argparse.ArgumentParser, phases: tuple[str, ...] = PHA
     g = p.add_argument_group("where")
     g.add_argument("--results-dir", help="result JSON directory (default: results/<phase>)")
     g.add_argument("--data-dir", help="offline data mirror passed to every cell")
-    g.add_argument("--device", choices=("auto", "cuda", "cpu"),
+    g.add_argument("--device", choices=DEVICES,
                    help="passed to every cell (default: auto)")  # fmt: skip
     g.add_argument("--extra-run-args", default="", help="more encoder_eval.run flags for every "
                    "cell, as one shell-quoted string, e.g. '--micro-batch 8'")  # fmt: skip

@@ -61,9 +61,11 @@ from encoder_eval.core.fileio import (
     write_atomic,
 )
 from encoder_eval.core.protocol import (
+    DEVICES,
     LR_GRID,
     MAX_SEED,
     PHASE_SEEDS,
+    PHASES,
     PROTOCOL_RECIPE,
     SELECTION_SPLITS,
 )
@@ -81,8 +83,6 @@ from encoder_eval.plans.plan import parse_lr_keys, parse_seeds, split_csv
 from encoder_eval.plans.selection import load_selection
 
 VERSION = 1
-PHASES = ("select", "report")
-DEVICES = ("auto", "cuda", "cpu")
 _FIELDS = (
     "version", "phase", "models", "tasks", "tasks_files", "lr_keys", "seeds", "recipe",
     "data_dir", "device", "selection_split", "extra_run_args", "phases",

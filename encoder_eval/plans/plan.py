@@ -21,7 +21,6 @@ from pathlib import Path
 from encoder_eval.cells.probe_cell import (
     DEFAULT_MAX_SEQ_LEN,
     DEFAULT_POOLINGS,
-    probe_cell_state,
     result_path,
 )
 from encoder_eval.cells.probe_cell import build_parser as probe_flags
@@ -29,8 +28,11 @@ from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED, ProbeConfi
 from encoder_eval.cells.runner import build_parser as run_flags
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.protocol import (
+    DEVICES,
     LR_GRID,
     PHASE_SEEDS,
+    PHASES,
+    PROBE_PHASE,
     PROTOCOL_RECIPE,
     SELECTION_SPLITS,
     check_seed,
@@ -52,9 +54,6 @@ from encoder_eval.data.tasks import resolve_task_names
 
 __all__ = ["Cell", "Plan", "ProbeSettings", "build_plan", "build_probe_plan"]
 
-PHASES = ("select", "report")
-PROBE_PHASE = "probe"  # linear probes on frozen embeddings (`build_probe_plan`)
-SWEEP_PHASES = (*PHASES, PROBE_PHASE)
 # The module a unit's process runs, by the plan's kind of cell.
 FINETUNE, PROBE = "finetune", "probe"
 MODULES = {FINETUNE: "encoder_eval.run", PROBE: "encoder_eval.probe"}
@@ -395,13 +394,11 @@ class Plan:
 
     def cell_state(self, cell: Cell) -> str:
         """'ok' or 'diverged' (done), 'missing', 'corrupt' or 'kept', by `results.cell_state`
-        with the cell's model and task (a probe cell by `probe_model.probe_cell_state`)."""
+        with the cell's model and task (one rule for fine-tune and probe cells)."""
         return self.cell_status(cell)[0]
 
     def cell_status(self, cell: Cell) -> tuple[str, dict | None, str | None]:
-        """`cell_state`'s (state, data, why) of one cell of this plan."""
-        if cell.pooling is not None:
-            return probe_cell_state(self.out_json(cell), model=cell.model, task=cell.task)
+        """`cell_state`'s (state, data, why) of one cell of this plan (either kind)."""
         return cell_state(self.out_json(cell), self.phase, model=cell.model, task=cell.task)
 
 
@@ -438,7 +435,7 @@ def _check_run_inputs(
     parsed with the cell command's own `parser()`, so a flag is found however it is
     spelled; any of `reserved` is refused, as is anything that command would refuse."""
     device = device or "auto"
-    if device not in ("auto", "cuda", "cpu"):
+    if device not in DEVICES:
         raise HarnessError(f"--device {device!r} must be auto, cuda or cpu")
     extra = list(extra_run_args or [])
     if extra:

@@ -8,17 +8,17 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from encoder_eval.cells.probe_cell import RESULT_SUFFIX, examine_probe_result
 from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED
 from encoder_eval.core.errors import unknown_name
+from encoder_eval.core.results import PROBE_RESULT_SUFFIX, read_result
 from encoder_eval.reports.table import CellStats, Problem, Table
 
 
 def load_probe_results(results_dir: str | os.PathLike, warn=None) -> list[dict]:
     """Every readable probe result of a folder; unreadable ones are skipped with a warning."""
     records = []
-    for path in sorted(Path(results_dir).glob(f"*{RESULT_SUFFIX}")):
-        record, why, _ = examine_probe_result(path)
+    for path in sorted(Path(results_dir).glob(f"*{PROBE_RESULT_SUFFIX}")):
+        record, why = read_result(path)
         if record is None:
             if warn is not None:
                 warn(f"warning: skipping {path}: {why}")
@@ -28,7 +28,7 @@ def load_probe_results(results_dir: str | os.PathLike, warn=None) -> list[dict]:
 
 
 def has_probe_results(results_dir: str | os.PathLike) -> bool:
-    return any(Path(results_dir).glob(f"*{RESULT_SUFFIX}"))
+    return any(Path(results_dir).glob(f"*{PROBE_RESULT_SUFFIX}"))
 
 
 def probe_table(
