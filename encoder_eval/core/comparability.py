@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from encoder_eval.core.errors import brief
 from encoder_eval.core.protocol import TABLE, loader_label, signature
-from encoder_eval.core.schema import data_identity
+from encoder_eval.core.schema import PROBE_SCHEMA_NAME, data_identity
+
+# A probe cell's fold protocol entries that every cell of one probe table must share.
+PROBE_SETUP_KEYS = ("k_folds", "seed", "standardize")
 
 
 def recipe_signature(data: dict) -> dict:
@@ -22,7 +25,16 @@ def recipe_signature(data: dict) -> dict:
 
 def cell_setup(data: dict) -> dict:
     """What a cell ran with that every cell of one (model, task), select and report alike,
-    must share: the recipe signature, model revision, loader, data and selection split."""
+    must share: the recipe signature, model revision, loader, data and selection split. For
+    a probe cell (`schema.PROBE_SCHEMA_NAME`): its fold protocol (`PROBE_SETUP_KEYS`) and
+    the precision its embeddings were computed in."""
+    if data.get("schema") == PROBE_SCHEMA_NAME:
+        protocol = data.get("protocol") or {}
+        embedding = (data.get("provenance") or {}).get("embedding") or {}
+        return {
+            "folds": {k: protocol.get(k) for k in PROBE_SETUP_KEYS},
+            "precision": embedding.get("precision"),
+        }
     recipe = data.get("recipe") or {}
     provenance = data.get("provenance") or {}
     return {

@@ -4,11 +4,13 @@ its "seeds")."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from pathlib import Path
 
-from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED
+from encoder_eval.cells.probing import DEFAULT_K_FOLDS
+from encoder_eval.core.comparability import cell_setup, setup_differences
 from encoder_eval.core.errors import unknown_name
 from encoder_eval.core.results import PROBE_RESULT_SUFFIX, read_result
 from encoder_eval.reports.table import CellStats, Problem, Table
@@ -55,15 +57,18 @@ def probe_table(
             if t not in task_names:
                 raise unknown_name("probed task", t, task_names)
         task_names = list(tasks)
-    setups = Counter((r["protocol"]["k_folds"], r["protocol"]["seed"]) for r in by_cell.values())
-    (k, seed), _ = setups.most_common(1)[0] if setups else ((DEFAULT_K_FOLDS, DEFAULT_SEED), 0)
+    # The table's fold setup: the most common one (`comparability.cell_setup`).
+    fold_setups = {id(r): cell_setup(r)["folds"] for r in by_cell.values()}
+    setups = Counter(json.dumps(f, sort_keys=True) for f in fold_setups.values())
+    common = json.loads(setups.most_common(1)[0][0]) if setups else {}
+    k = common.get("k_folds", DEFAULT_K_FOLDS)
     cells, problems, off = {}, [], []
     other_setup, limited, undefined_folds = [], [], []
     by_precision: dict[str, list[str]] = {}
     for (method, task), r in by_cell.items():
         if method not in names or task not in task_names:
             continue
-        precision = ((r.get("provenance") or {}).get("embedding") or {}).get("precision")
+        precision = cell_setup(r)["precision"]
         if precision is not None:  # results of embeddings given as files record none
             by_precision.setdefault(str(precision), []).append(f"{method}/{task}")
         q_t = r.get("q_t") or []
@@ -74,8 +79,9 @@ def probe_table(
             folds = ", ".join(map(str, undefined)) or "all (no per-fold scores recorded)"
             undefined_folds.append(f"{method}/{task}: fold(s) {folds} of {len(q_t) or '?'} "
                                    f"undefined ({why})")  # fmt: skip
-        if (r["protocol"]["k_folds"], r["protocol"]["seed"]) != (k, seed):
-            other_setup.append(f"{method}/{task}")
+        differ = setup_differences({"folds": fold_setups[id(r)]}, {"folds": common}, "the table has")
+        if differ:
+            other_setup.append(f"{method}/{task}: {'; '.join(differ)}")
         if r["protocol"].get("limit") is not None:
             limited.append(f"{method}/{task} (limit {r['protocol']['limit']})")
         elif not r["protocol"].get("on_protocol", False):
@@ -87,7 +93,7 @@ def probe_table(
         )  # fmt: skip
     if other_setup:
         problems.append(Problem("probe_setup", f"{len(other_setup)} cell(s) use another fold "
-                                f"setup than k_folds {k}, seed {seed}", sorted(other_setup)))  # fmt: skip
+                                f"setup than {', '.join(f'{key} {v}' for key, v in common.items())}", sorted(other_setup)))  # fmt: skip
     if len(by_precision) > 1:  # bf16 and fp32 embeddings differ by more than rounding noise
         groups = sorted(by_precision.items(), key=lambda kv: -len(kv[1]))
         problems.append(Problem(
