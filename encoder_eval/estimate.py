@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,41 +34,19 @@ from encoder_eval.core.protocol import (
     step_budget,
 )
 from encoder_eval.core.results import load_results
-from encoder_eval.data.tasks import resolve_task_names
+from encoder_eval.data.tasks import TASK_KNOBS, resolve_task_names, task_knobs
 
-# Training examples of each suite task's full Hub split (multilingual: every language's train
-# split, concatenated as the loader does), from the datasets' cards. Only tasks under
-# `step cap x batch / epoch cap` = 16,000 examples need an exact count: above it, the step cap
-# binds, and None says so.
-FULL_TRAIN_ROWS: dict[str, int | None] = {
-    "xnli": None,  # 392,702 per language x 15
-    "paws_x": None,  # about 49,400 per language x 7
-    "amazon_reviews_multi": None,  # 200,000 per language x 6
-    "massive_intent": None,  # 11,514 per locale x 51
-    "seahorse": None,  # tens of thousands of rated summaries
-    "glue_cola": 8_551,
-    "glue_sst2": 67_349,
-    "glue_mrpc": 3_668,
-    "glue_stsb": 5_749,
-    "glue_qqp": 363_846,
-    "glue_mnli": 392_702,
-    "glue_qnli": 104_743,
-    "glue_rte": 2_490,
-    "sg_boolq": 9_427,
-    "sg_cb": 250,
-    "sg_wic": 5_428,
-    "sg_wsc": 554,
-}
 CELLS_PER_PAIR = len(LR_GRID) * len(SELECT_SEEDS) + len(REPORT_SEEDS)  # 30 select + 5 report
 
 
 def cell_step_cap(task: str) -> int:
     """The most optimizer steps one protocol cell of `task` can run on the full data."""
-    if task not in FULL_TRAIN_ROWS:
+    rows = task_knobs(task).train_rows  # from the dataset card: the task row's `train_rows`
+    if rows is None:
+        known = [k for k, v in TASK_KNOBS.items() if v.train_rows is not None]
         raise HarnessError(f"no full-data size is known for task {task!r}; estimate covers "
-                           f"{', '.join(FULL_TRAIN_ROWS)}")  # fmt: skip
-    rows = FULL_TRAIN_ROWS[task]
-    return PROTOCOL_RECIPE.max_steps if rows is None else step_budget(rows)[1]
+                           f"{', '.join(known)}")  # fmt: skip
+    return PROTOCOL_RECIPE.max_steps if math.isinf(rows) else step_budget(int(rows))[1]
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import pytest
 from encoder_eval import sweep
 
 REPO = Path(__file__).resolve().parents[1]
-TEMPLATES = sorted((REPO / "encoder_eval" / "templates").glob("*.sh"))
+TEMPLATES = sorted((REPO / "encoder_eval" / "plans" / "templates").glob("*.sh"))
 EXAMPLE = REPO / "examples" / "slurm_template.sh"
 
 

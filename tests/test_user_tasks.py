@@ -8,6 +8,7 @@ written for these tests.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import subprocess
@@ -154,6 +155,8 @@ def test_toml_and_yaml_files_give_the_same_knobs(tmp_path):
     )
     knobs = [parse_task_rows(read_task_file(tmp_path / f), str(tmp_path / f))[0].knobs
              for f in ("t.toml", "t.yaml", "t.yml")]  # fmt: skip
+    assert [k.source for k in knobs] == [str(tmp_path / f) for f in ("t.toml", "t.yaml", "t.yml")]
+    knobs = [dataclasses.replace(k, source=None) for k in knobs]  # each records its own file
     assert knobs[0] == knobs[1] == knobs[2]
     k = knobs[0]
     assert k.data_dir == tmp_path / "data"  # relative to the task file's folder
@@ -337,7 +340,7 @@ def test_a_task_defined_twice_differently_is_refused_and_the_same_twice_is_a_no_
     first = str(tmp_path / "a.toml")
     assert register_task_rows({"my_wnli": BASE}, first) == ["my_wnli"]
     assert register_task_rows({"my_wnli": dict(BASE)}, str(tmp_path / "b.toml")) == ["my_wnli"]
-    assert tasks.USER_TASK_SOURCES["my_wnli"] == first
+    assert tasks.TASK_KNOBS["my_wnli"].source == first
     with pytest.raises(HarnessError, match=rf"defined already, differently \(metric\), in {first}"):
         register_task_rows({"my_wnli": {**BASE, "metric": "macro_f1"}}, str(tmp_path / "b.toml"))
     assert TASK_KNOBS["my_wnli"].metric == "accuracy"
@@ -377,8 +380,8 @@ def test_a_user_task_joins_the_registry_and_its_bucket_only(tmp_path):
         str(tmp_path / "tasks.toml"),
     )  # fmt: skip
     assert keys == ["my_wnli", "glue_like", "hub_task"]
-    assert all(k in TASK_KNOBS and k in tasks.LOADERS for k in keys)
-    assert tasks.DATASET_REVISIONS["me/my-data"] == "v1.0"
+    assert all(k in TASK_KNOBS and callable(tasks.loader_for(k)) for k in keys)
+    assert tasks.default_revisions()["me/my-data"] == "v1.0"
     assert tasks.dataset_revisions()["me/my-data"] == "v1.0"
     assert tasks.group_tasks("all") == [*suite, "glue_like"]
     assert tasks.group_tasks("glue")[-1] == "glue_like"
@@ -535,7 +538,8 @@ def test_the_docs_show_the_example_as_it_is(tmp_path):
         (shown,) = parse_task_rows(read_task_file(path), str(path))
         assert shown.key == example.key
         differ = [f for f in example.knobs.__dataclass_fields__
-                  if getattr(shown.knobs, f) != getattr(example.knobs, f)]  # fmt: skip
+                  if f != "source"  # each records the file it was read from
+                  and getattr(shown.knobs, f) != getattr(example.knobs, f)]  # fmt: skip
         assert differ == ([] if kind == "toml" else ["description"]), kind
     assert sorted(blocks) == ["toml", "yaml"]
 

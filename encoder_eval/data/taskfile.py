@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +119,7 @@ def parse_task_rows(rows: Any, source: str) -> list[UserTask]:
     """
     if not isinstance(rows, dict) or not rows:
         raise HarnessError(f"{source}: the tasks table defines no task; write {LAYOUT}")
-    revisions = dict(tasks.DATASET_REVISIONS)
+    revisions = tasks.default_revisions()
     readers = {
         repo: [k for k, v in tasks.TASK_KNOBS.items() if v.hf_path == repo] for repo in revisions
     }
@@ -198,12 +198,12 @@ def _check_redefinition(task: UserTask, source: str) -> None:
     """Refuse a user task registered before under the same key with other fields."""
     key, where = task.key, f"{source}: task {task.key!r}"
     earlier = tasks.TASK_KNOBS.get(key)
-    if earlier is not None and earlier != task.knobs:
+    if earlier is not None and replace(earlier, source=None) != replace(task.knobs, source=None):
         fields = earlier.__dataclass_fields__
-        differ = [f for f in fields if getattr(earlier, f) != getattr(task.knobs, f)]
+        differ = [f for f in fields if f != "source" and getattr(earlier, f) != getattr(task.knobs, f)]
         raise HarnessError(
             f"{where}: a task of that name is defined already, differently "
-            f"({', '.join(differ)}), in {tasks.USER_TASK_SOURCES.get(key, 'another file')}; "
+            f"({', '.join(differ)}), in {earlier.source or 'another file'}; "
             "define each task once"
         )
 
@@ -310,6 +310,7 @@ def _parse_one(key: str, table: Any, source: str, errors: list[HarnessError]) ->
         hf_config=hf_config, hf_lang_configs=lang_configs,
         hub_splits=hub_splits, language_field=language_field,
         description=description, data_dir=data_dir, label_names=labels or (),
+        revision=revision, source=source,
     )  # fmt: skip
     return UserTask(key, knobs, revision, source)
 
@@ -439,5 +440,5 @@ def register_task_rows(rows: dict, source: str) -> list[str]:
     """
     parsed = parse_task_rows(rows, source)  # every table checked before any is registered
     for task in parsed:
-        tasks.add_user_task(task.key, task.knobs, task.source, task.revision)
+        tasks.add_user_task(task.key, task.knobs)
     return [task.key for task in parsed]

@@ -84,6 +84,15 @@ class TaskKnobs:
     first_stage_field: str | None = None
     first_stage_name: str | None = None
     secondary_metrics: tuple[str, ...] = ()
+    # How tables name the task (default: its key), and how many training examples its full
+    # Hub split holds (from the dataset card; `math.inf` for a split larger than any step cap
+    # reads, None when unknown): `estimate` sizes the protocol from it.
+    label: str = ""
+    train_rows: int | float | None = None
+    # The Hub dataset's revision this task reads (None: the head; see `dataset_revisions`),
+    # and the task file that defined a user task (None: built in).
+    revision: str | None = None
+    source: str | None = None
 
     @property
     def multilingual(self) -> bool:
@@ -283,17 +292,18 @@ def _glue(config: str, inputs: tuple[str, ...], num_labels: int, metric: str, **
     )  # fmt: skip
 
 
-def _superglue(config: str, inputs: tuple[str, ...], num_labels: int, metric: str) -> TaskKnobs:
+def _superglue(config: str, inputs: tuple[str, ...], num_labels: int, metric: str, **kw) -> TaskKnobs:
     return TaskKnobs(
         bucket="superglue", hf_path=_SUPERGLUE, hf_config=config, inputs=inputs,
         label_field="label", num_labels=num_labels, problem=SINGLE_LABEL, metric=metric,
-        report_split="validation",
+        report_split="validation", **kw,
     )  # fmt: skip
 
 
 TASK_KNOBS: dict[str, TaskKnobs] = {
     # --- multilingual: train splits of all languages concatenated; report = labelled test
     "xnli": TaskKnobs(
+        label="XNLI", train_rows=5_890_530,
         bucket="multilingual", hf_path="facebook/xnli", inputs=("premise", "hypothesis"),
         label_field="label", num_labels=3, problem=SINGLE_LABEL, metric="accuracy",
         report_split="test", languages=_XNLI_LANGS,
@@ -301,6 +311,7 @@ TASK_KNOBS: dict[str, TaskKnobs] = {
         hf_lang_configs={lang: lang for lang in _XNLI_LANGS},
     ),
     "paws_x": TaskKnobs(
+        label="PAWS-X", train_rows=math.inf,
         bucket="multilingual", hf_path="google-research-datasets/paws-x",
         inputs=("sentence1", "sentence2"), label_field="label", num_labels=2,
         problem=SINGLE_LABEL, metric="accuracy", report_split="test",
@@ -308,6 +319,7 @@ TASK_KNOBS: dict[str, TaskKnobs] = {
         hf_lang_configs={lang: lang for lang in ("de", "en", "es", "fr", "ja", "ko", "zh")},
     ),
     "amazon_reviews_multi": TaskKnobs(
+        label="Amazon-Reviews", train_rows=1_200_000,
         # The original amazon_reviews_multi is defunct; mteb's parquet copy has text/label
         # (label = stars - 1). Mirrors in the original schema (review_body/stars) also load.
         bucket="multilingual", hf_path="mteb/AmazonReviewsClassification", inputs=("review_body",),
@@ -318,14 +330,18 @@ TASK_KNOBS: dict[str, TaskKnobs] = {
         hf_lang_configs={lang: lang for lang in ("de", "en", "es", "fr", "ja", "zh")},
     ),
     "massive_intent": TaskKnobs(
+        label="MASSIVE-Intent", train_rows=587_214,
         # A loading-script dataset: read through the Hub's parquet conversion (see
-        # DATASET_REVISIONS), which keeps `utt` and the 60-way `intent` class ids.
+        # its `revision`), which keeps `utt` and the 60-way `intent` class ids.
         bucket="multilingual", hf_path="AmazonScience/massive", inputs=("utt",),
         label_field="intent", num_labels=60, problem=SINGLE_LABEL, metric="accuracy",
         report_split="test", languages=_MASSIVE_LOCALES, euro_languages=_MASSIVE_EURO,
         hf_lang_configs={loc: loc for loc in _MASSIVE_LOCALES},
+        # Loading scripts are gone from `datasets` >= 4; the parquet conversion branch remains.
+        revision="refs/convert/parquet",
     ),
     "seahorse": TaskKnobs(
+        label="SeaHorse", train_rows=math.inf,
         # Google's TSVs are wide (gem_id, worker_lang, summary, model, question1..6); this Hub
         # copy is long (gem_id, worker_lang, model, article, summary, question, answer; one row
         # per answered question) and is regrouped to the wide rows. Both schemas load.
@@ -337,22 +353,23 @@ TASK_KNOBS: dict[str, TaskKnobs] = {
         label_map="seahorse_yes_share", row_grouping="seahorse_long_to_wide",
     ),
     # --- GLUE: report split is dev (test labels are hidden)
-    "glue_cola": _glue("cola", ("sentence",), 2, "mcc"),
-    "glue_sst2": _glue("sst2", ("sentence",), 2, "accuracy"),
-    "glue_mrpc": _glue("mrpc", ("sentence1", "sentence2"), 2, "f1"),
-    "glue_stsb": _glue("stsb", ("sentence1", "sentence2"), 1, "spearman", problem=REGRESSION),
-    "glue_qqp": _glue("qqp", ("question1", "question2"), 2, "f1"),
+    "glue_cola": _glue("cola", ("sentence",), 2, "mcc", label="CoLA", train_rows=8_551),
+    "glue_sst2": _glue("sst2", ("sentence",), 2, "accuracy", label="SST-2", train_rows=67_349),
+    "glue_mrpc": _glue("mrpc", ("sentence1", "sentence2"), 2, "f1", label="MRPC", train_rows=3_668),
+    "glue_stsb": _glue("stsb", ("sentence1", "sentence2"), 1, "spearman", problem=REGRESSION, label="STS-B", train_rows=5_749),
+    "glue_qqp": _glue("qqp", ("question1", "question2"), 2, "f1", label="QQP", train_rows=363_846),
     "glue_mnli": _glue(
         "mnli", ("premise", "hypothesis"), 3, "accuracy",
         hub_splits={"validation": "validation_matched", "test": "test_matched"},
+        label="MNLI", train_rows=392_702,
     ),  # fmt: skip
-    "glue_qnli": _glue("qnli", ("question", "sentence"), 2, "accuracy"),
-    "glue_rte": _glue("rte", ("sentence1", "sentence2"), 2, "accuracy"),
+    "glue_qnli": _glue("qnli", ("question", "sentence"), 2, "accuracy", label="QNLI", train_rows=104_743),
+    "glue_rte": _glue("rte", ("sentence1", "sentence2"), 2, "accuracy", label="RTE", train_rows=2_490),
     # --- SuperGLUE
-    "sg_boolq": _superglue("boolq", ("question", "passage"), 2, "accuracy"),
-    "sg_cb": _superglue("cb", ("premise", "hypothesis"), 3, "macro_f1"),
-    "sg_wic": _superglue("wic", ("wic",), 2, "accuracy"),
-    "sg_wsc": _superglue("wsc.fixed", ("wsc",), 2, "accuracy"),
+    "sg_boolq": _superglue("boolq", ("question", "passage"), 2, "accuracy", label="BoolQ", train_rows=9_427),
+    "sg_cb": _superglue("cb", ("premise", "hypothesis"), 3, "macro_f1", label="CB", train_rows=250),
+    "sg_wic": _superglue("wic", ("wic",), 2, "accuracy", label="WiC", train_rows=5_428),
+    "sg_wsc": _superglue("wsc.fixed", ("wsc",), 2, "accuracy", label="WSC", train_rows=554),
     # --- SYNTHETIC (generated by encoder_eval/data/synthetic.py; for the demo and install checks)
     "synthetic_sentiment": TaskKnobs(
         bucket="synthetic", hf_path=None, inputs=("sentence",), label_field="label",
@@ -376,11 +393,11 @@ TASK_KNOBS: dict[str, TaskKnobs] = {
         query_field="query_id", doc_field="passage_id", first_stage_field="bm25_rank",
         first_stage_name="bm25", secondary_metrics=("ndcg_at_10",),
         description="MS MARCO passage re-ranking of BM25 top-k candidates (mirror only)",
+        label="MS-MARCO",
     ),
 }  # fmt: skip
 
 BUILTIN_TASKS = frozenset(TASK_KNOBS)  # the package's own; a task file cannot redefine them
-USER_TASK_SOURCES: dict[str, str] = {}  # user task -> the file that defined it
 MULTILINGUAL_TASKS = tuple(k for k, v in TASK_KNOBS.items() if v.bucket == "multilingual")
 # Names `--tasks` accepts for several tasks at once; "all" is the 17-task suite (no synthetic,
 # no ranking).
@@ -431,28 +448,31 @@ def _unknown_task(name: str, also: str = "") -> HarnessError:
     return unknown_name("task", name, TASK_KNOBS, f"{ADD_TASK_HINT}{'; ' + also if also else ''}")
 
 
-def add_user_task(key: str, knobs: TaskKnobs, source: str, revision: str | None) -> bool:
-    """Add a user task (parsed by `encoder_eval.data.taskfile`) to the registry: TASK_KNOBS,
-    LOADERS (the generic loader), DATASET_REVISIONS (its Hub dataset's revision) and its
-    bucket's group. False when the key was registered before (the same definition)."""
+def add_user_task(key: str, knobs: TaskKnobs) -> bool:
+    """Add a user task (parsed by `encoder_eval.data.taskfile`, its `source` and `revision`
+    in its knobs) to the registry; False when the key was registered before (the same
+    definition: `taskfile` refuses a different one)."""
     if key in TASK_KNOBS:
         return False
     TASK_KNOBS[key] = knobs
-    LOADERS[key] = _loader_for(key)
-    USER_TASK_SOURCES[key] = source
-    repo = knobs.hf_path
-    if repo and (revision is not None or repo not in DATASET_REVISIONS):
-        DATASET_REVISIONS[repo] = revision
     return True
 
 
-# Dataset revisions used when reading from the Hub (None = the repository's current head).
-# Pin them for a citable run; ENCODER_EVAL_DATASET_REVISIONS (a JSON object) overrides this.
-DATASET_REVISIONS: dict[str, str | None] = {
-    **{k.hf_path: None for k in TASK_KNOBS.values() if k.hf_path is not None},
-    # Loading scripts are gone from `datasets` >= 4; the parquet conversion branch remains.
-    "AmazonScience/massive": "refs/convert/parquet",
-}
+def default_revisions() -> dict[str, str | None]:
+    """The Hub revision each dataset is read at, from the task rows (None: the head); when
+    several tasks read one dataset, the one a row names (a run reads one revision of it)."""
+    revisions: dict[str, str | None] = {}
+    for knobs in TASK_KNOBS.values():
+        repo = knobs.hf_path
+        if repo and (knobs.revision is not None or repo not in revisions):
+            revisions[repo] = knobs.revision
+    return revisions
+
+
+def task_label(name: str) -> str:
+    """How tables name a task: its row's label, else its key."""
+    knobs = TASK_KNOBS.get(name)
+    return (knobs.label if knobs is not None else "") or name
 
 
 def task_knobs(name: str) -> TaskKnobs:
@@ -463,8 +483,9 @@ def task_knobs(name: str) -> TaskKnobs:
 
 
 def dataset_revisions() -> dict[str, str | None]:
-    """The dataset revisions in effect: DATASET_REVISIONS updated by the environment override."""
-    revisions = dict(DATASET_REVISIONS)
+    """The dataset revisions in effect: `default_revisions` updated by the environment
+    override."""
+    revisions = default_revisions()
     raw = os.environ.get("ENCODER_EVAL_DATASET_REVISIONS")
     if raw:
         try:
@@ -616,7 +637,7 @@ def _read_mirror_file(path: Path, task: str, split: str) -> list[dict]:
             where = "the task's data_dir"
             fix = (
                 f"Put the {split} rows there as {path.name} (one JSON object per line), or "
-                f"change data_dir in {USER_TASK_SOURCES.get(task, 'its task file')}."
+                f"change data_dir in {task_knobs(task).source or 'its task file'}."
             )
         else:
             mirror = path.parent.parent
@@ -853,14 +874,11 @@ def load_ranking(
     return train, val, test, knobs.num_labels, knobs.problem
 
 
-def _loader_for(name: str) -> Callable[..., LoaderResult]:
-    """Task `name`'s entry in LOADERS: `load_ranking` for a ranking task, else
-    `load_generic`, bound to that task."""
+def loader_for(name: str) -> Callable[..., LoaderResult]:
+    """Task `name`'s loader: `load_ranking` for a ranking task, else `load_generic`, bound
+    to that task (a special format is a named step of its row, not a loader of its own)."""
     load = load_ranking if task_knobs(name).problem == RANKING else load_generic
     return lambda data_dir=None, with_test=True: load(name, data_dir, with_test)
-
-
-LOADERS: dict[str, Callable[..., LoaderResult]] = {name: _loader_for(name) for name in TASK_KNOBS}
 
 
 def load_task(
@@ -869,16 +887,14 @@ def load_task(
     with_test: bool = True,
     selection_split: str = "dev",
 ) -> LoaderResult:
-    """Load a registered task by name through its entry in LOADERS; with `selection_split`
+    """Load a registered task by name through its loader (`loader_for`); with `selection_split`
     "holdout", dev is replaced by a fixed slice of train (`encoder_eval.data.holdout`)."""
     knobs = task_knobs(task)
-    if task not in LOADERS:
-        raise unknown_name("task loader", task, LOADERS)
     if knobs.problem == RANKING and selection_split != "dev":
         raise HarnessError(f"task {task!r} is a ranking task: the {selection_split} slice is "
                            "drawn per example, which would split queries; use "
                            "--selection-split dev")  # fmt: skip
-    return apply_selection_split(LOADERS[task](data_dir, with_test=with_test), selection_split)
+    return apply_selection_split(loader_for(task)(data_dir, with_test=with_test), selection_split)
 
 
 def data_provenance(task: str, data_dir: str | os.PathLike | None = None) -> dict:

@@ -32,6 +32,7 @@ from encoder_eval.data.tasks import (
     TASK_KNOBS,
     in_suite_average,
     task_knobs,
+    task_label,
 )
 from encoder_eval.reports import latex
 from encoder_eval.reports.latex import Score
@@ -69,13 +70,6 @@ MARKS_NOTES = {
 BUCKET_LABELS = {"multilingual": "Multilingual", "glue": "GLUE", "superglue": "SuperGLUE",
                  "ranking": "Ranking"}  # fmt: skip
 BUCKET_ORDER = ("multilingual", "glue", "superglue", "ranking")
-TASK_LABELS = {
-    "xnli": "XNLI", "paws_x": "PAWS-X", "amazon_reviews_multi": "Amazon-Reviews",
-    "massive_intent": "MASSIVE-Intent", "seahorse": "SeaHorse", "glue_cola": "CoLA",
-    "glue_sst2": "SST-2", "glue_mrpc": "MRPC", "glue_stsb": "STS-B", "glue_qqp": "QQP",
-    "glue_mnli": "MNLI", "glue_qnli": "QNLI", "glue_rte": "RTE", "sg_boolq": "BoolQ",
-    "sg_cb": "CB", "sg_wic": "WiC", "sg_wsc": "WSC", "ms_marco": "MS-MARCO",
-}  # fmt: skip
 
 FORMATS = ("markdown", "json", "csv", "latex")
 
@@ -478,7 +472,7 @@ def task_header(task: str) -> str:
     knobs = TASK_KNOBS[task]
     star = "*" if knobs.report_split == "validation" else ""
     metric = metric_spec(knobs.metric).label
-    return f"{TASK_LABELS.get(task, task)}{star} ({metric})"
+    return f"{task_label(task)}{star} ({metric})"
 
 
 def _seed_range(seeds: list[int]) -> str:
@@ -542,7 +536,7 @@ def footnotes(table: Table) -> list[str]:
     for name in table.benchmark_scores:
         tasks = BENCHMARK_SCORES[name]
         notes.append(f"{BENCHMARK_LABELS[name]}: the macro-average of the task means over "
-                     f"{', '.join(TASK_LABELS.get(t, t) for t in tasks)} (each task's metric "
+                     f"{', '.join(task_label(t) for t in tasks)} (each task's metric "
                      "as in its column"
                      + ("; ReCoRD excluded" if name == "superglue_score" else "")
                      + ").")  # fmt: skip
