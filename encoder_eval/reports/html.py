@@ -203,8 +203,8 @@ ol.notes, ul.notes { color:var(--muted); font-size:13px; margin:12px 0 0; paddin
 .figures { display:flex; flex-wrap:wrap; gap:16px; }
 figure { margin:0; border:1px solid var(--line); border-radius:6px; padding:8px;
          background:#fff; }
-figure img { display:block; max-width:100%; height:auto; }
-figure.small img { max-width:460px; }
+figure img { display:block; max-width:min(100%, 760px); height:auto; }
+figure.small img { max-width:440px; }
 figcaption { color:var(--muted); font-size:13px; margin-top:4px; }
 .verdict-better { color:#116329; font-weight:700; }
 details { border:1px solid var(--line); border-radius:6px; margin:6px 0; padding:4px 10px; }
