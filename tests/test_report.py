@@ -249,3 +249,30 @@ def test_a_table_with_problems_is_refused_unless_allow_partial(hostile_dir, caps
     assert report.main([*args, "--allow-partial"]) == EXIT_OK
     page = out.read_text(encoding="utf-8")
     assert "Not a protocol table" in page and "avg@4 instead of avg@5" in page
+
+
+def test_a_probe_table_from_real_probe_results(hostile_dir, tmp_path, capsys):
+    """Probe results (one tiny model's frozen embeddings, a synthetic task, 3 folds) make
+    the page's table, or a section beside a fine-tuning table."""
+    from tiny_models import build_tiny_model
+
+    model = build_tiny_model("bert", tmp_path / "m", num_labels=None)
+    probes = tmp_path / "probes"
+    sh(py("encoder_eval.probe", "--model", f"tiny={model}", "--tasks", "synthetic_sentiment",
+          "--pooling", "mean", "--k-folds", "3", "--results-dir", str(probes), "--device",
+          "cpu", "--precision", "fp32", "--max-seq-len", "64"), tmp_path)  # fmt: skip
+    expected = json.loads(sh(py("encoder_eval.summarize", "--results-dir", str(probes),
+                                "--format", "json"), tmp_path).stdout)  # fmt: skip
+    cell = expected["rows"][0]["cells"]["synthetic_sentiment"]
+    out = tmp_path / "probe.html"
+    assert report.main(["--results-dir", str(probes), "--out", str(out)]) == EXIT_OK
+    page = out.read_text(encoding="utf-8")
+    assert 'data-model="tiny:mean"' in page and f'data-mean="{cell["mean"]!r}"' in page
+    assert "probe folds" in page  # the probe table's own footnotes
+    out = tmp_path / "both.html"
+    assert report.main(["--results-dir", str(hostile_dir / "report"), "--selection",
+                        str(hostile_dir / "selection.json"), "--probe-results-dir",
+                        str(probes), "--out", str(out)]) == EXIT_OK  # fmt: skip
+    page = out.read_text(encoding="utf-8")
+    assert 'id="results-table"' in page and 'id="probe-table"' in page
+    assert f'data-mean="{cell["mean"]!r}"' in page
