@@ -200,11 +200,11 @@ ol.notes, ul.notes { color:var(--muted); font-size:13px; margin:12px 0 0; paddin
 .banner { background:var(--warn-bg); color:var(--warn); border:1px solid #f0d48a;
           border-radius:6px; padding:10px 14px; margin:12px 0 0; font-size:14px; }
 .note { color:var(--muted); font-style:italic; }
-.figures { display:flex; flex-wrap:wrap; gap:16px; }
+.figures { display:flex; flex-wrap:wrap; gap:16px; margin-top:12px; align-items:flex-start; }
 figure { margin:0; border:1px solid var(--line); border-radius:6px; padding:8px;
-         background:#fff; }
-figure img { display:block; max-width:min(100%, 760px); height:auto; }
-figure.small img { max-width:440px; }
+         background:#fff; max-width:778px; }
+figure.small { max-width:458px; }
+figure img { display:block; max-width:100%; height:auto; }
 figcaption { color:var(--muted); font-size:13px; margin-top:4px; }
 .verdict-better { color:#116329; font-weight:700; }
 details { border:1px solid var(--line); border-radius:6px; margin:6px 0; padding:4px 10px; }
