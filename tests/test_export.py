@@ -18,7 +18,7 @@ from result_helpers import make_selection, write_cell_with_predictions
 
 from encoder_eval import export, summarize
 from encoder_eval.cells.predictions import load_predictions, predictions_path
-from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_OK
+from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK
 from encoder_eval.core.protocol import LR_GRID
 from encoder_eval.core.results import result_filename
 
@@ -167,3 +167,16 @@ def test_export_refuses_a_table_with_problems_unless_allow_partial(report_dir, c
     rec = next(json.loads(x) for x in out.splitlines()
                if '"enc-a"' in x and '"glue_rte"' in x)  # fmt: skip
     assert len(rec["results"]["raw"]) == 4 and rec["encoder_eval"]["on_protocol"] is False
+
+
+def test_examples_refuse_a_predictions_file_that_does_not_match_its_result(report_dir, capsys):
+    """A stale file (here: its predictions flipped) is refused, never exported."""
+    mine = predictions_path(report_dir / result_filename("enc-a", "glue_rte", LR_GRID["lr05"], 46))
+    doc = json.loads(mine.read_text())
+    doc["languages"]["en"]["predictions"] = [1 - p for p in doc["languages"]["en"]["predictions"]]
+    mine.write_text(json.dumps(doc))
+    code, out, err = _run(capsys, export, "--format", "examples", "--results-dir",
+                          str(report_dir), "--selection", str(report_dir / "selection.json"))  # fmt: skip
+    assert code == EXIT_INPUT_ERROR and out == ""
+    last = err.strip().splitlines()[-1]  # after the warning about selection.json there
+    assert last.startswith("error: ") and mine.name in last and "predictions score" in last

@@ -16,7 +16,12 @@ import json
 import math
 from collections.abc import Iterator
 
-from encoder_eval.cells.predictions import load_predictions, predictions_path
+from encoder_eval.cells.predictions import (
+    PredictionsError,
+    check_against_result,
+    load_predictions,
+    predictions_path,
+)
 from encoder_eval.core.metrics import metric_spec
 from encoder_eval.core.results import LoadedResult
 from encoder_eval.data.tasks import TASK_KNOBS
@@ -110,12 +115,16 @@ def euroeval_records(table: Table, results: list[LoadedResult]) -> list[dict]:
 
 def example_rows(table: Table, results: list[LoadedResult]) -> Iterator[dict]:
     """One row per example, language and seed of every cell the table counts, read from the
-    cells' predictions files (each checked by `load_predictions`)."""
+    cells' predictions files; a file that does not recompute its result's scores is
+    refused (`check_against_result`), as `compare` refuses it."""
     cells = included_cells(table, results)
     for m in table.models:
         for t in table.tasks:
             for r in sorted(cells.get((m, t), []), key=lambda r: r.cell["seed"]):
                 preds = load_predictions(predictions_path(r.path))
+                problems = check_against_result(preds, r.result)
+                if problems:  # a stale file from another run: never exported as this cell's
+                    raise PredictionsError(f"{predictions_path(r.path)}: {'; '.join(problems)}")
                 for lang, p in preds.languages.items():
                     for i in range(len(p)):
                         row = {"model": m, "task": t, "seed": r.cell["seed"],
