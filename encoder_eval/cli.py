@@ -56,6 +56,10 @@ COMMANDS: dict[str, Command] = {
     ),
     "estimate": Command("encoder_eval.estimate", "device-hours of the full protocol, measured"),
     "done": Command("encoder_eval.done", "exit 0 iff the given result files are done cells"),
+    "report": Command("encoder_eval.report", "one self-contained HTML page of a results folder"),
+    "export": Command(
+        "encoder_eval.export", "results in other tools' formats (EuroEval, one row per example)"
+    ),
     "demo": Command("encoder_eval.demo", "the whole protocol on MiniLM and synthetic tasks"),
     "list": Command("encoder_eval.cli", "list tasks, task groups, models or the grid"),
 }

@@ -1,0 +1,96 @@
+"""`encoder-eval report`: one self-contained HTML page of a results folder, to browse.
+
+Usage::
+
+    encoder-eval report --results-dir results/report --out report.html
+    # results without an experiment file: name the selection (and the select results,
+    # for the learning-rate curves)
+    encoder-eval report --results-dir results/report --selection selection.json \\
+        --select-results-dir results/select --out report.html
+    # a smoke or unfinished run: the page says what is wrong with the table
+    encoder-eval report --results-dir results/report --out report.html --allow-partial
+
+The page holds the `summarize` table with its footnotes (each score links to the result
+files behind it: cell, protocol, recipe, provenance, training), the score chart and the
+learning-rate curves, `compare`'s verdicts for every pair of models, the leaderboard with
+its critical-difference plot, and with `--probe-results-dir` a probe table. It needs no
+network when viewed: CSS inline, figures as data URIs, no external script. The table's
+json (`summarize --format json`) is embedded in the element `#table-data`.
+
+The table is refused as `summarize` refuses it (exit 1, each problem listed) unless
+`--allow-partial`, which shows the page with the problems in a banner and the footnotes.
+The library is `encoder_eval.reports.html`. Exit status: 0 written; 1 refused; 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from encoder_eval.core.errors import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    ArgumentParser,
+    HarnessError,
+    report_errors,
+    warn_once,
+)
+from encoder_eval.core.fileio import write_atomic
+from encoder_eval.core.protocol import seed_arg
+from encoder_eval.plans.plan import split_csv
+from encoder_eval.reports.html import build_report, render_html
+from encoder_eval.reports.table import format_refusal
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(
+        prog="encoder-eval report",
+        description="Write one self-contained HTML page: the table with footnotes, figures, "
+        "compare's verdicts, the leaderboard and each cell's provenance.",
+    )
+    p.add_argument("--results-dir", required=True, help="report-phase (or probe) result directory")
+    p.add_argument("--out", required=True, help="the HTML file to write")
+    p.add_argument("--selection", help="selection.json (default: the one the results "
+                   "directory's experiment file names)")  # fmt: skip
+    p.add_argument("--select-results-dir", help="select-phase results, for the learning-rate "
+                   "curves (default: those the experiment file names)")  # fmt: skip
+    p.add_argument("--probe-results-dir", help="also show a table of the probe results here")
+    p.add_argument("--models", help="comma-separated models (default: selection + results)")
+    p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="write the page despite the table's problems (shown in a banner)")  # fmt: skip
+    p.add_argument("--title", help="the page's title (default: names the results directory)")
+    p.add_argument("--resamples", type=int, default=999,
+                   help="permutations and bootstrap replicates of the marks and verdicts")  # fmt: skip
+    p.add_argument("--seed", type=seed_arg, default=1234, help="seed of the resampling")
+    return p
+
+
+@report_errors
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not Path(args.results_dir).is_dir():
+        raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
+    if args.probe_results_dir and not Path(args.probe_results_dir).is_dir():
+        raise HarnessError(f"--probe-results-dir {args.probe_results_dir} is not a directory")
+    if not Path(args.out).absolute().parent.is_dir():
+        raise HarnessError(f"--out {args.out}: its directory does not exist")
+    report = build_report(
+        args.results_dir, selection=args.selection, select_results_dir=args.select_results_dir,
+        probe_results_dir=args.probe_results_dir, models=split_csv(args.models) or None,
+        tasks=split_csv(args.tasks) or None, allow_partial=args.allow_partial,
+        resamples=args.resamples, seed=args.seed, title=args.title, warn=warn_once(),
+    )  # fmt: skip
+    if report.table.problems and not args.allow_partial:
+        print(format_refusal(report.table).replace("summarize refuses to print this table",
+                                                   "report refuses this table"),
+              file=sys.stderr)  # fmt: skip
+        return EXIT_INCOMPLETE
+    write_atomic(args.out, render_html(report))
+    print(f"wrote {args.out}", file=sys.stderr)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

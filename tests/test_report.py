@@ -1,0 +1,278 @@
+"""`encoder-eval report`: the HTML page of a results folder, opened in a real headless
+browser (Debian's Chromium, driven by selenium through /usr/bin/chromedriver; nothing is
+downloaded). The results come from the real pipeline at tiny scale: three tiny local
+models, two synthetic tasks, sweep -> run_all.sh -> select -> sweep -> run_all.sh.
+
+The page must load without a console error and without fetching anything but itself, its
+table must hold the numbers `summarize --format json` prints, every figure must decode,
+and a score's link must open that cell's provenance. A screenshot is taken (and kept under
+$ENCODER_EVAL_SCREENSHOT_DIR when set). .ci/run installs chromium and chromium-driver and
+sets ENCODER_EVAL_REQUIRE_BROWSER=1, which makes a missing browser a failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from fault_helpers import env, py, sh
+from result_helpers import make_result, make_selection, write_many
+
+from encoder_eval import report
+from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_OK
+from encoder_eval.core.protocol import LR_GRID, PHASE_SEEDS
+from encoder_eval.core.results import result_filename
+from encoder_eval.reports.html import cell_anchor
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+MODELS = {"tiny-bert": "bert", "tiny-xlmr": "xlm-roberta", "tiny-deberta": "deberta-v2"}
+TASKS = "synthetic_sentiment,synthetic_nli"
+
+
+def _webdriver():
+    """A headless Chromium, or a skip (a failure under ENCODER_EVAL_REQUIRE_BROWSER=1)."""
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not Path(p).exists()]
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        missing.append("selenium (pip install -e '.[dev]')")
+    if missing:
+        why = f"missing {', '.join(missing)}: apt-get install chromium chromium-driver"
+        if os.environ.get("ENCODER_EVAL_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"ENCODER_EVAL_REQUIRE_BROWSER=1 but {why}")
+        pytest.skip(why)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,1000", "--hide-scrollbars", "--no-first-run"):  # fmt: skip
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    # An explicit driver path: selenium-manager is never asked to download one.
+    return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory) -> Path:
+    """A report folder made by the real pipeline: 3 tiny models x 2 synthetic tasks, 2 LRs
+    x 1 select seed, then report seeds 45,46 at the selected LR (3 steps a cell)."""
+    from tiny_models import build_tiny_model
+
+    root = tmp_path_factory.mktemp("report_pipeline")
+    flags = []
+    for name, kind in MODELS.items():
+        flags += ["--model", f"{name}={build_tiny_model(kind, root / 'models' / name, None)}"]
+    common = [*flags, "--tasks", TASKS, "--max-steps", "3", "--max-seq-len", "64",
+              "--device", "cpu", "--precision", "fp32"]  # fmt: skip
+    sh(py("encoder_eval.sweep", "--phase", "select", *common, "--lr-keys", "lr03,lr10",
+          "--seeds", "42", "--mode", "shell", "--out-dir", "runs/select",
+          "--results-dir", "results/select"), root)  # fmt: skip
+    sh(["bash", "runs/select/run_all.sh"], root, timeout=1200)
+    sh(py("encoder_eval.select", "--results-dir", "results/select", "--out", "selection.json"),
+       root)  # fmt: skip
+    sh(py("encoder_eval.sweep", "--phase", "report", "--selection", "selection.json",
+          "--seeds", "45,46", "--mode", "shell", "--out-dir", "runs/report",
+          "--results-dir", "results/report"), root)  # fmt: skip
+    sh(["bash", "runs/report/run_all.sh"], root, timeout=1200)
+    return root
+
+
+class _Resources(HTMLParser):
+    """Every URL-bearing attribute of a page, and its script elements' attributes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[tuple[str, str, str]] = []
+        self.scripts: list[dict] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        for name in ("src", "href", "srcset", "action", "poster", "data"):
+            if attrs.get(name) is not None:
+                self.urls.append((tag, name, attrs[name]))
+        if tag == "script":
+            self.scripts.append(attrs)
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    return struct.unpack(">II", head[16:24])
+
+
+@pytest.mark.slow
+def test_the_report_page_in_a_real_browser(pipeline, tmp_path):
+    rdir = str(pipeline / "results" / "report")
+    out = tmp_path / "report.html"
+    cmd = [sys.executable, "-m", "encoder_eval", "report", "--results-dir", rdir, "--out",
+           str(out)]  # fmt: skip
+    # A shrunken run is not a protocol table: refused as summarize refuses it...
+    refused = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=600)
+    assert refused.returncode == EXIT_INCOMPLETE, refused.stderr
+    assert "report refuses this table" in refused.stderr and "[off_protocol]" in refused.stderr
+    assert not out.exists()
+    # ...and shown, its problems in a banner, with --allow-partial.
+    sh([*cmd, "--allow-partial"], tmp_path)
+    expected = json.loads(sh(py("encoder_eval.summarize", "--results-dir", rdir,
+                                "--allow-partial", "--format", "json"), tmp_path).stdout)  # fmt: skip
+
+    # Self-contained: nothing on the page points outside it.
+    page = out.read_text(encoding="utf-8")
+    parsed = _Resources()
+    parsed.feed(page)
+    for tag, attr, url in parsed.urls:
+        assert url.startswith(("#", "data:")), f"<{tag} {attr}={url[:60]}> leaves the page"
+    assert all("src" not in s for s in parsed.scripts), "an external script"
+    imgs = [u for tag, _, u in parsed.urls if tag == "img"]
+    assert len(imgs) >= 1 + 2 * 3 + 1  # scores, 6 learning-rate curves, the CD plot
+    assert all(u.startswith("data:image/png;base64,") for u in imgs)
+
+    driver = _webdriver()
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        driver.get(out.as_uri())
+        assert driver.title.startswith("encoder-eval report")
+        severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert severe == [], severe
+        requests = [json.loads(e["message"])["message"] for e in driver.get_log("performance")]
+        fetched = {m["params"]["request"]["url"] for m in requests
+                   if m["method"] == "Network.requestWillBeSent"}  # fmt: skip
+        assert fetched and all(u == out.as_uri() or u.startswith("data:") for u in fetched), fetched
+        # Every figure decoded.
+        assert driver.execute_script(
+            "return Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)"
+        )
+        # The table's numbers are summarize's.
+        shown = driver.execute_script(
+            "return Array.from(document.querySelectorAll('#results-table td.score')).map(td =>"
+            " ({model: td.dataset.model, task: td.dataset.task, mean: td.dataset.mean,"
+            " std: td.dataset.std, text: td.innerText}))"
+        )
+        rows = {r["model"]: r["cells"] for r in expected["rows"]}
+        assert len(shown) == len(expected["rows"]) * len(expected["tasks"]) == 6
+        for cell in shown:
+            want = rows[cell["model"]][cell["task"]]
+            assert float(cell["mean"]) == want["mean"] and float(cell["std"]) == want["std"]
+            ci = want["ci"]
+            text = (f"{100 * want['mean']:.2f} ± {100 * want['std']:.2f} "
+                    f"[{100 * ci['low']:.2f}, {100 * ci['high']:.2f}]")  # fmt: skip
+            assert cell["text"].startswith(text), (cell, text)
+        embedded = driver.execute_script(
+            "return JSON.parse(document.getElementById('table-data').textContent)"
+        )
+        assert embedded == expected
+        notes = driver.find_element("css selector", "#table ol.notes").text
+        for note in expected["footnotes"]:
+            assert note in notes
+        for section in ("#compare", "#leaderboard", "#figures", "#provenance"):
+            assert driver.find_element("css selector", section).is_displayed()
+        board = driver.find_elements("css selector", "#leaderboard tbody tr")
+        assert {r.get_attribute("data-model") for r in board} == set(MODELS)
+        verdicts = driver.find_elements("css selector", "#compare table.verdicts tbody tr")
+        assert len(verdicts) == 3 * 2  # three pairs x two tasks
+
+        shot = tmp_path / "report.png"
+        assert driver.save_screenshot(str(shot))
+        width, height = _png_size(shot)
+        assert width >= 1000 and height >= 600
+        keep = os.environ.get("ENCODER_EVAL_SCREENSHOT_DIR")
+        if keep:
+            shutil.copy(shot, Path(keep) / "report.png")
+
+        # A score's link opens the provenance of its cell.
+        model, task = shown[0]["model"], shown[0]["task"]
+        panel = cell_anchor(model, task)
+        assert not driver.execute_script(f"return document.getElementById('{panel}').open")
+        driver.find_element("css selector", f"#results-table td.score a[href='#{panel}']").click()
+        is_open = f"return document.getElementById('{panel}').open"
+        WebDriverWait(driver, 10).until(lambda d: d.execute_script(is_open))
+        text = driver.find_element("id", panel).text
+        assert f"{model}_{task}_" in text and "counted" in text
+
+        assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+    finally:
+        driver.quit()
+
+
+# ----------------------------------------------------------------------------- fast
+
+
+HOSTILE = "m<b>\"'&x"  # every character HTML gives a meaning to
+
+
+@pytest.fixture
+def hostile_dir(tmp_path) -> Path:
+    models = (HOSTILE, "base")
+    sel = make_selection({(m, "glue_rte"): "lr06" for m in models})
+    (tmp_path / "selection.json").write_text(json.dumps(sel))
+    write_many(tmp_path / "report", [
+        make_result(m, "glue_rte", "lr06", seed, "report", score)
+        for m, base in zip(models, (0.7, 0.6), strict=True)
+        for seed, score in zip(PHASE_SEEDS["report"], (base, base + 0.01, base - 0.01,
+                                                       base + 0.02, base), strict=True)
+    ])  # fmt: skip
+    return tmp_path
+
+
+def test_every_user_string_is_escaped(hostile_dir, capsys):
+    out = hostile_dir / "r.html"
+    code = report.main(["--results-dir", str(hostile_dir / "report"), "--selection",
+                        str(hostile_dir / "selection.json"), "--out", str(out),
+                        "--title", "<script>alert(1)</script>"])  # fmt: skip
+    assert code == EXIT_OK, capsys.readouterr().err
+    page = out.read_text(encoding="utf-8")
+    assert HOSTILE not in page and "<script>alert" not in page
+    assert "m&lt;b&gt;&quot;&#x27;&amp;x" in page
+    # The embedded json stays json, and cannot close its script element.
+    start = page.index('id="table-data">') + len('id="table-data">')
+    data = json.loads(page[start : page.index("</script>", start)])
+    assert data["rows"][0]["model"] in (HOSTILE, "base")
+
+
+def test_a_table_with_problems_is_refused_unless_allow_partial(hostile_dir, capsys):
+    (hostile_dir / "report" / result_filename("base", "glue_rte", LR_GRID["lr06"], 49)).unlink()
+    out = hostile_dir / "r.html"
+    args = ["--results-dir", str(hostile_dir / "report"), "--selection",
+            str(hostile_dir / "selection.json"), "--out", str(out)]  # fmt: skip
+    assert report.main(args) == EXIT_INCOMPLETE
+    err = capsys.readouterr().err
+    assert "report refuses this table" in err and "[missing_seeds]" in err
+    assert not out.exists()
+    assert report.main([*args, "--allow-partial"]) == EXIT_OK
+    page = out.read_text(encoding="utf-8")
+    assert "Not a protocol table" in page and "avg@4 instead of avg@5" in page
+
+
+def test_a_probe_table_from_real_probe_results(hostile_dir, tmp_path, capsys):
+    """Probe results (one tiny model's frozen embeddings, a synthetic task, 3 folds) make
+    the page's table, or a section beside a fine-tuning table."""
+    from tiny_models import build_tiny_model
+
+    model = build_tiny_model("bert", tmp_path / "m", num_labels=None)
+    probes = tmp_path / "probes"
+    sh(py("encoder_eval.probe", "--model", f"tiny={model}", "--tasks", "synthetic_sentiment",
+          "--pooling", "mean", "--k-folds", "3", "--results-dir", str(probes), "--device",
+          "cpu", "--precision", "fp32", "--max-seq-len", "64"), tmp_path)  # fmt: skip
+    expected = json.loads(sh(py("encoder_eval.summarize", "--results-dir", str(probes),
+                                "--format", "json"), tmp_path).stdout)  # fmt: skip
+    cell = expected["rows"][0]["cells"]["synthetic_sentiment"]
+    out = tmp_path / "probe.html"
+    assert report.main(["--results-dir", str(probes), "--out", str(out)]) == EXIT_OK
+    page = out.read_text(encoding="utf-8")
+    assert 'data-model="tiny:mean"' in page and f'data-mean="{cell["mean"]!r}"' in page
+    assert "probe folds" in page  # the probe table's own footnotes
+    out = tmp_path / "both.html"
+    assert report.main(["--results-dir", str(hostile_dir / "report"), "--selection",
+                        str(hostile_dir / "selection.json"), "--probe-results-dir",
+                        str(probes), "--out", str(out)]) == EXIT_OK  # fmt: skip
+    page = out.read_text(encoding="utf-8")
+    assert 'id="results-table"' in page and 'id="probe-table"' in page
+    assert f'data-mean="{cell["mean"]!r}"' in page
