@@ -16,6 +16,10 @@ files; `probe_task` runs the protocol (EVALUATION_METHODOLOGY.md, "12. Probing")
 * mean and std over folds (ddof 1; ddof 0, NeuCo-Bench's np.nanstd, in NeuCo mode:
   `ProbeConfig.std_ddof`), and Q = 2 * mean / (Q_OFFSET + std).
 
+With an `SvmSearch` (`encoder_eval.cells.svm_probe`, NeuCo-Bench's `probe_type: svm`), a
+seeded Bayesian search over a polynomial-kernel SVM's hyperparameters takes the grid's
+place in each fold, on the same rows.
+
 NeuCo-Bench's unsound rules (`NEUCO_RULES`) are available behind `ProbeConfig.neuco_rules`;
 a result computed under any of them says so and is off protocol. Stored probes are JSON
 data (`save_probe` / `load_probe`), never pickles or generated code.
