@@ -125,7 +125,7 @@ def test_end_to_end_layout_results_probes_and_leaderboard(bench, capsys):
         assert probe.predict(np.zeros((2, 8))).shape == (2,)
     boards = list((root / "out" / "leaderboards" / "dev").glob("leaderboard_*.csv"))
     assert len(boards) == 1
-    rows = list(csv.DictReader(boards[0].open()))
+    rows = list(csv.DictReader(boards[0].read_text().splitlines()))
     assert [r["method"] for r in rows] == ["good"]
 
 
@@ -134,7 +134,7 @@ def test_leaderboard_ranks_the_informative_embeddings_first(bench, capsys):
     assert neuco.main(_args(bench, "random.csv")) == EXIT_OK
     assert neuco.main(_args(bench, "good.csv")) == EXIT_OK
     boards = sorted((root / "out" / "leaderboards" / "dev").glob("leaderboard_*.csv"))
-    rows = list(csv.DictReader(boards[-1].open()))
+    rows = list(csv.DictReader(boards[-1].read_text().splitlines()))
     assert [r["method"] for r in rows] == ["good", "random"]
     assert [r["aggregated_rank"] for r in rows] == ["1", "2"]
     assert float(rows[0]["landcover_q"]) > float(rows[1]["landcover_q"])
@@ -165,7 +165,7 @@ def test_drop_incomplete_runs_rule_drops_and_says_so(bench):
     neuco.run_neuco(bench["labels"], root / "random.csv", partial, root / "out", "partial",
                     "dev", neuco_rules=rule, now=now)  # fmt: skip
     board = root / "out" / "leaderboards" / "dev" / "leaderboard_20260102_030405.csv"
-    rows = list(csv.DictReader(board.open()))
+    rows = list(csv.DictReader(board.read_text().splitlines()))
     assert rows[0]["method"] == "good" and rows[0]["aggregated_rank"] == "1"
     assert rows[1]["method"] == "partial" and "dropped" in rows[1]["aggregated_rank"]
     summary = json.loads((root / "out/dev/good_20260102_030405/results_summary.json").read_text())
@@ -311,7 +311,7 @@ def test_leaderboard_ranks_ties_as_neuco_bench_does(tmp_path):
     for run, scores in q.items():
         _summary(tmp_path, run, scores)
     path = neuco.summarize_runs(tmp_path / "out", "dev", now=datetime(2026, 1, 1, tzinfo=UTC))
-    rows = {r["run"]: r for r in csv.DictReader(path.open())}
+    rows = {r["run"]: r for r in csv.DictReader(path.read_text().splitlines())}
     # by hand: t1 ranks (min) a 1, b 1, c 3; t2 ranks b 1, c 2, a 3
     s1, s2 = np.std([10, 10, 4], ddof=1), np.std([1, 3, 2], ddof=1)
     w1, w2 = s1 / (s1 + s2), s2 / (s1 + s2)
@@ -443,7 +443,7 @@ def test_svm_probe_end_to_end_with_plots_stored_probes_and_leaderboard(bench, ca
     assert not (run_dir / "landcover" / "regression_scatter").exists()
     assert not (run_dir / "biomass" / "confusion_matrices").exists()
     boards = sorted((root / "out" / "leaderboards" / "dev").glob("leaderboard_*.csv"))
-    rows = list(csv.DictReader(boards[-1].open()))
+    rows = list(csv.DictReader(boards[-1].read_text().splitlines()))
     assert [r["method"] for r in rows] == ["good", "random"]
 
 
