@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
+from sklearn.metrics import f1_score
 
-from encoder_eval.cells.probing import load_probe
+from encoder_eval import neuco_bench
+from encoder_eval.cells.probing import ProbeConfig, held_out_predictions, load_probe, probe_task
 from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK, HarnessError
 from encoder_eval.reports import neuco
+from encoder_eval.reports.plots import confusion_counts
 
 SEED = 1201
 N = 160
@@ -117,7 +125,7 @@ def test_end_to_end_layout_results_probes_and_leaderboard(bench, capsys):
         assert probe.predict(np.zeros((2, 8))).shape == (2,)
     boards = list((root / "out" / "leaderboards" / "dev").glob("leaderboard_*.csv"))
     assert len(boards) == 1
-    rows = list(csv.DictReader(boards[0].open()))
+    rows = list(csv.DictReader(boards[0].read_text().splitlines()))
     assert [r["method"] for r in rows] == ["good"]
 
 
@@ -126,7 +134,7 @@ def test_leaderboard_ranks_the_informative_embeddings_first(bench, capsys):
     assert neuco.main(_args(bench, "random.csv")) == EXIT_OK
     assert neuco.main(_args(bench, "good.csv")) == EXIT_OK
     boards = sorted((root / "out" / "leaderboards" / "dev").glob("leaderboard_*.csv"))
-    rows = list(csv.DictReader(boards[-1].open()))
+    rows = list(csv.DictReader(boards[-1].read_text().splitlines()))
     assert [r["method"] for r in rows] == ["good", "random"]
     assert [r["aggregated_rank"] for r in rows] == ["1", "2"]
     assert float(rows[0]["landcover_q"]) > float(rows[1]["landcover_q"])
@@ -157,7 +165,7 @@ def test_drop_incomplete_runs_rule_drops_and_says_so(bench):
     neuco.run_neuco(bench["labels"], root / "random.csv", partial, root / "out", "partial",
                     "dev", neuco_rules=rule, now=now)  # fmt: skip
     board = root / "out" / "leaderboards" / "dev" / "leaderboard_20260102_030405.csv"
-    rows = list(csv.DictReader(board.open()))
+    rows = list(csv.DictReader(board.read_text().splitlines()))
     assert rows[0]["method"] == "good" and rows[0]["aggregated_rank"] == "1"
     assert rows[1]["method"] == "partial" and "dropped" in rows[1]["aggregated_rank"]
     summary = json.loads((root / "out/dev/good_20260102_030405/results_summary.json").read_text())
@@ -196,8 +204,11 @@ def test_config_errors_name_the_problem(tmp_path):
     path.write_text(base + "k_fold: 3\n")
     with pytest.raises(HarnessError, match="unknown config key 'k_fold'. Did you mean 'k_folds'"):
         neuco.read_config(path)
+    path.write_text(base.replace("probe_type: linear", "probe_type: knn"))
+    with pytest.raises(HarnessError, match="Valid probe_types: linear, svm"):
+        neuco.read_config(path)
     path.write_text(base.replace("probe_type: linear", "probe_type: svm"))
-    with pytest.raises(HarnessError, match="Valid probe_types: linear"):
+    with pytest.raises(HarnessError, match="unknown svm probe_params key 'batch_size'"):
         neuco.read_config(path)
     path.write_text(base.replace("update_leaderboard: true\n", ""))
     with pytest.raises(HarnessError, match="required key.* missing: update_leaderboard"):
@@ -300,7 +311,7 @@ def test_leaderboard_ranks_ties_as_neuco_bench_does(tmp_path):
     for run, scores in q.items():
         _summary(tmp_path, run, scores)
     path = neuco.summarize_runs(tmp_path / "out", "dev", now=datetime(2026, 1, 1, tzinfo=UTC))
-    rows = {r["run"]: r for r in csv.DictReader(path.open())}
+    rows = {r["run"]: r for r in csv.DictReader(path.read_text().splitlines())}
     # by hand: t1 ranks (min) a 1, b 1, c 3; t2 ranks b 1, c 2, a 3
     s1, s2 = np.std([10, 10, 4], ddof=1), np.std([1, 3, 2], ddof=1)
     w1, w2 = s1 / (s1 + s2), s2 / (s1 + s2)
@@ -311,9 +322,146 @@ def test_leaderboard_ranks_ties_as_neuco_bench_does(tmp_path):
 
 
 @pytest.mark.parametrize(("key", "value"), [("k_folds", 5), ("seed", 7),
-                                            ("standardize_embeddings", False)])  # fmt: skip
+                                            ("standardize_embeddings", False),
+                                            ("probe_type", "svm")])  # fmt: skip
 def test_leaderboard_refuses_runs_of_different_fold_setups(tmp_path, key, value):
     _summary(tmp_path, "a", {"t1": 10.0})
     _summary(tmp_path, "b", {"t1": 8.0}, **{key: value})
-    with pytest.raises(neuco.LeaderboardRefused, match=f"different fold setups.*{key}={value}"):
+    with pytest.raises(neuco.LeaderboardRefused, match=f"differ in {key} .*: b$|{key}={value}: b;"):
         neuco.summarize_runs(tmp_path / "out", "dev")
+
+
+def test_leaderboard_refuses_runs_of_different_embedding_dimensions_in_one_error(bench, capsys):
+    """Two real runs, 6 and 8 dimensions (embedding_dim inferred), then a third under a NeuCo
+    rule: one refusal names every difference and each run's value."""
+    root = bench["root"]
+    bench["config"].write_text(CONFIG.format(dim=8, leaderboard="true").replace(
+        "embedding_dim: 8\n", ""))  # fmt: skip
+    _submission(root / "wide.csv", None, dim=8)
+    assert neuco.main(_args(bench, "good.csv", "--method-name", "narrow")) == EXIT_OK
+    capsys.readouterr()
+    assert neuco.main(_args(bench, "wide.csv", "--method-name", "wide")) == EXIT_INCOMPLETE
+    (err,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert err.startswith("error: leaderboard refused:")
+    assert "differ in embedding_dim " in err
+    assert re.search(r"embedding_dim=6: narrow_\S+; embedding_dim=8: wide_", err), err
+    summaries = sorted((root / "out" / "dev").glob("*/results_summary.json"))
+    assert [json.loads(p.read_text())["embedding_dim"] for p in summaries] == [6, 8]
+    assert neuco.main(_args(bench, "wide.csv", "--method-name", "wide2", "--neuco-rule",
+                            "best_fold_score")) == EXIT_INCOMPLETE  # fmt: skip
+    (err,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert "differ in neuco_rules, embedding_dim " in err
+    assert "neuco_rules=best_fold_score, embedding_dim=8: wide2_" in err
+
+
+def test_config_defaults_to_config_yaml_in_the_working_directory(bench, monkeypatch, capsys):
+    root = bench["root"]
+    args = _args(bench, "good.csv")
+    i = args.index("--config")
+    del args[i : i + 2]
+    monkeypatch.chdir(root)
+    bench["config"].unlink()  # the fixture's root/config.yaml
+    assert neuco.main(args) == EXIT_INPUT_ERROR  # no ./config.yaml
+    err = capsys.readouterr().err.strip()
+    assert err == "error: config file config.yaml does not exist; check --config"
+    (root / "config.yaml").write_text(CONFIG.format(dim=8, leaderboard="false"))
+    assert neuco.main(args) == EXIT_OK
+    run_dir = Path(capsys.readouterr().out.strip())
+    summary = json.loads((run_dir / "results_summary.json").read_text())
+    assert summary["config"]["update_leaderboard"] is False  # ./config.yaml was read
+
+
+def test_neuco_bench_console_script_takes_neuco_benchs_flags(bench, capsys):
+    repo = Path(__file__).resolve().parents[1]
+    scripts = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["neuco-bench"] == "encoder_eval.neuco_bench:main"
+    root = bench["root"]
+    argv = ["--annotation_path", str(bench["labels"]), "--submission_file",
+            str(root / "good.csv"), "--output_dir", str(root / "out"), "--config",
+            str(bench["config"]), "--method_name", "good", "--phase", "dev", "--exclude_file",
+            str(root / "exclude.txt")]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([sys.executable, "-m", "encoder_eval.neuco_bench", *argv], env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == EXIT_OK, run.stderr
+    run_dir = Path(run.stdout.strip())
+    assert run_dir.parent == root / "out" / "dev" and run_dir.name.startswith("good_")
+    assert (run_dir / "landcover" / "landcover_result.json").is_file()
+    assert len(list((root / "out" / "leaderboards" / "dev").glob("leaderboard_*.csv"))) == 1
+    with pytest.raises(SystemExit):
+        neuco_bench.main(["--help"])
+    helped = capsys.readouterr().out
+    assert helped.startswith("usage: neuco-bench")
+    assert "--annotation_path" in helped and "--submission_file" in helped
+
+
+SVM_CONFIG = """\
+k_folds: 3
+probe_type: svm
+probe_params:
+  C_start_end: [0.01, 10.0]
+  kernel_degree_list: [1, 2]
+  epsilon_list: [0.01, 0.1]
+  opt_params:
+    n_iter: 5
+    n_initial_points: 3
+    random_state: 11
+standardize_embeddings: true
+normalize_labels: true
+enable_plots: true
+output_fold_results: true
+store_probes: true
+update_leaderboard: true
+"""
+
+
+def test_svm_probe_end_to_end_with_plots_stored_probes_and_leaderboard(bench, capsys):
+    root = bench["root"]
+    bench["config"].write_text(SVM_CONFIG)
+    assert neuco.main(_args(bench, "random.csv", "--method-name", "random")) == EXIT_OK
+    assert neuco.main(_args(bench, "good.csv", "--method-name", "good")) == EXIT_OK
+    run_dir = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    _, matrix = neuco.read_submission(root / "good.csv", None, set(EXCLUDED))
+    for task, kind in (("landcover", "classification"), ("biomass", "regression")):
+        result = json.loads((run_dir / task / f"{task}_result.json").read_text())
+        assert result["mean_score"] > 0.8  # the SVM finds the signal
+        hp = result["hyperparameters"]
+        assert hp["name"] == "svm" and hp["search"]["n_iter"] == 5
+        assert hp["search"]["degree"] == [1, 2] and hp["search"]["gamma"] == "scale"
+        assert [len(t) for t in hp["trials"]] == [5, 5, 5]  # bounded: n_iter per fold
+        for chosen in hp["per_fold"]:
+            assert 0.01 <= chosen["C"] <= 10.0 and chosen["degree"] in (1, 2)
+            assert ("epsilon" in chosen) == (kind == "regression")
+        assert "probe_params_unused" not in result
+        probe, task_type = load_probe(run_dir / task / "probe")
+        assert task_type == kind and probe.support_vectors.shape[1] == DIM
+        assert probe.predict(matrix[:3]).shape == (3,)
+    scatter = run_dir / "biomass" / "regression_scatter" / "biomass_regression_scatter.png"
+    confusion = run_dir / "landcover" / "confusion_matrices" / "landcover_confusion_matrix.png"
+    for path in (scatter, confusion):
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+    assert not (run_dir / "landcover" / "regression_scatter").exists()
+    assert not (run_dir / "biomass" / "confusion_matrices").exists()
+    boards = sorted((root / "out" / "leaderboards" / "dev").glob("leaderboard_*.csv"))
+    rows = list(csv.DictReader(boards[-1].read_text().splitlines()))
+    assert [r["method"] for r in rows] == ["good", "random"]
+
+
+def test_plots_show_each_folds_held_out_predictions(bench):
+    """The confusion matrix counts each fold's held-out rows once (k x a tenth of the rows),
+    and the informative embeddings put most of them on the diagonal."""
+    root = bench["root"]
+    annotations = neuco.read_annotations(bench["labels"])
+    ids, matrix = neuco.read_submission(root / "good.csv")
+    task = neuco.neuco_task(annotations["landcover"], ids, matrix, matrix)
+    config = ProbeConfig(k_folds=4, seed=42, std_ddof=0)
+    outcome = probe_task(task, config)
+    folds = held_out_predictions(task, config, outcome)
+    counts = np.asarray(confusion_counts(folds, [0, 1]))
+    assert counts.sum() == 4 * 16  # ShuffleSplit holds out ceil(0.1 x 160) rows per fold
+    assert np.trace(counts) / counts.sum() > 0.8
+    # the fold scores are those of the same predictions
+    for (labels, preds), fold_score in zip(folds, outcome.fold_scores, strict=True):
+        assert f1_score(labels, preds) == pytest.approx(fold_score)
+    written = neuco.write_task_plots(root / "plots", task, config, outcome)
+    assert written == [root / "plots" / "confusion_matrices" / "landcover_confusion_matrix.png"]

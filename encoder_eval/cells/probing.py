@@ -16,6 +16,10 @@ files; `probe_task` runs the protocol (EVALUATION_METHODOLOGY.md, "12. Probing")
 * mean and std over folds (ddof 1; ddof 0, NeuCo-Bench's np.nanstd, in NeuCo mode:
   `ProbeConfig.std_ddof`), and Q = 2 * mean / (Q_OFFSET + std).
 
+With an `SvmSearch` (`encoder_eval.cells.svm_probe`, NeuCo-Bench's `probe_type: svm`), a
+seeded Bayesian search over a polynomial-kernel SVM's hyperparameters takes the grid's
+place in each fold, on the same rows.
+
 NeuCo-Bench's unsound rules (`NEUCO_RULES`) are available behind `ProbeConfig.neuco_rules`;
 a result computed under any of them says so and is off protocol. Stored probes are JSON
 data (`save_probe` / `load_probe`), never pickles or generated code.
@@ -32,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from encoder_eval.cells.svm_probe import SvmProbe, SvmSearch, bayes_search, fit_svm
 from encoder_eval.core.cpu import cpu_native_bf16
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.fileio import FileProblem, MissingFile, read_json, write_json_atomic
@@ -224,17 +229,20 @@ def _json_value(value: Any) -> Any:
 PROBE_FILE = "probe.json"
 
 
-def save_probe(folder: str | os.PathLike, probe: Probe) -> Path:
-    """Write `probe` as `<folder>/probe.json` (data only, atomically); returns the path."""
+def save_probe(folder: str | os.PathLike, probe: Probe | SvmProbe) -> Path:
+    """Write `probe` (linear or SVM) as `<folder>/probe.json` (data only, atomically);
+    returns the path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(folder / PROBE_FILE, probe.to_dict())
+    data = {"schema": STORED_PROBE_SCHEMA, "schema_version": PROBE_SCHEMA_VERSION,
+            **probe.to_dict()}  # fmt: skip
+    write_json_atomic(folder / PROBE_FILE, data)
     return folder / PROBE_FILE
 
 
-def load_probe(folder: str | os.PathLike) -> tuple[Probe, str]:
-    """The stored probe of `folder` and its task type: `(probe, task_type)`, as NeuCo-Bench's
-    `load_probe` returns, read from JSON data (no pickle, no code)."""
+def load_probe(folder: str | os.PathLike) -> tuple[Probe | SvmProbe, str]:
+    """The stored probe of `folder` (linear or SVM) and its task type: `(probe, task_type)`,
+    as NeuCo-Bench's `load_probe` returns, read from JSON data (no pickle, no code)."""
     path = Path(folder) / PROBE_FILE
     try:
         obj = read_json(path)
@@ -253,6 +261,9 @@ def load_probe(folder: str | os.PathLike) -> tuple[Probe, str]:
         )
     if obj["task_type"] not in TASK_TYPES:
         raise unknown_name("task type", obj["task_type"], TASK_TYPES)
+    if obj.get("probe_type") == "svm":
+        svm = SvmProbe.from_dict(obj, str(path))
+        return svm, svm.task_type
     probe = Probe(
         task_type=obj["task_type"],
         coef=np.asarray(obj["coef"], dtype=np.float64),
@@ -297,6 +308,27 @@ def _global_statistics(task: ProbeTask) -> tuple[np.ndarray, np.ndarray]:
     return global_standardization([task.train_x, *(task.report_x or {}).values()])
 
 
+def _standardization(
+    x: np.ndarray, standardize: bool, fixed: tuple[np.ndarray, np.ndarray] | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(shift, scale) of rows `x`: the `fixed` statistics given, a per-dimension mean and
+    std of these rows (std 1 for a constant dimension), or none (0 and 1)."""
+    if fixed is not None:
+        return fixed
+    if standardize:
+        scale = x.std(axis=0)
+        return x.mean(axis=0), np.where(scale == 0, 1.0, scale)  # StandardScaler's rule
+    return np.zeros(x.shape[1]), np.ones(x.shape[1])
+
+
+def _label_scaling(y: np.ndarray, normalize_labels: bool) -> tuple[float, float]:
+    """(offset, span) of regression targets: min-max from these rows with
+    `normalize_labels` (R² and Spearman do not change under it), else (0, 1)."""
+    if not normalize_labels:
+        return 0.0, 1.0
+    return float(y.min()), float(y.max() - y.min()) or 1.0
+
+
 def fit_probe(
     task_type: str,
     x: np.ndarray,
@@ -312,15 +344,7 @@ def fit_probe(
     from sklearn.linear_model import LogisticRegression, Ridge
 
     x = np.asarray(x, dtype=np.float64)
-    d = x.shape[1]
-    if fixed_standardization is not None:
-        shift, scale = fixed_standardization
-    elif standardize:
-        shift = x.mean(axis=0)
-        scale = x.std(axis=0)
-        scale = np.where(scale == 0, 1.0, scale)  # StandardScaler's rule for a constant feature
-    else:
-        shift, scale = np.zeros(d), np.ones(d)
+    shift, scale = _standardization(x, standardize, fixed_standardization)
     z = (x - shift) / scale
     name = grid(task_type)[0]
     if task_type == CLASSIFICATION:
@@ -330,9 +354,7 @@ def fit_probe(
                      np.asarray(shift), np.asarray(scale), classes=list(model.classes_),
                      hyperparameters={name: strength})  # fmt: skip
     y = np.asarray(y, dtype=np.float64)
-    offset, span = 0.0, 1.0
-    if normalize_labels:  # min-max from these rows; R² and Spearman do not change under it
-        offset, span = float(y.min()), float(y.max() - y.min()) or 1.0
+    offset, span = _label_scaling(y, normalize_labels)
     model = Ridge(alpha=strength, solver="cholesky")
     model.fit(z, (y - offset) / span)
     return Probe(task_type, np.atleast_2d(model.coef_).astype(np.float64),
@@ -393,6 +415,30 @@ def _choose(task: ProbeTask, config: ProbeConfig, x, y, fit_idx, val_idx, fixed)
     return best
 
 
+def _choose_svm(task: ProbeTask, config: ProbeConfig, x, y, fit_idx, val_idx, fixed,
+                search: SvmSearch, seed: int) -> tuple:  # fmt: skip
+    """`_choose` for the SVM probe: `search`'s Bayesian search (seed `seed`), each trial
+    an SVM fitted on `fit_idx` and scored on `val_idx`; returns (probe, score, trials)."""
+    fit_x = x[fit_idx]
+    shift, scale = _standardization(fit_x, config.standardize, fixed)
+    z = (fit_x - shift) / scale
+    offset, span = 0.0, 1.0
+    if task.task_type == REGRESSION:
+        offset, span = _label_scaling(np.asarray(y[fit_idx], dtype=np.float64),
+                                      config.normalize_labels)  # fmt: skip
+
+    def evaluate(params: dict) -> tuple[SvmProbe, float | None]:
+        probe = fit_svm(task.task_type, z, y[fit_idx], params, shift, scale, offset, span)
+        return probe, score(task.metric, probe.predict(x[val_idx]), y[val_idx])
+
+    return bayes_search(search, task.task_type == REGRESSION, evaluate, seed)
+
+
+def _search_seed(config: ProbeConfig, search: SvmSearch, index: int) -> int:
+    """The seed of fold `index`'s search (index k_folds: the stored probe's)."""
+    return (config.seed if search.random_state is None else search.random_state) + index
+
+
 @dataclass
 class ProbeOutcome:
     """What `probe_task` measured: per-fold scores (primary and secondary), the chosen
@@ -416,18 +462,23 @@ class ProbeOutcome:
     undefined: str | None
     n_train: int
     n_report: dict[str, int]
+    search: dict | None = None  # the SVM probe's search space (None: the linear grid)
+    trials: list[list[dict]] = field(default_factory=list)  # per fold, the search's trials
 
 
-def probe_task(task: ProbeTask, config: ProbeConfig) -> ProbeOutcome:
-    """Run the fold protocol on one task (module docstring); deterministic given
-    `config.seed`. The fits run on `PROBE_BLAS_THREADS` BLAS/OpenMP threads."""
+def probe_task(
+    task: ProbeTask, config: ProbeConfig, search: SvmSearch | None = None
+) -> ProbeOutcome:
+    """Run the fold protocol on one task (module docstring) with the linear probe, or with
+    `search` NeuCo-Bench's SVM probe chosen by its Bayesian search in place of the grid;
+    deterministic given `config.seed`. The fits run on `PROBE_BLAS_THREADS` threads."""
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(PROBE_BLAS_THREADS):
-        return _probe_task(task, config)
+        return _probe_task(task, config, search)
 
 
-def _probe_task(task: ProbeTask, config: ProbeConfig) -> ProbeOutcome:
+def _probe_task(task: ProbeTask, config: ProbeConfig, search: SvmSearch | None) -> ProbeOutcome:
     x = np.asarray(task.train_x, dtype=np.float64)
     y = np.asarray(task.train_y)
     if task.task_type == CLASSIFICATION and np.unique(y).size < 2:
@@ -438,13 +489,19 @@ def _probe_task(task: ProbeTask, config: ProbeConfig) -> ProbeOutcome:
     if "global_standardization" in config.neuco_rules and config.standardize:
         fixed = _global_statistics(task)
     secondary = SECONDARY_METRIC[task.task_type]
-    scores, seconds, langs, chosen, probes = [], [], [], [], []
+    scores, seconds, langs, chosen, probes, trials = [], [], [], [], [], []
     for fold, (fit_idx, held_idx) in enumerate(_splits(len(y), config.k_folds, config.seed)):
         if report or best_rule:
-            probe, _ = _choose(task, config, x, y, fit_idx, held_idx, fixed)
+            choose_fit, choose_val = fit_idx, held_idx
         else:  # NeuCo mode, sound: choose on a tenth of the fitting rows, score held-out rows
             inner_fit, inner_val = _splits(len(fit_idx), 1, config.seed + 1 + fold)[0]
-            probe, _ = _choose(task, config, x, y, fit_idx[inner_fit], fit_idx[inner_val], fixed)
+            choose_fit, choose_val = fit_idx[inner_fit], fit_idx[inner_val]
+        if search is None:
+            probe, _ = _choose(task, config, x, y, choose_fit, choose_val, fixed)
+        else:
+            probe, _, fold_trials = _choose_svm(task, config, x, y, choose_fit, choose_val, fixed,
+                                                search, _search_seed(config, search, fold))  # fmt: skip
+            trials.append(fold_trials)
         if report and not best_rule:
             rows, labels, euro = task.report_x, task.report_y, task.euro_languages
         else:  # the fold's held-out rows (under best_fold_score: the rows that chose)
@@ -453,7 +510,8 @@ def _probe_task(task: ProbeTask, config: ProbeConfig) -> ProbeOutcome:
         scores.append(head)
         langs.append(per_lang)
         seconds.append(_headline(probe, secondary, rows, labels, euro)[0])
-        chosen.append(probe.hyperparameters[grid(task.task_type)[0]])
+        chosen.append(probe.hyperparameters if search is not None
+                      else probe.hyperparameters[grid(task.task_type)[0]])  # fmt: skip
         probes.append(probe)
     undefined = None
     mean = std = q = None
@@ -474,7 +532,20 @@ def _probe_task(task: ProbeTask, config: ProbeConfig) -> ProbeOutcome:
         chosen=chosen, fold_probes=probes, mean_score=mean, std_dev=std, q_stat=q,
         secondary_mean=sec_mean, secondary_std=sec_std, undefined=undefined, n_train=len(y),
         n_report={lang: len(v) for lang, v in (task.report_y or {}).items()},
+        search=None if search is None else search.to_dict(), trials=trials,
     )  # fmt: skip
+
+
+def held_out_predictions(
+    task: ProbeTask, config: ProbeConfig, outcome: ProbeOutcome
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per fold, (labels, predictions) of the fold's probe on the rows that fold held out:
+    the rows it was scored on in NeuCo mode (no report split), for plots."""
+    x = np.asarray(task.train_x, dtype=np.float64)
+    y = np.asarray(task.train_y)
+    splits = _splits(len(y), config.k_folds, config.seed)
+    return [(y[held], probe.predict(x[held]))
+            for (_, held), probe in zip(splits, outcome.fold_probes, strict=True)]  # fmt: skip
 
 
 def most_chosen(outcome: ProbeOutcome) -> float:
@@ -484,12 +555,27 @@ def most_chosen(outcome: ProbeOutcome) -> float:
     return max(order, key=lambda s: (counts.get(s, 0), -order.index(s)))
 
 
-def final_probe(task: ProbeTask, config: ProbeConfig, outcome: ProbeOutcome) -> Probe:
-    """The probe to store: refitted on every train row with the most chosen strength."""
+def final_probe(
+    task: ProbeTask, config: ProbeConfig, outcome: ProbeOutcome, search: SvmSearch | None = None
+) -> Probe | SvmProbe:
+    """The probe to store: refitted on every train row with the most chosen strength; the
+    SVM probe (`search`): one more search, choosing on a tenth of every train row (seed
+    + k_folds), then the best hyperparameters refitted on every row."""
     x = np.asarray(task.train_x, dtype=np.float64)
     fixed = None
     if "global_standardization" in config.neuco_rules and config.standardize:
         fixed = _global_statistics(task)
+    if search is not None:
+        y = np.asarray(task.train_y)
+        fit_idx, val_idx = _splits(len(y), 1, config.seed + 1 + config.k_folds)[0]
+        best, _, _ = _choose_svm(task, config, x, y, fit_idx, val_idx, fixed, search,
+                                 _search_seed(config, search, config.k_folds))  # fmt: skip
+        shift, scale = _standardization(x, config.standardize, fixed)
+        offset, span = 0.0, 1.0
+        if task.task_type == REGRESSION:
+            offset, span = _label_scaling(y.astype(np.float64), config.normalize_labels)
+        return fit_svm(task.task_type, (x - shift) / scale, y, best.hyperparameters,
+                       shift, scale, offset, span)  # fmt: skip
     return fit_probe(task.task_type, x, np.asarray(task.train_y), most_chosen(outcome),
                      config.standardize, config.normalize_labels, fixed)  # fmt: skip
 
@@ -518,6 +604,12 @@ def result_record(
     """The result object of one (model or method, pooling, task): schema
     `encoder-eval-probe` version 1; `q_t` (the per-fold scores) only with `fold_results`."""
     name, values = grid(outcome.task_type)
+    if outcome.search is None:
+        hyperparameters = {"name": name, "grid": list(values), "per_fold": outcome.chosen,
+                           "stored_probe": most_chosen(outcome)}  # fmt: skip
+    else:  # the SVM probe: the search space, each fold's choice (the stored probe's own)
+        name = "hyperparameters"
+        hyperparameters = {"name": "svm", "search": outcome.search, "per_fold": outcome.chosen}
     record = {
         "schema": PROBE_SCHEMA,
         "schema_version": PROBE_SCHEMA_VERSION,
@@ -533,12 +625,7 @@ def result_record(
             "mean": outcome.secondary_mean,
             "std_dev": outcome.secondary_std,
         },  # fmt: skip
-        "hyperparameters": {
-            "name": name,
-            "grid": list(values),
-            "per_fold": outcome.chosen,
-            "stored_probe": most_chosen(outcome),
-        },  # fmt: skip
+        "hyperparameters": hyperparameters,
         "scored_on": outcome.scored_on,
         "n": {"train": outcome.n_train, "report": outcome.n_report},
         "protocol": {
@@ -551,6 +638,8 @@ def result_record(
     }
     if fold_results:
         record["q_t"] = outcome.fold_scores
+        if outcome.trials:
+            hyperparameters["trials"] = outcome.trials
         record["folds"] = [
             {"score": s, "secondary": s2, "languages": lang, name: c}
             for s, s2, lang, c in zip(

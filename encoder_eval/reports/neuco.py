@@ -5,16 +5,19 @@ Usage::
     python -m encoder_eval.probe --annotation-path labels/ --submission-file embeddings.csv \\
         [--output-dir results] [--config config.yaml] [--method-name NAME] [--phase dev] \\
         [--exclude-file bad_ids.txt] [--neuco-rule RULE ...]
+    neuco-bench --annotation_path labels/ --submission_file embeddings.csv ...  # the same
 
 Inputs are NeuCo-Bench's: a folder of label files `<task>__<type>.csv` (columns `id`,
 `label`; type `classification`/`cls` or `regression`/`regr`), an embeddings CSV (column
 `id`, embedding columns named by their index, or every other column), an exclude file
-(one id per line), a YAML config (`CONFIG_KEYS`). Outputs follow its layout:
-`<output_dir>/<phase>/<method>_<timestamp>/<task>/<task>_result.json` (+ `probe/` with
-`store_probes`), `results_summary.json` beside the task folders, and with
+(one id per line), a YAML config (`CONFIG_KEYS`; default `config.yaml`). Outputs follow
+its layout: `<output_dir>/<phase>/<method>_<timestamp>/<task>/<task>_result.json` (+
+`probe/` with `store_probes`, `regression_scatter/` or `confusion_matrices/` with
+`enable_plots`), `results_summary.json` beside the task folders, and with
 `update_leaderboard` `<output_dir>/leaderboards/<phase>/leaderboard_<timestamp>.csv`.
 
-The probing itself is `encoder_eval.probe` (EVALUATION_METHODOLOGY.md, "12. Probing"): the
+The probing itself is `encoder_eval.cells.probing` (EVALUATION_METHODOLOGY.md, "12.
+Probing"), with `probe_type: svm` its SVM probe (`encoder_eval.cells.svm_probe`): the
 sound rules by default, NeuCo-Bench's own with `--neuco-rule` (results then say so).
 
 Exit status: 0 done; 1 leaderboard refused (a run misses a task; each listed); 2 bad input.
@@ -39,14 +42,17 @@ from encoder_eval.cells.probing import (
     R2,
     REGRESSION,
     ProbeConfig,
+    ProbeOutcome,
     ProbeTask,
     final_probe,
+    held_out_predictions,
     probe_task,
     result_record,
     run_summary,
     save_probe,
     write_result,
 )
+from encoder_eval.cells.svm_probe import SvmSearch, require_search_library
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -64,6 +70,7 @@ from encoder_eval.core.fileio import (
     safe_filename_part,
     write_atomic,
 )
+from encoder_eval.reports.plots import plot_confusion_matrix, plot_regression_scatter
 from encoder_eval.reports.ranking import neuco_weights
 
 # Label-file types as NeuCo-Bench spells them -> ours.
@@ -78,17 +85,18 @@ OPTIONAL_KEYS = {
     "embedding_dim": None,
     "standardize_embeddings": True,
     "normalize_labels": True,
-    "enable_plots": False,
+    "enable_plots": True,
     "task_filter": None,
     "output_fold_results": False,
     "store_probes": False,
     "seed": 42,
 }
 CONFIG_KEYS = (*REQUIRED_KEYS, *OPTIONAL_KEYS)
-# What runs of one leaderboard must share: the folds, their seed and the standardisation.
-SETUP_KEYS = ("k_folds", "seed", "standardize_embeddings")
-PROBE_TYPES = ("linear",)  # NeuCo-Bench's svm probe is not offered
-PROBE_PARAMS_REQUIRED = ("batch_size", "epochs", "learning_rate")
+# What runs of one leaderboard must share (config keys): the folds, their seed, the
+# standardisation and the probe; and, from each summary, the rules and embedding dimension.
+SETUP_KEYS = ("k_folds", "seed", "standardize_embeddings", "probe_type")
+PROBE_TYPES = ("linear", "svm")
+PROBE_PARAMS_REQUIRED = ("batch_size", "epochs", "learning_rate")  # probe_type linear
 PROBE_PARAMS = (*PROBE_PARAMS_REQUIRED, "device")
 DEVICES = ("auto", "cpu", "gpu")
 SUMMARY_FILE = "results_summary.json"
@@ -109,6 +117,13 @@ class NeucoConfig:
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
 
+    @property
+    def svm_search(self) -> SvmSearch | None:
+        """The SVM probe's search (`probe_type: svm`), None for the linear probe."""
+        if self.values["probe_type"] != "svm":
+            return None
+        return SvmSearch.from_params(self.values["probe_params"], "config")
+
 
 def _bool(config: dict, key: str, where: str) -> bool:
     value = config[key]
@@ -125,7 +140,8 @@ def _positive_int(value: Any, key: str, where: str) -> int:
 
 def read_config(path: str | Path | None) -> NeucoConfig:
     """Read and check a NeuCo-Bench YAML config: every required key present, no unknown key,
-    `probe_type: linear` with its `probe_params`; defaults filled in for the optional keys."""
+    `probe_params` of the `probe_type` (linear or svm); defaults filled in for the optional
+    keys. An svm probe is refused here when its search library is not installed."""
     if path is None:
         raise HarnessError("give --config config.yaml (k_folds, probe_type, probe_params, "
                            "update_leaderboard are required)")  # fmt: skip
@@ -151,14 +167,18 @@ def read_config(path: str | Path | None) -> NeucoConfig:
     params = config["probe_params"]
     if not isinstance(params, dict):
         raise HarnessError(f"{where}: probe_params must be a mapping")
-    for key in params:
-        if key not in PROBE_PARAMS:
-            raise unknown_name("probe_params key", key, PROBE_PARAMS)
-    missing = [k for k in PROBE_PARAMS_REQUIRED if k not in params]
-    if missing:
-        raise HarnessError(f"{where}: probe_params lacks {', '.join(missing)}; add them")
-    if params.get("device", "auto") not in DEVICES:
-        raise unknown_name("probe_params device", str(params["device"]), DEVICES)
+    if config["probe_type"] == "svm":
+        SvmSearch.from_params(params, where)
+        require_search_library()
+    else:
+        for key in params:
+            if key not in PROBE_PARAMS:
+                raise unknown_name("probe_params key", key, PROBE_PARAMS)
+        missing = [k for k in PROBE_PARAMS_REQUIRED if k not in params]
+        if missing:
+            raise HarnessError(f"{where}: probe_params lacks {', '.join(missing)}; add them")
+        if params.get("device", "auto") not in DEVICES:
+            raise unknown_name("probe_params device", str(params["device"]), DEVICES)
     for key in ("update_leaderboard", "standardize_embeddings", "normalize_labels",
                 "enable_plots", "output_fold_results", "store_probes"):  # fmt: skip
         _bool(config, key, where)
@@ -336,10 +356,11 @@ def summarize_runs(
     per-task Q, as NeuCo-Bench's `compute_leaderboard` does (per task, rank by Q with ties
     at the lowest rank, scipy rankdata method "min"; weight each task by the std of its Q
     across runs over the sum of those stds; rank the weighted sums, method "min") and write
-    `<output_dir>/leaderboards/<phase>/leaderboard_<timestamp>.csv`. Runs made with other
-    k_folds, fold seeds or standardisation are refused (their Q do not compare), and so is
-    a run missing a task (or with an undefined Q), each listed, unless `drop_incomplete`
-    (NeuCo rule drop_incomplete_runs: it is dropped, and the CSV says so)."""
+    `<output_dir>/leaderboards/<phase>/leaderboard_<timestamp>.csv`. Runs that differ in
+    NeuCo rules, k_folds, fold seed, standardisation, probe type or embedding dimension are
+    refused in one error naming what differs and each run's value (their Q do not
+    compare), and so is a run missing a task (or with an undefined Q), each listed, unless
+    `drop_incomplete` (NeuCo rule drop_incomplete_runs: it is dropped, and the CSV says so)."""
     from scipy import stats as sps
 
     runs = []
@@ -353,24 +374,7 @@ def summarize_runs(
         runs.append((path.parent.name, summary))
     if not runs:
         raise HarnessError(f"no {SUMMARY_FILE} under {Path(output_dir, phase)}; run a probe first")
-    rules = {tuple(s["neuco_rules"]) for _, s in runs}
-    if len(rules) > 1:
-        raise LeaderboardRefused(
-            "runs under different NeuCo rules cannot share a leaderboard: "
-            + "; ".join(f"{name}: {s['neuco_rules'] or 'none'}" for name, s in runs)
-            + "; use one --phase per set of rules"
-        )
-    setups: dict[str, list[str]] = {}
-    for name, s in runs:
-        config = s.get("config") or {}
-        key = ", ".join(f"{k}={config.get(k)}" for k in SETUP_KEYS)
-        setups.setdefault(key, []).append(name)
-    if len(setups) > 1:
-        raise LeaderboardRefused(
-            "runs made with different fold setups cannot share a leaderboard (their Q do not "
-            "compare): " + "; ".join(f"{key}: {', '.join(names)}" for key, names in setups.items())
-            + "; use one --phase per setup"
-        )  # fmt: skip
+    _refuse_different_setups(runs)
     tasks = sorted({t for _, s in runs for t in s["task_q_scores"]})
     missing = {name: [t for t in tasks if s["task_q_scores"].get(t) is None] for name, s in runs}
     missing = {name: ts for name, ts in missing.items() if ts}
@@ -407,6 +411,35 @@ def summarize_runs(
     return out
 
 
+def run_setup(summary: dict) -> dict[str, str]:
+    """What a run's Q depends on besides the embeddings, from its summary: the NeuCo rules,
+    the `SETUP_KEYS` of its config (probe_type linear when absent) and the embedding
+    dimension probed (from the config's embedding_dim in summaries that predate it)."""
+    config = summary.get("config") or {}
+    setup = {"neuco_rules": ", ".join(summary["neuco_rules"]) or "none"}
+    for key in SETUP_KEYS:
+        setup[key] = str(config.get(key, "linear" if key == "probe_type" else None))
+    dim = summary.get("embedding_dim", config.get("embedding_dim"))
+    setup["embedding_dim"] = "unknown" if dim is None else str(dim)
+    return setup
+
+
+def _refuse_different_setups(runs: list[tuple[str, dict]]) -> None:
+    setups = {name: run_setup(s) for name, s in runs}
+    keys = list(next(iter(setups.values())))
+    differ = [k for k in keys if len({setup[k] for setup in setups.values()}) > 1]
+    if not differ:
+        return
+    groups: dict[str, list[str]] = {}
+    for name, setup in setups.items():
+        groups.setdefault(", ".join(f"{k}={setup[k]}" for k in differ), []).append(name)
+    raise LeaderboardRefused(
+        f"runs that differ in {', '.join(differ)} cannot share a leaderboard (their Q do not "
+        "compare): " + "; ".join(f"{key}: {', '.join(names)}" for key, names in groups.items())
+        + "; rerun them alike, or use one --phase per setup"
+    )  # fmt: skip
+
+
 def _csv_field(value: str) -> str:
     return f'"{value}"' if any(c in value for c in ',"\n') else value
 
@@ -437,6 +470,7 @@ def run_neuco(
         neuco_rules=tuple(sorted(set(neuco_rules))),
         std_ddof=0,  # NeuCo-Bench's Q: np.nanstd, ddof 0
     )
+    search = config.svm_search
     annotations = read_annotations(annotation_path)
     tasks = sorted(annotations)
     if config["task_filter"] is not None:
@@ -464,12 +498,16 @@ def run_neuco(
     cell = {"method": method, "pooling": None, "phase": phase}
     records = []
     for number, task in enumerate(problem_tasks, start=1):
-        outcome = probe_task(task, probe_config)
+        outcome = probe_task(task, probe_config, search)
         record = result_record(outcome, cell, probe_config, config["output_fold_results"])
-        record["probe_params_unused"] = dict(config["probe_params"])
+        if search is None:
+            record["probe_params_unused"] = dict(config["probe_params"])
         write_result(run_dir / task.name / f"{task.name}_result.json", record)
+        if config["enable_plots"]:
+            write_task_plots(run_dir / task.name, task, probe_config, outcome)
         if config["store_probes"]:
-            save_probe(run_dir / task.name / "probe", final_probe(task, probe_config, outcome))
+            save_probe(run_dir / task.name / "probe",
+                       final_probe(task, probe_config, outcome, search))  # fmt: skip
         records.append(record)
         if progress is not None:
             q = "undefined" if outcome.q_stat is None else f"{outcome.q_stat:.3f}"
@@ -477,13 +515,32 @@ def run_neuco(
     snapshot = {**config.values, "neuco_rules": list(probe_config.neuco_rules),
                 "annotation_path": str(annotation_path), "submission_file": str(submission_file),
                 "exclude_file": None if exclude_file is None else str(exclude_file)}  # fmt: skip
-    write_result(run_dir / SUMMARY_FILE, run_summary(method, records, snapshot))
+    summary = run_summary(method, records, snapshot)
+    summary["embedding_dim"] = int(matrix.shape[1])  # as probed (padded); the leaderboard checks it
+    write_result(run_dir / SUMMARY_FILE, summary)
     if config["update_leaderboard"]:
         drop = "drop_incomplete_runs" in probe_config.neuco_rules
         path = summarize_runs(output_dir, phase, drop_incomplete=drop, now=now)
         if progress is not None:
             print(f"leaderboard: {path}", file=progress)
     return run_dir
+
+
+def write_task_plots(
+    folder: Path, task: ProbeTask, config: ProbeConfig, outcome: ProbeOutcome
+) -> list[Path]:
+    """NeuCo-Bench's task plots (`enable_plots`), drawn from each fold's probe on the rows
+    it held out (never the rows it was fitted on): `regression_scatter/<task>_regression_
+    scatter.png` for a regression task, `confusion_matrices/<task>_confusion_matrix.png`
+    (counts summed over folds) for a classification task."""
+    folds = held_out_predictions(task, config, outcome)
+    title = f"{task.name}: held-out rows of {len(folds)} folds"
+    if task.task_type == REGRESSION:
+        path = folder / "regression_scatter" / f"{task.name}_regression_scatter.png"
+        return [plot_regression_scatter(folds, title, path)]
+    classes = sorted(set(np.asarray(task.train_y).tolist()))
+    path = folder / "confusion_matrices" / f"{task.name}_confusion_matrix.png"
+    return [plot_confusion_matrix(folds, classes, title, path)]
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -495,7 +552,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     add("--annotation-path", required=True, help="folder of <task>__<type>.csv label files")
     add("--submission-file", required=True, help="embeddings CSV (column id + dimensions)")
     add("--output-dir", default="results", help="where runs and leaderboards go")
-    add("--config", required=True, help="NeuCo-Bench YAML config")
+    add("--config", default="config.yaml", help="NeuCo-Bench YAML config (default: config.yaml)")
     add("--method-name", default=None, help="run name (default: the submission file's stem)")
     add("--phase", default="results", help="group of runs ranked together")
     add("--exclude-file", default=None, help="ids to drop, one per line")

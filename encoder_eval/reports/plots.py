@@ -5,8 +5,9 @@ score against the learning rate, with the seed mean, the seed range, each seed, 
 that diverged and the learning rate the selection chose. `plot_final_scores` draws one
 grouped bar chart of report scores (tasks on x, one colour per model, 95 % t-interval error
 bars). `plot_critical_difference` draws the leaderboard's Friedman/Nemenyi diagram
-(`cd.png`). `write_plots` loads result directories and a selection file and writes the
-first two; `summarize --plots DIR` calls it.
+(`cd.png`). `plot_regression_scatter` and `plot_confusion_matrix` draw a probe's held-out
+predictions (NeuCo-Bench mode, `encoder_eval.reports.neuco`). `write_plots` loads result
+directories and a selection file and writes the first two; `summarize --plots DIR` calls it.
 
 Figures are drawn on matplotlib's Agg canvas directly (`Figure` + `FigureCanvasAgg`), so
 nothing here touches pyplot's global backend or figure registry, and matplotlib is imported
@@ -16,7 +17,7 @@ only when a function draws (importing this module stays cheap).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from encoder_eval.core import aggregate
@@ -511,6 +512,75 @@ def plot_critical_difference(result, out_dir: Path) -> Path:
     fig.tight_layout()
     path = out_dir / "cd.png"
     _save(fig, path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
+    return path
+
+
+# --------------------------------------------------------------------------- probe plots
+
+
+def plot_regression_scatter(
+    folds: list[tuple[Sequence[float], Sequence[float]]], title: str, path: Path
+) -> Path:
+    """Write a PNG scatter of true against predicted values, one colour per fold, of the
+    (labels, predictions) pairs given (a probe's held-out rows), with the identity line."""
+    fig = _new_figure(5.5, 5.0)
+    ax = fig.add_subplot()
+    colours = _model_colours(len(folds))
+    everything = []
+    for i, (labels, preds) in enumerate(folds):
+        ax.scatter(labels, preds, s=10, alpha=0.6, color=colours[i], label=f"fold {i + 1}")
+        everything += [*labels, *preds]
+    lo, hi = (min(everything), max(everything)) if everything else (0.0, 1.0)
+    ax.plot([lo, hi], [lo, hi], color="0.3", linestyle="--", linewidth=1, label="y = x")
+    ax.set_xlabel("label")
+    ax.set_ylabel("prediction")
+    ax.set_title(title, fontsize=10)
+    if len(folds) <= 10:
+        ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _save(fig, path, dpi=DPI)
+    return path
+
+
+def confusion_counts(folds: list[tuple[Sequence, Sequence]], classes: Sequence) -> list[list[int]]:
+    """counts[i][j]: rows of true class `classes[i]` predicted `classes[j]`, summed over the
+    (labels, predictions) pairs given."""
+    index = {c: i for i, c in enumerate(classes)}
+    counts = [[0] * len(classes) for _ in classes]
+    for labels, preds in folds:
+        for true, pred in zip(labels, preds, strict=True):
+            counts[index[true]][index[pred]] += 1
+    return counts
+
+
+def plot_confusion_matrix(
+    folds: list[tuple[Sequence, Sequence]], classes: Sequence, title: str, path: Path
+) -> Path:
+    """Write a PNG confusion matrix (rows: true class, columns: predicted; counts summed
+    over the (labels, predictions) pairs given, a probe's held-out rows of each fold)."""
+    counts = confusion_counts(folds, classes)
+    side = 2.5 + 0.5 * len(classes)
+    fig = _new_figure(side + 1.0, side)
+    ax = fig.add_subplot()
+    image = ax.imshow(counts, cmap="Blues")
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    top = max(max(row) for row in counts) or 1
+    for i, row in enumerate(counts):
+        for j, value in enumerate(row):
+            ax.text(j, i, str(value), ha="center", va="center", fontsize=9,
+                    color="white" if value > top / 2 else "black")  # fmt: skip
+    ticks = list(range(len(classes)))
+    ax.set_xticks(ticks, [str(c) for c in classes])
+    ax.set_yticks(ticks, [str(c) for c in classes])
+    ax.set_xlabel("predicted class")
+    ax.set_ylabel("true class")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _save(fig, path, dpi=DPI)
     return path
 
 
