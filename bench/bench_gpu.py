@@ -281,7 +281,7 @@ def sample_lengths(args, n_train: int, n_eval: int) -> tuple[list[int], list[int
 
 def encoded(lengths: list[int], vocab: int, pad_id: int, seed: int, num_labels: int):
     """A harness `Encoded` split of random token ids (never the pad id) of these lengths."""
-    from encoder_eval.cells.train import Encoded
+    from encoder_eval.cells.encoding import Encoded
 
     rng = random.Random(seed)
 
@@ -381,7 +381,7 @@ def run_ours(model, enc, enc_eval, batches, device, variant: str, warmup: int, l
     steps, then `train.predict` over `enc_eval`."""
     import torch
 
-    from encoder_eval.cells import kinds, train
+    from encoder_eval.cells import encoding, kinds, train
     from encoder_eval.core.protocol import PROTOCOL_RECIPE
 
     recipe = PROTOCOL_RECIPE
@@ -396,7 +396,7 @@ def run_ours(model, enc, enc_eval, batches, device, variant: str, warmup: int, l
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, train._lr_lambda(int(recipe.warmup_ratio * total), total)
     )
-    autocast = lambda: train._autocast(device, recipe.precision)  # noqa: E731
+    autocast = lambda: encoding.autocast(device, recipe.precision)  # noqa: E731
     step_model = torch.compile(model) if variant == "compile" else model
 
     def collate(units):
@@ -435,11 +435,11 @@ def run_ours(model, enc, enc_eval, batches, device, variant: str, warmup: int, l
 
 def time_predict(model, enc_eval, device, pad_id: int) -> tuple[float, int]:
     """Seconds of `train.predict` over `enc_eval` (after one warm-up batch), and its tokens."""
-    from encoder_eval.cells import kinds, train
+    from encoder_eval.cells import encoding, kinds, train
 
     kind = kinds.KINDS["classification"]
     batch = train.EVAL_BATCH_SIZE.get(device.type, train.EVAL_BATCH_SIZE["cuda"])
-    warm = train.Encoded(features={k: v[:batch] for k, v in enc_eval.features.items()},
+    warm = encoding.Encoded(features={k: v[:batch] for k, v in enc_eval.features.items()},
                          labels=enc_eval.labels[:batch], lengths=enc_eval.lengths[:batch])  # fmt: skip
     train.predict(model, warm, pad_id, device, "bf16-autocast", batch, kind)
     sync(device)

@@ -94,7 +94,7 @@ def _setup(args):
 
     from transformers import AutoTokenizer
 
-    from encoder_eval.cells import kinds, train
+    from encoder_eval.cells import encoding, kinds, train
     from encoder_eval.core.protocol import Recipe
     from encoder_eval.data.tasks import load_task
 
@@ -105,8 +105,8 @@ def _setup(args):
     tok = AutoTokenizer.from_pretrained(args.model_path)
     names = tuple(n for n in ("input_ids", "attention_mask", "token_type_ids")
                   if n in tok.model_input_names)  # fmt: skip
-    enc = train.with_rank_columns(
-        train.encode(tok, train_split, recipe.max_seq_len, names), train_split
+    enc = encoding.with_rank_columns(
+        encoding.encode(tok, train_split, recipe.max_seq_len, names), train_split
     )
     batches = train._epoch_batches(enc, kind, recipe, random.Random(args.seed))[: args.steps]
     return data, recipe, kind, enc, batches

@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import REPO, read_json
 
-from encoder_eval.cells import runner, train
+from encoder_eval.cells import encoding, runner, train
 from encoder_eval.cells.kinds import KINDS
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.protocol import Recipe
@@ -118,12 +118,12 @@ def test_autocast_bf16_activations_with_fp32_weights_and_state(tiny_models, smal
     first_linear = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
     first_linear.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
     train_split = load_task("glue_rte", small_mirror)[0]
-    enc = train.encode(loaded.tokenizer, train_split, 64, loaded.input_names)
+    enc = encoding.encode(loaded.tokenizer, train_split, 64, loaded.input_names)
     kind = KINDS["classification"]
     batch = train._collate(enc, list(range(8)), loaded.tokenizer.pad_token_id, "cpu", kind)
     labels = batch.pop("labels")
     optimizer = train.build_optimizer(model, Recipe(), 1e-4)
-    with train._autocast(torch.device("cpu"), "bf16-autocast"):
+    with encoding.autocast(torch.device("cpu"), "bf16-autocast"):
         logits = model(**batch).logits
     kind.loss(logits, labels).backward()
     optimizer.step()
@@ -139,11 +139,11 @@ def test_autocast_bf16_activations_with_fp32_weights_and_state(tiny_models, smal
 
 def test_output_layer_runs_in_fp32_so_regression_predictions_are_not_rounded(tiny_models):
     loaded = load_model(str(tiny_models["bert"]), "auto", 1, "regression")
-    enc = train.encode(loaded.tokenizer, {"text": [f"sentence number {i}" for i in range(40)],
+    enc = encoding.encode(loaded.tokenizer, {"text": [f"sentence number {i}" for i in range(40)],
                                           "label": [0.0] * 40}, 32, loaded.input_names)  # fmt: skip
     with torch.no_grad():
         loaded.model.classifier.bias.fill_(2.5)  # bf16 would round outputs here to 1/64 steps
-    with train._autocast(torch.device("cpu"), "bf16-autocast"):
+    with encoding.autocast(torch.device("cpu"), "bf16-autocast"):
         batch = train._collate(enc, list(range(40)), loaded.tokenizer.pad_token_id, "cpu",
                                KINDS["regression"])  # fmt: skip
         batch.pop("labels")
@@ -418,7 +418,7 @@ def _languages_predicted(monkeypatch, tokenizer, input_names, splits: dict) -> l
     by the token ids of an independent tokenisation)."""
     by_ids = {}
     for lang, split in splits.items():
-        enc = train.encode(tokenizer, split, 128, input_names)
+        enc = encoding.encode(tokenizer, split, 128, input_names)
         by_ids[tuple(map(tuple, enc.features["input_ids"]))] = lang
     seen: list[str] = []
     real_predict = train.predict
@@ -459,7 +459,7 @@ def test_training_evaluations_score_only_the_deciding_languages_and_the_rest_onc
     # The kept weights (in `loaded.model`, restored to the best evaluation) scored afresh.
     kind = kind_for("regression")
     for lang, split in val.items():
-        enc = train.encode(loaded.tokenizer, split, 128, loaded.input_names)
+        enc = encoding.encode(loaded.tokenizer, split, 128, loaded.input_names)
         preds = train.predict(loaded.model, enc, loaded.tokenizer.pad_token_id, torch.device("cpu"),
                               SHORT.precision, result["recipe"]["eval_batch"], kind)  # fmt: skip
         assert dev["per_language"][lang] == metrics.compute_metric("spearman", preds, enc.labels)

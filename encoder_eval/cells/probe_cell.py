@@ -53,6 +53,7 @@ from encoder_eval.core.errors import (
 from encoder_eval.core.fileio import (
     safe_filename_part,
 )
+from encoder_eval.core.progress import probe_line
 from encoder_eval.core.protocol import DEVICES, seed_arg
 from encoder_eval.core.results import (
     PROBE_RESULT_SUFFIX,
@@ -261,8 +262,9 @@ def run_probes(run: ProbeRun) -> list[Path]:
                 score = "undefined" if outcome.mean_score is None else (
                     f"{outcome.metric} {100 * outcome.mean_score:.2f} ± "
                     f"{100 * outcome.std_dev:.2f}, Q {outcome.q_stat:.2f}")  # fmt: skip
-                _log(f"[{number}/{total}] {method_label(model.name, pooling)} {task}: {score} "
-                     f"(embed {embed_s:.1f} s{', cached' if hits else ''}, probe {probe_s:.1f} s)")  # fmt: skip
+                _log(probe_line(number, total, method_label(model.name, pooling), task,
+                                f"{score} (embed {embed_s:.1f} s{', cached' if hits else ''}, "
+                                f"probe {probe_s:.1f} s)"))  # fmt: skip
         del loaded
     for model in run.models:
         for pooling in run.poolings:

@@ -48,6 +48,7 @@ from encoder_eval.core.errors import (
 from encoder_eval.core.errors import EXIT_PREEMPTED as EXIT_PREEMPTED
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.fileio import atomic_open, temporary_name
+from encoder_eval.core.progress import progress_line, stop_line
 from encoder_eval.core.protocol import (
     PROTOCOL_RECIPE,
     Recipe,
@@ -243,14 +244,12 @@ class _Progress:
 
     def event(self, **fields) -> None:
         if self.style == "json":
-            import json
-
             elapsed = time.perf_counter() - self.start
             step = fields.get("step", 0)
             eta = elapsed / step * (self.total - step) if step else None
-            print(json.dumps({"cell": self.label, "total_steps": self.total, "elapsed_s": round(
-                elapsed, 2), "eta_s": None if eta is None else round(eta, 1), **fields}),
-                file=sys.stderr, flush=True)  # fmt: skip
+            line = progress_line(self.label, self.total, round(elapsed, 2),
+                                 None if eta is None else round(eta, 1), **fields)  # fmt: skip
+            print(line, file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -809,10 +808,8 @@ def _stop_requests():
             flag.signal = signum
             # Said at once: the running step (or evaluation) may take minutes to end. A raw
             # write: a handler may run while the main thread is inside a print to stderr.
-            # run_all.sh shows the lines starting "stopping: " of a cell's stderr.
-            os.write(2, f"stopping: {_stop_kind(signum)[1]} received; saving state at the "
-                     "next step... (the running step ends first, which may take a while; no "
-                     "need to send it again)\n".encode())  # fmt: skip
+            # run_all.sh shows this line of a cell's stderr (`progress.stop_line`).
+            os.write(2, (stop_line(_stop_kind(signum)[1]) + "\n").encode())
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -12,12 +12,20 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.errors import (
+    EXIT_INCOMPLETE,
+    EXIT_INPUT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_PREEMPTED,
+    HarnessError,
+)
 from encoder_eval.core.fileio import UNSAFE_IN_LABEL, safe_filename_part, write_atomic
+from encoder_eval.core.progress import shell_patterns
 from encoder_eval.core.results import CORRUPT, DONE_STATES, QUARANTINE_DIR
 from encoder_eval.plans.plan import GROUPS, PROBE, Cell, Plan
 
@@ -129,6 +137,8 @@ def _fill(
     text = "".join(line for line in _template(name).splitlines(keepends=True)
                    if not (line.startswith("# shellcheck") and "(template)" in line))  # fmt: skip
     wanted = set(_PLACEHOLDER.findall(text))
+    # What the scripts and the Python side must agree on, filled from the Python constants.
+    code = {**{k: v() for k, v in SHARED_CODE.items() if k in wanted and k not in words}, **code}
     given = set(words) | set(code)
     if wanted != given or set(words) & set(code):
         raise ValueError(f"template {name}: placeholders {sorted(wanted)}, given {sorted(given)}")
@@ -138,6 +148,23 @@ def _fill(
         return _q(words[key]) if key in words else code[key]
 
     return _PLACEHOLDER.sub(value, text)
+
+
+def shell_constants() -> str:
+    """The exit codes and done states the scripts test, as bash assignments (from
+    `core.errors` and `core.results`: a script never spells one of its own)."""
+    codes = {"EXIT_INCOMPLETE": EXIT_INCOMPLETE, "EXIT_INPUT_ERROR": EXIT_INPUT_ERROR,
+             "EXIT_PREEMPTED": EXIT_PREEMPTED, "EXIT_INTERRUPTED": EXIT_INTERRUPTED}  # fmt: skip
+    return ("# shellcheck disable=SC2034  # not every script tests every code\n"
+            + " ".join(f"{k}={v}" for k, v in codes.items()) + "\n"
+            + f"DONE_STATES={_q(' '.join(DONE_STATES))}")  # fmt: skip
+
+
+# Placeholders every template may hold, filled by `_fill` from the Python side.
+SHARED_CODE: dict[str, Callable[[], str]] = {
+    "CONSTANTS": shell_constants,
+    "PROGRESS_PATTERNS": shell_patterns,
+}
 
 
 def _common() -> str:

@@ -1,8 +1,14 @@
-# shellcheck shell=bash disable=SC2154  # (template) PYTHON, PHASE: set by the script this goes into
+# shellcheck shell=bash disable=SC2154  # (template) PYTHON, PHASE, DONE_STATES: set by the script this goes into
 # ---- inserted from encoder_eval/plans/templates/common.sh: deciding which cells are done.
 # Every script decides "done" with `python -m encoder_eval.done` (no torch: fast on a login
 # node), which also moves corrupt results aside into .corrupt/ in their results directory
 # (one line each), so their cells run again.
+
+# is_done STATE: whether a state `encoder_eval.done --states` prints is a done cell's
+# (DONE_STATES, from encoder_eval/core/results.py).
+is_done() {
+    case " $DONE_STATES " in *" $1 "*) [ -n "$1" ] ;; *) return 1 ;; esac
+}
 
 # check FILE...: STATES gets one word per file, in order (ok and diverged are done; see
 # python -m encoder_eval.done --help), N_DONE how many are done. A check that cannot run
@@ -19,7 +25,7 @@ check() {
     fi
     while IFS= read -r s; do
         if [ -n "$s" ]; then STATES+=("$s"); fi
-        case $s in ok | diverged) N_DONE=$((N_DONE + 1)) ;; esac
+        if is_done "$s"; then N_DONE=$((N_DONE + 1)); fi
     done <<<"$out"
 }
 
@@ -46,7 +52,7 @@ done_at_start() {
     local i
     HAVE=0
     for ((i = SEEN_OUTS; i < SEEN_OUTS + $1; i++)); do
-        case ${DONE_AT_START[i]:-} in ok | diverged) HAVE=$((HAVE + 1)) ;; esac
+        if is_done "${DONE_AT_START[i]:-}"; then HAVE=$((HAVE + 1)); fi
     done
     SEEN_OUTS=$((SEEN_OUTS + $1))
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034  # (template) the common.sh part inserted below reads these
+# shellcheck disable=SC2154  # (template) EXIT_*, DONE_STATES: set by __CONSTANTS__
 __HEADER__
 set -euo pipefail
 MANIFEST=__MANIFEST__
@@ -10,12 +11,13 @@ JOB_NAME=__JOB_NAME__
 REQUEUE=(__REQUEUE__)
 PYTHON=${PYTHON:-__PYTHON__}
 PHASE=__PHASE__
+__CONSTANTS__
 DEFAULT_MAX_ARRAY_SIZE=__DEFAULT_MAX_ARRAY_SIZE__
 STATES=() N_DONE=0
 
 check_failed() {
     check_error "$1"
-    exit 2
+    exit "$EXIT_INPUT_ERROR"
 }
 
 __COMMON__
@@ -45,7 +47,7 @@ pending=() n=0 cells=0 todo=0 seen_outs=0
 for size in "${row_cells[@]}"; do
     missing=0
     for ((i = seen_outs; i < seen_outs + size; i++)); do
-        case ${STATES[i]:-} in ok | diverged) ;; *) missing=$((missing + 1)) ;; esac
+        is_done "${STATES[i]:-}" || missing=$((missing + 1))
     done
     if [ "$missing" -gt 0 ]; then pending+=("$n"); fi
     seen_outs=$((seen_outs + size)) n=$((n + 1)) cells=$((cells + size))

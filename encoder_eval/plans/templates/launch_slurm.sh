@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034  # (template) the common.sh part inserted below reads these
+# shellcheck disable=SC2154  # (template) EXIT_*, DONE_STATES: set by __CONSTANTS__
 __HEADER__
 set -euo pipefail
 TEMPLATE=__TEMPLATE__
 REQUEUE=(__REQUEUE__)
 PYTHON=${PYTHON:-__PYTHON__}
 PHASE=__PHASE__
+__CONSTANTS__
 STATES=() N_DONE=0 HAVE=0 SEEN_OUTS=0 DONE_AT_START=() ALL_OUTS=()
 
 check_failed() {
     check_error "$1"
-    exit 2
+    exit "$EXIT_INPUT_ERROR"
 }
 
 __COMMON__

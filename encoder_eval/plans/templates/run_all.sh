@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034  # (template) the common.sh part inserted below reads these
+# shellcheck disable=SC2154  # (template) EXIT_*, DONE_STATES: set by __CONSTANTS__
 __HEADER__
 # Usage: bash run_all.sh [--workers N | --gpus LIST]
 #   (no flag)       one worker: the units in order, one process at a time
@@ -21,12 +22,13 @@ RESULTS_DIR=__RESULTS_DIR__
 RERUN=__RERUN__
 TOTAL_CELLS=__TOTAL_CELLS__
 TOTAL_UNITS=__TOTAL_UNITS__
+__CONSTANTS__
 STATES=() N_DONE=0 HAVE=0 SEEN_OUTS=0 DONE_AT_START=() ALL_OUTS=()
 WORKERS=1 GPUS=() WID=1 WPREFIX='' current='' UNIT_FD='' PREEMPTED=''
 
 die() {
     echo "error: $*" >&2
-    exit 2
+    exit "$EXIT_INPUT_ERROR"
 }
 
 while [ "$#" -gt 0 ]; do
@@ -73,8 +75,8 @@ if [ "${#GPUS[@]}" -gt 0 ]; then
     WORKERS=${#GPUS[@]}
 fi
 
-mkdir -p "$LOG_DIR" "$LOCK_DIR" "$RESULTS_DIR" || exit 2
-RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/ee-run_all.XXXXXX") || exit 2
+mkdir -p "$LOG_DIR" "$LOCK_DIR" "$RESULTS_DIR" || exit "$EXIT_INPUT_ERROR"
+RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/ee-run_all.XXXXXX") || exit "$EXIT_INPUT_ERROR"
 trap 'rm -rf "$RUN_DIR"' EXIT
 : >"$RUN_DIR/events"
 
@@ -84,18 +86,18 @@ interrupted() {
     trap - INT
     if [ -n "$WPREFIX" ]; then # a worker of several: the main script says how to resume
         echo "${WPREFIX}interrupted${current:+ during $current}" >&2
-        exit 130
+        exit "$EXIT_INTERRUPTED"
     fi
     echo "interrupted${current:+ during $current}: finished cells are kept and an" \
         "interrupted one resumes where it stopped; run $RERUN again to go on" >&2
-    exit 130
+    exit "$EXIT_INTERRUPTED"
 }
 trap interrupted INT
 
 check_failed() {
-    if [ "$1" -eq 130 ]; then interrupted; fi
+    if [ "$1" -eq "$EXIT_INTERRUPTED" ]; then interrupted; fi
     check_error "$1"
-    exit 2
+    exit "$EXIT_INPUT_ERROR"
 }
 
 __COMMON__
@@ -162,13 +164,11 @@ eta() {
 show_progress() {
     trap '' INT TERM
     local log=$1 line cell step total dev left LC_ALL=C
-    local re_cell='^\{"cell": "(([^"\\]|\\.)*)"' re_step='"step": ([0-9]+)'
-    local re_probe='^\[[0-9]+/[0-9]+\] (.+)$'
-    local re_total='"total_steps": ([0-9]+)' re_dev='"dev": (-?[0-9][0-9.eE+-]*)'
-    local re_eta='"eta_s": ([0-9][0-9.]*)'
+    # The patterns of the lines a cell writes (encoder_eval/core/progress.py):
+    __PROGRESS_PATTERNS__
     while IFS= read -r line || [ -n "$line" ]; do
         printf '%s\n' "$line" >>"$log"
-        if [[ $line == "stopping: "* ]]; then # a stop signal's acknowledgement, at once
+        if [[ $line == "$stop_prefix"* ]]; then # a stop signal's acknowledgement, at once
             echo "${WPREFIX}$line" >&2
             continue
         fi
@@ -196,7 +196,7 @@ unit() { ALL_OUTS+=("${@:3:$2}"); }
 first_pass
 DONE_BASE=0 # cells done before this run: the counts start from them (a resumed sweep)
 for s in ${DONE_AT_START[@]+"${DONE_AT_START[@]}"}; do
-    case $s in ok | diverged) DONE_BASE=$((DONE_BASE + 1)) ;; esac
+    if is_done "$s"; then DONE_BASE=$((DONE_BASE + 1)); fi
 done
 
 # The second pass, by each worker: unit LABEL N OUT_1..OUT_N -- RUN_ARGS...
@@ -238,16 +238,16 @@ unit() {
     { "$PYTHON" -m "$MODULE" "$@" 2>&1 >>"$log"; } | show_progress "$log"
     rc=${PIPESTATUS[0]}
     release_unit_lock
-    if [ "$rc" -eq 130 ]; then interrupted; fi
-    # SIGTERM to a worker of several, or to this unit's process alone (exit 75): stop here.
-    if [ -n "$PREEMPTED" ] || [ "$rc" -eq 75 ]; then
+    if [ "$rc" -eq "$EXIT_INTERRUPTED" ]; then interrupted; fi
+    # SIGTERM to a worker of several, or to this unit's process alone (exit "$EXIT_PREEMPTED"): stop here.
+    if [ -n "$PREEMPTED" ] || [ "$rc" -eq "$EXIT_PREEMPTED" ]; then
         if [ -n "$WPREFIX" ]; then # the main script says how to resume
             echo "${WPREFIX}preempted${current:+ during $current}" >&2
         else
             echo "preempted${current:+ during $current}: SIGTERM stopped the cell; run" \
                 "$RERUN again to resume" >&2
         fi
-        exit 75
+        exit "$EXIT_PREEMPTED"
     fi
     check "${outs[@]}"
     HAVE=$N_DONE
@@ -320,9 +320,9 @@ else
     if [ "$STOPPING" = TERM ] || grep -qx 75 "$RUN_DIR"/rc.* 2>/dev/null; then
         echo "preempted: SIGTERM stopped the workers; the running cells saved their state;" \
             "run $RERUN again to resume" >&2
-        exit 75
+        exit "$EXIT_PREEMPTED"
     fi
-    if grep -qx 2 "$RUN_DIR"/rc.* 2>/dev/null; then exit 2; fi
+    if grep -qx "$EXIT_INPUT_ERROR" "$RUN_DIR"/rc.* 2>/dev/null; then exit "$EXIT_INPUT_ERROR"; fi
 fi
 
 counts
@@ -330,5 +330,5 @@ echo "[cells $C_CELLS/$TOTAL_CELLS done, units $C_UNITS/$TOTAL_UNITS, failed $C_
     "finished: $C_RUN run, $C_SKIPPED skipped (already done)"
 if [ "$C_FAILED" -gt 0 ]; then
     echo "failed units: ${FAILED_UNITS[*]} (logs in $LOG_DIR); re-run this script to retry them" >&2
-    exit 1
+    exit "$EXIT_INCOMPLETE"
 fi
