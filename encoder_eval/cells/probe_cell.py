@@ -58,6 +58,7 @@ from encoder_eval.core.fileio import (
     DamagedFile,
     MissingFile,
     UnreadableFile,
+    check_output_dir,
     read_json,
     safe_filename_part,
 )
@@ -439,6 +440,7 @@ def run_from_args(args) -> ProbeRun:
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise HarnessError(f"--{flag.replace('_', '-')} {value} must be 1 or more")
+    check_output_dir(args.results_dir, "--results-dir")
     return ProbeRun(
         models=models, tasks=tasks, poolings=poolings, results_dir=Path(args.results_dir),
         data_dir=args.data_dir, config=ProbeConfig(k_folds=args.k_folds, seed=args.seed),

@@ -47,7 +47,7 @@ from encoder_eval.core.errors import (
 )
 from encoder_eval.core.errors import EXIT_PREEMPTED as EXIT_PREEMPTED
 from encoder_eval.core.errors import HarnessError, unknown_name
-from encoder_eval.core.fileio import atomic_open, temporary_name
+from encoder_eval.core.fileio import atomic_open, check_output_file, temporary_name
 from encoder_eval.core.protocol import (
     PROTOCOL_RECIPE,
     Recipe,
@@ -1001,19 +1001,15 @@ def _cpu_peak_rss() -> int | None:
         return None
 
 
-def validate_out_path(path: str | os.PathLike) -> None:
+def validate_out_path(path: str | os.PathLike, flag: str = "--out-json") -> None:
     """Refuse, before any training, an output path whose directory cannot be created or
-    written, or whose longest derived file name the file system would refuse; a missing
-    directory is fine (`run` creates it when the cell starts)."""
-    parent = Path(path).resolve().parent
-    existing = parent
+    written (`fileio.check_output_file`; the error names `flag`, the flag that gave it), or
+    whose longest derived file name the file system would refuse; a missing directory is
+    fine (`run` creates it when the cell starts)."""
+    check_output_file(path, flag, create_dirs=True)
+    existing = Path(path).resolve().parent
     while not existing.exists():
         existing = existing.parent
-    if not existing.is_dir():
-        raise HarnessError(f"output directory {parent} cannot be created: {existing} is a file; "
-                           "choose another --out-json or --results-dir")  # fmt: skip
-    if not os.access(existing, os.W_OK):
-        raise HarnessError(f"output directory {parent} is not writable; choose another --out-json")
     _check_name_lengths(Path(path), existing)
 
 
