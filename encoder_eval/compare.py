@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from encoder_eval.core import stats
 from encoder_eval.core.errors import (
@@ -53,7 +52,7 @@ from encoder_eval.core.errors import (
     report_errors,
     warn_once,
 )
-from encoder_eval.core.fileio import write_output
+from encoder_eval.core.fileio import check_output_file, write_output
 from encoder_eval.core.protocol import seed_arg
 from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.table import format_refusal
@@ -103,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     warn = warn_once()
 
-    if args.out and not Path(args.out).absolute().parent.is_dir():
-        raise HarnessError(f"--out {args.out}: its directory does not exist")
+    if args.out:  # before any work
+        check_output_file(args.out, "--out")
     table, results = load_report_dirs(args.results_dir, args.selection, warn,
                                       split_csv(args.models) or None,
                                       split_csv(args.tasks) or None)  # fmt: skip

@@ -48,7 +48,7 @@ from encoder_eval.core.errors import (
     report_errors,
     warn_once,
 )
-from encoder_eval.core.fileio import write_output
+from encoder_eval.core.fileio import check_output_dir, check_output_file, write_output
 from encoder_eval.core.protocol import seed_arg
 from encoder_eval.core.results import load_results
 from encoder_eval.plans.experiment import summarize_inputs
@@ -98,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not Path(args.results_dir).is_dir():
         raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
-    if args.out and not Path(args.out).absolute().parent.is_dir():
-        raise HarnessError(f"--out {args.out}: its directory does not exist")
+    if args.out:  # every output path before any work
+        check_output_file(args.out, "--out")
+    if args.plot:
+        check_output_dir(args.plot, "--plot")
 
     warn = warn_once()
     ran_seeds = None

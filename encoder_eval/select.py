@@ -70,6 +70,7 @@ from encoder_eval.core.errors import (
     HarnessError,
     report_errors,
 )
+from encoder_eval.core.fileio import check_output_file
 from encoder_eval.core.results import (
     EXPERIMENT_NAME,
     load_results,
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not Path(args.results_dir).is_dir():
             raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
+        check_output_file(args.out, "--out")  # before any work
         tasks = split_csv(args.tasks) or None
         exp, lr_keys, seeds, models, tasks = experiment.select_expectations(
             args.results_dir, lr_keys=parse_lr_keys(args.lr_keys), seeds=parse_seeds(args.seeds),
@@ -146,8 +148,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.redact_paths:
             selection["results_dir"] = experiment.REDACTED
         out = Path(args.out)
-        if not out.absolute().parent.is_dir():
-            raise HarnessError(f"--out {args.out}: directory {out.parent} does not exist")
     except Refusal as exc:
         print(exc.render(), file=sys.stderr)
         return EXIT_INCOMPLETE

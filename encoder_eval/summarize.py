@@ -74,7 +74,7 @@ from encoder_eval.core.errors import (
     report_errors,
     warn_once,
 )
-from encoder_eval.core.fileio import write_output
+from encoder_eval.core.fileio import check_output_dir, check_output_file, write_output
 from encoder_eval.core.protocol import seed_arg
 from encoder_eval.core.results import load_results
 from encoder_eval.plans.experiment import summarize_inputs
@@ -135,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if not Path(args.results_dir).is_dir():
         raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
+    if args.out:  # every output path before any work
+        check_output_file(args.out, "--out")
+    if args.plots:
+        check_output_dir(args.plots, "--plots")
 
     if has_probe_results(args.results_dir):
         return _main_probe(args, warn)
@@ -149,8 +153,6 @@ def main(argv: list[str] | None = None) -> int:
                        n_resamples=args.resamples, seed=args.seed,
                        marks_family=args.marks_family)  # fmt: skip
     text = render(table, args.format)
-    if args.out and not Path(args.out).absolute().parent.is_dir():
-        raise HarnessError(f"--out {args.out}: its directory does not exist")
     if ran_seeds is not None and ran_seeds != table.expected_seeds:
         # The table still expects the protocol's seeds: a shrunken table never looks complete.
         print(f"note: the report sweep ran seeds {','.join(map(str, ran_seeds))} (its "

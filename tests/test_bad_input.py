@@ -159,6 +159,27 @@ def _good_selection(ctx: Ctx) -> Path:
                                                                     "lr": LR_GRID["lr06"]}}}}))  # fmt: skip
 
 
+def _report_grid(ctx: Ctx) -> Path:
+    """Report results of two models on glue_rte at lr06, seeds 45-49, and the selection that
+    names them (written beside): enough for summarize and compare to do all their work."""
+    for model, score in (("m", 0.6), ("m2", 0.7)):
+        for seed in range(45, 50):
+            write_result(ctx.results, make_result(model, "glue_rte", "lr06", seed, "report",
+                                                  score + seed / 1000))  # fmt: skip
+    return ctx.results
+
+
+def _report_args(ctx: Ctx, command: str) -> list[str]:
+    pairs = {m: {"glue_rte": {"lr_key": "lr06", "lr": LR_GRID["lr06"]}} for m in ("m", "m2")}
+    selection = _selection(ctx, json.dumps({"schema": "encoder-eval-selection", "version": 2,
+                                            "pairs": pairs}))  # fmt: skip
+    return [f"encoder_eval.{command}", "--results-dir", str(_report_grid(ctx)), "--selection",
+            str(selection), "--allow-partial"]  # fmt: skip
+
+
+# An output path root cannot write either: /proc takes no new file or folder.
+PROC = "/proc/encoder-eval-test"
+
 # id -> (build the command from a Ctx, regex the one error line must match)
 CASES = {
     # --- run: the cell's identity
@@ -171,8 +192,8 @@ CASES = {
     "unknown-flag": (lambda c: c.cell("--learning-rate", "1e-5"),
                      r"unrecognized arguments: --learning-rate.*--help"),
     "lr-off-grid": (lambda c: c.cell("--lr", "2e-05"),
-                    r"--lr 2e-05 is not on the protocol grid; use a grid value or pass "
-                    r"--allow-off-protocol"),
+                    r"--lr 2e-05 is not on the protocol grid \(the nearest grid value is "
+                    r"2\.15e-05, lr04\); use a grid value or pass --allow-off-protocol"),
     "lr-not-a-number": (lambda c: c.cell("--lr", "fast"),
                         r"--lr 'fast' is not a comma-separated list of numbers"),
     "lr-out-of-range": (lambda c: c.cell("--lr=1.5", "--allow-off-protocol", drop=("--lr",)),
@@ -238,8 +259,15 @@ CASES = {
                               r"output directory .*a-file/d cannot be created: .*a-file is a "
                               r"file"),
     "out-json-in-read-only-dir": (lambda c: c.cell("--out-json", str(_read_only(c) / "c.json")),
-                                  r"output directory .* is not writable; choose another "
-                                  r"--out-json"),
+                                  r"output directory .* is not writable \(Permission denied\); "
+                                  r"choose another --out-json"),
+    "results-dir-in-proc": (lambda c: c.cell("--results-dir", PROC, drop=("--out-json",)),
+                            rf"--results-dir {PROC}: output directory {PROC} cannot be created "
+                            r"in /proc \(.*\); choose another --results-dir$"),
+    "results-dir-read-only": (lambda c: c.cell("--results-dir", str(_read_only(c)),
+                                               drop=("--out-json",)),
+                              r"--results-dir .*out: output directory .*out is not writable "
+                              r"\(Permission denied\); choose another --results-dir$"),
     "out-json-for-several-seeds": (lambda c: c.cell("--seed", "45,46"),
                                    r"--out-json names one file; use --results-dir"),
     "results-dir-is-a-file": (lambda c: c.cell("--results-dir", str(_a_file(c)),
@@ -292,7 +320,13 @@ CASES = {
                                              str(_select_grid(c)), "--out",
                                              str(c.root / "nope" / "sel.json"), "--lr-keys",
                                              "lr03,lr06", "--seeds", "42,43"],
-                                  r"--out .*sel\.json: directory .*nope does not exist"),
+                                  r"--out .*sel\.json: its directory .*nope does not exist"),
+    "select-out-in-read-only-dir": (lambda c: ["encoder_eval.select", "--results-dir",
+                                               str(_select_grid(c)), "--out",
+                                               str(_read_only(c) / "sel.json"), "--lr-keys",
+                                               "lr03,lr06", "--seeds", "42,43"],
+                                    r"--out .*sel\.json: output directory .*out is not "
+                                    r"writable \(Permission denied\); choose another --out$"),
     "summarize-malformed-selection": (lambda c: ["encoder_eval.summarize", "--results-dir",
                                                  str(c.out), "--selection",
                                                  str(_selection(c, "[1, 2"))],
@@ -308,7 +342,22 @@ CASES = {
                                                 str(c.out), "--selection",
                                                 str(_good_selection(c)), "--out",
                                                 str(c.root / "nope" / "t.md")],
-                                     r"--out .*t\.md: its directory does not exist"),
+                                     r"--out .*t\.md: its directory .*nope does not exist"),
+    "summarize-out-in-read-only-dir": (lambda c: [*_report_args(c, "summarize"), "--out",
+                                                  str(_read_only(c) / "t.md")],
+                                       r"--out .*t\.md: output directory .*out is not writable "
+                                       r"\(Permission denied\); choose another --out$"),
+    "summarize-plots-in-proc": (lambda c: [*_report_args(c, "summarize"), "--plots", PROC],
+                                rf"--plots {PROC}: output directory {PROC} cannot be created in "
+                                r"/proc \(.*\); choose another --plots$"),
+    "compare-out-in-read-only-dir": (lambda c: [*_report_args(c, "compare"), "--resamples", "99",
+                                                "--out", str(_read_only(c) / "c.md")],
+                                     r"--out .*c\.md: output directory .*out is not writable "
+                                     r"\(Permission denied\); choose another --out$"),
+    "compare-out-in-proc": (lambda c: [*_report_args(c, "compare"), "--resamples", "99", "--out",
+                                       f"{PROC}.md"],
+                            r"--out /proc/.*: output directory /proc is not writable \(.*\); "
+                            r"choose another --out$"),
     "status-without-results-dir": (lambda c: ["encoder_eval.status", "--phase", "select"],
                                    r"give --results-dir"),
 }  # fmt: skip
@@ -316,7 +365,14 @@ CASES = {
 # CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH ignore them, so these commands run with both
 # capabilities dropped (prctl PR_CAPBSET_DROP before exec): a root without them is held to
 # the permission bits like any user.
-NEEDS_PERMISSIONS = {"unreadable-model-dir", "out-json-in-read-only-dir"}
+NEEDS_PERMISSIONS = {
+    "unreadable-model-dir",
+    "out-json-in-read-only-dir",
+    "results-dir-read-only",
+    "summarize-out-in-read-only-dir",
+    "compare-out-in-read-only-dir",
+    "select-out-in-read-only-dir",
+}
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ validator's rules and messages, older files refused as before, typed reading."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -106,6 +107,32 @@ def test_a_sparse_but_valid_result_reads_with_defaults():
     result = CellResult.from_dict(data)
     assert result.training.steps is None and result.training.dev_history == []
     assert result.dev.languages_in_mean == [] and result.dev.mean == 0.7
+
+
+def test_a_result_from_before_the_out_of_memory_record_reads_and_writes_back_unchanged():
+    data = make_result("m", "glue_rte", "lr06", 45, "report", 0.7)
+    for key in ("oom_retries", "micro_batch_used", "grad_accumulation_used", "eval_oom_retries",
+                "eval_batch_used"):  # fmt: skip
+        data["training"].pop(key, None)
+    result = CellResult.from_dict(copy.deepcopy(data))
+    assert result.training.oom_retries is None and result.training.micro_batch_used is None
+    assert json.dumps(result.to_dict()) == json.dumps(data)
+    recorded = dataclasses.replace(result.training, oom_retries=2, micro_batch_used=8)
+    assert recorded.to_dict()["oom_retries"] == 2 and "eval_batch_used" not in recorded.to_dict()
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("oom_retries", -1, "training.oom_retries is -1, not null or an integer of at least 0"),
+    ("micro_batch_used", 0, "training.micro_batch_used is 0, not null or an integer of at least 1"),
+    ("eval_batch_used", "4", "training.eval_batch_used is '4', not null or an integer of at "
+     "least 1"),
+    ("grad_accumulation_used", True, "training.grad_accumulation_used is True, not null or an "
+     "integer of at least 1"),
+])  # fmt: skip
+def test_the_out_of_memory_record_is_typed(key, value, message):
+    data = make_result("m", "glue_rte", "lr06", 45, "report", 0.7)
+    data["training"][key] = value
+    assert validate_result(data) == [message]
 
 
 def _broken(mutate) -> dict:

@@ -3,7 +3,7 @@
 `embed_split` turns a task split into one fp32 vector per example:
 
 * the encoder is loaded by `loaders.load_encoder` (fp32 weights, eval mode, no gradients);
-* texts are tokenised exactly as for fine-tuning (`train.encode`: pairs jointly, the
+* texts are tokenised exactly as for fine-tuning (`encoding.encode`: pairs jointly, the
   tokenizer's own pair template and truncation), through the tokenisation cache;
 * batches are cut from the examples sorted by length (little padding), run under
   `torch.inference_mode()` with bf16 autocast (`precision="bf16"`) or in fp32;

@@ -51,6 +51,7 @@ from encoder_eval.core.errors import (
     report_errors,
 )
 from encoder_eval.core.fileio import (
+    check_output_dir,
     safe_filename_part,
 )
 from encoder_eval.core.progress import probe_line
@@ -375,6 +376,7 @@ def run_from_args(args) -> ProbeRun:
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise HarnessError(f"--{flag.replace('_', '-')} {value} must be 1 or more")
+    check_output_dir(args.results_dir, "--results-dir")
     return ProbeRun(
         models=models, tasks=tasks, poolings=poolings, results_dir=Path(args.results_dir),
         data_dir=args.data_dir, config=ProbeConfig(k_folds=args.k_folds, seed=args.seed),

@@ -26,12 +26,14 @@ from encoder_eval.core.errors import (
     raise_on_sigterm,
     report_errors,
 )
+from encoder_eval.core.fileio import check_output_dir, check_output_file
 from encoder_eval.core.protocol import (
     DEVICES,
     PHASE_SEEDS,
     PHASES,
     check_seed,
     lr_key_for,
+    nearest_grid_lr,
     recipe_arguments,
     recipe_flag,
     recipe_from_args,
@@ -165,9 +167,9 @@ def _parse_list(text: str, kind, flag: str) -> list:
 
 
 def plan_cells(args: argparse.Namespace) -> list:
-    """Turn parsed flags into CellConfigs, checking every input before anything runs."""
-    from encoder_eval.cells.train import CellConfig, validate_out_path  # imports torch: on use only
-
+    """Turn parsed flags into CellConfigs, checking every input before anything runs: names,
+    learning rates, seeds and output paths before torch is imported, so a typo is refused in
+    under a second (`tests/test_fast_refusal.py`)."""
     register_task_files(args.tasks_file)  # first: the task names below may be defined there
     task_knobs(args.task)
     dataset_revisions()  # a malformed ENCODER_EVAL_DATASET_REVISIONS fails now, not after training
@@ -204,9 +206,11 @@ def plan_cells(args: argparse.Namespace) -> list:
         if not math.isfinite(lr) or lr <= 0 or lr >= 1:
             raise HarnessError(f"--lr {lr} is not a usable learning rate (0 < lr < 1)")
         if lr_key_for(lr) is None and not args.allow_off_protocol:
+            key, nearest = nearest_grid_lr(lr)
             raise HarnessError(
-                f"--lr {lr:g} is not on the protocol grid; use a grid value or pass "
-                "--allow-off-protocol (the result is then marked off-protocol)"
+                f"--lr {lr:g} is not on the protocol grid (the nearest grid value is "
+                f"{nearest:g}, {key}); use a grid value or pass --allow-off-protocol (the "
+                "result is then marked off-protocol)"
             )
     for seed in seeds:
         check_seed(seed)
@@ -230,14 +234,22 @@ def plan_cells(args: argparse.Namespace) -> list:
         raise HarnessError("--out-json names one file; use --results-dir for several cells")
     if not args.out_json and not args.results_dir:
         raise HarnessError("give --out-json FILE (one cell) or --results-dir DIR")
+    if args.out_json:
+        check_output_file(args.out_json, "--out-json", create_dirs=True)
+    else:
+        check_output_dir(args.results_dir, "--results-dir")
     recipe = recipe_from_args(args, mode=mode, **settings)
+    # Imports torch and transformers (seconds): only once every check above has passed.
+    from encoder_eval.cells.train import CellConfig, validate_out_path
+
+    path_flag = "--out-json" if args.out_json else "--results-dir"
     cells = []
     for lr in lrs:
         for seed in seeds:
             out = args.out_json or os.path.join(
                 args.results_dir, result_filename(model_key, args.task, lr, seed)
             )
-            validate_out_path(out)
+            validate_out_path(out, path_flag)
             cells.append(CellConfig(
                 model_path=model_path, task=args.task, lr=lr, seed=seed, model_key=model_key,
                 phase=args.phase, recipe=recipe, data_dir=args.data_dir,

@@ -32,7 +32,7 @@ from torch import nn
 
 from encoder_eval.cells import trackers
 from encoder_eval.cells.encoding import Encoded, autocast, encode_cached, with_rank_columns
-from encoder_eval.cells.kinds import Kind, kind_for
+from encoder_eval.cells.kinds import Autocast, Kind, kind_for
 from encoder_eval.cells.predictions import (
     PredictionsError,
     predictions_path,
@@ -47,7 +47,7 @@ from encoder_eval.core.errors import (
 )
 from encoder_eval.core.errors import EXIT_PREEMPTED as EXIT_PREEMPTED
 from encoder_eval.core.errors import HarnessError, unknown_name
-from encoder_eval.core.fileio import atomic_open, temporary_name
+from encoder_eval.core.fileio import atomic_open, check_output_file, temporary_name
 from encoder_eval.core.progress import progress_line, stop_line
 from encoder_eval.core.protocol import (
     PROTOCOL_RECIPE,
@@ -383,10 +383,32 @@ class _Cell:
     reporter: trackers.Reporter | None = None  # --report-to: the cell's tracker runs
 
     last_dev_predictions: dict = field(default_factory=dict)  # of the last `dev_scores`
+    # The evaluation batch in use: `eval_batch` until out of memory halves it (for the rest of
+    # the cell), and how many times it did (`training.eval_batch_used`, `eval_oom_retries`).
+    eval_batch_used: int = 0
+    eval_oom_retries: int = 0
 
     def predict(self, enc: Encoded) -> list:
-        return predict(self.model, enc, self.pad_id, self.device, self.cfg.recipe.precision,
-                       self.eval_batch, self.kind)  # fmt: skip
+        """Predictions for every example of `enc`. Out of memory, the split is scored again
+        from its start with the evaluation batch halved, so each split's predictions come
+        from one batch size; out of memory at a batch of 1 re-raises, saying so."""
+        while True:
+            size = self.eval_batch_used or self.eval_batch
+            try:
+                return predict(self.model, enc, self.pad_id, self.device,
+                               self.cfg.recipe.precision, size, self.kind)  # fmt: skip
+            except torch.OutOfMemoryError as exc:
+                if min(size, len(enc.labels)) <= 1:
+                    exc.add_note(f"{_label(self.cfg)}: out of memory in evaluation with a batch "
+                                 "of 1: this model does not fit this device at this sequence "
+                                 "length; use a device with more memory")  # fmt: skip
+                    raise
+            _release_cached_memory(self.device)  # outside the except block: the graph is freed
+            self.eval_batch_used = max(1, min(size, len(enc.labels)) // 2)
+            self.eval_oom_retries += 1
+            print(f"warning: {_label(self.cfg)}: out of memory in evaluation with a batch of "
+                  f"{size}; scoring the split again with {self.eval_batch_used} (recorded in "
+                  "training.eval_oom_retries)", file=sys.stderr, flush=True)  # fmt: skip
 
     def dev_scores(self, langs: list[str]) -> tuple[dict[str, float | None], dict[str, str]]:
         """Score the current weights on the dev split of each language in `langs` (the
@@ -498,7 +520,7 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
     """Fine-tune with dev evaluations on the deciding languages and early stopping; on a
     stop signal, save a resumable state (with --out-json) and raise Preempted/Interrupted."""
     cfg, recipe, model, kind = cell.cfg, cell.cfg.recipe, cell.model, cell.kind
-    enc_train, max_steps, micro = cell.enc_train, cell.max_steps, cell.micro
+    enc_train, max_steps = cell.enc_train, cell.max_steps
     optimizer = build_optimizer(model, recipe, cfg.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cell.warmup, max_steps))
     data_rng = random.Random(cfg.seed)
@@ -532,14 +554,7 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
             st.batches = _epoch_batches(enc_train, kind, recipe, data_rng)
             st.epoch += 1
         idx = st.batches.pop(0)
-        optimizer.zero_grad(set_to_none=True)
-        step_loss = 0.0
-        for m in range(0, len(idx), micro):
-            sub = idx[m : m + micro]
-            batch = kind.collate_units(enc_train, sub, cell.pad_id, cell.device)
-            step_loss += kind.train_step(model, batch, len(sub) / len(idx), in_precision)
-            st.real_tokens += sum(enc_train.lengths[i] for u in sub for i in kind.members(u))
-        step_loss = float(step_loss)
+        step_loss = _step_fitting_memory(cell, st, idx, optimizer, in_precision, label)
         if not math.isfinite(step_loss):
             diverged_at = st.step + 1
             break
@@ -565,6 +580,84 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
     progress.close()
     train_time = st.train_time_before + time.perf_counter() - t_train
     return _Trained(st, diverged_at, train_time, first_step_s, process_first_step_s)
+
+
+def _accumulate(cell: _Cell, idx: list, micro: int, in_precision: Autocast) -> tuple[float, int]:
+    """Forward, loss and backward of the batch of units `idx` in micro-batches of `micro`
+    units, each backed by its share of the batch loss so the gradients add up to the batch's;
+    returns the batch loss and its real tokens."""
+    kind, enc = cell.kind, cell.enc_train
+    step_loss, tokens = 0.0, 0
+    for m in range(0, len(idx), micro):
+        sub = idx[m : m + micro]
+        batch = kind.collate_units(enc, sub, cell.pad_id, cell.device)
+        step_loss += kind.train_step(cell.model, batch, len(sub) / len(idx), in_precision)
+        tokens += sum(enc.lengths[i] for u in sub for i in kind.members(u))
+    return float(step_loss), tokens
+
+
+def _step_fitting_memory(
+    cell: _Cell, st: _LoopState, idx: list, optimizer, in_precision: Autocast, label: str
+) -> float:
+    """One step's accumulated gradients (`_accumulate`) and loss. Out of memory, the step is
+    retried from a clean slate with the micro-batch halved (gradient accumulation doubled: the
+    same effective batch, so the same update): the failed attempt's gradients are zeroed and
+    the random state is put back, so the retried step computes what a cell started at that
+    micro-batch computes. The smaller micro-batch holds for the rest of the cell; it is
+    recorded (`training.oom_retries`, `training.micro_batch_used`). Out of memory at a
+    micro-batch of 1 re-raises, saying so."""
+    rng = _rng_state(cell.device)
+    while True:
+        micro = st.micro or cell.micro
+        optimizer.zero_grad(set_to_none=True)
+        try:
+            step_loss, tokens = _accumulate(cell, idx, micro, in_precision)
+            st.real_tokens += tokens
+            return step_loss
+        except torch.OutOfMemoryError as exc:
+            if min(micro, len(idx)) <= 1:
+                exc.add_note(f"{label}: out of memory at step {st.step + 1} with a micro-batch "
+                             f"of 1 (after {st.oom_retries} retries with smaller micro-batches): "
+                             "this model does not fit this device at this sequence length; use "
+                             "a device with more memory")  # fmt: skip
+                raise
+        # Outside the except block, so the failed attempt's graph (held by the traceback) is
+        # already freed; its gradients go now.
+        optimizer.zero_grad(set_to_none=True)
+        _release_cached_memory(cell.device)
+        _set_rng_state(cell.device, rng)
+        st.micro = _smaller_divisor(cell.cfg.recipe.batch_size, min(micro, len(idx)) // 2)
+        st.oom_retries += 1
+        print(f"warning: {label}: out of memory at step {st.step + 1} with a micro-batch of "
+              f"{micro}; retrying the step with {st.micro} (gradient accumulation "
+              f"{cell.cfg.recipe.batch_size // st.micro}: the same effective batch of "
+              f"{cell.cfg.recipe.batch_size}, recorded in training.oom_retries)",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+
+def _smaller_divisor(batch_size: int, most: int) -> int:
+    """The largest divisor of `batch_size` that is at most `most` (at least 1): a micro-batch
+    that still cuts every full batch evenly."""
+    return next(d for d in range(max(1, most), 0, -1) if batch_size % d == 0)
+
+
+def _rng_state(device: torch.device) -> tuple:
+    """The random state a step draws from (dropout): the CPU generator's, and the device's."""
+    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(device: torch.device, state: tuple) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
+
+
+def _release_cached_memory(device: torch.device) -> None:
+    """Hand the caching allocator's free blocks back after an out-of-memory error, so a
+    retry at a smaller batch starts from unfragmented memory."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _epoch_batches(enc: Encoded, kind: Kind, recipe: Recipe, rng: random.Random) -> list[list]:
@@ -670,6 +763,7 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
     off = off_protocol_reasons(recipe, cfg.lr, cfg.seed, cfg.phase) + kind_reasons
     stopped_by = _stopped_by(trained.diverged_at, st.early_stopped, cell.max_steps, recipe)
     first_step_s = trained.first_step_s
+    micro_used = st.micro or cell.micro  # the recipe's, unless out of memory halved it
     training = Training(
         steps=st.step,
         max_steps=cell.max_steps,
@@ -691,10 +785,16 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
         process_start_to_first_step_s=trained.process_first_step_s,
         train_tokens_per_s=round(st.real_tokens / train_time, 1) if train_time > 0 else None,
         peak_memory_bytes=int(peak) if peak else None,
+        oom_retries=st.oom_retries,
+        micro_batch_used=micro_used,
+        grad_accumulation_used=recipe.batch_size // micro_used,
+        eval_oom_retries=cell.eval_oom_retries,
+        eval_batch_used=cell.eval_batch_used or cell.eval_batch,
     )
     recorded_recipe = {
         **recipe.to_dict(),
-        # What the run derived from the recipe on this device and task:
+        # What the run derived from the recipe on this device and task (the micro-batch and
+        # evaluation batch it started with; `training` says what out of memory left):
         "effective_batch": recipe.batch_size,
         "micro_batch": cell.micro,
         "grad_accumulation": cell.accum,
@@ -788,6 +888,8 @@ class _LoopState:
     last_undefined: dict = field(default_factory=dict)
     best_predictions: dict = field(default_factory=dict)  # dev, of the best evaluation
     last_predictions: dict = field(default_factory=dict)  # dev, of the last evaluation
+    micro: int = 0  # the micro-batch steps run with, once out of memory halved it (0: the cell's)
+    oom_retries: int = 0  # training steps retried with a smaller micro-batch (out of memory)
 
 
 class _StopFlag:
@@ -909,19 +1011,15 @@ def _cpu_peak_rss() -> int | None:
         return None
 
 
-def validate_out_path(path: str | os.PathLike) -> None:
+def validate_out_path(path: str | os.PathLike, flag: str = "--out-json") -> None:
     """Refuse, before any training, an output path whose directory cannot be created or
-    written, or whose longest derived file name the file system would refuse; a missing
-    directory is fine (`run` creates it when the cell starts)."""
-    parent = Path(path).resolve().parent
-    existing = parent
+    written (`fileio.check_output_file`; the error names `flag`, the flag that gave it), or
+    whose longest derived file name the file system would refuse; a missing directory is
+    fine (`run` creates it when the cell starts)."""
+    check_output_file(path, flag, create_dirs=True)
+    existing = Path(path).resolve().parent
     while not existing.exists():
         existing = existing.parent
-    if not existing.is_dir():
-        raise HarnessError(f"output directory {parent} cannot be created: {existing} is a file; "
-                           "choose another --out-json or --results-dir")  # fmt: skip
-    if not os.access(existing, os.W_OK):
-        raise HarnessError(f"output directory {parent} is not writable; choose another --out-json")
     _check_name_lengths(Path(path), existing)
 
 

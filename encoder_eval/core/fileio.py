@@ -144,6 +144,57 @@ def safe_filename_part(text: object, unsafe: str = UNSAFE_PORTABLE) -> str:
     return cleaned if cleaned not in ("", ".", "..") else cleaned.replace(".", "_") or "_"
 
 
+def _cannot_create_in(directory: Path, what: str) -> str | None:
+    """Why a file (`what` "file") or a folder ("directory") cannot be created in `directory`,
+    found by creating one and removing it (permission bits, a read-only mount, /proc: what
+    `os.access` misses, root's override included); None when it can."""
+    try:
+        if what == "directory":
+            os.rmdir(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=directory))
+        else:
+            fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=directory)
+            os.close(fd)
+            os.unlink(tmp)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def check_output_dir(
+    directory: str | os.PathLike, flag: str, value: str | os.PathLike | None = None
+) -> None:
+    """Refuse, before any work, an output directory that cannot be written: one that exists
+    and takes no new file, or a missing one whose nearest existing ancestor is a file or
+    takes no new folder (a missing directory is fine: the writer creates it). The one
+    HarnessError names `flag` and the value the user gave (`value`, default `directory`)."""
+    path = Path(directory).absolute()
+    shown = f"{flag} {value if value is not None else directory}"
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise HarnessError(f"{shown}: output directory {path} cannot be created: {existing} is "
+                           f"a file; choose another {flag}")  # fmt: skip
+    why = _cannot_create_in(existing, "file" if existing == path else "directory")
+    if why is not None:
+        where = "is not writable" if existing == path else f"cannot be created in {existing}"
+        raise HarnessError(f"{shown}: output directory {path} {where} ({why}); choose another "
+                           f"{flag}")  # fmt: skip
+
+
+def check_output_file(path: str | os.PathLike, flag: str, *, create_dirs: bool = False) -> None:
+    """Refuse, before any work, an output file that could not be written at the end: a
+    directory in its place, a directory that does not exist (unless `create_dirs`: the
+    writer creates it) or cannot be written (`check_output_dir`). Every command checks its
+    output paths here, so an unwritable one costs one `error:` line, not the work."""
+    target = Path(path).absolute()
+    if target.is_dir():
+        raise HarnessError(f"{flag} {path} is a directory; give a file name")
+    if not create_dirs and not target.parent.is_dir():
+        raise HarnessError(f"{flag} {path}: its directory {target.parent} does not exist")
+    check_output_dir(target.parent, flag, path)
+
+
 def write_output(text: str, out: str | os.PathLike | None) -> None:
     """A command's output: written atomically to `out` (saying so), else to stdout."""
     if out:

@@ -23,33 +23,45 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy.stats import rankdata, spearmanr
-from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from encoder_eval.core.errors import unknown_name
 
+# scikit-learn and scipy (a second or more to import) are imported in the functions that
+# compute with them: `run` and the task files read METRIC_SPECS' names to refuse a bad
+# name before any heavy import (issue 29, item 20).
+
 
 def accuracy(preds: Sequence, labels: Sequence) -> float:
+    from sklearn.metrics import accuracy_score  # heavy: on use only (see above)
+
     return float(accuracy_score(labels, preds))
 
 
 def f1(preds: Sequence, labels: Sequence) -> float:
     """Binary F1 of the positive class (label 1), as GLUE reports it for MRPC and QQP."""
+    from sklearn.metrics import f1_score  # heavy: on use only (see above)
+
     return float(f1_score(labels, preds, average="binary", pos_label=1, zero_division=0))
 
 
 def macro_f1(preds: Sequence, labels: Sequence) -> float:
     """Unweighted mean of per-class F1 over the classes seen in labels or predictions."""
+    from sklearn.metrics import f1_score  # heavy: on use only (see above)
+
     return float(f1_score(labels, preds, average="macro", zero_division=0))
 
 
 def mcc(preds: Sequence, labels: Sequence) -> float:
     """Matthews correlation (call `compute_metric` for the undefined cases)."""
+    from sklearn.metrics import matthews_corrcoef  # heavy: on use only (see above)
+
     return float(matthews_corrcoef(np.asarray(labels), np.asarray(preds)))
 
 
 def spearman(preds: Sequence, labels: Sequence) -> float:
     """Spearman rank correlation (call `compute_metric` for the undefined cases)."""
+    from scipy.stats import spearmanr  # heavy: on use only (see above)
+
     preds, labels = np.asarray(preds, dtype=float), np.asarray(labels, dtype=float)
     return float(spearmanr(preds, labels).statistic)
 
@@ -286,6 +298,8 @@ def score_array(name: str, preds: np.ndarray, labels: np.ndarray) -> float | Non
     if name == "accuracy":
         return float(np.mean(preds == labels))
     if name == "spearman":
+        from scipy.stats import rankdata  # heavy: on use only (see the top)
+
         return float(np.corrcoef(rankdata(preds), rankdata(labels))[0, 1])
     cm, classes = _confusion(preds, labels)
     tp = np.diag(cm).astype(float)

@@ -290,6 +290,12 @@ def lr_key_for(lr: float) -> str | None:
     return None
 
 
+def nearest_grid_lr(lr: float) -> tuple[str, float]:
+    """The grid key and value nearest `lr` on the grid's log scale (a positive `lr`), to name
+    in the refusal of an off-grid learning rate."""
+    return min(LR_GRID.items(), key=lambda item: abs(math.log(item[1] / lr)))
+
+
 def lr_for_key(key: str) -> float:
     """Return the learning rate of a grid key such as 'lr06'."""
     try:

@@ -84,6 +84,14 @@ def _rule(check, expected: str) -> dict:
     return {"check": check, "expected": expected}
 
 
+def _since(least: int):
+    """A section field added after results were first written: an integer of at least
+    `least`, or null; a result without it reads as None and is written back without it."""
+    check = _rule(lambda x: x is None or (is_int(x) and x >= least),
+                  f"null or an integer of at least {least}")  # fmt: skip
+    return field(default=None, metadata={**check, "omitted_when_none": True})
+
+
 # ----------------------------------------------------------------------------- sections
 
 
@@ -157,6 +165,15 @@ class Training:
     process_start_to_first_step_s: float | None = None
     train_tokens_per_s: float | None = None
     peak_memory_bytes: int | None = None
+    # Out of memory (CUDA): training steps retried with the micro-batch halved, the
+    # micro-batch and gradient accumulation the last step ran with (the effective batch is
+    # the recipe's throughout), evaluations rescored with the evaluation batch halved, and
+    # the evaluation batch in use at the end. Absent from results that predate them.
+    oom_retries: int | None = _since(0)
+    micro_batch_used: int | None = _since(1)
+    grad_accumulation_used: int | None = _since(1)
+    eval_oom_retries: int | None = _since(0)
+    eval_batch_used: int | None = _since(1)
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -185,7 +202,8 @@ class Protocol:
 
 def _to_dict(obj) -> dict:
     """A section's fields in declaration order, then the keys it did not know (`extra`)."""
-    out = {f.name: getattr(obj, f.name) for f in fields(obj) if f.name != "extra"}
+    out = {f.name: getattr(obj, f.name) for f in fields(obj) if f.name != "extra"
+           and not (f.metadata.get("omitted_when_none") and getattr(obj, f.name) is None)}  # fmt: skip
     return {**out, **obj.extra}
 
 
@@ -385,9 +403,10 @@ def _typed_errors(name: str, section: dict, cls: type) -> list[str]:
     """Every field of `section` whose value is not of the type `cls` declares for it."""
     errors = []
     for f in fields(cls):
-        check = _TYPE_CHECKS.get(str(f.type))
+        check = f.metadata.get("check") or _TYPE_CHECKS.get(str(f.type))
         if check is not None and f.name in section and not check(section[f.name]):
-            errors.append(f"{name}.{f.name} is {quote(section[f.name])}, not {f.type}")
+            expected = f.metadata.get("expected") or f.type
+            errors.append(f"{name}.{f.name} is {quote(section[f.name])}, not {expected}")
     return errors
 
 

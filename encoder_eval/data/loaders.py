@@ -294,7 +294,7 @@ def _load_config_and_tokenizer(
 def pair_separator(tokenizer) -> dict:
     """Make sure a pair's two texts are told apart: a tokenizer whose own pair template puts
     special tokens between them is kept; one without (most decoder tokenizers just join the
-    texts) gets `A <eos> B` through its post-processor, so `train.encode` and truncation see
+    texts) gets `A <eos> B` through its post-processor, so `encoding.encode` and truncation see
     the separator as a special token. Returns what the result records."""
     specials = set(tokenizer.all_special_ids)
 

@@ -24,7 +24,12 @@ from encoder_eval.core.errors import (
     EXIT_PREEMPTED,
     HarnessError,
 )
-from encoder_eval.core.fileio import UNSAFE_IN_LABEL, safe_filename_part, write_atomic
+from encoder_eval.core.fileio import (
+    UNSAFE_IN_LABEL,
+    check_output_dir,
+    safe_filename_part,
+    write_atomic,
+)
 from encoder_eval.core.progress import shell_patterns
 from encoder_eval.core.results import CORRUPT, DONE_STATES, QUARANTINE_DIR
 from encoder_eval.plans.plan import GROUPS, PROBE, Cell, Plan
@@ -249,8 +254,8 @@ def _units_code(units_words: list[list[str]]) -> str:
 
 def _prepare_out_dir(plan: Plan, out_dir: str | os.PathLike) -> Path:
     out = Path(out_dir).absolute()
-    if out.exists() and not out.is_dir():
-        raise HarnessError(f"--out-dir {out} exists and is not a directory; choose another")
+    check_output_dir(out, "--out-dir", out_dir)  # both before anything is written
+    check_output_dir(plan.results_dir, "--results-dir")
     return out
 
 
