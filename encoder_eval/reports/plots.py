@@ -23,7 +23,7 @@ from pathlib import Path
 from encoder_eval.core import aggregate
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.fileio import atomic_open, safe_filename_part
-from encoder_eval.core.protocol import LR_GRID, lr_key_for
+from encoder_eval.core.protocol import LR_GRID, REPORT_SEEDS, lr_key_for, name_reasons
 from encoder_eval.core.results import load_results
 from encoder_eval.core.schema import CellResult
 from encoder_eval.core.stats import t_interval
@@ -332,8 +332,6 @@ def score_figure(
     off-protocol results make the title say it is not a protocol figure, with their reasons
     in a note. See `final_score_table`.
     """
-    from encoder_eval.core.protocol import REPORT_SEEDS, name_reasons
-
     expected_n = len(REPORT_SEEDS) if expected_n is None else expected_n
     groups = final_score_table(report_results, selection)
 
