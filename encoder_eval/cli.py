@@ -61,10 +61,10 @@ COMMANDS: dict[str, Command] = {
         "encoder_eval.export", "results in other tools' formats (EuroEval, one row per example)"
     ),
     "demo": Command("encoder_eval.demo", "the whole protocol on MiniLM and synthetic tasks"),
-    "list": Command("encoder_eval.cli", "list tasks, task groups, models or the grid"),
+    "list": Command("encoder_eval.cli", "list tasks, task groups, models, loader modes or the grid"),
 }
 
-LIST_WHAT = ("tasks", "groups", "models", "grid")
+LIST_WHAT = ("tasks", "groups", "models", "modes", "grid")
 
 
 def _usage() -> str:
@@ -121,6 +121,12 @@ def _model_rows() -> list[dict]:
     return rows
 
 
+def _mode_rows() -> list[dict]:
+    from encoder_eval.data.models import mode_sources
+
+    return [{"mode": m, "from": src} for m, src in mode_sources().items()]
+
+
 def _group_rows() -> list[dict]:
     from encoder_eval.data.tasks import TASK_GROUPS, group_tasks
 
@@ -150,7 +156,8 @@ def _text_table(rows: list[dict]) -> str:
 
 
 def list_main(argv: list[str] | None = None) -> int:
-    """`encoder-eval list tasks|groups|models|grid`: what the registries hold."""
+    """`encoder-eval list tasks|groups|models|modes|grid`: what the registries hold (`models`
+    also shows the loader modes and where each comes from)."""
     p = ArgumentParser(prog="encoder-eval list", description="List what the harness knows.")
     p.add_argument("what", choices=LIST_WHAT, help="which registry to list")
     p.add_argument("--format", choices=("text", "json"), default="text")
@@ -171,8 +178,11 @@ def list_main(argv: list[str] | None = None) -> int:
         else:
             print(format_grid())
         return EXIT_OK
-    rows = {"tasks": _task_rows, "groups": _group_rows, "models": _model_rows}[args.what]()
+    rows = {"tasks": _task_rows, "groups": _group_rows, "models": _model_rows,
+            "modes": _mode_rows}[args.what]()  # fmt: skip
     print(json.dumps(rows, indent=2) if args.format == "json" else _text_table(rows))
+    if args.what == "models" and args.format == "text":
+        print(f"\nloader modes (list modes):\n{_text_table(_mode_rows())}")
     return EXIT_OK
 
 

@@ -52,7 +52,7 @@ from encoder_eval.data.models import (
     DECODER_DEFAULTS,
     HEAD_POOLINGS,
     MODEL_REGISTRY,
-    MODES,
+    all_modes,
     key_from_path,
     loader_settings,
     model_entry,
@@ -91,10 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--tasks-file", action="append", metavar="FILE", help="a task file (TOML or "
                    "YAML) defining tasks beyond the suite (repeatable; see README, 'Adding a "
                    "task')")  # fmt: skip
-    g.add_argument("--mode", choices=MODES, help="auto: AutoModelForSequenceClassification; "
+    g.add_argument("--mode", choices=all_modes(), help="auto: AutoModelForSequenceClassification; "
                    "liquid-bidir: encoder body + mean-pool linear head; decoder-adapted: a "
-                   "decoder-only body (Llama, Qwen2, Gemma) + pooled linear head (default: the "
-                   "registry's mode, else auto)")  # fmt: skip
+                   "decoder-only body (Llama, Qwen2, Gemma) + pooled linear head; or a loader "
+                   "plug-in's mode (`encoder-eval list modes`) (default: the registry's mode, "
+                   "else auto)")  # fmt: skip
     g.add_argument("--attention", choices=ATTENTIONS, help="decoder-adapted: bidirectional (a "
                    "full padding-only mask) or causal (default: the registry's, else "
                    f"{DECODER_DEFAULTS['attention']})")  # fmt: skip

@@ -26,7 +26,14 @@ from torch import nn
 from encoder_eval.core import provenance
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.provenance import code_repositories, directory_content_hash
-from encoder_eval.data.models import FIXED_POOLINGS, MODES, loader_settings, pooling_pitfall
+from encoder_eval.data.models import (
+    FIXED_POOLINGS,
+    MODES,
+    all_modes,
+    loader_settings,
+    plugin_loader,
+    pooling_pitfall,
+)
 
 # Families whose position ids start after the padding index (pad_token_id + 1 slots are unusable).
 _OFFSET_POSITION_TYPES = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert"}
@@ -445,10 +452,11 @@ def load_model(
     """
     from transformers import AutoModel, AutoModelForSequenceClassification
 
-    if mode not in MODES:
-        raise HarnessError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
+    if mode not in MODES and mode not in all_modes():
+        raise HarnessError(f"unknown mode {mode!r}; valid modes: {', '.join(all_modes())}")
     settings = loader_settings(mode, attention, pooling, head_dropout)
     label = model_label or model_path
+    plugin = None if mode in MODES else plugin_loader(mode)  # imported before any download
     kw, code = _load_kwargs(model_path, label, revision, trust_remote_code, code_revision,
                             require_code_revision)  # fmt: skip
     config, tokenizer, local, positions = _load_config_and_tokenizer(
@@ -458,7 +466,9 @@ def load_model(
     config.problem_type = problem
     recorded = {}
     try:
-        if mode == "auto":
+        if plugin is not None:
+            model = _plugin_model(plugin, model_path, config, num_labels, problem, kw, label)
+        elif mode == "auto":
             model = AutoModelForSequenceClassification.from_pretrained(
                 # A checkpoint fine-tuned with another label count gets a fresh head.
                 model_path,
@@ -500,9 +510,26 @@ def load_model(
             "attn_implementation": body.config._attn_implementation,
             "pooling_pitfall": pitfall,
         }
+    if plugin is not None:
+        info = plugin[1]
+        recorded = {"loader_plugin": f"{info.package} {info.version} ({info.target})"}
     output_layer_in_fp32(model, 1 if problem == "regression" else num_labels)
     return _loaded(model, config, tokenizer, model_path, label, local, positions,
                    trust_remote_code, recorded, code)  # fmt: skip
+
+
+def _plugin_model(plugin, model_path: str, config, num_labels: int, problem: str, kw: dict,
+                  label: str) -> nn.Module:  # fmt: skip
+    """The model a loader plug-in builds: `load(model_path, config=, num_labels=, problem=,
+    revision=, trust_remote_code=[, code_revision=])` returns a module whose forward takes the
+    tokenizer's inputs and returns an object with `.logits`."""
+    fn, info = plugin
+    model = fn(model_path, config=config, num_labels=num_labels, problem=problem, **kw)
+    if not isinstance(model, nn.Module):
+        raise HarnessError(f"{label}: loader mode {info.mode!r} of package {info.package} "
+                           f"returned {type(model).__name__}, not a torch module; fix or "
+                           f"uninstall {info.package}")  # fmt: skip
+    return model
 
 
 def _decoder_body(model_path: str, config, kw: dict, label: str) -> nn.Module:

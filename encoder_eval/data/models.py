@@ -15,12 +15,15 @@ import importlib
 import importlib.util
 import os
 import re
+from collections.abc import Callable
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import NamedTuple
 
 from encoder_eval.core.errors import HarnessError, unknown_name
 
-MODES = ("auto", "liquid-bidir", "decoder-adapted")
+MODES = ("auto", "liquid-bidir", "decoder-adapted")  # the built-in loaders (data.loaders)
+LOADER_GROUP = "encoder_eval.loaders"  # the entry point group of loader plug-ins
 # The `decoder-adapted` loader's settings: how its attention is masked, how the token states
 # are pooled for the fresh head, and the head's dropout (EVALUATION_METHODOLOGY.md, section 14).
 ATTENTIONS = ("bidirectional", "causal")
@@ -42,6 +45,71 @@ class ModelEntry(NamedTuple):
     # another repository holds when the config's auto_map names one (`--model-code-revision`).
     revision: str | None = None
     code_revision: str | None = None
+
+
+class LoaderPlugin(NamedTuple):
+    """A loader mode an installed package adds through the `encoder_eval.loaders` entry
+    point group: the mode's name, the distribution that declares it, and where it points."""
+
+    mode: str
+    package: str
+    version: str
+    target: str  # the entry point's value, `module:function`
+    entry_point: EntryPoint
+
+    @property
+    def source(self) -> str:
+        return f"plug-in: package {self.package} {self.version} ({self.target})"
+
+
+def loader_plugins() -> dict[str, LoaderPlugin]:
+    """The installed loader plug-ins by mode, read from package metadata without importing
+    them. A mode named twice (a built-in's name, or by two packages) is refused, naming them."""
+    out: dict[str, LoaderPlugin] = {}
+    for ep in entry_points(group=LOADER_GROUP):
+        dist = ep.dist
+        plugin = LoaderPlugin(ep.name, dist.name if dist else "?", dist.version if dist else "?",
+                              ep.value, ep)  # fmt: skip
+        if ep.name in MODES or ep.name in out:
+            other = "the harness (built-in)" if ep.name in MODES else out[ep.name].package
+            raise HarnessError(f"loader mode {ep.name!r} of package {plugin.package} is already "
+                               f"given by {other}; uninstall one, or rename the entry point")  # fmt: skip
+        out[ep.name] = plugin
+    return out
+
+
+def all_modes() -> tuple[str, ...]:
+    """The loader modes a model may name: the built-in ones, then the installed plug-ins'."""
+    return (*MODES, *loader_plugins())
+
+
+def mode_sources() -> dict[str, str]:
+    """Where each loader mode comes from: built-in, or the package of its plug-in."""
+    out = {m: "built-in (encoder_eval.data.loaders)" for m in MODES}
+    out.update({m: p.source for m, p in loader_plugins().items()})
+    return out
+
+
+def plugin_loader(mode: str) -> tuple[Callable, LoaderPlugin]:
+    """The loader function of plug-in mode `mode`, imported now, and its plug-in record. A
+    plug-in that does not import, or gives no function, is one error naming its package."""
+    plugins = loader_plugins()
+    if mode not in plugins:
+        raise unknown_name("mode", mode, all_modes())
+    plugin = plugins[mode]
+    try:
+        fn = plugin.entry_point.load()
+    except Exception as exc:  # any failure of third-party code is the plug-in's
+        first = (str(exc).splitlines() or [""])[0][:200]
+        raise HarnessError(f"loader mode {mode!r}: the plug-in of package {plugin.package} "
+                           f"{plugin.version} ({plugin.target}) does not load "
+                           f"({type(exc).__name__}: {first}); fix or uninstall "
+                           f"{plugin.package}") from None  # fmt: skip
+    if not callable(fn):
+        raise HarnessError(f"loader mode {mode!r}: package {plugin.package}'s entry point "
+                           f"{plugin.target} is not a function; fix or uninstall "
+                           f"{plugin.package}")  # fmt: skip
+    return fn, plugin
 
 
 def registry_trusts(key: str, path: str) -> bool:
@@ -164,9 +232,9 @@ def model_entry(key: str, registry: dict[str, tuple] | None = None) -> ModelEntr
     if key not in registry:
         raise unknown_name("model", key, registry)
     entry = ModelEntry(*registry[key])
-    if entry.mode not in MODES:
+    if entry.mode not in MODES and entry.mode not in all_modes():
         raise HarnessError(
-            f"model {key!r} has mode {entry.mode!r}; valid modes: {', '.join(MODES)}"
+            f"model {key!r} has mode {entry.mode!r}; valid modes: {', '.join(all_modes())}"
         )
     loader_settings(entry.mode, entry.attention, entry.pooling, entry.head_dropout,
                     where=f"model {key!r} in the registry: ")  # fmt: skip
@@ -217,8 +285,8 @@ def parse_model_spec(spec: str) -> tuple[str, ModelEntry]:
     mode = "auto"
     if ":" in target.rsplit("/", 1)[-1]:
         target, mode = target.rsplit(":", 1)
-        if mode not in MODES:
-            raise HarnessError(f"--model {spec!r}: {unknown_name('mode', mode, MODES)}")
+        if mode not in MODES and mode not in all_modes():
+            raise HarnessError(f"--model {spec!r}: {unknown_name('mode', mode, all_modes())}")
     if not name or not target:
         raise HarnessError(f"--model {spec!r} must look like NAME=PATH_OR_HUB_ID[:MODE]")
     return name, ModelEntry(target, mode, False)

@@ -58,8 +58,8 @@ def add_plan_arguments(p: argparse.ArgumentParser, phases: tuple[str, ...] = PHA
     g.add_argument("--models", help="comma-separated model names (default: every registry "
                    "model, or only the --model additions when any are given)")  # fmt: skip
     g.add_argument("--model", action="append", default=[], metavar="NAME=PATH[:MODE]",
-                   help=f"add a model for this sweep (repeatable); MODE: {' | '.join(MODES)}, "
-                   "default auto")  # fmt: skip
+                   help=f"add a model for this sweep (repeatable); MODE: {' | '.join(MODES)} or a "
+                   "loader plug-in's mode, default auto")  # fmt: skip
     g.add_argument("--trust-remote-code", metavar="MODEL[,MODEL]", help="let these models "
                    "run code from their repositories (registry rows that need it and load "
                    "from their own Hub id need no flag); an experiment or selection file "

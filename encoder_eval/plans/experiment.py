@@ -73,8 +73,8 @@ from encoder_eval.core.results import EXPERIMENT_NAME, TASKS_FILE_PREFIX
 from encoder_eval.data import taskfile
 from encoder_eval.data.models import (
     MODEL_REGISTRY,
-    MODES,
     ModelEntry,
+    all_modes,
     parse_model_spec,
     registry_trusts,
 )
@@ -337,7 +337,7 @@ def _read_models(r: _Reader, value: Any) -> dict[str, ModelSpec]:
         default = ModelSpec.of(ModelEntry(*row)) if row else ModelSpec("")
         spec = ModelSpec(
             path=r.model_path(entry["path"], f"{where}.path") if "path" in entry else default.path,
-            mode=r.string(entry.get("mode", default.mode), f"{where}.mode", MODES),
+            mode=r.string(entry.get("mode", default.mode), f"{where}.mode", all_modes()),
             trust_remote_code=r.boolean(entry.get("trust_remote_code",
                                                   default.trust_remote_code),
                                         f"{where}.trust_remote_code"),
