@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from encoder_eval import summarize, track
+from encoder_eval import summarize
+from encoder_eval.reports import tracking as track
 from encoder_eval.core.errors import EXIT_OK
 from encoder_eval.core.results import cell_state, is_result_name, load_results, read_result
 from encoder_eval.plans.selection import load_selection
