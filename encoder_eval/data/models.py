@@ -87,7 +87,11 @@ def loader_settings(
         dropout = out[name]
         if dropout is None:  # body_dropout only: the checkpoint's own
             continue
-        if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0 <= dropout < 1:
+        if (
+            isinstance(dropout, bool)
+            or not isinstance(dropout, int | float)
+            or not 0 <= dropout < 1
+        ):
             flag = "--" + name.replace("_", "-")
             raise HarnessError(f"{where}{flag} {dropout!r} must be a number in [0, 1)")
         out[name] = float(dropout)
