@@ -31,6 +31,7 @@ from typing import Any
 from encoder_eval.core import fileio
 from encoder_eval.core.errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
 from encoder_eval.core.fileio import FileProblem, atomic_open, read_json
+from encoder_eval.core.problems import RANKING
 from encoder_eval.data import tasks
 from encoder_eval.data.taskfile import register_task_files
 
@@ -187,8 +188,10 @@ def prefetch_task(task: str, out: Path, splits: Iterable[str] | None = None, log
 
 def _check_loadable(task: str, rows: list[dict], path: Path, log: Log) -> None:
     """Warn now, where the Hub is at hand, when a split the loader reads will not load."""
+    ranking = tasks.task_knobs(task).problem == RANKING
+    convert = tasks.ranking_rows_to_split if ranking else tasks.rows_to_split
     try:
-        tasks.rows_to_split(task, rows, str(path))
+        convert(task, rows, str(path))
     except HarnessError as exc:
         log(f"{task}: warning: {path.name} will not load: {exc}")
 

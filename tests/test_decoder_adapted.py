@@ -226,9 +226,14 @@ def test_causal_with_first_token_pooling_is_refused():
 
 def test_settings_defaults_and_refusals():
     assert loader_settings("decoder-adapted") == {
-        "attention": "bidirectional", "pooling": "mean", "head_dropout": 0.1,
+        "attention": "bidirectional", "pooling": "mean", "head_dropout": 0.1, "body_dropout": None,
     }  # fmt: skip
-    assert loader_settings("auto") == {"attention": None, "pooling": None, "head_dropout": None}
+    assert loader_settings("auto") == {"attention": None, "pooling": None, "head_dropout": None,
+                                       "body_dropout": None}  # fmt: skip
+    with pytest.raises(HarnessError, match="--body-dropout applies to --mode decoder-adapted"):
+        loader_settings("auto", body_dropout=0.2)
+    with pytest.raises(HarnessError, match="--body-dropout 1.0 must be a number in"):
+        loader_settings("decoder-adapted", body_dropout=1.0)
     with pytest.raises(HarnessError, match="--pooling applies to --mode decoder-adapted only"):
         loader_settings("auto", pooling="last")
     with pytest.raises(
@@ -237,6 +242,27 @@ def test_settings_defaults_and_refusals():
         loader_settings("decoder-adapted", pooling="lats")
     with pytest.raises(HarnessError, match="--head-dropout 1.5 must be a number in"):
         loader_settings("decoder-adapted", head_dropout=1.5)
+
+
+def test_body_dropout_sets_the_bodys_dropout_and_it_acts_in_training(decoders_dir):
+    """--body-dropout, the seed's ablation axis: every attention module of the tiny Llama body
+    reads the new rate (the checkpoint's is 0.0), and in training mode two forwards of one
+    input then differ, where the checkpoint's own rate gives the same logits twice."""
+    ids = torch.tensor([_ids(3)])
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    logits = {}
+    for rate in (None, 0.5):
+        loaded = load_model(str(decoders_dir["llama"]), "decoder-adapted", 2,
+                            "single_label_classification", head_dropout=0.0, body_dropout=rate)  # fmt: skip
+        body = loaded.model.body
+        rates = {m.attention_dropout for m in body.modules() if hasattr(m, "attention_dropout")}
+        assert rates == {0.0 if rate is None else rate}
+        assert body.config.attention_dropout == (0.0 if rate is None else rate)
+        loaded.model.train()
+        with torch.no_grad():
+            logits[rate] = [loaded.model(**batch).logits for _ in range(2)]
+    assert torch.equal(*logits[None])
+    assert not torch.equal(*logits[0.5])
 
 
 def test_a_registry_row_with_bad_settings_is_refused(monkeypatch):
@@ -328,7 +354,8 @@ def test_both_decoders_train_through_the_run_path_and_record_their_settings(
     # Llama by flags; Qwen2 by a registry row.
     rc, llama = _run(tmp_path / "llama", small_mirror, "--model-path", str(decoders_dir["llama"]),
                      "--model-key", "tiny-llama", "--mode", "decoder-adapted", "--attention",
-                     "bidirectional", "--pooling", "attention", "--head-dropout", "0.2")  # fmt: skip
+                     "bidirectional", "--pooling", "attention", "--head-dropout", "0.2",
+                     "--body-dropout", "0.3")  # fmt: skip
     assert rc == EXIT_OK
     monkeypatch.setitem(model_registry.MODEL_REGISTRY, "tiny-qwen2",
                         ModelEntry(str(decoders_dir["qwen2"]), "decoder-adapted",
@@ -337,9 +364,9 @@ def test_both_decoders_train_through_the_run_path_and_record_their_settings(
     assert rc == EXIT_OK
     for result, expected in (
         (llama, {"attention": "bidirectional", "pooling": "attention", "head_dropout": 0.2,
-                 "pair_separator": None, "pair_template": "tokenizer"}),
+                 "body_dropout": 0.3, "pair_separator": None, "pair_template": "tokenizer"}),
         (qwen, {"attention": "causal", "pooling": "last", "head_dropout": 0.1,
-                "pair_separator": "<|endoftext|>", "pair_template": "added"}),
+                "body_dropout": None, "pair_separator": "<|endoftext|>", "pair_template": "added"}),
     ):  # fmt: skip
         assert validate_result(result) == []
         assert result["status"] == "ok" and result["training"]["steps"] == 3

@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from encoder_eval import summarize
-from encoder_eval.reports import tracking as track
 from encoder_eval.core.errors import EXIT_OK
 from encoder_eval.core.results import cell_state, is_result_name, load_results, read_result
 from encoder_eval.plans.selection import load_selection
+from encoder_eval.reports import tracking as track
 from encoder_eval.reports.probe_table import load_probe_results, probe_table
 
 OLD = Path(__file__).parent / "fixtures" / "a4b0e90"

@@ -22,7 +22,8 @@ def test_every_recipe_entry_has_exactly_one_scope():
     assert {"batching", "eval_every_max", "eval_batch_size", "selection_split"} <= set(
         recipe_fields(TABLE)
     )
-    assert recipe_fields(MODEL) == ("mode", "attention", "pooling", "head_dropout")
+    assert recipe_fields(MODEL) == ("mode", "attention", "pooling", "head_dropout",
+                                    "body_dropout")  # fmt: skip
     assert recipe_fields(CELL) == ("micro_batch",)
 
 

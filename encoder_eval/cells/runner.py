@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
                    f"pooling (default: the registry's, else {DECODER_DEFAULTS['pooling']})")  # fmt: skip
     g.add_argument("--head-dropout", type=float, help="decoder-adapted: dropout before the "
                    f"head (default: the registry's, else {DECODER_DEFAULTS['head_dropout']})")  # fmt: skip
+    g.add_argument("--body-dropout", type=float, help="decoder-adapted: the dropout of the body "
+                   "(its attention, residual and embedding dropouts; the seed's ablation axis; "
+                   "default: the registry's, else the checkpoint's own)")  # fmt: skip
     g.add_argument("--lr", required=True, help="learning rate(s), comma-separated; protocol "
                    "values are the 10-point grid (python -m encoder_eval.sweep --show-grid)")  # fmt: skip
     g.add_argument("--seed", required=True, help="seed(s), comma-separated (select 42-44, "
@@ -194,7 +197,8 @@ def plan_cells(args: argparse.Namespace) -> list:
     settings = loader_settings(mode, *(
         getattr(args, k) if getattr(args, k) is not None else getattr(row, k, None)
         for k in ("attention", "pooling", "head_dropout")
-    ))  # fmt: skip
+    ), body_dropout=args.body_dropout if args.body_dropout is not None else getattr(
+        row, "body_dropout", None))  # fmt: skip
     trust = args.trust_remote_code
     if trust is None:  # the registry's word holds for its own Hub id only, never a name
         trust = registry_trusts(model_key, model_path)

@@ -457,7 +457,8 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
             cfg.model_path, recipe.mode, num_labels, kind.problem, revision=cfg.model_revision,
             trust_remote_code=cfg.trust_remote_code, max_seq_len=recipe.max_seq_len,
             model_label=cfg.model_key, attention=recipe.attention, pooling=recipe.pooling,
-            head_dropout=recipe.head_dropout, code_revision=cfg.model_code_revision,
+            head_dropout=recipe.head_dropout, body_dropout=recipe.body_dropout,
+            code_revision=cfg.model_code_revision,
             require_code_revision=cfg.require_code_revision,
         )  # fmt: skip
     model, tok = loaded.model.to(device), loaded.tokenizer

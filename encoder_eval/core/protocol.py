@@ -147,6 +147,9 @@ class Recipe:
     attention: str | None = _entry(None, scope=MODEL, checked=False)  # bidirectional | causal
     pooling: str | None = _entry(None, scope=MODEL, checked=False)  # models.HEAD_POOLINGS
     head_dropout: float | None = _entry(None, scope=MODEL, checked=False)
+    # The body's dropout (every dropout of the decoder body; None: the checkpoint's own): the
+    # seed's ablation axis, a property of how the model is read, like the head's.
+    body_dropout: float | None = _entry(None, scope=MODEL, checked=False)
     # A smoke run (`--limit N`, encoder_eval/data/limit.py): every split cut to N examples.
     limit: int | None = _entry(
         None,

@@ -442,9 +442,10 @@ def load_model(
     head_dropout: float | None = None,
     code_revision: str | None = None,
     require_code_revision: bool = False,
+    body_dropout: float | None = None,
 ) -> LoadedModel:
     """Load tokenizer and model for fine-tuning, in fp32, with the architecture fixes applied.
-    `attention`, `pooling` and `head_dropout` are the decoder-adapted settings
+    `attention`, `pooling`, `head_dropout` and `body_dropout` are the decoder-adapted settings
     (`models.loader_settings`: None takes the default; other modes refuse them).
     `code_revision` and `require_code_revision`: see `pin_remote_code`.
 
@@ -454,7 +455,7 @@ def load_model(
 
     if mode not in MODES and mode not in all_modes():
         raise HarnessError(f"unknown mode {mode!r}; valid modes: {', '.join(all_modes())}")
-    settings = loader_settings(mode, attention, pooling, head_dropout)
+    settings = loader_settings(mode, attention, pooling, head_dropout, body_dropout=body_dropout)
     label = model_label or model_path
     plugin = None if mode in MODES else plugin_loader(mode)  # imported before any download
     kw, code = _load_kwargs(model_path, label, revision, trust_remote_code, code_revision,
@@ -481,6 +482,8 @@ def load_model(
             if mode == "decoder-adapted":
                 config.use_cache = False  # training and scoring never generate
                 body = _decoder_body(model_path, config, kw, label)
+                if settings["body_dropout"] is not None:
+                    set_body_dropout(body, settings["body_dropout"])
             else:
                 body = AutoModel.from_pretrained(model_path, config=config, dtype=torch.float32,
                                                  **kw)  # fmt: skip
@@ -530,6 +533,28 @@ def _plugin_model(plugin, model_path: str, config, num_labels: int, problem: str
                            f"returned {type(model).__name__}, not a torch module; fix or "
                            f"uninstall {info.package}")  # fmt: skip
     return model
+
+
+# The config fields that hold a body's dropout probabilities across architectures (Llama,
+# Qwen2, Gemma: attention_dropout; GPT-2 style: *_pdrop; BERT style: *_dropout_prob).
+BODY_DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "dropout", "activation_dropout",
+                       "resid_pdrop", "embd_pdrop", "attn_pdrop", "hidden_dropout_prob",
+                       "attention_probs_dropout_prob")  # fmt: skip
+
+
+def set_body_dropout(body: nn.Module, p: float) -> None:
+    """Set every dropout of a loaded body to `p`: its `nn.Dropout` modules, the attention
+    modules' `attention_dropout` rate (Llama-family attention reads it at each forward), and
+    the config fields that hold them, so that the body trains under the ablation's rate."""
+    for name in BODY_DROPOUT_FIELDS:
+        if isinstance(getattr(body.config, name, None), int | float):
+            setattr(body.config, name, p)
+    for module in body.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = p
+        rate = getattr(module, "attention_dropout", None)
+        if isinstance(rate, int | float) and not isinstance(rate, bool):
+            module.attention_dropout = p
 
 
 def _decoder_body(model_path: str, config, kw: dict, label: str) -> nn.Module:

@@ -25,11 +25,14 @@ from encoder_eval.core.errors import HarnessError, unknown_name
 MODES = ("auto", "liquid-bidir", "decoder-adapted")  # the built-in loaders (data.loaders)
 LOADER_GROUP = "encoder_eval.loaders"  # the entry point group of loader plug-ins
 # The `decoder-adapted` loader's settings: how its attention is masked, how the token states
-# are pooled for the fresh head, and the head's dropout (EVALUATION_METHODOLOGY.md, section 14).
+# are pooled for the fresh head, the head's dropout, and the body's dropout (None: the
+# checkpoint's own; the seed's ablation axis) (EVALUATION_METHODOLOGY.md, section 14).
 ATTENTIONS = ("bidirectional", "causal")
 FIXED_POOLINGS = ("mean", "first", "last")  # also the probes' (embed.POOLINGS)
 HEAD_POOLINGS = (*FIXED_POOLINGS, "attention")  # attention: a learned query (loaders)
-DECODER_DEFAULTS = {"attention": "bidirectional", "pooling": "mean", "head_dropout": 0.1}
+DECODER_DEFAULTS = {
+    "attention": "bidirectional", "pooling": "mean", "head_dropout": 0.1, "body_dropout": None,
+}  # fmt: skip
 DECODER_SETTINGS = tuple(DECODER_DEFAULTS)
 
 
@@ -45,6 +48,7 @@ class ModelEntry(NamedTuple):
     # another repository holds when the config's auto_map names one (`--model-code-revision`).
     revision: str | None = None
     code_revision: str | None = None
+    body_dropout: float | None = None  # decoder-adapted only; None: the checkpoint's own
 
 
 class LoaderPlugin(NamedTuple):
@@ -128,11 +132,13 @@ def loader_settings(
     pooling: str | None = None,
     head_dropout: float | None = None,
     where: str = "",
+    body_dropout: float | None = None,
 ) -> dict:
-    """The checked loader settings {attention, pooling, head_dropout} of `mode`: the defaults
-    filled in for `decoder-adapted`, all None for the other modes (which refuse them). Causal
-    attention with first-token pooling is refused: token 0 sees only itself."""
-    given = {"attention": attention, "pooling": pooling, "head_dropout": head_dropout}
+    """The checked loader settings {attention, pooling, head_dropout, body_dropout} of `mode`:
+    the defaults filled in for `decoder-adapted`, all None for the other modes (which refuse
+    them). Causal attention with first-token pooling is refused: token 0 sees only itself."""
+    given = {"attention": attention, "pooling": pooling, "head_dropout": head_dropout,
+             "body_dropout": body_dropout}  # fmt: skip
     if mode != "decoder-adapted":
         named = [k for k, v in given.items() if v is not None]
         if named:
@@ -145,10 +151,18 @@ def loader_settings(
         raise HarnessError(where + str(unknown_name("attention", out["attention"], ATTENTIONS)))
     if out["pooling"] not in HEAD_POOLINGS:
         raise HarnessError(where + str(unknown_name("pooling", out["pooling"], HEAD_POOLINGS)))
-    dropout = out["head_dropout"]
-    if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0 <= dropout < 1:
-        raise HarnessError(f"{where}--head-dropout {dropout!r} must be a number in [0, 1)")
-    out["head_dropout"] = float(dropout)
+    for name in ("head_dropout", "body_dropout"):
+        dropout = out[name]
+        if dropout is None:  # body_dropout only: the checkpoint's own
+            continue
+        if (
+            isinstance(dropout, bool)
+            or not isinstance(dropout, int | float)
+            or not 0 <= dropout < 1
+        ):
+            flag = "--" + name.replace("_", "-")
+            raise HarnessError(f"{where}{flag} {dropout!r} must be a number in [0, 1)")
+        out[name] = float(dropout)
     if out["attention"] == "causal" and out["pooling"] == "first":
         raise HarnessError(
             f"{where}causal attention with first-token pooling: under a causal mask token 0 "
@@ -237,7 +251,7 @@ def model_entry(key: str, registry: dict[str, tuple] | None = None) -> ModelEntr
             f"model {key!r} has mode {entry.mode!r}; valid modes: {', '.join(all_modes())}"
         )
     loader_settings(entry.mode, entry.attention, entry.pooling, entry.head_dropout,
-                    where=f"model {key!r} in the registry: ")  # fmt: skip
+                    where=f"model {key!r} in the registry: ", body_dropout=entry.body_dropout)  # fmt: skip
     return entry
 
 

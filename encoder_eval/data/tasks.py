@@ -261,9 +261,46 @@ LABEL_MAPS: dict[str, Callable[[dict], Any]] = {
     "seahorse_yes_share": _seahorse_target,
 }
 
-# Row groupings, by name, for datasets that store one example over several rows.
+
+def _ms_marco_passages(rows: list[dict], where: str) -> list[dict]:
+    """microsoft/ms_marco rows (one per query, its retrieved passages in `passages`: lists
+    `is_selected`, `passage_text`, `url`) expanded to one ranking row per (query, passage):
+    `query_id, query, passage_id, passage, label, retrieval_rank`, the passage's id and rank
+    its 1-based place in the list (the dataset gives passages no ids). Rows already expanded
+    (a mirror written before) pass through."""
+    out = []
+    for number, row in enumerate(rows, start=1):
+        if "passages" not in row:
+            out.append(row)
+            continue
+        passages, missing = row["passages"], [k for k in ("query_id", "query") if k not in row]
+        if isinstance(passages, list):  # a sequence of structs read as a list of dicts
+            passages = {k: [p.get(k) for p in passages if isinstance(p, dict)]
+                        for k in ("passage_text", "is_selected")}  # fmt: skip
+        lists = isinstance(passages, dict) and all(
+            isinstance(passages.get(k), list) for k in ("passage_text", "is_selected")
+        )
+        if missing or not lists:
+            raise HarnessError(
+                f"{where}: row {number} is not in the microsoft/ms_marco schema (query_id, "
+                "query, and passages holding the lists passage_text and is_selected)"
+            )
+        texts, selected = passages["passage_text"], passages["is_selected"]
+        if len(texts) != len(selected):
+            raise HarnessError(f"{where}: row {number}: {len(texts)} passages but "
+                               f"{len(selected)} is_selected labels")  # fmt: skip
+        for i, (text, label) in enumerate(zip(texts, selected, strict=True), start=1):
+            out.append({"query_id": row["query_id"], "query": row["query"],
+                        "passage_id": f"{row['query_id']}-{i}", "passage": text,
+                        "label": label, "retrieval_rank": i})  # fmt: skip
+    return out
+
+
+# Row groupings, by name, for datasets that store one example over several rows (or, for
+# ms_marco_v21, several ranking rows in one).
 ROW_GROUPINGS: dict[str, Callable[[list[dict], str], list[dict]]] = {
     "seahorse_long_to_wide": _seahorse_long_to_wide,
+    "ms_marco_passages": _ms_marco_passages,
 }
 
 _GLUE = "nyu-mll/glue"
@@ -394,6 +431,18 @@ TASK_KNOBS: dict[str, TaskKnobs] = {
         first_stage_name="bm25", secondary_metrics=("ndcg_at_10",),
         description="MS MARCO passage re-ranking of BM25 top-k candidates (mirror only)",
         label="MS-MARCO",
+    ),
+    # The Hub's MS MARCO v2.1 (the QA release): per query the ~10 passages Bing retrieved,
+    # `is_selected` the relevance; no BM25 list, so its depth (10) is off-protocol (1,000).
+    "ms_marco_v21": TaskKnobs(
+        bucket="ranking", hf_path="microsoft/ms_marco", hf_config="v2.1",
+        revision="a47ee7aae8d7d466ba15f9f0bfac3b3681087b3a", inputs=("query", "passage"),
+        label_field="label", num_labels=1, problem=RANKING, metric="mrr_at_10",
+        report_split="validation", query_field="query_id", doc_field="passage_id",
+        first_stage_field="retrieval_rank", first_stage_name="bing",
+        secondary_metrics=("ndcg_at_10",), row_grouping="ms_marco_passages",
+        description="MS MARCO v2.1 passage re-ranking of the ~10 Bing passages per query (Hub)",
+        label="MS-MARCO-v2.1", train_rows=808_731,
     ),
 }  # fmt: skip
 
@@ -821,8 +870,11 @@ def load_generic(
 def ranking_rows_to_split(task: str, rows: list[dict], where: str) -> Split:
     """Turn (query, candidate) rows into a ranking split, checking each row: the query and
     candidate texts and ids, a 0/1 relevance label, a positive integer first-stage rank, and
-    no candidate twice in one query nor two candidates at one rank."""
+    no candidate twice in one query nor two candidates at one rank. Rows stored several
+    candidates to a row are first expanded by the task's `row_grouping`."""
     knobs = task_knobs(task)
+    if knobs.row_grouping:
+        rows = ROW_GROUPINGS[knobs.row_grouping](rows, where)
     fields_needed = (*knobs.inputs, knobs.label_field, knobs.query_field, knobs.doc_field,
                      knobs.first_stage_field)  # fmt: skip
     split: Split = {k: [] for k in ("text", "text_pair", "label", "query_id", "doc_id",
@@ -857,10 +909,11 @@ def load_ranking(
     task: str, data_dir: str | os.PathLike | None = None, with_test: bool = True
 ) -> LoaderResult:
     """The loader of ranking tasks: one file per split, read from the mirror (or the task's
-    own data_dir); a split without rows, or without any relevant candidate, is an error."""
+    own data_dir), or from the Hub for a task with a Hub dataset; a split without rows, or
+    without any relevant candidate, is an error."""
     knobs = task_knobs(task)
     data_dir = resolve_data_dir(data_dir)
-    if task_data_folder(task, data_dir) is None:
+    if task_data_folder(task, data_dir) is None and knobs.hf_path is None:
         raise HarnessError(f"task {task!r} is read from a data mirror only; pass --data-dir "
                            f"DIR with {task}/train.jsonl and {task}/validation.jsonl (or set "
                            "ENCODER_EVAL_DATA_DIR)")  # fmt: skip
