@@ -32,7 +32,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -365,16 +365,28 @@ _TASK_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "details": (lambda x: isinstance(x, dict), "an object"),
 }  # fmt: skip
 # TrackSetup's fields as a receipt records them (None: not used by this kind).
-_SETUP_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "kind": (lambda x: x in EVAL_KINDS, " or ".join(EVAL_KINDS)),
-    "tasks": (is_list_of(is_name), "a list of names"),
-    "seeds": (is_list_of(is_int), "a list of integers"),
-    **{k: (lambda x: x is None or is_int(x), "an integer or null")
-       for k in ("max_seq_len", "k_folds", "seed", "max_steps", "n_examples")},
-    **{k: (lambda x: x is None or is_str(x), "a string or null")
-       for k in ("pooling", "precision", "lr_key", "lr_source")},
-    "lr": (lambda x: x is None or is_number(x), "a number or null"),
-}  # fmt: skip
+# How a receipt's setup field is checked, by TrackSetup's annotation of it (one place says
+# what a setup holds: the dataclass).
+_TYPE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "int": (is_int, "an integer"),
+    "float": (is_number, "a number"),
+    "str": (is_str, "a string"),
+    "tuple[str, ...]": (is_list_of(is_name), "a list of names"),
+    "tuple[int, ...]": (is_list_of(is_int), "a list of integers"),
+}
+
+
+def _setup_check(f) -> tuple[Callable[[Any], bool], str]:
+    if f.name == "kind":
+        return (lambda x: x in EVAL_KINDS, " or ".join(EVAL_KINDS))
+    base, _, null = str(f.type).partition(" | ")
+    check, what = _TYPE_CHECKS[base]
+    if null:
+        return (lambda x, c=check: x is None or c(x), f"{what} or null")
+    return check, what
+
+
+_SETUP_TYPES = {f.name: _setup_check(f) for f in fields(TrackSetup)}
 
 
 def _check_setup(setup: dict) -> None:
