@@ -5,6 +5,7 @@ with the same seed exactly (on the CPU). Slurm modes pass `--requeue` when asked
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -190,10 +191,10 @@ def _sigterm_after_first_evaluation(monkeypatch) -> None:
 def test_a_failed_result_write_keeps_the_resume_state_and_the_rerun_resumes(
     tmp_path, tiny_models, small_mirror, monkeypatch, capsys
 ):
-    """A preempted cell's rerun trains to the end and then cannot write its result (a
-    directory stands where the result goes: a real failure, like a full disk): the resume
-    state survives, and the next run resumes from it and writes what an uninterrupted
-    run writes."""
+    """A preempted cell's rerun trains to the end and then cannot write its result (the
+    disk is full when the result is written; a path that cannot take the result at all is
+    refused before training): the resume state survives, and the next run resumes from it
+    and writes what an uninterrupted run writes."""
     (tmp_path / "ref").mkdir()
     reference = train.run_cell(cell(tmp_path / "ref", tiny_models["bert"],
                                     data_dir=str(small_mirror)))  # fmt: skip
@@ -207,14 +208,17 @@ def test_a_failed_result_write_keeps_the_resume_state_and_the_rerun_resumes(
     stopped_at = torch.load(resume, weights_only=True)["loop"]["step"]
     assert 0 < stopped_at < reference["training"]["steps"]
 
-    out.mkdir()  # the result's rename fails with EISDIR after the whole training
-    with pytest.raises(IsADirectoryError):
-        train.run_cell(cfg)
+    def disk_full(path, data):  # the result's write fails after the whole training
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    with monkeypatch.context() as m:
+        m.setattr(train, "write_json_atomic", disk_full)
+        with pytest.raises(OSError, match="No space left"):
+            train.run_cell(cfg)
     assert f"resuming at step {stopped_at}" in capsys.readouterr().err
-    assert resume.exists() and out.is_dir()
+    assert resume.exists() and not out.exists()
     assert torch.load(resume, weights_only=True)["loop"]["step"] == stopped_at
 
-    out.rmdir()
     result = train.run_cell(cfg)
     assert f"resuming at step {stopped_at}" in capsys.readouterr().err
     assert not resume.exists() and read_json(out) == result
