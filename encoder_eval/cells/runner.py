@@ -75,7 +75,7 @@ class CellsFailed(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        prog="python -m encoder_eval.run",
+        prog="encoder-eval run",
         description="Fine-tune one (model, task, learning rate, seed) cell under the fixed "
         "protocol and write its result as one JSON file.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--head-dropout", type=float, help="decoder-adapted: dropout before the "
                    f"head (default: the registry's, else {DECODER_DEFAULTS['head_dropout']})")  # fmt: skip
     g.add_argument("--lr", required=True, help="learning rate(s), comma-separated; protocol "
-                   "values are the 10-point grid (python -m encoder_eval.sweep --show-grid)")  # fmt: skip
+                   "values are the 10-point grid (encoder-eval sweep --show-grid)")  # fmt: skip
     g.add_argument("--seed", required=True, help="seed(s), comma-separated (select 42-44, "
                    "report 45-49)")  # fmt: skip
     g.add_argument("--phase", choices=PHASES, default="report",
