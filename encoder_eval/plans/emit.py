@@ -293,7 +293,8 @@ def emit_shell(
     The interpreter is `$PYTHON` when set, else the Python that wrote the script.
 
     `bash run_all.sh --workers N` runs N workers at once (`--gpus 0,1` one per GPU, with
-    CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES set to it): each unit goes to the first
+    CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES set to it; `--workers-per-gpu K` K per
+    GPU): each unit goes to the first
     worker that claims it, so no unit runs twice in one run of the script. A worker holds a
     non-blocking `flock` on `out_dir/locks/<unit>.lock` while its unit runs; a unit whose
     lock another runner holds (a second run_all.sh) is left for after the others, and then
