@@ -1,4 +1,4 @@
-"""`python -m encoder_eval.demo`: the whole protocol, end to end, small enough for a laptop CPU.
+"""`encoder-eval demo`: the whole protocol, end to end, small enough for a laptop CPU.
 
 It runs exactly what a user runs — sweep (select) -> run_all.sh -> select -> sweep (report)
 -> run_all.sh -> summarize with plots — on an embedded default: all-MiniLM-L6-v2 from the
@@ -39,7 +39,7 @@ def default_model_path() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        prog="python -m encoder_eval.demo",
+        prog="encoder-eval demo",
         description="Run select -> report -> table on a small embedded default (CPU, no Hub).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

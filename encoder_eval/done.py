@@ -1,9 +1,9 @@
-"""`python -m encoder_eval.done`: whether result files are done, for the generated scripts.
+"""`encoder-eval done`: whether result files are done, for the generated scripts.
 
 Usage::
 
-    python -m encoder_eval.done --phase select results/select/m_xnli_lr06_s42.json ...
-    printf '%s\\0' FILE... | python -m encoder_eval.done --phase select --states --files0-from -
+    encoder-eval done --phase select results/select/m_xnli_lr06_s42.json ...
+    printf '%s\\0' FILE... | encoder-eval done --phase select --states --files0-from -
 
 Done is `results.cell_state`, for fine-tune and probe cells alike: a file that parses,
 validates against its schema and names its cell (and phase, and with `--model` that model).
@@ -44,7 +44,7 @@ from encoder_eval.core.results import (
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        prog="python -m encoder_eval.done",
+        prog="encoder-eval done",
         description="Exit 0 iff every result file is done (parses, validates, names its cell); "
         "a corrupt cell result is moved aside into .corrupt/ so its cell runs again; files "
         "that cannot be read, of a newer harness, or not named like a cell result are left.",

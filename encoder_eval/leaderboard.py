@@ -1,8 +1,8 @@
-"""`python -m encoder_eval.leaderboard`: the models ranked across the tasks of a report table.
+"""`encoder-eval leaderboard`: the models ranked across the tasks of a report table.
 
 Usage::
 
-    python -m encoder_eval.leaderboard --results-dir results/report \\
+    encoder-eval leaderboard --results-dir results/report \\
         [--selection selection.json] [--models a,b] [--tasks t1,t2] [--allow-partial] \\
         [--format markdown|json|csv] [--out FILE] [--bootstrap 1000] [--seed 0] [--plot DIR]
 
@@ -69,13 +69,13 @@ from encoder_eval.reports.table import build_table
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        prog="python -m encoder_eval.leaderboard",
+        prog="encoder-eval leaderboard",
         description="Rank models across the tasks of the report table: mean score, mean "
         "rank, Borda count and NeuCo-Bench's std-weighted rank, each with a bootstrap "
         "interval on the position; Friedman/Nemenyi critical difference.",
     )
     p.add_argument("--results-dir", required=True, help="report-phase result directory")
-    p.add_argument("--selection", help="selection.json from encoder_eval.select (default: the "
+    p.add_argument("--selection", help="selection.json from encoder-eval select (default: the "
                    "one the results directory's experiment file names)")  # fmt: skip
     p.add_argument("--models", help="comma-separated models (default: selection + results)")
     p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")

@@ -1,9 +1,9 @@
-"""`python -m encoder_eval.prefetch`: write an offline data mirror from the Hugging Face Hub.
+"""`encoder-eval prefetch`: write an offline data mirror from the Hugging Face Hub.
 
 Run it where the Hub is reachable (a login node), copy the directory to machines that
 cannot reach it, and pass `--data-dir DIR` (or set `ENCODER_EVAL_DATA_DIR`) there:
 
-    python -m encoder_eval.prefetch --tasks glue_rte,xnli --out /shared/encoder-eval-data
+    encoder-eval prefetch --tasks glue_rte,xnli --out /shared/encoder-eval-data
 
 It reads rows through `tasks.read_hub_rows`, the same function the loaders use in Hub mode,
 and writes the layout the loaders read in mirror mode: `DIR/<task>/<split>.jsonl`, or
@@ -251,7 +251,7 @@ def _csv(text: str) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        prog="python -m encoder_eval.prefetch",
+        prog="encoder-eval prefetch",
         description="Read tasks from the Hugging Face Hub and write them as an offline mirror "
         "for --data-dir / ENCODER_EVAL_DATA_DIR, with a MANIFEST.json of resolved revisions.",
     )

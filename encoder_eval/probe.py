@@ -1,4 +1,4 @@
-"""`encoder-eval probe` (`python -m encoder_eval.probe`): linear probes on frozen embeddings.
+"""`encoder-eval probe`: linear probes on frozen embeddings.
 
 Two modes share one command: a model's own embeddings on registered tasks
 (`encoder_eval.cells.probe_cell`), or, given NeuCo-Bench's `--annotation-path` /
@@ -17,11 +17,11 @@ NEUCO_FLAGS = ("--annotation-path", "--annotation_path", "--submission-file", "-
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m encoder_eval.probe`: a model's own embeddings on registered tasks
+    """`encoder-eval probe`: a model's own embeddings on registered tasks
     (`encoder_eval.cells.probe_cell`), or, given NeuCo-Bench's `--annotation-path` /
     `--submission-file`, embeddings from its files (`encoder_eval.reports.neuco`)."""
     args = sys.argv[1:] if argv is None else list(argv)
-    prog = "python -m encoder_eval.probe"
+    prog = "encoder-eval probe"
     # Imported on use: the model mode pulls in torch, NeuCo mode does not.
     if any(a.split("=", 1)[0] in NEUCO_FLAGS for a in args):
         return neuco_main(args, prog=prog)

@@ -1,4 +1,4 @@
-"""`python -m encoder_eval.run`: fine-tune one cell (or several in one process) and write JSON.
+"""`encoder-eval run`: fine-tune one cell (or several in one process) and write JSON.
 
 A cell is one (model, task, learning rate, seed). Several seeds or learning rates
 (`--seed 42,43,44`, `--lr 1e-5,3.59e-5`) run one after another in this process, so the

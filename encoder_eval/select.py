@@ -1,10 +1,10 @@
-"""`python -m encoder_eval.select`: pick each (model, task)'s learning rate from the select phase.
+"""`encoder-eval select`: pick each (model, task)'s learning rate from the select phase.
 
 Usage::
 
-    python -m encoder_eval.select --results-dir results/select --out selection.json
+    encoder-eval select --results-dir results/select --out selection.json
     # results of a sweep older than the experiment file: tell select what it ran
-    python -m encoder_eval.select --results-dir results/select --out selection.json \\
+    encoder-eval select --results-dir results/select --out selection.json \\
         --lr-keys lr03,lr06 --seeds 42,43
 
 For every (model, task) pair the chosen LR is the one with the best seed-averaged dev
@@ -93,14 +93,14 @@ def _unfinished_fix(exp: experiment.Experiment | None, results_dir: str) -> str 
     record = exp.phases.get("select")
     where = f"the script in {record.out_dir}" if record and record.out_dir else "its script"
     return (f"the select sweep recorded in {Path(results_dir) / EXPERIMENT_NAME} "
-            f"is not finished: re-run {where} (python -m encoder_eval.status --results-dir "
+            f"is not finished: re-run {where} (encoder-eval status --results-dir "
             f"{results_dir} --emit DIR writes one for just the missing cells), or pass "
             "--allow-partial")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        prog="python -m encoder_eval.select",
+        prog="encoder-eval select",
         description="Choose each (model, task)'s learning rate by seed-averaged dev mean over "
         "the select phase's cells and write selection.json.",
     )

@@ -1,11 +1,11 @@
-"""`python -m encoder_eval.status`: how far a phase is, and a launch script for what is left.
+"""`encoder-eval status`: how far a phase is, and a launch script for what is left.
 
 Usage::
 
-    python -m encoder_eval.status --results-dir results/select
-    python -m encoder_eval.status --results-dir results/report
+    encoder-eval status --results-dir results/select
+    encoder-eval status --results-dir results/report
     # re-emit a script for just the missing cells (with the sweep's max steps, data, device)
-    python -m encoder_eval.status --results-dir results/select \\
+    encoder-eval status --results-dir results/select \\
         --emit runs/select-rest --mode slurm --slurm-template my.sbatch
 
 The expected cells are those the sweep planned: the experiment file it wrote into the
@@ -239,7 +239,7 @@ def format_status(status: Status, limit: int | None = 50) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        prog="python -m encoder_eval.status",
+        prog="encoder-eval status",
         description="Count done / diverged / corrupt / missing cells of a phase and optionally "
         "write a launch script for the missing and corrupt ones.",
     )

@@ -1,14 +1,14 @@
-"""`python -m encoder_eval.summarize`: the results table, mean ± std over the report seeds.
+"""`encoder-eval summarize`: the results table, mean ± std over the report seeds.
 
 Usage::
 
-    python -m encoder_eval.summarize --results-dir results/report \\
+    encoder-eval summarize --results-dir results/report \\
         [--format markdown|json|csv] [--out FILE]
     # the selection file and the expected report seeds come from the experiment file the
     # report sweep wrote into results/report; for results without one, name the selection:
-    python -m encoder_eval.summarize --results-dir results/report --selection selection.json
+    encoder-eval summarize --results-dir results/report --selection selection.json
     # a smoke or unfinished run: print anyway, footnotes give the real seed counts
-    python -m encoder_eval.summarize ... --allow-partial
+    encoder-eval summarize ... --allow-partial
 
 Each (model, task) cell of the table is the mean ± sample standard deviation (ddof=1)
 of the report-split score over the report seeds 45-49 at the LR chosen in
@@ -95,12 +95,12 @@ from encoder_eval.reports.verdicts import add_statistics
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        prog="python -m encoder_eval.summarize",
+        prog="encoder-eval summarize",
         description="Tabulate mean ± std over the report seeds at each pair's selected LR; "
         "refuses incomplete or non-comparable tables unless --allow-partial.",
     )
     p.add_argument("--results-dir", required=True, help="report-phase result directory")
-    p.add_argument("--selection", help="selection.json from encoder_eval.select (default: the "
+    p.add_argument("--selection", help="selection.json from encoder-eval select (default: the "
                    "one the results directory's experiment file names)")  # fmt: skip
     p.add_argument("--format", choices=FORMATS, default="markdown",
                    help="latex: a booktabs table for a paper (needs booktabs, graphicx)")  # fmt: skip

@@ -1,27 +1,27 @@
-"""`python -m encoder_eval.sweep`: write the launch script for one phase of the protocol.
+"""`encoder-eval sweep`: write the launch script for one phase of the protocol.
 
 Usage::
 
     # selection phase: every (model, task, grid LR, select seed 42-44) cell, dev only
-    python -m encoder_eval.sweep --phase select --out-dir runs/select \\
+    encoder-eval sweep --phase select --out-dir runs/select \\
         --results-dir results/select --mode shell
     bash runs/select/run_all.sh                 # one unit at a time
     bash runs/select/run_all.sh --gpus 0,1,2,3  # or --workers N: several at once
 
     # reporting phase: the 5 report seeds (45-49) at each pair's selected LR
-    python -m encoder_eval.sweep --phase report --selection selection.json \\
+    encoder-eval sweep --phase report --selection selection.json \\
         --out-dir runs/report --results-dir results/report --mode shell
 
     # on a cluster: one sbatch per missing cell, or one array job per phase
-    python -m encoder_eval.sweep --phase select --mode slurm --slurm-template my.sbatch ...
-    python -m encoder_eval.sweep --phase select --mode slurm-array --slurm-template my.sbatch ...
+    encoder-eval sweep --phase select --mode slurm --slurm-template my.sbatch ...
+    encoder-eval sweep --phase select --mode slurm-array --slurm-template my.sbatch ...
     bash runs/select/launch.sh
 
-    python -m encoder_eval.sweep --show-grid     # the LR grid, seed sets and recipe flags
+    encoder-eval sweep --show-grid     # the LR grid, seed sets and recipe flags
 
     # linear probes on frozen embeddings: one encoder_eval.probe process per (model, task),
     # every pooling from its one forward pass; one result file per (model, pooling, task)
-    python -m encoder_eval.sweep --phase probe --model minilm=/path/to/minilm \\
+    encoder-eval sweep --phase probe --model minilm=/path/to/minilm \\
         --pooling mean,first --tasks all --out-dir runs/probe --results-dir results/probe
     bash runs/probe/run_all.sh --workers 2      # or --mode slurm + a template running
                                                 # python -m encoder_eval.probe "$@"
@@ -113,7 +113,7 @@ _split_template_header = _emit._split_template_header
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        prog="python -m encoder_eval.sweep",
+        prog="encoder-eval sweep",
         description="Write the launch script (shell, Slurm, or Slurm array) for one phase of "
         "the protocol. Scripts skip cells that are done and move corrupt result files aside, "
         "so re-running fills gaps.",
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     if plan.phase == PROBE_PHASE:  # experiment.toml records the fine-tuning phases only
         print(emitted.describe())
         summarize = (
-            f"python -m encoder_eval.summarize --results-dir {shlex.quote(plan.results_dir)}"
+            f"encoder-eval summarize --results-dir {shlex.quote(plan.results_dir)}"
         )
         print(f"then: {summarize}")
         return EXIT_OK

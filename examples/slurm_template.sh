@@ -1,5 +1,5 @@
 #!/bin/bash
-# Example Slurm template for `python -m encoder_eval.sweep --mode slurm|slurm-array`.
+# Example Slurm template for `encoder-eval sweep --mode slurm|slurm-array`.
 # The contract is the emit_slurm docstring in encoder_eval/plans/emit.py. In short: each job
 # gets the complete `python -m encoder_eval.run` argument list of its cell as "$@", and
 # the cell's values as exported variables (MODEL, MODEL_PATH, MODE, TASK, LR, LR_KEY,

@@ -279,14 +279,14 @@ CASES = {
                              r"lr11"),
     "sweep-report-without-selection": (lambda c: c.sweep("--phase", "report"),
                                        r"--phase report needs --selection selection\.json; "
-                                       r"create it with python -m encoder_eval\.select"),
+                                       r"create it with encoder-eval select"),
     "sweep-malformed-selection": (lambda c: c.sweep("--phase", "report", "--selection",
                                                     str(_selection(c, '{"schema": "encoder'))),
                                   r"cannot read selection file .*selection\.json: .*; "
-                                  r"regenerate it with python -m encoder_eval\.select"),
+                                  r"regenerate it with encoder-eval select"),
     "sweep-foreign-selection": (lambda c: c.sweep("--phase", "report", "--selection",
                                                   str(_selection(c, '{"pairs": {}}'))),
-                                r"is not a selection file .*pass the file encoder_eval\.select "
+                                r"is not a selection file .*pass the file encoder-eval select "
                                 r"wrote"),
     "sweep-template-without-the-cell": (lambda c: c.sweep(
         "--phase", "select", "--models", "xlm-r-base", "--mode", "slurm", "--slurm-template",
@@ -337,7 +337,7 @@ CASES = {
                                                              "schema": "encoder-eval-selection",
                                                              "version": 1, "pairs": {}})))],
                                               r"selection version 1, this harness reads 2 and 3; "
-                                              r"regenerate it with python -m encoder_eval\.select"),
+                                              r"regenerate it with encoder-eval select"),
     "summarize-out-in-missing-dir": (lambda c: ["encoder_eval.summarize", "--results-dir",
                                                 str(c.out), "--selection",
                                                 str(_good_selection(c)), "--out",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -116,3 +117,55 @@ def test_help_says_each_default_once():
                     .split())  # fmt: skip
     assert "(default: on; the file is X.predictions.json) --" in text
     assert "(default: 20)" in text  # a default the help does not state is still shown
+
+
+def _usage_line(capsys, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 0, argv
+    return capsys.readouterr().out.splitlines()[0]
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_help_usage_line_is_encoder_eval_command(capsys, name):
+    # Issue 29 item 17: one spelling of each command in what users read, `encoder-eval X`.
+    assert _usage_line(capsys, [name, "--help"]).startswith(f"usage: encoder-eval {name} ")
+
+
+def test_probe_neuco_mode_and_track_subcommands_help_say_encoder_eval(capsys):
+    line = _usage_line(capsys, ["probe", "--annotation-path", "labels", "--help"])
+    assert line.startswith("usage: encoder-eval probe ")
+    line = _usage_line(capsys, ["track", "run", "--help"])
+    assert line.startswith("usage: encoder-eval track run ")
+
+
+# Where `python -m encoder_eval...` is the right text, not a second spelling of a command:
+# the same-command sentence, and what the generated scripts and Slurm templates run with
+# their own interpreter ("$PYTHON" -m encoder_eval.run), which these docstrings describe.
+PYTHON_M_ALLOWED = {
+    "encoder_eval/__main__.py": "`python -m encoder_eval`: the same as the `encoder-eval` command",
+    "encoder_eval/cli.py": "both spellings are the same command (usage text, module docstring)",
+    "encoder_eval/plans/emit.py": "docstrings of the scripts and the Slurm template contract",
+    "encoder_eval/plans/plan.py": "a unit's arguments, as the scripts pass them",
+    "encoder_eval/sweep.py": "the run line a probe sweep's Slurm template needs",
+}
+
+
+def _string_literals(path: Path) -> list[str]:
+    """Every string literal of a module, docstrings and f-strings' literal parts included."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = ast.walk(tree)
+    return [n.value for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def test_no_message_says_python_m_encoder_eval():
+    """No literal in the package (error and hint messages, usage, docstrings) spells a
+    command `python -m encoder_eval...`, except where that is what runs (allowed above)."""
+    found = {}
+    for path in sorted((REPO / "encoder_eval").rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        hits = [s for s in _string_literals(path) if "python -m encoder_eval" in s]
+        if hits:
+            found[rel] = hits
+    assert not {k: v for k, v in found.items() if k not in PYTHON_M_ALLOWED}, found
+    assert set(found) == set(PYTHON_M_ALLOWED), "allowed but no longer needed: update the list"

@@ -284,7 +284,7 @@ def test_select_names_how_to_finish_a_sweep_its_file_describes(tmp_path, capsys)
     assert select.main(["--results-dir", str(rdir), "--out", str(tmp_path / "s.json")]) == 1
     err = capsys.readouterr().err
     assert f"re-run the script in {out}" in err
-    assert f"python -m encoder_eval.status --results-dir {rdir} --emit DIR" in err
+    assert f"encoder-eval status --results-dir {rdir} --emit DIR" in err
     assert "shrunken" not in err and "m/glue_rte/lr06/s43: missing" in err
 
 

@@ -437,7 +437,7 @@ def test_offline_hub_gives_a_clear_error_not_a_traceback(tmp_path):
     assert not (out / "MANIFEST.json").exists() and not list(out.glob("*/*.jsonl"))
     # Training code reading the Hub says how to use a mirror instead.
     assert procs[1].returncode == 3, l_err
-    assert "python -m encoder_eval.prefetch --tasks glue_rte --out DIR" in l_out
+    assert "encoder-eval prefetch --tasks glue_rte --out DIR" in l_out
     assert "--data-dir DIR" in l_out
 
 

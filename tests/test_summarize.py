@@ -398,7 +398,7 @@ def test_refuses_a_selection_of_the_previous_version(setup, capsys):
     sel = json.loads(json.dumps(SEL))
     sel["version"] = 1
     assert setup(full_results(), selection=sel) == 2
-    assert "regenerate it with python -m encoder_eval.select" in capsys.readouterr().err
+    assert "regenerate it with encoder-eval select" in capsys.readouterr().err
 
 
 def test_seed_aggregation_is_the_mean_and_sample_std_and_never_counts_undefined():

@@ -726,7 +726,7 @@ def test_missing_split_file_says_which_and_how_to_fix(tmp_path, monkeypatch):
     assert "no validation.jsonl for task 'glue_cola'" in message
     assert str(root / "glue_cola" / "validation.jsonl") in message
     assert "found: train.jsonl" in message
-    assert f"python -m encoder_eval.prefetch --tasks glue_cola --out {root}" in message
+    assert f"encoder-eval prefetch --tasks glue_cola --out {root}" in message
     with pytest.raises(HarnessError, match="no train.jsonl .* found: no task directory"):
         load_task("glue_rte", root)
 

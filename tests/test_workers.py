@@ -175,6 +175,44 @@ def test_gpus_gives_each_worker_its_own_gpu(tmp_path, fake):
     assert set(seen.read_text().split()) == {"GPU-1a2b"}
 
 
+@pytest.mark.parametrize("gpus, per_gpu", [("7", 4), ("2,5", 2)])
+def test_workers_per_gpu_runs_k_units_at_once_on_each_gpu(tmp_path, fake, gpus, per_gpu):
+    """Issue 26 item 6: `--gpus LIST --workers-per-gpu K` runs K units at once on each
+    listed GPU, each process seeing only its GPU. Each unit's process waits at a barrier
+    until K processes on its GPU have arrived, so the 4 units only finish if K run at once
+    there (one at a time, the first would wait alone and give up: exit 9, a failed unit)."""
+    script, exe, log = fake
+    seen, barrier = tmp_path / "gpus.txt", tmp_path / "barrier"
+    barrier.mkdir()
+    wrapper = _exe(tmp_path / "python-gpu", f"""
+        #!/bin/bash
+        if [ "$2" = encoder_eval.run ]; then
+            printf '%s\\n' "$CUDA_VISIBLE_DEVICES $HIP_VISIBLE_DEVICES" >>{shlex.quote(str(seen))}
+            : >{shlex.quote(str(barrier))}/"$CUDA_VISIBLE_DEVICES.$$"
+            for ((i = 0; i < 1200; i++)); do
+                n=$(find {shlex.quote(str(barrier))} -name "$CUDA_VISIBLE_DEVICES.*" | wc -l)
+                if [ "$n" -ge {per_gpu} ]; then exec {shlex.quote(str(exe))} "$@"; fi
+                sleep 0.05
+            done
+            echo "alone on GPU $CUDA_VISIBLE_DEVICES" >&2
+            exit 9
+        fi
+        exec {shlex.quote(str(exe))} "$@"
+    """)  # fmt: skip
+    proc = _run(script, wrapper, log, "--gpus", gpus, "--workers-per-gpu", str(per_gpu))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "finished: 4 run, 0 skipped" in proc.stdout and "alone on GPU" not in proc.stderr
+    listed = gpus.split(",")
+    pairs = [line.split() for line in seen.read_text().splitlines()]
+    assert len(pairs) == 4 and all(cuda == hip and cuda in listed for cuda, hip in pairs)
+    # K units per GPU, each on one worker: worker k sees GPU (k-1) mod len(listed).
+    assert collections.Counter(cuda for cuda, _ in pairs) == {g: per_gpu for g in listed}
+    starts = re.findall(r"^\[w(\d+)\] .* starting ", proc.stdout, re.M)
+    assert sorted(map(int, starts)) == [1, 2, 3, 4]
+    assert collections.Counter(cuda for cuda, _ in pairs) == collections.Counter(
+        listed[(int(w) - 1) % len(listed)] for w in starts)  # fmt: skip
+
+
 def test_a_unit_another_runner_holds_comes_last(tmp_path, fake):
     script, exe, log = fake
     lock_dir = script.parent / "locks"
@@ -204,6 +242,12 @@ def test_a_unit_another_runner_holds_comes_last(tmp_path, fake):
         (["--gpus", "0,cuda:1"], "'cuda:1' is not a GPU index"),
         (["--gpus", "1,1"], "lists GPU 1 twice"),
         (["--workers", "2", "--gpus", "0,1"], "give --workers or --gpus, not both"),
+        (["--workers-per-gpu", "2"], "--workers-per-gpu needs --gpus"),
+        (["--workers", "2", "--workers-per-gpu", "2"], "--workers-per-gpu needs --gpus"),
+        (["--gpus", "0", "--workers-per-gpu", "0"], "--workers-per-gpu '0' must be a whole"),
+        (["--gpus", "0", "--workers-per-gpu", "two"], "--workers-per-gpu 'two' must be a"),
+        (["--gpus", "0", "--workers-per-gpu"], "--workers-per-gpu needs a value"),
+        (["--workers", "2", "--gpus", "0", "--workers-per-gpu", "2"], "not both"),
         (["-j", "2"], "unknown argument '-j'"),
     ],
 )
@@ -220,6 +264,7 @@ def test_help_lists_the_flags(fake):
     script, exe, log = fake
     proc = _run(script, exe, log, "--help")
     assert proc.returncode == 0 and "--workers N" in proc.stdout and "--gpus 0,1,2,3" in proc.stdout
+    assert "--workers-per-gpu K" in proc.stdout
     assert _calls(log) == []
 
 

@@ -3,7 +3,7 @@
 
 Usage::
 
-    python -m encoder_eval.probe --model minilm=/path/to/minilm [--model NAME[=PATH]] \\
+    encoder-eval probe --model minilm=/path/to/minilm [--model NAME[=PATH]] \\
         [--pooling mean,first] [--tasks glue_sst2,glue_mrpc | --tasks all] \\
         [--data-dir ../shared/data] [--results-dir probe_results] [--k-folds 10] [--seed 42] \\
         [--max-seq-len 256] [--precision bf16|fp32] [--batch-size N] [--device auto] \\
@@ -307,7 +307,7 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     from encoder_eval.cells.embed import POOLINGS, PRECISIONS  # imports torch: on use only
 
     p = ArgumentParser(
-        prog=prog or "python -m encoder_eval.probe",
+        prog=prog or "encoder-eval probe",
         description="Linear probes on a frozen encoder's embeddings, per registered task: "
         "repeated shuffle-split folds, the Q score. (NeuCo-Bench's files: pass "
         "--annotation-path and --submission-file instead.)",
@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     started = time.perf_counter()
     written = run_probes(run)
     _log(f"probe: wrote {len(written)} result(s) in {time.perf_counter() - started:.1f} s; "
-         f"table: python -m encoder_eval.summarize --results-dir {run.results_dir}")  # fmt: skip
+         f"table: encoder-eval summarize --results-dir {run.results_dir}")  # fmt: skip
     if run.kept:
         _log(f"probe: {len(run.kept)} cell(s) not run, to keep the file in their place "
              "(see the lines above)")  # fmt: skip

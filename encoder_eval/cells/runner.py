@@ -75,7 +75,7 @@ class CellsFailed(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        prog="python -m encoder_eval.run",
+        prog="encoder-eval run",
         description="Fine-tune one (model, task, learning rate, seed) cell under the fixed "
         "protocol and write its result as one JSON file.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(its attention, residual and embedding dropouts; the seed's ablation axis; "
                    "default: the registry's, else the checkpoint's own)")  # fmt: skip
     g.add_argument("--lr", required=True, help="learning rate(s), comma-separated; protocol "
-                   "values are the 10-point grid (python -m encoder_eval.sweep --show-grid)")  # fmt: skip
+                   "values are the 10-point grid (encoder-eval sweep --show-grid)")  # fmt: skip
     g.add_argument("--seed", required=True, help="seed(s), comma-separated (select 42-44, "
                    "report 45-49)")  # fmt: skip
     g.add_argument("--phase", choices=PHASES, default="report",

@@ -640,7 +640,7 @@ def _read_hub(
         raise HarnessError(
             f"could not load {knobs.hf_path} ({config or 'default'}, {hub_split}) from the Hub: "
             f"{type(exc).__name__}: {exc}. If this machine cannot reach the Hub, run "
-            f"`python -m encoder_eval.prefetch --tasks {task or '<task>'} --out DIR` on one that "
+            f"`encoder-eval prefetch --tasks {task or '<task>'} --out DIR` on one that "
             "can and pass --data-dir DIR (or set ENCODER_EVAL_DATA_DIR) here."
         ) from None
     return [dict(r) for r in ds]
@@ -698,7 +698,7 @@ def _read_mirror_file(path: Path, task: str, split: str) -> list[dict]:
                 )
             where = "the data mirror"
             fix = (
-                f"Write it with `python -m encoder_eval.prefetch --tasks {task} --out "
+                f"Write it with `encoder-eval prefetch --tasks {task} --out "
                 f"{path.parent.parent}` (a mirror keeps a task's files in a folder named after "
                 "the task key)."
             )
@@ -1027,7 +1027,7 @@ def _resolved_revision(knobs: TaskKnobs, task: str) -> str:
         return resolve_dataset_revision(knobs.hf_path, dataset_revisions().get(knobs.hf_path))
     except HarnessError as exc:
         raise HarnessError(
-            f"{exc}. If this machine cannot reach the Hub, run `python -m encoder_eval.prefetch "
+            f"{exc}. If this machine cannot reach the Hub, run `encoder-eval prefetch "
             f"--tasks {task} --out DIR` on one that can and pass --data-dir DIR (or set "
             "ENCODER_EVAL_DATA_DIR) here; to read a known commit, pin it with "
             "ENCODER_EVAL_DATASET_REVISIONS."

@@ -54,7 +54,7 @@ def add_plan_arguments(p: argparse.ArgumentParser, phases: tuple[str, ...] = PHA
     g.add_argument("--phase", choices=phases, help="select: LR grid x select seeds, dev only; "
                    "report: report seeds at each pair's selected LR"
                    + (probe if PROBE_PHASE in phases else ""))  # fmt: skip
-    g.add_argument("--selection", help="selection.json from encoder_eval.select (report phase)")
+    g.add_argument("--selection", help="selection.json from encoder-eval select (report phase)")
     g.add_argument("--models", help="comma-separated model names (default: every registry "
                    "model, or only the --model additions when any are given)")  # fmt: skip
     g.add_argument("--model", action="append", default=[], metavar="NAME=PATH[:MODE]",
@@ -92,7 +92,7 @@ def add_plan_arguments(p: argparse.ArgumentParser, phases: tuple[str, ...] = PHA
     g.add_argument("--data-dir", help="offline data mirror passed to every cell")
     g.add_argument("--device", choices=DEVICES,
                    help="passed to every cell (default: auto)")  # fmt: skip
-    g.add_argument("--extra-run-args", default="", help="more encoder_eval.run flags for every "
+    g.add_argument("--extra-run-args", default="", help="more encoder-eval run flags for every "
                    "cell, as one shell-quoted string, e.g. '--micro-batch 8'")  # fmt: skip
 
 

@@ -392,7 +392,7 @@ def from_selection(selection: dict, source: str) -> Experiment | None:
         return None
     if not isinstance(data, dict):
         raise HarnessError(f"{source}: 'experiment' must be an object; regenerate it with "
-                           "python -m encoder_eval.select")  # fmt: skip
+                           "encoder-eval select")  # fmt: skip
     return from_dict(data, f"{source} (its experiment)")
 
 
@@ -441,7 +441,7 @@ def dumps(data: dict) -> str:
 def write(exp: Experiment, path: str | os.PathLike) -> None:
     """Write `exp` to `path` atomically (the old content or the whole new one)."""
     path = Path(path)
-    text = "# Written by encoder_eval.sweep; read by select, status, summarize and the report\n" \
+    text = "# Written by encoder-eval sweep; read by select, status, summarize and the report\n" \
            "# sweep (see encoder_eval/plans/experiment.py).\n" + dumps(exp.to_dict())  # fmt: skip
     write_atomic(path, text)
 

@@ -557,7 +557,7 @@ def build_plan(
         if selection is None:
             raise HarnessError(
                 "--phase report needs --selection selection.json; "
-                "create it with python -m encoder_eval.select"
+                "create it with encoder-eval select"
             )
     selection_split = _selection_split(phase, selection, selection_split)
     if max_steps is not None and max_steps < 1:
@@ -596,7 +596,7 @@ def build_plan(
                 if lr_key_for(lr) != key:
                     raise HarnessError(
                         f"selection gives {name}/{task} lr {lr:g} under key {key!r}, which "
-                        "disagrees with the grid; regenerate it with encoder_eval.select"
+                        "disagrees with the grid; regenerate it with encoder-eval select"
                     )
                 for seed in seeds:
                     cells.append(Cell(name, path, entry.mode, bool(entry.trust_remote_code),

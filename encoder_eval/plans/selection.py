@@ -341,27 +341,27 @@ def load_selection(path: str | os.PathLike) -> dict:
         data = read_json(path)
     except MissingFile:
         raise HarnessError(
-            f"selection file {path} does not exist; create it with python -m encoder_eval.select"
+            f"selection file {path} does not exist; create it with encoder-eval select"
         ) from None
     except FileProblem as exc:
         raise HarnessError(
             f"cannot read selection file {path}: {exc.reason}; regenerate it with "
-            "python -m encoder_eval.select"
+            "encoder-eval select"
         ) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise HarnessError(f"{path} is not a selection file (schema {SCHEMA!r}); "
-                           "pass the file encoder_eval.select wrote")  # fmt: skip
+                           "pass the file encoder-eval select wrote")  # fmt: skip
     if data.get("version") not in READABLE_VERSIONS:
         readable = " and ".join(map(str, READABLE_VERSIONS))
         raise HarnessError(f"{path} has selection version {quote(data.get('version'))}, this "
-                           f"harness reads {readable}; regenerate it with python -m "
-                           "encoder_eval.select")  # fmt: skip
+                           f"harness reads {readable}; regenerate it with "
+                           "encoder-eval select")  # fmt: skip
     pairs = data.get("pairs")
     if not isinstance(pairs, dict) or not all(isinstance(v, dict) for v in pairs.values()):
         raise HarnessError(f"{path} has no valid 'pairs' object; regenerate it")
     problem = _selection_problem(data)
     if problem is not None:
-        raise HarnessError(f"{path}: {problem}; regenerate it with python -m encoder_eval.select")
+        raise HarnessError(f"{path}: {problem}; regenerate it with encoder-eval select")
     for model, by_task in pairs.items():
         for task, entry in by_task.items():
             key = entry.get("lr_key")

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m encoder_eval.probe --annotation-path labels/ --submission-file embeddings.csv \\
+    encoder-eval probe --annotation-path labels/ --submission-file embeddings.csv \\
         [--output-dir results] [--config config.yaml] [--method-name NAME] [--phase dev] \\
         [--exclude-file bad_ids.txt] [--neuco-rule RULE ...]
     neuco-bench --annotation_path labels/ --submission_file embeddings.csv ...  # the same

@@ -423,7 +423,7 @@ def build_table(
     if unrecorded:
         problems.append(Problem("select_report_mismatch", f"{len(unrecorded)} pair(s) cannot be "
                                 "checked against their select cells; regenerate selection.json "
-                                "with python -m encoder_eval.select", unrecorded))  # fmt: skip
+                                "with encoder-eval select", unrecorded))  # fmt: skip
     if phase_mismatch:
         problems.append(Problem("select_report_mismatch", f"{len(phase_mismatch)} report cell(s) "
                                 "ran otherwise than their pair's select cells; re-run the select "

@@ -2,12 +2,14 @@
 # shellcheck disable=SC2034  # (template) the common.sh part inserted below reads these
 # shellcheck disable=SC2154  # (template) EXIT_*, DONE_STATES: set by __CONSTANTS__
 __HEADER__
-# Usage: bash run_all.sh [--workers N | --gpus LIST]
+# Usage: bash run_all.sh [--workers N | --gpus LIST [--workers-per-gpu K]]
 #   (no flag)       one worker: the units in order, one process at a time
 #   --workers N     N workers at once; each unit (one encoder_eval.run or, for probes,
 #                   encoder_eval.probe process) is taken by exactly one of them
 #   --gpus 0,1,2,3  one worker per listed GPU, its processes seeing only that GPU
 #                   (CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES)
+#   --workers-per-gpu K  with --gpus: K workers per listed GPU (K units at once on each;
+#                   small models use a few percent of a big GPU), e.g. --gpus 0 --workers-per-gpu 4
 # Done cells are skipped and corrupt result files moved aside, so running it again fills
 # the gaps. Exit status: 0 all done; 1 some unit failed; 2 bad input; 130 Ctrl-C;
 # 75 SIGTERM stopped several workers, or a unit's process (a single worker is stopped by
@@ -24,7 +26,7 @@ TOTAL_CELLS=__TOTAL_CELLS__
 TOTAL_UNITS=__TOTAL_UNITS__
 __CONSTANTS__
 STATES=() N_DONE=0 HAVE=0 SEEN_OUTS=0 DONE_AT_START=() ALL_OUTS=()
-WORKERS=1 GPUS=() WID=1 WPREFIX='' current='' UNIT_FD='' PREEMPTED=''
+WORKERS=1 GPUS=() PER_GPU=1 WID=1 WPREFIX='' current='' UNIT_FD='' PREEMPTED=''
 
 die() {
     echo "error: $*" >&2
@@ -33,7 +35,7 @@ die() {
 
 while [ "$#" -gt 0 ]; do
     case $1 in
-    --workers | --gpus)
+    --workers | --gpus | --workers-per-gpu)
         if [ "$#" -lt 2 ]; then die "$1 needs a value, e.g. --workers 4 or --gpus 0,1"; fi
         set -- "$1=$2" "${@:3}"
         continue
@@ -44,6 +46,14 @@ while [ "$#" -gt 0 ]; do
             die "--workers '$WORKERS' must be a whole number from 1, e.g. --workers 4"
         fi
         WORKERS_GIVEN=1
+        ;;
+    --workers-per-gpu=*)
+        PER_GPU=${1#*=}
+        if ! [[ $PER_GPU =~ ^[1-9][0-9]{0,3}$ ]]; then
+            die "--workers-per-gpu '$PER_GPU' must be a whole number from 1, e.g." \
+                "--gpus 0 --workers-per-gpu 4"
+        fi
+        PER_GPU_GIVEN=1
         ;;
     --gpus=*)
         IFS=, read -r -a GPUS <<<"${1#*=}"
@@ -64,15 +74,20 @@ while [ "$#" -gt 0 ]; do
         sed -n '2,/^set -u$/{/^set -u$/d;s/^# \{0,1\}//;p;}' "$0"
         exit 0
         ;;
-    *) die "unknown argument '$1'; valid: --workers N, --gpus LIST (e.g. --gpus 0,1), --help" ;;
+    *) die "unknown argument '$1'; valid: --workers N, --gpus LIST (e.g. --gpus 0,1)," \
+        "--workers-per-gpu K (with --gpus), --help" ;;
     esac
     shift
 done
 if [ "${#GPUS[@]}" -gt 0 ]; then
     if [ -n "${WORKERS_GIVEN:-}" ]; then
-        die "give --workers or --gpus, not both (--gpus runs one worker per listed GPU)"
+        die "give --workers or --gpus, not both (--gpus runs one worker per listed GPU," \
+            "or --workers-per-gpu K of them)"
     fi
-    WORKERS=${#GPUS[@]}
+    WORKERS=$((${#GPUS[@]} * PER_GPU))
+elif [ -n "${PER_GPU_GIVEN:-}" ]; then
+    die "--workers-per-gpu needs --gpus (it runs K workers on each listed GPU), e.g." \
+        "--gpus 0 --workers-per-gpu 4; without GPUs use --workers N"
 fi
 
 mkdir -p "$LOG_DIR" "$LOCK_DIR" "$RESULTS_DIR" || exit "$EXIT_INPUT_ERROR"
@@ -261,6 +276,7 @@ unit() {
 }
 
 # worker ID [GPU]: take units in order until none is left, then the deferred ones.
+# With --gpus, worker k sees GPU (k-1) mod (number listed): K workers on each GPU.
 worker() {
     WID=$1
     if [ -n "${2:-}" ]; then export CUDA_VISIBLE_DEVICES=$2 HIP_VISIBLE_DEVICES=$2; fi
@@ -298,7 +314,9 @@ else
             trap interrupted INT
             trap 'PREEMPTED=1' TERM
             WPREFIX="[w$k] "
-            worker "$k" "${GPUS[k - 1]:-}"
+            gpu=''
+            if [ "${#GPUS[@]}" -gt 0 ]; then gpu=${GPUS[(k - 1) % ${#GPUS[@]}]}; fi
+            worker "$k" "$gpu"
         ) </dev/null &
         PIDS+=("$!")
     done
