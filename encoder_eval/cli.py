@@ -61,7 +61,9 @@ COMMANDS: dict[str, Command] = {
         "encoder_eval.export", "results in other tools' formats (EuroEval, one row per example)"
     ),
     "demo": Command("encoder_eval.demo", "the whole protocol on MiniLM and synthetic tasks"),
-    "list": Command("encoder_eval.cli", "list tasks, task groups, models, loader modes or the grid"),
+    "list": Command(
+        "encoder_eval.cli", "list tasks, task groups, models, loader modes or the grid"
+    ),
 }
 
 LIST_WHAT = ("tasks", "groups", "models", "modes", "grid")
@@ -112,12 +114,25 @@ def _model_rows() -> list[dict]:
     rows = []
     for key, row in MODEL_REGISTRY.items():
         entry = ModelEntry(*row)
-        rows.append({"model": key, "path": entry.path, "mode": entry.mode,
-                     "trust_remote_code": bool(entry.trust_remote_code), "source": "registry"})  # fmt: skip
+        rows.append(
+            {
+                "model": key,
+                "path": entry.path,
+                "mode": entry.mode,
+                "trust_remote_code": bool(entry.trust_remote_code),
+                "source": "registry",
+            }
+        )
     for key, (entry, package) in installed_packaged_models().items():
-        rows.append({"model": key, "path": entry.path, "mode": entry.mode,
-                     "trust_remote_code": False,
-                     "source": f"installed package {package} (run only when named)"})  # fmt: skip
+        rows.append(
+            {
+                "model": key,
+                "path": entry.path,
+                "mode": entry.mode,
+                "trust_remote_code": False,
+                "source": f"installed package {package} (run only when named)",
+            }
+        )
     return rows
 
 
@@ -161,8 +176,13 @@ def list_main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="encoder-eval list", description="List what the harness knows.")
     p.add_argument("what", choices=LIST_WHAT, help="which registry to list")
     p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--tasks-file", action="append", default=[], metavar="F",
-                   help="also list the tasks defined in this file (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--tasks-file",
+        action="append",
+        default=[],
+        metavar="F",
+        help="also list the tasks defined in this file (repeatable)",
+    )
     args = p.parse_args(argv)
     from encoder_eval.data.taskfile import register_task_files
 
@@ -173,13 +193,18 @@ def list_main(argv: list[str] | None = None) -> int:
         if args.format == "json":
             from encoder_eval.core.protocol import LR_GRID, PHASE_SEEDS, PROTOCOL_RECIPE
 
-            print(json.dumps({"lr_grid": LR_GRID, "seeds": PHASE_SEEDS,
-                              "recipe": PROTOCOL_RECIPE.to_dict()}, indent=2))  # fmt: skip
+            print(
+                json.dumps(
+                    {"lr_grid": LR_GRID, "seeds": PHASE_SEEDS, "recipe": PROTOCOL_RECIPE.to_dict()},
+                    indent=2,
+                )
+            )
         else:
             print(format_grid())
         return EXIT_OK
-    rows = {"tasks": _task_rows, "groups": _group_rows, "models": _model_rows,
-            "modes": _mode_rows}[args.what]()  # fmt: skip
+    rows = {"tasks": _task_rows, "groups": _group_rows, "models": _model_rows, "modes": _mode_rows}[
+        args.what
+    ]()
     print(json.dumps(rows, indent=2) if args.format == "json" else _text_table(rows))
     if args.what == "models" and args.format == "text":
         print(f"\nloader modes (list modes):\n{_text_table(_mode_rows())}")

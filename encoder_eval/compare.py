@@ -72,27 +72,52 @@ def build_parser() -> argparse.ArgumentParser:
         description="Per task and pair of models: the difference with its intervals, seed- and "
         "example-level tests corrected across tasks, the verdict and the seeds needed.",
     )
-    p.add_argument("--results-dir", action="append", required=True,
-                   help="report-phase result directory (repeatable: one per set of models)")  # fmt: skip
-    p.add_argument("--selection", help="selection.json (one --results-dir only; default: the "
-                   "one its experiment file names)")  # fmt: skip
+    p.add_argument(
+        "--results-dir",
+        action="append",
+        required=True,
+        help="report-phase result directory (repeatable: one per set of models)",
+    )
+    p.add_argument(
+        "--selection",
+        help="selection.json (one --results-dir only; default: the one its experiment file names)",
+    )
     p.add_argument("--models", help="comma-separated models (default: every model found)")
     p.add_argument("--reference", help="compare every other model with this one only")
     p.add_argument("--tasks", help="comma-separated tasks (default: the table's)")
-    p.add_argument("--correction", choices=stats.CORRECTIONS, default="holm",
-                   help="multiple-comparison correction across tasks (default: holm)")  # fmt: skip
+    p.add_argument(
+        "--correction",
+        choices=stats.CORRECTIONS,
+        default="holm",
+        help="multiple-comparison correction across tasks (default: holm)",
+    )
     p.add_argument("--alpha", type=float, default=0.05)
-    p.add_argument("--family", choices=FAMILIES, default="pair",
-                   help="what each verdict is corrected over: pair (each pair's tasks, the "
-                   "default) or table (every row shown: bounds any false verdict in the "
-                   "output)")  # fmt: skip
-    p.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES,
-                   help="permutations and bootstrap replicates per test")  # fmt: skip
+    p.add_argument(
+        "--family",
+        choices=FAMILIES,
+        default="pair",
+        help="what each verdict is corrected over: pair (each pair's tasks, the "
+        "default) or table (every row shown: bounds any false verdict in the "
+        "output)",
+    )
+    p.add_argument(
+        "--resamples",
+        type=int,
+        default=DEFAULT_RESAMPLES,
+        help="permutations and bootstrap replicates per test",
+    )
     p.add_argument("--seed", type=seed_arg, default=DEFAULT_SEED, help="seed of the resampling")
-    p.add_argument("--allow-partial", action="store_true",
-                   help="compare despite the table's problems (listed as notes)")  # fmt: skip
-    p.add_argument("--format", choices=("markdown", "json", "csv", "latex"), default="markdown",
-                   help="latex: a booktabs table per pair for a paper (needs booktabs, graphicx)")  # fmt: skip
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="compare despite the table's problems (listed as notes)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("markdown", "json", "csv", "latex"),
+        default="markdown",
+        help="latex: a booktabs table per pair for a paper (needs booktabs, graphicx)",
+    )
     p.add_argument("--out", help="write here instead of stdout")
     return p
 
@@ -104,27 +129,47 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.out:  # before any work
         check_output_file(args.out, "--out")
-    table, results = load_report_dirs(args.results_dir, args.selection, warn,
-                                      split_csv(args.models) or None,
-                                      split_csv(args.tasks) or None)  # fmt: skip
+    table, results = load_report_dirs(
+        args.results_dir,
+        args.selection,
+        warn,
+        split_csv(args.models) or None,
+        split_csv(args.tasks) or None,
+    )
     if table.problems and not args.allow_partial:
-        print(format_refusal(table).replace("summarize refuses to print this table",
-                                            "compare refuses this table"), file=sys.stderr)  # fmt: skip
+        print(
+            format_refusal(table).replace(
+                "summarize refuses to print this table", "compare refuses this table"
+            ),
+            file=sys.stderr,
+        )
         return EXIT_INCOMPLETE
     if len(table.models) < 2:
         raise HarnessError(f"compare needs at least two models; found {table.models}")
     pairs = None
     if args.reference:
         if args.reference not in table.models:
-            raise HarnessError(f"--reference {args.reference!r} is not one of the models "
-                               f"compared: {', '.join(table.models)}")  # fmt: skip
+            raise HarnessError(
+                f"--reference {args.reference!r} is not one of the models "
+                f"compared: {', '.join(table.models)}"
+            )
         pairs = [(args.reference, m) for m in table.models if m != args.reference]
     n = len(pairs) if pairs is not None else len(table.models) * (len(table.models) - 1) // 2
-    print(f"compare: {n} pair(s) x {len(table.tasks)} task(s), {args.resamples} resamples, "
-          f"seed {args.seed}", file=sys.stderr)  # fmt: skip
-    cmp = compare_table(table, results, pairs=pairs, alpha=args.alpha,
-                        correction=args.correction, n_resamples=args.resamples, seed=args.seed,
-                        family=args.family)  # fmt: skip
+    print(
+        f"compare: {n} pair(s) x {len(table.tasks)} task(s), {args.resamples} resamples, "
+        f"seed {args.seed}",
+        file=sys.stderr,
+    )
+    cmp = compare_table(
+        table,
+        results,
+        pairs=pairs,
+        alpha=args.alpha,
+        correction=args.correction,
+        n_resamples=args.resamples,
+        seed=args.seed,
+        family=args.family,
+    )
     text = render(cmp, args.format)
     write_output(text, args.out)
     return EXIT_OK

@@ -54,9 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=40, help="step cap per cell")
     p.add_argument("--max-seq-len", type=int, default=128, help="truncation length")
     p.add_argument("--device", default="cpu", choices=DEVICES)
-    p.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"),
-                   help="auto: fp32 on a CPU without native bf16 (5-8x faster there), else "
-                   "bf16, the protocol's")  # fmt: skip
+    p.add_argument(
+        "--precision",
+        default="auto",
+        choices=("auto", "bf16", "fp32"),
+        help="auto: fp32 on a CPU without native bf16 (5-8x faster there), else "
+        "bf16, the protocol's",
+    )
     return p
 
 
@@ -71,10 +75,12 @@ def choose_precision(requested: str, device: str) -> tuple[str, str | None]:
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and not cpu_native_bf16():
-        return "fp32", ("note: this CPU has no native bf16 (avx512_bf16 or amx_bf16), where "
-                        "bf16 autocast runs 5-8x slower than fp32: the demo runs in fp32 "
-                        "(--precision fp32, off-protocol like the rest of the demo); "
-                        "--precision bf16 runs the protocol's precision")  # fmt: skip
+        return "fp32", (
+            "note: this CPU has no native bf16 (avx512_bf16 or amx_bf16), where "
+            "bf16 autocast runs 5-8x slower than fp32: the demo runs in fp32 "
+            "(--precision fp32, off-protocol like the rest of the demo); "
+            "--precision bf16 runs the protocol's precision"
+        )
     return "bf16", None
 
 
@@ -90,8 +96,11 @@ def _run(cmd: list[str], log) -> None:
             break
         except KeyboardInterrupt:  # never kill the step: a killed cell loses its state
             if not interrupted:
-                print("Ctrl-C: waiting for the running step to save its state...",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    "Ctrl-C: waiting for the running step to save its state...",
+                    file=sys.stderr,
+                    flush=True,
+                )
             interrupted = True
     if interrupted or code == EXIT_INTERRUPTED:
         raise KeyboardInterrupt
@@ -105,8 +114,14 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
     model_path = args.model_path or default_model_path()
     py = sys.executable
     model = f"{args.model_key}={model_path}"
-    shrink = ["--max-steps", str(args.max_steps), "--max-seq-len", str(args.max_seq_len),
-              "--device", args.device]  # fmt: skip
+    shrink = [
+        "--max-steps",
+        str(args.max_steps),
+        "--max-seq-len",
+        str(args.max_seq_len),
+        "--device",
+        args.device,
+    ]
     if args.data_dir:
         shrink += ["--data-dir", args.data_dir]
     precision, note = choose_precision(args.precision, args.device)
@@ -115,29 +130,84 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
     if precision == "fp32":
         shrink += ["--precision", "fp32"]
     selection = out / "selection.json"
-    dirs = {phase: (str(out / "runs" / phase), str(out / "results" / phase))
-            for phase in PHASES}  # fmt: skip
+    dirs = {phase: (str(out / "runs" / phase), str(out / "results" / phase)) for phase in PHASES}
     t0 = time.perf_counter()
     # The shrinking flags go to the select sweep only: its experiment file carries them to
     # select, the report sweep and summarize.
     log("== select phase")
-    _run([py, "-m", "encoder_eval.sweep", "--phase", "select", "--model", model, "--tasks",
-          args.tasks, "--lr-keys", args.lr_keys, "--seeds", args.select_seeds, "--mode",
-          "shell", "--out-dir", dirs["select"][0], "--results-dir", dirs["select"][1],
-          *shrink], log)  # fmt: skip
+    _run(
+        [
+            py,
+            "-m",
+            "encoder_eval.sweep",
+            "--phase",
+            "select",
+            "--model",
+            model,
+            "--tasks",
+            args.tasks,
+            "--lr-keys",
+            args.lr_keys,
+            "--seeds",
+            args.select_seeds,
+            "--mode",
+            "shell",
+            "--out-dir",
+            dirs["select"][0],
+            "--results-dir",
+            dirs["select"][1],
+            *shrink,
+        ],
+        log,
+    )
     _run(["bash", str(Path(dirs["select"][0]) / "run_all.sh")], log)
     log("== select the learning rate per (model, task)")
-    _run([py, "-m", "encoder_eval.select", "--results-dir", dirs["select"][1],
-          "--out", str(selection)], log)  # fmt: skip
+    _run(
+        [
+            py,
+            "-m",
+            "encoder_eval.select",
+            "--results-dir",
+            dirs["select"][1],
+            "--out",
+            str(selection),
+        ],
+        log,
+    )
     log("== report phase")
-    _run([py, "-m", "encoder_eval.sweep", "--phase", "report", "--selection", str(selection),
-          "--seeds", args.report_seeds, "--mode", "shell", "--out-dir", dirs["report"][0],
-          "--results-dir", dirs["report"][1]], log)  # fmt: skip
+    _run(
+        [
+            py,
+            "-m",
+            "encoder_eval.sweep",
+            "--phase",
+            "report",
+            "--selection",
+            str(selection),
+            "--seeds",
+            args.report_seeds,
+            "--mode",
+            "shell",
+            "--out-dir",
+            dirs["report"][0],
+            "--results-dir",
+            dirs["report"][1],
+        ],
+        log,
+    )
     _run(["bash", str(Path(dirs["report"][0]) / "run_all.sh")], log)
     log("== summarize")
     table = out / "table.md"
-    summarize = [py, "-m", "encoder_eval.summarize", "--results-dir", dirs["report"][1],
-                 "--allow-partial", "--plots", str(out / "plots")]  # fmt: skip
+    summarize = [
+        py,
+        "-m",
+        "encoder_eval.summarize",
+        "--results-dir",
+        dirs["report"][1],
+        "--allow-partial",
+        "--plots",
+        str(out / "plots"),
+    ]
     log("$ " + " ".join(shlex.quote(c) for c in summarize))
     proc = subprocess.run(summarize, capture_output=True, text=True)
     sys.stderr.write(proc.stderr)

@@ -50,14 +50,26 @@ def build_parser() -> argparse.ArgumentParser:
         "that cannot be read, of a newer harness, or not named like a cell result are left.",
     )
     p.add_argument("files", nargs="*", metavar="FILE", help="result files to check")
-    p.add_argument("--phase", choices=SWEEP_PHASES, help="the phase the files must be of "
-                   "(probe: probe result files)")  # fmt: skip
-    p.add_argument("--files0-from", metavar="F", help="also read NUL-separated file names "
-                   "from F ('-': stdin), for lists longer than a command line")  # fmt: skip
-    p.add_argument("--states", action="store_true",
-                   help="print one state word per file, in order, on stdout")  # fmt: skip
-    p.add_argument("--model", metavar="NAME", help="the model every file must be of (another "
-                   "model's result under one of its names is left in place, not done)")  # fmt: skip
+    p.add_argument(
+        "--phase",
+        choices=SWEEP_PHASES,
+        help="the phase the files must be of (probe: probe result files)",
+    )
+    p.add_argument(
+        "--files0-from",
+        metavar="F",
+        help="also read NUL-separated file names "
+        "from F ('-': stdin), for lists longer than a command line",
+    )
+    p.add_argument(
+        "--states", action="store_true", help="print one state word per file, in order, on stdout"
+    )
+    p.add_argument(
+        "--model",
+        metavar="NAME",
+        help="the model every file must be of (another "
+        "model's result under one of its names is left in place, not done)",
+    )
     return p
 
 
@@ -72,8 +84,11 @@ def main(argv: list[str] | None = None) -> int:
                 with open(args.files0_from, "rb") as handle:
                     raw = handle.read()
         except OSError as exc:
-            print(f"error: cannot read --files0-from {args.files0_from} ({exc.strerror}); "
-                  "give a readable file, or - for stdin", file=sys.stderr)  # fmt: skip
+            print(
+                f"error: cannot read --files0-from {args.files0_from} ({exc.strerror}); "
+                "give a readable file, or - for stdin",
+                file=sys.stderr,
+            )
             return EXIT_INPUT_ERROR
         files += [os.fsdecode(f) for f in raw.split(b"\0") if f]
     state_of = names_result = None
@@ -81,8 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         state_of = lambda path, _phase: cell_state(path, model=args.model)  # noqa: E731
         names_result = is_probe_result_name
     try:
-        states = [settle_cell(f, args.phase, state_of=state_of, names_result=names_result,
-                              model=args.model)[0] for f in files]  # fmt: skip
+        states = [
+            settle_cell(
+                f, args.phase, state_of=state_of, names_result=names_result, model=args.model
+            )[0]
+            for f in files
+        ]
     except KeyboardInterrupt:  # Ctrl-C in a script: the script itself says how to resume
         return EXIT_INTERRUPTED
     if args.states:

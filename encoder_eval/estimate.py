@@ -44,8 +44,9 @@ def cell_step_cap(task: str) -> int:
     rows = task_knobs(task).train_rows  # from the dataset card: the task row's `train_rows`
     if rows is None:
         known = [k for k, v in TASK_KNOBS.items() if v.train_rows is not None]
-        raise HarnessError(f"no full-data size is known for task {task!r}; estimate covers "
-                           f"{', '.join(known)}")  # fmt: skip
+        raise HarnessError(
+            f"no full-data size is known for task {task!r}; estimate covers {', '.join(known)}"
+        )
     return PROTOCOL_RECIPE.max_steps if math.isinf(rows) else step_budget(int(rows))[1]
 
 
@@ -115,17 +116,29 @@ def render(costs: list[ModelCost], tasks: list[str], fmt: str = "markdown") -> s
     rows = []
     for c in costs:
         upper, expected = c.hours(tasks)
-        rows.append({"model": c.model, "device": c.device, "measured_cells": c.cells,
-                     "seconds_per_step": round(c.seconds_per_step, 4),
-                     "budget_share": None if c.budget_share is None else round(c.budget_share, 3),
-                     "hours_upper_bound": round(upper, 1),
-                     "hours_expected": None if expected is None else round(expected, 1),
-                     "off_protocol_cells": c.off_protocol,
-                     "off_protocol_reasons": list(c.off_reasons)})  # fmt: skip
+        rows.append(
+            {
+                "model": c.model,
+                "device": c.device,
+                "measured_cells": c.cells,
+                "seconds_per_step": round(c.seconds_per_step, 4),
+                "budget_share": None if c.budget_share is None else round(c.budget_share, 3),
+                "hours_upper_bound": round(upper, 1),
+                "hours_expected": None if expected is None else round(expected, 1),
+                "off_protocol_cells": c.off_protocol,
+                "off_protocol_reasons": list(c.off_reasons),
+            }
+        )
     if fmt == "json":
-        return json.dumps({"tasks": tasks, "cells_per_pair": CELLS_PER_PAIR,
-                           "step_caps": {t: cell_step_cap(t) for t in tasks}, "models": rows},
-                          indent=2)  # fmt: skip
+        return json.dumps(
+            {
+                "tasks": tasks,
+                "cells_per_pair": CELLS_PER_PAIR,
+                "step_caps": {t: cell_step_cap(t) for t in tasks},
+                "models": rows,
+            },
+            indent=2,
+        )
     total = CELLS_PER_PAIR * sum(cell_step_cap(t) for t in tasks)
     lines = [
         f"{len(tasks)} task(s), {CELLS_PER_PAIR} cells per (model, task), at most {total:,} "
@@ -141,17 +154,23 @@ def render(costs: list[ModelCost], tasks: list[str], fmt: str = "markdown") -> s
         f"| {_show(r['hours_expected'], '{:,.1f}')} |"
         for r in rows
     ]
-    lines += ["", "s/step: train_time_s / steps of the measured cells (dev evaluations "
-              "included); expected: the upper bound times the share of their step cap the "
-              "measured on-protocol cells ran before early stopping (n/a without one). A "
-              "step's cost depends on the task's text lengths: measure on tasks like those "
-              "you estimate."]  # fmt: skip
+    lines += [
+        "",
+        "s/step: train_time_s / steps of the measured cells (dev evaluations "
+        "included); expected: the upper bound times the share of their step cap the "
+        "measured on-protocol cells ran before early stopping (n/a without one). A "
+        "step's cost depends on the task's text lengths: measure on tasks like those "
+        "you estimate.",
+    ]
     for c in costs:
         if c.off_protocol:
-            lines += ["", f"not the protocol recipe: {c.off_protocol} of {c.model}'s "
-                      f"{c.cells} measured cell(s) on {c.device} are off-protocol "
-                      f"({name_reasons(c.off_reasons)}); a protocol cell's step may cost "
-                      "otherwise: measure on-protocol cells for a figure to plan by"]  # fmt: skip
+            lines += [
+                "",
+                f"not the protocol recipe: {c.off_protocol} of {c.model}'s "
+                f"{c.cells} measured cell(s) on {c.device} are off-protocol "
+                f"({name_reasons(c.off_reasons)}); a protocol cell's step may cost "
+                "otherwise: measure on-protocol cells for a figure to plan by",
+            ]
     return "\n".join(lines)
 
 
@@ -164,8 +183,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="encoder-eval estimate",
         description="Estimate the device-hours of the full protocol from measured cells.",
     )
-    p.add_argument("--results-dir", action="append", required=True, metavar="DIR",
-                   help="a directory of finished cells to measure (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--results-dir",
+        action="append",
+        required=True,
+        metavar="DIR",
+        help="a directory of finished cells to measure (repeatable)",
+    )
     p.add_argument("--tasks", default="all", help="tasks or groups to estimate (default: all)")
     p.add_argument("--format", choices=("markdown", "json"), default="markdown")
     return p
@@ -179,8 +203,11 @@ def main(argv: list[str] | None = None) -> int:
         cell_step_cap(task)  # a task without a known size fails before anything is read
     costs = measure(args.results_dir)
     if not costs:
-        print("error: no finished cell with training time in "
-              f"{', '.join(args.results_dir)}; run a cell first", file=sys.stderr)  # fmt: skip
+        print(
+            "error: no finished cell with training time in "
+            f"{', '.join(args.results_dir)}; run a cell first",
+            file=sys.stderr,
+        )
         return EXIT_INCOMPLETE
     print(render(costs, tasks, args.format))
     return EXIT_OK

@@ -42,16 +42,25 @@ def build_parser() -> argparse.ArgumentParser:
         description="Export the table's cells as EuroEval benchmark-result records, or one "
         "row per report example.",
     )
-    p.add_argument("--format", choices=FORMATS, required=True,
-                   help="euroeval: EuroEval's euroeval_benchmark_results.jsonl records; "
-                   "examples: one row per example, language and seed")  # fmt: skip
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        required=True,
+        help="euroeval: EuroEval's euroeval_benchmark_results.jsonl records; "
+        "examples: one row per example, language and seed",
+    )
     p.add_argument("--results-dir", required=True, help="report-phase result directory")
-    p.add_argument("--selection", help="selection.json (default: the one the results "
-                   "directory's experiment file names)")  # fmt: skip
+    p.add_argument(
+        "--selection",
+        help="selection.json (default: the one the results directory's experiment file names)",
+    )
     p.add_argument("--models", help="comma-separated models (default: selection + results)")
     p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
-    p.add_argument("--allow-partial", action="store_true",
-                   help="export despite the table's problems (the cells it has)")  # fmt: skip
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="export despite the table's problems (the cells it has)",
+    )
     p.add_argument("--out", help="write here instead of stdout")
     return p
 
@@ -65,12 +74,19 @@ def main(argv: list[str] | None = None) -> int:
         raise HarnessError(f"--out {args.out}: its directory does not exist")
     selection_path, _, _ = summarize_inputs(args.results_dir, args.selection)
     results = load_results(args.results_dir, warn=warn_once(), phase="report")
-    table = build_table(results, load_selection(selection_path),
-                        models=split_csv(args.models) or None,
-                        tasks=split_csv(args.tasks) or None)  # fmt: skip
+    table = build_table(
+        results,
+        load_selection(selection_path),
+        models=split_csv(args.models) or None,
+        tasks=split_csv(args.tasks) or None,
+    )
     if table.problems and not args.allow_partial:
-        print(format_refusal(table).replace("summarize refuses to print this table",
-                                            "export refuses this table"), file=sys.stderr)  # fmt: skip
+        print(
+            format_refusal(table).replace(
+                "summarize refuses to print this table", "export refuses this table"
+            ),
+            file=sys.stderr,
+        )
         return EXIT_INCOMPLETE
     if args.format == "euroeval":
         rows = euroeval_records(table, results)

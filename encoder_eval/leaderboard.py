@@ -75,21 +75,44 @@ def build_parser() -> argparse.ArgumentParser:
         "interval on the position; Friedman/Nemenyi critical difference.",
     )
     p.add_argument("--results-dir", required=True, help="report-phase result directory")
-    p.add_argument("--selection", help="selection.json from encoder-eval select (default: the "
-                   "one the results directory's experiment file names)")  # fmt: skip
+    p.add_argument(
+        "--selection",
+        help="selection.json from encoder-eval select (default: the "
+        "one the results directory's experiment file names)",
+    )
     p.add_argument("--models", help="comma-separated models (default: selection + results)")
     p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
-    p.add_argument("--allow-partial", action="store_true", help="drop models missing a task "
-                   "and turn the table's problems into notes (all said under the table)")  # fmt: skip
-    p.add_argument("--format", choices=("markdown", "json", "csv", "latex"), default="markdown",
-                   help="latex: a booktabs table for a paper (needs booktabs, graphicx)")  # fmt: skip
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="drop models missing a task "
+        "and turn the table's problems into notes (all said under the table)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("markdown", "json", "csv", "latex"),
+        default="markdown",
+        help="latex: a booktabs table for a paper (needs booktabs, graphicx)",
+    )
     p.add_argument("--out", help="write the leaderboard here instead of stdout")
-    p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES, metavar="N",
-                   help=f"bootstrap replicates (default {DEFAULT_REPLICATES})")  # fmt: skip
-    p.add_argument("--seed", type=seed_arg, default=DEFAULT_SEED,
-                   help=f"bootstrap seed (default {DEFAULT_SEED})")  # fmt: skip
-    p.add_argument("--plot", metavar="DIR", help="write the critical-difference plot cd.png "
-                   "here (three models or more)")  # fmt: skip
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=DEFAULT_REPLICATES,
+        metavar="N",
+        help=f"bootstrap replicates (default {DEFAULT_REPLICATES})",
+    )
+    p.add_argument(
+        "--seed",
+        type=seed_arg,
+        default=DEFAULT_SEED,
+        help=f"bootstrap seed (default {DEFAULT_SEED})",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="DIR",
+        help="write the critical-difference plot cd.png here (three models or more)",
+    )
     return p
 
 
@@ -108,22 +131,31 @@ def main(argv: list[str] | None = None) -> int:
     if has_probe_results(args.results_dir):  # rows (model, pooling), "seeds" the probe folds
         if args.selection:
             raise HarnessError("--selection does not apply to probe results")
-        table = probe_table(load_probe_results(args.results_dir, warn=warn),
-                            models=split_csv(args.models) or None,
-                            tasks=split_csv(args.tasks) or None)  # fmt: skip
+        table = probe_table(
+            load_probe_results(args.results_dir, warn=warn),
+            models=split_csv(args.models) or None,
+            tasks=split_csv(args.tasks) or None,
+        )
     else:
         selection_path, ran_seeds, _ = summarize_inputs(args.results_dir, args.selection)
         selection = load_selection(selection_path)
         results = load_results(args.results_dir, warn=warn, phase="report")
-        table = build_table(results, selection, models=split_csv(args.models) or None,
-                            tasks=split_csv(args.tasks) or None)  # fmt: skip
+        table = build_table(
+            results,
+            selection,
+            models=split_csv(args.models) or None,
+            tasks=split_csv(args.tasks) or None,
+        )
     if ran_seeds is not None and ran_seeds != table.expected_seeds:
-        print(f"note: the report sweep ran seeds {','.join(map(str, ran_seeds))} (its "
-              f"experiment file), not the protocol's {','.join(map(str, table.expected_seeds))}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"note: the report sweep ran seeds {','.join(map(str, ran_seeds))} (its "
+            f"experiment file), not the protocol's {','.join(map(str, table.expected_seeds))}",
+            file=sys.stderr,
+        )
     try:
-        board = build_leaderboard(table, allow_partial=args.allow_partial,
-                                  replicates=args.bootstrap, seed=args.seed)  # fmt: skip
+        board = build_leaderboard(
+            table, allow_partial=args.allow_partial, replicates=args.bootstrap, seed=args.seed
+        )
     except Refused as exc:
         print(exc.message(), file=sys.stderr)
         return EXIT_INCOMPLETE

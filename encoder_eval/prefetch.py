@@ -261,8 +261,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated task names or groups (all, multilingual, glue, superglue): "
         + ", ".join(name for name, k in tasks.TASK_KNOBS.items() if k.hf_path is not None),
     )
-    p.add_argument("--tasks-file", action="append", default=[], metavar="F",
-                   help="a task file whose Hub tasks may be named in --tasks (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--tasks-file",
+        action="append",
+        default=[],
+        metavar="F",
+        help="a task file whose Hub tasks may be named in --tasks (repeatable)",
+    )
     p.add_argument("--out", required=True, help="the mirror directory (created if absent)")
     p.add_argument(
         "--splits",

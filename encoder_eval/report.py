@@ -51,18 +51,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--results-dir", required=True, help="report-phase (or probe) result directory")
     p.add_argument("--out", required=True, help="the HTML file to write")
-    p.add_argument("--selection", help="selection.json (default: the one the results "
-                   "directory's experiment file names)")  # fmt: skip
-    p.add_argument("--select-results-dir", help="select-phase results, for the learning-rate "
-                   "curves (default: those the experiment file names)")  # fmt: skip
+    p.add_argument(
+        "--selection",
+        help="selection.json (default: the one the results directory's experiment file names)",
+    )
+    p.add_argument(
+        "--select-results-dir",
+        help="select-phase results, for the learning-rate "
+        "curves (default: those the experiment file names)",
+    )
     p.add_argument("--probe-results-dir", help="also show a table of the probe results here")
     p.add_argument("--models", help="comma-separated models (default: selection + results)")
     p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
-    p.add_argument("--allow-partial", action="store_true",
-                   help="write the page despite the table's problems (shown in a banner)")  # fmt: skip
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="write the page despite the table's problems (shown in a banner)",
+    )
     p.add_argument("--title", help="the page's title (default: names the results directory)")
-    p.add_argument("--resamples", type=int, default=999,
-                   help="permutations and bootstrap replicates of the marks and verdicts")  # fmt: skip
+    p.add_argument(
+        "--resamples",
+        type=int,
+        default=999,
+        help="permutations and bootstrap replicates of the marks and verdicts",
+    )
     p.add_argument("--seed", type=seed_arg, default=1234, help="seed of the resampling")
     return p
 
@@ -77,15 +89,25 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.out).absolute().parent.is_dir():
         raise HarnessError(f"--out {args.out}: its directory does not exist")
     report = build_report(
-        args.results_dir, selection=args.selection, select_results_dir=args.select_results_dir,
-        probe_results_dir=args.probe_results_dir, models=split_csv(args.models) or None,
-        tasks=split_csv(args.tasks) or None, allow_partial=args.allow_partial,
-        resamples=args.resamples, seed=args.seed, title=args.title, warn=warn_once(),
-    )  # fmt: skip
+        args.results_dir,
+        selection=args.selection,
+        select_results_dir=args.select_results_dir,
+        probe_results_dir=args.probe_results_dir,
+        models=split_csv(args.models) or None,
+        tasks=split_csv(args.tasks) or None,
+        allow_partial=args.allow_partial,
+        resamples=args.resamples,
+        seed=args.seed,
+        title=args.title,
+        warn=warn_once(),
+    )
     if report.table.problems and not args.allow_partial:
-        print(format_refusal(report.table).replace("summarize refuses to print this table",
-                                                   "report refuses this table"),
-              file=sys.stderr)  # fmt: skip
+        print(
+            format_refusal(report.table).replace(
+                "summarize refuses to print this table", "report refuses this table"
+            ),
+            file=sys.stderr,
+        )
         return EXIT_INCOMPLETE
     write_atomic(args.out, render_html(report))
     print(f"wrote {args.out}", file=sys.stderr)

@@ -92,10 +92,12 @@ def _unfinished_fix(exp: experiment.Experiment | None, results_dir: str) -> str 
         return None
     record = exp.phases.get("select")
     where = f"the script in {record.out_dir}" if record and record.out_dir else "its script"
-    return (f"the select sweep recorded in {Path(results_dir) / EXPERIMENT_NAME} "
-            f"is not finished: re-run {where} (encoder-eval status --results-dir "
-            f"{results_dir} --emit DIR writes one for just the missing cells), or pass "
-            "--allow-partial")  # fmt: skip
+    return (
+        f"the select sweep recorded in {Path(results_dir) / EXPERIMENT_NAME} "
+        f"is not finished: re-run {where} (encoder-eval status --results-dir "
+        f"{results_dir} --emit DIR writes one for just the missing cells), or pass "
+        "--allow-partial"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,15 +110,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="selection.json", help="file to write")
     p.add_argument("--models", help="comma-separated models (default: those in the results)")
     p.add_argument("--tasks", help="comma-separated tasks (default: those in the results)")
-    p.add_argument("--lr-keys", help="LR keys the sweep ran (default: those its experiment "
-                   "file records, else the whole grid)")  # fmt: skip
-    p.add_argument("--seeds", help="seeds the sweep ran (default: those its experiment file "
-                   "records, else 42,43,44)")  # fmt: skip
-    p.add_argument("--allow-partial", action="store_true",
-                   help="choose among LRs with missing seeds too (diverged LRs stay out)")  # fmt: skip
-    p.add_argument("--redact-paths", action="store_true", help="leave local paths (model "
-                   "folders, the data mirror, task files, results folders) out of the file, "
-                   "for sharing; the report sweep then asks for the reader's own")  # fmt: skip
+    p.add_argument(
+        "--lr-keys",
+        help="LR keys the sweep ran (default: those its experiment "
+        "file records, else the whole grid)",
+    )
+    p.add_argument(
+        "--seeds",
+        help="seeds the sweep ran (default: those its experiment file records, else 42,43,44)",
+    )
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="choose among LRs with missing seeds too (diverged LRs stay out)",
+    )
+    p.add_argument(
+        "--redact-paths",
+        action="store_true",
+        help="leave local paths (model "
+        "folders, the data mirror, task files, results folders) out of the file, "
+        "for sharing; the report sweep then asks for the reader's own",
+    )
     return p
 
 
@@ -129,18 +143,25 @@ def main(argv: list[str] | None = None) -> int:
         check_output_file(args.out, "--out")  # before any work
         tasks = split_csv(args.tasks) or None
         exp, lr_keys, seeds, models, tasks = experiment.select_expectations(
-            args.results_dir, lr_keys=parse_lr_keys(args.lr_keys), seeds=parse_seeds(args.seeds),
-            models=split_csv(args.models) or None, tasks=tasks,
-        )  # fmt: skip
+            args.results_dir,
+            lr_keys=parse_lr_keys(args.lr_keys),
+            seeds=parse_seeds(args.seeds),
+            models=split_csv(args.models) or None,
+            tasks=tasks,
+        )
         if tasks:
             resolve_tasks(tasks)
         results = load_results(args.results_dir, phase="select")
         selection = select_pairs(
-            results, models=models, tasks=tasks, lr_keys=lr_keys, seeds=seeds,
+            results,
+            models=models,
+            tasks=tasks,
+            lr_keys=lr_keys,
+            seeds=seeds,
             allow_partial=args.allow_partial,
             note=lambda m: print(f"note: {m}", file=sys.stderr),
             unfinished_fix=_unfinished_fix(exp, args.results_dir),
-        )  # fmt: skip
+        )
         selection["results_dir"] = os.path.abspath(args.results_dir)
         if exp is not None and args.redact_paths:
             exp = exp.redacted()

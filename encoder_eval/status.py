@@ -138,12 +138,15 @@ def phase_status(plan: Plan) -> Status:
     other = []
     if root.is_dir():
         other = sorted(
-            str(p) for p in root.glob("*.json")
-            if not p.name.startswith(".") and p.name not in planned
+            str(p)
+            for p in root.glob("*.json")
+            if not p.name.startswith(".")
+            and p.name not in planned
             and not p.name.endswith(".predictions.json")
-        )  # fmt: skip
-    return Status(plan, cells, reasons, other, count_quarantined(plan.results_dir),
-                  resume_states(plan))  # fmt: skip
+        )
+    return Status(
+        plan, cells, reasons, other, count_quarantined(plan.results_dir), resume_states(plan)
+    )
 
 
 def resume_states(plan: Plan) -> list[ResumeState]:
@@ -204,8 +207,10 @@ def format_status(status: Status, limit: int | None = 50) -> str:
         lines.append(f"  {'other':<9}{len(status.other):>6}  (results outside this plan)")
     if status.moved_aside:
         where = os.path.join(plan.results_dir, QUARANTINE_DIR)
-        lines.append(f"  {'moved aside':<9}{status.moved_aside:>4}  (corrupt results kept in "
-                     f"{where}; never read)")  # fmt: skip
+        lines.append(
+            f"  {'moved aside':<9}{status.moved_aside:>4}  (corrupt results kept in "
+            f"{where}; never read)"
+        )
     for state in ("diverged", "corrupt", "kept", "missing"):
         cells = status.cells[state]
         if not cells:
@@ -220,20 +225,31 @@ def format_status(status: Status, limit: int | None = 50) -> str:
             lines.append(f"  ... and {len(cells) - len(shown)} more (--list-all shows them)")
     if status.resume:
         total = sum(r.size for r in status.resume)
-        lines.append(f"resume states: {len(status.resume)} ({_mb(total)}), saved when a signal "
-                     "stopped a cell:")  # fmt: skip
+        lines.append(
+            f"resume states: {len(status.resume)} ({_mb(total)}), saved when a signal "
+            "stopped a cell:"
+        )
         for r in status.resume:
-            what = ("its cell is done: left over, never read again" if r.done else
-                    "its cell is not done: its next run resumes from it")  # fmt: skip
+            what = (
+                "its cell is done: left over, never read again"
+                if r.done
+                else "its cell is not done: its next run resumes from it"
+            )
             lines.append(f"  {r.label or '(not in this plan)'}  {r.path}  {_mb(r.size)}  ({what})")
-        lines.append("--clean-resume removes those of done cells; --clean-resume all removes "
-                     "every one (an unfinished cell then starts over)")  # fmt: skip
+        lines.append(
+            "--clean-resume removes those of done cells; --clean-resume all removes "
+            "every one (an unfinished cell then starts over)"
+        )
     if status.cells["corrupt"]:
-        lines.append("corrupt files do not count as done: the phase's script (or --emit) moves "
-                     "them aside into .corrupt/ and re-runs their cells")  # fmt: skip
+        lines.append(
+            "corrupt files do not count as done: the phase's script (or --emit) moves "
+            "them aside into .corrupt/ and re-runs their cells"
+        )
     if status.cells["kept"]:
-        lines.append("kept files do not count as done, and nothing moves them or runs their "
-                     "cells over them: fix or move each (see why above), then run again")  # fmt: skip
+        lines.append(
+            "kept files do not count as done, and nothing moves them or runs their "
+            "cells over them: fix or move each (see why above), then run again"
+        )
     return "\n".join(lines)
 
 
@@ -245,12 +261,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_plan_arguments(p)
     add_emit_arguments(p)
-    p.add_argument("--emit", metavar="DIR", help="write a launch script for the missing and "
-                   "corrupt cells into DIR (--mode picks its kind)")  # fmt: skip
+    p.add_argument(
+        "--emit",
+        metavar="DIR",
+        help="write a launch script for the missing and "
+        "corrupt cells into DIR (--mode picks its kind)",
+    )
     p.add_argument("--list-all", action="store_true", help="list every cell, not the first 50")
-    p.add_argument("--clean-resume", nargs="?", const="done", choices=("done", "all"),
-                   help="remove the resume states of done cells (left over); 'all': every "
-                   "resume state, so unfinished cells start over")  # fmt: skip
+    p.add_argument(
+        "--clean-resume",
+        nargs="?",
+        const="done",
+        choices=("done", "all"),
+        help="remove the resume states of done cells (left over); 'all': every "
+        "resume state, so unfinished cells start over",
+    )
     return p
 
 
@@ -272,14 +297,20 @@ def main(argv: list[str] | None = None) -> int:
         warn = warn_once()
         for line in left:
             warn(line)
-        print(f"removed {len(removed)} resume state(s), "
-              f"{_mb(sum(r.size for r in removed))}")  # fmt: skip
+        print(f"removed {len(removed)} resume state(s), {_mb(sum(r.size for r in removed))}")
         status.resume = resume_states(plan)
     emitted = None
     if args.emit and status.to_run:
-        emitted = emit(plan, args.emit, args.mode, cells=status.to_run,
-                       template=args.slurm_template, requeue=args.requeue,
-                       python=args.python, group=args.group)  # fmt: skip
+        emitted = emit(
+            plan,
+            args.emit,
+            args.mode,
+            cells=status.to_run,
+            template=args.slurm_template,
+            requeue=args.requeue,
+            python=args.python,
+            group=args.group,
+        )
     print(format_status(status, limit=None if args.list_all else 50))
     if args.emit:
         print(emitted.describe() if emitted else "nothing to run: no script written")

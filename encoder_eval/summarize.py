@@ -100,31 +100,64 @@ def build_parser() -> argparse.ArgumentParser:
         "refuses incomplete or non-comparable tables unless --allow-partial.",
     )
     p.add_argument("--results-dir", required=True, help="report-phase result directory")
-    p.add_argument("--selection", help="selection.json from encoder-eval select (default: the "
-                   "one the results directory's experiment file names)")  # fmt: skip
-    p.add_argument("--format", choices=FORMATS, default="markdown",
-                   help="latex: a booktabs table for a paper (needs booktabs, graphicx)")  # fmt: skip
+    p.add_argument(
+        "--selection",
+        help="selection.json from encoder-eval select (default: the "
+        "one the results directory's experiment file names)",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="markdown",
+        help="latex: a booktabs table for a paper (needs booktabs, graphicx)",
+    )
     p.add_argument("--models", help="comma-separated models (default: selection + results)")
     p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
-    p.add_argument("--allow-partial", action="store_true",
-                   help="print despite problems; footnotes give real seed counts and problems")  # fmt: skip
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="print despite problems; footnotes give real seed counts and problems",
+    )
     p.add_argument("--out", help="write the table here instead of stdout")
-    p.add_argument("--ci", choices=CI_METHODS, default="t", help="each cell's 95 %% interval: "
-                   "t over seeds (default), or a two-level bootstrap over seeds and report "
-                   "examples (needs the cells' predictions files)")  # fmt: skip
-    p.add_argument("--no-marks", action="store_true", help="do not mark each task's best "
-                   "model and those not distinguishable from it (skips the tests)")  # fmt: skip
-    p.add_argument("--marks-family", choices=("table", "task"), default="table",
-                   help="what the marks are corrected over: table (every pair of models on "
-                   "every task, the default: any false mark at most 5 %%) or task (the "
-                   "best against the others of each task only)")  # fmt: skip
-    p.add_argument("--resamples", type=int, default=999,
-                   help="bootstrap replicates and permutations (--ci bootstrap, the marks)")  # fmt: skip
+    p.add_argument(
+        "--ci",
+        choices=CI_METHODS,
+        default="t",
+        help="each cell's 95 %% interval: "
+        "t over seeds (default), or a two-level bootstrap over seeds and report "
+        "examples (needs the cells' predictions files)",
+    )
+    p.add_argument(
+        "--no-marks",
+        action="store_true",
+        help="do not mark each task's best "
+        "model and those not distinguishable from it (skips the tests)",
+    )
+    p.add_argument(
+        "--marks-family",
+        choices=("table", "task"),
+        default="table",
+        help="what the marks are corrected over: table (every pair of models on "
+        "every task, the default: any false mark at most 5 %%) or task (the "
+        "best against the others of each task only)",
+    )
+    p.add_argument(
+        "--resamples",
+        type=int,
+        default=999,
+        help="bootstrap replicates and permutations (--ci bootstrap, the marks)",
+    )
     p.add_argument("--seed", type=seed_arg, default=1234, help="seed of the resampling")
-    p.add_argument("--plots", metavar="DIR", help="also write PNG plots here: the final "
-                   "scores, and (with --select-results-dir) the learning-rate curves")  # fmt: skip
-    p.add_argument("--select-results-dir", help="select-phase results, for the LR curves "
-                   "(default: those the experiment file names)")  # fmt: skip
+    p.add_argument(
+        "--plots",
+        metavar="DIR",
+        help="also write PNG plots here: the final "
+        "scores, and (with --select-results-dir) the learning-rate curves",
+    )
+    p.add_argument(
+        "--select-results-dir",
+        help="select-phase results, for the LR curves (default: those the experiment file names)",
+    )
     return p
 
 
@@ -142,22 +175,33 @@ def main(argv: list[str] | None = None) -> int:
 
     if has_probe_results(args.results_dir):
         return _main_probe(args, warn)
-    selection_path, ran_seeds, select_dir = summarize_inputs(args.results_dir,
-                                                             args.selection)  # fmt: skip
+    selection_path, ran_seeds, select_dir = summarize_inputs(args.results_dir, args.selection)
     selection = load_selection(selection_path)
     results = load_results(args.results_dir, warn=warn, phase="report")
-    table = build_table(results, selection, models=split_csv(args.models) or None,
-                        tasks=split_csv(args.tasks) or None)  # fmt: skip
+    table = build_table(
+        results,
+        selection,
+        models=split_csv(args.models) or None,
+        tasks=split_csv(args.tasks) or None,
+    )
     if not (table.problems and not args.allow_partial):
-        add_statistics(table, results, ci=args.ci, marks=not args.no_marks,
-                       n_resamples=args.resamples, seed=args.seed,
-                       marks_family=args.marks_family)  # fmt: skip
+        add_statistics(
+            table,
+            results,
+            ci=args.ci,
+            marks=not args.no_marks,
+            n_resamples=args.resamples,
+            seed=args.seed,
+            marks_family=args.marks_family,
+        )
     text = render(table, args.format)
     if ran_seeds is not None and ran_seeds != table.expected_seeds:
         # The table still expects the protocol's seeds: a shrunken table never looks complete.
-        print(f"note: the report sweep ran seeds {','.join(map(str, ran_seeds))} (its "
-              f"experiment file), not the protocol's {','.join(map(str, table.expected_seeds))}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"note: the report sweep ran seeds {','.join(map(str, ran_seeds))} (its "
+            f"experiment file), not the protocol's {','.join(map(str, table.expected_seeds))}",
+            file=sys.stderr,
+        )
     if table.problems and not args.allow_partial:
         print(format_refusal(table), file=sys.stderr)
         return EXIT_INCOMPLETE
@@ -165,9 +209,12 @@ def main(argv: list[str] | None = None) -> int:
         select_dir = args.select_results_dir or select_dir
         written = write_plots(
             Path(select_dir) if select_dir else None,
-            Path(args.results_dir), Path(selection_path), Path(args.plots), warn=warn,
+            Path(args.results_dir),
+            Path(selection_path),
+            Path(args.plots),
+            warn=warn,
             expected_n=len(table.expected_seeds),
-        )  # fmt: skip
+        )
         print(f"wrote {len(written)} plot(s) to {args.plots}", file=sys.stderr)
     if args.format == "csv" and table.problems:
         for note in footnotes(table):
@@ -180,9 +227,11 @@ def _main_probe(args: argparse.Namespace, warn) -> int:
     """`summarize` of a folder of probe results (`encoder_eval.cells.probe_cell`)."""
     if args.ci != "t" or args.plots or args.selection:
         raise HarnessError("probe results take the t interval only, no --selection, no --plots")
-    table = probe_table(load_probe_results(args.results_dir, warn=warn),
-                        models=split_csv(args.models) or None,
-                        tasks=split_csv(args.tasks) or None)  # fmt: skip
+    table = probe_table(
+        load_probe_results(args.results_dir, warn=warn),
+        models=split_csv(args.models) or None,
+        tasks=split_csv(args.tasks) or None,
+    )
     if table.problems and not args.allow_partial:
         print(format_refusal(table), file=sys.stderr)
         return EXIT_INCOMPLETE

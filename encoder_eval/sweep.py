@@ -97,11 +97,29 @@ from encoder_eval.plans.plan import (
 # Re-exported for the tests, which drive a sweep through these names; no module imports a
 # command (tests/test_layers.py).
 __all__ = [
-    "DEFAULT_GROUP", "EMIT_MODES", "GROUPS", "MODEL_REGISTRY", "PHASES", "SLURM_VARIABLES",
-    "Cell", "Emitted", "Plan", "build_plan", "build_probe_plan", "emit", "emit_shell",
-    "emit_slurm", "emit_slurm_array", "main", "model_table", "parse_lr_keys", "parse_seeds",
-    "resolve_models", "resolve_tasks", "split_csv",
-]  # fmt: skip
+    "DEFAULT_GROUP",
+    "EMIT_MODES",
+    "GROUPS",
+    "MODEL_REGISTRY",
+    "PHASES",
+    "SLURM_VARIABLES",
+    "Cell",
+    "Emitted",
+    "Plan",
+    "build_plan",
+    "build_probe_plan",
+    "emit",
+    "emit_shell",
+    "emit_slurm",
+    "emit_slurm_array",
+    "main",
+    "model_table",
+    "parse_lr_keys",
+    "parse_seeds",
+    "resolve_models",
+    "resolve_tasks",
+    "split_csv",
+]
 
 
 # Internals the tests reach (`sweep._job_name`, `sweep._split_template_header`).
@@ -122,10 +140,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_probe_arguments(p)
     add_emit_arguments(p)
     p.add_argument("--out-dir", help="where the script and logs go (default: runs/<phase>)")
-    p.add_argument("--force", action="store_true", help="overwrite an experiment.toml that "
-                   "records another experiment in --results-dir or --out-dir (refused without)")  # fmt: skip
-    p.add_argument("--show-grid", action="store_true",
-                   help="print the LR grid, seed sets and recipe flags, then exit")  # fmt: skip
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite an experiment.toml that "
+        "records another experiment in --results-dir or --out-dir (refused without)",
+    )
+    p.add_argument(
+        "--show-grid",
+        action="store_true",
+        help="print the LR grid, seed sets and recipe flags, then exit",
+    )
     return p
 
 
@@ -145,13 +170,18 @@ def main(argv: list[str] | None = None) -> int:
         record = experiment.for_plan(plan, out_dir, args)
         if not args.force:
             experiment.check_unchanged(plan, out_dir, record)
-    emitted = emit(plan, out_dir, args.mode, template=args.slurm_template,
-                   requeue=args.requeue, python=args.python, group=args.group)  # fmt: skip
+    emitted = emit(
+        plan,
+        out_dir,
+        args.mode,
+        template=args.slurm_template,
+        requeue=args.requeue,
+        python=args.python,
+        group=args.group,
+    )
     if plan.phase == PROBE_PHASE:  # experiment.toml records the fine-tuning phases only
         print(emitted.describe())
-        summarize = (
-            f"encoder-eval summarize --results-dir {shlex.quote(plan.results_dir)}"
-        )
+        summarize = f"encoder-eval summarize --results-dir {shlex.quote(plan.results_dir)}"
         print(f"then: {summarize}")
         return EXIT_OK
     manifests = experiment.write_for_plan(plan, out_dir, args, record)

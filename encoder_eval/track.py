@@ -62,18 +62,25 @@ __all__ = ["Check", "Receipt", "TaskResult", "main", "read_checkpoints", "track_
 
 def _add_setup_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("how each checkpoint is evaluated (the same for all)")
-    g.add_argument("--kind", choices=EVAL_KINDS, default="probe",
-                   help="probe: linear probes on frozen embeddings (cheap); finetune: "
-                   "report-phase cells at one fixed LR; synthetic: the capability suite of "
-                   "decoder checkpoints (perplexity, modular arithmetic, parity, induction)")  # fmt: skip
-    g.add_argument("--n-examples", type=int,
-                   help="synthetic: examples per axis (default 256)")  # fmt: skip
+    g.add_argument(
+        "--kind",
+        choices=EVAL_KINDS,
+        default="probe",
+        help="probe: linear probes on frozen embeddings (cheap); finetune: "
+        "report-phase cells at one fixed LR; synthetic: the capability suite of "
+        "decoder checkpoints (perplexity, modular arithmetic, parity, induction)",
+    )
+    g.add_argument("--n-examples", type=int, help="synthetic: examples per axis (default 256)")
     g.add_argument("--tasks", help="comma-separated task keys and groups (probe, finetune)")
     g.add_argument("--max-seq-len", type=int, help="truncation length")
     g.add_argument("--pooling", help="probe: mean | first | last (default mean)")
     g.add_argument("--k-folds", type=int, help="probe: folds (default 10)")
-    g.add_argument("--seed", type=seed_arg, help="probe: the folds' seed (default 42); "
-                   "synthetic: the seed of the suite's samples (default 0)")  # fmt: skip
+    g.add_argument(
+        "--seed",
+        type=seed_arg,
+        help="probe: the folds' seed (default 42); "
+        "synthetic: the seed of the suite's samples (default 0)",
+    )
     g.add_argument(
         "--precision",
         help="probe, finetune: bf16 (default; autocast) or fp32 "
@@ -87,40 +94,74 @@ def _add_setup_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-steps", type=int, help="finetune: step cap (shrunken: off-protocol)")
     g.add_argument("--data-dir", help="task data mirror (default: the harness's)")
     g.add_argument("--device", choices=DEVICES, help="device for the cells")
-    g.add_argument("--no-cache", action="store_true",
-                   help="probe: embed afresh instead of reading the embedding cache (which is "
-                   "keyed by the weights' content hash, so identical weights share entries)")  # fmt: skip
-    p.add_argument("--out-dir", default=os.path.join("runs", "track"),
-                   help="results/, receipts/, the report and plots go here (default runs/track)")  # fmt: skip
+    g.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="probe: embed afresh instead of reading the embedding cache (which is "
+        "keyed by the weights' content hash, so identical weights share entries)",
+    )
+    p.add_argument(
+        "--out-dir",
+        default=os.path.join("runs", "track"),
+        help="results/, receipts/, the report and plots go here (default runs/track)",
+    )
 
 
 def _add_report_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("the regression rule")
-    g.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                   help="relative drop that counts (default 0.05)")  # fmt: skip
-    g.add_argument("--reference", choices=REFERENCES, default="best",
-                   help="best: best earlier score (slow drift); prior: previous checkpoint")  # fmt: skip
-    g.add_argument("--noise-alpha", type=float, default=DEFAULT_NOISE_ALPHA,
-                   help="a flag also needs the drop beyond a one-sided Welch t bound; per "
-                   "task, the chance of any false flag over the horizon is at most this "
-                   "(default 0.05; 0 = the plain threshold rule)")  # fmt: skip
-    g.add_argument("--horizon", type=int, default=DEFAULT_HORIZON,
-                   help="checkpoints the noise level is spread over (default 10; the number "
-                   "of checkpoints when there are more)")  # fmt: skip
-    g.add_argument("--zero-floor", type=float, default=DEFAULT_ZERO_FLOOR,
-                   help="references closer to 0 than this are measured against it "
-                   "(absolute threshold; default 0.1)")  # fmt: skip
+    g.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD,
+        help="relative drop that counts (default 0.05)",
+    )
+    g.add_argument(
+        "--reference",
+        choices=REFERENCES,
+        default="best",
+        help="best: best earlier score (slow drift); prior: previous checkpoint",
+    )
+    g.add_argument(
+        "--noise-alpha",
+        type=float,
+        default=DEFAULT_NOISE_ALPHA,
+        help="a flag also needs the drop beyond a one-sided Welch t bound; per "
+        "task, the chance of any false flag over the horizon is at most this "
+        "(default 0.05; 0 = the plain threshold rule)",
+    )
+    g.add_argument(
+        "--horizon",
+        type=int,
+        default=DEFAULT_HORIZON,
+        help="checkpoints the noise level is spread over (default 10; the number "
+        "of checkpoints when there are more)",
+    )
+    g.add_argument(
+        "--zero-floor",
+        type=float,
+        default=DEFAULT_ZERO_FLOOR,
+        help="references closer to 0 than this are measured against it "
+        "(absolute threshold; default 0.1)",
+    )
     g.add_argument("--no-plots", action="store_true", help="skip the per-task plots")
 
 
 def setup_from_args(args: argparse.Namespace) -> TrackSetup:
     return build_setup(
-        args.kind, split_csv(args.tasks) if args.tasks else [], max_seq_len=args.max_seq_len,
+        args.kind,
+        split_csv(args.tasks) if args.tasks else [],
+        max_seq_len=args.max_seq_len,
         pooling=args.pooling,
-        k_folds=args.k_folds, seed=args.seed, precision=args.precision, lr_key=args.lr_key,
-        selection=args.selection, selection_model=args.selection_model,
-        seeds=parse_seeds(args.seeds), max_steps=args.max_steps, n_examples=args.n_examples,
-    )  # fmt: skip
+        k_folds=args.k_folds,
+        seed=args.seed,
+        precision=args.precision,
+        lr_key=args.lr_key,
+        selection=args.selection,
+        selection_model=args.selection_model,
+        seeds=parse_seeds(args.seeds),
+        max_steps=args.max_steps,
+        n_examples=args.n_examples,
+    )
 
 
 def _parse_meta(items: list[str]) -> dict:
@@ -165,24 +206,38 @@ def _receipt_target(args: argparse.Namespace) -> Checkpoint:
 
 
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="encoder-eval track", description="Per-checkpoint receipts and "
-                       "noise-aware regression tracking across a checkpoint sequence.")  # fmt: skip
+    p = ArgumentParser(
+        prog="encoder-eval track",
+        description="Per-checkpoint receipts and "
+        "noise-aware regression tracking across a checkpoint sequence.",
+    )
     sub = p.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
     r = sub.add_parser("receipt", help="evaluate one checkpoint and write its receipt")
     r.add_argument("--checkpoint", metavar="ID=PATH", help="the checkpoint")
     r.add_argument("--index", type=int, help="its position in the sequence")
     r.add_argument("--checkpoints", help="or: a list file / checkpoint-<step> folder ...")
     r.add_argument("--id", help="... and the id of the one to evaluate")
-    r.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
-                   help="free-form metadata for the receipt (repeatable)")  # fmt: skip
+    r.add_argument(
+        "--meta",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="free-form metadata for the receipt (repeatable)",
+    )
     _add_setup_arguments(r)
     run = sub.add_parser("run", help="receipts for every checkpoint, then the report")
-    run.add_argument("--checkpoints", required=True,
-                     help="a file of id<TAB>path lines, or a folder of checkpoint-<step>")  # fmt: skip
+    run.add_argument(
+        "--checkpoints",
+        required=True,
+        help="a file of id<TAB>path lines, or a folder of checkpoint-<step>",
+    )
     _add_setup_arguments(run)
     _add_report_arguments(run)
-    sw = sub.add_parser("sweep", help="a launch script (shell or Slurm) for every checkpoint's "
-                        "cells; then `track run` only assembles")  # fmt: skip
+    sw = sub.add_parser(
+        "sweep",
+        help="a launch script (shell or Slurm) for every checkpoint's "
+        "cells; then `track run` only assembles",
+    )
     sw.add_argument("--checkpoints", required=True, help="as for run")
     _add_setup_arguments(sw)
 
@@ -195,13 +250,20 @@ def build_parser() -> ArgumentParser:
 
 def _report(args: argparse.Namespace, receipts: list[Receipt]) -> int:
     report, text = write_report(
-        receipts, args.out_dir, threshold=args.threshold, reference=args.reference,
-        noise_alpha=args.noise_alpha, horizon=args.horizon, zero_floor=args.zero_floor,
+        receipts,
+        args.out_dir,
+        threshold=args.threshold,
+        reference=args.reference,
+        noise_alpha=args.noise_alpha,
+        horizon=args.horizon,
+        zero_floor=args.zero_floor,
         plots=not args.no_plots,
-    )  # fmt: skip
+    )
     print(text)
-    print(f"wrote {Path(args.out_dir) / 'regression.json'} and regression.md"
-          + ("" if args.no_plots else f", plots in {Path(args.out_dir) / 'plots'}"))  # fmt: skip
+    print(
+        f"wrote {Path(args.out_dir) / 'regression.json'} and regression.md"
+        + ("" if args.no_plots else f", plots in {Path(args.out_dir) / 'plots'}")
+    )
     return EXIT_REGRESSED if report.flags else EXIT_OK
 
 
@@ -213,23 +275,45 @@ def main(argv: list[str] | None = None) -> int:
     setup = setup_from_args(args)
     if args.command == "receipt":
         ckpt = _receipt_target(args)
-        evaluate_checkpoint(setup, ckpt, args.out_dir, metadata=_parse_meta(args.meta),
-                            data_dir=args.data_dir, device=args.device,
-                            no_cache=args.no_cache)  # fmt: skip
+        evaluate_checkpoint(
+            setup,
+            ckpt,
+            args.out_dir,
+            metadata=_parse_meta(args.meta),
+            data_dir=args.data_dir,
+            device=args.device,
+            no_cache=args.no_cache,
+        )
         return EXIT_OK
     checkpoints = read_checkpoints(args.checkpoints)
     if args.command == "sweep":
         if setup.kind == "synthetic":
-            raise HarnessError("--kind synthetic runs in process in seconds per checkpoint; "
-                               "use `track run` (there are no cells to launch)")  # fmt: skip
-        plan = build_track_plan(setup, checkpoints, args.out_dir, data_dir=args.data_dir,
-                                device=args.device, no_cache=args.no_cache)  # fmt: skip
-        emitted = emit(plan, Path(args.out_dir) / "launch", args.mode,
-                       template=args.slurm_template, requeue=args.requeue,
-                       python=args.python, group=args.group)  # fmt: skip
+            raise HarnessError(
+                "--kind synthetic runs in process in seconds per checkpoint; "
+                "use `track run` (there are no cells to launch)"
+            )
+        plan = build_track_plan(
+            setup,
+            checkpoints,
+            args.out_dir,
+            data_dir=args.data_dir,
+            device=args.device,
+            no_cache=args.no_cache,
+        )
+        emitted = emit(
+            plan,
+            Path(args.out_dir) / "launch",
+            args.mode,
+            template=args.slurm_template,
+            requeue=args.requeue,
+            python=args.python,
+            group=args.group,
+        )
         print(emitted.describe())
-        print(f"then: encoder-eval track run --checkpoints {args.checkpoints} ... "
-              f"--out-dir {args.out_dir} (assembles the receipts from the done cells)")  # fmt: skip
+        print(
+            f"then: encoder-eval track run --checkpoints {args.checkpoints} ... "
+            f"--out-dir {args.out_dir} (assembles the receipts from the done cells)"
+        )
         return EXIT_OK
     receipts = [
         evaluate_checkpoint(
@@ -247,4 +331,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -82,16 +82,19 @@ def markov_transition_matrix(vocab: int, seed: int = MARKOV_SEED) -> np.ndarray:
     """The fixed order-1 Markov chain the perplexity axis scores against, as a dense
     row-stochastic (vocab, vocab) matrix (`markov_chain` gives the sparse form, for any size)."""
     if vocab > DENSE_LIMIT:
-        raise HarnessError(f"a dense {vocab}x{vocab} transition matrix is too large; "
-                           "use markov_chain(vocab) for the sparse rows")  # fmt: skip
+        raise HarnessError(
+            f"a dense {vocab}x{vocab} transition matrix is too large; "
+            "use markov_chain(vocab) for the sparse rows"
+        )
     successors, probs = markov_chain(vocab, seed)
     matrix = np.zeros((vocab, vocab))
     np.put_along_axis(matrix, successors, probs, axis=1)
     return matrix
 
 
-def sample_markov(vocab: int, n: int, length: int, rng: np.random.Generator,
-                  chain_seed: int = MARKOV_SEED) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def sample_markov(
+    vocab: int, n: int, length: int, rng: np.random.Generator, chain_seed: int = MARKOV_SEED
+) -> tuple[np.ndarray, np.ndarray]:
     """`n` sequences of `length` states drawn from the chain (uniform first state), and the
     chain's own log-probability of each transition (the floor a perfect model reaches)."""
     successors, probs = markov_chain(vocab, chain_seed)
@@ -147,8 +150,10 @@ class _NextToken:
     def every(self, ids: np.ndarray) -> np.ndarray:
         """Log-probability of token t+1 given tokens <= t, for every t: (batch, length-1)."""
         if not self.hf:  # the seed's callable scores one position at a time
-            cols = [self.last(ids[:, : t + 1])[np.arange(len(ids)), ids[:, t + 1]]
-                    for t in range(ids.shape[1] - 1)]  # fmt: skip
+            cols = [
+                self.last(ids[:, : t + 1])[np.arange(len(ids)), ids[:, t + 1]]
+                for t in range(ids.shape[1] - 1)
+            ]
             return np.stack(cols, axis=1)
         out = []
         for i in range(0, len(ids), self.batch_size):
@@ -161,8 +166,9 @@ class _NextToken:
 
 def _check_vocab(vocab: int) -> None:
     if vocab < _MIN_VOCAB:
-        raise HarnessError(f"the capability suite needs a vocabulary of at least {_MIN_VOCAB} "
-                           f"tokens; got {vocab}")  # fmt: skip
+        raise HarnessError(
+            f"the capability suite needs a vocabulary of at least {_MIN_VOCAB} tokens; got {vocab}"
+        )
 
 
 def _symbols(vocab: int) -> np.ndarray:
@@ -178,10 +184,18 @@ def _symbols(vocab: int) -> np.ndarray:
 
 def _accuracy(name: str, correct: np.ndarray, chance: float, extra: dict) -> TaskResult:
     acc = float(correct.mean())
-    return TaskResult(name, acc, True, len(correct), {
-        "std": float(correct.std(ddof=1)) if len(correct) > 1 else None, "n": len(correct),
-        "chance": chance, **extra,
-    })  # fmt: skip
+    return TaskResult(
+        name,
+        acc,
+        True,
+        len(correct),
+        {
+            "std": float(correct.std(ddof=1)) if len(correct) > 1 else None,
+            "n": len(correct),
+            "chance": chance,
+            **extra,
+        },
+    )
 
 
 def _perplexity(lm: _NextToken, rng: np.random.Generator, n: int) -> TaskResult:
@@ -190,11 +204,21 @@ def _perplexity(lm: _NextToken, rng: np.random.Generator, n: int) -> TaskResult:
     ppl = math.exp(float(nll.mean()))
     # std on the score's scale (delta method), so the noise rule reads perplexity units
     std = ppl * float(nll.std(ddof=1)) if n > 1 else None
-    return TaskResult("perplexity", ppl, False, n, {
-        "std": std, "n": n, "oracle_perplexity": math.exp(float(-oracle.mean())),
-        "uniform_perplexity": float(lm.vocab), "sequence_length": SEQUENCE_LENGTH,
-        "markov_seed": MARKOV_SEED, "markov_successors": MARKOV_SUCCESSORS,
-    })  # fmt: skip
+    return TaskResult(
+        "perplexity",
+        ppl,
+        False,
+        n,
+        {
+            "std": std,
+            "n": n,
+            "oracle_perplexity": math.exp(float(-oracle.mean())),
+            "uniform_perplexity": float(lm.vocab),
+            "sequence_length": SEQUENCE_LENGTH,
+            "markov_seed": MARKOV_SEED,
+            "markov_successors": MARKOV_SUCCESSORS,
+        },
+    )
 
 
 def _arithmetic(lm: _NextToken, rng: np.random.Generator, n: int) -> TaskResult:
@@ -203,8 +227,9 @@ def _arithmetic(lm: _NextToken, rng: np.random.Generator, n: int) -> TaskResult:
     a, b = rng.integers(MODULUS, size=n), rng.integers(MODULUS, size=n)
     prompts = np.stack([numbers[a], np.full(n, plus), numbers[b], np.full(n, equals)], axis=1)
     guess = lm.last(prompts)[:, numbers].argmax(axis=1)
-    return _accuracy("modular_arithmetic", guess == (a + b) % MODULUS, 1 / MODULUS,
-                     {"modulus": MODULUS})  # fmt: skip
+    return _accuracy(
+        "modular_arithmetic", guess == (a + b) % MODULUS, 1 / MODULUS, {"modulus": MODULUS}
+    )
 
 
 def _parity(lm: _NextToken, rng: np.random.Generator, n: int) -> TaskResult:
@@ -270,8 +295,10 @@ def evaluate_checkpoint(
         model.eval()
     try:
         with lm.torch.inference_mode():
-            tasks = [fn(lm, np.random.default_rng([seed, i]), n_examples)
-                     for i, fn in enumerate(_AXES.values())]  # fmt: skip
+            tasks = [
+                fn(lm, np.random.default_rng([seed, i]), n_examples)
+                for i, fn in enumerate(_AXES.values())
+            ]
     finally:
         if was_training:
             model.train()

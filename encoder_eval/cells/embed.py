@@ -95,10 +95,18 @@ def cache_key(
     pooled per example, so it changes vectors only by bf16 rounding."""
     text = {k: split[k] for k in ("text", "text_pair") if k in split}
     h = hashlib.sha256()
-    for part in (f"v{EMBED_CACHE_VERSION}", loaded.revision, type(loaded.model).__name__,
-                 pooling, tokenizer_fp or tokenizer_fingerprint(loaded.tokenizer),
-                 ",".join(loaded.input_names), split_fingerprint(text), str(setup.max_seq_len),
-                 setup.precision, device.type):  # fmt: skip
+    for part in (
+        f"v{EMBED_CACHE_VERSION}",
+        loaded.revision,
+        type(loaded.model).__name__,
+        pooling,
+        tokenizer_fp or tokenizer_fingerprint(loaded.tokenizer),
+        ",".join(loaded.input_names),
+        split_fingerprint(text),
+        str(setup.max_seq_len),
+        setup.precision,
+        device.type,
+    ):
         h.update(part.encode() + b"\x00")
     return h.hexdigest()
 
@@ -189,8 +197,9 @@ def embed_split(
     if todo:
         labelled = split if "label" in split else {**split, "label": [0] * n}
         token_cache = None if token_cache_dir is None else Path(token_cache_dir)
-        enc = encode_cached(loaded.tokenizer, labelled, setup.max_seq_len, loaded.input_names,
-                            token_cache, fp)  # fmt: skip
+        enc = encode_cached(
+            loaded.tokenizer, labelled, setup.max_seq_len, loaded.input_names, token_cache, fp
+        )
         made = forward_pooled(loaded, enc.features, enc.lengths, todo, setup, device, progress)
         for name, vectors in made.items():
             if name in paths:

@@ -42,8 +42,12 @@ def with_rank_columns(enc: Encoded, split: dict) -> Encoded:
     the tokenisation cache, which holds model inputs only); other splits unchanged."""
     if "query_id" not in split:
         return enc
-    return dataclass_replace(enc, query_ids=list(split["query_id"]), doc_ids=list(split["doc_id"]),
-                             first_stage_ranks=list(split["first_stage_rank"]))  # fmt: skip
+    return dataclass_replace(
+        enc,
+        query_ids=list(split["query_id"]),
+        doc_ids=list(split["doc_id"]),
+        first_stage_ranks=list(split["first_stage_rank"]),
+    )
 
 
 def encode(tokenizer, split: dict, max_len: int, input_names: tuple[str, ...]) -> Encoded:

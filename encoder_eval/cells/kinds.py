@@ -127,9 +127,12 @@ def query_counts(enc: Encoded) -> dict[str, int]:
     its candidate depth (the most candidates any query has)."""
     groups = list(query_members(enc).values())
     positive = sum(any(enc.labels[i] == 1 for i in g) for g in groups)
-    return {"total": len(groups), "with_positive": positive,
-            "without_positive": len(groups) - positive,
-            "candidate_depth": max((len(g) for g in groups), default=0)}  # fmt: skip
+    return {
+        "total": len(groups),
+        "with_positive": positive,
+        "without_positive": len(groups) - positive,
+        "candidate_depth": max((len(g) for g in groups), default=0),
+    }
 
 
 def _query_groups(enc: Encoded, rng: random.Random, recipe: Recipe) -> list[tuple[int, ...]]:
@@ -327,22 +330,29 @@ def _ranking_record(
         "group_size_used": used,
         "group_size_protocol": PROTOCOL_RECIPE.rank_group_size,
         "first_stage": knobs.first_stage_name,
-        "train_queries": {"total": counts["total"], "with_positive": counts["with_positive"],
-                          "skipped": counts["without_positive"]},
+        "train_queries": {
+            "total": counts["total"],
+            "with_positive": counts["with_positive"],
+            "skipped": counts["without_positive"],
+        },
         "train_candidate_depth": counts["candidate_depth"],
         "depth": depth,
         "depth_protocol": PROTOCOL_RECIPE.rank_depth,
-    }  # fmt: skip
+    }
     reasons = []
     if used < recipe.rank_group_size:
-        reasons.append(f"rank group size {used} (protocol: {PROTOCOL_RECIPE.rank_group_size}; "
-                       f"the training queries have at most {counts['candidate_depth']} "
-                       "candidates)")  # fmt: skip
+        reasons.append(
+            f"rank group size {used} (protocol: {PROTOCOL_RECIPE.rank_group_size}; "
+            f"the training queries have at most {counts['candidate_depth']} "
+            "candidates)"
+        )
     if depth != recipe.rank_depth:
         where = "evaluated" if depths else "training"
-        reasons.append(f"rank depth {depth} (protocol: {PROTOCOL_RECIPE.rank_depth} "
-                       f"first-stage candidates re-ranked per query; the {where} queries have "
-                       f"at most {depth})")  # fmt: skip
+        reasons.append(
+            f"rank depth {depth} (protocol: {PROTOCOL_RECIPE.rank_depth} "
+            f"first-stage candidates re-ranked per query; the {where} queries have "
+            f"at most {depth})"
+        )
     return record, reasons
 
 
@@ -351,19 +361,31 @@ def _ranking_section_extra(knobs: TaskKnobs, encs: dict, preds: dict) -> dict:
     secondary metrics of the model's ranking, the first stage's own scores on the same
     queries, and the query counts and candidate depth."""
     secondary = {
-        name: {lang: metrics.compute_metric(name, preds[lang], encs[lang].labels,
-                                            encs[lang].rank_groups) for lang in preds}
+        name: {
+            lang: metrics.compute_metric(
+                name, preds[lang], encs[lang].labels, encs[lang].rank_groups
+            )
+            for lang in preds
+        }
         for name in knobs.secondary_metrics
-    }  # fmt: skip
+    }
     first_stage = {
-        name: {lang: metrics.compute_metric(
-            name, metrics.first_stage_scores(encs[lang].rank_groups), encs[lang].labels,
-            encs[lang].rank_groups) for lang in preds}
+        name: {
+            lang: metrics.compute_metric(
+                name,
+                metrics.first_stage_scores(encs[lang].rank_groups),
+                encs[lang].labels,
+                encs[lang].rank_groups,
+            )
+            for lang in preds
+        }
         for name in (knobs.metric, *knobs.secondary_metrics)
-    }  # fmt: skip
-    return {"secondary": secondary,
-            "first_stage": {"name": knobs.first_stage_name, **first_stage},
-            "queries": {lang: query_counts(encs[lang]) for lang in preds}}  # fmt: skip
+    }
+    return {
+        "secondary": secondary,
+        "first_stage": {"name": knobs.first_stage_name, **first_stage},
+        "queries": {lang: query_counts(encs[lang]) for lang in preds},
+    }
 
 
 @dataclass(frozen=True)
@@ -411,11 +433,18 @@ class Kind:
         return self.step(self, model, batch, scale, autocast)
 
 
-_RANKER = {"problem": REGRESSION, "collate": _collate_with(torch.float32),
-           "predictions": _squeeze, "units": _query_groups, "count_units": _count_queries,
-           "members": _group_members, "train_collate": _collate_groups,
-           "record": _ranking_record, "section_extra": _ranking_section_extra,
-           "step": _ranking_step}  # fmt: skip
+_RANKER = {
+    "problem": REGRESSION,
+    "collate": _collate_with(torch.float32),
+    "predictions": _squeeze,
+    "units": _query_groups,
+    "count_units": _count_queries,
+    "members": _group_members,
+    "train_collate": _collate_groups,
+    "record": _ranking_record,
+    "section_extra": _ranking_section_extra,
+    "step": _ranking_step,
+}
 
 KINDS: dict[str, Kind] = {
     kind.name: kind
@@ -430,11 +459,14 @@ KINDS: dict[str, Kind] = {
 
 # A task's problem type (`TaskKnobs.problem`) -> the kind of its fine-tune cells.
 PROBLEM_KINDS: dict[str, str] = {
-    SINGLE_LABEL: "classification", REGRESSION: "regression", RANKING: "ranking",
-}  # fmt: skip
+    SINGLE_LABEL: "classification",
+    REGRESSION: "regression",
+    RANKING: "ranking",
+}
 # A ranking cell's `Recipe.rank_objective` -> its kind.
-RANK_OBJECTIVE_KINDS: dict[str, str] = dict(zip(RANK_OBJECTIVES, ("ranking", "ranking_pointwise"),
-                                                 strict=True))  # fmt: skip
+RANK_OBJECTIVE_KINDS: dict[str, str] = dict(
+    zip(RANK_OBJECTIVES, ("ranking", "ranking_pointwise"), strict=True)
+)
 
 
 def kind_for(problem: str, recipe: Recipe = PROTOCOL_RECIPE) -> Kind:

@@ -115,11 +115,12 @@ class CellPredictions:
             split=obj["split"],
             data_identity=obj["data_identity"],
             languages={
-                lang: LanguagePredictions(v["ids"], v["predictions"], v["labels"],
-                                          *(v.get(name) for name in RANK_FIELDS))
+                lang: LanguagePredictions(
+                    v["ids"], v["predictions"], v["labels"], *(v.get(name) for name in RANK_FIELDS)
+                )
                 for lang, v in obj["languages"].items()
             },
-        )  # fmt: skip
+        )
 
     def scores(self) -> dict[str, float | None]:
         """The metric per language, recomputed from the predictions (None: undefined)."""
@@ -161,11 +162,15 @@ def write_trec_run(path: str | os.PathLike, preds: CellPredictions) -> None:
     """Write the TREC run file of a ranking cell's predictions atomically; an id holding
     whitespace (which would split a TREC line) is refused."""
     c = preds.cell
-    for value in (c.model, c.task, *(x for p in preds.languages.values()
-                                     for x in (*p.query_ids, *p.doc_ids))):  # fmt: skip
+    for value in (
+        c.model,
+        c.task,
+        *(x for p in preds.languages.values() for x in (*p.query_ids, *p.doc_ids)),
+    ):
         if not str(value) or any(ch.isspace() for ch in str(value)):
-            raise PredictionsError(f"id {value!r} is empty or holds whitespace; a TREC run "
-                                   "file cannot hold it")  # fmt: skip
+            raise PredictionsError(
+                f"id {value!r} is empty or holds whitespace; a TREC run file cannot hold it"
+            )
     with atomic_open(path, "w") as handle:
         handle.write("".join(line + "\n" for line in trec_lines(preds)))
 
@@ -280,6 +285,5 @@ def _problem(obj: Any) -> str | None:
         if metrics.METRIC_SPECS[obj["metric"]].granularity == "grouped":
             for key in RANK_FIELDS:
                 if not isinstance(v.get(key), list) or len(v[key]) != len(v["ids"]):
-                    return (f"languages.{lang}.{key}: a ranking cell needs one entry per "
-                            "candidate")  # fmt: skip
+                    return f"languages.{lang}.{key}: a ranking cell needs one entry per candidate"
     return None

@@ -140,8 +140,9 @@ def resolve_model(spec: str) -> ProbeModel:
         pins = (row.revision, row.code_revision) if row else (None, None)
         return ProbeModel(name, path, row is not None, *pins)
     entry = model_entry(spec)
-    return ProbeModel(spec, entry.path, registry_trusts(spec, entry.path), entry.revision,
-                      entry.code_revision)  # fmt: skip
+    return ProbeModel(
+        spec, entry.path, registry_trusts(spec, entry.path), entry.revision, entry.code_revision
+    )
 
 
 def _load_all_data(run: ProbeRun) -> dict[str, tuple[tuple, dict]]:
@@ -171,8 +172,9 @@ def run_probes(run: ProbeRun) -> list[Path]:
     from encoder_eval.data.loaders import load_encoder  # imports torch: on use only
 
     device = resolve_device(run.device)
-    setup = EmbedSetup(max_seq_len=run.max_seq_len, precision=run.precision,
-                       batch_size=run.batch_size)  # fmt: skip
+    setup = EmbedSetup(
+        max_seq_len=run.max_seq_len, precision=run.precision, batch_size=run.batch_size
+    )
     kept = []  # result files to leave alone (unreadable, a newer harness's): not run over
     todo: dict[tuple[str, str], list[str]] = {}
     for m in run.models:
@@ -182,17 +184,21 @@ def run_probes(run: ProbeRun) -> list[Path]:
                 path = result_path(run.results_dir, m.name, p, task)
                 state, _, why = cell_state(path, model=m.name, task=task)
                 if state == "kept" and not run.force:
-                    _log(f"left {path} in place ({why}); its cell is not done, and is not run "
-                         "over it: fix or move the file (or pass --force), then run again")  # fmt: skip
+                    _log(
+                        f"left {path} in place ({why}); its cell is not done, and is not run "
+                        "over it: fix or move the file (or pass --force), then run again"
+                    )
                     kept.append(path)
                 elif run.force or state != "ok":
                     todo[(m.name, task)].append(p)
     run.kept = kept
     total = sum(len(v) for v in todo.values())
     cells = len(run.models) * len(run.tasks) * len(run.poolings)
-    _log(f"probe: {cells} cell(s), {cells - total} already done, {total} to run "
-         f"({len(run.models)} model(s) x {len(run.poolings)} pooling(s) x {len(run.tasks)} "
-         f"task(s)); results in {run.results_dir}")  # fmt: skip
+    _log(
+        f"probe: {cells} cell(s), {cells - total} already done, {total} to run "
+        f"({len(run.models)} model(s) x {len(run.poolings)} pooling(s) x {len(run.tasks)} "
+        f"task(s)); results in {run.results_dir}"
+    )
     data = _load_all_data(run) if total else {}
     if total:
         warn_slow_bf16(device.type, run.precision)
@@ -205,13 +211,19 @@ def run_probes(run: ProbeRun) -> list[Path]:
         if not any(todo[(model.name, t)] for t in run.tasks):
             continue
         started = time.perf_counter()
-        loaded = load_encoder(model.path, revision=model.revision,
-                              trust_remote_code=model.trust_remote_code,
-                              max_seq_len=run.max_seq_len, model_label=model.name,
-                              code_revision=model.code_revision,
-                              require_code_revision=run.require_code_revision)  # fmt: skip
-        _log(f"{model.name}: loaded {model.path} (revision {loaded.revision[:12]}) in "
-             f"{time.perf_counter() - started:.1f} s on {device.type}, {run.precision}")  # fmt: skip
+        loaded = load_encoder(
+            model.path,
+            revision=model.revision,
+            trust_remote_code=model.trust_remote_code,
+            max_seq_len=run.max_seq_len,
+            model_label=model.name,
+            code_revision=model.code_revision,
+            require_code_revision=run.require_code_revision,
+        )
+        _log(
+            f"{model.name}: loaded {model.path} (revision {loaded.revision[:12]}) in "
+            f"{time.perf_counter() - started:.1f} s on {device.type}, {run.precision}"
+        )
         for task in run.tasks:
             poolings = tuple(todo[(model.name, task)])
             if not poolings:
@@ -221,51 +233,85 @@ def run_probes(run: ProbeRun) -> list[Path]:
             train_x, hits = embed_split(loaded, train, poolings, setup, device, cache, tokens)
             report_x = {}
             for lang, split in test.items():
-                report_x[lang], h = embed_split(loaded, split, poolings, setup, device, cache,
-                                                tokens)  # fmt: skip
+                report_x[lang], h = embed_split(
+                    loaded, split, poolings, setup, device, cache, tokens
+                )
                 hits += h
             embed_s = time.perf_counter() - t0
             n_texts = len(train["text"]) + sum(len(s["text"]) for s in test.values())
             for pooling in poolings:
                 number += 1
                 t1 = time.perf_counter()
-                ptask = task_from_registry(task, train_x[pooling],
-                                           {lang: v[pooling] for lang, v in report_x.items()},
-                                           data=(train, dev, test, n_labels, problem))  # fmt: skip
+                ptask = task_from_registry(
+                    task,
+                    train_x[pooling],
+                    {lang: v[pooling] for lang, v in report_x.items()},
+                    data=(train, dev, test, n_labels, problem),
+                )
                 outcome = probe_task(ptask, run.config)
                 probe_s = time.perf_counter() - t1
                 shown_path = model.path if run.record_model_path else None
-                cell = {"model": model.name, "model_path": shown_path, "pooling": pooling,
-                        "method": method_label(model.name, pooling)}  # fmt: skip
+                cell = {
+                    "model": model.name,
+                    "model_path": shown_path,
+                    "pooling": pooling,
+                    "method": method_label(model.name, pooling),
+                }
                 provenance = {
                     **base_provenance,
-                    "model": {"path": shown_path, "revision": loaded.revision,
-                              "revision_requested": model.revision,
-                              "trust_remote_code": model.trust_remote_code, "code": loaded.code,
-                              "source": loaded.source, "class": type(loaded.model).__name__},
+                    "model": {
+                        "path": shown_path,
+                        "revision": loaded.revision,
+                        "revision_requested": model.revision,
+                        "trust_remote_code": model.trust_remote_code,
+                        "code": loaded.code,
+                        "source": loaded.source,
+                        "class": type(loaded.model).__name__,
+                    },
                     "data": data_prov,
-                    "embedding": {"pooling": pooling, "max_seq_len": run.max_seq_len,
-                                  "precision": run.precision, "device": device.type,
-                                  "dim": int(train_x[pooling].shape[1]), "texts": n_texts,
-                                  "cache_hits": hits, "limit": run.limit},
+                    "embedding": {
+                        "pooling": pooling,
+                        "max_seq_len": run.max_seq_len,
+                        "precision": run.precision,
+                        "device": device.type,
+                        "dim": int(train_x[pooling].shape[1]),
+                        "texts": n_texts,
+                        "cache_hits": hits,
+                        "limit": run.limit,
+                    },
                     "timing": {"embed_s": round(embed_s, 3), "probe_s": round(probe_s, 3)},
-                }  # fmt: skip
-                record = result_record(outcome, cell, run.config, fold_results=True,
-                                       provenance=provenance)  # fmt: skip
+                }
+                record = result_record(
+                    outcome, cell, run.config, fold_results=True, provenance=provenance
+                )
                 if run.limit is not None:  # a smoke run is never a protocol number
                     record["protocol"].update(on_protocol=False, limit=run.limit)
                 path = result_path(run.results_dir, model.name, pooling, task)
                 if run.store_probes:
-                    save_probe(path.with_name(path.name.removesuffix(PROBE_RESULT_SUFFIX) + ".probe"),
-                               final_probe(ptask, run.config, outcome))  # fmt: skip
+                    save_probe(
+                        path.with_name(path.name.removesuffix(PROBE_RESULT_SUFFIX) + ".probe"),
+                        final_probe(ptask, run.config, outcome),
+                    )
                 write_result(path, record)
                 written.append(path)
-                score = "undefined" if outcome.mean_score is None else (
-                    f"{outcome.metric} {100 * outcome.mean_score:.2f} ± "
-                    f"{100 * outcome.std_dev:.2f}, Q {outcome.q_stat:.2f}")  # fmt: skip
-                _log(probe_line(number, total, method_label(model.name, pooling), task,
-                                f"{score} (embed {embed_s:.1f} s{', cached' if hits else ''}, "
-                                f"probe {probe_s:.1f} s)"))  # fmt: skip
+                score = (
+                    "undefined"
+                    if outcome.mean_score is None
+                    else (
+                        f"{outcome.metric} {100 * outcome.mean_score:.2f} ± "
+                        f"{100 * outcome.std_dev:.2f}, Q {outcome.q_stat:.2f}"
+                    )
+                )
+                _log(
+                    probe_line(
+                        number,
+                        total,
+                        method_label(model.name, pooling),
+                        task,
+                        f"{score} (embed {embed_s:.1f} s{', cached' if hits else ''}, "
+                        f"probe {probe_s:.1f} s)",
+                    )
+                )
         del loaded
     for model in run.models:
         for pooling in run.poolings:
@@ -292,9 +338,15 @@ def write_summary(run: ProbeRun, model: str, pooling: str) -> Path | None:
     if not found:
         return None
     tasks = [t for t in run.tasks if t in found] + sorted(set(found) - set(run.tasks))
-    config = {"k_folds": run.config.k_folds, "seed": run.config.seed, "pooling": pooling,
-              "max_seq_len": run.max_seq_len, "precision": run.precision, "tasks": tasks,
-              "missing_tasks": [t for t in run.tasks if t not in found]}  # fmt: skip
+    config = {
+        "k_folds": run.config.k_folds,
+        "seed": run.config.seed,
+        "pooling": pooling,
+        "max_seq_len": run.max_seq_len,
+        "precision": run.precision,
+        "tasks": tasks,
+        "missing_tasks": [t for t in run.tasks if t not in found],
+    }
     path = summary_path(run.results_dir, model, pooling)
     write_result(path, run_summary(method_label(model, pooling), [found[t] for t in tasks], config))
     return path
@@ -312,10 +364,18 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         "repeated shuffle-split folds, the Q score. (NeuCo-Bench's files: pass "
         "--annotation-path and --submission-file instead.)",
     )
-    p.add_argument("--model", action="append", required=True, metavar="NAME[=PATH]",
-                   help="a registry key, or NAME=PATH_OR_HUB_ID (repeatable)")  # fmt: skip
-    p.add_argument("--pooling", default=",".join(DEFAULT_POOLINGS),
-                   help=f"comma-separated poolings: {', '.join(POOLINGS)} (default mean)")  # fmt: skip
+    p.add_argument(
+        "--model",
+        action="append",
+        required=True,
+        metavar="NAME[=PATH]",
+        help="a registry key, or NAME=PATH_OR_HUB_ID (repeatable)",
+    )
+    p.add_argument(
+        "--pooling",
+        default=",".join(DEFAULT_POOLINGS),
+        help=f"comma-separated poolings: {', '.join(POOLINGS)} (default mean)",
+    )
     p.add_argument("--tasks", required=True, help="comma-separated tasks or groups, or all")
     p.add_argument("--tasks-file", action="append", help="user task file (repeatable)")
     p.add_argument("--data-dir", help="data mirror (default: $ENCODER_EVAL_DATA_DIR or the Hub)")
@@ -323,30 +383,61 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     p.add_argument("--k-folds", type=int, default=DEFAULT_K_FOLDS)
     p.add_argument("--seed", type=seed_arg, default=DEFAULT_SEED, help="the folds' seed")
     p.add_argument("--max-seq-len", type=int, default=DEFAULT_MAX_SEQ_LEN)
-    p.add_argument("--precision", choices=PRECISIONS, default="bf16",
-                   help="forward pass under bf16 autocast (weights and outputs fp32) or fp32")  # fmt: skip
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="bf16",
+        help="forward pass under bf16 autocast (weights and outputs fp32) or fp32",
+    )
     p.add_argument("--batch-size", type=int, help="examples per forward pass")
-    p.add_argument("--device", default="auto", choices=DEVICES, help="auto picks a GPU when one is visible")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="let the --model models run model-authored code (default: on only "
-                   "for a registry row that says so, loaded from that row's Hub id)")  # fmt: skip
-    p.add_argument("--model-revision", help="pin the model's Hub revision (commit sha; one "
-                   "--model only; default: the registry row's pin, else the head)")  # fmt: skip
-    p.add_argument("--model-code-revision", help="remote code: the revision of the code "
-                   "repository the config's auto_map names (one --model only)")  # fmt: skip
-    p.add_argument("--require-code-revision", action="store_true", help="refuse remote "
-                   "code from another repository unless --model-code-revision pins it")  # fmt: skip
-    p.add_argument("--no-cache", action="store_true", help="do not read or write the "
-                   "embedding cache")  # fmt: skip
-    p.add_argument("--store-probes", action="store_true",
-                   help="also store each cell's probe as JSON data (load_probe)")  # fmt: skip
+    p.add_argument(
+        "--device", default="auto", choices=DEVICES, help="auto picks a GPU when one is visible"
+    )
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let the --model models run model-authored code (default: on only "
+        "for a registry row that says so, loaded from that row's Hub id)",
+    )
+    p.add_argument(
+        "--model-revision",
+        help="pin the model's Hub revision (commit sha; one "
+        "--model only; default: the registry row's pin, else the head)",
+    )
+    p.add_argument(
+        "--model-code-revision",
+        help="remote code: the revision of the code "
+        "repository the config's auto_map names (one --model only)",
+    )
+    p.add_argument(
+        "--require-code-revision",
+        action="store_true",
+        help="refuse remote code from another repository unless --model-code-revision pins it",
+    )
+    p.add_argument(
+        "--no-cache", action="store_true", help="do not read or write the embedding cache"
+    )
+    p.add_argument(
+        "--store-probes",
+        action="store_true",
+        help="also store each cell's probe as JSON data (load_probe)",
+    )
     p.add_argument("--force", action="store_true", help="redo cells that are done")
-    p.add_argument("--record-model-path", action="store_true", help="write the model path "
-                   "into the results (off: local paths and private repository names can be "
-                   "sensitive)")  # fmt: skip
-    p.add_argument("--limit", type=int, metavar="N", help="a smoke run: cut every split to N "
-                   "examples (seeded, stratified; recorded; refused by summarize without "
-                   "--allow-partial)")  # fmt: skip
+    p.add_argument(
+        "--record-model-path",
+        action="store_true",
+        help="write the model path "
+        "into the results (off: local paths and private repository names can be "
+        "sensitive)",
+    )
+    p.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        help="a smoke run: cut every split to N "
+        "examples (seeded, stratified; recorded; refused by summarize without "
+        "--allow-partial)",
+    )
     return p
 
 
@@ -360,11 +451,16 @@ def run_from_args(args) -> ProbeRun:
     models = [resolve_model(spec) for spec in args.model]
     if args.trust_remote_code:
         models = [replace(m, trust_remote_code=True) for m in models]
-    pins = {k: v for k in ("revision", "code_revision")
-            if (v := getattr(args, f"model_{k}")) is not None}  # fmt: skip
+    pins = {
+        k: v
+        for k in ("revision", "code_revision")
+        if (v := getattr(args, f"model_{k}")) is not None
+    }
     if pins and len(models) != 1:
-        raise HarnessError("--model-revision and --model-code-revision pin one model; give "
-                           "one --model per probe run")  # fmt: skip
+        raise HarnessError(
+            "--model-revision and --model-code-revision pin one model; give "
+            "one --model per probe run"
+        )
     models = [replace(m, **pins) for m in models]
     names = [m.name for m in models]
     if len(set(names)) != len(names):
@@ -378,13 +474,23 @@ def run_from_args(args) -> ProbeRun:
             raise HarnessError(f"--{flag.replace('_', '-')} {value} must be 1 or more")
     check_output_dir(args.results_dir, "--results-dir")
     return ProbeRun(
-        models=models, tasks=tasks, poolings=poolings, results_dir=Path(args.results_dir),
-        data_dir=args.data_dir, config=ProbeConfig(k_folds=args.k_folds, seed=args.seed),
-        max_seq_len=args.max_seq_len, precision=args.precision, batch_size=args.batch_size,
-        device=args.device, cache=not args.no_cache, store_probes=args.store_probes,
-        force=args.force, require_code_revision=args.require_code_revision, limit=args.limit,
+        models=models,
+        tasks=tasks,
+        poolings=poolings,
+        results_dir=Path(args.results_dir),
+        data_dir=args.data_dir,
+        config=ProbeConfig(k_folds=args.k_folds, seed=args.seed),
+        max_seq_len=args.max_seq_len,
+        precision=args.precision,
+        batch_size=args.batch_size,
+        device=args.device,
+        cache=not args.no_cache,
+        store_probes=args.store_probes,
+        force=args.force,
+        require_code_revision=args.require_code_revision,
+        limit=args.limit,
         record_model_path=args.record_model_path,
-    )  # fmt: skip
+    )
 
 
 @report_errors
@@ -393,10 +499,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     run = run_from_args(args)
     started = time.perf_counter()
     written = run_probes(run)
-    _log(f"probe: wrote {len(written)} result(s) in {time.perf_counter() - started:.1f} s; "
-         f"table: encoder-eval summarize --results-dir {run.results_dir}")  # fmt: skip
+    _log(
+        f"probe: wrote {len(written)} result(s) in {time.perf_counter() - started:.1f} s; "
+        f"table: encoder-eval summarize --results-dir {run.results_dir}"
+    )
     if run.kept:
-        _log(f"probe: {len(run.kept)} cell(s) not run, to keep the file in their place "
-             "(see the lines above)")  # fmt: skip
+        _log(
+            f"probe: {len(run.kept)} cell(s) not run, to keep the file in their place "
+            "(see the lines above)"
+        )
         return EXIT_INCOMPLETE
     return EXIT_OK

@@ -234,8 +234,11 @@ def save_probe(folder: str | os.PathLike, probe: Probe | SvmProbe) -> Path:
     returns the path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    data = {"schema": STORED_PROBE_SCHEMA, "schema_version": PROBE_SCHEMA_VERSION,
-            **probe.to_dict()}  # fmt: skip
+    data = {
+        "schema": STORED_PROBE_SCHEMA,
+        "schema_version": PROBE_SCHEMA_VERSION,
+        **probe.to_dict(),
+    }
     write_json_atomic(folder / PROBE_FILE, data)
     return folder / PROBE_FILE
 
@@ -350,17 +353,29 @@ def fit_probe(
     if task_type == CLASSIFICATION:
         model = LogisticRegression(C=strength, max_iter=LOGREG_MAX_ITER)
         model.fit(z, y)
-        return Probe(task_type, model.coef_.astype(np.float64), model.intercept_.astype(np.float64),
-                     np.asarray(shift), np.asarray(scale), classes=list(model.classes_),
-                     hyperparameters={name: strength})  # fmt: skip
+        return Probe(
+            task_type,
+            model.coef_.astype(np.float64),
+            model.intercept_.astype(np.float64),
+            np.asarray(shift),
+            np.asarray(scale),
+            classes=list(model.classes_),
+            hyperparameters={name: strength},
+        )
     y = np.asarray(y, dtype=np.float64)
     offset, span = _label_scaling(y, normalize_labels)
     model = Ridge(alpha=strength, solver="cholesky")
     model.fit(z, (y - offset) / span)
-    return Probe(task_type, np.atleast_2d(model.coef_).astype(np.float64),
-                 np.atleast_1d(model.intercept_).astype(np.float64), np.asarray(shift),
-                 np.asarray(scale), label_offset=offset, label_range=span,
-                 hyperparameters={name: strength})  # fmt: skip
+    return Probe(
+        task_type,
+        np.atleast_2d(model.coef_).astype(np.float64),
+        np.atleast_1d(model.intercept_).astype(np.float64),
+        np.asarray(shift),
+        np.asarray(scale),
+        label_offset=offset,
+        label_range=span,
+        hyperparameters={name: strength},
+    )
 
 
 def score(metric: str, preds: np.ndarray, labels: np.ndarray) -> float | None:
@@ -398,8 +413,9 @@ def _splits(n: int, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
         raise HarnessError(
             f"{n} rows are too few to hold out {VALIDATION_FRACTION:.0%} per fold; give 20 or more"
         )
-    return list(ShuffleSplit(k, test_size=VALIDATION_FRACTION, random_state=seed).split(
-        np.zeros(n)))  # fmt: skip
+    return list(
+        ShuffleSplit(k, test_size=VALIDATION_FRACTION, random_state=seed).split(np.zeros(n))
+    )
 
 
 def _choose(task: ProbeTask, config: ProbeConfig, x, y, fit_idx, val_idx, fixed) -> tuple:
@@ -407,16 +423,32 @@ def _choose(task: ProbeTask, config: ProbeConfig, x, y, fit_idx, val_idx, fixed)
     best on `val_idx` (undefined scores lose; ties keep the stronger regularisation)."""
     best = None
     for strength in grid(task.task_type)[1]:
-        probe = fit_probe(task.task_type, x[fit_idx], y[fit_idx], strength,
-                          config.standardize, config.normalize_labels, fixed)  # fmt: skip
+        probe = fit_probe(
+            task.task_type,
+            x[fit_idx],
+            y[fit_idx],
+            strength,
+            config.standardize,
+            config.normalize_labels,
+            fixed,
+        )
         value = score(task.metric, probe.predict(x[val_idx]), y[val_idx])
         if best is None or (value is not None and (best[1] is None or value > best[1])):
             best = (probe, value)
     return best
 
 
-def _choose_svm(task: ProbeTask, config: ProbeConfig, x, y, fit_idx, val_idx, fixed,
-                search: SvmSearch, seed: int) -> tuple:  # fmt: skip
+def _choose_svm(
+    task: ProbeTask,
+    config: ProbeConfig,
+    x,
+    y,
+    fit_idx,
+    val_idx,
+    fixed,
+    search: SvmSearch,
+    seed: int,
+) -> tuple:
     """`_choose` for the SVM probe: `search`'s Bayesian search (seed `seed`), each trial
     an SVM fitted on `fit_idx` and scored on `val_idx`; returns (probe, score, trials)."""
     fit_x = x[fit_idx]
@@ -424,8 +456,9 @@ def _choose_svm(task: ProbeTask, config: ProbeConfig, x, y, fit_idx, val_idx, fi
     z = (fit_x - shift) / scale
     offset, span = 0.0, 1.0
     if task.task_type == REGRESSION:
-        offset, span = _label_scaling(np.asarray(y[fit_idx], dtype=np.float64),
-                                      config.normalize_labels)  # fmt: skip
+        offset, span = _label_scaling(
+            np.asarray(y[fit_idx], dtype=np.float64), config.normalize_labels
+        )
 
     def evaluate(params: dict) -> tuple[SvmProbe, float | None]:
         probe = fit_svm(task.task_type, z, y[fit_idx], params, shift, scale, offset, span)
@@ -499,8 +532,17 @@ def _probe_task(task: ProbeTask, config: ProbeConfig, search: SvmSearch | None) 
         if search is None:
             probe, _ = _choose(task, config, x, y, choose_fit, choose_val, fixed)
         else:
-            probe, _, fold_trials = _choose_svm(task, config, x, y, choose_fit, choose_val, fixed,
-                                                search, _search_seed(config, search, fold))  # fmt: skip
+            probe, _, fold_trials = _choose_svm(
+                task,
+                config,
+                x,
+                y,
+                choose_fit,
+                choose_val,
+                fixed,
+                search,
+                _search_seed(config, search, fold),
+            )
             trials.append(fold_trials)
         if report and not best_rule:
             rows, labels, euro = task.report_x, task.report_y, task.euro_languages
@@ -510,8 +552,11 @@ def _probe_task(task: ProbeTask, config: ProbeConfig, search: SvmSearch | None) 
         scores.append(head)
         langs.append(per_lang)
         seconds.append(_headline(probe, secondary, rows, labels, euro)[0])
-        chosen.append(probe.hyperparameters if search is not None
-                      else probe.hyperparameters[grid(task.task_type)[0]])  # fmt: skip
+        chosen.append(
+            probe.hyperparameters
+            if search is not None
+            else probe.hyperparameters[grid(task.task_type)[0]]
+        )
         probes.append(probe)
     undefined = None
     mean = std = q = None
@@ -523,17 +568,34 @@ def _probe_task(task: ProbeTask, config: ProbeConfig, search: SvmSearch | None) 
     if all(s is not None for s in seconds):
         sec_mean, sec_std, _ = q_statistic(seconds, config.std_ddof)
     scored_on = (
-        "validation rows that chose the probe (NeuCo rule best_fold_score)" if best_rule
-        else "report split" if report else "held-out rows of each fold"
-    )  # fmt: skip
+        "validation rows that chose the probe (NeuCo rule best_fold_score)"
+        if best_rule
+        else "report split"
+        if report
+        else "held-out rows of each fold"
+    )
     return ProbeOutcome(
-        task=task.name, task_type=task.task_type, metric=task.metric, secondary_metric=secondary,
-        scored_on=scored_on, fold_scores=scores, fold_secondary=seconds, fold_languages=langs,
-        chosen=chosen, fold_probes=probes, mean_score=mean, std_dev=std, q_stat=q,
-        secondary_mean=sec_mean, secondary_std=sec_std, undefined=undefined, n_train=len(y),
+        task=task.name,
+        task_type=task.task_type,
+        metric=task.metric,
+        secondary_metric=secondary,
+        scored_on=scored_on,
+        fold_scores=scores,
+        fold_secondary=seconds,
+        fold_languages=langs,
+        chosen=chosen,
+        fold_probes=probes,
+        mean_score=mean,
+        std_dev=std,
+        q_stat=q,
+        secondary_mean=sec_mean,
+        secondary_std=sec_std,
+        undefined=undefined,
+        n_train=len(y),
         n_report={lang: len(v) for lang, v in (task.report_y or {}).items()},
-        search=None if search is None else search.to_dict(), trials=trials,
-    )  # fmt: skip
+        search=None if search is None else search.to_dict(),
+        trials=trials,
+    )
 
 
 def held_out_predictions(
@@ -544,8 +606,10 @@ def held_out_predictions(
     x = np.asarray(task.train_x, dtype=np.float64)
     y = np.asarray(task.train_y)
     splits = _splits(len(y), config.k_folds, config.seed)
-    return [(y[held], probe.predict(x[held]))
-            for (_, held), probe in zip(splits, outcome.fold_probes, strict=True)]  # fmt: skip
+    return [
+        (y[held], probe.predict(x[held]))
+        for (_, held), probe in zip(splits, outcome.fold_probes, strict=True)
+    ]
 
 
 def most_chosen(outcome: ProbeOutcome) -> float:
@@ -568,16 +632,33 @@ def final_probe(
     if search is not None:
         y = np.asarray(task.train_y)
         fit_idx, val_idx = _splits(len(y), 1, config.seed + 1 + config.k_folds)[0]
-        best, _, _ = _choose_svm(task, config, x, y, fit_idx, val_idx, fixed, search,
-                                 _search_seed(config, search, config.k_folds))  # fmt: skip
+        best, _, _ = _choose_svm(
+            task,
+            config,
+            x,
+            y,
+            fit_idx,
+            val_idx,
+            fixed,
+            search,
+            _search_seed(config, search, config.k_folds),
+        )
         shift, scale = _standardization(x, config.standardize, fixed)
         offset, span = 0.0, 1.0
         if task.task_type == REGRESSION:
             offset, span = _label_scaling(y.astype(np.float64), config.normalize_labels)
-        return fit_svm(task.task_type, (x - shift) / scale, y, best.hyperparameters,
-                       shift, scale, offset, span)  # fmt: skip
-    return fit_probe(task.task_type, x, np.asarray(task.train_y), most_chosen(outcome),
-                     config.standardize, config.normalize_labels, fixed)  # fmt: skip
+        return fit_svm(
+            task.task_type, (x - shift) / scale, y, best.hyperparameters, shift, scale, offset, span
+        )
+    return fit_probe(
+        task.task_type,
+        x,
+        np.asarray(task.train_y),
+        most_chosen(outcome),
+        config.standardize,
+        config.normalize_labels,
+        fixed,
+    )
 
 
 # ----------------------------------------------------------------------------- records
@@ -586,8 +667,11 @@ def final_probe(
 def probe_provenance() -> dict:
     """Software versions and CPU of a probe run (probes fit on the CPU, with scikit-learn),
     and whether that CPU has native bf16 (the embeddings' forward pass may run on it)."""
-    return {"software": software_versions(), "cpu": cpu_model(),
-            "cpu_native_bf16": cpu_native_bf16()}  # fmt: skip
+    return {
+        "software": software_versions(),
+        "cpu": cpu_model(),
+        "cpu_native_bf16": cpu_native_bf16(),
+    }
 
 
 def _utc_now() -> str:
@@ -605,8 +689,12 @@ def result_record(
     `encoder-eval-probe` version 1; `q_t` (the per-fold scores) only with `fold_results`."""
     name, values = grid(outcome.task_type)
     if outcome.search is None:
-        hyperparameters = {"name": name, "grid": list(values), "per_fold": outcome.chosen,
-                           "stored_probe": most_chosen(outcome)}  # fmt: skip
+        hyperparameters = {
+            "name": name,
+            "grid": list(values),
+            "per_fold": outcome.chosen,
+            "stored_probe": most_chosen(outcome),
+        }
     else:  # the SVM probe: the search space, each fold's choice (the stored probe's own)
         name = "hyperparameters"
         hyperparameters = {"name": "svm", "search": outcome.search, "per_fold": outcome.chosen}
@@ -624,7 +712,7 @@ def result_record(
             "metric": outcome.secondary_metric,
             "mean": outcome.secondary_mean,
             "std_dev": outcome.secondary_std,
-        },  # fmt: skip
+        },
         "hyperparameters": hyperparameters,
         "scored_on": outcome.scored_on,
         "n": {"train": outcome.n_train, "report": outcome.n_report},
@@ -634,7 +722,7 @@ def result_record(
             "off_protocol_reasons": [
                 f"neuco rule {r}: {NEUCO_RULES[r]}" for r in sorted(config.neuco_rules)
             ],
-        },  # fmt: skip
+        },
     }
     if fold_results:
         record["q_t"] = outcome.fold_scores
@@ -648,7 +736,7 @@ def result_record(
                 outcome.fold_languages,
                 outcome.chosen,
                 strict=True,
-            )  # fmt: skip
+            )
         ]
     record["provenance"] = probe_provenance() if provenance is None else provenance
     record["created_at"] = _utc_now()

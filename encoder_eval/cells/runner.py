@@ -81,82 +81,173 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     g = p.add_argument_group("the cell")
-    g.add_argument("--model-path", help="Hub id or local model directory (default: the "
-                   "registry's path for --model-key)")  # fmt: skip
-    g.add_argument("--model-key", help="the model's name in results and file names: a registry "
-                   f"key ({', '.join(MODEL_REGISTRY)}) or any name; derived from --model-path "
-                   "when omitted")  # fmt: skip
-    g.add_argument("--task", required=True, help=f"task name: {', '.join(TASK_KNOBS)}, or a "
-                   "task defined in a --tasks-file")  # fmt: skip
-    g.add_argument("--tasks-file", action="append", metavar="FILE", help="a task file (TOML or "
-                   "YAML) defining tasks beyond the suite (repeatable; see README, 'Adding a "
-                   "task')")  # fmt: skip
-    g.add_argument("--mode", choices=all_modes(), help="auto: AutoModelForSequenceClassification; "
-                   "liquid-bidir: encoder body + mean-pool linear head; decoder-adapted: a "
-                   "decoder-only body (Llama, Qwen2, Gemma) + pooled linear head; or a loader "
-                   "plug-in's mode (`encoder-eval list modes`) (default: the registry's mode, "
-                   "else auto)")  # fmt: skip
-    g.add_argument("--attention", choices=ATTENTIONS, help="decoder-adapted: bidirectional (a "
-                   "full padding-only mask) or causal (default: the registry's, else "
-                   f"{DECODER_DEFAULTS['attention']})")  # fmt: skip
-    g.add_argument("--pooling", choices=HEAD_POOLINGS, help="decoder-adapted: what the head "
-                   "reads: the mean, first or last real token's state, or a learned attention "
-                   f"pooling (default: the registry's, else {DECODER_DEFAULTS['pooling']})")  # fmt: skip
-    g.add_argument("--head-dropout", type=float, help="decoder-adapted: dropout before the "
-                   f"head (default: the registry's, else {DECODER_DEFAULTS['head_dropout']})")  # fmt: skip
-    g.add_argument("--body-dropout", type=float, help="decoder-adapted: the dropout of the body "
-                   "(its attention, residual and embedding dropouts; the seed's ablation axis; "
-                   "default: the registry's, else the checkpoint's own)")  # fmt: skip
-    g.add_argument("--lr", required=True, help="learning rate(s), comma-separated; protocol "
-                   "values are the 10-point grid (encoder-eval sweep --show-grid)")  # fmt: skip
-    g.add_argument("--seed", required=True, help="seed(s), comma-separated (select 42-44, "
-                   "report 45-49)")  # fmt: skip
-    g.add_argument("--phase", choices=PHASES, default="report",
-                   help="select: score dev only; report: also score the report split")  # fmt: skip
+    g.add_argument(
+        "--model-path",
+        help="Hub id or local model directory (default: the registry's path for --model-key)",
+    )
+    g.add_argument(
+        "--model-key",
+        help="the model's name in results and file names: a registry "
+        f"key ({', '.join(MODEL_REGISTRY)}) or any name; derived from --model-path "
+        "when omitted",
+    )
+    g.add_argument(
+        "--task",
+        required=True,
+        help=f"task name: {', '.join(TASK_KNOBS)}, or a task defined in a --tasks-file",
+    )
+    g.add_argument(
+        "--tasks-file",
+        action="append",
+        metavar="FILE",
+        help="a task file (TOML or "
+        "YAML) defining tasks beyond the suite (repeatable; see README, 'Adding a "
+        "task')",
+    )
+    g.add_argument(
+        "--mode",
+        choices=all_modes(),
+        help="auto: AutoModelForSequenceClassification; "
+        "liquid-bidir: encoder body + mean-pool linear head; decoder-adapted: a "
+        "decoder-only body (Llama, Qwen2, Gemma) + pooled linear head; or a loader "
+        "plug-in's mode (`encoder-eval list modes`) (default: the registry's mode, "
+        "else auto)",
+    )
+    g.add_argument(
+        "--attention",
+        choices=ATTENTIONS,
+        help="decoder-adapted: bidirectional (a "
+        "full padding-only mask) or causal (default: the registry's, else "
+        f"{DECODER_DEFAULTS['attention']})",
+    )
+    g.add_argument(
+        "--pooling",
+        choices=HEAD_POOLINGS,
+        help="decoder-adapted: what the head "
+        "reads: the mean, first or last real token's state, or a learned attention "
+        f"pooling (default: the registry's, else {DECODER_DEFAULTS['pooling']})",
+    )
+    g.add_argument(
+        "--head-dropout",
+        type=float,
+        help="decoder-adapted: dropout before the "
+        f"head (default: the registry's, else {DECODER_DEFAULTS['head_dropout']})",
+    )
+    g.add_argument(
+        "--body-dropout",
+        type=float,
+        help="decoder-adapted: the dropout of the body "
+        "(its attention, residual and embedding dropouts; the seed's ablation axis; "
+        "default: the registry's, else the checkpoint's own)",
+    )
+    g.add_argument(
+        "--lr",
+        required=True,
+        help="learning rate(s), comma-separated; protocol "
+        "values are the 10-point grid (encoder-eval sweep --show-grid)",
+    )
+    g.add_argument(
+        "--seed", required=True, help="seed(s), comma-separated (select 42-44, report 45-49)"
+    )
+    g.add_argument(
+        "--phase",
+        choices=PHASES,
+        default="report",
+        help="select: score dev only; report: also score the report split",
+    )
     g = p.add_argument_group("the recipe (defaults are the protocol's)")
     recipe_arguments(g)  # one flag per Recipe entry that has one (core/protocol.py)
-    g.add_argument("--allow-off-protocol", action="store_true", help="accept a learning rate "
-                   "off the grid or a seed outside the phase's set (the result is marked "
-                   "off-protocol)")  # fmt: skip
+    g.add_argument(
+        "--allow-off-protocol",
+        action="store_true",
+        help="accept a learning rate "
+        "off the grid or a seed outside the phase's set (the result is marked "
+        "off-protocol)",
+    )
     g = p.add_argument_group("inputs and outputs")
     g.add_argument("--out-json", help="result file (one cell only)")
-    g.add_argument("--results-dir", help="directory for results named "
-                   "{model}_{task}_{lrkey}_s{seed}.json (several cells)")  # fmt: skip
-    g.add_argument("--skip-existing", action="store_true",
-                   help="skip cells whose valid result already exists")  # fmt: skip
-    g.add_argument("--data-dir", help="offline data mirror (<task>/<split>[.<lang>].jsonl); "
-                   "default: $ENCODER_EVAL_DATA_DIR, else the Hub")  # fmt: skip
-    g.add_argument("--device", choices=DEVICES, default="auto",
-                   help="auto picks a CUDA/ROCm GPU when one is visible")  # fmt: skip
-    g.add_argument("--model-revision", help="pin the model's Hub revision (commit sha; "
-                   "default: the registry row's pin, else the head)")  # fmt: skip
-    g.add_argument("--trust-remote-code", action=argparse.BooleanOptionalAction, default=None,
-                   help="run model-authored code (default: on only for a registry row that "
-                   "says so, loaded from that row's Hub id; else off)")  # fmt: skip
-    g.add_argument("--model-code-revision", help="remote code: the revision of the code "
-                   "repository the config's auto_map names (e.g. mGTE's Alibaba-NLP/new-impl); "
-                   "default: the registry row's pin, else that repository's head, resolved to "
-                   "a commit and recorded")  # fmt: skip
-    g.add_argument("--require-code-revision", action="store_true", help="refuse remote "
-                   "code from another repository unless --model-code-revision pins it")  # fmt: skip
-    g.add_argument("--record-model-path", action="store_true",
-                   help="write the model path into the result (off: paths can be private)")  # fmt: skip
-    g.add_argument("--save-predictions", action=argparse.BooleanOptionalAction, default=True,
-                   help="write per-example report predictions beside a report result, for "
-                   "`compare` (default: on; the file is X.predictions.json)")  # fmt: skip
-    g.add_argument("--cache-dir", default="default", help="tokenisation cache shared by the "
-                   "cells of a sweep (default: $ENCODER_EVAL_CACHE_DIR or "
-                   "~/.cache/encoder_eval/tokens)")  # fmt: skip
+    g.add_argument(
+        "--results-dir",
+        help="directory for results named {model}_{task}_{lrkey}_s{seed}.json (several cells)",
+    )
+    g.add_argument(
+        "--skip-existing", action="store_true", help="skip cells whose valid result already exists"
+    )
+    g.add_argument(
+        "--data-dir",
+        help="offline data mirror (<task>/<split>[.<lang>].jsonl); "
+        "default: $ENCODER_EVAL_DATA_DIR, else the Hub",
+    )
+    g.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="auto picks a CUDA/ROCm GPU when one is visible",
+    )
+    g.add_argument(
+        "--model-revision",
+        help="pin the model's Hub revision (commit sha; "
+        "default: the registry row's pin, else the head)",
+    )
+    g.add_argument(
+        "--trust-remote-code",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run model-authored code (default: on only for a registry row that "
+        "says so, loaded from that row's Hub id; else off)",
+    )
+    g.add_argument(
+        "--model-code-revision",
+        help="remote code: the revision of the code "
+        "repository the config's auto_map names (e.g. mGTE's Alibaba-NLP/new-impl); "
+        "default: the registry row's pin, else that repository's head, resolved to "
+        "a commit and recorded",
+    )
+    g.add_argument(
+        "--require-code-revision",
+        action="store_true",
+        help="refuse remote code from another repository unless --model-code-revision pins it",
+    )
+    g.add_argument(
+        "--record-model-path",
+        action="store_true",
+        help="write the model path into the result (off: paths can be private)",
+    )
+    g.add_argument(
+        "--save-predictions",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write per-example report predictions beside a report result, for "
+        "`compare` (default: on; the file is X.predictions.json)",
+    )
+    g.add_argument(
+        "--cache-dir",
+        default="default",
+        help="tokenisation cache shared by the "
+        "cells of a sweep (default: $ENCODER_EVAL_CACHE_DIR or "
+        "~/.cache/encoder_eval/tokens)",
+    )
     g.add_argument("--no-cache", action="store_true", help="tokenise without the cache")
-    g.add_argument("--progress", choices=("bar", "quiet", "json"), default="bar",
-                   help="progress display: a bar, nothing, or JSON lines on stderr")  # fmt: skip
-    g.add_argument("--report-to", default="none", metavar="LIST",
-                   help="send each cell's loss, LR and dev curves and its final scores to "
-                   "experiment trackers: tensorboard, mlflow, wandb (comma-separated; default: "
-                   "none; a failing tracker warns and never stops the cell)")  # fmt: skip
-    g.add_argument("--tracking-dir", default=None, metavar="DIR",
-                   help="where tensorboard and offline wandb write (default: tracking/ beside "
-                   "the results)")  # fmt: skip
+    g.add_argument(
+        "--progress",
+        choices=("bar", "quiet", "json"),
+        default="bar",
+        help="progress display: a bar, nothing, or JSON lines on stderr",
+    )
+    g.add_argument(
+        "--report-to",
+        default="none",
+        metavar="LIST",
+        help="send each cell's loss, LR and dev curves and its final scores to "
+        "experiment trackers: tensorboard, mlflow, wandb (comma-separated; default: "
+        "none; a failing tracker warns and never stops the cell)",
+    )
+    g.add_argument(
+        "--tracking-dir",
+        default=None,
+        metavar="DIR",
+        help="where tensorboard and offline wandb write (default: tracking/ beside the results)",
+    )
     return p
 
 
@@ -194,11 +285,16 @@ def plan_cells(args: argparse.Namespace) -> list:
         entry = model_entry(model_key)
     mode = args.mode or (entry.mode if entry else "auto")
     row = entry if entry and entry.mode == mode else None  # a row's settings go with its mode
-    settings = loader_settings(mode, *(
-        getattr(args, k) if getattr(args, k) is not None else getattr(row, k, None)
-        for k in ("attention", "pooling", "head_dropout")
-    ), body_dropout=args.body_dropout if args.body_dropout is not None else getattr(
-        row, "body_dropout", None))  # fmt: skip
+    settings = loader_settings(
+        mode,
+        *(
+            getattr(args, k) if getattr(args, k) is not None else getattr(row, k, None)
+            for k in ("attention", "pooling", "head_dropout")
+        ),
+        body_dropout=args.body_dropout
+        if args.body_dropout is not None
+        else getattr(row, "body_dropout", None),
+    )
     trust = args.trust_remote_code
     if trust is None:  # the registry's word holds for its own Hub id only, never a name
         trust = registry_trusts(model_key, model_path)
@@ -228,11 +324,14 @@ def plan_cells(args: argparse.Namespace) -> list:
         if getattr(args, name) < 1:
             raise HarnessError(f"{recipe_flag(name)} must be at least 1")
     if args.rank_group_size < 2:
-        raise HarnessError("--rank-group-size must be at least 2 (one relevant candidate and "
-                           "one negative)")  # fmt: skip
+        raise HarnessError(
+            "--rank-group-size must be at least 2 (one relevant candidate and one negative)"
+        )
     if args.eval_batch_size is not None and args.eval_batch_size < 1:
         raise HarnessError("--eval-batch must be at least 1")
-    if args.micro_batch is not None and (args.micro_batch < 1 or args.batch_size % args.micro_batch):
+    if args.micro_batch is not None and (
+        args.micro_batch < 1 or args.batch_size % args.micro_batch
+    ):
         raise HarnessError(f"--micro-batch {args.micro_batch} must divide --bsz {args.batch_size}")
     n_cells = len(lrs) * len(seeds)
     if args.out_json and n_cells > 1:
@@ -255,16 +354,30 @@ def plan_cells(args: argparse.Namespace) -> list:
                 args.results_dir, result_filename(model_key, args.task, lr, seed)
             )
             validate_out_path(out, path_flag)
-            cells.append(CellConfig(
-                model_path=model_path, task=args.task, lr=lr, seed=seed, model_key=model_key,
-                phase=args.phase, recipe=recipe, data_dir=args.data_dir,
-                device=args.device, out_json=out, model_revision=revision,
-                model_code_revision=code_revision,
-                require_code_revision=args.require_code_revision, trust_remote_code=trust, record_model_path=args.record_model_path,
-                save_predictions=args.save_predictions, progress=args.progress,
-                cache_dir=None if args.no_cache else args.cache_dir,
-                report_to=report_to, tracking_dir=args.tracking_dir,
-            ))  # fmt: skip
+            cells.append(
+                CellConfig(
+                    model_path=model_path,
+                    task=args.task,
+                    lr=lr,
+                    seed=seed,
+                    model_key=model_key,
+                    phase=args.phase,
+                    recipe=recipe,
+                    data_dir=args.data_dir,
+                    device=args.device,
+                    out_json=out,
+                    model_revision=revision,
+                    model_code_revision=code_revision,
+                    require_code_revision=args.require_code_revision,
+                    trust_remote_code=trust,
+                    record_model_path=args.record_model_path,
+                    save_predictions=args.save_predictions,
+                    progress=args.progress,
+                    cache_dir=None if args.no_cache else args.cache_dir,
+                    report_to=report_to,
+                    tracking_dir=args.tracking_dir,
+                )
+            )
     return cells
 
 
@@ -296,8 +409,9 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
     def skip(cfg, done_by: str) -> bool:
         """Whether to skip the cell (called with its lock held): it is done, or its file is
         one to leave alone; a corrupt result is moved aside, and the cell runs."""
-        state = settle_cell(cfg.out_json, cfg.phase, locked=True, model=cfg.model_key,
-                            task=cfg.task)[0]  # fmt: skip
+        state = settle_cell(
+            cfg.out_json, cfg.phase, locked=True, model=cfg.model_key, task=cfg.task
+        )[0]
         if state == KEPT:
             kept.append(cfg)
         elif state in DONE_STATES:
@@ -308,8 +422,12 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
         nonlocal data, data_prov
         if data is None:  # once per process: where the data comes from, then the data itself
             data_prov = data_provenance(cfg.task, cfg.data_dir)
-            data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report",
-                             selection_split=cfg.recipe.selection_split)  # fmt: skip
+            data = load_task(
+                cfg.task,
+                cfg.data_dir,
+                with_test=cfg.phase == "report",
+                selection_split=cfg.recipe.selection_split,
+            )
         result = run_cell(cfg, data=data, data_prov=data_prov)
         results.append(result)
         score = result["report"]["mean"] if result["report"] else (result["dev"] or {}).get("mean")
@@ -328,8 +446,12 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
             raise
         except Exception:
             crashed.append(cfg)
-            print(f"FAILED {cfg.model_key} {cfg.task} lr={cfg.lr:g} seed={cfg.seed} "
-                  f"(nothing written):\n{traceback.format_exc()}", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"FAILED {cfg.model_key} {cfg.task} lr={cfg.lr:g} seed={cfg.seed} "
+                f"(nothing written):\n{traceback.format_exc()}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     held_elsewhere = []
     for cfg in cells:
@@ -372,9 +494,12 @@ def _note_unreadable_name(cells: list) -> None:
     for cfg in cells:
         expected = result_filename(cfg.model_key, cfg.task, cfg.lr, cfg.seed)
         if Path(cfg.out_json).name != expected:
-            print(f"note: select, summarize and status read this cell's result only under the "
-                  f"name {expected}; they will skip {cfg.out_json} (use --results-dir DIR to "
-                  "get the name right)", file=sys.stderr)  # fmt: skip
+            print(
+                f"note: select, summarize and status read this cell's result only under the "
+                f"name {expected}; they will skip {cfg.out_json} (use --results-dir DIR to "
+                "get the name right)",
+                file=sys.stderr,
+            )
 
 
 @report_errors
@@ -392,8 +517,11 @@ def main(argv: list[str] | None = None) -> int:
         run_cells(cells, args.skip_existing, log=(lambda m: None) if quiet else print)
         _note_unreadable_name(cells)
     except Terminated:
-        print("preempted: SIGTERM before a cell's training started or after its result was "
-              "written; run the same command again to continue", file=sys.stderr)  # fmt: skip
+        print(
+            "preempted: SIGTERM before a cell's training started or after its result was "
+            "written; run the same command again to continue",
+            file=sys.stderr,
+        )
         return EXIT_PREEMPTED
     except Interrupted as exc:
         print(f"interrupted: {exc}", file=sys.stderr)
@@ -402,8 +530,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"preempted: {exc}", file=sys.stderr)
         return EXIT_PREEMPTED
     except KeyboardInterrupt:  # Ctrl-C outside a training loop: nothing was lost
-        print("interrupted: Ctrl-C before training started or after a result was written; "
-              "run the same command again to continue", file=sys.stderr)  # fmt: skip
+        print(
+            "interrupted: Ctrl-C before training started or after a result was written; "
+            "run the same command again to continue",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     except CellsFailed as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -27,8 +27,13 @@ from encoder_eval.core.errors import HarnessError, unknown_name
 PROBE_TYPE = "svm"
 KERNEL = "poly"  # NeuCo-Bench's: (gamma <x, sv> + coef0) ** degree; degree 1 is linear
 SVM_PARAMS_REQUIRED = ("C_start_end", "kernel_degree_list")
-SVM_PARAMS = (*SVM_PARAMS_REQUIRED, "kernel_coef0_start_end", "kernel_gamma_start_end",
-              "epsilon_list", "opt_params")  # fmt: skip
+SVM_PARAMS = (
+    *SVM_PARAMS_REQUIRED,
+    "kernel_coef0_start_end",
+    "kernel_gamma_start_end",
+    "epsilon_list",
+    "opt_params",
+)
 # The keys of `opt_params` honoured, with BayesSearchCV's defaults: trials per search, the
 # random trials before the model guides the search (skopt's n_initial_points, TPE's
 # n_startup_trials), and the search's seed (default: the config's seed).
@@ -51,11 +56,14 @@ def _range(params: dict, key: str, where: str, positive: bool) -> tuple[float, f
         raise HarnessError(f"{where}: probe_params {key} must be a list [min, max], not {value!r}")
     low, high = float(value[0]), float(value[1])
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise HarnessError(f"{where}: probe_params {key} must be [min, max] with min < max, "
-                           f"not {value!r}")  # fmt: skip
+        raise HarnessError(
+            f"{where}: probe_params {key} must be [min, max] with min < max, not {value!r}"
+        )
     if positive and low <= 0:
-        raise HarnessError(f"{where}: probe_params {key} is searched on a log scale; "
-                           f"its min must be above 0, not {value[0]!r}")  # fmt: skip
+        raise HarnessError(
+            f"{where}: probe_params {key} is searched on a log scale; "
+            f"its min must be above 0, not {value[0]!r}"
+        )
     return low, high
 
 
@@ -91,8 +99,10 @@ class SvmSearch:
         if not degrees or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in degrees
         ):
-            raise HarnessError(f"{where}: probe_params kernel_degree_list must be a positive "
-                               f"integer or a list of them, not {params['kernel_degree_list']!r}")  # fmt: skip
+            raise HarnessError(
+                f"{where}: probe_params kernel_degree_list must be a positive "
+                f"integer or a list of them, not {params['kernel_degree_list']!r}"
+            )
         coef0 = _range(params, "kernel_coef0_start_end", where, positive=False)
         gamma = _range(params, "kernel_gamma_start_end", where, positive=True)
         for key, value in (("kernel_coef0_start_end", coef0), ("kernel_gamma_start_end", gamma)):
@@ -108,29 +118,46 @@ class SvmSearch:
             if not epsilons or not all(
                 isinstance(e, int | float) and not isinstance(e, bool) and e >= 0 for e in epsilons
             ):
-                raise HarnessError(f"{where}: probe_params epsilon_list must be a list of "
-                                   f"numbers >= 0, not {params['epsilon_list']!r}")  # fmt: skip
+                raise HarnessError(
+                    f"{where}: probe_params epsilon_list must be a list of "
+                    f"numbers >= 0, not {params['epsilon_list']!r}"
+                )
         opt = params.get("opt_params") or {}
         if not isinstance(opt, dict):
             raise HarnessError(f"{where}: probe_params opt_params must be a mapping")
         for key, value in opt.items():
             if key == "cv":
-                raise HarnessError(f"{where}: opt_params must not set cv: the folds are the "
-                                   "probe protocol's (k_folds); remove it")  # fmt: skip
+                raise HarnessError(
+                    f"{where}: opt_params must not set cv: the folds are the "
+                    "probe protocol's (k_folds); remove it"
+                )
             if key not in OPT_PARAMS:
-                raise unknown_name("opt_params key", key, OPT_PARAMS, "the others of "
-                                   "BayesSearchCV do not apply to this search")  # fmt: skip
+                raise unknown_name(
+                    "opt_params key",
+                    key,
+                    OPT_PARAMS,
+                    "the others of BayesSearchCV do not apply to this search",
+                )
             if (
                 not isinstance(value, int)
                 or isinstance(value, bool)
                 or value < (key != "random_state")
             ):
-                raise HarnessError(f"{where}: opt_params {key} must be an integer "
-                                   f"({'>= 0' if key == 'random_state' else '>= 1'}), not {value!r}")  # fmt: skip
+                raise HarnessError(
+                    f"{where}: opt_params {key} must be an integer "
+                    f"({'>= 0' if key == 'random_state' else '>= 1'}), not {value!r}"
+                )
         opt = {**OPT_PARAMS, **opt}
-        return cls(c_range, tuple(degrees), coef0, gamma,
-                   None if epsilons is None else tuple(float(e) for e in epsilons),
-                   opt["n_iter"], opt["n_initial_points"], opt["random_state"])  # fmt: skip
+        return cls(
+            c_range,
+            tuple(degrees),
+            coef0,
+            gamma,
+            None if epsilons is None else tuple(float(e) for e in epsilons),
+            opt["n_iter"],
+            opt["n_initial_points"],
+            opt["random_state"],
+        )
 
     def to_dict(self) -> dict:
         """The search as recorded in a result (`hyperparameters.search`)."""
@@ -139,15 +166,17 @@ class SvmSearch:
             "C": {"range": list(self.c_range), "prior": "log-uniform"},
             "degree": list(self.degrees),
             "gamma": {"range": list(self.gamma_range), "prior": "log-uniform"}
-            if self.gamma_range else "scale",
+            if self.gamma_range
+            else "scale",
             "coef0": {"range": list(self.coef0_range), "prior": "uniform"}
-            if self.coef0_range else DEFAULT_COEF0,
+            if self.coef0_range
+            else DEFAULT_COEF0,
             "epsilon": list(self.epsilons) if self.epsilons else DEFAULT_EPSILON,
             "n_iter": self.n_iter,
             "n_initial_points": self.n_initial_points,
             "random_state": self.random_state,
             "sampler": f"optuna TPESampler {_optuna_version()}",
-        }  # fmt: skip
+        }
 
 
 def _optuna_version() -> str:
@@ -204,8 +233,11 @@ class SvmProbe:
         for i in range(len(self.classes)):
             for j in range(i + 1, len(self.classes)):
                 si, sj = slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1])
-                out.append(k[:, si] @ self.dual_coef[j - 1, si] + k[:, sj] @ self.dual_coef[i, sj]
-                           + self.intercept[pair])  # fmt: skip
+                out.append(
+                    k[:, si] @ self.dual_coef[j - 1, si]
+                    + k[:, sj] @ self.dual_coef[i, sj]
+                    + self.intercept[pair]
+                )
                 pair += 1
         return np.stack(out, axis=1)
 
@@ -274,9 +306,11 @@ class SvmProbe:
             or probe.intercept.shape != (pairs,)
             or sum(probe.n_support) != n_sv
         ):
-            raise HarnessError(f"{where}: the SVM's support vectors, dual coefficients, "
-                               "intercepts and classes do not fit together; store the probe "
-                               "again")  # fmt: skip
+            raise HarnessError(
+                f"{where}: the SVM's support vectors, dual coefficients, "
+                "intercepts and classes do not fit together; store the probe "
+                "again"
+            )
         return probe
 
 
@@ -299,8 +333,13 @@ def fit_svm(
     var = float(z.var())
     gamma = float(params.get("gamma", 1.0 / (z.shape[1] * var) if var != 0 else 1.0))
     coef0 = float(params.get("coef0", DEFAULT_COEF0))
-    common = {"kernel": KERNEL, "C": float(params["C"]), "degree": int(params["degree"]),
-              "gamma": gamma, "coef0": coef0}  # fmt: skip
+    common = {
+        "kernel": KERNEL,
+        "C": float(params["C"]),
+        "degree": int(params["degree"]),
+        "gamma": gamma,
+        "coef0": coef0,
+    }
     if task_type == "classification":
         model = SVC(**common).fit(z, y)
         classes, n_support = list(model.classes_), [int(n) for n in model.n_support_]
@@ -308,12 +347,22 @@ def fit_svm(
         target = (np.asarray(y, dtype=np.float64) - label_offset) / label_range
         model = SVR(**common, epsilon=float(params.get("epsilon", DEFAULT_EPSILON))).fit(z, target)
         classes, n_support = [], [int(model.support_vectors_.shape[0])]
-    return SvmProbe(task_type, np.asarray(model.support_vectors_, dtype=np.float64),
-                    np.asarray(model.dual_coef_, dtype=np.float64),
-                    np.asarray(model.intercept_, dtype=np.float64), n_support,
-                    int(params["degree"]), gamma, coef0, np.asarray(shift), np.asarray(scale),
-                    classes, label_offset, label_range,
-                    hyperparameters=dict(params))  # fmt: skip
+    return SvmProbe(
+        task_type,
+        np.asarray(model.support_vectors_, dtype=np.float64),
+        np.asarray(model.dual_coef_, dtype=np.float64),
+        np.asarray(model.intercept_, dtype=np.float64),
+        n_support,
+        int(params["degree"]),
+        gamma,
+        coef0,
+        np.asarray(shift),
+        np.asarray(scale),
+        classes,
+        label_offset,
+        label_range,
+        hyperparameters=dict(params),
+    )
 
 
 # ----------------------------------------------------------------------------- the search

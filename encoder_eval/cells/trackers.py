@@ -51,8 +51,9 @@ def parse_report_to(value: str | Iterable[str] | None) -> tuple[str, ...]:
         return ()
     for name in names:
         if name not in TRACKERS:
-            raise unknown_name("tracker", name, (*TRACKERS, "none"),
-                               "--report-to takes a comma-separated list")  # fmt: skip
+            raise unknown_name(
+                "tracker", name, (*TRACKERS, "none"), "--report-to takes a comma-separated list"
+            )
     return tuple(dict.fromkeys(names))
 
 
@@ -82,8 +83,11 @@ class _TensorBoard:
 
         self.dir = Path(info.tracking_dir, "tensorboard", info.name.replace("/", "_"))
         self.writer = SummaryWriter(log_dir=str(self.dir))
-        self.params = {k: v if isinstance(v, int | float | str | bool) else str(v)
-                       for k, v in info.params.items() if v is not None}  # fmt: skip
+        self.params = {
+            k: v if isinstance(v, int | float | str | bool) else str(v)
+            for k, v in info.params.items()
+            if v is not None
+        }
         self.writer.add_text("identity", json.dumps({**info.params, **info.tags}, indent=1))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -120,8 +124,10 @@ class _MLflow:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(k.replace("@", "_at_"), v, now, step)
-                                                    for k, v in metrics.items()])  # fmt: skip
+        self.client.log_batch(
+            self.run_id,
+            metrics=[Metric(k.replace("@", "_at_"), v, now, step) for k, v in metrics.items()],
+        )
 
     def finish(self, summary: dict[str, float], status: str) -> None:
         if summary:
@@ -180,8 +186,9 @@ class Reporter:
         self._warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
         self._makers = backends or _BACKENDS
         self._queue: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._work, name="encoder-eval-trackers",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._work, name="encoder-eval-trackers", daemon=True
+        )
         self._finished = False
         self._thread.start()
 
@@ -191,8 +198,12 @@ class Reporter:
         if clean and not self._finished:
             self._queue.put(("log", step, clean))
 
-    def finish(self, summary: dict[str, float | None], status: str = "ok",
-               timeout: float = FINISH_TIMEOUT_S) -> None:  # fmt: skip
+    def finish(
+        self,
+        summary: dict[str, float | None],
+        status: str = "ok",
+        timeout: float = FINISH_TIMEOUT_S,
+    ) -> None:
         """Record the final scores, close every run, and wait at most `timeout` seconds."""
         if self._finished:
             return
@@ -202,8 +213,10 @@ class Reporter:
         self._queue.put(None)
         self._thread.join(timeout)
         if self._thread.is_alive():
-            self._warn(f"{self.info.name}: the trackers did not finish within {timeout:.0f} s; "
-                       "the cell's result is written, its tracker runs may be incomplete")  # fmt: skip
+            self._warn(
+                f"{self.info.name}: the trackers did not finish within {timeout:.0f} s; "
+                "the cell's result is written, its tracker runs may be incomplete"
+            )
 
     def _fail(self, name: str, exc: BaseException) -> None:
         if name not in self.failed:
@@ -212,8 +225,10 @@ class Reporter:
             if isinstance(exc, ImportError):
                 hint = f" (pip install {_INSTALL[name]})"
             first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-            self._warn(f"{self.info.name}: --report-to {name} failed and is off for this cell: "
-                       f"{type(exc).__name__}: {first}{hint}")  # fmt: skip
+            self._warn(
+                f"{self.info.name}: --report-to {name} failed and is off for this cell: "
+                f"{type(exc).__name__}: {first}{hint}"
+            )
 
     def _work(self) -> None:
         live: dict[str, Any] = {}
@@ -256,8 +271,15 @@ def reporter_for_cell(
     if not names:
         return None
     sig = recipe_signature_hash(signature)
-    identity = {"model": model, "task": task, "lr": lr, "lr_key": lr_key, "seed": seed,
-                "phase": phase, "recipe_signature": sig}  # fmt: skip
+    identity = {
+        "model": model,
+        "task": task,
+        "lr": lr,
+        "lr_key": lr_key,
+        "seed": seed,
+        "phase": phase,
+        "recipe_signature": sig,
+    }
     params = {**identity, **{f"recipe.{k}": v for k, v in recipe.items()}}
     tags = {k: str(v) for k, v in identity.items() if k != "lr"}
     info = RunInfo(f"{model}/{task}/{lr_key}/s{seed}/{phase}", params, tags, str(tracking_dir))
@@ -270,7 +292,8 @@ def check_tracking_dir(path: str | os.PathLike) -> None:
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise HarnessError(f"--tracking-dir {str(p)!r} cannot be created ({exc.strerror}); "
-                           "choose another") from None  # fmt: skip
+        raise HarnessError(
+            f"--tracking-dir {str(p)!r} cannot be created ({exc.strerror}); choose another"
+        ) from None
     if not os.access(p, os.W_OK | os.X_OK):
         raise HarnessError(f"--tracking-dir {str(p)!r} is not writable; choose another")

@@ -247,8 +247,13 @@ class _Progress:
             elapsed = time.perf_counter() - self.start
             step = fields.get("step", 0)
             eta = elapsed / step * (self.total - step) if step else None
-            line = progress_line(self.label, self.total, round(elapsed, 2),
-                                 None if eta is None else round(eta, 1), **fields)  # fmt: skip
+            line = progress_line(
+                self.label,
+                self.total,
+                round(elapsed, 2),
+                None if eta is None else round(eta, 1),
+                **fields,
+            )
             print(line, file=sys.stderr, flush=True)
 
     def close(self) -> None:
@@ -258,8 +263,12 @@ class _Progress:
 
 def _score_section(scores: dict, undefined: dict, euro: tuple[str, ...]) -> dict:
     mean, langs = metrics.language_mean(scores, euro)
-    return {"per_language": scores, "mean": mean, "languages_in_mean": langs,
-            "undefined": undefined}  # fmt: skip
+    return {
+        "per_language": scores,
+        "mean": mean,
+        "languages_in_mean": langs,
+        "undefined": undefined,
+    }
 
 
 def run_cell(
@@ -285,14 +294,18 @@ def run_cell(
                 raise
             kind, how = _stop_kind(stop.signal)
             why = " ".join(f"{type(exc).__name__}: {exc}".split())
-            raise kind(f"{_label(cfg)}: stopped by {how}, but the cell could not be saved "
-                       f"({why}); nothing new was saved for it; run the same command again "
-                       "once that is fixed") from exc  # fmt: skip
+            raise kind(
+                f"{_label(cfg)}: stopped by {how}, but the cell could not be saved "
+                f"({why}); nothing new was saved for it; run the same command again "
+                "once that is fixed"
+            ) from exc
         if stop.signal is not None:
             kind, how = _stop_kind(stop.signal)
-            raise kind(f"{_label(cfg)}: {how} arrived after training; the result is written "
-                       f"to {cfg.out_json}; run the same command again for any remaining "
-                       "cells")  # fmt: skip
+            raise kind(
+                f"{_label(cfg)}: {how} arrived after training; the result is written "
+                f"to {cfg.out_json}; run the same command again for any remaining "
+                "cells"
+            )
     return result
 
 
@@ -335,10 +348,17 @@ def tracking_dir(cfg: CellConfig) -> Path:
 def _reporter(cfg: CellConfig) -> trackers.Reporter | None:
     recipe = cfg.recipe.to_dict()
     return trackers.reporter_for_cell(
-        cfg.report_to, model=cfg.model_key, task=cfg.task, lr=cfg.lr, lr_key=lr_key(cfg.lr),
-        seed=cfg.seed, phase=cfg.phase, recipe=recipe, signature=signature(recipe),
+        cfg.report_to,
+        model=cfg.model_key,
+        task=cfg.task,
+        lr=cfg.lr,
+        lr_key=lr_key(cfg.lr),
+        seed=cfg.seed,
+        phase=cfg.phase,
+        recipe=recipe,
+        signature=signature(recipe),
         tracking_dir=tracking_dir(cfg),
-    )  # fmt: skip
+    )
 
 
 def _final_metrics(result: dict) -> dict[str, float | None]:
@@ -395,20 +415,33 @@ class _Cell:
         while True:
             size = self.eval_batch_used or self.eval_batch
             try:
-                return predict(self.model, enc, self.pad_id, self.device,
-                               self.cfg.recipe.precision, size, self.kind)  # fmt: skip
+                return predict(
+                    self.model,
+                    enc,
+                    self.pad_id,
+                    self.device,
+                    self.cfg.recipe.precision,
+                    size,
+                    self.kind,
+                )
             except torch.OutOfMemoryError as exc:
                 if min(size, len(enc.labels)) <= 1:
-                    exc.add_note(f"{_label(self.cfg)}: out of memory in evaluation with a batch "
-                                 "of 1: this model does not fit this device at this sequence "
-                                 "length; use a device with more memory")  # fmt: skip
+                    exc.add_note(
+                        f"{_label(self.cfg)}: out of memory in evaluation with a batch "
+                        "of 1: this model does not fit this device at this sequence "
+                        "length; use a device with more memory"
+                    )
                     raise
             _release_cached_memory(self.device)  # outside the except block: the graph is freed
             self.eval_batch_used = max(1, min(size, len(enc.labels)) // 2)
             self.eval_oom_retries += 1
-            print(f"warning: {_label(self.cfg)}: out of memory in evaluation with a batch of "
-                  f"{size}; scoring the split again with {self.eval_batch_used} (recorded in "
-                  "training.eval_oom_retries)", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"warning: {_label(self.cfg)}: out of memory in evaluation with a batch of "
+                f"{size}; scoring the split again with {self.eval_batch_used} (recorded in "
+                "training.eval_oom_retries)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def dev_scores(self, langs: list[str]) -> tuple[dict[str, float | None], dict[str, str]]:
         """Score the current weights on the dev split of each language in `langs` (the
@@ -446,21 +479,33 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     if data_prov is None:
         data_prov = data_provenance(cfg.task, cfg.data_dir)
     if data is None:
-        data = load_task(cfg.task, cfg.data_dir, with_test=cfg.phase == "report",
-                         selection_split=recipe.selection_split)  # fmt: skip
+        data = load_task(
+            cfg.task,
+            cfg.data_dir,
+            with_test=cfg.phase == "report",
+            selection_split=recipe.selection_split,
+        )
     train_split, val_splits, test_splits, num_labels, problem = limit_data(data, recipe.limit)
     kind = kind_for(problem, recipe)
 
     seed_everything(cfg.seed)  # before the model load: the fresh head's init is seeded
     if loaded is None:
         loaded = load_model(
-            cfg.model_path, recipe.mode, num_labels, kind.problem, revision=cfg.model_revision,
-            trust_remote_code=cfg.trust_remote_code, max_seq_len=recipe.max_seq_len,
-            model_label=cfg.model_key, attention=recipe.attention, pooling=recipe.pooling,
-            head_dropout=recipe.head_dropout, body_dropout=recipe.body_dropout,
+            cfg.model_path,
+            recipe.mode,
+            num_labels,
+            kind.problem,
+            revision=cfg.model_revision,
+            trust_remote_code=cfg.trust_remote_code,
+            max_seq_len=recipe.max_seq_len,
+            model_label=cfg.model_key,
+            attention=recipe.attention,
+            pooling=recipe.pooling,
+            head_dropout=recipe.head_dropout,
+            body_dropout=recipe.body_dropout,
             code_revision=cfg.model_code_revision,
             require_code_revision=cfg.require_code_revision,
-        )  # fmt: skip
+        )
     model, tok = loaded.model.to(device), loaded.tokenizer
     cpu.warn_slow_bf16(device.type, recipe.precision)  # before the first step
     prov = {
@@ -478,9 +523,9 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     max_len = recipe.max_seq_len
     cache_dir = None
     if cfg.cache_dir is not None:
-        cache_dir = tokencache.default_cache_dir() if cfg.cache_dir == "default" else Path(
-            cfg.cache_dir
-        )  # fmt: skip
+        cache_dir = (
+            tokencache.default_cache_dir() if cfg.cache_dir == "default" else Path(cfg.cache_dir)
+        )
     tok_fp = tokencache.tokenizer_fingerprint(tok) if cache_dir is not None else None
 
     def tokenise(split: dict) -> Encoded:
@@ -496,14 +541,28 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     steps_per_epoch, max_steps = step_budget(kind.count_units(enc_train), recipe)
     deciding = metrics.deciding_languages(list(enc_val), knobs.euro_languages)
     return _Cell(
-        cfg=cfg, knobs=knobs, kind=kind, device=device, eval_batch=eval_batch, loaded=loaded,
-        model=model, pad_id=tok.pad_token_id, prov=prov, tokenise=tokenise,
-        enc_train=enc_train, enc_val=enc_val, test_splits=test_splits,
+        cfg=cfg,
+        knobs=knobs,
+        kind=kind,
+        device=device,
+        eval_batch=eval_batch,
+        loaded=loaded,
+        model=model,
+        pad_id=tok.pad_token_id,
+        prov=prov,
+        tokenise=tokenise,
+        enc_train=enc_train,
+        enc_val=enc_val,
+        test_splits=test_splits,
         loop_languages=deciding if cfg.dev_languages == "deciding" else list(enc_val),
-        micro=micro, accum=recipe.batch_size // micro, steps_per_epoch=steps_per_epoch,
-        max_steps=max_steps, warmup=int(recipe.warmup_ratio * max_steps),
-        every=eval_interval(steps_per_epoch, max_steps, recipe), t0=t0,
-    )  # fmt: skip
+        micro=micro,
+        accum=recipe.batch_size // micro,
+        steps_per_epoch=steps_per_epoch,
+        max_steps=max_steps,
+        warmup=int(recipe.warmup_ratio * max_steps),
+        every=eval_interval(steps_per_epoch, max_steps, recipe),
+        t0=t0,
+    )
 
 
 @dataclass
@@ -545,12 +604,16 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
             progress.close()
             stop_kind, how = _stop_kind(stop.signal)
             if resume_path is None:
-                raise stop_kind(f"{label}: stopped by {how} at step {st.step}; no --out-json, "
-                                "so no state was saved")  # fmt: skip
+                raise stop_kind(
+                    f"{label}: stopped by {how} at step {st.step}; no --out-json, "
+                    "so no state was saved"
+                )
             st.train_time_before += time.perf_counter() - t_train
             _save_resume(resume_path, signature, st, model, optimizer, scheduler, data_rng)
-            raise stop_kind(f"{label}: stopped by {how} at step {st.step}; state saved to "
-                            f"{resume_path}; run the cell again to resume (the same command)")  # fmt: skip
+            raise stop_kind(
+                f"{label}: stopped by {how} at step {st.step}; state saved to "
+                f"{resume_path}; run the cell again to resume (the same command)"
+            )
         if not st.batches:
             st.batches = _epoch_batches(enc_train, kind, recipe, data_rng)
             st.epoch += 1
@@ -617,10 +680,12 @@ def _step_fitting_memory(
             return step_loss
         except torch.OutOfMemoryError as exc:
             if min(micro, len(idx)) <= 1:
-                exc.add_note(f"{label}: out of memory at step {st.step + 1} with a micro-batch "
-                             f"of 1 (after {st.oom_retries} retries with smaller micro-batches): "
-                             "this model does not fit this device at this sequence length; use "
-                             "a device with more memory")  # fmt: skip
+                exc.add_note(
+                    f"{label}: out of memory at step {st.step + 1} with a micro-batch "
+                    f"of 1 (after {st.oom_retries} retries with smaller micro-batches): "
+                    "this model does not fit this device at this sequence length; use "
+                    "a device with more memory"
+                )
                 raise
         # Outside the except block, so the failed attempt's graph (held by the traceback) is
         # already freed; its gradients go now.
@@ -629,11 +694,14 @@ def _step_fitting_memory(
         _set_rng_state(cell.device, rng)
         st.micro = _smaller_divisor(cell.cfg.recipe.batch_size, min(micro, len(idx)) // 2)
         st.oom_retries += 1
-        print(f"warning: {label}: out of memory at step {st.step + 1} with a micro-batch of "
-              f"{micro}; retrying the step with {st.micro} (gradient accumulation "
-              f"{cell.cfg.recipe.batch_size // st.micro}: the same effective batch of "
-              f"{cell.cfg.recipe.batch_size}, recorded in training.oom_retries)",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"warning: {label}: out of memory at step {st.step + 1} with a micro-batch of "
+            f"{micro}; retrying the step with {st.micro} (gradient accumulation "
+            f"{cell.cfg.recipe.batch_size // st.micro}: the same effective batch of "
+            f"{cell.cfg.recipe.batch_size}, recorded in training.oom_retries)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _smaller_divisor(batch_size: int, most: int) -> int:
@@ -684,8 +752,9 @@ def _evaluate(cell: _Cell, st: _LoopState) -> float | None:
         st.best_mean, st.best_step = dev_mean, st.step
         st.best_per_language, st.best_undefined = per_lang, undefined
         st.best_predictions = cell.last_dev_predictions
-        st.best_state = {k: v.detach().to("cpu", copy=True)
-                         for k, v in cell.model.state_dict().items()}  # fmt: skip
+        st.best_state = {
+            k: v.detach().to("cpu", copy=True) for k, v in cell.model.state_dict().items()
+        }
         st.bad_evals = 0
     else:
         st.bad_evals += 1
@@ -711,8 +780,10 @@ def _score(cell: _Cell, trained: _Trained) -> _Scores:
         return _Scores("diverged", None, None, {})
     knobs, euro, kind = cell.knobs, cell.knobs.euro_languages, cell.kind
     *dev_scores, dev_preds = _final_dev_scores(cell, trained.st)
-    dev = {**_score_section(*dev_scores, euro),
-           **kind.section_extra(knobs, cell.enc_val, dev_preds)}  # fmt: skip
+    dev = {
+        **_score_section(*dev_scores, euro),
+        **kind.section_extra(knobs, cell.enc_val, dev_preds),
+    }
     report, predictions = None, {}
     if cell.cfg.phase == "report":
         encs = {lang: cell.tokenise(split) for lang, split in cell.test_splits.items()}
@@ -720,15 +791,24 @@ def _score(cell: _Cell, trained: _Trained) -> _Scores:
         for lang, enc in encs.items():
             predictions[lang] = {"predictions": preds[lang], "labels": enc.labels}
             if enc.query_ids is not None:
-                predictions[lang].update(query_ids=enc.query_ids, doc_ids=enc.doc_ids,
-                                         first_stage_ranks=enc.first_stage_ranks)  # fmt: skip
+                predictions[lang].update(
+                    query_ids=enc.query_ids,
+                    doc_ids=enc.doc_ids,
+                    first_stage_ranks=enc.first_stage_ranks,
+                )
         scores, undefined = score_encoded(knobs.metric, preds, encs)
-        report = {"split": knobs.report_split, **_score_section(scores, undefined, euro),
-                  **kind.section_extra(knobs, encs, preds)}  # fmt: skip
+        report = {
+            "split": knobs.report_split,
+            **_score_section(scores, undefined, euro),
+            **kind.section_extra(knobs, encs, preds),
+        }
     for name, section in (("dev", dev), ("report", report)):
         for lang, why in (section or {}).get("undefined", {}).items():
-            print(f"warning: {_label(cell.cfg)}: {knobs.metric} is undefined on the {name} "
-                  f"split ({lang}: {why}); recorded as undefined, not as 0", file=sys.stderr)  # fmt: skip
+            print(
+                f"warning: {_label(cell.cfg)}: {knobs.metric} is undefined on the {name} "
+                f"split ({lang}: {why}); recorded as undefined, not as 0",
+                file=sys.stderr,
+            )
     return _Scores("ok", dev, report, predictions)
 
 
@@ -749,9 +829,11 @@ def _final_dev_scores(
     scores, undefined = {**scores, **more}, {**undefined, **more_undefined}
     preds = {**preds, **more_preds}
     order = list(cell.enc_val)
-    return ({lang: scores[lang] for lang in order},
-            {lang: undefined[lang] for lang in order if lang in undefined},
-            {lang: preds[lang] for lang in order if lang in preds})  # fmt: skip
+    return (
+        {lang: scores[lang] for lang in order},
+        {lang: undefined[lang] for lang in order if lang in undefined},
+        {lang: preds[lang] for lang in order if lang in preds},
+    )
 
 
 def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
@@ -759,8 +841,7 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
     cfg, recipe, st = cell.cfg, cell.cfg.recipe, trained.st
     device, train_time = cell.device, trained.train_time
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _cpu_peak_rss()
-    kind_record, kind_reasons = cell.kind.record(cell.knobs, recipe, cell.enc_train,
-                                                 cell.enc_val)  # fmt: skip
+    kind_record, kind_reasons = cell.kind.record(cell.knobs, recipe, cell.enc_train, cell.enc_val)
     off = off_protocol_reasons(recipe, cfg.lr, cfg.seed, cfg.phase) + kind_reasons
     stopped_by = _stopped_by(trained.diverged_at, st.early_stopped, cell.max_steps, recipe)
     first_step_s = trained.first_step_s
@@ -814,7 +895,7 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
             lr_key=lr_key(cfg.lr),
             seed=cfg.seed,
             phase=cfg.phase,
-        ),  # fmt: skip
+        ),
         status=scored.status,
         metric=cell.knobs.metric,
         dev=ScoreSection.from_dict(scored.dev),
@@ -931,9 +1012,16 @@ def _resume_path(out_json: str | None) -> Path | None:
 
 def _signature(cfg: CellConfig, revision: str) -> dict:
     """What must match for a saved state to be resumed: the cell, recipe and model revision."""
-    return {"model": cfg.model_key, "task": cfg.task, "lr": cfg.lr, "seed": cfg.seed,
-            "phase": cfg.phase, "recipe": cfg.recipe.to_dict(), "revision": revision,
-            "micro": cfg.recipe.micro_batch}  # fmt: skip
+    return {
+        "model": cfg.model_key,
+        "task": cfg.task,
+        "lr": cfg.lr,
+        "seed": cfg.seed,
+        "phase": cfg.phase,
+        "recipe": cfg.recipe.to_dict(),
+        "revision": revision,
+        "micro": cfg.recipe.micro_batch,
+    }
 
 
 def _save_resume(path: Path, signature, st, model, optimizer, scheduler, data_rng) -> None:
@@ -942,13 +1030,17 @@ def _save_resume(path: Path, signature, st, model, optimizer, scheduler, data_rn
     a list."""
     name, keys, pos, has_gauss, gauss = np.random.get_state()
     state = {
-        "signature": signature, "loop": st.__dict__, "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-        "data_rng": data_rng.getstate(), "py_rng": random.getstate(),
+        "signature": signature,
+        "loop": st.__dict__,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "data_rng": data_rng.getstate(),
+        "py_rng": random.getstate(),
         "np_rng": [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-    }  # fmt: skip
+    }
     with atomic_open(path, "wb") as handle:
         torch.save(state, handle)
 
@@ -1032,8 +1124,12 @@ def derived_names(out_json: str | os.PathLike) -> dict[str, str]:
     """Every file name a cell writes beside its result, by what it is: the result, its
     predictions, TREC run, resume state and lock, and the writers' temporaries of each."""
     path = Path(out_json)
-    files = {"result": path, "predictions": predictions_path(path), "TREC run": trec_run_path(path),
-             "resume state": _resume_path(path)}  # fmt: skip
+    files = {
+        "result": path,
+        "predictions": predictions_path(path),
+        "TREC run": trec_run_path(path),
+        "resume state": _resume_path(path),
+    }
     names = {what: p.name for what, p in files.items()}
     names["lock"] = f"{LOCK_PREFIX}{path.name}"
     names["lock without flock"] = f"{LOCK_PREFIX}{path.name}{EXCL_SUFFIX}"
@@ -1060,7 +1156,9 @@ def _check_name_lengths(out_json: Path, existing: Path) -> None:
         return
     what, name = max(derived_names(out_json).items(), key=lambda item: _name_bytes(item[1]))
     if _name_bytes(name) > name_max:
-        raise HarnessError(f"the result name {out_json.name!r} is too long for its directory: "
-                           f"the {what} beside it would be named with {_name_bytes(name)} bytes, "
-                           f"and this file system allows {name_max}; use a shorter --model-key "
-                           "or --out-json name")  # fmt: skip
+        raise HarnessError(
+            f"the result name {out_json.name!r} is too long for its directory: "
+            f"the {what} beside it would be named with {_name_bytes(name)} bytes, "
+            f"and this file system allows {name_max}; use a shorter --model-key "
+            "or --out-json name"
+        )

@@ -108,8 +108,10 @@ def write_json_atomic(
     """Write `obj` as JSON (indented unless `indent` is None; NaN and infinities refused)
     with `write_atomic`."""
     separators = None if indent is not None else (",", ":")
-    text = json.dumps(obj, indent=indent, sort_keys=sort_keys, allow_nan=False,
-                      separators=separators) + "\n"  # fmt: skip
+    text = (
+        json.dumps(obj, indent=indent, sort_keys=sort_keys, allow_nan=False, separators=separators)
+        + "\n"
+    )
     write_atomic(path, text)
 
 
@@ -173,13 +175,16 @@ def check_output_dir(
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise HarnessError(f"{shown}: output directory {path} cannot be created: {existing} is "
-                           f"a file; choose another {flag}")  # fmt: skip
+        raise HarnessError(
+            f"{shown}: output directory {path} cannot be created: {existing} is "
+            f"a file; choose another {flag}"
+        )
     why = _cannot_create_in(existing, "file" if existing == path else "directory")
     if why is not None:
         where = "is not writable" if existing == path else f"cannot be created in {existing}"
-        raise HarnessError(f"{shown}: output directory {path} {where} ({why}); choose another "
-                           f"{flag}")  # fmt: skip
+        raise HarnessError(
+            f"{shown}: output directory {path} {where} ({why}); choose another {flag}"
+        )
 
 
 def check_output_file(path: str | os.PathLike, flag: str, *, create_dirs: bool = False) -> None:
@@ -213,8 +218,10 @@ def check_utf8(value: str | os.PathLike, what: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError:
         shown = os.fsencode(text).decode("utf-8", "backslashreplace")
-        raise HarnessError(f"{what} {shown} is not valid UTF-8; the launch scripts and "
-                           "records are UTF-8 text: rename it") from None  # fmt: skip
+        raise HarnessError(
+            f"{what} {shown} is not valid UTF-8; the launch scripts and "
+            "records are UTF-8 text: rename it"
+        ) from None
 
 
 # ----------------------------------------------------------------------------- reading
@@ -338,8 +345,11 @@ def parse_yaml(data: bytes | str, source: str | os.PathLike) -> Any:
             event = self.peek_event()
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
                 mark = event.start_mark
-                raise DamagedFile(source, f"YAML with an anchor or alias (line {mark.line + 1}), "
-                                  "which is not allowed: write each value out in full")  # fmt: skip
+                raise DamagedFile(
+                    source,
+                    f"YAML with an anchor or alias (line {mark.line + 1}), "
+                    "which is not allowed: write each value out in full",
+                )
             return super().compose_node(parent, index)
 
     try:

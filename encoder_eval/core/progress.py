@@ -14,12 +14,20 @@ import json
 
 # The keys of a progress line, the cell first (the pattern that finds a progress line
 # anchors on it).
-CELL, TOTAL_STEPS, ELAPSED, ETA, STEP, DEV = "cell", "total_steps", "elapsed_s", "eta_s", "step", "dev"
+CELL, TOTAL_STEPS, ELAPSED, ETA, STEP, DEV = (
+    "cell",
+    "total_steps",
+    "elapsed_s",
+    "eta_s",
+    "step",
+    "dev",
+)
 STOP_PREFIX = "stopping: "
 
 
-def progress_line(cell: str, total_steps: int, elapsed_s: float, eta_s: float | None,
-                  **fields) -> str:  # fmt: skip
+def progress_line(
+    cell: str, total_steps: int, elapsed_s: float, eta_s: float | None, **fields
+) -> str:
     """One progress event as a JSON line: the cell, its step budget, the time spent and
     left, and the event's fields (`step`, `dev`, `loss`, ...)."""
     head = {CELL: cell, TOTAL_STEPS: total_steps, ELAPSED: elapsed_s, ETA: eta_s}
@@ -34,8 +42,10 @@ def probe_line(number: int, total: int, method: str, task: str, rest: str) -> st
 def stop_line(what: str) -> str:
     """The line a cell prints at once when a stop signal arrives (`what`: `Ctrl-C
     (SIGINT)`, `SIGTERM`)."""
-    return (f"{STOP_PREFIX}{what} received; saving state at the next step... (the running "
-            "step ends first, which may take a while; no need to send it again)")  # fmt: skip
+    return (
+        f"{STOP_PREFIX}{what} received; saving state at the next step... (the running "
+        "step ends first, which may take a while; no need to send it again)"
+    )
 
 
 def shell_patterns() -> str:

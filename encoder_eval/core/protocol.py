@@ -187,9 +187,18 @@ def recipe_fields(scope: str) -> tuple[str, ...]:
 # The recipe entries every planned cell command spells out (`recipe_argv`), in this order;
 # the others keep the protocol's value unless a user's extra run arguments set them.
 SPELLED_OUT: tuple[str, ...] = (
-    "weight_decay", "adam_beta2", "warmup_ratio", "batch_size", "early_stop", "patience",
-    "epoch_cap", "max_steps", "max_seq_len", "precision", "selection_split",
-)  # fmt: skip
+    "weight_decay",
+    "adam_beta2",
+    "warmup_ratio",
+    "batch_size",
+    "early_stop",
+    "patience",
+    "epoch_cap",
+    "max_steps",
+    "max_seq_len",
+    "precision",
+    "selection_split",
+)
 
 
 def _flag_type(entry) -> type:
@@ -206,14 +215,20 @@ def recipe_arguments(group) -> None:
             continue
         dest = entry.name
         if entry.type == "bool":
-            group.add_argument(meta["flag"], dest=dest, action=argparse.BooleanOptionalAction,
-                               default=entry.default, help=meta["help"])  # fmt: skip
+            group.add_argument(
+                meta["flag"],
+                dest=dest,
+                action=argparse.BooleanOptionalAction,
+                default=entry.default,
+                help=meta["help"],
+            )
             continue
         kwargs = {"choices": meta["choices"]} if meta["choices"] else {"type": _flag_type(entry)}
         if not meta["choices"]:
             kwargs["metavar"] = "N" if entry.name == "limit" else meta["flag"][2:].upper()
-        group.add_argument(meta["flag"], dest=dest, default=entry.default, help=meta["help"],
-                           **kwargs)  # fmt: skip
+        group.add_argument(
+            meta["flag"], dest=dest, default=entry.default, help=meta["help"], **kwargs
+        )
 
 
 def recipe_flag(name: str) -> str:

@@ -111,9 +111,10 @@ def _open_lock_file(lock_path: Path) -> int:
 # errno values of a file system that has no flock (Lustre `noflock`, NFS without a lock
 # daemon): cells are then locked by `_exclusive_lock`.
 NO_FLOCK_ERRNOS = frozenset(
-    e for e in (errno.ENOSYS, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", None), errno.ENOLCK)
+    e
+    for e in (errno.ENOSYS, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", None), errno.ENOLCK)
     if e is not None
-)  # fmt: skip
+)
 EXCL_SUFFIX = ".excl"  # `.lock-<result>.excl`: the lock file where flock is missing
 _noted_no_flock: set[str] = set()
 
@@ -122,11 +123,14 @@ def _note_no_flock(directory: Path) -> None:
     key = str(directory)
     if key not in _noted_no_flock:
         _noted_no_flock.add(key)
-        print(f"note: the file system of {directory} has no flock; cells are locked with "
-              f"{LOCK_PREFIX}*{EXCL_SUFFIX} files naming their host and process instead. A "
-              "lock left by a process of this host that is gone is taken over; one left by "
-              "another host is not: remove it by hand once that host's run is gone",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"note: the file system of {directory} has no flock; cells are locked with "
+            f"{LOCK_PREFIX}*{EXCL_SUFFIX} files naming their host and process instead. A "
+            "lock left by a process of this host that is gone is taken over; one left by "
+            "another host is not: remove it by hand once that host's run is gone",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _lock_owner() -> str:
@@ -153,8 +157,9 @@ def _take_exclusive(lock_path: Path) -> bool:
     owner = _lock_owner()
     for _ in range(3):
         try:
-            fd = os.open(lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY,
-                         _lock_mode(lock_path.parent))  # fmt: skip
+            fd = os.open(
+                lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, _lock_mode(lock_path.parent)
+            )
         except FileExistsError:
             try:
                 seen = lock_path.read_text(encoding="utf-8", errors="replace")
@@ -256,11 +261,15 @@ def _lock_error(path: Path, lock_path: Path, exc: OSError) -> HarnessError:
     """The one-line error of a cell lock that cannot be taken, with what to do."""
     why = exc.strerror or str(exc)
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        fix = (f"make {path.parent} writable for you (a team's shared results directory: "
-               "group-writable, chmod g+w), or choose another results directory")  # fmt: skip
+        fix = (
+            f"make {path.parent} writable for you (a team's shared results directory: "
+            "group-writable, chmod g+w), or choose another results directory"
+        )
     elif exc.errno == errno.EBADF:
-        fix = (f"{lock_path} is another user's and this file system locks only files one may "
-               "write: ask its owner to remove it, or make it group-writable")  # fmt: skip
+        fix = (
+            f"{lock_path} is another user's and this file system locks only files one may "
+            "write: ask its owner to remove it, or make it group-writable"
+        )
     else:
         fix = "check the file system, or choose another results directory"
     return HarnessError(f"cannot lock the cell of {path} ({lock_path}: {why}); {fix}")
@@ -306,8 +315,14 @@ def _examine(path: Path) -> tuple[dict | None, str | None, bool]:
     if isinstance(data, dict) and data.get("schema") == SCHEMA_NAME:
         version = data.get("schema_version")
         if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
-            return None, (f"written by a newer harness (schema_version {quote(version)}; this one "
-                          f"reads {SCHEMA_VERSION}): read it with that harness"), False  # fmt: skip
+            return (
+                None,
+                (
+                    f"written by a newer harness (schema_version {quote(version)}; this one "
+                    f"reads {SCHEMA_VERSION}): read it with that harness"
+                ),
+                False,
+            )
     errors = validate_result(data)
     if errors:
         return None, "not a valid result: " + "; ".join(errors[:3]), True
@@ -335,17 +350,30 @@ def _examine_probe(path: Path) -> tuple[dict | None, str | None, bool]:
         return None, "empty file" if not raw.strip() else exc.reason, True
     if isinstance(data, dict) and data.get("schema") == PROBE_SCHEMA_NAME:
         version = data.get("schema_version")
-        if isinstance(version, int) and not isinstance(version, bool) and version > PROBE_SCHEMA_VERSION:
-            return None, (f"written by a newer harness (schema_version {quote(version)}; this one "
-                          f"reads {PROBE_SCHEMA_VERSION}): read it with that harness"), False  # fmt: skip
+        if (
+            isinstance(version, int)
+            and not isinstance(version, bool)
+            and version > PROBE_SCHEMA_VERSION
+        ):
+            return (
+                None,
+                (
+                    f"written by a newer harness (schema_version {quote(version)}; this one "
+                    f"reads {PROBE_SCHEMA_VERSION}): read it with that harness"
+                ),
+                False,
+            )
     errors = validate_probe_result(data)
     if errors:
         return None, "not a valid probe result: " + "; ".join(errors[:3]), True
     cell = data["cell"]
     expected = probe_result_filename(cell["model"], cell["pooling"], cell["task"])
     if path.name != expected:
-        return None, (f"its cell identity says {quote(expected)}, which disagrees with its "
-                      "filename"), True  # fmt: skip
+        return (
+            None,
+            (f"its cell identity says {quote(expected)}, which disagrees with its filename"),
+            True,
+        )
     return data, None, True
 
 
@@ -444,10 +472,14 @@ def cell_state(
         return CORRUPT, None, f"a {cell_phase} cell in a {phase} results directory"
     for kind, planned in (("model", model), ("task", task)):
         if planned is not None and cell[kind] != planned:
-            return KEPT, None, (
-                f"a valid result of {kind} {quote(cell[kind])}, whose file name is {kind} "
-                f"{quote(planned)}'s too: give one of the two another name"
-            )  # fmt: skip
+            return (
+                KEPT,
+                None,
+                (
+                    f"a valid result of {kind} {quote(cell[kind])}, whose file name is {kind} "
+                    f"{quote(planned)}'s too: give one of the two another name"
+                ),
+            )
     return ("ok" if probe else data["status"]), data, None
 
 
@@ -503,8 +535,12 @@ def settle_cell(
     if state == CORRUPT and not names_result_(path):
         state, why = KEPT, f"{why}; not named like a cell result, so never moved"
     if state == KEPT:
-        warn(one_line(f"left {path} in place ({why}); its cell is not done, and is not run "
-                      "over it: fix or move the file, then run again"))  # fmt: skip
+        warn(
+            one_line(
+                f"left {path} in place ({why}); its cell is not done, and is not run "
+                "over it: fix or move the file, then run again"
+            )
+        )
         return state, data, why
     if state != CORRUPT:
         return state, data, why
@@ -519,8 +555,10 @@ def settle_cell(
             dest = quarantine_result(path)
     except (OSError, HarnessError) as exc:
         problem = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        warn(f"warning: cannot move the corrupt result {path} aside ({problem}); its cell is "
-             f"not done: move it away yourself")  # fmt: skip
+        warn(
+            f"warning: cannot move the corrupt result {path} aside ({problem}); its cell is "
+            f"not done: move it away yourself"
+        )
         return state, data, why
     if dest is None:
         return MISSING, None, None

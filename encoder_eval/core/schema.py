@@ -59,9 +59,12 @@ def is_list_of(kind: Callable[[Any], bool]) -> Callable[[Any], bool]:
 
 
 def check_fields(
-    obj: dict, types: dict[str, tuple[Callable[[Any], bool], str]], where: str = "",
-    optional: bool = False, unknown_ok: bool = False,
-) -> None:  # fmt: skip
+    obj: dict,
+    types: dict[str, tuple[Callable[[Any], bool], str]],
+    where: str = "",
+    optional: bool = False,
+    unknown_ok: bool = False,
+) -> None:
     """Raise ValueError naming the first field of the JSON object `obj` that is missing
     (unless `optional`), unknown (unless `unknown_ok`), or fails its check in `types`
     (field -> (check, what it must be)): the one check readers of shared JSON files use
@@ -87,8 +90,9 @@ def _rule(check, expected: str) -> dict:
 def _since(least: int):
     """A section field added after results were first written: an integer of at least
     `least`, or null; a result without it reads as None and is written back without it."""
-    check = _rule(lambda x: x is None or (is_int(x) and x >= least),
-                  f"null or an integer of at least {least}")  # fmt: skip
+    check = _rule(
+        lambda x: x is None or (is_int(x) and x >= least), f"null or an integer of at least {least}"
+    )
     return field(default=None, metadata={**check, "omitted_when_none": True})
 
 
@@ -131,9 +135,14 @@ class ScoreSection:
 
     def to_dict(self) -> dict:
         head = {} if self.split is None else {"split": self.split}
-        return {**head, "per_language": self.per_language, "mean": self.mean,
-                "languages_in_mean": self.languages_in_mean, "undefined": self.undefined,
-                **self.extra}  # fmt: skip
+        return {
+            **head,
+            "per_language": self.per_language,
+            "mean": self.mean,
+            "languages_in_mean": self.languages_in_mean,
+            "undefined": self.undefined,
+            **self.extra,
+        }
 
     @classmethod
     def from_dict(cls, obj: Any) -> ScoreSection | None:
@@ -202,8 +211,12 @@ class Protocol:
 
 def _to_dict(obj) -> dict:
     """A section's fields in declaration order, then the keys it did not know (`extra`)."""
-    out = {f.name: getattr(obj, f.name) for f in fields(obj) if f.name != "extra"
-           and not (f.metadata.get("omitted_when_none") and getattr(obj, f.name) is None)}  # fmt: skip
+    out = {
+        f.name: getattr(obj, f.name)
+        for f in fields(obj)
+        if f.name != "extra"
+        and not (f.metadata.get("omitted_when_none") and getattr(obj, f.name) is None)
+    }
     return {**out, **obj.extra}
 
 
@@ -211,8 +224,12 @@ def _from_dict(cls, obj: dict):
     names = {f.name for f in fields(cls)} - {"extra"}
     known = {k: v for k, v in obj.items() if k in names}
     for f in fields(cls):  # a required field a lenient older file lacks reads as None
-        if f.name in names and f.name not in known and f.default is MISSING \
-                and f.default_factory is MISSING:  # fmt: skip
+        if (
+            f.name in names
+            and f.name not in known
+            and f.default is MISSING
+            and f.default_factory is MISSING
+        ):
             known[f.name] = None
     return cls(**known, extra={k: v for k, v in obj.items() if k not in names})
 
@@ -290,9 +307,21 @@ class CellResult:
         errors = validate_result(obj)
         if errors:
             raise ValueError("not a valid result: " + "; ".join(errors))
-        known = {"schema", "schema_version", "cell", "status", "metric", "dev", "report",
-                 "training", "recipe", "protocol", "provenance", "ranking",
-                 "created_at"}  # fmt: skip
+        known = {
+            "schema",
+            "schema_version",
+            "cell",
+            "status",
+            "metric",
+            "dev",
+            "report",
+            "training",
+            "recipe",
+            "protocol",
+            "provenance",
+            "ranking",
+            "created_at",
+        }
         return cls(
             cell=CellId.from_dict(obj["cell"]),
             status=obj["status"],
@@ -340,8 +369,9 @@ def validate_result(obj: Any) -> list[str]:
     for f in fields(CellId):
         choices = f.metadata.get("choices")
         if choices and cell.get(f.name) not in choices:
-            errors.append(f"cell.{f.name} is {quote(cell.get(f.name))}, expected "
-                          + " or ".join(choices))  # fmt: skip
+            errors.append(
+                f"cell.{f.name} is {quote(cell.get(f.name))}, expected " + " or ".join(choices)
+            )
     status = obj.get("status")
     if status not in STATUSES:
         errors.append(f"status is {quote(status)}, expected one of {STATUSES}")
@@ -366,8 +396,10 @@ def validate_result(obj: Any) -> list[str]:
         if "check" in f.metadata and not f.metadata["check"](obj["protocol"].get(f.name)):
             errors.append(f"protocol.{f.name} {f.metadata['expected']}")
     if obj["recipe"].get("selection_split") not in SELECTION_SPLITS:
-        errors.append(f"recipe.selection_split is {quote(obj['recipe'].get('selection_split'))}, "
-                      f"expected one of {SELECTION_SPLITS}")  # fmt: skip
+        errors.append(
+            f"recipe.selection_split is {quote(obj['recipe'].get('selection_split'))}, "
+            f"expected one of {SELECTION_SPLITS}"
+        )
     data = obj["provenance"].get("data")
     if not isinstance(data, dict) or not isinstance(data.get("identity"), str):
         errors.append("provenance.data.identity missing (the data source the cell read)")
@@ -394,9 +426,11 @@ _TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
 _PROVENANCE_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "model_revision": (lambda x: x is None or isinstance(x, str), "a string or null"),
     "trust_remote_code": (lambda x: x is None or isinstance(x, bool), "true, false or null"),
-    **{k: (lambda x: x is None or isinstance(x, dict), "an object or null")
-       for k in ("software", "hardware", "model")},
-}  # fmt: skip
+    **{
+        k: (lambda x: x is None or isinstance(x, dict), "an object or null")
+        for k in ("software", "hardware", "model")
+    },
+}
 
 
 def _typed_errors(name: str, section: dict, cls: type) -> list[str]:
@@ -416,8 +450,10 @@ def _ranking_errors(section: Any) -> list[str]:
         return ["ranking is not an object"]
     errors = []
     if section.get("objective") not in RANK_OBJECTIVES:
-        errors.append(f"ranking.objective is {quote(section.get('objective'))}, expected one of "
-                      f"{RANK_OBJECTIVES}")  # fmt: skip
+        errors.append(
+            f"ranking.objective is {quote(section.get('objective'))}, expected one of "
+            f"{RANK_OBJECTIVES}"
+        )
     for key in ("group_size", "group_size_used"):
         value = section.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:

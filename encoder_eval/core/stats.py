@@ -431,10 +431,12 @@ def shared_example_variance(
         raise StatsInputError(f"shared_example_variance needs n_resamples >= 2, got {n_resamples}")
     rng, members = _strata_members(strata, "shared_example_variance", seed)
     rows = [
-        np.asarray(seed_scores(np.concatenate([m[rng.integers(0, m.size, m.size)] for m in members])),
-                   dtype=float)
+        np.asarray(
+            seed_scores(np.concatenate([m[rng.integers(0, m.size, m.size)] for m in members])),
+            dtype=float,
+        )
         for _ in range(n_resamples)
-    ]  # fmt: skip
+    ]
     return shared_example_part(np.vstack(rows), n_a)
 
 
@@ -464,8 +466,9 @@ def combined_test(
     if not (math.isfinite(example_var) and example_var >= 0):
         raise StatsInputError(f"example_var must be finite and >= 0, got {example_var!r}")
     diff = float(np.mean(x) - np.mean(y))
-    total, df = _combined_parts(float(np.var(x, ddof=1)), float(np.var(y, ddof=1)), x.size,
-                                y.size, example_var)  # fmt: skip
+    total, df = _combined_parts(
+        float(np.var(x, ddof=1)), float(np.var(y, ddof=1)), x.size, y.size, example_var
+    )
     if total == 0:
         return TestResult(test="combined t", statistic=math.nan, pvalue=math.nan, diff=diff)
     se = math.sqrt(total)
@@ -475,8 +478,15 @@ def combined_test(
     else:  # not a frozen sps.t(df): that costs more than the test itself
         quantile, tail = float(sps.t.ppf(0.5 + confidence / 2, df)), float(sps.t.sf(abs(t), df))
     half = quantile * se
-    return TestResult(test="combined t", statistic=t, pvalue=2 * tail,
-                      diff=diff, low=diff - half, high=diff + half, df=df)  # fmt: skip
+    return TestResult(
+        test="combined t",
+        statistic=t,
+        pvalue=2 * tail,
+        diff=diff,
+        low=diff - half,
+        high=diff + half,
+        df=df,
+    )
 
 
 def _combined_power(
@@ -626,10 +636,13 @@ def min_detectable_difference(
     pooled = _pooled_std(std_a, std_b)
     if example_var > 0:
         scale = math.sqrt(pooled**2 * 2 / n + example_var)
-        return float(sps_optimize.brentq(
-            lambda d: _combined_power(d, std_a, std_b, n, example_var, alpha) - power,
-            1e-12 * scale, 20 * scale,
-        ))  # fmt: skip
+        return float(
+            sps_optimize.brentq(
+                lambda d: _combined_power(d, std_a, std_b, n, example_var, alpha) - power,
+                1e-12 * scale,
+                20 * scale,
+            )
+        )
     effect = TTestIndPower().solve_power(nobs1=n, alpha=alpha, power=power, ratio=1.0)
     return float(effect) * pooled
 

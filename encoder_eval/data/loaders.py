@@ -232,19 +232,29 @@ def pin_remote_code(
         except Exception as exc:
             why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if require:
-                raise HarnessError(f"{label}: cannot resolve the code of {repo} at "
-                                   f"{code_revision or 'its head'} to a commit ({why}); give "
-                                   "--model-code-revision <40-hex commit>") from None  # fmt: skip
-            warnings.warn(f"{label}: could not resolve the code of {repo} to a commit ({why}); "
-                          "it runs unpinned (recorded as null)", stacklevel=3)  # fmt: skip
+                raise HarnessError(
+                    f"{label}: cannot resolve the code of {repo} at "
+                    f"{code_revision or 'its head'} to a commit ({why}); give "
+                    "--model-code-revision <40-hex commit>"
+                ) from None
+            warnings.warn(
+                f"{label}: could not resolve the code of {repo} to a commit ({why}); "
+                "it runs unpinned (recorded as null)",
+                stacklevel=3,
+            )
             commits[repo] = None
     distinct = set(commits.values())
     pin = next(iter(distinct)) if len(distinct) == 1 else None
     if pin is None and len(distinct) > 1 and require:
-        raise HarnessError(f"{label}: its code repositories ({named}) resolve to different "
-                           "commits, which one --model-code-revision cannot pin")  # fmt: skip
-    return {"repositories": commits, "code_revision_requested": code_revision,
-            "code_revision": pin or code_revision}  # fmt: skip
+        raise HarnessError(
+            f"{label}: its code repositories ({named}) resolve to different "
+            "commits, which one --model-code-revision cannot pin"
+        )
+    return {
+        "repositories": commits,
+        "code_revision_requested": code_revision,
+        "code_revision": pin or code_revision,
+    }
 
 
 def _load_config_and_tokenizer(
@@ -270,9 +280,10 @@ def _load_config_and_tokenizer(
     except Exception as exc:
         raise HarnessError(_load_error("config", label, exc, local, trust)) from None
     archs = getattr(config, "architectures", None) or []
-    if mode != "decoder-adapted" and (getattr(config, "is_decoder", False) or (
-        archs and all(any(h in a for h in _DECODER_HINTS) for a in archs)
-    )):  # fmt: skip
+    if mode != "decoder-adapted" and (
+        getattr(config, "is_decoder", False)
+        or (archs and all(any(h in a for h in _DECODER_HINTS) for a in archs))
+    ):
         pointer = (
             "; to fine-tune a decoder-only model (Llama, Qwen2, Gemma) as an encoder, use "
             "--mode decoder-adapted"
@@ -337,8 +348,9 @@ def verify_attention(model: PooledClassifier, tokenizer, label: str) -> None:
     model.eval()
     try:
         with torch.no_grad():
-            ids = tokenizer("The quick brown fox jumps over the lazy dog",
-                            add_special_tokens=False)["input_ids"][:8]  # fmt: skip
+            ids = tokenizer(
+                "The quick brown fox jumps over the lazy dog", add_special_tokens=False
+            )["input_ids"][:8]
             vocab = int(model.body.get_input_embeddings().weight.shape[0])
             if len(ids) < 3:
                 ids = [(i * 7 + 3) % vocab for i in range(1, 7)]
@@ -356,14 +368,20 @@ def verify_attention(model: PooledClassifier, tokenizer, label: str) -> None:
     moved = float((hidden[0, 0] - hidden[1, 0]).abs().max()) > scale
     padding_leaks = float((hidden[2, :-1] - alone[0]).abs().max()) > scale
     if padding_leaks:
-        raise HarnessError(f"{label}: padding changes the real tokens' states under "
-                           f"{model.attention} attention; this architecture is not supported")  # fmt: skip
+        raise HarnessError(
+            f"{label}: padding changes the real tokens' states under "
+            f"{model.attention} attention; this architecture is not supported"
+        )
     if model.attention == "bidirectional" and not moved:
-        raise HarnessError(f"{label}: a full attention mask left the body causal (token 0 "
-                           "ignores later tokens); this architecture is not supported")  # fmt: skip
+        raise HarnessError(
+            f"{label}: a full attention mask left the body causal (token 0 "
+            "ignores later tokens); this architecture is not supported"
+        )
     if model.attention == "causal" and moved:
-        raise HarnessError(f"{label} is not a causal decoder (token 0 sees later tokens); "
-                           "use --mode auto or liquid-bidir for an encoder")  # fmt: skip
+        raise HarnessError(
+            f"{label} is not a causal decoder (token 0 sees later tokens); "
+            "use --mode auto or liquid-bidir for an encoder"
+        )
 
 
 def _loaded(
@@ -382,8 +400,10 @@ def _loaded(
     commit = getattr(config, "_commit_hash", None)
     resolved = directory_content_hash(os.path.expanduser(model_path)) if local else commit
     if trust_remote_code:
-        other = "".join(f", and code from {repo} at {sha or 'an unresolved head'}"
-                        for repo, sha in ((code or {}).get("repositories") or {}).items())  # fmt: skip
+        other = "".join(
+            f", and code from {repo} at {sha or 'an unresolved head'}"
+            for repo, sha in ((code or {}).get("repositories") or {}).items()
+        )
         warnings.warn(
             f"{label}: trust_remote_code is on, running model-authored code at revision "
             f"{resolved or 'unknown'}{other}; pin it with --model-revision"
@@ -458,8 +478,9 @@ def load_model(
     settings = loader_settings(mode, attention, pooling, head_dropout, body_dropout=body_dropout)
     label = model_label or model_path
     plugin = None if mode in MODES else plugin_loader(mode)  # imported before any download
-    kw, code = _load_kwargs(model_path, label, revision, trust_remote_code, code_revision,
-                            require_code_revision)  # fmt: skip
+    kw, code = _load_kwargs(
+        model_path, label, revision, trust_remote_code, code_revision, require_code_revision
+    )
     config, tokenizer, local, positions = _load_config_and_tokenizer(
         model_path, label, kw, max_seq_len, mode
     )
@@ -485,18 +506,23 @@ def load_model(
                 if settings["body_dropout"] is not None:
                     set_body_dropout(body, settings["body_dropout"])
             else:
-                body = AutoModel.from_pretrained(model_path, config=config, dtype=torch.float32,
-                                                 **kw)  # fmt: skip
+                body = AutoModel.from_pretrained(
+                    model_path, config=config, dtype=torch.float32, **kw
+                )
             hidden = getattr(config, "hidden_size", None) or getattr(config, "d_model", None)
             if hidden is None:
                 raise HarnessError(f"{label}'s config names no hidden_size for the pooled head")
             if mode == "liquid-bidir":
                 model = PooledClassifier(body, int(hidden), num_labels)
             else:
-                model = PooledClassifier(body, int(hidden), num_labels,
-                                         dropout=settings["head_dropout"],
-                                         pooling=settings["pooling"],
-                                         attention=settings["attention"])  # fmt: skip
+                model = PooledClassifier(
+                    body,
+                    int(hidden),
+                    num_labels,
+                    dropout=settings["head_dropout"],
+                    pooling=settings["pooling"],
+                    attention=settings["attention"],
+                )
     except HarnessError:
         raise
     except Exception as exc:
@@ -506,8 +532,9 @@ def load_model(
         verify_attention(model, tokenizer, label)
         pitfall = pooling_pitfall(settings["attention"], settings["pooling"])
         if pitfall:
-            warnings.warn(f"{label}: {pitfall} (the seed's pitfall; recorded in the result)",
-                          stacklevel=2)  # fmt: skip
+            warnings.warn(
+                f"{label}: {pitfall} (the seed's pitfall; recorded in the result)", stacklevel=2
+            )
         recorded = {
             **pair_separator(tokenizer),
             "attn_implementation": body.config._attn_implementation,
@@ -517,29 +544,50 @@ def load_model(
         info = plugin[1]
         recorded = {"loader_plugin": f"{info.package} {info.version} ({info.target})"}
     output_layer_in_fp32(model, 1 if problem == "regression" else num_labels)
-    return _loaded(model, config, tokenizer, model_path, label, local, positions,
-                   trust_remote_code, recorded, code)  # fmt: skip
+    return _loaded(
+        model,
+        config,
+        tokenizer,
+        model_path,
+        label,
+        local,
+        positions,
+        trust_remote_code,
+        recorded,
+        code,
+    )
 
 
-def _plugin_model(plugin, model_path: str, config, num_labels: int, problem: str, kw: dict,
-                  label: str) -> nn.Module:  # fmt: skip
+def _plugin_model(
+    plugin, model_path: str, config, num_labels: int, problem: str, kw: dict, label: str
+) -> nn.Module:
     """The model a loader plug-in builds: `load(model_path, config=, num_labels=, problem=,
     revision=, trust_remote_code=[, code_revision=])` returns a module whose forward takes the
     tokenizer's inputs and returns an object with `.logits`."""
     fn, info = plugin
     model = fn(model_path, config=config, num_labels=num_labels, problem=problem, **kw)
     if not isinstance(model, nn.Module):
-        raise HarnessError(f"{label}: loader mode {info.mode!r} of package {info.package} "
-                           f"returned {type(model).__name__}, not a torch module; fix or "
-                           f"uninstall {info.package}")  # fmt: skip
+        raise HarnessError(
+            f"{label}: loader mode {info.mode!r} of package {info.package} "
+            f"returned {type(model).__name__}, not a torch module; fix or "
+            f"uninstall {info.package}"
+        )
     return model
 
 
 # The config fields that hold a body's dropout probabilities across architectures (Llama,
 # Qwen2, Gemma: attention_dropout; GPT-2 style: *_pdrop; BERT style: *_dropout_prob).
-BODY_DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "dropout", "activation_dropout",
-                       "resid_pdrop", "embd_pdrop", "attn_pdrop", "hidden_dropout_prob",
-                       "attention_probs_dropout_prob")  # fmt: skip
+BODY_DROPOUT_FIELDS = (
+    "attention_dropout",
+    "hidden_dropout",
+    "dropout",
+    "activation_dropout",
+    "resid_pdrop",
+    "embd_pdrop",
+    "attn_pdrop",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+)
 
 
 def set_body_dropout(body: nn.Module, p: float) -> None:
@@ -568,8 +616,9 @@ def _decoder_body(model_path: str, config, kw: dict, label: str) -> nn.Module:
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the first try's "newly initialized" list is expected
     try:
-        body, info = AutoModel.from_pretrained(model_path, config=config, dtype=torch.float32,
-                                               output_loading_info=True, **kw)  # fmt: skip
+        body, info = AutoModel.from_pretrained(
+            model_path, config=config, dtype=torch.float32, output_loading_info=True, **kw
+        )
         missing = info["missing_keys"]
         if missing:
             lm, info = AutoModelForCausalLM.from_pretrained(
@@ -602,8 +651,9 @@ def load_encoder(
     from transformers import AutoModel
 
     label = model_label or model_path
-    kw, code = _load_kwargs(model_path, label, revision, trust_remote_code, code_revision,
-                            require_code_revision)  # fmt: skip
+    kw, code = _load_kwargs(
+        model_path, label, revision, trust_remote_code, code_revision, require_code_revision
+    )
     config, tokenizer, local, positions = _load_config_and_tokenizer(
         model_path, label, kw, max_seq_len
     )
@@ -613,8 +663,9 @@ def load_encoder(
         raise HarnessError(_load_error("model", label, exc, local, trust_remote_code)) from None
     model = model.float().eval()
     model.requires_grad_(False)
-    return _loaded(model, config, tokenizer, model_path, label, local, positions,
-                   trust_remote_code, code=code)  # fmt: skip
+    return _loaded(
+        model, config, tokenizer, model_path, label, local, positions, trust_remote_code, code=code
+    )
 
 
 def output_layer_in_fp32(model: nn.Module, num_outputs: int) -> nn.Module:
@@ -625,8 +676,9 @@ def output_layer_in_fp32(model: nn.Module, num_outputs: int) -> nn.Module:
     and the ties distort Spearman. The output layer is tiny; computing it in fp32 costs
     nothing and keeps predictions exact. Returns the layer it patched.
     """
-    candidates = [m for m in model.modules()
-                  if isinstance(m, nn.Linear) and m.out_features == num_outputs]  # fmt: skip
+    candidates = [
+        m for m in model.modules() if isinstance(m, nn.Linear) and m.out_features == num_outputs
+    ]
     if not candidates:
         raise HarnessError(f"found no output layer with {num_outputs} outputs in the model")
     layer = candidates[-1]

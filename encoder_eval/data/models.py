@@ -31,8 +31,11 @@ ATTENTIONS = ("bidirectional", "causal")
 FIXED_POOLINGS = ("mean", "first", "last")  # also the probes' (embed.POOLINGS)
 HEAD_POOLINGS = (*FIXED_POOLINGS, "attention")  # attention: a learned query (loaders)
 DECODER_DEFAULTS = {
-    "attention": "bidirectional", "pooling": "mean", "head_dropout": 0.1, "body_dropout": None,
-}  # fmt: skip
+    "attention": "bidirectional",
+    "pooling": "mean",
+    "head_dropout": 0.1,
+    "body_dropout": None,
+}
 DECODER_SETTINGS = tuple(DECODER_DEFAULTS)
 
 
@@ -72,12 +75,15 @@ def loader_plugins() -> dict[str, LoaderPlugin]:
     out: dict[str, LoaderPlugin] = {}
     for ep in entry_points(group=LOADER_GROUP):
         dist = ep.dist
-        plugin = LoaderPlugin(ep.name, dist.name if dist else "?", dist.version if dist else "?",
-                              ep.value, ep)  # fmt: skip
+        plugin = LoaderPlugin(
+            ep.name, dist.name if dist else "?", dist.version if dist else "?", ep.value, ep
+        )
         if ep.name in MODES or ep.name in out:
             other = "the harness (built-in)" if ep.name in MODES else out[ep.name].package
-            raise HarnessError(f"loader mode {ep.name!r} of package {plugin.package} is already "
-                               f"given by {other}; uninstall one, or rename the entry point")  # fmt: skip
+            raise HarnessError(
+                f"loader mode {ep.name!r} of package {plugin.package} is already "
+                f"given by {other}; uninstall one, or rename the entry point"
+            )
         out[ep.name] = plugin
     return out
 
@@ -105,14 +111,18 @@ def plugin_loader(mode: str) -> tuple[Callable, LoaderPlugin]:
         fn = plugin.entry_point.load()
     except Exception as exc:  # any failure of third-party code is the plug-in's
         first = (str(exc).splitlines() or [""])[0][:200]
-        raise HarnessError(f"loader mode {mode!r}: the plug-in of package {plugin.package} "
-                           f"{plugin.version} ({plugin.target}) does not load "
-                           f"({type(exc).__name__}: {first}); fix or uninstall "
-                           f"{plugin.package}") from None  # fmt: skip
+        raise HarnessError(
+            f"loader mode {mode!r}: the plug-in of package {plugin.package} "
+            f"{plugin.version} ({plugin.target}) does not load "
+            f"({type(exc).__name__}: {first}); fix or uninstall "
+            f"{plugin.package}"
+        ) from None
     if not callable(fn):
-        raise HarnessError(f"loader mode {mode!r}: package {plugin.package}'s entry point "
-                           f"{plugin.target} is not a function; fix or uninstall "
-                           f"{plugin.package}")  # fmt: skip
+        raise HarnessError(
+            f"loader mode {mode!r}: package {plugin.package}'s entry point "
+            f"{plugin.target} is not a function; fix or uninstall "
+            f"{plugin.package}"
+        )
     return fn, plugin
 
 
@@ -137,14 +147,20 @@ def loader_settings(
     """The checked loader settings {attention, pooling, head_dropout, body_dropout} of `mode`:
     the defaults filled in for `decoder-adapted`, all None for the other modes (which refuse
     them). Causal attention with first-token pooling is refused: token 0 sees only itself."""
-    given = {"attention": attention, "pooling": pooling, "head_dropout": head_dropout,
-             "body_dropout": body_dropout}  # fmt: skip
+    given = {
+        "attention": attention,
+        "pooling": pooling,
+        "head_dropout": head_dropout,
+        "body_dropout": body_dropout,
+    }
     if mode != "decoder-adapted":
         named = [k for k, v in given.items() if v is not None]
         if named:
             flags = ", ".join(f"--{k.replace('_', '-')}" for k in named)
-            raise HarnessError(f"{where}{flags} applies to --mode decoder-adapted only (the mode "
-                               f"is {mode}); drop it or use --mode decoder-adapted")  # fmt: skip
+            raise HarnessError(
+                f"{where}{flags} applies to --mode decoder-adapted only (the mode "
+                f"is {mode}); drop it or use --mode decoder-adapted"
+            )
         return dict.fromkeys(DECODER_SETTINGS)
     out = {k: DECODER_DEFAULTS[k] if v is None else v for k, v in given.items()}
     if out["attention"] not in ATTENTIONS:
@@ -250,8 +266,14 @@ def model_entry(key: str, registry: dict[str, tuple] | None = None) -> ModelEntr
         raise HarnessError(
             f"model {key!r} has mode {entry.mode!r}; valid modes: {', '.join(all_modes())}"
         )
-    loader_settings(entry.mode, entry.attention, entry.pooling, entry.head_dropout,
-                    where=f"model {key!r} in the registry: ", body_dropout=entry.body_dropout)  # fmt: skip
+    loader_settings(
+        entry.mode,
+        entry.attention,
+        entry.pooling,
+        entry.head_dropout,
+        where=f"model {key!r} in the registry: ",
+        body_dropout=entry.body_dropout,
+    )
     return entry
 
 
@@ -281,8 +303,10 @@ def check_model_path(spec: str, path: str) -> str:
     if HUB_ID.fullmatch(path) and not path.startswith(("~", ".")):
         return path
     if os.path.exists(local):
-        raise HarnessError(f"--model {spec!r}: {path} is a file, not a model directory; give "
-                           "the directory holding config.json, or a Hub id such as org/name")  # fmt: skip
+        raise HarnessError(
+            f"--model {spec!r}: {path} is a file, not a model directory; give "
+            "the directory holding config.json, or a Hub id such as org/name"
+        )
     raise HarnessError(
         f"--model {spec!r}: {path!r} is neither an existing local directory nor a Hub id "
         "(org/name: letters, digits, _ . -); fix the path, or give the Hub id"

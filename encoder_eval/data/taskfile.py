@@ -146,13 +146,15 @@ def parse_task_rows(rows: Any, source: str) -> list[UserTask]:
             and revisions.get(repo, task.revision) != task.revision
         ):
             pins = '{"' + repo + '": "<sha>"}'
-            errors.append(HarnessError(
-                f"{source}: task {task.key!r}, field 'revision': {repo} is read at "
-                f"{revisions[repo] or 'its default branch'} by {', '.join(readers[repo])}, and "
-                f"a run reads one revision of a dataset; drop revision here (this task then "
-                f"reads that one too), or pin it for every task with "
-                f"ENCODER_EVAL_DATASET_REVISIONS='{pins}'"
-            ))  # fmt: skip
+            errors.append(
+                HarnessError(
+                    f"{source}: task {task.key!r}, field 'revision': {repo} is read at "
+                    f"{revisions[repo] or 'its default branch'} by {', '.join(readers[repo])}, and "
+                    f"a run reads one revision of a dataset; drop revision here (this task then "
+                    f"reads that one too), or pin it for every task with "
+                    f"ENCODER_EVAL_DATASET_REVISIONS='{pins}'"
+                )
+            )
             continue
         if repo:
             if repo not in revisions or task.revision is not None:
@@ -200,7 +202,9 @@ def _check_redefinition(task: UserTask, source: str) -> None:
     earlier = tasks.TASK_KNOBS.get(key)
     if earlier is not None and replace(earlier, source=None) != replace(task.knobs, source=None):
         fields = earlier.__dataclass_fields__
-        differ = [f for f in fields if f != "source" and getattr(earlier, f) != getattr(task.knobs, f)]
+        differ = [
+            f for f in fields if f != "source" and getattr(earlier, f) != getattr(task.knobs, f)
+        ]
         raise HarnessError(
             f"{where}: a task of that name is defined already, differently "
             f"({', '.join(differ)}), in {earlier.source or 'another file'}; "
@@ -269,17 +273,19 @@ def _parse_one(key: str, table: Any, source: str, errors: list[HarnessError]) ->
     """Check one task table's fields and build its TaskKnobs; each problem found is added to
     `errors` (the checks of fields that do not depend on a bad one go on), and None returned."""
     if not isinstance(table, dict):
-        errors.append(HarnessError(
-            f"{source}: task {key!r} is {quote(table)}, not a table of fields; write {LAYOUT}"
-        ))  # fmt: skip
+        errors.append(
+            HarnessError(
+                f"{source}: task {key!r} is {quote(table)}, not a table of fields; write {LAYOUT}"
+            )
+        )
         return None
     t = _Table(source, key, table)
     found = len(errors)
     for field in table:
         if field not in FIELDS:
-            errors.append(HarnessError(
-                f"{source}: task {key!r}: {unknown_name('field', str(field), FIELDS)}"
-            ))  # fmt: skip
+            errors.append(
+                HarnessError(f"{source}: task {key!r}: {unknown_name('field', str(field), FIELDS)}")
+            )
 
     def attempt(check: Callable[[], Any]) -> Any:
         try:
@@ -304,14 +310,26 @@ def _parse_one(key: str, table: Any, source: str, errors: list[HarnessError]) ->
     if len(errors) > found:
         return None
     knobs = tasks.TaskKnobs(
-        bucket=bucket, hf_path=hf_path, inputs=inputs,
-        label_field=label_field, num_labels=num_labels, problem=problem,
-        metric=metric, report_split=report_split, languages=languages, euro_languages=euro,
-        hf_config=hf_config, hf_lang_configs=lang_configs,
-        hub_splits=hub_splits, language_field=language_field,
-        description=description, data_dir=data_dir, label_names=labels or (),
-        revision=revision, source=source,
-    )  # fmt: skip
+        bucket=bucket,
+        hf_path=hf_path,
+        inputs=inputs,
+        label_field=label_field,
+        num_labels=num_labels,
+        problem=problem,
+        metric=metric,
+        report_split=report_split,
+        languages=languages,
+        euro_languages=euro,
+        hf_config=hf_config,
+        hf_lang_configs=lang_configs,
+        hub_splits=hub_splits,
+        language_field=language_field,
+        description=description,
+        data_dir=data_dir,
+        label_names=labels or (),
+        revision=revision,
+        source=source,
+    )
     return UserTask(key, knobs, revision, source)
 
 
@@ -327,23 +345,35 @@ def _classes(t: _Table) -> tuple[str, tuple[str, ...], tuple[str, ...] | None, i
         raise t.fail("num_labels", f"{quote(num_labels)} is not a whole number")
     if problem == REGRESSION:
         if labels is not None:
-            raise t.fail("labels", "a regression task has no classes: remove labels (its "
-                         "target is the number in label_field)")  # fmt: skip
+            raise t.fail(
+                "labels",
+                "a regression task has no classes: remove labels (its "
+                "target is the number in label_field)",
+            )
         if num_labels not in (None, 1):
-            raise t.fail("num_labels", f"{num_labels} for a regression task; remove it (a "
-                         "regression has one output)")  # fmt: skip
+            raise t.fail(
+                "num_labels",
+                f"{num_labels} for a regression task; remove it (a regression has one output)",
+            )
         num_labels = 1
     else:
         if labels is None and num_labels is None:
-            raise t.fail("labels", "missing; give labels (the class names, in class-id order) "
-                         "or num_labels")  # fmt: skip
+            raise t.fail(
+                "labels", "missing; give labels (the class names, in class-id order) or num_labels"
+            )
         if labels is not None and num_labels is not None and num_labels != len(labels):
-            raise t.fail("num_labels", f"{num_labels}, but labels names {len(labels)} classes "
-                         f"({', '.join(labels)}); give one of the two")  # fmt: skip
+            raise t.fail(
+                "num_labels",
+                f"{num_labels}, but labels names {len(labels)} classes "
+                f"({', '.join(labels)}); give one of the two",
+            )
         num_labels = len(labels) if labels is not None else num_labels
         if num_labels < 2:
-            raise t.fail("num_labels", f"{num_labels}; a classification task has 2 classes or "
-                         "more (for a numeric target, set problem = regression)")  # fmt: skip
+            raise t.fail(
+                "num_labels",
+                f"{num_labels}; a classification task has 2 classes or "
+                "more (for a numeric target, set problem = regression)",
+            )
     return problem, inputs, labels, num_labels
 
 
@@ -355,24 +385,34 @@ def _metric(t: _Table, problem: str | None, num_labels: int | None) -> str:
     metric = t.choice("metric", METRICS, "")
     if problem is None:
         return metric
-    allowed = REGRESSION_METRICS if problem == REGRESSION else tuple(
-        m for m in METRICS if m not in REGRESSION_METRICS
-    )  # fmt: skip
+    allowed = (
+        REGRESSION_METRICS
+        if problem == REGRESSION
+        else tuple(m for m in METRICS if m not in REGRESSION_METRICS)
+    )
     if metric not in allowed:
         kind = short_name(problem)
-        raise t.fail("metric", f"{metric} does not score a {kind} task; valid for {kind}: "
-                     f"{', '.join(allowed)}")  # fmt: skip
+        raise t.fail(
+            "metric",
+            f"{metric} does not score a {kind} task; valid for {kind}: {', '.join(allowed)}",
+        )
     if metric == "f1" and num_labels != 2:
-        raise t.fail("metric", f"f1 is the F1 of class 1 of a two-class task, and this task "
-                     f"has {num_labels} classes; use macro_f1 or accuracy")  # fmt: skip
+        raise t.fail(
+            "metric",
+            f"f1 is the F1 of class 1 of a two-class task, and this task "
+            f"has {num_labels} classes; use macro_f1 or accuracy",
+        )
     return metric
 
 
 def _report_split(t: _Table) -> str:
     """The split the task reports: test or validation."""
     if t.get("report_split") is None:
-        raise t.fail("report_split", "missing; give test (a labelled test split) or "
-                     "validation (dev, when the test labels are hidden)")  # fmt: skip
+        raise t.fail(
+            "report_split",
+            "missing; give test (a labelled test split) or "
+            "validation (dev, when the test labels are hidden)",
+        )
     return t.choice("report_split", REPORT_SPLITS, "")
 
 
@@ -382,8 +422,9 @@ def _languages(t: _Table) -> tuple[tuple[str, ...], tuple[str, ...], str | None]
     euro = t.texts("euro_languages") or languages
     outside = [lang for lang in euro if lang not in languages]
     if outside:
-        raise t.fail("euro_languages", f"{', '.join(outside)} not in languages "
-                     f"({', '.join(languages)})")  # fmt: skip
+        raise t.fail(
+            "euro_languages", f"{', '.join(outside)} not in languages ({', '.join(languages)})"
+        )
     return languages, euro, t.text("language_field")
 
 
@@ -394,8 +435,11 @@ def _location(
     language (checked against `languages` when those are known)."""
     hf_path = t.text("hf_path")
     data_dir = _data_dir(t, source)  # with neither, the task is read from --data-dir DIR/<key>/
-    hub_only = [f for f in ("hf_config", "hf_lang_configs", "revision", "hub_splits") if
-                t.get(f) is not None]  # fmt: skip
+    hub_only = [
+        f
+        for f in ("hf_config", "hf_lang_configs", "revision", "hub_splits")
+        if t.get(f) is not None
+    ]
     if hub_only and hf_path is None:
         raise t.fail(hub_only[0], "is for a Hub dataset, and hf_path is not given")
     if languages is None:
@@ -414,8 +458,11 @@ def _data_dir(t: _Table, source: str) -> Path | None:
     base = Path(source).parent
     path = Path(os.path.abspath(base / Path(value).expanduser()))
     if not path.is_dir():
-        raise t.fail("data_dir", f"{path} is not a folder (a relative data_dir is read from "
-                     f"the task file's folder, {os.path.abspath(base)})")  # fmt: skip
+        raise t.fail(
+            "data_dir",
+            f"{path} is not a folder (a relative data_dir is read from "
+            f"the task file's folder, {os.path.abspath(base)})",
+        )
     return path
 
 

@@ -41,7 +41,6 @@ TRAIN_SHUFFLE_SEED = (
 )
 
 
-
 @dataclass(frozen=True)
 class TaskKnobs:
     """Everything the harness knows about a task, as data.
@@ -128,11 +127,17 @@ def _wsc_inputs(row: dict) -> tuple[str, None]:
     """
     words = row["text"].split(" ")
     spans = [
-        (_wsc_align(words, int(row["span1_index"]), str(row["span1_text"])),
-         len(str(row["span1_text"]).split()), "*"),
-        (_wsc_align(words, int(row["span2_index"]), str(row["span2_text"])),
-         len(str(row["span2_text"]).split()), "#"),
-    ]  # fmt: skip
+        (
+            _wsc_align(words, int(row["span1_index"]), str(row["span1_text"])),
+            len(str(row["span1_text"]).split()),
+            "*",
+        ),
+        (
+            _wsc_align(words, int(row["span2_index"]), str(row["span2_text"])),
+            len(str(row["span2_text"]).split()),
+            "#",
+        ),
+    ]
     for start, length, mark in spans:
         if not 0 <= start < len(words):
             raise ValueError(f"span index {start} outside the text's {len(words)} words")
@@ -178,11 +183,13 @@ SEAHORSE_QUESTION_NAMES = (
     ("comprehensible", "The summary can be read and understood by the rater."),
     ("repetition", "The summary is free of unnecessarily repeated information."),
     ("grammar", "The summary is grammatically correct."),
-    ("attribution",
-     "All the information in the summary is fully attributable to the source article."),
+    (
+        "attribution",
+        "All the information in the summary is fully attributable to the source article.",
+    ),
     ("main ideas", "The summary captures the main idea(s) of the source article."),
     ("conciseness", "The summary concisely represents the information in the source article."),
-)  # fmt: skip
+)
 SEAHORSE_EXAMPLE_KEY = ("summary", "article", "worker_lang", "model", "gem_id")
 
 
@@ -275,8 +282,10 @@ def _ms_marco_passages(rows: list[dict], where: str) -> list[dict]:
             continue
         passages, missing = row["passages"], [k for k in ("query_id", "query") if k not in row]
         if isinstance(passages, list):  # a sequence of structs read as a list of dicts
-            passages = {k: [p.get(k) for p in passages if isinstance(p, dict)]
-                        for k in ("passage_text", "is_selected")}  # fmt: skip
+            passages = {
+                k: [p.get(k) for p in passages if isinstance(p, dict)]
+                for k in ("passage_text", "is_selected")
+            }
         lists = isinstance(passages, dict) and all(
             isinstance(passages.get(k), list) for k in ("passage_text", "is_selected")
         )
@@ -287,12 +296,21 @@ def _ms_marco_passages(rows: list[dict], where: str) -> list[dict]:
             )
         texts, selected = passages["passage_text"], passages["is_selected"]
         if len(texts) != len(selected):
-            raise HarnessError(f"{where}: row {number}: {len(texts)} passages but "
-                               f"{len(selected)} is_selected labels")  # fmt: skip
+            raise HarnessError(
+                f"{where}: row {number}: {len(texts)} passages but "
+                f"{len(selected)} is_selected labels"
+            )
         for i, (text, label) in enumerate(zip(texts, selected, strict=True), start=1):
-            out.append({"query_id": row["query_id"], "query": row["query"],
-                        "passage_id": f"{row['query_id']}-{i}", "passage": text,
-                        "label": label, "retrieval_rank": i})  # fmt: skip
+            out.append(
+                {
+                    "query_id": row["query_id"],
+                    "query": row["query"],
+                    "passage_id": f"{row['query_id']}-{i}",
+                    "passage": text,
+                    "label": label,
+                    "retrieval_rank": i,
+                }
+            )
     return out
 
 
@@ -306,35 +324,110 @@ ROW_GROUPINGS: dict[str, Callable[[list[dict], str], list[dict]]] = {
 _GLUE = "nyu-mll/glue"
 _SUPERGLUE = "aps/super_glue"
 _XNLI_LANGS = (
-    "ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh",
-)  # fmt: skip
+    "ar",
+    "bg",
+    "de",
+    "el",
+    "en",
+    "es",
+    "fr",
+    "hi",
+    "ru",
+    "sw",
+    "th",
+    "tr",
+    "ur",
+    "vi",
+    "zh",
+)
 # The 51 locales of MASSIVE 1.0 (the loading script's _LANGUAGE_PAIRS, each a config of
 # AmazonScience/massive); the Hub's v1.1 script adds ca-ES, which is not among them.
 _MASSIVE_LOCALES = (
-    "af-ZA", "am-ET", "ar-SA", "az-AZ", "bn-BD", "cy-GB", "da-DK", "de-DE", "el-GR", "en-US",
-    "es-ES", "fa-IR", "fi-FI", "fr-FR", "he-IL", "hi-IN", "hu-HU", "hy-AM", "id-ID", "is-IS",
-    "it-IT", "ja-JP", "jv-ID", "ka-GE", "km-KH", "kn-IN", "ko-KR", "lv-LV", "ml-IN", "mn-MN",
-    "ms-MY", "my-MM", "nb-NO", "nl-NL", "pl-PL", "pt-PT", "ro-RO", "ru-RU", "sl-SL", "sq-AL",
-    "sv-SE", "sw-KE", "ta-IN", "te-IN", "th-TH", "tl-PH", "tr-TR", "ur-PK", "vi-VN", "zh-CN",
+    "af-ZA",
+    "am-ET",
+    "ar-SA",
+    "az-AZ",
+    "bn-BD",
+    "cy-GB",
+    "da-DK",
+    "de-DE",
+    "el-GR",
+    "en-US",
+    "es-ES",
+    "fa-IR",
+    "fi-FI",
+    "fr-FR",
+    "he-IL",
+    "hi-IN",
+    "hu-HU",
+    "hy-AM",
+    "id-ID",
+    "is-IS",
+    "it-IT",
+    "ja-JP",
+    "jv-ID",
+    "ka-GE",
+    "km-KH",
+    "kn-IN",
+    "ko-KR",
+    "lv-LV",
+    "ml-IN",
+    "mn-MN",
+    "ms-MY",
+    "my-MM",
+    "nb-NO",
+    "nl-NL",
+    "pl-PL",
+    "pt-PT",
+    "ro-RO",
+    "ru-RU",
+    "sl-SL",
+    "sq-AL",
+    "sv-SE",
+    "sw-KE",
+    "ta-IN",
+    "te-IN",
+    "th-TH",
+    "tl-PH",
+    "tr-TR",
+    "ur-PK",
+    "vi-VN",
+    "zh-CN",
     "zh-TW",
-)  # fmt: skip
+)
 _MASSIVE_EURO = ("de-DE", "en-US", "es-ES", "fr-FR", "it-IT", "nl-NL", "pl-PL", "pt-PT")
 
 
 def _glue(config: str, inputs: tuple[str, ...], num_labels: int, metric: str, **kw) -> TaskKnobs:
     return TaskKnobs(
-        bucket="glue", hf_path=_GLUE, hf_config=config, inputs=inputs, label_field="label",
-        num_labels=num_labels, problem=kw.pop("problem", SINGLE_LABEL), metric=metric,
-        report_split="validation", **kw,
-    )  # fmt: skip
+        bucket="glue",
+        hf_path=_GLUE,
+        hf_config=config,
+        inputs=inputs,
+        label_field="label",
+        num_labels=num_labels,
+        problem=kw.pop("problem", SINGLE_LABEL),
+        metric=metric,
+        report_split="validation",
+        **kw,
+    )
 
 
-def _superglue(config: str, inputs: tuple[str, ...], num_labels: int, metric: str, **kw) -> TaskKnobs:
+def _superglue(
+    config: str, inputs: tuple[str, ...], num_labels: int, metric: str, **kw
+) -> TaskKnobs:
     return TaskKnobs(
-        bucket="superglue", hf_path=_SUPERGLUE, hf_config=config, inputs=inputs,
-        label_field="label", num_labels=num_labels, problem=SINGLE_LABEL, metric=metric,
-        report_split="validation", **kw,
-    )  # fmt: skip
+        bucket="superglue",
+        hf_path=_SUPERGLUE,
+        hf_config=config,
+        inputs=inputs,
+        label_field="label",
+        num_labels=num_labels,
+        problem=SINGLE_LABEL,
+        metric=metric,
+        report_split="validation",
+        **kw,
+    )
 
 
 TASK_KNOBS: dict[str, TaskKnobs] = {
@@ -399,7 +492,7 @@ TASK_KNOBS: dict[str, TaskKnobs] = {
         "mnli", ("premise", "hypothesis"), 3, "accuracy",
         hub_splits={"validation": "validation_matched", "test": "test_matched"},
         label="MNLI", train_rows=392_702,
-    ),  # fmt: skip
+    ),
     "glue_qnli": _glue("qnli", ("question", "sentence"), 2, "accuracy", label="QNLI", train_rows=104_743),
     "glue_rte": _glue("rte", ("sentence1", "sentence2"), 2, "accuracy", label="RTE", train_rows=2_490),
     # --- SuperGLUE
@@ -703,8 +796,10 @@ def _read_mirror_file(path: Path, task: str, split: str) -> list[dict]:
                 "the task key)."
             )
             if task_knobs(task).hf_path is None or hub_offline():  # no Hub command to offer
-                fix = (f"Copy the task's files into {path.parent}{os.sep} (a mirror keeps a "
-                       "task's files in a folder named after the task key).")  # fmt: skip
+                fix = (
+                    f"Copy the task's files into {path.parent}{os.sep} (a mirror keeps a "
+                    "task's files in a folder named after the task key)."
+                )
         raise HarnessError(
             f"{where} has no {path.name} for task {task!r} (looked at {path}; "
             f"found: {', '.join(have) or 'no task directory'}). {fix}"
@@ -856,9 +951,11 @@ def load_generic(
         return _read_checked(task, split, data_dir, rows_to_split)
 
     train_parts = per_lang("train")
-    train = concat_and_shuffle(list(train_parts.values())) if knobs.multilingual else (
-        next(iter(train_parts.values()))
-    )  # fmt: skip
+    train = (
+        concat_and_shuffle(list(train_parts.values()))
+        if knobs.multilingual
+        else (next(iter(train_parts.values())))
+    )
     val = per_lang("validation")
     if knobs.report_split == "validation":
         test = val
@@ -875,32 +972,49 @@ def ranking_rows_to_split(task: str, rows: list[dict], where: str) -> Split:
     knobs = task_knobs(task)
     if knobs.row_grouping:
         rows = ROW_GROUPINGS[knobs.row_grouping](rows, where)
-    fields_needed = (*knobs.inputs, knobs.label_field, knobs.query_field, knobs.doc_field,
-                     knobs.first_stage_field)  # fmt: skip
-    split: Split = {k: [] for k in ("text", "text_pair", "label", "query_id", "doc_id",
-                                    "first_stage_rank")}  # fmt: skip
+    fields_needed = (
+        *knobs.inputs,
+        knobs.label_field,
+        knobs.query_field,
+        knobs.doc_field,
+        knobs.first_stage_field,
+    )
+    split: Split = {
+        k: [] for k in ("text", "text_pair", "label", "query_id", "doc_id", "first_stage_rank")
+    }
     seen_docs: set = set()
     seen_ranks: set = set()
     for number, row in enumerate(rows, start=1):
         missing = [f for f in fields_needed if f not in row]
         if missing:
-            raise HarnessError(f"{where}: row {number} has no field {missing[0]!r} (task "
-                               f"{task!r} needs {', '.join(fields_needed)})")  # fmt: skip
+            raise HarnessError(
+                f"{where}: row {number} has no field {missing[0]!r} (task "
+                f"{task!r} needs {', '.join(fields_needed)})"
+            )
         label, rank = row[knobs.label_field], row[knobs.first_stage_field]
         if label not in (0, 1) or isinstance(label, bool):
             raise HarnessError(f"{where}: row {number}: relevance label {label!r} is not 0 or 1")
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-            raise HarnessError(f"{where}: row {number}: {knobs.first_stage_field} {rank!r} is "
-                               "not a positive integer rank")  # fmt: skip
+            raise HarnessError(
+                f"{where}: row {number}: {knobs.first_stage_field} {rank!r} is "
+                "not a positive integer rank"
+            )
         qid, doc = str(row[knobs.query_field]), str(row[knobs.doc_field])
         if (qid, doc) in seen_docs or (qid, rank) in seen_ranks:
-            raise HarnessError(f"{where}: row {number}: query {qid} lists candidate {doc} or "
-                               f"rank {rank} twice; each candidate once, one per rank")  # fmt: skip
+            raise HarnessError(
+                f"{where}: row {number}: query {qid} lists candidate {doc} or "
+                f"rank {rank} twice; each candidate once, one per rank"
+            )
         seen_docs.add((qid, doc))
         seen_ranks.add((qid, rank))
-        for column, value in (("text", row[knobs.inputs[0]]), ("text_pair", row[knobs.inputs[1]]),
-                              ("label", int(label)), ("query_id", qid), ("doc_id", doc),
-                              ("first_stage_rank", rank)):  # fmt: skip
+        for column, value in (
+            ("text", row[knobs.inputs[0]]),
+            ("text_pair", row[knobs.inputs[1]]),
+            ("label", int(label)),
+            ("query_id", qid),
+            ("doc_id", doc),
+            ("first_stage_rank", rank),
+        ):
             split[column].append("" if value is None else value)
     return split
 
@@ -914,9 +1028,11 @@ def load_ranking(
     knobs = task_knobs(task)
     data_dir = resolve_data_dir(data_dir)
     if task_data_folder(task, data_dir) is None and knobs.hf_path is None:
-        raise HarnessError(f"task {task!r} is read from a data mirror only; pass --data-dir "
-                           f"DIR with {task}/train.jsonl and {task}/validation.jsonl (or set "
-                           "ENCODER_EVAL_DATA_DIR)")  # fmt: skip
+        raise HarnessError(
+            f"task {task!r} is read from a data mirror only; pass --data-dir "
+            f"DIR with {task}/train.jsonl and {task}/validation.jsonl (or set "
+            "ENCODER_EVAL_DATA_DIR)"
+        )
 
     def one(split: str) -> dict[str, Split]:
         return _read_checked(task, split, data_dir, ranking_rows_to_split)
@@ -944,9 +1060,11 @@ def load_task(
     "holdout", dev is replaced by a fixed slice of train (`encoder_eval.data.holdout`)."""
     knobs = task_knobs(task)
     if knobs.problem == RANKING and selection_split != "dev":
-        raise HarnessError(f"task {task!r} is a ranking task: the {selection_split} slice is "
-                           "drawn per example, which would split queries; use "
-                           "--selection-split dev")  # fmt: skip
+        raise HarnessError(
+            f"task {task!r} is a ranking task: the {selection_split} slice is "
+            "drawn per example, which would split queries; use "
+            "--selection-split dev"
+        )
     return apply_selection_split(loader_for(task)(data_dir, with_test=with_test), selection_split)
 
 
@@ -963,25 +1081,39 @@ def data_provenance(task: str, data_dir: str | os.PathLike | None = None) -> dic
     data_dir = resolve_data_dir(data_dir)
     if knobs.bucket == "synthetic":
         version = synthetic.GENERATOR_VERSION
-        return {"source": "synthetic", "generator_version": version,
-                "identity": f"synthetic:{task}:v{version}"}  # fmt: skip
+        return {
+            "source": "synthetic",
+            "generator_version": version,
+            "identity": f"synthetic:{task}:v{version}",
+        }
     folder = task_data_folder(task, data_dir)
     if folder is None and knobs.hf_path is None:
-        raise HarnessError(f"task {task!r} is read from a data mirror only; pass --data-dir DIR "
-                           f"(or set ENCODER_EVAL_DATA_DIR) with its files in DIR/{task}/")  # fmt: skip
+        raise HarnessError(
+            f"task {task!r} is read from a data mirror only; pass --data-dir DIR "
+            f"(or set ENCODER_EVAL_DATA_DIR) with its files in DIR/{task}/"
+        )
     if folder is None:
         requested = dataset_revisions().get(knobs.hf_path) if knobs.hf_path else None
         sha = _resolved_revision(knobs, task)
-        return {"source": "hub", "dataset": knobs.hf_path, "revision": sha,
-                "revision_requested": requested, "identity": f"hub:{knobs.hf_path}@{sha}"}  # fmt: skip
+        return {
+            "source": "hub",
+            "dataset": knobs.hf_path,
+            "revision": sha,
+            "revision_requested": requested,
+            "identity": f"hub:{knobs.hf_path}@{sha}",
+        }
     digest = hashlib.sha256()
     for path in sorted(folder.glob("*.jsonl")):
         digest.update(path.name.encode() + b"\0")
         with open(path, "rb") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
-    out = {"source": "mirror", "dataset": knobs.hf_path, "sha256": digest.hexdigest(),
-           "identity": f"mirror:sha256:{digest.hexdigest()}"}  # fmt: skip
+    out = {
+        "source": "mirror",
+        "dataset": knobs.hf_path,
+        "sha256": digest.hexdigest(),
+        "identity": f"mirror:sha256:{digest.hexdigest()}",
+    }
     manifest = data_dir / "MANIFEST.json" if knobs.data_dir is None else None
     if manifest is not None and manifest.exists():
         try:

@@ -82,10 +82,13 @@ def usable(cache_dir: str | os.PathLike, create: bool = False) -> bool:
         return True
     if str(path) not in _warned:
         _warned.add(str(path))
-        print(f"warning: not using the token cache {path}: another user could write into it "
-              f"(mode {stat.S_IMODE(st.st_mode):04o}, owner uid {st.st_uid}); make it private "
-              f"(chmod 700 {path}) or, to share it with your team on purpose, set "
-              f"{SHARED_ENV}=1 (SECURITY.md)", file=sys.stderr)  # fmt: skip
+        print(
+            f"warning: not using the token cache {path}: another user could write into it "
+            f"(mode {stat.S_IMODE(st.st_mode):04o}, owner uid {st.st_uid}); make it private "
+            f"(chmod 700 {path}) or, to share it with your team on purpose, set "
+            f"{SHARED_ENV}=1 (SECURITY.md)",
+            file=sys.stderr,
+        )
     return False
 
 
@@ -121,8 +124,13 @@ def split_fingerprint(split: dict) -> str:
 
 def cache_key(tokenizer_fp: str, split: dict, max_len: int, input_names) -> str:
     h = hashlib.sha256()
-    for part in (str(CACHE_VERSION), tokenizer_fp, str(max_len), ",".join(input_names),
-                 split_fingerprint(split)):  # fmt: skip
+    for part in (
+        str(CACHE_VERSION),
+        tokenizer_fp,
+        str(max_len),
+        ",".join(input_names),
+        split_fingerprint(split),
+    ):
         h.update(part.encode() + b"\x00")
     return h.hexdigest()
 
@@ -139,11 +147,18 @@ def pack(key: str, arrays: dict[str, np.ndarray], meta: dict | None = None) -> b
     """The bytes of a cache entry (also the embedding cache's): the magic line, a SHA-256 of
     the rest, then the header's length, the JSON header (`key`, `meta`, each array's name,
     dtype and shape) and the arrays' raw little-endian bytes."""
-    arrays = {name: np.ascontiguousarray(a, dtype=np.dtype(a.dtype).newbyteorder("<"))
-              for name, a in arrays.items()}  # fmt: skip
-    header = {"version": CACHE_VERSION, "key": key, "meta": meta or {},
-              "arrays": [{"name": n, "dtype": a.dtype.str, "shape": list(a.shape)}
-                         for n, a in arrays.items()]}  # fmt: skip
+    arrays = {
+        name: np.ascontiguousarray(a, dtype=np.dtype(a.dtype).newbyteorder("<"))
+        for name, a in arrays.items()
+    }
+    header = {
+        "version": CACHE_VERSION,
+        "key": key,
+        "meta": meta or {},
+        "arrays": [
+            {"name": n, "dtype": a.dtype.str, "shape": list(a.shape)} for n, a in arrays.items()
+        ],
+    }
     head = json.dumps(header).encode()
     rest = len(head).to_bytes(_HEADER_LEN, "little") + head
     rest += b"".join(a.tobytes() for a in arrays.values())
@@ -242,8 +257,10 @@ def encode_entry(key: str, features: dict[str, list[list[int]]], labels: list) -
     else:
         return None
     total = sum(lengths)
-    arrays = {"lengths": np.asarray(lengths, dtype="<i8"),
-              "labels": np.asarray(labels, dtype=label_dtype)}  # fmt: skip
+    arrays = {
+        "lengths": np.asarray(lengths, dtype="<i8"),
+        "labels": np.asarray(labels, dtype=label_dtype),
+    }
     for name in names:
         flat = np.fromiter(itertools.chain.from_iterable(features[name]), dtype="<i8", count=total)
         small = not flat.size or (flat.min() >= -(2**31) and flat.max() < 2**31)

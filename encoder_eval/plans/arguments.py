@@ -48,59 +48,112 @@ def add_plan_arguments(p: argparse.ArgumentParser, phases: tuple[str, ...] = PHA
     """Flags that define which cells a phase has (shared by sweep and status; `phases`: the
     phases the command takes)."""
     g = p.add_argument_group("what runs")
-    g.add_argument("--experiment", metavar="FILE", help="an experiment file (TOML; see "
-                   "examples/experiment.toml) that fills the flags not given")  # fmt: skip
+    g.add_argument(
+        "--experiment",
+        metavar="FILE",
+        help="an experiment file (TOML; see "
+        "examples/experiment.toml) that fills the flags not given",
+    )
     probe = "; probe: linear probes on frozen embeddings, one unit per (model, task)"
-    g.add_argument("--phase", choices=phases, help="select: LR grid x select seeds, dev only; "
-                   "report: report seeds at each pair's selected LR"
-                   + (probe if PROBE_PHASE in phases else ""))  # fmt: skip
+    g.add_argument(
+        "--phase",
+        choices=phases,
+        help="select: LR grid x select seeds, dev only; "
+        "report: report seeds at each pair's selected LR"
+        + (probe if PROBE_PHASE in phases else ""),
+    )
     g.add_argument("--selection", help="selection.json from encoder-eval select (report phase)")
-    g.add_argument("--models", help="comma-separated model names (default: every registry "
-                   "model, or only the --model additions when any are given)")  # fmt: skip
-    g.add_argument("--model", action="append", default=[], metavar="NAME=PATH[:MODE]",
-                   help=f"add a model for this sweep (repeatable); MODE: {' | '.join(MODES)} or a "
-                   "loader plug-in's mode, default auto")  # fmt: skip
-    g.add_argument("--trust-remote-code", metavar="MODEL[,MODEL]", help="let these models "
-                   "run code from their repositories (registry rows that need it and load "
-                   "from their own Hub id need no flag); an experiment or selection file "
-                   "never turns remote code on")  # fmt: skip
-    g.add_argument("--tasks", help="comma-separated task keys and groups (default: "
-                   f"multilingual = {','.join(MULTILINGUAL_TASKS)}); groups: "
-                   f"{', '.join(TASK_GROUPS)} (all: the whole suite)")  # fmt: skip
-    g.add_argument("--tasks-file", action="append", default=[], metavar="FILE",
-                   help="a file of user task definitions (TOML or YAML; repeatable): its "
-                   "tasks can be named in --tasks, and every cell reads it")  # fmt: skip
+    g.add_argument(
+        "--models",
+        help="comma-separated model names (default: every registry "
+        "model, or only the --model additions when any are given)",
+    )
+    g.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME=PATH[:MODE]",
+        help=f"add a model for this sweep (repeatable); MODE: {' | '.join(MODES)} or a "
+        "loader plug-in's mode, default auto",
+    )
+    g.add_argument(
+        "--trust-remote-code",
+        metavar="MODEL[,MODEL]",
+        help="let these models "
+        "run code from their repositories (registry rows that need it and load "
+        "from their own Hub id need no flag); an experiment or selection file "
+        "never turns remote code on",
+    )
+    g.add_argument(
+        "--tasks",
+        help="comma-separated task keys and groups (default: "
+        f"multilingual = {','.join(MULTILINGUAL_TASKS)}); groups: "
+        f"{', '.join(TASK_GROUPS)} (all: the whole suite)",
+    )
+    g.add_argument(
+        "--tasks-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a file of user task definitions (TOML or YAML; repeatable): its "
+        "tasks can be named in --tasks, and every cell reads it",
+    )
     g = p.add_argument_group("shrinking for smoke runs (results are marked off-protocol)")
     g.add_argument("--lr-keys", help="a subset of the grid, e.g. lr03,lr06 (select phase)")
     g.add_argument("--seeds", help="seeds instead of the phase's (select 42-44, report 45-49)")
-    g.add_argument("--max-steps", type=int, help="step cap (protocol: "
-                   f"{PROTOCOL_RECIPE.max_steps})")  # fmt: skip
-    g.add_argument("--max-seq-len", type=int, help="truncation length (protocol: "
-                   f"{PROTOCOL_RECIPE.max_seq_len})")  # fmt: skip
-    g.add_argument("--limit", type=int, metavar="N", help="a smoke run: every split of every "
-                   "cell cut to N examples (seeded, stratified; `run --limit`)")  # fmt: skip
+    g.add_argument(
+        "--max-steps", type=int, help=f"step cap (protocol: {PROTOCOL_RECIPE.max_steps})"
+    )
+    g.add_argument(
+        "--max-seq-len",
+        type=int,
+        help=f"truncation length (protocol: {PROTOCOL_RECIPE.max_seq_len})",
+    )
+    g.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        help="a smoke run: every split of every "
+        "cell cut to N examples (seeded, stratified; `run --limit`)",
+    )
     g = p.add_argument_group("what each cell records")
-    g.add_argument("--report-to", metavar="LIST", help="send every cell's curves to "
-                   "tensorboard, mlflow and/or wandb (`run --report-to`; default none)")  # fmt: skip
+    g.add_argument(
+        "--report-to",
+        metavar="LIST",
+        help="send every cell's curves to "
+        "tensorboard, mlflow and/or wandb (`run --report-to`; default none)",
+    )
     g = p.add_argument_group("protocol variant")
-    g.add_argument("--selection-split", choices=SELECTION_SPLITS, help="what picks the LR "
-                   "and the early-stopping checkpoint: dev (default, the specification's) or "
-                   "holdout (strict: a fixed slice of train; see EVALUATION_METHODOLOGY.md); "
-                   "a report phase follows its selection")  # fmt: skip
+    g.add_argument(
+        "--selection-split",
+        choices=SELECTION_SPLITS,
+        help="what picks the LR "
+        "and the early-stopping checkpoint: dev (default, the specification's) or "
+        "holdout (strict: a fixed slice of train; see EVALUATION_METHODOLOGY.md); "
+        "a report phase follows its selection",
+    )
     g = p.add_argument_group("where")
     g.add_argument("--results-dir", help="result JSON directory (default: results/<phase>)")
     g.add_argument("--data-dir", help="offline data mirror passed to every cell")
-    g.add_argument("--device", choices=DEVICES,
-                   help="passed to every cell (default: auto)")  # fmt: skip
-    g.add_argument("--extra-run-args", default="", help="more encoder-eval run flags for every "
-                   "cell, as one shell-quoted string, e.g. '--micro-batch 8'")  # fmt: skip
+    g.add_argument("--device", choices=DEVICES, help="passed to every cell (default: auto)")
+    g.add_argument(
+        "--extra-run-args",
+        default="",
+        help="more encoder-eval run flags for every "
+        "cell, as one shell-quoted string, e.g. '--micro-batch 8'",
+    )
 
 
 # The probe phase's own flags (dest, flag), and the fine-tune flags it refuses.
 _PROBE_FLAGS = (("pooling", "--pooling"), ("k_folds", "--k-folds"))
-_FINETUNE_FLAGS = (("experiment", "--experiment"), ("selection", "--selection"),
-                   ("lr_keys", "--lr-keys"), ("seeds", "--seeds"), ("max_steps", "--max-steps"),
-                   ("selection_split", "--selection-split"))  # fmt: skip
+_FINETUNE_FLAGS = (
+    ("experiment", "--experiment"),
+    ("selection", "--selection"),
+    ("lr_keys", "--lr-keys"),
+    ("seeds", "--seeds"),
+    ("max_steps", "--max-steps"),
+    ("selection_split", "--selection-split"),
+)
 
 
 def add_probe_arguments(p: argparse.ArgumentParser) -> None:
@@ -108,12 +161,16 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "probe phase (--phase probe; also --max-seq-len, default 256, and --precision)"
     )
-    g.add_argument("--pooling", help="comma-separated poolings: mean, first, last (default "
-                   "mean); every pooling of a (model, task) runs in its one unit")  # fmt: skip
+    g.add_argument(
+        "--pooling",
+        help="comma-separated poolings: mean, first, last (default "
+        "mean); every pooling of a (model, task) runs in its one unit",
+    )
     g.add_argument("--k-folds", type=int, help="shuffle-split folds per task (default 10)")
     # --seed was, and for select/report stays, argparse's abbreviation of --seeds
-    g.add_argument("--seed", help="the folds' seed (default 42); for select/report the same "
-                   "as --seeds")  # fmt: skip
+    g.add_argument(
+        "--seed", help="the folds' seed (default 42); for select/report the same as --seeds"
+    )
     g.add_argument(
         "--precision",
         help="every cell's forward pass: bf16 (default; autocast, "
@@ -124,19 +181,33 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_emit_arguments(p: argparse.ArgumentParser, out_flag: str = "--out-dir") -> None:
     g = p.add_argument_group("the launch script")
-    g.add_argument("--mode", choices=EMIT_MODES, default="shell",
-                   help="shell: run_all.sh; slurm: launch.sh with one sbatch per cell; "
-                   "slurm-array: launch.sh submitting array jobs over a manifest")  # fmt: skip
-    g.add_argument("--slurm-template", help="your sbatch script (contract: the emit_slurm "
-                   "docstring in encoder_eval/plans/emit.py; example: examples/slurm_template.sh)")  # fmt: skip
-    g.add_argument("--group", choices=GROUPS, help="cells run by one process: pair = every "
-                   "cell of a (model, task), lr = the seeds of one (model, task, LR), cell = "
-                   "one (default: pair for shell, cell for slurm/slurm-array, where long "
-                   "jobs meet time limits)")  # fmt: skip
+    g.add_argument(
+        "--mode",
+        choices=EMIT_MODES,
+        default="shell",
+        help="shell: run_all.sh; slurm: launch.sh with one sbatch per cell; "
+        "slurm-array: launch.sh submitting array jobs over a manifest",
+    )
+    g.add_argument(
+        "--slurm-template",
+        help="your sbatch script (contract: the emit_slurm "
+        "docstring in encoder_eval/plans/emit.py; example: examples/slurm_template.sh)",
+    )
+    g.add_argument(
+        "--group",
+        choices=GROUPS,
+        help="cells run by one process: pair = every "
+        "cell of a (model, task), lr = the seeds of one (model, task, LR), cell = "
+        "one (default: pair for shell, cell for slurm/slurm-array, where long "
+        "jobs meet time limits)",
+    )
     g.add_argument("--requeue", action="store_true", help="pass --requeue to sbatch")
-    g.add_argument("--python", help="interpreter run_all.sh runs cells with, and every "
-                   "script checks which cells are done with (default: this one; $PYTHON "
-                   "overrides at run time)")  # fmt: skip
+    g.add_argument(
+        "--python",
+        help="interpreter run_all.sh runs cells with, and every "
+        "script checks which cells are done with (default: this one; $PYTHON "
+        "overrides at run time)",
+    )
 
 
 def _flags_given(args: argparse.Namespace, flags: tuple) -> list[str]:
@@ -152,8 +223,10 @@ def _extra_args(args: argparse.Namespace, finetune: bool = False) -> list[str]:
         extra = shlex.split(args.extra_run_args or "")
     except ValueError as exc:
         raise HarnessError(f"--extra-run-args is not valid shell quoting ({exc})") from None
-    given = [("--limit", None if getattr(args, "limit", None) is None else str(args.limit)),
-             ("--report-to", getattr(args, "report_to", None) or None)]  # fmt: skip
+    given = [
+        ("--limit", None if getattr(args, "limit", None) is None else str(args.limit)),
+        ("--report-to", getattr(args, "report_to", None) or None),
+    ]
     if finetune:
         given.append(("--precision", run_precision(getattr(args, "precision", None))))
     for flag, value in given:
@@ -161,8 +234,10 @@ def _extra_args(args: argparse.Namespace, finetune: bool = False) -> list[str]:
         if value is None or had == value:
             continue
         if had is not None:
-            raise HarnessError(f"{flag} {value} contradicts {flag} {had} of --extra-run-args or "
-                               "of the select phase's experiment; give one value")  # fmt: skip
+            raise HarnessError(
+                f"{flag} {value} contradicts {flag} {had} of --extra-run-args or "
+                "of the select phase's experiment; give one value"
+            )
         if (flag, value) != ("--precision", PROTOCOL_RECIPE.precision):  # the recipe's own
             extra += [flag, value]
     return extra
@@ -172,8 +247,10 @@ def probe_plan_from_args(args: argparse.Namespace) -> Plan:
     """The probe phase's Plan (`plan.build_probe_plan`) from the parsed flags."""
     wrong = _flags_given(args, _FINETUNE_FLAGS)
     if wrong:
-        raise HarnessError(f"{wrong[0]} is for --phase select/report; drop it for --phase "
-                           "probe (its flags: --pooling, --k-folds, --seed, --precision)")  # fmt: skip
+        raise HarnessError(
+            f"{wrong[0]} is for --phase select/report; drop it for --phase "
+            "probe (its flags: --pooling, --k-folds, --seed, --precision)"
+        )
     pooling = None if args.pooling is None else split_csv(args.pooling)
     precision = None if args.precision is None else probe_precision(args.precision)
     seed = None
@@ -184,12 +261,20 @@ def probe_plan_from_args(args: argparse.Namespace) -> Plan:
             raise HarnessError(f"--seed {args.seed!r} must be one integer, e.g. 42") from None
     return build_probe_plan(
         results_dir=args.results_dir or os.path.join("results", PROBE_PHASE),
-        models=split_csv(args.models) or None, extra_models=args.model,
-        tasks=split_csv(args.tasks) or None, poolings=pooling, k_folds=args.k_folds,
-        seed=seed, max_seq_len=args.max_seq_len, precision=precision,
-        data_dir=args.data_dir, device=args.device, extra_run_args=_extra_args(args),
-        trust_remote_code=split_csv(args.trust_remote_code), tasks_files=args.tasks_file,
-    )  # fmt: skip
+        models=split_csv(args.models) or None,
+        extra_models=args.model,
+        tasks=split_csv(args.tasks) or None,
+        poolings=pooling,
+        k_folds=args.k_folds,
+        seed=seed,
+        max_seq_len=args.max_seq_len,
+        precision=precision,
+        data_dir=args.data_dir,
+        device=args.device,
+        extra_run_args=_extra_args(args),
+        trust_remote_code=split_csv(args.trust_remote_code),
+        tasks_files=args.tasks_file,
+    )
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
@@ -198,8 +283,9 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         return probe_plan_from_args(args)
     wrong = _flags_given(args, _PROBE_FLAGS)
     if wrong:
-        raise HarnessError(f"{wrong[0]} is for --phase probe; drop it for --phase "
-                           f"{args.phase or 'select'}")  # fmt: skip
+        raise HarnessError(
+            f"{wrong[0]} is for --phase probe; drop it for --phase {args.phase or 'select'}"
+        )
     if getattr(args, "seed", None) is not None and args.seeds is None:
         args.seeds = args.seed
     experiment.apply_to_args(args)
@@ -212,14 +298,22 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     return build_plan(
         args.phase,
         results_dir=args.results_dir or os.path.join("results", args.phase),
-        models=split_csv(args.models) or None, extra_models=args.model,
-        tasks=split_csv(args.tasks) or None, lr_keys=parse_lr_keys(args.lr_keys),
-        seeds=parse_seeds(args.seeds), selection=selection, max_steps=args.max_steps,
-        max_seq_len=args.max_seq_len, data_dir=args.data_dir, device=args.device,
-        extra_run_args=extra, trust_remote_code=split_csv(args.trust_remote_code),
-        pins=getattr(args, "model_pins", None), selection_split=args.selection_split,
+        models=split_csv(args.models) or None,
+        extra_models=args.model,
+        tasks=split_csv(args.tasks) or None,
+        lr_keys=parse_lr_keys(args.lr_keys),
+        seeds=parse_seeds(args.seeds),
+        selection=selection,
+        max_steps=args.max_steps,
+        max_seq_len=args.max_seq_len,
+        data_dir=args.data_dir,
+        device=args.device,
+        extra_run_args=extra,
+        trust_remote_code=split_csv(args.trust_remote_code),
+        pins=getattr(args, "model_pins", None),
+        selection_split=args.selection_split,
         tasks_files=args.tasks_file,
-    )  # fmt: skip
+    )
 
 
 def check_utf8_args(args: argparse.Namespace) -> None:
@@ -249,9 +343,3 @@ def format_grid() -> str:
     dummy = Plan(phase="select", cells=[], results_dir="")
     lines.append("recipe flags on every cell: " + shlex.join(dummy.recipe_args()))
     return "\n".join(lines)
-
-
-
-
-
-

@@ -41,9 +41,23 @@ DEFAULT_GROUP = {"shell": "pair", "slurm": "cell", "slurm-array": "cell"}
 DEFAULT_MAX_ARRAY_SIZE = 1001
 # Exported to a Slurm template, in this order (manifest columns after N and the N result files).
 SLURM_VARIABLES = (
-    "OUT_JSON", "MODEL", "MODEL_PATH", "MODE", "TASK", "LR", "LR_KEY", "SEED", "PHASE",
-    "RESULTS_DIR", "DATA_DIR", "DEVICE", "MAX_STEPS", "RECIPE_ARGS", "RUN_ARGS", "N_CELLS",
-)  # fmt: skip
+    "OUT_JSON",
+    "MODEL",
+    "MODEL_PATH",
+    "MODE",
+    "TASK",
+    "LR",
+    "LR_KEY",
+    "SEED",
+    "PHASE",
+    "RESULTS_DIR",
+    "DATA_DIR",
+    "DEVICE",
+    "MAX_STEPS",
+    "RECIPE_ARGS",
+    "RUN_ARGS",
+    "N_CELLS",
+)
 
 
 @dataclass
@@ -74,8 +88,10 @@ class Emitted:
                 "their cells"
             )
         if self.remote_code:
-            text += (f"\nremote code: {len(self.remote_code)} model(s) will run code from "
-                     f"their repositories: {'; '.join(self.remote_code)}")  # fmt: skip
+            text += (
+                f"\nremote code: {len(self.remote_code)} model(s) will run code from "
+                f"their repositories: {'; '.join(self.remote_code)}"
+            )
         return text
 
 
@@ -84,8 +100,11 @@ def remote_code_models(cells: list[Cell]) -> list[str]:
     out = []
     for c in cells:
         if c.trust_remote_code:
-            pins = [f"{k} {v}" for k, v in (("revision", c.revision),
-                                            ("code revision", c.code_revision)) if v]  # fmt: skip
+            pins = [
+                f"{k} {v}"
+                for k, v in (("revision", c.revision), ("code revision", c.code_revision))
+                if v
+            ]
             text = f"{c.model} ({c.model_path}{', ' if pins else ', unpinned'}{', '.join(pins)})"
             if text not in out:
                 out.append(text)
@@ -139,8 +158,11 @@ def _fill(
     whatever it holds), a `code` value as is (bash this module built from quoted words or
     constants). Lines marked `(template)` (shellcheck notes for the bare template) go."""
     words, code = words or {}, code or {}
-    text = "".join(line for line in _template(name).splitlines(keepends=True)
-                   if not (line.startswith("# shellcheck") and "(template)" in line))  # fmt: skip
+    text = "".join(
+        line
+        for line in _template(name).splitlines(keepends=True)
+        if not (line.startswith("# shellcheck") and "(template)" in line)
+    )
     wanted = set(_PLACEHOLDER.findall(text))
     # What the scripts and the Python side must agree on, filled from the Python constants.
     code = {**{k: v() for k, v in SHARED_CODE.items() if k in wanted and k not in words}, **code}
@@ -158,11 +180,18 @@ def _fill(
 def shell_constants() -> str:
     """The exit codes and done states the scripts test, as bash assignments (from
     `core.errors` and `core.results`: a script never spells one of its own)."""
-    codes = {"EXIT_INCOMPLETE": EXIT_INCOMPLETE, "EXIT_INPUT_ERROR": EXIT_INPUT_ERROR,
-             "EXIT_PREEMPTED": EXIT_PREEMPTED, "EXIT_INTERRUPTED": EXIT_INTERRUPTED}  # fmt: skip
-    return ("# shellcheck disable=SC2034  # not every script tests every code\n"
-            + " ".join(f"{k}={v}" for k, v in codes.items()) + "\n"
-            + f"DONE_STATES={_q(' '.join(DONE_STATES))}")  # fmt: skip
+    codes = {
+        "EXIT_INCOMPLETE": EXIT_INCOMPLETE,
+        "EXIT_INPUT_ERROR": EXIT_INPUT_ERROR,
+        "EXIT_PREEMPTED": EXIT_PREEMPTED,
+        "EXIT_INTERRUPTED": EXIT_INTERRUPTED,
+    }
+    return (
+        "# shellcheck disable=SC2034  # not every script tests every code\n"
+        + " ".join(f"{k}={v}" for k, v in codes.items())
+        + "\n"
+        + f"DONE_STATES={_q(' '.join(DONE_STATES))}"
+    )
 
 
 # Placeholders every template may hold, filled by `_fill` from the Python side.
@@ -275,9 +304,12 @@ def _cells_or_all(plan: Plan, cells: list[Cell] | None) -> list[Cell]:
 
 
 def emit_shell(
-    plan: Plan, out_dir: str | os.PathLike, cells: list[Cell] | None = None,
-    python: str | None = None, group: str = "pair",
-) -> Emitted:  # fmt: skip
+    plan: Plan,
+    out_dir: str | os.PathLike,
+    cells: list[Cell] | None = None,
+    python: str | None = None,
+    group: str = "pair",
+) -> Emitted:
     """Write `out_dir/run_all.sh`: one `encoder_eval.run` process per unit (`Plan.units`).
 
     By default a unit is every cell of one (model, task): one process runs all its LRs and
@@ -319,17 +351,22 @@ def emit_shell(
     body = _fill(
         "run_all.sh",
         words={
-            "PYTHON": python or sys.executable, "PHASE": plan.phase, "MODULE": plan.module,
+            "PYTHON": python or sys.executable,
+            "PHASE": plan.phase,
+            "MODULE": plan.module,
             "LOG_DIR": out / "logs",
-            "LOCK_DIR": out / "locks", "RESULTS_DIR": plan.results_dir,
-            "RERUN": "bash " + shlex.quote(str(script)), "TOTAL_CELLS": len(cells),
+            "LOCK_DIR": out / "locks",
+            "RESULTS_DIR": plan.results_dir,
+            "RERUN": "bash " + shlex.quote(str(script)),
+            "TOTAL_CELLS": len(cells),
             "TOTAL_UNITS": len(units),
         },
         code={
             "HEADER": _header(plan, f"run every cell, one process per {_GROUP_WORDS[group]}"),
-            "COMMON": _common(), "UNITS": _units_code(units_words),
+            "COMMON": _common(),
+            "UNITS": _units_code(units_words),
         },
-    )  # fmt: skip
+    )
     _make_dirs(plan, out)
     _write_script(script, body)
     n_done, corrupt = _states(plan, cells)
@@ -403,10 +440,14 @@ def _sbatch_path(path: Path) -> str:
 
 
 def emit_slurm(
-    plan: Plan, out_dir: str | os.PathLike, template: str | os.PathLike | None,
-    cells: list[Cell] | None = None, requeue: bool = False, group: str = "cell",
+    plan: Plan,
+    out_dir: str | os.PathLike,
+    template: str | os.PathLike | None,
+    cells: list[Cell] | None = None,
+    requeue: bool = False,
+    group: str = "cell",
     python: str | None = None,
-) -> Emitted:  # fmt: skip
+) -> Emitted:
     """Write `out_dir/launch.sh`: one `sbatch` per cell not done, each running your template.
 
     With `group` "lr" or "pair" (`--group`), one job runs a unit of several cells in one
@@ -497,10 +538,11 @@ def emit_slurm(
         words={"TEMPLATE": tpl, "PYTHON": python or sys.executable, "PHASE": plan.phase},
         code={
             "HEADER": _header(plan, "submit one sbatch job per cell not done"),
-            "REQUEUE": "--requeue" if requeue else "", "COMMON": _common(),
+            "REQUEUE": "--requeue" if requeue else "",
+            "COMMON": _common(),
             "UNITS": _units_code(units_words),
         },
-    )  # fmt: skip
+    )
     _make_dirs(plan, out)
     _write_script(tpl, text)
     script = out / "launch.sh"
@@ -523,10 +565,14 @@ def _split_template_header(text: str) -> tuple[str, str]:
 
 
 def emit_slurm_array(
-    plan: Plan, out_dir: str | os.PathLike, template: str | os.PathLike | None,
-    cells: list[Cell] | None = None, requeue: bool = False, group: str = "cell",
+    plan: Plan,
+    out_dir: str | os.PathLike,
+    template: str | os.PathLike | None,
+    cells: list[Cell] | None = None,
+    requeue: bool = False,
+    group: str = "cell",
     python: str | None = None,
-) -> Emitted:  # fmt: skip
+) -> Emitted:
     """Write a cells manifest, an array job script and `launch.sh` for one array job per phase.
 
     * `out_dir/manifest.tsv`: a header line, then one unit per line (one array task: a
@@ -570,23 +616,30 @@ def emit_slurm_array(
     array = out / "array.sh"
     head, rest = _split_template_header(text)
     python = python or sys.executable
-    preamble = _fill("array_preamble.sh", words={"PYTHON": python},
-                     code={"VARIABLES": " ".join(SLURM_VARIABLES)})  # fmt: skip
+    preamble = _fill(
+        "array_preamble.sh", words={"PYTHON": python}, code={"VARIABLES": " ".join(SLURM_VARIABLES)}
+    )
     job_name = f"ee-{plan.phase}-{_short_hash(plan.results_dir)}-array"
     launch = _fill(
         "launch_array.sh",
         words={
-            "MANIFEST": manifest, "ARRAY_SCRIPT": array, "ARRAYS_DIR": out / "arrays",
-            "LOG": _sbatch_path(out / "logs") + "/%x-%A_%a.out", "JOB_NAME": job_name,
-            "PYTHON": python, "PHASE": plan.phase,
+            "MANIFEST": manifest,
+            "ARRAY_SCRIPT": array,
+            "ARRAYS_DIR": out / "arrays",
+            "LOG": _sbatch_path(out / "logs") + "/%x-%A_%a.out",
+            "JOB_NAME": job_name,
+            "PYTHON": python,
+            "PHASE": plan.phase,
             "DEFAULT_MAX_ARRAY_SIZE": DEFAULT_MAX_ARRAY_SIZE,
         },
         code={
-            "HEADER": _header(plan, "submit one Slurm array job (chunked to MaxArraySize) "
-                              "over the manifest"),
-            "REQUEUE": "--requeue" if requeue else "", "COMMON": _common(),
+            "HEADER": _header(
+                plan, "submit one Slurm array job (chunked to MaxArraySize) over the manifest"
+            ),
+            "REQUEUE": "--requeue" if requeue else "",
+            "COMMON": _common(),
         },
-    )  # fmt: skip
+    )
     _make_dirs(plan, out)
     header = "\t".join(["N", "OUT_JSON_1..N", *SLURM_VARIABLES, "RUN_ARG..."])
     write_atomic(manifest, header + "\n" + "".join(r + "\n" for r in rows))
@@ -599,10 +652,16 @@ def emit_slurm_array(
 
 
 def emit(
-    plan: Plan, out_dir: str | os.PathLike, mode: str = "shell", *,
-    cells: list[Cell] | None = None, template: str | os.PathLike | None = None,
-    requeue: bool = False, python: str | None = None, group: str | None = None,
-) -> Emitted:  # fmt: skip
+    plan: Plan,
+    out_dir: str | os.PathLike,
+    mode: str = "shell",
+    *,
+    cells: list[Cell] | None = None,
+    template: str | os.PathLike | None = None,
+    requeue: bool = False,
+    python: str | None = None,
+    group: str | None = None,
+) -> Emitted:
     """Write the launch script of `mode` for `cells` (default: every cell of the plan).
 
     `group` says which cells share one process (`Plan.units`); default `DEFAULT_GROUP`:

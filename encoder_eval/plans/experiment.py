@@ -84,9 +84,20 @@ from encoder_eval.plans.selection import load_selection
 
 VERSION = 1
 _FIELDS = (
-    "version", "phase", "models", "tasks", "tasks_files", "lr_keys", "seeds", "recipe",
-    "data_dir", "device", "selection_split", "extra_run_args", "phases",
-)  # fmt: skip
+    "version",
+    "phase",
+    "models",
+    "tasks",
+    "tasks_files",
+    "lr_keys",
+    "seeds",
+    "recipe",
+    "data_dir",
+    "device",
+    "selection_split",
+    "extra_run_args",
+    "phases",
+)
 _MODEL_FIELDS = ("path", "mode", "trust_remote_code", "revision", "code_revision")
 _RECIPE_FIELDS = ("max_steps", "max_seq_len")
 _PHASE_FIELDS = ("results_dir", "out_dir", "selection")
@@ -107,8 +118,13 @@ class ModelSpec:
     @classmethod
     def of(cls, entry) -> ModelSpec:
         """The spec of a `models.ModelEntry` (a registry row)."""
-        return cls(entry.path, entry.mode, bool(entry.trust_remote_code), entry.revision,
-                   entry.code_revision)  # fmt: skip
+        return cls(
+            entry.path,
+            entry.mode,
+            bool(entry.trust_remote_code),
+            entry.revision,
+            entry.code_revision,
+        )
 
 
 # What a selection shared with `select --redact-paths` holds instead of a local path; the
@@ -160,7 +176,7 @@ class Experiment:
             self,
             models={
                 n: replace(m, path=REDACTED) if local(m.path) else m for n, m in self.models.items()
-            },  # fmt: skip
+            },
             data_dir=None if self.data_dir is None else REDACTED,
             tasks_files=[REDACTED for _ in self.tasks_files],
             phases={p: PhaseRecord() for p in self.phases},
@@ -183,10 +199,14 @@ class Experiment:
                 out[name] = getattr(self, name)
         out["extra_run_args"] = list(self.extra_run_args)
         out["models"] = {
-            name: {"path": m.path, "mode": m.mode, "trust_remote_code": m.trust_remote_code,
-                   **{k: v for k in _MODEL_FIELDS[3:] if (v := getattr(m, k)) is not None}}
+            name: {
+                "path": m.path,
+                "mode": m.mode,
+                "trust_remote_code": m.trust_remote_code,
+                **{k: v for k in _MODEL_FIELDS[3:] if (v := getattr(m, k)) is not None},
+            }
             for name, m in self.models.items()
-        }  # fmt: skip
+        }
         out["seeds"] = {p: list(s) for p, s in self.seeds.items()}
         out["recipe"] = {
             k: getattr(self, k) for k in _RECIPE_FIELDS if getattr(self, k) is not None
@@ -235,8 +255,12 @@ class _Reader:
         return list(dict.fromkeys(value))
 
     def integer(self, value: Any, where: str, minimum: int, maximum: int | None = None) -> int:
-        if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
-                or (maximum is not None and value > maximum)):  # fmt: skip
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or value < minimum
+            or (maximum is not None and value > maximum)
+        ):
             most = "" if maximum is None else f" and <= {maximum}"
             raise self.fail(where, f"must be an integer >= {minimum}{most}, got {quote(value)}")
         return value
@@ -270,15 +294,19 @@ def from_dict(data: dict, source: str, base_dir: Path | None = None) -> Experime
     r.known(data, _FIELDS, "")
     version = data.get("version", VERSION)
     if version != VERSION:
-        raise r.fail("version", f"is {quote(version)}; this harness reads version {VERSION} "
-                     "(write the file again with this harness's sweep)")  # fmt: skip
+        raise r.fail(
+            "version",
+            f"is {quote(version)}; this harness reads version {VERSION} "
+            "(write the file again with this harness's sweep)",
+        )
     exp = Experiment()
     if "phase" in data:
         exp.phase = r.string(data["phase"], "phase", PHASES)
     exp.models = _read_models(r, data.get("models", {}))
     exp.tasks, exp.task_rows = _read_tasks(r, data.get("tasks", []))
-    exp.tasks_files = [r.path(p, "tasks_files") for p in r.strings(data.get("tasks_files", []),
-                                                                      "tasks_files")]  # fmt: skip
+    exp.tasks_files = [
+        r.path(p, "tasks_files") for p in r.strings(data.get("tasks_files", []), "tasks_files")
+    ]
     if "lr_keys" in data:
         keys = r.strings(data["lr_keys"], "lr_keys")
         for key in keys:
@@ -302,8 +330,7 @@ def from_dict(data: dict, source: str, base_dir: Path | None = None) -> Experime
     if "device" in data:
         exp.device = r.string(data["device"], "device", DEVICES)
     if "selection_split" in data:
-        exp.selection_split = r.string(data["selection_split"], "selection_split",
-                                       SELECTION_SPLITS)  # fmt: skip
+        exp.selection_split = r.string(data["selection_split"], "selection_split", SELECTION_SPLITS)
     if "extra_run_args" in data:
         value = data["extra_run_args"]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -314,9 +341,9 @@ def from_dict(data: dict, source: str, base_dir: Path | None = None) -> Experime
     for phase, record in phases.items():
         record = r.table(record, f"phases.{phase}")
         r.known(record, _PHASE_FIELDS, f"phases.{phase}: ")
-        exp.phases[phase] = PhaseRecord(**{
-            k: r.path(v, f"phases.{phase}.{k}") for k, v in record.items()
-        })  # fmt: skip
+        exp.phases[phase] = PhaseRecord(
+            **{k: r.path(v, f"phases.{phase}.{k}") for k, v in record.items()}
+        )
     return exp
 
 
@@ -338,19 +365,28 @@ def _read_models(r: _Reader, value: Any) -> dict[str, ModelSpec]:
         spec = ModelSpec(
             path=r.model_path(entry["path"], f"{where}.path") if "path" in entry else default.path,
             mode=r.string(entry.get("mode", default.mode), f"{where}.mode", all_modes()),
-            trust_remote_code=r.boolean(entry.get("trust_remote_code",
-                                                  default.trust_remote_code),
-                                        f"{where}.trust_remote_code"),
-            revision=r.string(entry["revision"], f"{where}.revision") if "revision" in entry
+            trust_remote_code=r.boolean(
+                entry.get("trust_remote_code", default.trust_remote_code),
+                f"{where}.trust_remote_code",
+            ),
+            revision=r.string(entry["revision"], f"{where}.revision")
+            if "revision" in entry
             else default.revision,
             code_revision=r.string(entry["code_revision"], f"{where}.code_revision")
-            if "code_revision" in entry else default.code_revision,
-        )  # fmt: skip
+            if "code_revision" in entry
+            else default.code_revision,
+        )
         if row is not None and not _registry_row(name, spec):
-            differs = [f"{k} {quote(getattr(spec, k))} (registry: {quote(getattr(default, k))})"
-                       for k in _MODEL_FIELDS[:3] if getattr(spec, k) != getattr(default, k)]  # fmt: skip
-            raise r.fail(where, f"contradicts the registry model {quote(name)}: {'; '.join(differs)}; "
-                         "drop those fields or give the model another name")  # fmt: skip
+            differs = [
+                f"{k} {quote(getattr(spec, k))} (registry: {quote(getattr(default, k))})"
+                for k in _MODEL_FIELDS[:3]
+                if getattr(spec, k) != getattr(default, k)
+            ]
+            raise r.fail(
+                where,
+                f"contradicts the registry model {quote(name)}: {'; '.join(differs)}; "
+                "drop those fields or give the model another name",
+            )
         models[name] = spec
     return models
 
@@ -369,9 +405,11 @@ def load(path: str | os.PathLike) -> Experiment:
     try:
         data = read_toml(path)
     except MissingFile:
-        raise HarnessError(f"experiment file {path} does not exist; a sweep writes one into "
-                           f"its results directory ({EXPERIMENT_NAME}), or write your own "
-                           "(see examples/experiment.toml)") from None  # fmt: skip
+        raise HarnessError(
+            f"experiment file {path} does not exist; a sweep writes one into "
+            f"its results directory ({EXPERIMENT_NAME}), or write your own "
+            "(see examples/experiment.toml)"
+        ) from None
     except UnreadableFile as exc:
         raise HarnessError(f"cannot read experiment file {path}: {exc.reason}") from None
     except DamagedFile as exc:
@@ -391,8 +429,9 @@ def from_selection(selection: dict, source: str) -> Experiment | None:
     if data is None:
         return None
     if not isinstance(data, dict):
-        raise HarnessError(f"{source}: 'experiment' must be an object; regenerate it with "
-                           "encoder-eval select")  # fmt: skip
+        raise HarnessError(
+            f"{source}: 'experiment' must be an object; regenerate it with encoder-eval select"
+        )
     return from_dict(data, f"{source} (its experiment)")
 
 
@@ -416,8 +455,13 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()
-                               if v is not None) + "}"  # fmt: skip
+        return (
+            "{"
+            + ", ".join(
+                f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None
+            )
+            + "}"
+        )
     raise TypeError(f"cannot write {value!r} ({type(value).__name__}) to TOML")
 
 
@@ -441,8 +485,10 @@ def dumps(data: dict) -> str:
 def write(exp: Experiment, path: str | os.PathLike) -> None:
     """Write `exp` to `path` atomically (the old content or the whole new one)."""
     path = Path(path)
-    text = "# Written by encoder-eval sweep; read by select, status, summarize and the report\n" \
-           "# sweep (see encoder_eval/plans/experiment.py).\n" + dumps(exp.to_dict())  # fmt: skip
+    text = (
+        "# Written by encoder-eval sweep; read by select, status, summarize and the report\n"
+        "# sweep (see encoder_eval/plans/experiment.py).\n" + dumps(exp.to_dict())
+    )
     write_atomic(path, text)
 
 
@@ -571,12 +617,17 @@ def _set_models(args: argparse.Namespace, models: dict[str, ModelSpec], source: 
     the registry grants it (its own Hub id) or the user's `--trust-remote-code` names it:
     a file shared by someone else must not switch code execution on."""
     trusted = split_csv(args.trust_remote_code)
-    unconsented = [f"{n} ({m.path})" for n, m in models.items()
-                   if m.trust_remote_code and n not in trusted
-                   and not registry_trusts(n, m.path)]  # fmt: skip
+    unconsented = [
+        f"{n} ({m.path})"
+        for n, m in models.items()
+        if m.trust_remote_code and n not in trusted and not registry_trusts(n, m.path)
+    ]
     if unconsented:  # refused by `check_consent` where a script would run it
-        names = ",".join(n for n, m in models.items() if m.trust_remote_code
-                         and n not in trusted and not registry_trusts(n, m.path))  # fmt: skip
+        names = ",".join(
+            n
+            for n, m in models.items()
+            if m.trust_remote_code and n not in trusted and not registry_trusts(n, m.path)
+        )
         args.unconsented = (
             f"{source} marks {', '.join(unconsented)} trust_remote_code: running it executes "
             "code from that repository, and a file cannot grant that; if you trust it, pass "
@@ -585,8 +636,9 @@ def _set_models(args: argparse.Namespace, models: dict[str, ModelSpec], source: 
     added = {n: m for n, m in models.items() if not _registry_row(n, m)}
     args.models = ",".join(models)
     args.model = [f"{n}={m.path}:{m.mode}" for n, m in added.items()]
-    args.model_pins = {n: (m.revision, m.code_revision) for n, m in models.items()
-                       if m.revision or m.code_revision}  # fmt: skip
+    args.model_pins = {
+        n: (m.revision, m.code_revision) for n, m in models.items() if m.revision or m.code_revision
+    }
 
 
 def check_consent(args: argparse.Namespace) -> None:
@@ -601,23 +653,34 @@ def _refuse(flag_text: str, inherited: str, where: str, fix: str) -> HarnessErro
     return HarnessError(f"{flag_text} contradicts {where} ({inherited}); drop it: {fix}")
 
 
-def _inherit(args: argparse.Namespace, exp: Experiment, phase: str, *, where: str, fix: str,
-             given: dict[str, str], facts: tuple[_Fact, ...]) -> None:  # fmt: skip
+def _inherit(
+    args: argparse.Namespace,
+    exp: Experiment,
+    phase: str,
+    *,
+    where: str,
+    fix: str,
+    given: dict[str, str],
+    facts: tuple[_Fact, ...],
+) -> None:
     """Fill unset flags from `exp` and refuse given ones that differ (named by `given`)."""
     for fact in facts:
         have, want = fact.from_args(args), fact.get(exp, phase)
         if want == REDACTED:  # shared without the path: the user's own is the one to use
             if have is None:
-                raise HarnessError(f"{where} was shared without its {fact.attr.replace('_', ' ')} "
-                                   f"(select --redact-paths); give {fact.flag} with your own")  # fmt: skip
+                raise HarnessError(
+                    f"{where} was shared without its {fact.attr.replace('_', ' ')} "
+                    f"(select --redact-paths); give {fact.flag} with your own"
+                )
             continue
         if have is None:
             if want is not None:
                 setattr(args, fact.attr, fact.to_args(want))
             continue
         if (fact.default if want is None else want) != have:
-            raise _refuse(given.get(fact.attr, f"{fact.flag} {fact.show(have)}"),
-                          fact.show(want), where, fix)  # fmt: skip
+            raise _refuse(
+                given.get(fact.attr, f"{fact.flag} {fact.show(have)}"), fact.show(want), where, fix
+            )
 
 
 def _check_redacted(args: argparse.Namespace, exp: Experiment) -> None:
@@ -625,25 +688,34 @@ def _check_redacted(args: argparse.Namespace, exp: Experiment) -> None:
     without its local paths (`select --redact-paths`) unless the user gives their own."""
     requested = _models_from_args(args) or {}
     wanted = split_csv(args.models) or list(requested) or list(exp.models)
-    need = [f"--model {n}=PATH:{m.mode}" for n, m in exp.models.items()
-            if m.path == REDACTED and n in wanted and requested.get(n) is None]  # fmt: skip
+    need = [
+        f"--model {n}=PATH:{m.mode}"
+        for n, m in exp.models.items()
+        if m.path == REDACTED and n in wanted and requested.get(n) is None
+    ]
     if exp.data_dir == REDACTED and not args.data_dir:
         need.append("--data-dir DIR")
     if REDACTED in exp.tasks_files and not getattr(args, "tasks_file", None):
         need.append("--tasks-file FILE")
     if need:
-        raise HarnessError("the select phase was shared without its local paths (select "
-                           f"--redact-paths); give your own: {', '.join(need)}")  # fmt: skip
+        raise HarnessError(
+            "the select phase was shared without its local paths (select "
+            f"--redact-paths); give your own: {', '.join(need)}"
+        )
 
 
-def _inherit_pairs(args: argparse.Namespace, exp: Experiment, *, where: str, fix: str,
-                   given: dict[str, str]) -> None:  # fmt: skip
+def _inherit_pairs(
+    args: argparse.Namespace, exp: Experiment, *, where: str, fix: str, given: dict[str, str]
+) -> None:
     """Take `exp`'s models and tasks, or the subset the flags name; refuse any other."""
     requested = _models_from_args(args)
     if exp.models:
         chosen = dict(exp.models)
-        hidden = [n for n, m in exp.models.items() if m.path == REDACTED
-                  and (requested or {}).get(n) is None]  # fmt: skip
+        hidden = [
+            n
+            for n, m in exp.models.items()
+            if m.path == REDACTED and (requested or {}).get(n) is None
+        ]
         if hidden and (requested is None or any(n in requested for n in hidden)):
             raise HarnessError(
                 f"{where} was shared without its local model paths (select --redact-paths): "
@@ -655,15 +727,23 @@ def _inherit_pairs(args: argparse.Namespace, exp: Experiment, *, where: str, fix
             for name, spec in requested.items():
                 if name not in exp.models:
                     flag = f"--model {name}=..." if spec is not None else f"--models {args.models}"
-                    raise _refuse(given.get("models", flag),
-                                  f"its models: {', '.join(exp.models)}", where, fix)  # fmt: skip
+                    raise _refuse(
+                        given.get("models", flag),
+                        f"its models: {', '.join(exp.models)}",
+                        where,
+                        fix,
+                    )
                 m = exp.models[name]
                 if spec is not None and m.path == REDACTED and spec.mode == m.mode:
                     chosen[name] = dataclasses.replace(m, path=spec.path)
                     continue
                 if spec is not None and (spec.path, spec.mode) != (m.path, m.mode):
-                    raise _refuse(f"--model {name}={spec.path}:{spec.mode}",
-                                  f"{name}={m.path}:{m.mode}", where, fix)  # fmt: skip
+                    raise _refuse(
+                        f"--model {name}={spec.path}:{spec.mode}",
+                        f"{name}={m.path}:{m.mode}",
+                        where,
+                        fix,
+                    )
                 chosen[name] = exp.models[name]
         _set_models(args, chosen, where)
     if exp.tasks:
@@ -671,18 +751,30 @@ def _inherit_pairs(args: argparse.Namespace, exp: Experiment, *, where: str, fix
         asked = split_csv(args.tasks)
         for name in _task_keys(asked):
             if name not in known:
-                raise _refuse(given.get("tasks", f"--tasks {args.tasks}"),
-                              f"its tasks: {', '.join(known)}", where, fix)  # fmt: skip
+                raise _refuse(
+                    given.get("tasks", f"--tasks {args.tasks}"),
+                    f"its tasks: {', '.join(known)}",
+                    where,
+                    fix,
+                )
         if not asked:
             args.tasks = ",".join(known)
 
 
-def _fill(args: argparse.Namespace, exp: Experiment, phase: str | None, source: str,
-          given: dict[str, str], facts: tuple[_Fact, ...]) -> None:  # fmt: skip
+def _fill(
+    args: argparse.Namespace,
+    exp: Experiment,
+    phase: str | None,
+    source: str,
+    given: dict[str, str],
+    facts: tuple[_Fact, ...],
+) -> None:
     """Fill the flags the user left unset (`facts`, and the cells: LR keys, seeds, models,
     tasks) from `exp`; flags given win. `given` learns where each filled value came from."""
-    cells = [*([_LR_KEYS] if phase == "select" else []),
-             *([_seeds_fact(phase)] if phase in PHASE_SEEDS else [])]  # fmt: skip
+    cells = [
+        *([_LR_KEYS] if phase == "select" else []),
+        *([_seeds_fact(phase)] if phase in PHASE_SEEDS else []),
+    ]
     for fact in (*facts, *cells):
         want = fact.get(exp, phase)
         if fact.from_args(args) is None and want is not None:
@@ -727,8 +819,12 @@ def apply_to_args(args: argparse.Namespace, *, results_manifest: bool = False) -
         if args.phase is None:
             args.phase = own.phase
         elif results_manifest and own.phase not in (None, args.phase):
-            raise _refuse(f"--phase {args.phase}", own.phase, str(path),
-                          f"{args.results_dir} holds {own.phase}-phase results")  # fmt: skip
+            raise _refuse(
+                f"--phase {args.phase}",
+                own.phase,
+                str(path),
+                f"{args.results_dir} holds {own.phase}-phase results",
+            )
         record = own.phases.get(args.phase or "")
         if record is not None:
             if args.results_dir is None and record.results_dir:
@@ -740,8 +836,15 @@ def apply_to_args(args: argparse.Namespace, *, results_manifest: bool = False) -
         if results_manifest:
             # Which cells status counts may differ from the sweep's (more seeds, fewer
             # models); how they run may not, or a script it emits would mix recipes.
-            _inherit(args, own, args.phase, where=str(path), given=given, facts=_SELECT_FACTS,
-                     fix="the cells status emits run as the sweep's did")  # fmt: skip
+            _inherit(
+                args,
+                own,
+                args.phase,
+                where=str(path),
+                given=given,
+                facts=_SELECT_FACTS,
+                fix="the cells status emits run as the sweep's did",
+            )
             _fill(args, own, args.phase, str(path), given, facts=())
         else:
             _fill(args, own, args.phase, str(path), given, facts=_SELECT_FACTS)
@@ -752,8 +855,15 @@ def apply_to_args(args: argparse.Namespace, *, results_manifest: bool = False) -
             _check_redacted(args, inherited)
             register_tasks(inherited, args.selection)
             fix = "the report phase runs as its select phase did"
-            _inherit(args, inherited, "report", where="the select phase", given=given,
-                     facts=_SELECT_FACTS, fix=fix)  # fmt: skip
+            _inherit(
+                args,
+                inherited,
+                "report",
+                where="the select phase",
+                given=given,
+                facts=_SELECT_FACTS,
+                fix=fix,
+            )
             _inherit_pairs(args, inherited, where="the select phase", fix=fix, given=given)
             if args.seeds is None and inherited.seeds.get("report"):
                 args.seeds = ",".join(map(str, inherited.seeds["report"]))
@@ -762,11 +872,14 @@ def apply_to_args(args: argparse.Namespace, *, results_manifest: bool = False) -
         files = [f for exp in (own, inherited) if exp is not None for f in exp.tasks_files]
         if REDACTED in files:
             if not args.tasks_file:
-                raise HarnessError("the select phase was shared without its task files (select "
-                                   "--redact-paths); give your copy with --tasks-file FILE")  # fmt: skip
+                raise HarnessError(
+                    "the select phase was shared without its task files (select "
+                    "--redact-paths); give your copy with --tasks-file FILE"
+                )
             files = [f for f in files if f != REDACTED]
-        rows = {k: v for exp in (own, inherited) if exp is not None
-                for k, v in exp.task_rows.items()}  # fmt: skip
+        rows = {
+            k: v for exp in (own, inherited) if exp is not None for k, v in exp.task_rows.items()
+        }
         if rows:
             phase_dir = args.results_dir or os.path.join("results", args.phase or "select")
             files.append(str(_task_rows_file(rows, phase_dir)))
@@ -809,9 +922,10 @@ def for_plan(plan, out_dir: str | os.PathLike, args: argparse.Namespace) -> Expe
     if own is not None and plan.phase == "select":
         phases.pop("report", None)  # a new select phase: the old report record no longer holds
     phases[plan.phase] = PhaseRecord(
-        results_dir=plan.results_dir, out_dir=os.path.abspath(out_dir),
+        results_dir=plan.results_dir,
+        out_dir=os.path.abspath(out_dir),
         selection=os.path.abspath(args.selection) if plan.phase == "report" else None,
-    )  # fmt: skip
+    )
     # `--tasks-file` (a str or a list of them, where a command has the flag) joins the files.
     flag_files = getattr(args, "tasks_file", None) or []
     flag_files = [flag_files] if isinstance(flag_files, str) else flag_files
@@ -823,7 +937,7 @@ def for_plan(plan, out_dir: str | os.PathLike, args: argparse.Namespace) -> Expe
                 c.model_path, c.mode, c.trust_remote_code, c.revision, c.code_revision
             )
             for c in plan.cells
-        },  # fmt: skip
+        },
         tasks=tasks,
         tasks_files=list(dict.fromkeys(tasks_files)),
         task_rows={t: base.task_rows[t] for t in tasks if t in base.task_rows},
@@ -862,8 +976,11 @@ def differences(old: Experiment, new: Experiment) -> list[str]:
     for d in (a, b):
         d.pop("phases", None)
     fa, fb = _flat(a), _flat(b)
-    return [f"{key}: {fa.get(key, 'unset')} -> {fb.get(key, 'unset')}"
-            for key in sorted(set(fa) | set(fb)) if fa.get(key) != fb.get(key)]  # fmt: skip
+    return [
+        f"{key}: {fa.get(key, 'unset')} -> {fb.get(key, 'unset')}"
+        for key in sorted(set(fa) | set(fb))
+        if fa.get(key) != fb.get(key)
+    ]
 
 
 def check_unchanged(plan, out_dir: str | os.PathLike, exp: Experiment) -> None:
@@ -901,8 +1018,9 @@ def select_expectations(
     seeds: list[int] | None,
     models: list[str] | None,
     tasks: list[str] | None,
-) -> tuple[Experiment | None, list[str] | None, list[int] | None, list[str] | None,
-           list[str] | None]:  # fmt: skip
+) -> tuple[
+    Experiment | None, list[str] | None, list[int] | None, list[str] | None, list[str] | None
+]:
     """What `select` expects of `results_dir`: its experiment file's LR keys, select seeds,
     models and tasks, unless flags say otherwise: LR keys and seeds may add to the file's,
     models and tasks may narrow it, and any other flag is refused naming both values.
@@ -911,8 +1029,10 @@ def select_expectations(
     if exp is None:
         return None, lr_keys, seeds, models, tasks
     if exp.phase == "report":
-        raise HarnessError(f"{path} says {results_dir} holds report-phase results; give "
-                           "select the select phase's results directory")  # fmt: skip
+        raise HarnessError(
+            f"{path} says {results_dir} holds report-phase results; give "
+            "select the select phase's results directory"
+        )
     register_tasks(exp, str(path))
     fix = "select reads what the sweep ran from its experiment file"
     for fact, have in ((_LR_KEYS, lr_keys), (_seeds_fact("select"), seeds)):
@@ -920,19 +1040,25 @@ def select_expectations(
         # More than the sweep ran (cells `status --emit` added) is fine: whatever is missing
         # is refused as missing. Less would choose over part of what ran, silently.
         if have is not None and set(fact.default if want is None else want) - set(have):
-            raise _refuse(f"{fact.flag} {fact.show(have)}", f"{fact.attr} {fact.show(want)}",
-                          str(path), fix)  # fmt: skip
+            raise _refuse(
+                f"{fact.flag} {fact.show(have)}", f"{fact.attr} {fact.show(want)}", str(path), fix
+            )
     if models is not None and exp.models:
         for name in models:
             if name not in exp.models:
-                raise _refuse(f"--models {','.join(models)}",
-                              f"its models: {', '.join(exp.models)}", str(path), fix)  # fmt: skip
+                raise _refuse(
+                    f"--models {','.join(models)}",
+                    f"its models: {', '.join(exp.models)}",
+                    str(path),
+                    fix,
+                )
     known = _task_keys(exp.tasks, str(path))
     if tasks is not None and known:
         for name in tasks:
             if name not in known:
-                raise _refuse(f"--tasks {','.join(tasks)}", f"its tasks: {', '.join(known)}",
-                              str(path), fix)  # fmt: skip
+                raise _refuse(
+                    f"--tasks {','.join(tasks)}", f"its tasks: {', '.join(known)}", str(path), fix
+                )
     return (
         exp,
         lr_keys or exp.lr_keys,
@@ -957,8 +1083,12 @@ def summarize_inputs(
             raise HarnessError(f"give --selection selection.json ({results_dir} {why})")
         selection = recorded
     elif recorded is not None and Path(selection).resolve() != Path(recorded).resolve():
-        raise _refuse(f"--selection {selection}", f"the report sweep ran from {recorded}",
-                      str(path), "summarize reads the selection its report phase ran from")  # fmt: skip
+        raise _refuse(
+            f"--selection {selection}",
+            f"the report sweep ran from {recorded}",
+            str(path),
+            "summarize reads the selection its report phase ran from",
+        )
     if exp is None:
         return selection, None, None
     register_tasks(exp, str(path))  # user tasks in the table are known to summarize too

@@ -65,16 +65,41 @@ GROUPS = ("pair", "lr", "cell")
 # the user's own word, `--trust-remote-code MODEL`); --extra-run-args must not set them. They
 # are found by parsing the extra arguments with the cell command's own parser.
 _RESERVED_RUN_FLAGS = (
-    "--model-key", "--model-path", "--mode", "--task", "--lr", "--seed", "--phase",
-    "--results-dir", "--out-json", "--skip-existing", "--tasks-file", "--trust-remote-code",
-    "--no-trust-remote-code", "--cache-dir", "--model-revision", "--model-code-revision",
-)  # fmt: skip
+    "--model-key",
+    "--model-path",
+    "--mode",
+    "--task",
+    "--lr",
+    "--seed",
+    "--phase",
+    "--results-dir",
+    "--out-json",
+    "--skip-existing",
+    "--tasks-file",
+    "--trust-remote-code",
+    "--no-trust-remote-code",
+    "--cache-dir",
+    "--model-revision",
+    "--model-code-revision",
+)
 # The same for a probe unit's `encoder_eval.probe` flags.
 _RESERVED_PROBE_FLAGS = (
-    "--model", "--tasks", "--pooling", "--results-dir", "--k-folds", "--seed", "--max-seq-len",
-    "--precision", "--device", "--data-dir", "--tasks-file", "--trust-remote-code", "--force",
-    "--model-revision", "--model-code-revision",
-)  # fmt: skip
+    "--model",
+    "--tasks",
+    "--pooling",
+    "--results-dir",
+    "--k-folds",
+    "--seed",
+    "--max-seq-len",
+    "--precision",
+    "--device",
+    "--data-dir",
+    "--tasks-file",
+    "--trust-remote-code",
+    "--force",
+    "--model-revision",
+    "--model-code-revision",
+)
 
 # ----------------------------------------------------------------------------- parsing helpers
 
@@ -171,8 +196,10 @@ def resolve_models(
     names = models if models else (added or list(MODEL_REGISTRY))
     for name in trusted:
         if name not in table:
-            raise HarnessError(f"--trust-remote-code names {name!r}, which is no model of "
-                               f"this sweep ({', '.join(names)})")  # fmt: skip
+            raise HarnessError(
+                f"--trust-remote-code names {name!r}, which is no model of "
+                f"this sweep ({', '.join(names)})"
+            )
     out = {}
     for name in names:
         if name not in table:
@@ -182,8 +209,10 @@ def resolve_models(
         entry = entry._replace(trust_remote_code=trust)
         if pins and name in pins:
             revision, code_revision = pins[name]
-            entry = entry._replace(revision=revision or entry.revision,
-                                   code_revision=code_revision or entry.code_revision)  # fmt: skip
+            entry = entry._replace(
+                revision=revision or entry.revision,
+                code_revision=code_revision or entry.code_revision,
+            )
         out[name] = entry
     return out
 
@@ -294,11 +323,22 @@ class Plan:
         probe plan, the probe's settings."""
         if self.probe is not None:
             p = self.probe
-            return ["--k-folds", str(p.k_folds), "--seed", str(p.seed),
-                    "--max-seq-len", str(self.max_seq_len), "--precision", p.precision]  # fmt: skip
-        recipe = dataclasses.replace(PROTOCOL_RECIPE, max_steps=self.max_steps,
-                                     max_seq_len=self.max_seq_len,
-                                     selection_split=self.selection_split)  # fmt: skip
+            return [
+                "--k-folds",
+                str(p.k_folds),
+                "--seed",
+                str(p.seed),
+                "--max-seq-len",
+                str(self.max_seq_len),
+                "--precision",
+                p.precision,
+            ]
+        recipe = dataclasses.replace(
+            PROTOCOL_RECIPE,
+            max_steps=self.max_steps,
+            max_seq_len=self.max_seq_len,
+            selection_split=self.selection_split,
+        )
         return recipe_argv(recipe)
 
     def run_args(self, cells: list[Cell]) -> list[str]:
@@ -320,13 +360,29 @@ class Plan:
         ):
             raise ValueError("run_args takes the cells of one unit (LRs x seeds of one pair)")
         args = [
-            "--model-key", first.model, "--model-path", first.model_path, "--mode", first.mode,
-            "--task", first.task, "--lr", ",".join(f"{lr:g}" for lr in lrs),
-            "--seed", ",".join(map(str, seeds)),
-            "--phase", self.phase, "--results-dir", self.results_dir, "--skip-existing",
+            "--model-key",
+            first.model,
+            "--model-path",
+            first.model_path,
+            "--mode",
+            first.mode,
+            "--task",
+            first.task,
+            "--lr",
+            ",".join(f"{lr:g}" for lr in lrs),
+            "--seed",
+            ",".join(map(str, seeds)),
+            "--phase",
+            self.phase,
+            "--results-dir",
+            self.results_dir,
+            "--skip-existing",
             "--trust-remote-code" if first.trust_remote_code else "--no-trust-remote-code",
-            *first.pin_args(), *self.recipe_args(), "--device", self.device,
-        ]  # fmt: skip
+            *first.pin_args(),
+            *self.recipe_args(),
+            "--device",
+            self.device,
+        ]
         if self.data_dir:
             args += ["--data-dir", self.data_dir]
         for path in self.tasks_files:
@@ -344,10 +400,18 @@ class Plan:
         # The mode suffix keeps a ':' in the path's last part from reading as one (the probe
         # itself ignores the mode: it loads the encoder body).
         args = [
-            "--model", f"{first.model}={first.model_path}:{first.mode}", "--tasks", first.task,
-            "--pooling", ",".join(poolings), "--results-dir", self.results_dir,
-            *self.recipe_args(), "--device", self.device,
-        ]  # fmt: skip
+            "--model",
+            f"{first.model}={first.model_path}:{first.mode}",
+            "--tasks",
+            first.task,
+            "--pooling",
+            ",".join(poolings),
+            "--results-dir",
+            self.results_dir,
+            *self.recipe_args(),
+            "--device",
+            self.device,
+        ]
         if first.trust_remote_code:
             args.append("--trust-remote-code")
         args += first.pin_args()
@@ -469,8 +533,9 @@ def _probe_parser() -> argparse.ArgumentParser:
     return probe_flags()
 
 
-def _refuse_reserved(extra: list[str], parser: argparse.ArgumentParser,
-                     reserved: tuple[str, ...], per: str) -> None:  # fmt: skip
+def _refuse_reserved(
+    extra: list[str], parser: argparse.ArgumentParser, reserved: tuple[str, ...], per: str
+) -> None:
     """Parse `extra` as the cell command would, and refuse it when it sets a flag of
     `reserved` (by the flag's destination: `--no-x` sets what `--x` does) or does not parse."""
     shown = shlex.join(extra)
@@ -490,13 +555,21 @@ def _refuse_reserved(extra: list[str], parser: argparse.ArgumentParser,
         if getattr(given, action.dest, None) is None:
             continue
         if any(option in reserved for option in action.option_strings):
-            spelled = next((a.split("=", 1)[0] for a in extra
-                            if a.split("=", 1)[0] in action.option_strings),
-                           action.option_strings[0])  # fmt: skip
-            hint = ("; remote code is turned on by --trust-remote-code MODEL on the sweep's own "
-                    "command line") if "trust" in spelled else ""  # fmt: skip
-            raise HarnessError(f"--extra-run-args may not set {spelled}; the sweep sets it per "
-                               f"{per}{hint}")  # fmt: skip
+            spelled = next(
+                (a.split("=", 1)[0] for a in extra if a.split("=", 1)[0] in action.option_strings),
+                action.option_strings[0],
+            )
+            hint = (
+                (
+                    "; remote code is turned on by --trust-remote-code MODEL on the sweep's own "
+                    "command line"
+                )
+                if "trust" in spelled
+                else ""
+            )
+            raise HarnessError(
+                f"--extra-run-args may not set {spelled}; the sweep sets it per {per}{hint}"
+            )
 
 
 def build_plan(
@@ -570,8 +643,9 @@ def build_plan(
         shrunk.append(f"max steps {max_steps} (protocol: {PROTOCOL_RECIPE.max_steps})")
     if max_seq_len != PROTOCOL_RECIPE.max_seq_len:
         shrunk.append(f"max seq len {max_seq_len} (protocol: {PROTOCOL_RECIPE.max_seq_len})")
-    device, extra, data_dir = _check_run_inputs(device, extra_run_args, data_dir,
-                                                _RESERVED_RUN_FLAGS, "cell", _run_parser)  # fmt: skip
+    device, extra, data_dir = _check_run_inputs(
+        device, extra_run_args, data_dir, _RESERVED_RUN_FLAGS, "cell", _run_parser
+    )
     limit = extra_flag_value(extra, "--limit")
     if limit is not None:
         shrunk.append(f"limit {limit}: a smoke run, every split cut to {limit} examples")
@@ -599,9 +673,21 @@ def build_plan(
                         "disagrees with the grid; regenerate it with encoder-eval select"
                     )
                 for seed in seeds:
-                    cells.append(Cell(name, path, entry.mode, bool(entry.trust_remote_code),
-                                      task, key, lr, seed, phase, revision=entry.revision,
-                                      code_revision=entry.code_revision))  # fmt: skip
+                    cells.append(
+                        Cell(
+                            name,
+                            path,
+                            entry.mode,
+                            bool(entry.trust_remote_code),
+                            task,
+                            key,
+                            lr,
+                            seed,
+                            phase,
+                            revision=entry.revision,
+                            code_revision=entry.code_revision,
+                        )
+                    )
     if missing_pairs:
         raise HarnessError(
             f"the selection has no selected LR for {len(missing_pairs)} pair(s): "
@@ -609,11 +695,18 @@ def build_plan(
         )
     check_file_names(cells)
     return Plan(
-        phase=phase, cells=cells, results_dir=os.path.abspath(results_dir),
-        max_steps=max_steps, max_seq_len=max_seq_len, selection_split=selection_split,
-        data_dir=data_dir, device=device,
-        extra_run_args=extra, tasks_files=files, shrunk=shrunk,
-    )  # fmt: skip
+        phase=phase,
+        cells=cells,
+        results_dir=os.path.abspath(results_dir),
+        max_steps=max_steps,
+        max_seq_len=max_seq_len,
+        selection_split=selection_split,
+        data_dir=data_dir,
+        device=device,
+        extra_run_args=extra,
+        tasks_files=files,
+        shrunk=shrunk,
+    )
 
 
 def _selection_split(phase: str, selection: dict | None, requested: str | None) -> str:
@@ -630,8 +723,10 @@ def _selection_split(phase: str, selection: dict | None, requested: str | None) 
         if isinstance(entry, dict) and entry.get("lr_key")
     } - {None}
     if len(used) > 1:
-        raise HarnessError(f"the selection mixes selection splits ({', '.join(sorted(used))}); "
-                           "select each variant into its own selection file")  # fmt: skip
+        raise HarnessError(
+            f"the selection mixes selection splits ({', '.join(sorted(used))}); "
+            "select each variant into its own selection file"
+        )
     chosen = next(iter(used), None) or requested or PROTOCOL_RECIPE.selection_split
     if requested is not None and requested != chosen:
         raise HarnessError(
@@ -681,19 +776,37 @@ def build_probe_plan(
     max_seq_len = DEFAULT_MAX_SEQ_LEN if max_seq_len is None else max_seq_len
     if max_seq_len < 1:
         raise HarnessError("--max-seq-len must be at least 1")
-    device, extra, data_dir = _check_run_inputs(device, extra_run_args, data_dir,
-                                                _RESERVED_PROBE_FLAGS, "unit", _probe_parser)  # fmt: skip
+    device, extra, data_dir = _check_run_inputs(
+        device, extra_run_args, data_dir, _RESERVED_PROBE_FLAGS, "unit", _probe_parser
+    )
     cells = [
-        Cell(name, _abs_if_local(entry.path), entry.mode, bool(entry.trust_remote_code), task,
-             "", 0.0, seed, PROBE_PHASE, pooling, entry.revision, entry.code_revision)
+        Cell(
+            name,
+            _abs_if_local(entry.path),
+            entry.mode,
+            bool(entry.trust_remote_code),
+            task,
+            "",
+            0.0,
+            seed,
+            PROBE_PHASE,
+            pooling,
+            entry.revision,
+            entry.code_revision,
+        )
         for name, entry in resolved.items()
         for task in task_list
         for pooling in poolings
-    ]  # fmt: skip
+    ]
     check_file_names(cells)
     return Plan(
-        phase=PROBE_PHASE, cells=cells, results_dir=os.path.abspath(results_dir),
-        max_seq_len=max_seq_len, data_dir=data_dir,
-        device=device, extra_run_args=extra, tasks_files=files,
+        phase=PROBE_PHASE,
+        cells=cells,
+        results_dir=os.path.abspath(results_dir),
+        max_seq_len=max_seq_len,
+        data_dir=data_dir,
+        device=device,
+        extra_run_args=extra,
+        tasks_files=files,
         probe=ProbeSettings(tuple(poolings), k_folds, seed, precision),
-    )  # fmt: skip
+    )

@@ -123,8 +123,10 @@ def select_pairs(
         else:
             row.ok[seed] = score
     if ignored:
-        note(f"ignored {ignored} cell(s) outside lr keys {','.join(lr_keys)} / seeds "
-             f"{','.join(map(str, seeds))}")  # fmt: skip
+        note(
+            f"ignored {ignored} cell(s) outside lr keys {','.join(lr_keys)} / seeds "
+            f"{','.join(map(str, seeds))}"
+        )
 
     missing_items, mismatch_items = [], []
     for (model, task), by_lr in rows.items():
@@ -182,8 +184,13 @@ def _missing_seeds(row: _Row, seeds: list[int]) -> list[int]:
     return [s for s in seeds if s not in row.ok and s not in row.diverged + row.undefined]
 
 
-def _missing_fix(results: list[LoadedResult], rows: dict[tuple[str, str], dict[str, _Row]],
-                 lr_keys: list[str], seeds: list[int], unfinished_fix: str | None) -> str:  # fmt: skip
+def _missing_fix(
+    results: list[LoadedResult],
+    rows: dict[tuple[str, str], dict[str, _Row]],
+    lr_keys: list[str],
+    seeds: list[int],
+    unfinished_fix: str | None,
+) -> str:
     """The fix for missing cells: finishing the sweep when its experiment file said what to
     expect (`unfinished_fix`), else the flags of the complete smaller grid the results form
     (whatever seeds and keys they hold), else finishing the sweep."""
@@ -203,10 +210,12 @@ def _missing_fix(results: list[LoadedResult], rows: dict[tuple[str, str], dict[s
         and (ran_keys, ran_seeds) != (lr_keys, seeds)
     ):
         keys, ran_text = ",".join(ran_keys), ",".join(map(str, ran_seeds))
-        return (f"this looks like a shrunken sweep that ran lr keys {keys} and seeds {ran_text}; "
-                f"pass --lr-keys {keys} --seeds {ran_text} (a sweep of this harness records "
-                "them in the experiment.toml it writes into the results directory, and select "
-                "reads them from there), or finish the sweep")  # fmt: skip
+        return (
+            f"this looks like a shrunken sweep that ran lr keys {keys} and seeds {ran_text}; "
+            f"pass --lr-keys {keys} --seeds {ran_text} (a sweep of this harness records "
+            "them in the experiment.toml it writes into the results directory, and select "
+            "reads them from there), or finish the sweep"
+        )
     return "finish the sweep (re-run its script) or pass --allow-partial"
 
 
@@ -272,64 +281,84 @@ def unselected_pairs(selection: dict) -> list[str]:
 
 
 _number_or_null = (lambda x: x is None or is_number(x), "a number or null")
-_by_lr_seeds = (lambda x: isinstance(x, dict) and all(is_list_of(is_int)(v) for v in x.values()),
-                "an object of seed lists")  # fmt: skip
+_by_lr_seeds = (
+    lambda x: isinstance(x, dict) and all(is_list_of(is_int)(v) for v in x.values()),
+    "an object of seed lists",
+)
 # A selection's fields (all but `pairs` optional: older versions lack some), and a pair's.
 _SELECTION_TYPES = {
-    "schema": (is_str, "a string"), "version": (is_int, "an integer"),
-    "created_at": (is_str, "a string"), "results_dir": (is_str, "a string"),
+    "schema": (is_str, "a string"),
+    "version": (is_int, "an integer"),
+    "created_at": (is_str, "a string"),
+    "results_dir": (is_str, "a string"),
     "policy": (lambda x: isinstance(x, dict), "an object"),
     "experiment": (lambda x: x is None or isinstance(x, dict), "an object or null"),
     "on_protocol": (lambda x: isinstance(x, bool), "true or false"),
     "pairs": (lambda x: isinstance(x, dict), "an object"),
-}  # fmt: skip
+}
 _POLICY_TYPES = {
     "lr_keys": (is_list_of(lambda k: is_str(k) and k in LR_GRID), "a list of grid keys"),
     "seeds": (is_list_of(is_int), "a list of integers"),
     "allow_partial": (lambda x: isinstance(x, bool), "true or false"),
-    "rule": (is_str, "a string"), "protocol_max_steps": (is_int, "an integer"),
-}  # fmt: skip
+    "rule": (is_str, "a string"),
+    "protocol_max_steps": (is_int, "an integer"),
+}
 _ENTRY_TYPES = {
     "lr_key": (lambda x: x is None or (is_str(x) and x in LR_GRID), "a grid key or null"),
-    "lr": _number_or_null, "dev_mean": _number_or_null,
+    "lr": _number_or_null,
+    "dev_mean": _number_or_null,
     "metric": (lambda x: x is None or is_str(x), "a string or null"),
-    "dev_mean_by_lr": (lambda x: isinstance(x, dict) and all(
-        _number_or_null[0](v) for v in x.values()), "an object of numbers or nulls"),
-    "seeds_by_lr": _by_lr_seeds, "diverged_by_lr": _by_lr_seeds,
-    "undefined_by_lr": _by_lr_seeds, "missing_by_lr": _by_lr_seeds,
+    "dev_mean_by_lr": (
+        lambda x: isinstance(x, dict) and all(_number_or_null[0](v) for v in x.values()),
+        "an object of numbers or nulls",
+    ),
+    "seeds_by_lr": _by_lr_seeds,
+    "diverged_by_lr": _by_lr_seeds,
+    "undefined_by_lr": _by_lr_seeds,
+    "missing_by_lr": _by_lr_seeds,
     "partial": (lambda x: isinstance(x, bool), "true or false"),
     "on_protocol": (lambda x: isinstance(x, bool), "true or false"),
     "reason": (lambda x: x is None or is_str(x), "a string or null"),
     "select_setup": (lambda x: x is None or isinstance(x, dict), "an object or null"),
-}  # fmt: skip
+}
 _str_or_null = (lambda x: x is None or is_str(x), "a string or null")
 # `cell_setup`'s entries, as a selection records them per pair.
 _SETUP_TYPES = {
-    "model_revision": _str_or_null, "mode": _str_or_null, "data_identity": _str_or_null,
+    "model_revision": _str_or_null,
+    "mode": _str_or_null,
+    "data_identity": _str_or_null,
     "trust_remote_code": (lambda x: x is None or isinstance(x, bool), "true, false or null"),
-    "selection_split": (lambda x: x is None or (is_str(x) and x in SELECTION_SPLITS),
-                        f"one of {', '.join(SELECTION_SPLITS)} or null"),
+    "selection_split": (
+        lambda x: x is None or (is_str(x) and x in SELECTION_SPLITS),
+        f"one of {', '.join(SELECTION_SPLITS)} or null",
+    ),
     "recipe": (lambda x: isinstance(x, dict), "an object"),
-}  # fmt: skip
+}
 
 
 def _selection_problem(data: dict) -> str | None:
     """The first way a selection document's fields are not what `select` writes (None: fine)."""
     try:
         check_fields(data, _SELECTION_TYPES, optional=True, unknown_ok=True)
-        check_fields(data.get("policy") or {}, _POLICY_TYPES, "policy.", optional=True,
-                     unknown_ok=True)  # fmt: skip
+        check_fields(
+            data.get("policy") or {}, _POLICY_TYPES, "policy.", optional=True, unknown_ok=True
+        )
         for model, by_task in data["pairs"].items():
             if not isinstance(by_task, dict):
                 return f"pairs.{quote(model)} is not an object"
             for task, entry in by_task.items():
                 if not isinstance(entry, dict):
                     return f"pairs.{quote(model)}.{quote(task)} is not an object"
-                check_fields(entry, _ENTRY_TYPES, f"pairs.{model}.{task}.", optional=True,
-                             unknown_ok=True)  # fmt: skip
-                check_fields(entry.get("select_setup") or {}, _SETUP_TYPES,
-                             f"pairs.{model}.{task}.select_setup.", optional=True,
-                             unknown_ok=True)  # fmt: skip
+                check_fields(
+                    entry, _ENTRY_TYPES, f"pairs.{model}.{task}.", optional=True, unknown_ok=True
+                )
+                check_fields(
+                    entry.get("select_setup") or {},
+                    _SETUP_TYPES,
+                    f"pairs.{model}.{task}.select_setup.",
+                    optional=True,
+                    unknown_ok=True,
+                )
     except ValueError as exc:
         return str(exc)
     return None
@@ -349,13 +378,17 @@ def load_selection(path: str | os.PathLike) -> dict:
             "encoder-eval select"
         ) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise HarnessError(f"{path} is not a selection file (schema {SCHEMA!r}); "
-                           "pass the file encoder-eval select wrote")  # fmt: skip
+        raise HarnessError(
+            f"{path} is not a selection file (schema {SCHEMA!r}); "
+            "pass the file encoder-eval select wrote"
+        )
     if data.get("version") not in READABLE_VERSIONS:
         readable = " and ".join(map(str, READABLE_VERSIONS))
-        raise HarnessError(f"{path} has selection version {quote(data.get('version'))}, this "
-                           f"harness reads {readable}; regenerate it with "
-                           "encoder-eval select")  # fmt: skip
+        raise HarnessError(
+            f"{path} has selection version {quote(data.get('version'))}, this "
+            f"harness reads {readable}; regenerate it with "
+            "encoder-eval select"
+        )
     pairs = data.get("pairs")
     if not isinstance(pairs, dict) or not all(isinstance(v, dict) for v in pairs.values()):
         raise HarnessError(f"{path} has no valid 'pairs' object; regenerate it")
@@ -366,9 +399,11 @@ def load_selection(path: str | os.PathLike) -> dict:
         for task, entry in by_task.items():
             key = entry.get("lr_key")
             if key is not None and (key not in LR_GRID or entry.get("lr") != LR_GRID[key]):
-                raise HarnessError(f"{path}: {quote(model)}/{quote(task)} has lr_key "
-                                   f"{quote(key)} / lr {quote(entry.get('lr'))}, not a grid "
-                                   "entry; regenerate it")  # fmt: skip
+                raise HarnessError(
+                    f"{path}: {quote(model)}/{quote(task)} has lr_key "
+                    f"{quote(key)} / lr {quote(entry.get('lr'))}, not a grid "
+                    "entry; regenerate it"
+                )
     return data
 
 
@@ -387,11 +422,3 @@ def format_selection(selection: dict) -> str:
             extra = " [partial]" if e["partial"] else ""
             lines.append(f"{head}{extra}  | {means}")
     return "\n".join(lines)
-
-
-
-
-
-
-
-

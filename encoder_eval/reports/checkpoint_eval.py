@@ -84,14 +84,22 @@ def evaluate_saved_checkpoint(
     if not path.is_dir():
         raise HarnessError(f"checkpoint {path} is not a folder; evaluate it after it is saved")
     ckpt = Checkpoint(path.name, str(path.resolve()), int(step), {"step": int(step)})
-    receipt = evaluate_checkpoint(setup, ckpt, out_dir, metadata=metadata, data_dir=data_dir,
-                                  device=device, log=log)  # fmt: skip
+    receipt = evaluate_checkpoint(
+        setup, ckpt, out_dir, metadata=metadata, data_dir=data_dir, device=device, log=log
+    )
     receipts = load_receipts(out_dir, warn=logger.warning)
     if len(receipts) < 2:
         return CheckpointOutcome(receipt, None)
-    report, _ = write_report(receipts, out_dir, threshold=threshold, reference=reference,
-                             noise_alpha=noise_alpha, horizon=horizon, zero_floor=zero_floor,
-                             plots=plots)  # fmt: skip
+    report, _ = write_report(
+        receipts,
+        out_dir,
+        threshold=threshold,
+        reference=reference,
+        noise_alpha=noise_alpha,
+        horizon=horizon,
+        zero_floor=zero_floor,
+        plots=plots,
+    )
     mine = [f for f in report.flags if f.checkpoint_id == receipt.checkpoint_id]
     return CheckpointOutcome(receipt, report, mine)
 
@@ -121,8 +129,14 @@ class CheckpointEvalCallback(TrainerCallback):
         if reference not in REFERENCES:
             raise unknown_name("reference", reference, REFERENCES)
         self.setup, self.out_dir, self.on_regression = setup, out_dir, on_regression
-        self.rule = dict(threshold=threshold, reference=reference, noise_alpha=noise_alpha,
-                         horizon=horizon, zero_floor=zero_floor, plots=plots)  # fmt: skip
+        self.rule = dict(
+            threshold=threshold,
+            reference=reference,
+            noise_alpha=noise_alpha,
+            horizon=horizon,
+            zero_floor=zero_floor,
+            plots=plots,
+        )
         self.data_dir, self.device = data_dir, device
         self.outcomes: list[CheckpointOutcome] = []
 
@@ -142,15 +156,22 @@ class CheckpointEvalCallback(TrainerCallback):
             return control
         meta = {"epoch": state.epoch} if state.epoch is not None else {}
         outcome = evaluate_saved_checkpoint(
-            folder, self.setup, self.out_dir, step=state.global_step, metadata=meta,
-            data_dir=self.data_dir, device=self.device, **self.rule,
-        )  # fmt: skip
+            folder,
+            self.setup,
+            self.out_dir,
+            step=state.global_step,
+            metadata=meta,
+            data_dir=self.data_dir,
+            device=self.device,
+            **self.rule,
+        )
         self.outcomes.append(outcome)
         if outcome.regressed:
             what = "; ".join(
                 f"{c.task} {c.current_score:.4g} vs {c.reference_score:.4g} at "
-                f"{c.reference_checkpoint_id}" for c in outcome.regressed
-            )  # fmt: skip
+                f"{c.reference_checkpoint_id}"
+                for c in outcome.regressed
+            )
             stop = self.on_regression == "stop"
             logger.warning(
                 f"checkpoint {outcome.receipt.checkpoint_id} regressed beyond its noise: "

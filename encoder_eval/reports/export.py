@@ -62,8 +62,11 @@ def euroeval_record(table: Table, model: str, task: str, results: list[LoadedRes
     raw = [{key: float(cell.scores[s])} for s in seeds]
     n = len(seeds)
     half = EUROEVAL_Z * cell.std / math.sqrt(n) if cell.std is not None else None
-    total = {key: 100 * cell.mean, f"{key}_se": float("nan") if half is None else 100 * half,
-             "num_failed_instances": 0.0}  # fmt: skip
+    total = {
+        key: 100 * cell.mean,
+        f"{key}_se": float("nan") if half is None else 100 * half,
+        "num_failed_instances": 0.0,
+    }
     first = results[0].data if results else {}
     software = (first.get("provenance") or {}).get("software") or {}
     recipe = first.get("recipe") or {}
@@ -127,13 +130,24 @@ def example_rows(table: Table, results: list[LoadedResult]) -> Iterator[dict]:
                     raise PredictionsError(f"{predictions_path(r.path)}: {'; '.join(problems)}")
                 for lang, p in preds.languages.items():
                     for i in range(len(p)):
-                        row = {"model": m, "task": t, "seed": r.cell["seed"],
-                               "lr_key": r.cell["lr_key"], "metric": preds.metric,
-                               "split": preds.split, "language": lang, "id": p.ids[i],
-                               "gold": p.labels[i], "prediction": p.predictions[i]}  # fmt: skip
+                        row = {
+                            "model": m,
+                            "task": t,
+                            "seed": r.cell["seed"],
+                            "lr_key": r.cell["lr_key"],
+                            "metric": preds.metric,
+                            "split": preds.split,
+                            "language": lang,
+                            "id": p.ids[i],
+                            "gold": p.labels[i],
+                            "prediction": p.predictions[i],
+                        }
                         if p.query_ids is not None:
-                            row.update(query_id=p.query_ids[i], doc_id=p.doc_ids[i],
-                                       first_stage_rank=p.first_stage_ranks[i])  # fmt: skip
+                            row.update(
+                                query_id=p.query_ids[i],
+                                doc_id=p.doc_ids[i],
+                                first_stage_rank=p.first_stage_ranks[i],
+                            )
                         yield row
 
 

@@ -126,8 +126,7 @@ def build_report(
     refused unless `allow_partial`, as `summarize` refuses it."""
     title = title or f"encoder-eval report: {Path(results_dir).name}"
     if has_probe_results(results_dir):
-        table = probe_table(load_probe_results(results_dir, warn=warn), models=models,
-                            tasks=tasks)  # fmt: skip
+        table = probe_table(load_probe_results(results_dir, warn=warn), models=models, tasks=tasks)
         report = Report(title, table, {})
         report.notes["compare"] = "probe results: compare reads fine-tuned report cells"
         report.notes["figures"] = "probe results: no learning-rate or score figures"
@@ -142,20 +141,27 @@ def build_report(
         report.cells = _cell_results(table, results)
         with tempfile.TemporaryDirectory(prefix="encoder-eval-report-") as tmp:
             select_dir = select_results_dir or select_dir
-            written = write_plots(Path(select_dir) if select_dir else None, Path(results_dir),
-                                  Path(selection_path), Path(tmp) / "plots", warn=warn)  # fmt: skip
+            written = write_plots(
+                Path(select_dir) if select_dir else None,
+                Path(results_dir),
+                Path(selection_path),
+                Path(tmp) / "plots",
+                warn=warn,
+            )
             # The score chart first, then the learning-rate curves in file order.
             for path in sorted(written, key=lambda p: (p.name != "scores.png", p.name)):
-                caption = ("Report scores (mean over seeds, 95 % t-interval)"
-                           if path.name == "scores.png"
-                           else "Learning-rate sensitivity: " + path.stem.removeprefix("lr_"))  # fmt: skip
+                caption = (
+                    "Report scores (mean over seeds, 95 % t-interval)"
+                    if path.name == "scores.png"
+                    else "Learning-rate sensitivity: " + path.stem.removeprefix("lr_")
+                )
                 report.figures.append(_png(path, caption))
             if not select_dir:
-                report.notes["lr"] = ("no select results (give --select-results-dir): no "
-                                      "learning-rate curves")  # fmt: skip
+                report.notes["lr"] = (
+                    "no select results (give --select-results-dir): no learning-rate curves"
+                )
             if len(table.models) >= 2:
-                report.comparison = compare_table(table, results, n_resamples=resamples,
-                                                  seed=seed)  # fmt: skip
+                report.comparison = compare_table(table, results, n_resamples=resamples, seed=seed)
             else:
                 report.notes["compare"] = "compare needs at least two models"
             _leaderboard(report, table, allow_partial, Path(tmp))
@@ -247,8 +253,10 @@ def cell_anchor(model: str, task: str) -> str:
 def _img(fig: Figure, small: bool = False) -> str:
     data = base64.b64encode(fig.png).decode("ascii")
     cls = ' class="small"' if small else ""
-    return (f'<figure{cls}><img alt="{_e(fig.caption)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{_e(fig.caption)}</figcaption></figure>")  # fmt: skip
+    return (
+        f'<figure{cls}><img alt="{_e(fig.caption)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{_e(fig.caption)}</figcaption></figure>"
+    )
 
 
 def _notes(items: list[str], tag: str = "ul") -> str:
@@ -261,8 +269,11 @@ def _score_td(score: Score, model: str, task: str, cell, linked: bool) -> str:
     text = _e(score.text)
     if linked:
         text = f'<a href="#{cell_anchor(model, task)}" title="provenance">{text}</a>'
-    marks = (' <span class="mark" title="not distinguishable from the best">≈</span>'
-             if score.tied else "")  # fmt: skip
+    marks = (
+        ' <span class="mark" title="not distinguishable from the best">≈</span>'
+        if score.tied
+        else ""
+    )
     marks += (
         ' <span class="mark" title="fewer seeds than expected">†</span>' if score.dagger else ""
     )
@@ -287,8 +298,11 @@ def render_table(table: Table, *, table_id: str, linked: set[tuple[str, str]]) -
         for i, value in enumerate(row[1:]):
             if i < len(table.tasks):
                 task = table.tasks[i]
-                out.append(_score_td(value, model, task, table.cells.get((model, task)),
-                                     (model, task) in linked))  # fmt: skip
+                out.append(
+                    _score_td(
+                        value, model, task, table.cells.get((model, task)), (model, task) in linked
+                    )
+                )
             else:
                 out.append(f"<td>{_e(value)}</td>")
         out.append("</tr>")
@@ -300,8 +314,10 @@ def _problems_banner(table: Table) -> str:
     if not table.problems:
         return ""
     items = "".join(f"<li>{_e(p.message)} [{_e(p.rule)}]</li>" for p in table.problems)
-    return (f'<div class="banner"><strong>Not a protocol table</strong> (shown with '
-            f"--allow-partial):<ul>{items}</ul></div>")  # fmt: skip
+    return (
+        f'<div class="banner"><strong>Not a protocol table</strong> (shown with '
+        f"--allow-partial):<ul>{items}</ul></div>"
+    )
 
 
 def _pct(x: float | None) -> str:
@@ -318,16 +334,25 @@ def render_comparison(cmp: Comparison) -> str:
     for r in cmp.rows:
         by_pair.setdefault((r.model_a, r.model_b), []).append(r)
     out = []
-    head = ("Task", "A", "B", "Δ [Welch 95 %]", "Δ [bootstrap 95 %]", "p (adj)", "verdict",
-            "seeds needed")  # fmt: skip
+    head = (
+        "Task",
+        "A",
+        "B",
+        "Δ [Welch 95 %]",
+        "Δ [bootstrap 95 %]",
+        "p (adj)",
+        "verdict",
+        "seeds needed",
+    )
     for (a, b), rows in by_pair.items():
         out.append(f"<h3>A = {_e(a)}, B = {_e(b)}</h3>")
         out.append('<div class="scroll"><table class="verdicts"><thead><tr>')
         out += [f"<th>{_e(h)}</th>" for h in head]
         out.append("</tr></thead><tbody>")
         for r in rows:
-            delta = "—" if r.diff is None else (
-                f"{_pct(r.diff)} [{_pct(r.ci_low)}, {_pct(r.ci_high)}]")  # fmt: skip
+            delta = (
+                "—" if r.diff is None else (f"{_pct(r.diff)} [{_pct(r.ci_low)}, {_pct(r.ci_high)}]")
+            )
             boot = "—" if r.boot_low is None else f"[{_pct(r.boot_low)}, {_pct(r.boot_high)}]"
             p = "—" if r.p_verdict_adj is None else f"{_p(r.p_verdict_adj)} ({r.verdict_test})"
             cls = "verdict-better" if r.verdict.endswith("better") else ""
@@ -340,8 +365,11 @@ def render_comparison(cmp: Comparison) -> str:
             )
         out.append("</tbody></table></div>")
         out.append(_notes([f"{r.task}: {n}" for r in rows for n in r.notes]))
-    out.append("<details><summary>How to read the verdicts</summary>"
-               + _notes(compare_footnotes(cmp), "ol") + "</details>")  # fmt: skip
+    out.append(
+        "<details><summary>How to read the verdicts</summary>"
+        + _notes(compare_footnotes(cmp), "ol")
+        + "</details>"
+    )
     return "".join(out)
 
 
@@ -351,8 +379,9 @@ def render_leaderboard(board: Leaderboard) -> str:
     out += [f"<th>{_e(h)}</th>" for h in head]
     out.append("</tr></thead><tbody>")
     for m in board.models:
-        cells = "".join(f"<td>{_e(format_aggregate(n, board.aggregates[m][n]))}</td>"
-                        for n in AGGREGATES)  # fmt: skip
+        cells = "".join(
+            f"<td>{_e(format_aggregate(n, board.aggregates[m][n]))}</td>" for n in AGGREGATES
+        )
         out.append(f'<tr data-model="{_e(m)}"><td>{_e(m)}</td>{cells}</tr>')
     out.append("</tbody></table></div>")
     out.append(_notes(leaderboard_notes(board), "ol"))
@@ -363,17 +392,24 @@ def _provenance(report: Report) -> str:
     out = []
     for (model, task), entries in report.cells.items():
         counted = sum(1 for _, c in entries if c)
-        out.append(f'<details id="{cell_anchor(model, task)}"><summary>{_e(model)} / '
-                   f"{_e(task)}: {counted} of {len(entries)} result file(s) counted"
-                   "</summary>")  # fmt: skip
+        out.append(
+            f'<details id="{cell_anchor(model, task)}"><summary>{_e(model)} / '
+            f"{_e(task)}: {counted} of {len(entries)} result file(s) counted"
+            "</summary>"
+        )
         for r, is_counted in entries:
             c = r.cell
             report_mean = (r.data.get("report") or {}).get("mean")
-            state = ('<span class="counted">counted</span>' if is_counted
-                     else '<span class="not-counted">not counted</span>')  # fmt: skip
-            out.append(f"<details><summary>{_e(r.path.name)}: {_e(c['lr_key'])} (lr "
-                       f"{_e(c['lr'])}), seed {_e(c['seed'])}, {_e(r.data.get('status'))}, "
-                       f"report {_pct(report_mean)} — {state}</summary>")  # fmt: skip
+            state = (
+                '<span class="counted">counted</span>'
+                if is_counted
+                else '<span class="not-counted">not counted</span>'
+            )
+            out.append(
+                f"<details><summary>{_e(r.path.name)}: {_e(c['lr_key'])} (lr "
+                f"{_e(c['lr'])}), seed {_e(c['seed'])}, {_e(r.data.get('status'))}, "
+                f"report {_pct(report_mean)} — {state}</summary>"
+            )
             for name in PROVENANCE_SECTIONS:
                 if name in r.data:
                     body = json.dumps(r.data[name], indent=2, ensure_ascii=False)
@@ -405,8 +441,11 @@ def render_html(report: Report) -> str:
                 body += f'<p class="note">{_e(report.notes[key])}</p>'
         sections.append(("figures", "Figures", body))
     if report.comparison is not None or "compare" in report.notes:
-        body = (render_comparison(report.comparison) if report.comparison is not None
-                else f'<p class="note">{_e(report.notes["compare"])}</p>')  # fmt: skip
+        body = (
+            render_comparison(report.comparison)
+            if report.comparison is not None
+            else f'<p class="note">{_e(report.notes["compare"])}</p>'
+        )
         sections.append(("compare", "Is A really better than B? (compare)", body))
     if report.leaderboard is not None or "leaderboard" in report.notes:
         if report.leaderboard is not None:
@@ -424,15 +463,19 @@ def render_html(report: Report) -> str:
         body += _notes(footnotes(report.probe), "ol")
         sections.append(("probe", "Linear probes on frozen embeddings", body))
     if report.cells:
-        body = ('<p>Each score of the table links here: the result files behind it, with '
-                "the cell, protocol, recipe, provenance and training record of each.</p>"
-                + _provenance(report))  # fmt: skip
+        body = (
+            "<p>Each score of the table links here: the result files behind it, with "
+            "the cell, protocol, recipe, provenance and training record of each.</p>"
+            + _provenance(report)
+        )
         sections.append(("provenance", "Provenance of each cell", body))
     nav = "".join(f'<a href="#{sid}">{_e(title.split(" (")[0])}</a>' for sid, title, _ in sections)
     n_results = sum(len(v) for v in report.cells.values())
-    sub = (f"{len(t.models)} model(s) x {len(t.tasks)} task(s), {kind} table"
-           + (f", {n_results} report result file(s)" if n_results else "")
-           + f" · encoder-eval {__version__}")  # fmt: skip
+    sub = (
+        f"{len(t.models)} model(s) x {len(t.tasks)} task(s), {kind} table"
+        + (f", {n_results} report result file(s)" if n_results else "")
+        + f" · encoder-eval {__version__}"
+    )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

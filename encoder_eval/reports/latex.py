@@ -137,5 +137,7 @@ def render_table(
 
 def standalone(body: str) -> str:
     """A complete document around a table snippet (what the tests compile)."""
-    return ("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage[utf8]{inputenc}\n"
-            f"{PREAMBLE}\\begin{{document}}\n{body}\\end{{document}}\n")  # fmt: skip
+    return (
+        "\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage[utf8]{inputenc}\n"
+        f"{PREAMBLE}\\begin{{document}}\n{body}\\end{{document}}\n"
+    )

@@ -143,8 +143,10 @@ def read_config(path: str | Path | None) -> NeucoConfig:
     `probe_params` of the `probe_type` (linear or svm); defaults filled in for the optional
     keys. An svm probe is refused here when its search library is not installed."""
     if path is None:
-        raise HarnessError("give --config config.yaml (k_folds, probe_type, probe_params, "
-                           "update_leaderboard are required)")  # fmt: skip
+        raise HarnessError(
+            "give --config config.yaml (k_folds, probe_type, probe_params, "
+            "update_leaderboard are required)"
+        )
     where = str(path)
     try:
         raw = parse_yaml(read_bytes(path), path)
@@ -179,8 +181,14 @@ def read_config(path: str | Path | None) -> NeucoConfig:
             raise HarnessError(f"{where}: probe_params lacks {', '.join(missing)}; add them")
         if params.get("device", "auto") not in DEVICES:
             raise unknown_name("probe_params device", str(params["device"]), DEVICES)
-    for key in ("update_leaderboard", "standardize_embeddings", "normalize_labels",
-                "enable_plots", "output_fold_results", "store_probes"):  # fmt: skip
+    for key in (
+        "update_leaderboard",
+        "standardize_embeddings",
+        "normalize_labels",
+        "enable_plots",
+        "output_fold_results",
+        "store_probes",
+    ):
         _bool(config, key, where)
     if config["embedding_dim"] is not None:
         _positive_int(config["embedding_dim"], "embedding_dim", where)
@@ -275,8 +283,11 @@ def read_submission(
             raise HarnessError(f"{path}: the submission needs a column 'id'")
         id_col = header.index("id")
         digits = [i for i, name in enumerate(header) if name.strip().isdigit()]
-        cols = sorted(digits, key=lambda i: int(header[i])) if digits else [
-            i for i in range(len(header)) if i != id_col]  # fmt: skip
+        cols = (
+            sorted(digits, key=lambda i: int(header[i]))
+            if digits
+            else [i for i in range(len(header)) if i != id_col]
+        )
         ids, rows = [], []
         for number, row in enumerate(reader, start=2):
             if not row:
@@ -342,8 +353,9 @@ def neuco_task(
             f"task {annotations.task!r}: {len(index)} ids are in both the label file and the "
             "submission; give 20 or more (check that the ids match)"
         )
-    return ProbeTask(annotations.task, annotations.task_type, metric, matrix[index], labels,
-                     global_rows=labelled)  # fmt: skip
+    return ProbeTask(
+        annotations.task, annotations.task_type, metric, matrix[index], labels, global_rows=labelled
+    )
 
 
 # ----------------------------------------------------------------------------- leaderboard
@@ -393,16 +405,40 @@ def summarize_runs(
     weighted = sps.rankdata(-q, method="min", axis=0) @ weights
     order = sps.rankdata(weighted, method="min")
     buffer = []
-    header = ["method", "run", "aggregated_rank", "weighted_score", "overall_q_score",
-              "overall_acc_score", *(f"{t}_q" for t in tasks)]  # fmt: skip
+    header = [
+        "method",
+        "run",
+        "aggregated_rank",
+        "weighted_score",
+        "overall_q_score",
+        "overall_acc_score",
+        *(f"{t}_q" for t in tasks),
+    ]
     for i in np.argsort(order, kind="stable"):
         name, s = kept[i]
-        buffer.append([s["method"], name, f"{order[i]:g}", f"{weighted[i]:.6g}",
-                       f"{s['overall_q_score']:.6g}", f"{s['overall_acc_score']:.6g}",
-                       *(f"{v:.6g}" for v in q[i])])  # fmt: skip
+        buffer.append(
+            [
+                s["method"],
+                name,
+                f"{order[i]:g}",
+                f"{weighted[i]:.6g}",
+                f"{s['overall_q_score']:.6g}",
+                f"{s['overall_acc_score']:.6g}",
+                *(f"{v:.6g}" for v in q[i]),
+            ]
+        )
     for name in missing:
-        buffer.append([dict(runs)[name]["method"], name, "dropped (drop_incomplete_runs)", "",
-                       "", "", *("" for _ in tasks)])  # fmt: skip
+        buffer.append(
+            [
+                dict(runs)[name]["method"],
+                name,
+                "dropped (drop_incomplete_runs)",
+                "",
+                "",
+                "",
+                *("" for _ in tasks),
+            ]
+        )
     stamp = (now or datetime.now(UTC)).strftime(TIMESTAMP_FORMAT)
     out = Path(output_dir, "leaderboards", phase, f"leaderboard_{stamp}.csv")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -435,9 +471,10 @@ def _refuse_different_setups(runs: list[tuple[str, dict]]) -> None:
         groups.setdefault(", ".join(f"{k}={setup[k]}" for k in differ), []).append(name)
     raise LeaderboardRefused(
         f"runs that differ in {', '.join(differ)} cannot share a leaderboard (their Q do not "
-        "compare): " + "; ".join(f"{key}: {', '.join(names)}" for key, names in groups.items())
+        "compare): "
+        + "; ".join(f"{key}: {', '.join(names)}" for key, names in groups.items())
         + "; rerun them alike, or use one --phase per setup"
-    )  # fmt: skip
+    )
 
 
 def _csv_field(value: str) -> str:
@@ -482,9 +519,10 @@ def run_neuco(
                     annotations,
                     "task_filter takes the part of a label file name before __",
                 )
-        tasks = [t for t in tasks if t in config["task_filter"]]  # fmt: skip
-    ids, matrix = read_submission(submission_file, config["embedding_dim"],
-                                  read_exclude(exclude_file))  # fmt: skip
+        tasks = [t for t in tasks if t in config["task_filter"]]
+    ids, matrix = read_submission(
+        submission_file, config["embedding_dim"], read_exclude(exclude_file)
+    )
     method = method_name or Path(submission_file).stem
     known = set().union(*(a.labels for a in annotations.values()))
     labelled = matrix[[i for i, ident in enumerate(ids) if ident in known]]
@@ -506,15 +544,20 @@ def run_neuco(
         if config["enable_plots"]:
             write_task_plots(run_dir / task.name, task, probe_config, outcome)
         if config["store_probes"]:
-            save_probe(run_dir / task.name / "probe",
-                       final_probe(task, probe_config, outcome, search))  # fmt: skip
+            save_probe(
+                run_dir / task.name / "probe", final_probe(task, probe_config, outcome, search)
+            )
         records.append(record)
         if progress is not None:
             q = "undefined" if outcome.q_stat is None else f"{outcome.q_stat:.3f}"
             print(f"[{number}/{len(problem_tasks)}] {task.name}: Q {q}", file=progress)
-    snapshot = {**config.values, "neuco_rules": list(probe_config.neuco_rules),
-                "annotation_path": str(annotation_path), "submission_file": str(submission_file),
-                "exclude_file": None if exclude_file is None else str(exclude_file)}  # fmt: skip
+    snapshot = {
+        **config.values,
+        "neuco_rules": list(probe_config.neuco_rules),
+        "annotation_path": str(annotation_path),
+        "submission_file": str(submission_file),
+        "exclude_file": None if exclude_file is None else str(exclude_file),
+    }
     summary = run_summary(method, records, snapshot)
     summary["embedding_dim"] = int(matrix.shape[1])  # as probed (padded); the leaderboard checks it
     write_result(run_dir / SUMMARY_FILE, summary)
@@ -571,10 +614,17 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args = build_parser(prog).parse_args(argv)
     config = read_config(args.config)
     try:
-        run_dir = run_neuco(args.annotation_path, args.submission_file, config,
-                            output_dir=args.output_dir, method_name=args.method_name,
-                            phase=args.phase, exclude_file=args.exclude_file,
-                            neuco_rules=tuple(args.neuco_rule), progress=sys.stderr)  # fmt: skip
+        run_dir = run_neuco(
+            args.annotation_path,
+            args.submission_file,
+            config,
+            output_dir=args.output_dir,
+            method_name=args.method_name,
+            phase=args.phase,
+            exclude_file=args.exclude_file,
+            neuco_rules=tuple(args.neuco_rule),
+            progress=sys.stderr,
+        )
     except LeaderboardRefused as exc:
         print(f"error: leaderboard refused: {exc}", file=sys.stderr)
         return EXIT_INCOMPLETE

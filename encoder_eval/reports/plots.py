@@ -175,21 +175,51 @@ def plot_lr_sensitivity(
 
         all_scores = [s for lr in lrs for _, s in points[lr][1]]
         if any(len(points[lr][1]) > 1 for lr in lrs):  # a spread exists to show
-            ax.fill_between(lrs, lows, highs, color="tab:blue", alpha=0.18, linewidth=0,
-                            label="seed range (min–max)")  # fmt: skip
+            ax.fill_between(
+                lrs,
+                lows,
+                highs,
+                color="tab:blue",
+                alpha=0.18,
+                linewidth=0,
+                label="seed range (min–max)",
+            )
         if all_scores:
             xs = [lr for lr in lrs for _ in points[lr][1]]
-            ax.scatter(xs, all_scores, s=16, color="0.35", alpha=0.45, zorder=3, linewidths=0,
-                       label="individual seeds")  # fmt: skip
-            ax.plot(lrs, means, "-o", color="tab:blue", linewidth=2, markersize=6, zorder=4,
-                    label="seed mean")  # fmt: skip
+            ax.scatter(
+                xs,
+                all_scores,
+                s=16,
+                color="0.35",
+                alpha=0.45,
+                zorder=3,
+                linewidths=0,
+                label="individual seeds",
+            )
+            ax.plot(
+                lrs,
+                means,
+                "-o",
+                color="tab:blue",
+                linewidth=2,
+                markersize=6,
+                zorder=4,
+                label="seed mean",
+            )
             lo, hi = min(all_scores), max(all_scores)
             span = hi - lo if hi > lo else max(abs(hi) * 0.05, 0.01)
             # Headroom below the data so the diverged markers never sit on a data point.
             ax.set_ylim(lo - 0.22 * span, hi + 0.08 * span)
         else:
-            ax.text(0.5, 0.5, "no seed finished: every run diverged", transform=ax.transAxes,
-                    ha="center", va="center", color="tab:red")  # fmt: skip
+            ax.text(
+                0.5,
+                0.5,
+                "no seed finished: every run diverged",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                color="tab:red",
+            )
             ax.set_yticks([])
 
         n_diverged = sum(len(points[lr][2]) for lr in lrs)
@@ -202,17 +232,32 @@ def plot_lr_sensitivity(
                 for i, _ in enumerate(points[lr][2]):
                     xs.append(lr)
                     ys.append(0.035 + 0.045 * i)  # stack several diverged seeds at one LR
-            ax.scatter(xs, ys, marker="x", s=45, color="tab:red", linewidths=2, zorder=5,
-                       transform=trans, clip_on=False,
-                       label=f"diverged seed, drawn at the bottom ({n_diverged} in all)")  # fmt: skip
+            ax.scatter(
+                xs,
+                ys,
+                marker="x",
+                s=45,
+                color="tab:red",
+                linewidths=2,
+                zorder=5,
+                transform=trans,
+                clip_on=False,
+                label=f"diverged seed, drawn at the bottom ({n_diverged} in all)",
+            )
 
         tick_lrs = sorted(set(lrs) | ({chosen_lr} if chosen_lr else set()))
         tick_keys = {lr: points[lr][0] for lr in lrs}
         if chosen_lr and chosen_lr not in tick_keys:
             tick_keys[chosen_lr] = chosen_key or f"lr{chosen_lr:.3g}"
         if chosen_lr is not None:
-            ax.axvline(chosen_lr, color="tab:green", linestyle="--", linewidth=1.8, zorder=2,
-                       label=f"selected LR: {chosen_key} ({chosen_lr:.3g})")  # fmt: skip
+            ax.axvline(
+                chosen_lr,
+                color="tab:green",
+                linestyle="--",
+                linewidth=1.8,
+                zorder=2,
+                label=f"selected LR: {chosen_key} ({chosen_lr:.3g})",
+            )
 
         ax.set_xscale("log")
         if len(tick_lrs) == 1:  # a single LR: give the log axis some width around it
@@ -221,8 +266,14 @@ def plot_lr_sensitivity(
             ax.set_xlim(tick_lrs[0] / 1.08, tick_lrs[-1] * 1.08)
         ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xticks(tick_lrs, [f"{lr:.2e}" for lr in tick_lrs], rotation=35, ha="right",
-                      rotation_mode="anchor", fontsize=9)  # fmt: skip
+        ax.set_xticks(
+            tick_lrs,
+            [f"{lr:.2e}" for lr in tick_lrs],
+            rotation=35,
+            ha="right",
+            rotation_mode="anchor",
+            fontsize=9,
+        )
         top = ax.secondary_xaxis("top")
         top.xaxis.set_minor_locator(NullLocator())
         top.set_xticks(tick_lrs, [tick_keys[lr] for lr in tick_lrs], fontsize=8, color="0.3")
@@ -288,11 +339,15 @@ def final_score_table(
             "lr_keys": sorted({r.cell.lr_key for r in results}),
             "metric": metric,
             "split": split,
-            "off_protocol": list(dict.fromkeys(
-                why for r in results if not r.protocol.on_protocol
-                for why in (r.protocol.off_protocol_reasons or ["off-protocol"])
-            )),
-        }  # fmt: skip
+            "off_protocol": list(
+                dict.fromkeys(
+                    why
+                    for r in results
+                    if not r.protocol.on_protocol
+                    for why in (r.protocol.off_protocol_reasons or ["off-protocol"])
+                )
+            ),
+        }
     return table
 
 
@@ -364,49 +419,99 @@ def score_figure(
             row = groups.get((model, task))
             x = ti - group_width / 2 + bar_width * (mi + 0.5)
             if row is None:  # no report result for this pair: say so instead of a silent gap
-                ax.annotate("n/a", (x, 0), xytext=(0, 2), textcoords="offset points",
-                            ha="center", va="bottom", fontsize=7, color="0.5")  # fmt: skip
+                ax.annotate(
+                    "n/a",
+                    (x, 0),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                    color="0.5",
+                )
                 continue
             diverged = row["n_diverged"]
             any_diverged |= diverged > 0
             off.update(dict.fromkeys(row["off_protocol"]))
             if row["mean"] is None:
-                ax.annotate("all\ndiverged", (x, 0), xytext=(0, 2), textcoords="offset points",
-                            ha="center", va="bottom", fontsize=7, color="tab:red")  # fmt: skip
+                ax.annotate(
+                    "all\ndiverged",
+                    (x, 0),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                    color="tab:red",
+                )
                 continue
             # Hatched: not at a selected LR (the selection lacks the pair), or several LRs.
             mixed = len(row["lr_keys"]) > 1 or (selection is not None and not row["selected"])
             any_mixed |= mixed
             mean = SCORE_SCALE * row["mean"]
-            ax.bar(x, mean, bar_width * 0.92, color=colours[mi], zorder=2,
-                   hatch="///" if mixed else None, edgecolor="white" if mixed else None,
-                   linewidth=0)  # fmt: skip
+            ax.bar(
+                x,
+                mean,
+                bar_width * 0.92,
+                color=colours[mi],
+                zorder=2,
+                hatch="///" if mixed else None,
+                edgecolor="white" if mixed else None,
+                linewidth=0,
+            )
             top = mean
             if row["low"] is not None:
                 below, above = row["mean"] - row["low"], row["high"] - row["mean"]
                 yerr = [[SCORE_SCALE * max(below, 0.0)], [SCORE_SCALE * max(above, 0.0)]]
-                ax.errorbar(x, mean, yerr=yerr, color="black", capsize=3, linewidth=1,
-                            zorder=3)  # fmt: skip
+                ax.errorbar(x, mean, yerr=yerr, color="black", capsize=3, linewidth=1, zorder=3)
                 top = max(top, SCORE_SCALE * row["high"])
             lift = 2
             if row["n"] != expected_n:  # the table's dagger: averaged over other than avg@n
                 partial.setdefault(row["n"], []).append(f"{model}/{task}")
-                ax.annotate("†", (x, top), xytext=(0, lift), textcoords="offset points",
-                            ha="center", va="bottom", fontsize=9)  # fmt: skip
+                ax.annotate(
+                    "†",
+                    (x, top),
+                    xytext=(0, lift),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=9,
+                )
                 lift += 10
             if diverged:
-                ax.annotate(f"{diverged} div.", (x, top), xytext=(0, lift),
-                            textcoords="offset points", ha="center", va="bottom", fontsize=7,
-                            color="tab:red")  # fmt: skip
+                ax.annotate(
+                    f"{diverged} div.",
+                    (x, top),
+                    xytext=(0, lift),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                    color="tab:red",
+                )
 
     from matplotlib.patches import Patch
 
     handles = [Patch(color=colours[mi], label=model) for mi, model in enumerate(models)]
     if not tasks:
-        ax.text(0.5, 0.5, "no report results", transform=ax.transAxes, ha="center",
-                va="center", color="0.4")  # fmt: skip
-    ax.set_xticks(range(len(tasks)), labels, rotation=30, ha="right", rotation_mode="anchor",
-                  multialignment="right", fontsize=9)  # fmt: skip
+        ax.text(
+            0.5,
+            0.5,
+            "no report results",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            color="0.4",
+        )
+    ax.set_xticks(
+        range(len(tasks)),
+        labels,
+        rotation=30,
+        ha="right",
+        rotation_mode="anchor",
+        multialignment="right",
+        fontsize=9,
+    )
     ax.set_xlim(-0.6, len(tasks) - 0.4 if tasks else 0.6)
     ax.axhline(0, color="0.3", linewidth=0.8, zorder=1)
     ax.set_ylabel(f"report score x{SCORE_SCALE} (task metric), as in the table")
@@ -416,15 +521,23 @@ def score_figure(
         if selection is not None
         else "over all report results (no selection given)"
     )
-    title = f"Report scores {which}\n(bar: mean over seeds, error bar: 95 % t-interval " \
-            "over seeds; none for one seed)"  # fmt: skip
+    title = (
+        f"Report scores {which}\n(bar: mean over seeds, error bar: 95 % t-interval "
+        "over seeds; none for one seed)"
+    )
     if off:
         title = "Not a protocol figure: off-protocol results (see the note)\n" + title
     ax.set_title(title, pad=10)
     ax.grid(True, axis="y", alpha=0.3, zorder=0)
     if handles:
-        ax.legend(handles=handles, title="model", loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                  fontsize=9, frameon=False)  # fmt: skip
+        ax.legend(
+            handles=handles,
+            title="model",
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            fontsize=9,
+            frameon=False,
+        )
     notes = []
     if any_validation:
         notes.append(VALIDATION_NOTE)
@@ -442,8 +555,9 @@ def score_figure(
         # Place the note just under the tick labels, which tight_layout has already placed.
         renderer = fig.canvas.get_renderer()
         bottom = ax.get_tightbbox(renderer).y0 / fig.bbox.height
-        fig.text(0.01, bottom - 0.01, "\n".join(notes), ha="left", va="top", fontsize=8.5,
-                 color="0.25")  # fmt: skip
+        fig.text(
+            0.01, bottom - 0.01, "\n".join(notes), ha="left", va="top", fontsize=8.5, color="0.25"
+        )
     return fig
 
 
@@ -479,8 +593,14 @@ def plot_critical_difference(result, out_dir: Path) -> Path:
     cd_y = axis_y + 0.65
     ax.hlines(cd_y, lo, lo + result.cd, color="black", linewidth=1.5)
     ax.vlines([lo, lo + result.cd], cd_y - 0.06, cd_y + 0.06, color="black", linewidth=1.5)
-    ax.text(lo + result.cd / 2, cd_y + 0.09, f"CD = {result.cd:.2f}", ha="center",
-            va="bottom", fontsize=9)  # fmt: skip
+    ax.text(
+        lo + result.cd / 2,
+        cd_y + 0.09,
+        f"CD = {result.cd:.2f}",
+        ha="center",
+        va="bottom",
+        fontsize=9,
+    )
     # The cliques, as thick bars just under the axis.
     clique_y = axis_y - 0.2
     for ci, clique in enumerate(result.cliques):
@@ -493,12 +613,19 @@ def plot_critical_difference(result, out_dir: Path) -> Path:
             y = label_top - 0.3 * row
             x_end = lo - 0.25 if side == "left" else hi + 0.25
             ax.plot([ranks[i], ranks[i], x_end], [axis_y, y, y], color="0.25", linewidth=0.9)
-            ax.text(x_end + (-0.05 if side == "left" else 0.05), y,
-                    f"{models[i]} ({ranks[i]:.2f})", ha="right" if side == "left" else "left",
-                    va="center", fontsize=9)  # fmt: skip
+            ax.text(
+                x_end + (-0.05 if side == "left" else 0.05),
+                y,
+                f"{models[i]} ({ranks[i]:.2f})",
+                ha="right" if side == "left" else "left",
+                va="center",
+                fontsize=9,
+            )
     bottom = label_top - 0.3 * (n_rows - 1) - 0.3
-    ax.set_xlim(lo - 0.3 - 0.12 * max(len(m) for m in models) / 2,
-                hi + 0.3 + 0.12 * max(len(m) for m in models) / 2)  # fmt: skip
+    ax.set_xlim(
+        lo - 0.3 - 0.12 * max(len(m) for m in models) / 2,
+        hi + 0.3 + 0.12 * max(len(m) for m in models) / 2,
+    )
     ax.set_ylim(bottom, cd_y + 0.45)
     verdict = (
         f"Friedman p = {result.pvalue:.3g} < {result.alpha:g}: bars join models not "
@@ -567,8 +694,15 @@ def plot_confusion_matrix(
     top = max(max(row) for row in counts) or 1
     for i, row in enumerate(counts):
         for j, value in enumerate(row):
-            ax.text(j, i, str(value), ha="center", va="center", fontsize=9,
-                    color="white" if value > top / 2 else "black")  # fmt: skip
+            ax.text(
+                j,
+                i,
+                str(value),
+                ha="center",
+                va="center",
+                fontsize=9,
+                color="white" if value > top / 2 else "black",
+            )
     ticks = list(range(len(classes)))
     ax.set_xticks(ticks, [str(c) for c in classes])
     ax.set_yticks(ticks, [str(c) for c in classes])

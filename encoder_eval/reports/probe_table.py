@@ -77,9 +77,12 @@ def probe_table(
         if undefined or (r.get("mean_score") is None and not q_t):
             why = r.get("undefined") or "score undefined"
             folds = ", ".join(map(str, undefined)) or "all (no per-fold scores recorded)"
-            undefined_folds.append(f"{method}/{task}: fold(s) {folds} of {len(q_t) or '?'} "
-                                   f"undefined ({why})")  # fmt: skip
-        differ = setup_differences({"folds": fold_setups[id(r)]}, {"folds": common}, "the table has")
+            undefined_folds.append(
+                f"{method}/{task}: fold(s) {folds} of {len(q_t) or '?'} undefined ({why})"
+            )
+        differ = setup_differences(
+            {"folds": fold_setups[id(r)]}, {"folds": common}, "the table has"
+        )
         if differ:
             other_setup.append(f"{method}/{task}: {'; '.join(differ)}")
         if r["protocol"].get("limit") is not None:
@@ -87,28 +90,57 @@ def probe_table(
         elif not r["protocol"].get("on_protocol", False):
             off.append(f"{method}/{task}")
         cells[(method, task)] = CellStats(
-            model=method, task=task, metric=r["metric"], lr_key=None, lr=None, scores=scores,
-            diverged=[], missing=[], off_protocol=not r["protocol"].get("on_protocol", False),
+            model=method,
+            task=task,
+            metric=r["metric"],
+            lr_key=None,
+            lr=None,
+            scores=scores,
+            diverged=[],
+            missing=[],
+            off_protocol=not r["protocol"].get("on_protocol", False),
             undefined=undefined,
-        )  # fmt: skip
+        )
     if other_setup:
-        problems.append(Problem("probe_setup", f"{len(other_setup)} cell(s) use another fold "
-                                f"setup than {', '.join(f'{key} {v}' for key, v in common.items())}", sorted(other_setup)))  # fmt: skip
+        problems.append(
+            Problem(
+                "probe_setup",
+                f"{len(other_setup)} cell(s) use another fold "
+                f"setup than {', '.join(f'{key} {v}' for key, v in common.items())}",
+                sorted(other_setup),
+            )
+        )
     if len(by_precision) > 1:  # bf16 and fp32 embeddings differ by more than rounding noise
         groups = sorted(by_precision.items(), key=lambda kv: -len(kv[1]))
-        problems.append(Problem(
-            "precision", "probe cells disagree on the embeddings' precision: "
-            + "; ".join(f"{p} in {len(c)} cell(s)" for p, c in groups),
-            sorted(f"{c} (precision {p})" for p, cs in groups for c in cs),
-        ))  # fmt: skip
+        problems.append(
+            Problem(
+                "precision",
+                "probe cells disagree on the embeddings' precision: "
+                + "; ".join(f"{p} in {len(c)} cell(s)" for p, c in groups),
+                sorted(f"{c} (precision {p})" for p, cs in groups for c in cs),
+            )
+        )
     if off:
-        problems.append(Problem("off_protocol", f"{len(off)} probe cell(s) ran under a NeuCo "
-                                "rule", sorted(off)))  # fmt: skip
+        problems.append(
+            Problem("off_protocol", f"{len(off)} probe cell(s) ran under a NeuCo rule", sorted(off))
+        )
     if limited:
-        problems.append(Problem("off_protocol", f"{len(limited)} probe cell(s) are smoke runs "
-                                "on a few examples per split (--limit)", sorted(limited)))  # fmt: skip
+        problems.append(
+            Problem(
+                "off_protocol",
+                f"{len(limited)} probe cell(s) are smoke runs "
+                "on a few examples per split (--limit)",
+                sorted(limited),
+            )
+        )
     if undefined_folds:
-        problems.append(Problem("undefined_metric", f"{len(undefined_folds)} probe cell(s) have "
-                                "a fold whose score is undefined (never averaged, never read "
-                                "as 0)", sorted(undefined_folds)))  # fmt: skip
+        problems.append(
+            Problem(
+                "undefined_metric",
+                f"{len(undefined_folds)} probe cell(s) have "
+                "a fold whose score is undefined (never averaged, never read "
+                "as 0)",
+                sorted(undefined_folds),
+            )
+        )
     return Table(names, task_names, cells, problems, list(range(k)), kind="probe")

@@ -243,8 +243,18 @@ def critical_difference(
     cd = q * math.sqrt(k * (k + 1) / (6.0 * n))
     rejected = pvalue < alpha
     cliques = _cliques(models, mean_ranks, cd) if rejected else [list(models)]
-    return CriticalDifference(list(models), [float(x) for x in mean_ranks], n, statistic,
-                              pvalue, alpha, q, cd, rejected, cliques)  # fmt: skip
+    return CriticalDifference(
+        list(models),
+        [float(x) for x in mean_ranks],
+        n,
+        statistic,
+        pvalue,
+        alpha,
+        q,
+        cd,
+        rejected,
+        cliques,
+    )
 
 
 # ----------------------------------------------------------------------------- the board
@@ -279,8 +289,9 @@ def build_leaderboard(
         pos = positions(values[name], higher)
         low, high = np.percentile(boot[name], [lo, hi], axis=0)
         for i, m in enumerate(models):
-            per_model[m][name] = Aggregate(float(values[name][i]), float(pos[i]),
-                                           float(low[i]), float(high[i]))  # fmt: skip
+            per_model[m][name] = Aggregate(
+                float(values[name][i]), float(pos[i]), float(low[i]), float(high[i])
+            )
     sign = np.array([-1.0 if t in scores.flipped else 1.0 for t in scores.tasks])
     shown = means * sign  # back to the metric's own direction for display
     cd, cd_note = None, None
@@ -288,19 +299,21 @@ def build_leaderboard(
         cd = critical_difference(means, models)
     except HarnessError as exc:
         cd_note = f"no critical-difference test: {exc}"
-    order = sorted(range(len(models)), key=lambda i: (values["mean_rank"][i],
-                                                      -values["mean_score"][i], models[i]))  # fmt: skip
+    order = sorted(
+        range(len(models)),
+        key=lambda i: (values["mean_rank"][i], -values["mean_score"][i], models[i]),
+    )
     return Leaderboard(
         models=[models[i] for i in order],
         tasks=list(scores.tasks),
         task_means={
             m: dict(zip(scores.tasks, map(float, shown[i]), strict=True))
             for i, m in enumerate(models)
-        },  # fmt: skip
+        },
         task_ranks={
             m: dict(zip(scores.tasks, map(float, ranks[i]), strict=True))
             for i, m in enumerate(models)
-        },  # fmt: skip
+        },
         weights=dict(zip(scores.tasks, map(float, weights), strict=True)),
         equal_weights=equal,
         aggregates=per_model,
@@ -328,9 +341,11 @@ class Refused(Exception):
             lines.append(f"error: leaderboard refuses: {self.why}")
         if self.missing:
             if not self.why:
-                lines.append(f"error: leaderboard refuses: {len(self.missing)} model(s) miss a "
-                             "task; run the missing cells, or pass --allow-partial to drop "
-                             "those models (the output says so)")  # fmt: skip
+                lines.append(
+                    f"error: leaderboard refuses: {len(self.missing)} model(s) miss a "
+                    "task; run the missing cells, or pass --allow-partial to drop "
+                    "those models (the output says so)"
+                )
             lines += [f"  {m}: {', '.join(tasks)}" for m, tasks in self.missing.items()]
         if self.table.problems and not self.why:
             lines.append(format_refusal(self.table))
@@ -398,8 +413,10 @@ def notes(board: Leaderboard) -> list[str]:
 
 def _grid(board: Leaderboard) -> tuple[list[str], list[list[str]]]:
     head = ["Model", *(label for label, _ in AGGREGATES.values())]
-    return head, [[m, *(format_aggregate(n, board.aggregates[m][n]) for n in AGGREGATES)]
-                  for m in board.models]  # fmt: skip
+    return head, [
+        [m, *(format_aggregate(n, board.aggregates[m][n]) for n in AGGREGATES)]
+        for m in board.models
+    ]
 
 
 def render_markdown(board: Leaderboard) -> str:
@@ -424,7 +441,7 @@ def leaderboard_to_dict(board: Leaderboard) -> dict:
         "tasks": board.tasks,
         "aggregates": {
             n: {"label": lab, "higher_is_better": hib} for n, (lab, hib) in AGGREGATES.items()
-        },  # fmt: skip
+        },
         "rows": [
             {
                 "model": m,
@@ -434,7 +451,7 @@ def leaderboard_to_dict(board: Leaderboard) -> dict:
                     n: {"value": a.value, "position": a.position, "low": a.low, "high": a.high}
                     for n, a in board.aggregates[m].items()
                 },
-            }  # fmt: skip
+            }
             for m in board.models
         ],
         "neuco_weights": board.weights,
@@ -443,7 +460,7 @@ def leaderboard_to_dict(board: Leaderboard) -> dict:
             "replicates": board.replicates,
             "seed": board.seed,
             "confidence": CONFIDENCE,
-        },  # fmt: skip
+        },
         "critical_difference": None
         if cd is None
         else {
@@ -456,7 +473,7 @@ def leaderboard_to_dict(board: Leaderboard) -> dict:
             "n_tasks": cd.n_tasks,
             "mean_ranks": dict(zip(cd.models, cd.mean_ranks, strict=True)),
             "cliques": cd.cliques,
-        },  # fmt: skip
+        },
         "dropped": board.dropped,
         "problems": board.problems,
         "negated_tasks": board.flipped,
@@ -488,9 +505,3 @@ def render(board: Leaderboard, fmt: str) -> str:
 
 
 # ----------------------------------------------------------------------------- command
-
-
-
-
-
-

@@ -39,10 +39,23 @@ from encoder_eval.reports.latex import Score
 
 TABLE_SCHEMA = "encoder-eval-table"
 RULES = (
-    "no_selection", "selection_off_protocol", "selection_partial", "missing_seeds", "wrong_lr",
-    "off_protocol", "diverged", "undefined_metric", "recipe", "precision", "selection_split",
-    "transformers", "model_revision", "loader", "data_identity", "select_report_mismatch",
-)  # fmt: skip
+    "no_selection",
+    "selection_off_protocol",
+    "selection_partial",
+    "missing_seeds",
+    "wrong_lr",
+    "off_protocol",
+    "diverged",
+    "undefined_metric",
+    "recipe",
+    "precision",
+    "selection_split",
+    "transformers",
+    "model_revision",
+    "loader",
+    "data_identity",
+    "select_report_mismatch",
+)
 # What each selection split means, as the table's footnote states it.
 SELECTION_SPLIT_NOTES = {
     "dev": "LR selection and early stopping on the official dev split (the specification's "
@@ -67,8 +80,12 @@ MARKS_NOTES = {
     "across the task's comparisons with the best only, --marks-family task: this does not "
     "account for the best being picked by its mean, nor for the other tasks).",
 }
-BUCKET_LABELS = {"multilingual": "Multilingual", "glue": "GLUE", "superglue": "SuperGLUE",
-                 "ranking": "Ranking"}  # fmt: skip
+BUCKET_LABELS = {
+    "multilingual": "Multilingual",
+    "glue": "GLUE",
+    "superglue": "SuperGLUE",
+    "ranking": "Ranking",
+}
 BUCKET_ORDER = ("multilingual", "glue", "superglue", "ranking")
 
 FORMATS = ("markdown", "json", "csv", "latex")
@@ -181,8 +198,9 @@ class Table:
     def benchmark_scores(self) -> list[str]:
         """The benchmark scores (`tasks.BENCHMARK_SCORES`) whose whole task set the table
         holds (a benchmark score over some of its tasks would be another number)."""
-        return [name for name, tasks in BENCHMARK_SCORES.items()
-                if all(t in self.tasks for t in tasks)]  # fmt: skip
+        return [
+            name for name, tasks in BENCHMARK_SCORES.items() if all(t in self.tasks for t in tasks)
+        ]
 
     def benchmark_score(self, model: str, name: str) -> float | None:
         """The macro-average of the model's means over the benchmark's task set; None
@@ -253,9 +271,11 @@ def _recipe_problems(cells: list[LoadedResult]) -> list[Problem]:
         problems.append(_group_disagreement("recipe", "recipe", groups))
     if len(by_tf) > 1:
         problems.append(_group_disagreement("transformers", "transformers version", by_tf))
-    for rule, what, per in (("model_revision", "{}'s model revision", by_rev),
-                            ("loader", "{}'s loader", by_loader),
-                            ("data_identity", "{}'s data", by_data)):  # fmt: skip
+    for rule, what, per in (
+        ("model_revision", "{}'s model revision", by_rev),
+        ("loader", "{}'s loader", by_loader),
+        ("data_identity", "{}'s data", by_data),
+    ):
         for name, groups in per.items():
             if len(groups) > 1:
                 problems.append(_group_disagreement(rule, what.format(name), groups))
@@ -272,9 +292,11 @@ def _selection_problems(selection: dict, pairs: list[tuple[str, str, dict]]) -> 
         and seeds is not None
         and (sorted(keys) != sorted(LR_GRID) or sorted(seeds) != sorted(SELECT_SEEDS))
     ):
-        off.append(f"the select sweep ran lr keys {','.join(keys)} and seeds "
-                   f"{','.join(map(str, seeds))}; the protocol's are {','.join(LR_GRID)} and "
-                   f"{','.join(map(str, SELECT_SEEDS))}")  # fmt: skip
+        off.append(
+            f"the select sweep ran lr keys {','.join(keys)} and seeds "
+            f"{','.join(map(str, seeds))}; the protocol's are {','.join(LR_GRID)} and "
+            f"{','.join(map(str, SELECT_SEEDS))}"
+        )
     for model, task, entry in pairs:
         if entry.get("on_protocol") is False:
             off.append(f"{model}/{task}: its select cells are off-protocol")
@@ -294,12 +316,23 @@ def _selection_problems(selection: dict, pairs: list[tuple[str, str, dict]]) -> 
         off.append("selection.json says on_protocol: false")
     problems = []
     if off:
-        problems.append(Problem("selection_off_protocol", "the selection is off-protocol; "
-                                "run the whole select sweep on protocol, then select", off))  # fmt: skip
+        problems.append(
+            Problem(
+                "selection_off_protocol",
+                "the selection is off-protocol; "
+                "run the whole select sweep on protocol, then select",
+                off,
+            )
+        )
     if partial:
-        problems.append(Problem("selection_partial", f"{len(partial)} pair(s) were selected with "
-                                "--allow-partial; finish the select sweep and re-run select",
-                                partial))  # fmt: skip
+        problems.append(
+            Problem(
+                "selection_partial",
+                f"{len(partial)} pair(s) were selected with "
+                "--allow-partial; finish the select sweep and re-run select",
+                partial,
+            )
+        )
     return problems
 
 
@@ -351,15 +384,21 @@ def build_table(
             chosen = (pairs_sel.get(model) or {}).get(task) or {}
             key, lr = chosen.get("lr_key"), chosen.get("lr")
             if not key:
-                no_sel.append(f"{model}/{task}" + (
-                    f": {len(here)} result(s) but no selected LR" if here else ": no selected LR"
-                ))  # fmt: skip
+                no_sel.append(
+                    f"{model}/{task}"
+                    + (
+                        f": {len(here)} result(s) but no selected LR"
+                        if here
+                        else ": no selected LR"
+                    )
+                )
                 continue
             selected.append((model, task, chosen))
             select_setup = chosen.get("select_setup")
             if not isinstance(select_setup, dict):
-                unrecorded.append(f"{model}/{task}: selection.json does not record what its "
-                                  "select cells ran with")  # fmt: skip
+                unrecorded.append(
+                    f"{model}/{task}: selection.json does not record what its select cells ran with"
+                )
             stats = CellStats(model, task, task_knobs(task).metric, key, lr, {}, [], [], False)
             for r in sorted(here, key=lambda r: (r.cell["lr"], r.cell["seed"])):
                 if r.cell["lr_key"] != key:
@@ -391,43 +430,86 @@ def build_table(
                     step = r.data["training"].get("diverged_at_step")
                     diverged.append(f"{r.path} (diverged at step {step})")
             stats.missing = [
-                s for s in expected
+                s
+                for s in expected
                 if s not in stats.scores and s not in stats.diverged + stats.undefined
-            ]  # fmt: skip
+            ]
             for s in stats.missing:
                 missing_cells.append(
                     f"{model}/{task}/{key}/s{s}: missing ({result_filename(model, task, lr, s)})"
                 )
             cells[(model, task)] = stats
     if no_sel:
-        problems.append(Problem("no_selection", f"{len(no_sel)} pair(s) have no selected LR "
-                                "in the selection file", no_sel))  # fmt: skip
+        problems.append(
+            Problem(
+                "no_selection",
+                f"{len(no_sel)} pair(s) have no selected LR in the selection file",
+                no_sel,
+            )
+        )
     problems += _selection_problems(selection, selected)
     if missing_cells:
-        problems.append(Problem("missing_seeds", f"{len(missing_cells)} report seed(s) are "
-                                "missing", missing_cells))  # fmt: skip
+        problems.append(
+            Problem(
+                "missing_seeds", f"{len(missing_cells)} report seed(s) are missing", missing_cells
+            )
+        )
     if wrong_lr:
-        problems.append(Problem("wrong_lr", f"{len(wrong_lr)} result(s) sit at an LR other than "
-                                "the selected one (never averaged)", wrong_lr))  # fmt: skip
+        problems.append(
+            Problem(
+                "wrong_lr",
+                f"{len(wrong_lr)} result(s) sit at an LR other than "
+                "the selected one (never averaged)",
+                wrong_lr,
+            )
+        )
     if off:
         why = name_reasons(off_reasons)
-        problems.append(Problem("off_protocol", f"{len(off)} result(s) are off-protocol"
-                                + (f" ({why})" if why else ""), off))  # fmt: skip
+        problems.append(
+            Problem(
+                "off_protocol",
+                f"{len(off)} result(s) are off-protocol" + (f" ({why})" if why else ""),
+                off,
+            )
+        )
     if diverged:
-        problems.append(Problem("diverged", f"{len(diverged)} report seed(s) diverged "
-                                "(counted, never averaged)", diverged))  # fmt: skip
+        problems.append(
+            Problem(
+                "diverged",
+                f"{len(diverged)} report seed(s) diverged (counted, never averaged)",
+                diverged,
+            )
+        )
     if undefined:
-        problems.append(Problem("undefined_metric", f"{len(undefined)} report seed(s) have an "
-                                "undefined score (never averaged, never read as 0)", undefined))  # fmt: skip
+        problems.append(
+            Problem(
+                "undefined_metric",
+                f"{len(undefined)} report seed(s) have an "
+                "undefined score (never averaged, never read as 0)",
+                undefined,
+            )
+        )
     problems += _recipe_problems(included)
     if unrecorded:
-        problems.append(Problem("select_report_mismatch", f"{len(unrecorded)} pair(s) cannot be "
-                                "checked against their select cells; regenerate selection.json "
-                                "with encoder-eval select", unrecorded))  # fmt: skip
+        problems.append(
+            Problem(
+                "select_report_mismatch",
+                f"{len(unrecorded)} pair(s) cannot be "
+                "checked against their select cells; regenerate selection.json "
+                "with encoder-eval select",
+                unrecorded,
+            )
+        )
     if phase_mismatch:
-        problems.append(Problem("select_report_mismatch", f"{len(phase_mismatch)} report cell(s) "
-                                "ran otherwise than their pair's select cells; re-run the select "
-                                "and report phases with one setup", phase_mismatch))  # fmt: skip
+        problems.append(
+            Problem(
+                "select_report_mismatch",
+                f"{len(phase_mismatch)} report cell(s) "
+                "ran otherwise than their pair's select cells; re-run the select "
+                "and report phases with one setup",
+                phase_mismatch,
+            )
+        )
     splits = {str(cell_setup(r.data)["selection_split"]) for r in included}
     if not included:
         splits = {str((e.get("select_setup") or {}).get("selection_split")) for *_, e in selected}
@@ -454,8 +536,12 @@ def score_cell(
         return Score("—")
     std = "n/a" if cell.std is None else f"{100 * cell.std:.2f}"
     ci = "" if interval is None else f" [{_pct(interval[0])}, {_pct(interval[1])}]"
-    return Score(f"{_pct(cell.mean)} ± {std}{ci}", best=mark == "best", tied=mark == "tied",
-                 dagger=cell.n != expected_n)  # fmt: skip
+    return Score(
+        f"{_pct(cell.mean)} ± {std}{ci}",
+        best=mark == "best",
+        tied=mark == "tied",
+        dagger=cell.n != expected_n,
+    )
 
 
 def format_cell(
@@ -529,21 +615,25 @@ def footnotes(table: Table) -> list[str]:
     if table.selection_split in SELECTION_SPLIT_NOTES:
         notes.append(SELECTION_SPLIT_NOTES[table.selection_split])
     elif len(table.selection_splits) > 1:
-        notes.append("LR selection and early stopping: the cells mix selection splits "
-                     f"({', '.join(table.selection_splits)}) [selection_split].")  # fmt: skip
+        notes.append(
+            "LR selection and early stopping: the cells mix selection splits "
+            f"({', '.join(table.selection_splits)}) [selection_split]."
+        )
     if any(TASK_KNOBS[t].report_split == "validation" for t in table.tasks):
         notes.append("* reported on the dev (validation) split: the test labels are hidden.")
     for name in table.benchmark_scores:
         tasks = BENCHMARK_SCORES[name]
-        notes.append(f"{BENCHMARK_LABELS[name]}: the macro-average of the task means over "
-                     f"{', '.join(task_label(t) for t in tasks)} (each task's metric "
-                     "as in its column"
-                     + ("; ReCoRD excluded" if name == "superglue_score" else "")
-                     + ").")  # fmt: skip
+        notes.append(
+            f"{BENCHMARK_LABELS[name]}: the macro-average of the task means over "
+            f"{', '.join(task_label(t) for t in tasks)} (each task's metric "
+            "as in its column" + ("; ReCoRD excluded" if name == "superglue_score" else "") + ")."
+        )
     separate = [t for t in table.tasks if not in_suite_average(t)]
     if separate:
-        notes.append(f"Average leaves out the ranking tasks ({', '.join(separate)}), which "
-                     "have their own column.")  # fmt: skip
+        notes.append(
+            f"Average leaves out the ranking tasks ({', '.join(separate)}), which "
+            "have their own column."
+        )
     notes += _dagger_notes(table)
     for p in table.problems:
         notes.append(f"Not a protocol table: {p.message} [{p.rule}].")
@@ -560,10 +650,11 @@ def table_grid(table: Table) -> tuple[list[str], list[list[Score | str]]]:
     for model in table.models:
         row: list[Score | str] = [model]
         row += [
-            score_cell(table.cells.get((model, t)), n, table.interval(model, t),
-                       table.mark(model, t))
+            score_cell(
+                table.cells.get((model, t)), n, table.interval(model, t), table.mark(model, t)
+            )
             for t in table.tasks
-        ]  # fmt: skip
+        ]
         row += [_pct(table.bucket_mean(model, b)) for b in table.bucket_columns]
         row += [_pct(table.benchmark_score(model, name)) for name in table.benchmark_scores]
         row.append(_pct(table.overall_mean(model)))
@@ -597,23 +688,39 @@ def table_to_dict(table: Table) -> dict:
         for t in table.tasks:
             c = table.cells.get((model, t))
             ci = table.interval(model, t)
-            cells[t] = None if c is None else {
-                "mean": c.mean, "std": c.std, "n": c.n, "seeds": sorted(c.scores),
-                "ci": None if ci is None else {"low": ci[0], "high": ci[1],
-                                               "method": table.ci_method},
-                "mark": table.mark(model, t),
-                "scores": {str(s): v for s, v in sorted(c.scores.items())},
-                "diverged_seeds": c.diverged, "undefined_seeds": c.undefined,
-                "missing_seeds": c.missing,
-                "lr_key": c.lr_key, "lr": c.lr, "metric": c.metric, "off_protocol": c.off_protocol,
-            }  # fmt: skip
-        rows.append({
-            "model": model, "cells": cells,
-            "buckets": {b: table.bucket_mean(model, b) for b in table.buckets},
-            "benchmark_scores": {name: table.benchmark_score(model, name)
-                                 for name in table.benchmark_scores},
-            "average": table.overall_mean(model),
-        })  # fmt: skip
+            cells[t] = (
+                None
+                if c is None
+                else {
+                    "mean": c.mean,
+                    "std": c.std,
+                    "n": c.n,
+                    "seeds": sorted(c.scores),
+                    "ci": None
+                    if ci is None
+                    else {"low": ci[0], "high": ci[1], "method": table.ci_method},
+                    "mark": table.mark(model, t),
+                    "scores": {str(s): v for s, v in sorted(c.scores.items())},
+                    "diverged_seeds": c.diverged,
+                    "undefined_seeds": c.undefined,
+                    "missing_seeds": c.missing,
+                    "lr_key": c.lr_key,
+                    "lr": c.lr,
+                    "metric": c.metric,
+                    "off_protocol": c.off_protocol,
+                }
+            )
+        rows.append(
+            {
+                "model": model,
+                "cells": cells,
+                "buckets": {b: table.bucket_mean(model, b) for b in table.buckets},
+                "benchmark_scores": {
+                    name: table.benchmark_score(model, name) for name in table.benchmark_scores
+                },
+                "average": table.overall_mean(model),
+            }
+        )
     return {
         "schema": TABLE_SCHEMA,
         "version": 1,
@@ -637,7 +744,7 @@ def table_to_dict(table: Table) -> dict:
                 "dev_reported": TASK_KNOBS[t].report_split == "validation",
             }
             for t in table.tasks
-        ],  # fmt: skip
+        ],
         "rows": rows,
         "footnotes": footnotes(table),
         "problems": [p.to_dict() for p in table.problems],
@@ -648,9 +755,27 @@ def render_csv(table: Table) -> str:
     """Long format: one row per (model, task), then one per bucket and overall average."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["model", "kind", "task", "metric", "report_split", "bucket", "lr_key", "lr",
-                "n", "seeds", "mean", "std", "ci_low", "ci_high", "ci_method", "mark",
-                "diverged_seeds"])  # fmt: skip
+    w.writerow(
+        [
+            "model",
+            "kind",
+            "task",
+            "metric",
+            "report_split",
+            "bucket",
+            "lr_key",
+            "lr",
+            "n",
+            "seeds",
+            "mean",
+            "std",
+            "ci_low",
+            "ci_high",
+            "ci_method",
+            "mark",
+            "diverged_seeds",
+        ]
+    )
     for model in table.models:
         for t in table.tasks:
             k = TASK_KNOBS[t]
@@ -659,25 +784,94 @@ def render_csv(table: Table) -> str:
             if c is None:
                 w.writerow([model, "task", t, k.metric, k.report_split, k.bucket] + [""] * 11)
                 continue
-            w.writerow([model, "task", t, c.metric, k.report_split, k.bucket, c.lr_key,
-                        "" if c.lr is None else f"{c.lr:g}", c.n,
-                        " ".join(map(str, sorted(c.scores))),
-                        "" if c.mean is None else repr(c.mean),
-                        "" if c.std is None else repr(c.std),
-                        *(["", ""] if ci is None else [repr(ci[0]), repr(ci[1])]),
-                        table.ci_method, table.mark(model, t) or "",
-                        " ".join(map(str, c.diverged))])  # fmt: skip
+            w.writerow(
+                [
+                    model,
+                    "task",
+                    t,
+                    c.metric,
+                    k.report_split,
+                    k.bucket,
+                    c.lr_key,
+                    "" if c.lr is None else f"{c.lr:g}",
+                    c.n,
+                    " ".join(map(str, sorted(c.scores))),
+                    "" if c.mean is None else repr(c.mean),
+                    "" if c.std is None else repr(c.std),
+                    *(["", ""] if ci is None else [repr(ci[0]), repr(ci[1])]),
+                    table.ci_method,
+                    table.mark(model, t) or "",
+                    " ".join(map(str, c.diverged)),
+                ]
+            )
         for b in table.buckets:
             m = table.bucket_mean(model, b)
-            w.writerow([model, "bucket", b, "", "", b, "", "", "", "", "" if m is None else repr(m),
-                        "", "", "", "", "", ""])  # fmt: skip
+            w.writerow(
+                [
+                    model,
+                    "bucket",
+                    b,
+                    "",
+                    "",
+                    b,
+                    "",
+                    "",
+                    "",
+                    "",
+                    "" if m is None else repr(m),
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                ]
+            )
         for name in table.benchmark_scores:
             m = table.benchmark_score(model, name)
-            w.writerow([model, "benchmark", name, "", "", "", "", "", "", "",
-                        "" if m is None else repr(m), "", "", "", "", "", ""])  # fmt: skip
+            w.writerow(
+                [
+                    model,
+                    "benchmark",
+                    name,
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "" if m is None else repr(m),
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                ]
+            )
         m = table.overall_mean(model)
-        w.writerow([model, "average", "", "", "", "", "", "", "", "", "" if m is None else repr(m),
-                    "", "", "", "", "", ""])  # fmt: skip
+        w.writerow(
+            [
+                model,
+                "average",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "" if m is None else repr(m),
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+            ]
+        )
     return buf.getvalue()
 
 

@@ -118,8 +118,10 @@ def check_checkpoint_id(cid: str) -> str:
 def _check_dir(cid: str, path: str) -> str:
     full = os.path.abspath(os.path.expanduser(path))
     if not os.path.isdir(full):
-        raise HarnessError(f"checkpoint {cid}: {path!r} is not a directory; give the folder "
-                           "holding its config.json")  # fmt: skip
+        raise HarnessError(
+            f"checkpoint {cid}: {path!r} is not a directory; give the folder "
+            "holding its config.json"
+        )
     return full
 
 
@@ -200,8 +202,10 @@ def _lr_from_selection(path: str, model: str | None, tasks: list[str]) -> dict[s
     pairs = load_selection(path).get("pairs", {})
     if model is None:
         if len(pairs) != 1:
-            raise HarnessError(f"--selection {path} holds {len(pairs)} models; name the one "
-                               f"whose LRs to use with --selection-model ({', '.join(pairs)})")  # fmt: skip
+            raise HarnessError(
+                f"--selection {path} holds {len(pairs)} models; name the one "
+                f"whose LRs to use with --selection-model ({', '.join(pairs)})"
+            )
         model = next(iter(pairs))
     if model not in pairs:
         raise unknown_name("selection model", model, pairs)
@@ -240,12 +244,16 @@ def build_setup(
     if kind not in EVAL_KINDS:
         raise unknown_name("evaluation kind", kind, EVAL_KINDS)
     if kind == "synthetic":
-        given = [v is not None for v in (max_seq_len, pooling, k_folds, precision, lr_key,
-                                          selection, seeds, max_steps)]  # fmt: skip
+        given = [
+            v is not None
+            for v in (max_seq_len, pooling, k_folds, precision, lr_key, selection, seeds, max_steps)
+        ]
         if tasks or any(given):
-            raise HarnessError("--kind synthetic scores the capability suite's four axes "
-                               "(perplexity, modular arithmetic, parity, induction): it takes "
-                               "only --seed and --n-examples")  # fmt: skip
+            raise HarnessError(
+                "--kind synthetic scores the capability suite's four axes "
+                "(perplexity, modular arithmetic, parity, induction): it takes "
+                "only --seed and --n-examples"
+            )
         n = 256 if n_examples is None else n_examples
         if n < 2:
             raise HarnessError(f"--n-examples {n} must be at least 2")
@@ -262,24 +270,32 @@ def build_setup(
         )
 
         if any(v is not None for v in (lr_key, selection, seeds, max_steps)):
-            raise HarnessError("--lr-key, --selection, --seeds and --max-steps are for --kind "
-                               "finetune; a probe receipt takes --pooling, --k-folds, --seed")  # fmt: skip
+            raise HarnessError(
+                "--lr-key, --selection, --seeds and --max-steps are for --kind "
+                "finetune; a probe receipt takes --pooling, --k-folds, --seed"
+            )
         pools = check_poolings(split_csv(pooling) if pooling else list(DEFAULT_POOLINGS))
         if len(pools) != 1:
             raise HarnessError("--pooling: a track runs one pooling")
         return TrackSetup(
-            "probe", task_list, max_seq_len or DEFAULT_MAX_SEQ_LEN, pools[0],
-            k_folds or DEFAULT_K_FOLDS, DEFAULT_SEED if seed is None else seed,
+            "probe",
+            task_list,
+            max_seq_len or DEFAULT_MAX_SEQ_LEN,
+            pools[0],
+            k_folds or DEFAULT_K_FOLDS,
+            DEFAULT_SEED if seed is None else seed,
             EmbedSetup(precision=precision or "bf16").precision,
-        )  # fmt: skip
+        )
 
     if any(v is not None for v in (pooling, k_folds, seed)):
         raise HarnessError("--pooling, --k-folds and --seed are for --kind probe")
     # recorded only when it is not the protocol's bf16: earlier receipts stay comparable
     precision = "fp32" if run_precision(precision) == "fp32" else None
     if (lr_key is None) == (selection is None):
-        raise HarnessError("--kind finetune needs its fixed LR: --lr-key KEY (one of "
-                           f"{', '.join(LR_GRID)}) or --selection selection.json")  # fmt: skip
+        raise HarnessError(
+            "--kind finetune needs its fixed LR: --lr-key KEY (one of "
+            f"{', '.join(LR_GRID)}) or --selection selection.json"
+        )
     if lr_key is not None:
         lr, source = lr_for_key(lr_key), "given (--lr-key)"
     else:
@@ -289,9 +305,16 @@ def build_setup(
             f" (model {selection_model})" if selection_model else ""
         )
     return TrackSetup(
-        "finetune", task_list, max_seq_len, lr_key=lr_key, lr=lr, lr_source=source,
-        seeds=tuple(seeds or PHASE_SEEDS["report"]), max_steps=max_steps, precision=precision,
-    )  # fmt: skip
+        "finetune",
+        task_list,
+        max_seq_len,
+        lr_key=lr_key,
+        lr=lr,
+        lr_source=source,
+        seeds=tuple(seeds or PHASE_SEEDS["report"]),
+        max_steps=max_steps,
+        precision=precision,
+    )
 
 
 # ----------------------------------------------------------------------------- receipts
@@ -334,13 +357,15 @@ class Receipt:
                 raise ValueError(f"tasks[{i}] is not an object")
             check_fields(t, _TASK_TYPES, f"tasks[{i}].")
             if not is_number(t["score"]):
-                raise ValueError(f"task {quote(t['name'])}: score {quote(t['score'])} is not a "
-                                 "finite number")  # fmt: skip
+                raise ValueError(
+                    f"task {quote(t['name'])}: score {quote(t['score'])} is not a finite number"
+                )
             details = t["details"]
             std, n = details.get("std"), details.get("n")
             if not (std is None or is_number(std)) or not (n is None or is_int(n)):
-                raise ValueError(f"task {quote(t['name'])}: details.std or details.n is not a "
-                                 "number")  # fmt: skip
+                raise ValueError(
+                    f"task {quote(t['name'])}: details.std or details.n is not a number"
+                )
             if not isinstance(details.get("metric", ""), str):
                 raise ValueError(f"task {quote(t['name'])}: details.metric is not a string")
         _check_setup(body["setup"])
@@ -350,20 +375,23 @@ class Receipt:
 
 # field -> (check, what it must be): a receipt's fields and one task's, as written.
 _RECEIPT_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "checkpoint_id": (lambda x: is_str(x) and bool(CHECKPOINT_ID.fullmatch(x)), "an id"), "checkpoint_index": (is_int, "an integer"),
+    "checkpoint_id": (lambda x: is_str(x) and bool(CHECKPOINT_ID.fullmatch(x)), "an id"),
+    "checkpoint_index": (is_int, "an integer"),
     "tasks": (lambda x: isinstance(x, list), "a list"),
     "seeds": (is_list_of(is_int), "a list of integers"),
     "metadata": (lambda x: isinstance(x, dict), "an object"),
     "setup": (lambda x: isinstance(x, dict), "an object"),
-    "checkpoint_path": (is_str, "a string"), "model_revision": (is_str, "a string"),
+    "checkpoint_path": (is_str, "a string"),
+    "model_revision": (is_str, "a string"),
     "created_at": (is_str, "a string"),
-}  # fmt: skip
+}
 _TASK_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "name": (is_name, "a name"), "score": (lambda x: True, "a number"),
+    "name": (is_name, "a name"),
+    "score": (lambda x: True, "a number"),
     "higher_is_better": (lambda x: isinstance(x, bool), "true or false"),
     "n_examples": (lambda x: x is None or is_int(x), "an integer or null"),
     "details": (lambda x: isinstance(x, dict), "an object"),
-}  # fmt: skip
+}
 # TrackSetup's fields as a receipt records them (None: not used by this kind).
 # How a receipt's setup field is checked, by TrackSetup's annotation of it (one place says
 # what a setup holds: the dataclass).
@@ -424,9 +452,11 @@ def load_receipts(out_dir: str | os.PathLike, warn: Callable[[str], None] | None
     seen: dict[int, str] = {}
     for r in receipts:
         if r.checkpoint_index in seen:
-            raise HarnessError(f"checkpoints {seen[r.checkpoint_index]} and {r.checkpoint_id} "
-                               f"both have index {r.checkpoint_index}; re-issue one receipt "
-                               "with another --index")  # fmt: skip
+            raise HarnessError(
+                f"checkpoints {seen[r.checkpoint_index]} and {r.checkpoint_id} "
+                f"both have index {r.checkpoint_index}; re-issue one receipt "
+                "with another --index"
+            )
         seen[r.checkpoint_index] = r.checkpoint_id
     return receipts
 
@@ -449,15 +479,26 @@ def build_track_plan(
     that gives every (checkpoint, task) the fixed LR."""
     specs = [f"{c.id}={c.path}" for c in checkpoints]
     names = [c.id for c in checkpoints]
-    common = dict(results_dir=results_dir(out_dir), models=names, extra_models=specs,
-                  tasks=list(setup.tasks), max_seq_len=setup.max_seq_len,
-                  data_dir=data_dir, device=device)  # fmt: skip
+    common = dict(
+        results_dir=results_dir(out_dir),
+        models=names,
+        extra_models=specs,
+        tasks=list(setup.tasks),
+        max_seq_len=setup.max_seq_len,
+        data_dir=data_dir,
+        device=device,
+    )
     if no_cache and setup.kind != "probe":
         raise HarnessError("--no-cache is for --kind probe (fine-tune cells cache no embeddings)")
     if setup.kind == "probe":
         common["extra_run_args"] = ["--no-cache"] if no_cache else []
-        return build_probe_plan(poolings=[setup.pooling], k_folds=setup.k_folds,
-                                seed=setup.seed, precision=setup.precision, **common)  # fmt: skip
+        return build_probe_plan(
+            poolings=[setup.pooling],
+            k_folds=setup.k_folds,
+            seed=setup.seed,
+            precision=setup.precision,
+            **common,
+        )
     selection = {
         "pairs": {
             c.id: {t: {"lr_key": setup.lr_key, "lr": setup.lr} for t in setup.tasks}
@@ -465,8 +506,14 @@ def build_track_plan(
         }
     }
     extra = ["--precision", "fp32"] if setup.precision == "fp32" else []
-    return build_plan("report", selection=selection, seeds=list(setup.seeds),
-                      max_steps=setup.max_steps, extra_run_args=extra, **common)  # fmt: skip
+    return build_plan(
+        "report",
+        selection=selection,
+        seeds=list(setup.seeds),
+        max_steps=setup.max_steps,
+        extra_run_args=extra,
+        **common,
+    )
 
 
 def _run_missing(plan, log: Callable[[str], None]) -> None:
@@ -502,17 +549,28 @@ def _probe_task_result(plan, cell, revision: str) -> TaskResult:
     found = (r["provenance"].get("model") or {}).get("revision")
     _check_revision(path, found, revision, cell.model)
     if r.get("mean_score") is None:
-        raise HarnessError(f"{path}: the probe score is undefined ({r.get('undefined')}); a "
-                           "receipt needs a score on every task")  # fmt: skip
+        raise HarnessError(
+            f"{path}: the probe score is undefined ({r.get('undefined')}); a "
+            "receipt needs a score on every task"
+        )
     folds = [v for v in r.get("q_t") or [] if v is not None]
     return TaskResult(
-        cell.task, float(r["mean_score"]), sign(r["metric"]) > 0,
+        cell.task,
+        float(r["mean_score"]),
+        sign(r["metric"]) > 0,
         sum((r.get("n") or {}).get("report", {}).values()) or None,
-        {"metric": r["metric"], "std": r.get("std_dev"), "n": len(folds),
-         "noise_from": "probe folds", "folds": folds, "q_stat": r.get("q_stat"),
-         "per_language": _mean_by_language([f.get("languages") or {} for f in r["folds"]]),
-         "model_revision": found, "result": str(path)},
-    )  # fmt: skip
+        {
+            "metric": r["metric"],
+            "std": r.get("std_dev"),
+            "n": len(folds),
+            "noise_from": "probe folds",
+            "folds": folds,
+            "q_stat": r.get("q_stat"),
+            "per_language": _mean_by_language([f.get("languages") or {} for f in r["folds"]]),
+            "model_revision": found,
+            "result": str(path),
+        },
+    )
 
 
 def _finetune_task_result(plan, cells, revision: str) -> TaskResult:
@@ -542,18 +600,30 @@ def _finetune_task_result(plan, cells, revision: str) -> TaskResult:
                 pass
     task = cells[0].task
     if not scores:
-        raise HarnessError(f"{cells[0].model}/{task}: no seed finished with a defined score "
-                           f"(diverged {diverged}, undefined {undefined})")  # fmt: skip
+        raise HarnessError(
+            f"{cells[0].model}/{task}: no seed finished with a defined score "
+            f"(diverged {diverged}, undefined {undefined})"
+        )
     return TaskResult(
-        task, aggregate.seed_mean(scores.values()), sign(metric) > 0,
+        task,
+        aggregate.seed_mean(scores.values()),
+        sign(metric) > 0,
         n_examples,
-        {"metric": metric, "std": aggregate.seed_std(scores.values()), "n": len(scores),
-         "noise_from": "report seeds", "seeds": sorted(scores),
-         "per_seed": {str(s): v for s, v in sorted(scores.items())},
-         "diverged_seeds": diverged, "undefined_seeds": undefined,
-         "per_language": _mean_by_language(per_lang), "lr_key": plan.cells[0].lr_key,
-         "model_revision": revision, "off_protocol": off},
-    )  # fmt: skip
+        {
+            "metric": metric,
+            "std": aggregate.seed_std(scores.values()),
+            "n": len(scores),
+            "noise_from": "report seeds",
+            "seeds": sorted(scores),
+            "per_seed": {str(s): v for s, v in sorted(scores.items())},
+            "diverged_seeds": diverged,
+            "undefined_seeds": undefined,
+            "per_language": _mean_by_language(per_lang),
+            "lr_key": plan.cells[0].lr_key,
+            "model_revision": revision,
+            "off_protocol": off,
+        },
+    )
 
 
 def _check_revision(path: Path, found: str | None, expected: str, cid: str) -> None:
@@ -585,36 +655,55 @@ def evaluate_checkpoint(
     if path.exists():
         old = read_receipt(path)
         if old.model_revision != revision:
-            raise HarnessError(f"{path} is the receipt of other weights ({old.model_revision}); "
-                               f"{checkpoint.id} now holds {revision}: give it a new id")  # fmt: skip
+            raise HarnessError(
+                f"{path} is the receipt of other weights ({old.model_revision}); "
+                f"{checkpoint.id} now holds {revision}: give it a new id"
+            )
         if TrackSetup(**_setup_args(old.setup)).comparable() != setup.comparable():
-            raise HarnessError(f"{path} was made with another setup ({old.setup}); use "
-                               "another --out-dir for another setup")  # fmt: skip
+            raise HarnessError(
+                f"{path} was made with another setup ({old.setup}); use "
+                "another --out-dir for another setup"
+            )
         if old.checkpoint_index == checkpoint.index and (not metadata or old.metadata == meta):
             log(f"track: {checkpoint.id}: receipt exists, kept ({path})")
             return old
     if setup.kind == "synthetic":
         tasks = _synthetic_task_results(setup, checkpoint, device, log)
     else:
-        tasks = _cell_task_results(setup, checkpoint, out_dir, revision, data_dir, device,
-                                   no_cache, log)  # fmt: skip
+        tasks = _cell_task_results(
+            setup, checkpoint, out_dir, revision, data_dir, device, no_cache, log
+        )
     receipt = Receipt(
-        checkpoint.id, checkpoint.index, tasks,
-        list(setup.seeds) if setup.kind == "finetune" else [setup.seed], meta,
-        setup.to_dict(), checkpoint.path, revision,
+        checkpoint.id,
+        checkpoint.index,
+        tasks,
+        list(setup.seeds) if setup.kind == "finetune" else [setup.seed],
+        meta,
+        setup.to_dict(),
+        checkpoint.path,
+        revision,
         datetime.now(UTC).isoformat(timespec="seconds"),
-    )  # fmt: skip
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, receipt.to_dict())
     log(f"track: {checkpoint.id}: wrote {path}")
     return receipt
 
 
-def _cell_task_results(setup: TrackSetup, checkpoint: Checkpoint, out_dir, revision: str,
-                       data_dir, device, no_cache: bool, log) -> list[TaskResult]:  # fmt: skip
+def _cell_task_results(
+    setup: TrackSetup,
+    checkpoint: Checkpoint,
+    out_dir,
+    revision: str,
+    data_dir,
+    device,
+    no_cache: bool,
+    log,
+) -> list[TaskResult]:
     """Probe or fine-tune: run the checkpoint's cells that are not done, then read them."""
-    plan = build_track_plan(setup, [checkpoint], out_dir, data_dir=data_dir, device=device,
-                            no_cache=no_cache)  # fmt: skip
+    plan = build_track_plan(
+        setup, [checkpoint], out_dir, data_dir=data_dir, device=device, no_cache=no_cache
+    )
     _run_missing(plan, log)
     tasks = []
     for task in setup.tasks:
@@ -626,8 +715,9 @@ def _cell_task_results(setup: TrackSetup, checkpoint: Checkpoint, out_dir, revis
     return tasks
 
 
-def _synthetic_task_results(setup: TrackSetup, checkpoint: Checkpoint, device: str | None,
-                            log) -> list[TaskResult]:  # fmt: skip
+def _synthetic_task_results(
+    setup: TrackSetup, checkpoint: Checkpoint, device: str | None, log
+) -> list[TaskResult]:
     """The capability suite on the checkpoint loaded as a causal LM (fp32, local files only),
     scored over its tokenizer's vocabulary when it has one."""
     import torch
@@ -635,15 +725,19 @@ def _synthetic_task_results(setup: TrackSetup, checkpoint: Checkpoint, device: s
 
     from encoder_eval.cells.train import resolve_device  # imports torch: on use only
 
-    log(f"track: {checkpoint.id}: synthetic capability suite ({setup.n_examples} examples "
-        "per axis)")  # fmt: skip
+    log(
+        f"track: {checkpoint.id}: synthetic capability suite ({setup.n_examples} examples per axis)"
+    )
     try:
-        model = AutoModelForCausalLM.from_pretrained(checkpoint.path, dtype=torch.float32,
-                                                     local_files_only=True)  # fmt: skip
+        model = AutoModelForCausalLM.from_pretrained(
+            checkpoint.path, dtype=torch.float32, local_files_only=True
+        )
     except (OSError, ValueError) as exc:
-        raise HarnessError(f"{checkpoint.id}: {checkpoint.path} does not load as a causal "
-                           f"language model ({str(exc).splitlines()[0][:200]}); --kind "
-                           "synthetic is for decoder checkpoints") from None  # fmt: skip
+        raise HarnessError(
+            f"{checkpoint.id}: {checkpoint.path} does not load as a causal "
+            f"language model ({str(exc).splitlines()[0][:200]}); --kind "
+            "synthetic is for decoder checkpoints"
+        ) from None
     vocab = None  # the tokenizer's size, when the checkpoint has one (the embedding may be padded)
     if any(Path(checkpoint.path, f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
         try:
@@ -652,8 +746,13 @@ def _synthetic_task_results(setup: TrackSetup, checkpoint: Checkpoint, device: s
         except (OSError, ValueError):
             vocab = None
     model.to(resolve_device(device or "auto"))
-    report = score_suite(model, checkpoint_id=checkpoint.id, seed=setup.seed,
-                         n_examples=setup.n_examples, vocab=vocab)  # fmt: skip
+    report = score_suite(
+        model,
+        checkpoint_id=checkpoint.id,
+        seed=setup.seed,
+        n_examples=setup.n_examples,
+        vocab=vocab,
+    )
     return report.tasks
 
 
@@ -720,14 +819,19 @@ class RegressionReport:
 
     def to_dict(self) -> dict:
         return {
-            "schema": REPORT_SCHEMA, "schema_version": SCHEMA_VERSION,
-            "n_checkpoints": self.n_checkpoints, "checkpoints": self.checkpoints,
-            "threshold": self.threshold, "reference": self.reference,
-            "noise_alpha": self.noise_alpha, "horizon": self.horizon,
-            "zero_floor": self.zero_floor, "setup": self.setup,
+            "schema": REPORT_SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "n_checkpoints": self.n_checkpoints,
+            "checkpoints": self.checkpoints,
+            "threshold": self.threshold,
+            "reference": self.reference,
+            "noise_alpha": self.noise_alpha,
+            "horizon": self.horizon,
+            "zero_floor": self.zero_floor,
+            "setup": self.setup,
             "flags": [asdict(c) for c in self.flags],
             "checks": [asdict(c) for c in self.checks],
-        }  # fmt: skip
+        }
 
 
 def _noise(a: TaskResult, b: TaskResult) -> tuple[float, float] | None:
@@ -803,17 +907,39 @@ def track_regression(
                     status = "within_noise"
                 else:
                     status = "flagged"
-                checks.append(Check(
-                    task, r.checkpoint_id, r.checkpoint_index, cur.score, ref.score,
-                    ref_r.checkpoint_id, ref_r.checkpoint_index,
-                    (cur.score - ref.score) / denom if denom else 0.0, threshold, direction > 0,
-                    "absolute" if absolute else "relative", drop, noise, level, df, critical,
-                    status,
-                ))  # fmt: skip
+                checks.append(
+                    Check(
+                        task,
+                        r.checkpoint_id,
+                        r.checkpoint_index,
+                        cur.score,
+                        ref.score,
+                        ref_r.checkpoint_id,
+                        ref_r.checkpoint_index,
+                        (cur.score - ref.score) / denom if denom else 0.0,
+                        threshold,
+                        direction > 0,
+                        "absolute" if absolute else "relative",
+                        drop,
+                        noise,
+                        level,
+                        df,
+                        critical,
+                        status,
+                    )
+                )
             seen.append((r, cur))
-    return RegressionReport(checks, len(receipts), threshold, reference, noise_alpha, horizon,
-                            zero_floor, [r.checkpoint_id for r in receipts],
-                            receipts[0].setup if receipts else {})  # fmt: skip
+    return RegressionReport(
+        checks,
+        len(receipts),
+        threshold,
+        reference,
+        noise_alpha,
+        horizon,
+        zero_floor,
+        [r.checkpoint_id for r in receipts],
+        receipts[0].setup if receipts else {},
+    )
 
 
 def check_comparable(receipts: Sequence[Receipt]) -> None:
@@ -824,8 +950,10 @@ def check_comparable(receipts: Sequence[Receipt]) -> None:
         groups.setdefault(key, []).append(r.checkpoint_id)
     if len(groups) > 1:
         parts = [f"{', '.join(ids)}: {key}" for key, ids in groups.items()]
-        raise HarnessError("the receipts were made under different setups; track each setup "
-                           "in its own --out-dir: " + " | ".join(parts))  # fmt: skip
+        raise HarnessError(
+            "the receipts were made under different setups; track each setup "
+            "in its own --out-dir: " + " | ".join(parts)
+        )
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -851,10 +979,15 @@ def format_markdown(report: RegressionReport, receipts: Sequence[Receipt]) -> st
         f"level spreading {a:g} over the sequence so that per task the chance of any false "
         f"flag over up to {report.horizon} checkpoints (or all of them, when there are more) "
         "with no true change is at most "
-        f"{a:g}" + (", the best earlier score counted as the maximum it is." if report.reference
-                    == "best" else ".")
-        if a else " (noise rule off: --noise-alpha 0)."
-    )  # fmt: skip
+        f"{a:g}"
+        + (
+            ", the best earlier score counted as the maximum it is."
+            if report.reference == "best"
+            else "."
+        )
+        if a
+        else " (noise rule off: --noise-alpha 0)."
+    )
     lines = [
         f"# Regression report: {report.n_checkpoints} checkpoints, {len(report.flags)} flag(s)",
         "",
@@ -862,14 +995,20 @@ def format_markdown(report: RegressionReport, receipts: Sequence[Receipt]) -> st
         f" ({'best earlier score' if report.reference == 'best' else 'previous checkpoint'}). "
         f"A drop is flagged when it exceeds {100 * report.threshold:g} % of the reference "
         f"(of {report.zero_floor:g} when the reference is closer to zero: absolute)"
-        + noise_rule + " A check without a measured spread (one seed) has the threshold alone.",
+        + noise_rule
+        + " A check without a measured spread (one seed) has the threshold alone.",
         "",
-    ]  # fmt: skip
+    ]
     by_key = {(c.task, c.checkpoint_id): c for c in report.checks}
     tasks = list(dict.fromkeys(t.name for r in receipts for t in r.tasks))
     for task in tasks:
-        lines += [f"## {task}", "", "| # | checkpoint | score ± std (n) | reference | Δ rel | "
-                  "drop / noise (needed) | verdict |", "|---:|---|---:|---|---:|---:|---|"]  # fmt: skip
+        lines += [
+            f"## {task}",
+            "",
+            "| # | checkpoint | score ± std (n) | reference | Δ rel | "
+            "drop / noise (needed) | verdict |",
+            "|---:|---|---:|---|---:|---:|---|",
+        ]
         for r in receipts:
             t = r.task(task)
             if t is None:
@@ -878,8 +1017,9 @@ def format_markdown(report: RegressionReport, receipts: Sequence[Receipt]) -> st
             std, n = t.details.get("std"), t.details.get("n")
             score = f"{_pts(t.score)} ± {_pts(std)} ({n})"
             if c is None:
-                lines.append(f"| {r.checkpoint_index} | {r.checkpoint_id} | {score} | — | — | — "
-                             "| first |")  # fmt: skip
+                lines.append(
+                    f"| {r.checkpoint_index} | {r.checkpoint_id} | {score} | — | — | — | first |"
+                )
                 continue
             ratio = "—" if not c.noise else f"{c.drop / c.noise:.2f}"
             if c.critical is not None and c.noise:
@@ -893,10 +1033,14 @@ def format_markdown(report: RegressionReport, receipts: Sequence[Receipt]) -> st
             )
         lines.append("")
     if report.flags:
-        lines.append("Flags: " + "; ".join(
-            f"{f.task} at {f.checkpoint_id} ({_pts(f.current_score)} vs "
-            f"{f.reference_checkpoint_id} {_pts(f.reference_score)})" for f in report.flags
-        ))  # fmt: skip
+        lines.append(
+            "Flags: "
+            + "; ".join(
+                f"{f.task} at {f.checkpoint_id} ({_pts(f.current_score)} vs "
+                f"{f.reference_checkpoint_id} {_pts(f.reference_score)})"
+                for f in report.flags
+            )
+        )
     else:
         lines.append("No regression flagged.")
     return "\n".join(lines) + "\n"
@@ -919,15 +1063,29 @@ def plot_tracks(
         sd = [100 * (t.details.get("std") or 0.0) for _, t in pts]
         fig = _new_figure(max(4.0, 0.9 * len(xs) + 2), 3.2)
         ax = fig.add_subplot(1, 1, 1)
-        ax.fill_between(xs, [y - s for y, s in zip(ys, sd, strict=True)],
-                        [y + s for y, s in zip(ys, sd, strict=True)], alpha=0.25,
-                        label="± 1 std")  # fmt: skip
+        ax.fill_between(
+            xs,
+            [y - s for y, s in zip(ys, sd, strict=True)],
+            [y + s for y, s in zip(ys, sd, strict=True)],
+            alpha=0.25,
+            label="± 1 std",
+        )
         ax.plot(xs, ys, marker="o", label="score")
-        bad = [(x, y) for (r, _), x, y in zip(pts, xs, ys, strict=True)
-               if (task, r.checkpoint_id) in flagged]  # fmt: skip
+        bad = [
+            (x, y)
+            for (r, _), x, y in zip(pts, xs, ys, strict=True)
+            if (task, r.checkpoint_id) in flagged
+        ]
         if bad:
-            ax.scatter([b[0] for b in bad], [b[1] for b in bad], s=120, marker="x",
-                       color="red", zorder=3, label="regressed")  # fmt: skip
+            ax.scatter(
+                [b[0] for b in bad],
+                [b[1] for b in bad],
+                s=120,
+                marker="x",
+                color="red",
+                zorder=3,
+                label="regressed",
+            )
         ax.set_xticks(xs, [r.checkpoint_id for r, _ in pts], rotation=30, ha="right")
         metric = pts[0][1].details.get("metric", "score")
         ax.set_ylabel(f"{metric} (x100)")
@@ -953,12 +1111,18 @@ def write_report(
 ) -> tuple[RegressionReport, str]:
     """Track, then write `regression.json`, `regression.md` and the plots into `out_dir`."""
     if len(receipts) < 2:
-        raise HarnessError(f"{len(receipts)} receipt(s) in {out_dir}; tracking needs two or "
-                           "more checkpoints")  # fmt: skip
+        raise HarnessError(
+            f"{len(receipts)} receipt(s) in {out_dir}; tracking needs two or more checkpoints"
+        )
     check_comparable(receipts)
-    report = track_regression(receipts, threshold=threshold, reference=reference,
-                              noise_alpha=noise_alpha, horizon=horizon,
-                              zero_floor=zero_floor)  # fmt: skip
+    report = track_regression(
+        receipts,
+        threshold=threshold,
+        reference=reference,
+        noise_alpha=noise_alpha,
+        horizon=horizon,
+        zero_floor=zero_floor,
+    )
     text = format_markdown(report, receipts)
     out = Path(out_dir)
     write_json_atomic(out / "regression.json", report.to_dict())
@@ -966,5 +1130,3 @@ def write_report(
     if plots:
         plot_tracks(report, receipts, out / "plots")
     return report, text
-
-

@@ -155,8 +155,10 @@ def load_examples(cells: list[LoadedResult]) -> tuple[Examples | None, str | Non
     """The predictions of one (model, task)'s report cells as an `Examples`, or None and why
     not (a missing, invalid or stale predictions file, or cells that disagree)."""
     if cells and metric_spec(cells[0].result.metric).granularity == "grouped":
-        return None, (f"{cells[0].result.metric} is a per-query metric, and the example-level "
-                      "tests resample single examples, not queries")  # fmt: skip
+        return None, (
+            f"{cells[0].result.metric} is a per-query metric, and the example-level "
+            "tests resample single examples, not queries"
+        )
     rows, reference = [], None
     for c in sorted(cells, key=lambda c: c.cell["seed"]):
         path = predictions_file(c.path)
@@ -225,8 +227,16 @@ def compare_cells(
     sa, sb = table.cells.get((model_a, task)), table.cells.get((model_b, task))
     a_scores = [] if sa is None else [sa.scores[s] for s in sorted(sa.scores)]
     b_scores = [] if sb is None else [sb.scores[s] for s in sorted(sb.scores)]
-    row = Row(model_a, model_b, task, knobs.metric, len(a_scores), len(b_scores),
-              sa.mean if sa else None, sb.mean if sb else None)  # fmt: skip
+    row = Row(
+        model_a,
+        model_b,
+        task,
+        knobs.metric,
+        len(a_scores),
+        len(b_scores),
+        sa.mean if sa else None,
+        sb.mean if sb else None,
+    )
     if len(a_scores) < 2 or len(b_scores) < 2:
         row.notes.append(
             f"too few finished seeds for a seed-level test ({len(a_scores)} and "
@@ -239,10 +249,12 @@ def compare_cells(
     row.ci_low, row.ci_high = welch.low, welch.high
     if row.p_seed is None:
         row.notes.append("no seed varies in either model: the seed-level test is undefined")
-    row.aso_a_over_b = stats.aso([direction * x for x in a_scores], [direction * x for x in b_scores],
-                                 seed=seed).eps_min  # fmt: skip
-    row.aso_b_over_a = stats.aso([direction * x for x in b_scores], [direction * x for x in a_scores],
-                                 seed=seed).eps_min  # fmt: skip
+    row.aso_a_over_b = stats.aso(
+        [direction * x for x in a_scores], [direction * x for x in b_scores], seed=seed
+    ).eps_min
+    row.aso_b_over_a = stats.aso(
+        [direction * x for x in b_scores], [direction * x for x in a_scores], seed=seed
+    ).eps_min
     std_a, std_b = float(np.std(a_scores, ddof=1)), float(np.std(b_scores, ddof=1))
     row.std_a, row.std_b = std_a, std_b
     examples = {} if examples is None else examples
@@ -271,18 +283,24 @@ def compare_cells(
         return direction * (score(ma, labels, langs, cols) - score(mb, labels, langs, cols))
 
     if example_test:
-        test = stats.paired_swap_permutation(ea.matrix[:k], eb.matrix[:k], diff_stat,
-                                             n_resamples=n_resamples, seed=seed)  # fmt: skip
+        test = stats.paired_swap_permutation(
+            ea.matrix[:k], eb.matrix[:k], diff_stat, n_resamples=n_resamples, seed=seed
+        )
         row.example_test, row.p_example = test.test, test.pvalue
     per_seed = seed_scores(knobs.metric, knobs.euro_languages)
     both = np.concatenate([ea.matrix, eb.matrix])
     vex = stats.shared_example_variance(
-        lambda cols: per_seed(both, labels, langs, cols), len(ea.seeds), langs,
-        n_resamples=max(2, n_resamples), seed=seed,
-    )  # fmt: skip
+        lambda cols: per_seed(both, labels, langs, cols),
+        len(ea.seeds),
+        langs,
+        n_resamples=max(2, n_resamples),
+        seed=seed,
+    )
     if math.isnan(vex):
-        row.notes.append("the test-set variance is undefined (a resample's score is); "
-                         "verdict on the seed level only")  # fmt: skip
+        row.notes.append(
+            "the test-set variance is undefined (a resample's score is); "
+            "verdict on the seed level only"
+        )
     else:
         row.example_sd = math.sqrt(vex)
         comb = stats.combined_test(a_scores, b_scores, vex)
@@ -311,11 +329,12 @@ def _power(row: Row, level: float) -> None:
     vex = 0.0 if row.example_sd is None or row.p_combined is None else row.example_sd**2
     row.power_alpha = level
     try:
-        row.mdd_5 = stats.min_detectable_difference(row.std_a, row.std_b, n=MDD_SEEDS,
-                                                    alpha=level, power=POWER,
-                                                    example_var=vex)  # fmt: skip
-        row.seeds_needed = stats.seeds_needed(row.diff, row.std_a, row.std_b, alpha=level,
-                                              power=POWER, example_var=vex)  # fmt: skip
+        row.mdd_5 = stats.min_detectable_difference(
+            row.std_a, row.std_b, n=MDD_SEEDS, alpha=level, power=POWER, example_var=vex
+        )
+        row.seeds_needed = stats.seeds_needed(
+            row.diff, row.std_a, row.std_b, alpha=level, power=POWER, example_var=vex
+        )
     except stats.StatsInputError as exc:
         row.notes.append(f"seeds needed: {exc}")
 
@@ -348,8 +367,11 @@ def finish_rows(
             r.p_verdict = r.p_seed if r.p_combined is None else r.p_combined
         by_family[(r.model_a, r.model_b) if family_of is None else family_of(r)].append(r)
     for family in by_family.values():
-        for raw, adj in (("p_seed", "p_seed_adj"), ("p_example", "p_example_adj"),
-                         ("p_verdict", "p_verdict_adj")):  # fmt: skip
+        for raw, adj in (
+            ("p_seed", "p_seed_adj"),
+            ("p_example", "p_example_adj"),
+            ("p_verdict", "p_verdict_adj"),
+        ):
             tested = [r for r in family if getattr(r, raw) is not None]
             if tested:
                 fixed = stats.correct([getattr(r, raw) for r in tested], correction, alpha)
@@ -368,8 +390,9 @@ def finish_rows(
             if r.p_seed_adj is None:  # no seed varies: the seed variance is unknown
                 r.verdict = stats.NOT_DISTINGUISHABLE
                 continue
-            r.verdict = stats.verdict(r.p_verdict_adj, r.diff, alpha,
-                                      higher_is_better=sign(r.metric) > 0)
+            r.verdict = stats.verdict(
+                r.p_verdict_adj, r.diff, alpha, higher_is_better=sign(r.metric) > 0
+            )
             if r.p_combined is None:
                 r.notes.append("verdict on the seed level only (no test-set variance)")
 
@@ -413,8 +436,12 @@ def included_cells(
     for r in results:
         key = (r.cell["model"], r.cell["task"])
         stats_ = table.cells.get(key)
-        if (stats_ is not None and r.cell["phase"] == "report"
-                and r.cell["lr_key"] == stats_.lr_key and r.cell["seed"] in stats_.scores):  # fmt: skip
+        if (
+            stats_ is not None
+            and r.cell["phase"] == "report"
+            and r.cell["lr_key"] == stats_.lr_key
+            and r.cell["seed"] in stats_.scores
+        ):
             out[key].append(r)
     return out
 
@@ -475,16 +502,29 @@ def best_marks(
     rows: list[Row] = []
     shown: list[Row] = []
     for task in table.tasks:
-        scored = [m for m in table.models
-                  if (m, task) in table.cells and table.cells[(m, task)].mean is not None]  # fmt: skip
+        scored = [
+            m
+            for m in table.models
+            if (m, task) in table.cells and table.cells[(m, task)].mean is not None
+        ]
         if len(scored) < 2:
             continue
         direction = sign(task_knobs(task).metric)
         ordered = sorted(scored, key=lambda m: -direction * table.cells[(m, task)].mean)
         best = ordered[0]
         for a, b in mark_pairs(ordered, family):
-            row = compare_cells(a, b, task, table, cells, n_resamples=n_resamples, seed=seed,
-                                examples=cache, bootstrap=False, example_test=False)  # fmt: skip
+            row = compare_cells(
+                a,
+                b,
+                task,
+                table,
+                cells,
+                n_resamples=n_resamples,
+                seed=seed,
+                examples=cache,
+                bootstrap=False,
+                example_test=False,
+            )
             rows.append(row)
             if a == best:
                 shown.append(row)
@@ -523,9 +563,14 @@ def bootstrap_intervals(
         def one(seed_rows, cols, ex=ex, score=score):
             return score(ex.matrix[seed_rows[0]], ex.labels, ex.languages, cols)
 
-        _, low, high = stats.two_level_bootstrap(one, [len(ex.seeds)], ex.languages,
-                                                 n_resamples=n_resamples, seed=seed,
-                                                 confidence=confidence)  # fmt: skip
+        _, low, high = stats.two_level_bootstrap(
+            one,
+            [len(ex.seeds)],
+            ex.languages,
+            n_resamples=n_resamples,
+            seed=seed,
+            confidence=confidence,
+        )
         out[(model, task)] = (low, high)
     if missing:
         raise HarnessError(
@@ -598,21 +643,25 @@ def render_markdown(cmp: Comparison) -> str:
         by_pair[(r.model_a, r.model_b)].append(r)
     for (a, b), rows in by_pair.items():
         lines += [f"### A = {a}, B = {b}", ""]
-        lines.append("| Task | A | B | Δ [Welch 95 %] | Δ [bootstrap 95 %] | p seed (adj) | "
-                     "p example (adj) | test-set sd | p combined (adj) | McNemar p | "
-                     f"ASO A>B / B>A | verdict | seeds needed | MDD@{MDD_SEEDS} |")  # fmt: skip
+        lines.append(
+            "| Task | A | B | Δ [Welch 95 %] | Δ [bootstrap 95 %] | p seed (adj) | "
+            "p example (adj) | test-set sd | p combined (adj) | McNemar p | "
+            f"ASO A>B / B>A | verdict | seeds needed | MDD@{MDD_SEEDS} |"
+        )
         lines.append("|---|" + "---:|" * 13)
         for r in rows:
-            delta = "—" if r.diff is None else (
-                f"{_num(r.diff)} [{_num(r.ci_low)}, {_num(r.ci_high)}]"
-            )  # fmt: skip
+            delta = (
+                "—" if r.diff is None else (f"{_num(r.diff)} [{_num(r.ci_low)}, {_num(r.ci_high)}]")
+            )
             boot = "—" if r.boot_low is None else f"[{_num(r.boot_low)}, {_num(r.boot_high)}]"
-            verdict_p = "" if r.p_verdict_adj is None else (
-                f" (p adj {_p(r.p_verdict_adj)}, {r.verdict_test})"
-            )  # fmt: skip
-            aso = "—" if r.aso_a_over_b is None else (
-                f"{r.aso_a_over_b:.2f} / {r.aso_b_over_a:.2f}"
-            )  # fmt: skip
+            verdict_p = (
+                ""
+                if r.p_verdict_adj is None
+                else (f" (p adj {_p(r.p_verdict_adj)}, {r.verdict_test})")
+            )
+            aso = (
+                "—" if r.aso_a_over_b is None else (f"{r.aso_a_over_b:.2f} / {r.aso_b_over_a:.2f}")
+            )
             lines.append(
                 f"| {task_header(r.task)} | {_num(r.mean_a)} (n={r.n_a}) | "
                 f"{_num(r.mean_b)} (n={r.n_b}) | {delta} | {boot} | "
@@ -642,10 +691,17 @@ def render_latex(cmp: Comparison) -> str:
                 "—" if r.diff is None else f"{_num(r.diff)} [{_num(r.ci_low)}, {_num(r.ci_high)}]"
             )
             p = "—" if r.p_verdict_adj is None else f"{_p(r.p_verdict_adj)} ({r.verdict_test})"
-            body.append([task_header(r.task), f"{_num(r.mean_a)} (n={r.n_a})",
-                         f"{_num(r.mean_b)} (n={r.n_b})", delta, p,
-                         latex.Score(r.verdict, best=r.verdict in (stats.A_BETTER, stats.B_BETTER)),
-                         "—" if r.seeds_needed is None else str(r.seeds_needed)])  # fmt: skip
+            body.append(
+                [
+                    task_header(r.task),
+                    f"{_num(r.mean_a)} (n={r.n_a})",
+                    f"{_num(r.mean_b)} (n={r.n_b})",
+                    delta,
+                    p,
+                    latex.Score(r.verdict, best=r.verdict in (stats.A_BETTER, stats.B_BETTER)),
+                    "—" if r.seeds_needed is None else str(r.seeds_needed),
+                ]
+            )
         notes = [f"{r.task}: {n}" for r in rows for n in r.notes] + footnotes(cmp)
         out.append(latex.render_table(head, body, notes, caption=f"A = {a}, B = {b}"))
     return "\n".join(out)
@@ -674,8 +730,12 @@ def render_csv(cmp: Comparison) -> str:
     w.writerow(CSV_FIELDS)
     for r in cmp.rows:
         d = asdict(r)
-        w.writerow(["" if d[k] is None else ("; ".join(d[k]) if k == "notes" else d[k])
-                    for k in CSV_FIELDS])  # fmt: skip
+        w.writerow(
+            [
+                "" if d[k] is None else ("; ".join(d[k]) if k == "notes" else d[k])
+                for k in CSV_FIELDS
+            ]
+        )
     return buf.getvalue()
 
 
@@ -693,15 +753,20 @@ def render(cmp: Comparison, fmt: str) -> str:
 
 
 def load_report_dirs(
-    dirs: list[str], selection: str | None, warn, models: list[str] | None = None,
+    dirs: list[str],
+    selection: str | None,
+    warn,
+    models: list[str] | None = None,
     tasks: list[str] | None = None,
-) -> tuple[Table, list[LoadedResult]]:  # fmt: skip
+) -> tuple[Table, list[LoadedResult]]:
     """One table over the report results of `dirs` (a model may sit in one directory only),
     each directory's pairs taken from its own selection, checked across directories by
     `summarize.build_table`'s rules (recipe, data, software, ...)."""
     if selection is not None and len(dirs) > 1:
-        raise HarnessError("--selection names one selection; with several --results-dir each "
-                           "directory's experiment file names its own")  # fmt: skip
+        raise HarnessError(
+            "--selection names one selection; with several --results-dir each "
+            "directory's experiment file names its own"
+        )
     results: list[LoadedResult] = []
     merged: dict = {}
     owner: dict[str, str] = {}
@@ -714,8 +779,10 @@ def load_report_dirs(
         present = {r.cell["model"] for r in here}
         for m in sorted(present):
             if m in owner:
-                raise HarnessError(f"model {m!r} has report results in both {owner[m]} and {d}; "
-                                   "compare reads each model from one directory")  # fmt: skip
+                raise HarnessError(
+                    f"model {m!r} has report results in both {owner[m]} and {d}; "
+                    "compare reads each model from one directory"
+                )
             owner[m] = d
         if not merged:
             merged = {**sel, "pairs": {}}
@@ -749,9 +816,9 @@ def add_statistics(
         raise HarnessError(f"--ci {ci!r} must be one of {', '.join(CI_METHODS)}")
     table.ci_method = ci
     if ci == "bootstrap":
-        table.bootstrap = bootstrap_intervals(table, results, n_resamples=n_resamples,
-                                                      seed=seed)  # fmt: skip
+        table.bootstrap = bootstrap_intervals(table, results, n_resamples=n_resamples, seed=seed)
     if marks:
-        table.marks = best_marks(table, results, n_resamples=n_resamples, seed=seed,
-                                         family=marks_family)  # fmt: skip
+        table.marks = best_marks(
+            table, results, n_resamples=n_resamples, seed=seed, family=marks_family
+        )
         table.marks_family = marks_family
