@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from bench_cell import matmul_peak_gflops, model_dims  # noqa: E402
 
-from encoder_eval.cells import embed
+from encoder_eval.cells import embed  # noqa: E402
 from encoder_eval.data import tasks  # noqa: E402
 from encoder_eval.data.loaders import load_encoder  # noqa: E402
 

@@ -43,9 +43,9 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from encoder_eval.cells import train  # noqa: E402
-from encoder_eval.core import metrics
+from encoder_eval.core import metrics  # noqa: E402
 from encoder_eval.core.protocol import Recipe  # noqa: E402
-from encoder_eval.data import tasks
+from encoder_eval.data import tasks  # noqa: E402
 
 SPLIT_SEED = 1234
 

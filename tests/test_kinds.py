@@ -40,7 +40,9 @@ def test_an_unknown_problem_type_names_the_valid_ones():
 def test_collate_pads_to_the_longest_and_types_the_labels(name, dtype, tiny_models, small_mirror):
     loaded = load_model(str(tiny_models["bert"]), "auto", 2, SINGLE_LABEL)
     task = "glue_rte" if name == "classification" else "glue_stsb"
-    enc = encoding.encode(loaded.tokenizer, load_task(task, small_mirror)[0], 64, loaded.input_names)
+    enc = encoding.encode(
+        loaded.tokenizer, load_task(task, small_mirror)[0], 64, loaded.input_names
+    )
     idx = [3, 0, 7]
     pad = loaded.tokenizer.pad_token_id
     batch = kinds.KINDS[name].collate(enc, idx, pad, CPU)

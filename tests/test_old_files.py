@@ -47,7 +47,9 @@ def test_old_probe_results_are_done_and_tabulated():
     state, data, why = cell_state(path, "probe", model="tiny", task="synthetic_sentiment")
     assert (state, why) == ("ok", None)
     table = probe_table(load_probe_results(OLD / "probe"))
-    assert table.models == ["tiny:mean"] and table.cells[("tiny:mean", "synthetic_sentiment")].n == 3
+    assert (
+        table.models == ["tiny:mean"] and table.cells[("tiny:mean", "synthetic_sentiment")].n == 3
+    )
 
 
 def test_old_receipts_are_read_and_compared():

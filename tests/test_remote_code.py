@@ -116,7 +116,9 @@ def test_no_parser_of_the_package_accepts_abbreviations():
     assert errors.ArgumentParser().allow_abbrev is False
     for argv in (["--model-k", "eurobert-210m"], ["--trust-r"], ["--results-d", "x"]):
         with pytest.raises(SystemExit):
-            runner.build_parser().parse_args(["--task", TASK, "--lr", "1e-5", "--seed", "42", *argv])
+            runner.build_parser().parse_args(
+                ["--task", TASK, "--lr", "1e-5", "--seed", "42", *argv]
+            )
 
 
 @pytest.mark.parametrize("flags, trusted", [

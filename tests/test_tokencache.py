@@ -107,7 +107,9 @@ def test_two_concurrent_writers_leave_one_valid_entry(tiny_models, small_mirror,
     assert not list(tmp_path.glob(f"{TMP_PREFIX}*"))
     tok, _, names = _setup(tiny_models, small_mirror)
     split = load_task("glue_sst2", small_mirror)[0]
-    assert tokencache.load(tmp_path, entries[0].stem) == _value(encoding.encode(tok, split, 64, names))
+    assert tokencache.load(tmp_path, entries[0].stem) == _value(
+        encoding.encode(tok, split, 64, names)
+    )
 
 
 def test_cell_scores_are_the_same_with_and_without_the_cache(tiny_models, small_mirror, tmp_path):
@@ -145,7 +147,9 @@ def test_a_pickle_in_the_cache_is_never_unpickled(tiny_models, small_mirror, tmp
     for name in (f"{key}.pkl", f"{key}.tokens"):  # the old entry's name, and the new one
         (cache / name).write_bytes(planted)
     assert tokencache.load(cache, key) is None
-    assert encoding.encode_cached(tok, split, 64, names, cache) == encoding.encode(tok, split, 64, names)
+    assert encoding.encode_cached(tok, split, 64, names, cache) == encoding.encode(
+        tok, split, 64, names
+    )
     assert not canary.exists()
 
 
