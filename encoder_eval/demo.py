@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from encoder_eval.core.cpu import cpu_native_bf16
+from encoder_eval.core import cpu
 from encoder_eval.core.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -74,7 +74,7 @@ def choose_precision(requested: str, device: str) -> tuple[str, str | None]:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" and not cpu_native_bf16():
+    if device == "cpu" and not cpu.cpu_native_bf16():
         return "fp32", (
             "note: this CPU has no native bf16 (avx512_bf16 or amx_bf16), where "
             "bf16 autocast runs 5-8x slower than fp32: the demo runs in fp32 "

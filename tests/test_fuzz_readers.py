@@ -38,6 +38,7 @@ from encoder_eval.core.results import (
 )
 from encoder_eval.data import tokencache
 from encoder_eval.plans import experiment
+from encoder_eval.plans.selection import load_selection
 
 SEED = int(os.environ.get("ENCODER_EVAL_FUZZ_SEED", "20261202"))
 BATCHES = 24
@@ -312,7 +313,7 @@ def test_every_reader_survives_damaged_files(tmp_path, capsys):
               "track report")  # fmt: skip
         for bad in bad_selections:
             try:
-                selection.load_selection(bad)
+                load_selection(bad)
             except HarnessError as exc:
                 out.add(f"load_selection {bad}", f"error: {exc}")
         for exp in exp_files:

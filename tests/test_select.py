@@ -272,8 +272,7 @@ def test_select_cells_of_a_pair_must_agree_on_their_setup(tmp_path, capsys, odd,
 def test_a_selection_of_the_previous_version_must_be_regenerated(tmp_path):
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"schema": selection.SCHEMA, "version": 1, "pairs": {}}))
-    with pytest.raises(HarnessError, match=r"version 1.*regenerate it with python -m "
-                       r"encoder_eval\.select"):  # fmt: skip
+    with pytest.raises(HarnessError, match=r"version 1.*regenerate it with encoder-eval select"):  # fmt: skip
         selection.load_selection(old)
 
 

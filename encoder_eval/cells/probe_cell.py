@@ -42,7 +42,7 @@ from encoder_eval.cells.probing import (
     task_from_registry,
     write_result,
 )
-from encoder_eval.core.cpu import warn_slow_bf16
+from encoder_eval.core import cpu
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -201,7 +201,7 @@ def run_probes(run: ProbeRun) -> list[Path]:
     )
     data = _load_all_data(run) if total else {}
     if total:
-        warn_slow_bf16(device.type, run.precision)
+        cpu.warn_slow_bf16(device.type, run.precision)
     run.results_dir.mkdir(parents=True, exist_ok=True)
     cache = default_cache_dir() if run.cache else None
     tokens = token_cache_dir() if run.cache else None

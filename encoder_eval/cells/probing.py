@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from encoder_eval.cells.svm_probe import SvmProbe, SvmSearch, bayes_search, fit_svm
-from encoder_eval.core.cpu import cpu_native_bf16
+from encoder_eval.core import cpu
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.fileio import FileProblem, MissingFile, read_json, write_json_atomic
 from encoder_eval.core.metrics import compute_metric, language_mean
@@ -670,7 +670,7 @@ def probe_provenance() -> dict:
     return {
         "software": software_versions(),
         "cpu": cpu_model(),
-        "cpu_native_bf16": cpu_native_bf16(),
+        "cpu_native_bf16": cpu.cpu_native_bf16(),
     }
 
 

@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 
 from encoder_eval import __version__
-from encoder_eval.core.cpu import cpu_native_bf16
+from encoder_eval.core import cpu
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -71,7 +71,7 @@ def device_info(device: str) -> dict:
         "torch_cuda_build": torch.version.cuda,
         "torch_hip_build": getattr(torch.version, "hip", None),
         "cpu": cpu_model(),
-        "cpu_native_bf16": cpu_native_bf16(),
+        "cpu_native_bf16": cpu.cpu_native_bf16(),
         "gpu": None,
     }
     if device.startswith("cuda") and torch.cuda.is_available():
