@@ -495,8 +495,12 @@ def run_from_args(args) -> ProbeRun:
 
 @report_errors
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = build_parser(prog).parse_args(argv)
-    run = run_from_args(args)
+    return run_probe(run_from_args(build_parser(prog).parse_args(argv)))
+
+
+def run_probe(run: ProbeRun) -> int:
+    """Run a checked `ProbeRun` as the `probe` command does and return its exit code (OK, or
+    INCOMPLETE when result files were left alone): the typed entry `track` calls."""
     started = time.perf_counter()
     written = run_probes(run)
     _log(

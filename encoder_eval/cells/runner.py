@@ -1,7 +1,9 @@
 """One or several cells run from the `run` command's flags: the flags themselves
 (`build_parser`, which the plan also uses to check extra run arguments), the cells they
 describe (`plan_cells`: every name and path checked before any training), and running them
-(`run_cells`: one process, data and tokenisation paid once, a JSON per cell).
+(`run_cells`: one process, data and tokenisation paid once, a JSON per cell). The typed
+API, for callers that are not a command line (`track`): `unit_configs` makes the cells of
+one unit from a `train.CellConfig`, `run_configs` runs them and returns `run`'s exit code.
 """
 
 from __future__ import annotations
@@ -303,23 +305,7 @@ def plan_cells(args: argparse.Namespace) -> list:
     code_revision = args.model_code_revision or (pinned.code_revision if pinned else None)
     lrs = _parse_list(args.lr, float, "--lr")
     seeds = _parse_list(args.seed, int, "--seed")
-    for lr in lrs:
-        if not math.isfinite(lr) or lr <= 0 or lr >= 1:
-            raise HarnessError(f"--lr {lr} is not a usable learning rate (0 < lr < 1)")
-        if lr_key_for(lr) is None and not args.allow_off_protocol:
-            key, nearest = nearest_grid_lr(lr)
-            raise HarnessError(
-                f"--lr {lr:g} is not on the protocol grid (the nearest grid value is "
-                f"{nearest:g}, {key}); use a grid value or pass --allow-off-protocol (the "
-                "result is then marked off-protocol)"
-            )
-    for seed in seeds:
-        check_seed(seed)
-        if seed not in PHASE_SEEDS[args.phase] and not args.allow_off_protocol:
-            raise HarnessError(
-                f"--seed {seed} is not a {args.phase} seed {list(PHASE_SEEDS[args.phase])}; "
-                "use one of those or pass --allow-off-protocol"
-            )
+    check_cell_values(lrs, seeds, args.phase, args.allow_off_protocol)
     for name in ("batch_size", "max_steps", "epoch_cap", "max_seq_len", "patience"):
         if getattr(args, name) < 1:
             raise HarnessError(f"{recipe_flag(name)} must be at least 1")
@@ -344,40 +330,78 @@ def plan_cells(args: argparse.Namespace) -> list:
         check_output_dir(args.results_dir, "--results-dir")
     recipe = recipe_from_args(args, mode=mode, **settings)
     # Imports torch and transformers (seconds): only once every check above has passed.
-    from encoder_eval.cells.train import CellConfig, validate_out_path
+    from encoder_eval.cells.train import CellConfig
 
-    path_flag = "--out-json" if args.out_json else "--results-dir"
+    base = CellConfig(
+        model_path=model_path,
+        task=args.task,
+        lr=lrs[0],
+        seed=seeds[0],
+        model_key=model_key,
+        phase=args.phase,
+        recipe=recipe,
+        data_dir=args.data_dir,
+        device=args.device,
+        out_json=args.out_json,
+        model_revision=revision,
+        model_code_revision=code_revision,
+        require_code_revision=args.require_code_revision,
+        trust_remote_code=trust,
+        record_model_path=args.record_model_path,
+        save_predictions=args.save_predictions,
+        progress=args.progress,
+        cache_dir=None if args.no_cache else args.cache_dir,
+        report_to=report_to,
+        tracking_dir=args.tracking_dir,
+    )
+    return unit_configs(base, lrs, seeds, None if args.out_json else args.results_dir)
+
+
+def check_cell_values(
+    lrs: list[float], seeds: list[int], phase: str, allow_off_protocol: bool = False
+) -> None:
+    """Refuse an unusable learning rate, and one off the grid or a seed outside `phase`'s set
+    unless `allow_off_protocol` (the result is then marked off-protocol)."""
+    for lr in lrs:
+        if not math.isfinite(lr) or lr <= 0 or lr >= 1:
+            raise HarnessError(f"--lr {lr} is not a usable learning rate (0 < lr < 1)")
+        if lr_key_for(lr) is None and not allow_off_protocol:
+            key, nearest = nearest_grid_lr(lr)
+            raise HarnessError(
+                f"--lr {lr:g} is not on the protocol grid (the nearest grid value is "
+                f"{nearest:g}, {key}); use a grid value or pass --allow-off-protocol (the "
+                "result is then marked off-protocol)"
+            )
+    for seed in seeds:
+        check_seed(seed)
+        if seed not in PHASE_SEEDS[phase] and not allow_off_protocol:
+            raise HarnessError(
+                f"--seed {seed} is not a {phase} seed {list(PHASE_SEEDS[phase])}; "
+                "use one of those or pass --allow-off-protocol"
+            )
+
+
+def unit_configs(base, lrs: list[float], seeds: list[int], results_dir: str | None = None) -> list:
+    """The CellConfigs of one unit: `base` (a `train.CellConfig`) at every learning rate of
+    `lrs` and each of its `seeds`, LR by LR, each writing
+    `results_dir/{model}_{task}_{lrkey}_s{seed}.json` (None: `base.out_json`, one cell).
+    The typed entry of the cell API: `plan_cells` ends here, and `track` builds `base`
+    itself; `run_configs` runs the list."""
+    import dataclasses
+
+    from encoder_eval.cells.train import validate_out_path  # imports torch: on use only
+
+    path_flag = "--results-dir" if results_dir else "--out-json"
     cells = []
     for lr in lrs:
         for seed in seeds:
-            out = args.out_json or os.path.join(
-                args.results_dir, result_filename(model_key, args.task, lr, seed)
-            )
-            validate_out_path(out, path_flag)
-            cells.append(
-                CellConfig(
-                    model_path=model_path,
-                    task=args.task,
-                    lr=lr,
-                    seed=seed,
-                    model_key=model_key,
-                    phase=args.phase,
-                    recipe=recipe,
-                    data_dir=args.data_dir,
-                    device=args.device,
-                    out_json=out,
-                    model_revision=revision,
-                    model_code_revision=code_revision,
-                    require_code_revision=args.require_code_revision,
-                    trust_remote_code=trust,
-                    record_model_path=args.record_model_path,
-                    save_predictions=args.save_predictions,
-                    progress=args.progress,
-                    cache_dir=None if args.no_cache else args.cache_dir,
-                    report_to=report_to,
-                    tracking_dir=args.tracking_dir,
+            out = base.out_json
+            if results_dir:
+                out = os.path.join(
+                    results_dir, result_filename(base.model_key, base.task, lr, seed)
                 )
-            )
+            validate_out_path(out, path_flag)
+            cells.append(dataclasses.replace(base, lr=lr, seed=seed, out_json=out))
     return cells
 
 
@@ -505,8 +529,15 @@ def _note_unreadable_name(cells: list) -> None:
 @report_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    quiet = args.progress == "quiet"
     cells = plan_cells(args)  # bad input ends here, before torch is imported
+    return run_configs(cells, args.skip_existing, quiet=args.progress == "quiet")
+
+
+def run_configs(cells: list, skip_existing: bool = False, quiet: bool = False) -> int:
+    """Run typed cells (`train.CellConfig`s, from `plan_cells` or `unit_configs`) as the `run`
+    command does, and return its exit code: OK, INCOMPLETE when some crashed or were kept,
+    PREEMPTED or INTERRUPTED after a stop signal (SIGTERM is turned into one for the run).
+    `quiet` drops the per-cell lines."""
     from encoder_eval.cells.train import Interrupted, Preempted  # imports torch: on use only
 
     # SIGTERM between cells (loading data, waiting for another runner's lock) raises, as
@@ -514,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, raise_on_sigterm) if main_thread else None
     try:
-        run_cells(cells, args.skip_existing, log=(lambda m: None) if quiet else print)
+        run_cells(cells, skip_existing, log=(lambda m: None) if quiet else print)
         _note_unreadable_name(cells)
     except Terminated:
         print(

@@ -35,6 +35,7 @@ from encoder_eval.core.protocol import (
     PROBE_PHASE,
     PROTOCOL_RECIPE,
     SELECTION_SPLITS,
+    Recipe,
     check_seed,
     lr_for_key,
     lr_key_for,
@@ -333,13 +334,17 @@ class Plan:
                 "--precision",
                 p.precision,
             ]
-        recipe = dataclasses.replace(
+        return recipe_argv(self.recipe())
+
+    def recipe(self) -> Recipe:
+        """The recipe of a fine-tune plan's cells: the protocol's, with the plan's step cap,
+        length and selection split (what `extra_run_args` sets besides is not in it)."""
+        return dataclasses.replace(
             PROTOCOL_RECIPE,
             max_steps=self.max_steps,
             max_seq_len=self.max_seq_len,
             selection_split=self.selection_split,
         )
-        return recipe_argv(recipe)
 
     def run_args(self, cells: list[Cell]) -> list[str]:
         """Arguments of `python -m encoder_eval.run` for the cells of one unit.

@@ -25,7 +25,7 @@ an absolute threshold.
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import json
 import math
 import os
@@ -41,16 +41,18 @@ from encoder_eval.cells.capability import AXES
 from encoder_eval.cells.capability import evaluate_checkpoint as score_suite
 from encoder_eval.cells.predictions import load_predictions, predictions_path
 from encoder_eval.cells.probe_cell import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
-from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED
+from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED, ProbeConfig
 from encoder_eval.core import aggregate
 from encoder_eval.core.errors import (
     EXIT_OK,
     HarnessError,
     quote,
+    report_errors,
     unknown_name,
 )
 from encoder_eval.core.fileio import (
     FileProblem,
+    check_output_dir,
     read_json,
     write_json_atomic,
     write_output,
@@ -69,6 +71,9 @@ from encoder_eval.core.schema import (
     is_number,
     is_str,
 )
+from encoder_eval.data.models import loader_settings
+from encoder_eval.data.taskfile import register_task_files
+from encoder_eval.data.tasks import resolve_task_names
 from encoder_eval.plans.plan import (
     build_plan,
     build_probe_plan,
@@ -516,20 +521,84 @@ def build_track_plan(
     )
 
 
-def _run_missing(plan, log: Callable[[str], None]) -> None:
-    """Run every unit of `plan` that has a cell not done, in this process, through the same
-    entry point the launch scripts call."""
-    module = importlib.import_module(plan.entry_module)
+def _run_missing(
+    plan, setup: TrackSetup, log: Callable[[str], None], no_cache: bool = False
+) -> None:
+    """Run every unit of `plan` that has a cell not done, in this process, through the typed
+    cell API (`_run_unit`)."""
     for unit in plan.units():
         if all(plan.cell_state(c) in DONE_STATES for c in unit):
             continue
         log(f"track: running {len(unit)} cell(s) of {unit[0].model}/{unit[0].task}")
-        rc = int(module.main(plan.run_args(unit)) or 0)
+        rc = int(report_errors(_run_unit)(plan, unit, setup, no_cache) or 0)
         if rc != EXIT_OK:
             raise HarnessError(
                 f"cells of {unit[0].model}/{unit[0].task} failed (exit {rc}); see the log "
                 "above, fix, and run the receipt again (done cells are kept)"
             )
+
+
+def _run_unit(plan, unit: list, setup: TrackSetup, no_cache: bool) -> int:
+    """Run one unit of a track plan as its launch script's command would, from typed
+    configurations (a `probe_cell.ProbeRun`, or `train.CellConfig`s through
+    `runner.unit_configs`), and return that command's exit code. Imports torch."""
+    from encoder_eval.cells import probe_cell, runner
+    from encoder_eval.cells.embed import check_poolings
+
+    register_task_files(plan.tasks_files)
+    check_output_dir(plan.results_dir, "--results-dir")
+    first = unit[0]
+    if plan.probe is not None:
+        model = probe_cell.ProbeModel(
+            first.model,
+            first.model_path,
+            first.trust_remote_code,
+            first.revision,
+            first.code_revision,
+        )
+        run = probe_cell.ProbeRun(
+            models=[model],
+            tasks=resolve_task_names([first.task]),
+            poolings=check_poolings(c.pooling for c in unit),
+            results_dir=Path(plan.results_dir),
+            data_dir=plan.data_dir,
+            config=ProbeConfig(k_folds=plan.probe.k_folds, seed=plan.probe.seed),
+            max_seq_len=plan.max_seq_len,
+            precision=plan.probe.precision,
+            device=plan.device,
+            cache=not no_cache,
+        )
+        return probe_cell.run_probe(run)
+    from encoder_eval.cells.train import CellConfig  # imports torch
+
+    lrs = list(dict.fromkeys(c.lr for c in unit))
+    seeds = list(dict.fromkeys(c.seed for c in unit))
+    runner.check_cell_values(
+        lrs, seeds, plan.phase, any(s not in PHASE_SEEDS[plan.phase] for s in seeds)
+    )
+    recipe = dataclasses.replace(
+        plan.recipe(),
+        mode=first.mode,
+        **loader_settings(first.mode),
+        **({"precision": "fp32"} if setup.precision == "fp32" else {}),
+    )
+    base = CellConfig(
+        model_path=first.model_path,
+        task=first.task,
+        lr=lrs[0],
+        seed=seeds[0],
+        model_key=first.model,
+        phase=plan.phase,
+        recipe=recipe,
+        data_dir=plan.data_dir,
+        device=plan.device,
+        model_revision=first.revision,
+        model_code_revision=first.code_revision,
+        trust_remote_code=first.trust_remote_code,
+        progress="json",
+    )
+    configs = runner.unit_configs(base, lrs, seeds, plan.results_dir)
+    return runner.run_configs(configs, skip_existing=True)
 
 
 def _mean_by_language(rows: list[dict]) -> dict[str, float]:
@@ -704,7 +773,7 @@ def _cell_task_results(
     plan = build_track_plan(
         setup, [checkpoint], out_dir, data_dir=data_dir, device=device, no_cache=no_cache
     )
-    _run_missing(plan, log)
+    _run_missing(plan, setup, log, no_cache)
     tasks = []
     for task in setup.tasks:
         cells = [c for c in plan.cells if c.task == task]
