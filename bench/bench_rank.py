@@ -105,7 +105,7 @@ def _setup(args):
     tok = AutoTokenizer.from_pretrained(args.model_path)
     names = tuple(n for n in ("input_ids", "attention_mask", "token_type_ids")
                   if n in tok.model_input_names)  # fmt: skip
-    enc = encoding.with_rank_columns(
+    enc = kinds.with_rank_columns(
         encoding.encode(tok, train_split, recipe.max_seq_len, names), train_split
     )
     batches = train._epoch_batches(enc, kind, recipe, random.Random(args.seed))[: args.steps]

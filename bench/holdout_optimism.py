@@ -98,7 +98,7 @@ def _worker(argv: list[str]) -> int:
                 encs = {lang: cell.tokenise(split) for lang, split in cell.test_splits.items()}
                 cell._official_encs = encs
             preds = {lang: cell.predict(enc) for lang, enc in encs.items()}
-            scores, _ = train.score_encoded(cell.knobs.metric, preds, encs)
+            scores, _ = cell.kind.score(cell.knobs.metric, preds, encs)
             mean, _ = metrics.language_mean(scores, cell.knobs.euro_languages)
             st.history[-1]["official_dev"] = mean
         return dev_mean

@@ -91,9 +91,8 @@ def test_the_depth_of_the_hub_lists_is_recorded_and_off_protocol(hub):
     def enc(split):
         n = len(split["label"])
         return encoding.Encoded(features={"input_ids": [[1, 2]] * n}, labels=split["label"],
-                                lengths=[2] * n, query_ids=split["query_id"],
-                                doc_ids=split["doc_id"],
-                                first_stage_ranks=split["first_stage_rank"])  # fmt: skip
+                                lengths=[2] * n, columns={
+                                    c: split[c] for c in kinds.RANK_COLUMNS})  # fmt: skip
 
     record, reasons = kinds.kind_for(tasks.RANKING).record(
         tasks.task_knobs("ms_marco_v21"), PROTOCOL_RECIPE, enc(train), {"en": enc(val["en"])}

@@ -46,7 +46,7 @@ def setup(tiny_bert: Path, rank_mirror: Path, objective: str, groups: int):
     loaded = load_model(str(tiny_bert), "auto", 1, kind.problem)
     split = load_task("ms_marco", rank_mirror)[0]
     enc = encoding.encode(loaded.tokenizer, split, MAX_LEN, loaded.input_names)
-    enc = encoding.with_rank_columns(enc, split)
+    enc = kinds.with_rank_columns(enc, split)
     units = kind.units(enc, random.Random(45), recipe)[:groups]
     # Shorten some groups so that groups of unequal size share a batch.
     units[1] = units[1][:7]
@@ -154,7 +154,7 @@ def test_a_ranking_cell_forwards_bounded_pieces(tiny_bert, rank_mirror, monkeypa
     assert shapes and all(rows * width <= 256 or rows == 1 for rows, width in shapes)
     # Every pair of the two batches the cell drew (its data draws are seeded), once.
     split = load_task("ms_marco", rank_mirror)[0]
-    enc = encoding.with_rank_columns(encoding.encode(loaded.tokenizer, split, MAX_LEN,
+    enc = kinds.with_rank_columns(encoding.encode(loaded.tokenizer, split, MAX_LEN,
                                                loaded.input_names), split)  # fmt: skip
     drawn = train._epoch_batches(enc, kind, recipe, random.Random(45))[:2]
     assert sum(rows for rows, _ in shapes) == sum(len(u) for b in drawn for u in b)

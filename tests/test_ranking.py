@@ -162,7 +162,7 @@ def encoded_train(rank_mirror: Path) -> encoding.Encoded:
     split = load_task("ms_marco", rank_mirror)[0]
     enc = encoding.Encoded(features={"input_ids": [[1, 2]] * len(split["label"])},
                         labels=split["label"], lengths=[2] * len(split["label"]))  # fmt: skip
-    return train.with_rank_columns(enc, split)
+    return kinds.with_rank_columns(enc, split)
 
 
 def test_groups_hold_one_positive_first_and_seeded_negatives(rank_mirror):
@@ -176,7 +176,7 @@ def test_groups_hold_one_positive_first_and_seeded_negatives(rank_mirror):
     for g in groups:
         assert len(g) == 5 and enc.labels[g[0]] == 1
         assert all(enc.labels[i] == 0 for i in g[1:])
-        assert len({enc.query_ids[i] for i in g}) == 1 and len(set(g)) == 5
+        assert len({enc.columns['query_id'][i] for i in g}) == 1 and len(set(g)) == 5
     assert groups == kind.units(enc, random.Random(seed), recipe)
     assert groups != kind.units(enc, random.Random(seed + 1), recipe)
     # A group is capped at the candidates a query has (20 in the mirror).
@@ -189,8 +189,8 @@ def _queries(n_queries: int, depth: int) -> encoding.Encoded:
     n = n_queries * depth
     return encoding.Encoded(
         features={"input_ids": [[1, 2]] * n}, labels=[int(i % depth == 0) for i in range(n)],
-        lengths=[2] * n, query_ids=[f"q{i // depth}" for i in range(n)],
-        doc_ids=[str(i) for i in range(n)], first_stage_ranks=[i % depth + 1 for i in range(n)],
+        lengths=[2] * n, columns={"query_id": [f"q{i // depth}" for i in range(n)],
+        "doc_id": [str(i) for i in range(n)], "first_stage_rank": [i % depth + 1 for i in range(n)]},
     )  # fmt: skip
 
 

@@ -7,47 +7,32 @@ both texts where it can); `encode_cached` goes through the tokenisation cache.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from dataclasses import replace as dataclass_replace
 from pathlib import Path
 
 import torch
 
-from encoder_eval.core.metrics import RankGroups
 from encoder_eval.data import tokencache
 
 
 @dataclass
 class Encoded:
-    """A tokenised split: one list of token ids per example (no padding), plus labels; for
-    a ranking split also each example's query, candidate id and first-stage rank."""
+    """A tokenised split: one list of token ids per example (no padding), plus labels, plus
+    `columns`: per-example values a kind of cell reads beside the model inputs (a ranking
+    split's query and candidate ids: `kinds.Kind.columns`; kept out of the tokenisation
+    cache, which holds model inputs only)."""
 
     features: dict[str, list[list[int]]]
     labels: list
     lengths: list[int]
-    query_ids: list[str] | None = None
-    doc_ids: list[str] | None = None
-    first_stage_ranks: list[int] | None = None
-
-    @property
-    def rank_groups(self) -> RankGroups | None:
-        """What a grouped metric needs beside scores and labels; None for other splits."""
-        if self.query_ids is None:
-            return None
-        return RankGroups(self.query_ids, self.first_stage_ranks)
+    columns: dict[str, list] = field(default_factory=dict)
 
 
-def with_rank_columns(enc: Encoded, split: dict) -> Encoded:
-    """`enc` with a ranking split's query, candidate and first-stage columns (kept out of
-    the tokenisation cache, which holds model inputs only); other splits unchanged."""
-    if "query_id" not in split:
-        return enc
-    return dataclass_replace(
-        enc,
-        query_ids=list(split["query_id"]),
-        doc_ids=list(split["doc_id"]),
-        first_stage_ranks=list(split["first_stage_rank"]),
-    )
+def with_columns(enc: Encoded, split: dict, names: tuple[str, ...]) -> Encoded:
+    """`enc` with the split's columns `names` (those it has), for the kind that reads them."""
+    present = {name: list(split[name]) for name in names if name in split}
+    return dataclass_replace(enc, columns={**enc.columns, **present}) if present else enc
 
 
 def encode(tokenizer, split: dict, max_len: int, input_names: tuple[str, ...]) -> Encoded:

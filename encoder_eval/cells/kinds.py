@@ -11,21 +11,30 @@ batch is counted in queries. The loop draws an epoch's units (`units`), batches 
 collates them (`train_collate`), counts their tokens (`members`) and runs forward, loss and
 backward on the batch (`train_step`: a ranker's in pieces of bounded size); evaluation
 scores single examples (`collate`, `predictions`), and `record` adds what a kind records
-beside the scores.
+beside the scores. What a kind's metric and files need beside predictions and labels (a
+ranker's query ids: `columns`, `groups`, `prediction_fields`, `files`) are hooks too.
 """
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from encoder_eval.cells.encoding import Encoded
+from encoder_eval.cells.encoding import Encoded, with_columns
+from encoder_eval.cells.predictions import (
+    RANK_FIELDS,
+    CellPredictions,
+    trec_run_path,
+    write_trec_run,
+)
 from encoder_eval.core import metrics
 from encoder_eval.core.errors import unknown_name
 from encoder_eval.core.problems import RANKING, REGRESSION, SINGLE_LABEL
@@ -94,6 +103,26 @@ def _no_section_extra(knobs: TaskKnobs, encs: dict, preds: dict) -> dict:
     return {}
 
 
+def _no_columns(enc: Encoded, split: dict) -> Encoded:
+    return enc
+
+
+def _no_groups(enc: Encoded) -> metrics.RankGroups | None:
+    return None
+
+
+def _no_fields(enc: Encoded) -> dict[str, list]:
+    return {}
+
+
+def _no_files(out_json: str | os.PathLike) -> dict[str, Path]:
+    return {}
+
+
+def _write_nothing(out_json: str | os.PathLike, preds: CellPredictions) -> list[Path]:
+    return []
+
+
 Autocast = Callable[[], AbstractContextManager]
 
 
@@ -113,11 +142,54 @@ def _whole_batch_step(
 # ----------------------------------------------------------------------------- ranking
 
 
+# The split columns a ranking cell reads beside the model inputs (`Encoded.columns`), and
+# the names its predictions file gives them per language (`predictions.RANK_FIELDS`).
+RANK_COLUMNS = ("query_id", "doc_id", "first_stage_rank")
+RANK_RECORD_FIELDS = dict(zip(RANK_COLUMNS, RANK_FIELDS, strict=True))
+
+
+def with_rank_columns(enc: Encoded, split: dict) -> Encoded:
+    """`enc` with a ranking split's query, candidate and first-stage columns (other splits
+    unchanged): the ranking kinds' `columns` hook."""
+    return with_columns(enc, split, RANK_COLUMNS)
+
+
+def rank_groups(enc: Encoded) -> metrics.RankGroups | None:
+    """What a grouped metric needs beside scores and labels (None for a split without query
+    ids): the ranking kinds' `groups` hook."""
+    if "query_id" not in enc.columns:
+        return None
+    return metrics.RankGroups(enc.columns["query_id"], enc.columns["first_stage_rank"])
+
+
+def _rank_fields(enc: Encoded) -> dict[str, list]:
+    """A ranking language's lists in the predictions file: each candidate's query, candidate
+    id and first-stage rank."""
+    return {
+        field: enc.columns[column]
+        for column, field in RANK_RECORD_FIELDS.items()
+        if column in enc.columns
+    }
+
+
+def _rank_files(out_json: str | os.PathLike) -> dict[str, Path]:
+    return {"TREC run": trec_run_path(out_json)}
+
+
+def _write_trec(out_json: str | os.PathLike, preds: CellPredictions) -> list[Path]:
+    """A ranking cell's TREC run file beside its result (`predictions.write_trec_run`);
+    returns the files written."""
+    if not preds.ranked:
+        return []
+    write_trec_run(trec_run_path(out_json), preds)
+    return [trec_run_path(out_json)]
+
+
 def query_members(enc: Encoded) -> dict[str, list[int]]:
     """Each query's candidates (example indices, in split order), queries in order of first
     appearance."""
     out: dict[str, list[int]] = {}
-    for i, qid in enumerate(enc.query_ids):
+    for i, qid in enumerate(enc.columns["query_id"]):
         out.setdefault(qid, []).append(i)
     return out
 
@@ -363,7 +435,7 @@ def _ranking_section_extra(knobs: TaskKnobs, encs: dict, preds: dict) -> dict:
     secondary = {
         name: {
             lang: metrics.compute_metric(
-                name, preds[lang], encs[lang].labels, encs[lang].rank_groups
+                name, preds[lang], encs[lang].labels, rank_groups(encs[lang])
             )
             for lang in preds
         }
@@ -373,9 +445,9 @@ def _ranking_section_extra(knobs: TaskKnobs, encs: dict, preds: dict) -> dict:
         name: {
             lang: metrics.compute_metric(
                 name,
-                metrics.first_stage_scores(encs[lang].rank_groups),
+                metrics.first_stage_scores(rank_groups(encs[lang])),
                 encs[lang].labels,
-                encs[lang].rank_groups,
+                rank_groups(encs[lang]),
             )
             for lang in preds
         }
@@ -407,6 +479,13 @@ class Kind:
     backward of `scale` times the loss of a `train_step` batch, returning that scaled loss
     detached; `loss_items(labels)`: how many terms the loss averages over (its share when a
     step cuts a batch).
+    `columns(enc, split)`: the tokenised split with the split's columns the kind reads
+    beside the model inputs (`Encoded.columns`); `groups(enc)`: what the task's metric needs
+    beside predictions and labels (`metrics.RankGroups`, or None); `prediction_fields(enc)`:
+    the lists a language of the predictions file holds beside predictions and labels;
+    `write_files(out_json, preds)`: write the files the kind keeps beside a result from its
+    predictions, returning those written; `files(out_json)`: their paths, by what each is
+    (`beside_result` collects every kind's).
     """
 
     name: str
@@ -422,6 +501,19 @@ class Kind:
     section_extra: Callable[..., dict] = _no_section_extra
     step: Callable[..., torch.Tensor] = _whole_batch_step
     loss_items: Callable[[torch.Tensor], int] = _groups_items
+    columns: Callable[[Encoded, dict], Encoded] = _no_columns
+    groups: Callable[[Encoded], metrics.RankGroups | None] = _no_groups
+    prediction_fields: Callable[[Encoded], dict[str, list]] = _no_fields
+    files: Callable[[str | os.PathLike], dict[str, Path]] = _no_files
+    write_files: Callable[[str | os.PathLike, CellPredictions], list[Path]] = _write_nothing
+
+    def score(
+        self, metric: str, preds: dict[str, list], encs: dict[str, Encoded]
+    ) -> tuple[dict[str, float | None], dict[str, str]]:
+        """`metrics.score_splits` of predictions on tokenised splits (per language), with
+        what the kind's metric needs beside the labels (`groups`)."""
+        groups = {k: g for k, e in encs.items() if (g := self.groups(e)) is not None}
+        return metrics.score_splits(metric, preds, {k: e.labels for k, e in encs.items()}, groups)
 
     def collate_units(self, enc: Encoded, units: list, pad_id: int, device) -> dict:
         """The training batch of `units` (`train_collate`, else `collate`)."""
@@ -444,6 +536,11 @@ _RANKER = {
     "record": _ranking_record,
     "section_extra": _ranking_section_extra,
     "step": _ranking_step,
+    "columns": with_rank_columns,
+    "groups": rank_groups,
+    "prediction_fields": _rank_fields,
+    "files": _rank_files,
+    "write_files": _write_trec,
 }
 
 KINDS: dict[str, Kind] = {
@@ -480,3 +577,9 @@ def kind_for(problem: str, recipe: Recipe = PROTOCOL_RECIPE) -> Kind:
             raise unknown_name("rank objective", recipe.rank_objective, RANK_OBJECTIVE_KINDS)
         name = RANK_OBJECTIVE_KINDS[recipe.rank_objective]
     return KINDS[name]
+
+
+def beside_result(out_json: str | os.PathLike) -> dict[str, Path]:
+    """Every file some kind writes beside the result `out_json`, by what it is (a run that
+    does not rewrite one removes it, so no file beside a result describes another run)."""
+    return {what: p for kind in KINDS.values() for what, p in kind.files(out_json).items()}

@@ -7,7 +7,8 @@ fixed cadence, early stopping, best weights restored in memory, then the report 
 `run_cell` runs four parts in turn: `_setup` (task, device, data, model, tokenisation and
 provenance, all before the first step), `_train` (the loop), `_score` (dev and report
 sections) and `_result` (the result dict). What differs between kinds of cell (batching,
-loss, predictions) comes from the cell's `kinds.Kind`; the loop has no branch per kind.
+loss, predictions, scoring, what the predictions file and the files beside the result
+hold) comes from the cell's `kinds.Kind`; the loop has no branch per kind.
 """
 
 from __future__ import annotations
@@ -31,14 +32,12 @@ import torch
 from torch import nn
 
 from encoder_eval.cells import trackers
-from encoder_eval.cells.encoding import Encoded, autocast, encode_cached, with_rank_columns
-from encoder_eval.cells.kinds import Autocast, Kind, kind_for
+from encoder_eval.cells.encoding import Encoded, autocast, encode_cached
+from encoder_eval.cells.kinds import Autocast, Kind, beside_result, kind_for
 from encoder_eval.cells.predictions import (
     PredictionsError,
     predictions_path,
-    trec_run_path,
     write_predictions,
-    write_trec_run,
 )
 from encoder_eval.cells.predictions import from_cell as predictions_from_cell
 from encoder_eval.core import cpu, metrics, provenance
@@ -328,7 +327,7 @@ def _run_cell(
         trained = _train(cell, stop)
         scored = _score(cell, trained)
         result = _result(cell, trained, scored)
-        _write(cfg, result, scored.predictions)
+        _write(cfg, cell.kind, result, scored.predictions)
     except BaseException:
         if cell.reporter is not None:
             cell.reporter.finish({}, status="failed")
@@ -448,18 +447,10 @@ class _Cell:
         predictions are kept in `last_dev_predictions`)."""
         t = time.perf_counter()
         preds = {lang: self.predict(self.enc_val[lang]) for lang in langs}
-        out = score_encoded(self.knobs.metric, preds, {k: self.enc_val[k] for k in langs})
+        out = self.kind.score(self.knobs.metric, preds, {k: self.enc_val[k] for k in langs})
         self.last_dev_predictions = preds
         self.dev_eval_seconds += time.perf_counter() - t
         return out
-
-
-def score_encoded(
-    metric: str, preds: dict[str, list], encs: dict[str, Encoded]
-) -> tuple[dict[str, float | None], dict[str, str]]:
-    """`metrics.score_splits` of predictions on tokenised splits (with their query groups)."""
-    groups = {k: e.rank_groups for k, e in encs.items() if e.rank_groups is not None}
-    return metrics.score_splits(metric, preds, {k: e.labels for k, e in encs.items()}, groups)
 
 
 def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | None) -> _Cell:
@@ -530,7 +521,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
 
     def tokenise(split: dict) -> Encoded:
         enc = encode_cached(tok, split, max_len, loaded.input_names, cache_dir, tok_fp)
-        return with_rank_columns(enc, split)
+        return kind.columns(enc, split)
 
     enc_train = tokenise(train_split)
     enc_val = {lang: tokenise(s) for lang, s in val_splits.items()}
@@ -789,14 +780,12 @@ def _score(cell: _Cell, trained: _Trained) -> _Scores:
         encs = {lang: cell.tokenise(split) for lang, split in cell.test_splits.items()}
         preds = {lang: cell.predict(enc) for lang, enc in encs.items()}
         for lang, enc in encs.items():
-            predictions[lang] = {"predictions": preds[lang], "labels": enc.labels}
-            if enc.query_ids is not None:
-                predictions[lang].update(
-                    query_ids=enc.query_ids,
-                    doc_ids=enc.doc_ids,
-                    first_stage_ranks=enc.first_stage_ranks,
-                )
-        scores, undefined = score_encoded(knobs.metric, preds, encs)
+            predictions[lang] = {
+                "predictions": preds[lang],
+                "labels": enc.labels,
+                **kind.prediction_fields(enc),
+            }
+        scores, undefined = kind.score(knobs.metric, preds, encs)
         report = {
             "split": knobs.report_split,
             **_score_section(scores, undefined, euro),
@@ -909,27 +898,25 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
     ).to_dict()
 
 
-def _write(cfg: CellConfig, result: dict, predictions: dict) -> None:
+def _write(cfg: CellConfig, kind: Kind, result: dict, predictions: dict) -> None:
     """Write the report predictions (unless turned off), then the result, and only then
     remove what the result supersedes: a predictions or TREC file of an earlier run that
     was not rewritten (so no file beside the result describes another run), and the resume
     state. A write that fails (a full disk) raises with the resume state still in place."""
     if not cfg.out_json:
         return
-    pred_path, trec_path = predictions_path(cfg.out_json), trec_run_path(cfg.out_json)
+    pred_path = predictions_path(cfg.out_json)
     rewritten = set()
     if cfg.save_predictions and predictions:
         try:
             preds = predictions_from_cell(result, predictions)
             write_predictions(pred_path, preds)
             rewritten.add(pred_path)
-            if preds.ranked:
-                write_trec_run(trec_path, preds)
-                rewritten.add(trec_path)
+            rewritten.update(kind.write_files(cfg.out_json, preds))
         except PredictionsError as exc:  # e.g. a non-finite regression output: keep the result
             print(f"warning: {_label(cfg)}: predictions not written: {exc}", file=sys.stderr)
     write_json_atomic(cfg.out_json, result)
-    for stale in (pred_path, trec_path):
+    for stale in (pred_path, *beside_result(cfg.out_json).values()):
         if stale not in rewritten:
             stale.unlink(missing_ok=True)
     resume_path = _resume_path(cfg.out_json)
@@ -1122,12 +1109,12 @@ _TMP_RANDOM_CHARS = 8
 
 def derived_names(out_json: str | os.PathLike) -> dict[str, str]:
     """Every file name a cell writes beside its result, by what it is: the result, its
-    predictions, TREC run, resume state and lock, and the writers' temporaries of each."""
+    predictions, its kind's files (`kinds.beside_result`), resume state and lock, and the writers' temporaries of each."""
     path = Path(out_json)
     files = {
         "result": path,
         "predictions": predictions_path(path),
-        "TREC run": trec_run_path(path),
+        **beside_result(path),  # a ranking cell's TREC run
         "resume state": _resume_path(path),
     }
     names = {what: p.name for what, p in files.items()}
