@@ -285,11 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.results_dir is None:
         raise HarnessError("give --results-dir (the phase's result directory)")
     check_utf8_args(args)
-    experiment.apply_to_args(args, results_manifest=True)
-    plan = plan_from_args(args)
+    cfg = experiment.resolve(args, results_manifest=True)
+    plan = plan_from_args(args, cfg)
     if args.emit:
         check_utf8_plan(plan, args.emit)
-        experiment.check_consent(args)
+        experiment.check_consent(cfg)
     status = phase_status(plan)
     load_results(plan.results_dir, phase=plan.phase)  # one warning per entry it skips
     if args.clean_resume:

@@ -68,8 +68,9 @@ from encoder_eval.plans.arguments import (
     check_utf8_args,
     check_utf8_plan,
     format_grid,
-    plan_from_args,
+    plan_and_config,
 )
+from encoder_eval.plans.arguments import plan_from_args as plan_from_args  # tests use it
 from encoder_eval.plans.emit import (
     DEFAULT_GROUP,
     EMIT_MODES,
@@ -161,13 +162,13 @@ def main(argv: list[str] | None = None) -> int:
         print(format_grid())
         return EXIT_OK
     check_utf8_args(args)
-    plan = plan_from_args(args)
-    out_dir = args.out_dir or os.path.join("runs", plan.phase)
+    plan, cfg = plan_and_config(args)
+    out_dir = (cfg.out_dir if cfg else args.out_dir) or os.path.join("runs", plan.phase)
     check_utf8_plan(plan, out_dir)
-    experiment.check_consent(args)
     record = None
-    if plan.phase != PROBE_PHASE:
-        record = experiment.for_plan(plan, out_dir, args)
+    if cfg is not None:
+        experiment.check_consent(cfg)
+        record = experiment.for_plan(plan, out_dir, cfg)
         if not args.force:
             experiment.check_unchanged(plan, out_dir, record)
     emitted = emit(
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         summarize = f"encoder-eval summarize --results-dir {shlex.quote(plan.results_dir)}"
         print(f"then: {summarize}")
         return EXIT_OK
-    manifests = experiment.write_for_plan(plan, out_dir, args, record)
+    manifests = experiment.write_for_plan(plan, out_dir, cfg, record)
     if plan.shrunk:
         print("note: shrunken sweep, its results are off-protocol: " + "; ".join(plan.shrunk))
     print(emitted.describe())

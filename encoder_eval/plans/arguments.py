@@ -1,6 +1,7 @@
 """The command-line arguments shared by every command that plans cells (`sweep`, `status`,
 `track sweep`): what to run (`add_plan_arguments`, `add_probe_arguments`), how to launch it
-(`add_emit_arguments`), and the `Plan` they describe (`plan_from_args`).
+(`add_emit_arguments`), and the `Plan` they describe (`plan_from_args`; `plan_and_config`
+also returns the flags merged with their experiment files, an `experiment.SweepConfig`).
 """
 
 from __future__ import annotations
@@ -27,14 +28,13 @@ from encoder_eval.plans import experiment
 from encoder_eval.plans.emit import (
     EMIT_MODES,
 )
+from encoder_eval.plans.experiment import SweepConfig
 from encoder_eval.plans.plan import (
     GROUPS,
     Plan,
     build_plan,
     build_probe_plan,
     extra_flag_value,
-    parse_lr_keys,
-    parse_seeds,
     probe_precision,
     run_precision,
     split_csv,
@@ -214,15 +214,21 @@ def _flags_given(args: argparse.Namespace, flags: tuple) -> list[str]:
     return [flag for dest, flag in flags if getattr(args, dest, None) not in (None, "", [])]
 
 
-def _extra_args(args: argparse.Namespace, finetune: bool = False) -> list[str]:
-    """--extra-run-args, then the cell flags the sweep takes directly (--limit, --report-to,
-    and for a fine-tuning phase --precision), which the plan checks with the cell command's
-    own parser like any extra argument; one the extra arguments already give the same value
-    (inherited from the select phase's experiment) is not repeated."""
-    try:
-        extra = shlex.split(args.extra_run_args or "")
-    except ValueError as exc:
-        raise HarnessError(f"--extra-run-args is not valid shell quoting ({exc})") from None
+def _extra_args(
+    args: argparse.Namespace, finetune: bool = False, given_extra: tuple[str, ...] | None = None
+) -> list[str]:
+    """--extra-run-args (`given_extra`, else parsed from `args`), then the cell flags the
+    sweep takes directly (--limit, --report-to, and for a fine-tuning phase --precision),
+    which the plan checks with the cell command's own parser like any extra argument; one
+    the extra arguments already give the same value (inherited from the select phase's
+    experiment) is not repeated."""
+    if given_extra is not None:
+        extra = list(given_extra)
+    else:
+        try:
+            extra = shlex.split(args.extra_run_args or "")
+        except ValueError as exc:
+            raise HarnessError(f"--extra-run-args is not valid shell quoting ({exc})") from None
     given = [
         ("--limit", None if getattr(args, "limit", None) is None else str(args.limit)),
         ("--report-to", getattr(args, "report_to", None) or None),
@@ -277,43 +283,52 @@ def probe_plan_from_args(args: argparse.Namespace) -> Plan:
     )
 
 
-def plan_from_args(args: argparse.Namespace) -> Plan:
-    """Build the Plan the parsed plan flags describe (unset ones filled by `experiment`)."""
-    if args.phase == PROBE_PHASE:
-        return probe_plan_from_args(args)
+def plan_from_args(args: argparse.Namespace, cfg: SweepConfig | None = None) -> Plan:
+    """Build the Plan the parsed plan flags describe (`plan_and_config`)."""
+    return plan_and_config(args, cfg)[0]
+
+
+def plan_and_config(
+    args: argparse.Namespace, cfg: SweepConfig | None = None
+) -> tuple[Plan, SweepConfig | None]:
+    """The Plan the parsed plan flags describe, and for a fine-tuning phase the flags
+    merged with their experiment files (`cfg`, else `experiment.resolve(args)`; None for
+    the probe phase, which reads no experiment file)."""
+    if (args.phase if cfg is None else cfg.phase) == PROBE_PHASE:
+        return probe_plan_from_args(args), None
     wrong = _flags_given(args, _PROBE_FLAGS)
     if wrong:
         raise HarnessError(
             f"{wrong[0]} is for --phase probe; drop it for --phase {args.phase or 'select'}"
         )
-    if getattr(args, "seed", None) is not None and args.seeds is None:
-        args.seeds = args.seed
-    experiment.apply_to_args(args)
-    if args.phase is None:
+    if cfg is None:
+        cfg = experiment.resolve(args)
+    if cfg.phase is None:
         raise HarnessError("give --phase select or --phase report")
     selection = None
-    if args.selection is not None:
-        selection = load_selection(args.selection)
-    extra = _extra_args(args, finetune=True)
-    return build_plan(
-        args.phase,
-        results_dir=args.results_dir or os.path.join("results", args.phase),
-        models=split_csv(args.models) or None,
-        extra_models=args.model,
-        tasks=split_csv(args.tasks) or None,
-        lr_keys=parse_lr_keys(args.lr_keys),
-        seeds=parse_seeds(args.seeds),
+    if cfg.selection is not None:
+        selection = load_selection(cfg.selection)
+    extra = _extra_args(args, finetune=True, given_extra=cfg.extra_run_args)
+    plan = build_plan(
+        cfg.phase,
+        results_dir=cfg.results_dir or os.path.join("results", cfg.phase),
+        models=list(cfg.models) or None,
+        extra_models=list(cfg.model),
+        tasks=list(cfg.tasks) or None,
+        lr_keys=None if cfg.lr_keys is None else list(cfg.lr_keys),
+        seeds=None if cfg.seeds is None else list(cfg.seeds),
         selection=selection,
-        max_steps=args.max_steps,
-        max_seq_len=args.max_seq_len,
-        data_dir=args.data_dir,
-        device=args.device,
+        max_steps=cfg.max_steps,
+        max_seq_len=cfg.max_seq_len,
+        data_dir=cfg.data_dir,
+        device=cfg.device,
         extra_run_args=extra,
-        trust_remote_code=split_csv(args.trust_remote_code),
-        pins=getattr(args, "model_pins", None),
-        selection_split=args.selection_split,
-        tasks_files=args.tasks_file,
+        trust_remote_code=list(cfg.trust_remote_code),
+        pins=cfg.model_pins or None,
+        selection_split=cfg.selection_split,
+        tasks_files=list(cfg.tasks_files) or None,
     )
+    return plan, cfg
 
 
 def check_utf8_args(args: argparse.Namespace) -> None:

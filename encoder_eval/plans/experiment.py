@@ -66,6 +66,7 @@ from encoder_eval.core.protocol import (
     MAX_SEED,
     PHASE_SEEDS,
     PHASES,
+    PROBE_PHASE,
     PROTOCOL_RECIPE,
     SELECTION_SPLITS,
 )
@@ -641,12 +642,11 @@ def _set_models(args: argparse.Namespace, models: dict[str, ModelSpec], source: 
     }
 
 
-def check_consent(args: argparse.Namespace) -> None:
+def check_consent(cfg: SweepConfig) -> None:
     """Refuse to write a script when a file asked for remote code the user did not allow
     (`_set_models`); reading results (status without --emit) needs no consent."""
-    message = getattr(args, "unconsented", None)
-    if message:
-        raise HarnessError(message)
+    if cfg.unconsented:
+        raise HarnessError(cfg.unconsented)
 
 
 def _refuse(flag_text: str, inherited: str, where: str, fix: str) -> HarnessError:
@@ -797,17 +797,83 @@ def _fill(
         given["tasks"] = f"tasks of {source}"
 
 
-def apply_to_args(args: argparse.Namespace, *, results_manifest: bool = False) -> None:
-    """Fill the plan flags (`sweep.add_plan_arguments`) that the user left unset.
+@dataclass(frozen=True)
+class SweepConfig:
+    """The plan flags of a fine-tuning phase (`arguments.add_plan_arguments`) merged with
+    the experiment files they point at (`resolve`): what `sweep` and `status` build their
+    plan and record from. Lists are parsed; None or empty means not given (the protocol's).
+    `sources`: the experiments read (its own file, the select phase's), for `for_plan`;
+    `unconsented`: why a script may not be written (`check_consent`), or None."""
+
+    phase: str | None = None
+    results_dir: str | None = None
+    out_dir: str | None = None
+    selection: str | None = None
+    models: tuple[str, ...] = ()  # --models: the names the phase covers
+    model: tuple[str, ...] = ()  # --model NAME=PATH:MODE: models beside the registry's
+    model_pins: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    trust_remote_code: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
+    tasks_files: tuple[str, ...] = ()
+    lr_keys: tuple[str, ...] | None = None
+    seeds: tuple[int, ...] | None = None
+    max_steps: int | None = None
+    max_seq_len: int | None = None
+    data_dir: str | None = None
+    device: str | None = None
+    selection_split: str | None = None
+    extra_run_args: tuple[str, ...] = ()
+    sources: tuple[Experiment | None, Experiment | None] = (None, None)
+    unconsented: str | None = None
+
+
+def resolve(args: argparse.Namespace, *, results_manifest: bool = False) -> SweepConfig:
+    """The plan flags of `args` with those the user left unset filled, as a new value
+    (`args` is left as parsed).
 
     From `--experiment FILE` (flags given win), or with `results_manifest` (status) from
     the file in `--results-dir`, whose recipe overrides, data directory, device and
     selection split flags may not contradict; then, for a report phase, from the experiment
     its selection records, which flags may not contradict (models and tasks may narrow it).
-    Records what it read as `args.experiment_sources` for `write_for_plan`. Idempotent.
+    For select/report, `--seed` is `--seeds` (argparse's abbreviation, kept).
     """
-    if hasattr(args, "experiment_sources"):
-        return
+    draft = argparse.Namespace(**vars(args))  # the fill below works on its own copy
+    if draft.phase != PROBE_PHASE and getattr(draft, "seed", None) is not None:
+        if draft.seeds is None:
+            draft.seeds = draft.seed
+    _fill_draft(draft, results_manifest)
+    try:
+        extra = shlex.split(draft.extra_run_args or "")
+    except ValueError as exc:
+        raise HarnessError(f"--extra-run-args is not valid shell quoting ({exc})") from None
+    lr_keys, seeds = parse_lr_keys(draft.lr_keys), parse_seeds(draft.seeds)
+    return SweepConfig(
+        phase=draft.phase,
+        results_dir=draft.results_dir,
+        out_dir=getattr(draft, "out_dir", None),
+        selection=draft.selection,
+        models=tuple(split_csv(draft.models)),
+        model=tuple(draft.model or ()),
+        model_pins=dict(getattr(draft, "model_pins", None) or {}),
+        trust_remote_code=tuple(split_csv(draft.trust_remote_code)),
+        tasks=tuple(split_csv(draft.tasks)),
+        tasks_files=tuple(getattr(draft, "tasks_file", None) or ()),
+        lr_keys=None if lr_keys is None else tuple(lr_keys),
+        seeds=None if seeds is None else tuple(seeds),
+        max_steps=draft.max_steps,
+        max_seq_len=draft.max_seq_len,
+        data_dir=draft.data_dir,
+        device=draft.device,
+        selection_split=draft.selection_split,
+        extra_run_args=tuple(extra),
+        sources=draft.experiment_sources,
+        unconsented=getattr(draft, "unconsented", None),
+    )
+
+
+def _fill_draft(args: argparse.Namespace, results_manifest: bool) -> None:
+    """`resolve`'s work on its private copy of the flags: fill, refuse, and record what it
+    read as `args.experiment_sources`."""
     path = getattr(args, "experiment", None)
     own: Experiment | None = load(path) if path is not None else None
     if path is None and results_manifest and args.results_dir:
@@ -902,10 +968,10 @@ def _task_rows_file(rows: dict[str, dict], results_dir: str | os.PathLike) -> Pa
     return path.absolute()
 
 
-def for_plan(plan, out_dir: str | os.PathLike, args: argparse.Namespace) -> Experiment:
-    """What `plan` runs, as the experiment `write_for_plan` records. `args` went through
-    `apply_to_args` (what it read)."""
-    own, inherited = getattr(args, "experiment_sources", (None, None))
+def for_plan(plan, out_dir: str | os.PathLike, cfg: SweepConfig) -> Experiment:
+    """What `plan` runs, as the experiment `write_for_plan` records; `cfg` (`resolve`) says
+    what it read."""
+    own, inherited = cfg.sources
     base = inherited or own or Experiment()
     tasks = list(dict.fromkeys(c.task for c in plan.cells))
     seeds = dict(base.seeds)
@@ -924,13 +990,10 @@ def for_plan(plan, out_dir: str | os.PathLike, args: argparse.Namespace) -> Expe
     phases[plan.phase] = PhaseRecord(
         results_dir=plan.results_dir,
         out_dir=os.path.abspath(out_dir),
-        selection=os.path.abspath(args.selection) if plan.phase == "report" else None,
+        selection=os.path.abspath(cfg.selection) if plan.phase == "report" else None,
     )
-    # `--tasks-file` (a str or a list of them, where a command has the flag) joins the files.
-    flag_files = getattr(args, "tasks_file", None) or []
-    flag_files = [flag_files] if isinstance(flag_files, str) else flag_files
     tasks_files = [*base.tasks_files, *(own.tasks_files if own else [])]
-    tasks_files += [os.path.abspath(f) for f in flag_files]
+    tasks_files += [os.path.abspath(f) for f in cfg.tasks_files]
     return Experiment(
         models={
             c.model: ModelSpec(
@@ -1000,11 +1063,11 @@ def check_unchanged(plan, out_dir: str | os.PathLike, exp: Experiment) -> None:
 
 
 def write_for_plan(
-    plan, out_dir: str | os.PathLike, args: argparse.Namespace, exp: Experiment | None = None
+    plan, out_dir: str | os.PathLike, cfg: SweepConfig, exp: Experiment | None = None
 ) -> list[Path]:
     """Write what `plan` runs (`for_plan`, or `exp`) as `experiment.toml` into its results
     directory and `out_dir`; returns the files written."""
-    exp = for_plan(plan, out_dir, args) if exp is None else exp
+    exp = for_plan(plan, out_dir, cfg) if exp is None else exp
     for path in _manifests(plan, out_dir):
         path.parent.mkdir(parents=True, exist_ok=True)
         write(exp, path)
@@ -1100,8 +1163,8 @@ __all__ = [
     "Experiment",
     "ModelSpec",
     "PhaseRecord",
+    "SweepConfig",
     "VERSION",
-    "apply_to_args",
     "check_consent",
     "check_unchanged",
     "differences",
@@ -1112,6 +1175,7 @@ __all__ = [
     "in_results_dir",
     "load",
     "register_tasks",
+    "resolve",
     "select_expectations",
     "summarize_inputs",
     "write",

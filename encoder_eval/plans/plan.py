@@ -58,8 +58,6 @@ __all__ = ["Cell", "Plan", "ProbeSettings", "build_plan", "build_probe_plan"]
 # The module a unit's process runs, by the plan's kind of cell.
 FINETUNE, PROBE = "finetune", "probe"
 MODULES = {FINETUNE: "encoder_eval.run", PROBE: "encoder_eval.probe"}
-# The library module whose `main(argv)` those commands call, for running a unit in process.
-ENTRY_MODULES = {FINETUNE: "encoder_eval.cells.runner", PROBE: "encoder_eval.cells.probe_cell"}
 # How many cells share one `encoder_eval.run` process (see `Plan.units`).
 GROUPS = ("pair", "lr", "cell")
 # Flags that define a cell's identity, or what code and weights it runs (remote code needs
@@ -309,12 +307,6 @@ class Plan:
     def module(self) -> str:
         """The module a unit's process runs (`python -m MODULE RUN_ARGS...`)."""
         return MODULES[self.kind]
-
-    @property
-    def entry_module(self) -> str:
-        """The library module whose `main(RUN_ARGS)` runs a unit in this process (what
-        `module` calls; imported on use, since it brings torch)."""
-        return ENTRY_MODULES[self.kind]
 
     def out_json(self, cell: Cell) -> str:
         return os.path.join(self.results_dir, cell.filename)
