@@ -8,6 +8,7 @@ contradicts it is refused naming both values. Results are built with `result_hel
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -312,6 +313,26 @@ def test_the_report_sweep_runs_as_its_select_phase_did(tmp_path):
     assert exp.phases["report"].selection == str(sel)
     assert exp.phases["select"].results_dir == str(rdir)
     assert (exp.max_steps, exp.device, exp.data_dir) == (4, "cpu", str(tmp_path / "mirror"))
+
+
+def test_resolve_returns_the_merged_flags_and_leaves_the_namespace_as_parsed(tmp_path):
+    """The report phase's flags, filled from the select phase's experiment, come back as a
+    frozen `SweepConfig`; the parsed Namespace is not written to."""
+    rdir, _ = select_sweep(tmp_path)
+    fill_select(rdir)
+    sel = run_select(tmp_path, rdir)
+    args = sweep.build_parser().parse_args(["--phase", "report", "--selection", str(sel),
+                                            "--seed", "45,46"])  # fmt: skip
+    before = dict(vars(args))
+    cfg = experiment.resolve(args)
+    assert vars(args) == before
+    assert (cfg.phase, cfg.seeds, cfg.max_steps, cfg.max_seq_len, cfg.device) == (
+        "report", (45, 46), 4, 64, "cpu")  # fmt: skip
+    assert cfg.models == ("m", "lfm.x") and cfg.tasks == ("glue_rte",)
+    assert cfg.data_dir == str(tmp_path / "mirror") and cfg.selection == str(sel)
+    assert cfg.sources[1] is not None and cfg.unconsented is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.max_steps = 8  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(

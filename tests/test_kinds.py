@@ -107,3 +107,24 @@ def test_the_loop_trains_and_predicts_only_through_the_kinds_hooks(
     dev_labels = load_task("glue_rte", small_mirror)[1]["en"]["label"]
     share_of_ones = sum(1 for y in dev_labels if y == 1) / len(dev_labels)
     assert result["dev"]["mean"] == share_of_ones == result["report"]["mean"]
+
+
+def test_ranking_fields_come_from_the_kind_and_other_kinds_have_none(tmp_path):
+    """What a ranking cell's metric, predictions file and files beside the result need
+    (its query columns) are the ranking kinds' hooks; a classifier adds nothing."""
+    split = {"text": ["a", "b", "c"], "label": [1, 0, 1], "query_id": ["q1", "q1", "q2"],
+             "doc_id": ["d1", "d2", "d3"], "first_stage_rank": [1, 2, 1]}  # fmt: skip
+    enc = encoding.Encoded({"input_ids": [[1, 2]] * 3}, split["label"], [2] * 3)
+    ranker, classifier = kinds.kind_for(RANKING), kinds.kind_for(SINGLE_LABEL)
+    assert classifier.columns(enc, split) is enc and classifier.prediction_fields(enc) == {}
+    ranked = ranker.columns(enc, split)
+    assert ranker.prediction_fields(ranked) == {
+        "query_ids": ["q1", "q1", "q2"], "doc_ids": ["d1", "d2", "d3"],
+        "first_stage_ranks": [1, 2, 1]}  # fmt: skip
+    assert ranker.groups(ranked).query_ids == ["q1", "q1", "q2"]
+    assert classifier.groups(ranked) is None
+    scores, undefined = ranker.score("mrr_at_10", {"en": [0.9, 0.1, 0.5]}, {"en": ranked})
+    assert scores == {"en": 1.0} and undefined == {}
+    out = tmp_path / "cell.json"
+    assert classifier.files(out) == {} and list(ranker.files(out)) == ["TREC run"]
+    assert kinds.beside_result(out) == ranker.files(out)

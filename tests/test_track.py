@@ -330,6 +330,32 @@ def test_sweep_writes_a_script_whose_cells_the_receipts_then_use(ladder, small_m
     assert "running" not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("kind", ["probe", "finetune"])
+def test_track_runs_each_unit_from_typed_configs_equal_to_its_scripts_flags(
+    kind, ladder, small_mirror, tmp_path
+):
+    """`track run` hands its cells to the cell API as values (`unit_cell_configs`,
+    `unit_probe_run`); they are the very ones the launch script's flags make."""
+    from encoder_eval.cells import probe_cell, runner
+    from encoder_eval.reports import tracking
+
+    extra = dict(lr_key="lr06", seeds=[45, 46], max_steps=2, precision="fp32")
+    setup = tracking.build_setup(kind, ["glue_sst2"], max_seq_len=32,
+                                 **(extra if kind == "finetune" else {}))  # fmt: skip
+    checkpoints = track.read_checkpoints(str(ladder))[:2]
+    plan = tracking.build_track_plan(setup, checkpoints, tmp_path / "out",
+                                     data_dir=str(small_mirror), device="cpu")  # fmt: skip
+    for unit in plan.units():
+        argv = plan.run_args(unit)
+        if kind == "probe":
+            parsed = probe_cell.run_from_args(probe_cell.build_parser().parse_args(argv))
+            assert tracking.unit_probe_run(plan, unit) == parsed
+        else:
+            parsed = runner.plan_cells(runner.build_parser().parse_args(argv))
+            assert tracking.unit_cell_configs(plan, unit, setup) == parsed
+            assert {c.recipe.precision for c in parsed} == {"fp32"} and len(parsed) == 2
+
+
 def test_bad_setups_are_one_error_line(tmp_path, capsys):
     listing = tmp_path / "l.tsv"
     listing.write_text(f"a\t{tmp_path}\n")

@@ -540,42 +540,54 @@ def _run_missing(
 
 def _run_unit(plan, unit: list, setup: TrackSetup, no_cache: bool) -> int:
     """Run one unit of a track plan as its launch script's command would, from typed
-    configurations (a `probe_cell.ProbeRun`, or `train.CellConfig`s through
-    `runner.unit_configs`), and return that command's exit code. Imports torch."""
+    configurations, and return that command's exit code. Imports torch."""
     from encoder_eval.cells import probe_cell, runner
-    from encoder_eval.cells.embed import check_poolings
+
+    if plan.probe is not None:
+        return probe_cell.run_probe(unit_probe_run(plan, unit, no_cache))
+    return runner.run_configs(unit_cell_configs(plan, unit, setup), skip_existing=True)
+
+
+def unit_probe_run(plan, unit: list, no_cache: bool = False):
+    """The checked `probe_cell.ProbeRun` of one unit of a track probe plan: what
+    `plan.run_args(unit)` says to the `probe` command, as a value."""
+    from encoder_eval.cells import probe_cell
+    from encoder_eval.cells.embed import check_poolings  # imports torch: on use only
 
     register_task_files(plan.tasks_files)
     check_output_dir(plan.results_dir, "--results-dir")
     first = unit[0]
-    if plan.probe is not None:
-        model = probe_cell.ProbeModel(
-            first.model,
-            first.model_path,
-            first.trust_remote_code,
-            first.revision,
-            first.code_revision,
-        )
-        run = probe_cell.ProbeRun(
-            models=[model],
-            tasks=resolve_task_names([first.task]),
-            poolings=check_poolings(c.pooling for c in unit),
-            results_dir=Path(plan.results_dir),
-            data_dir=plan.data_dir,
-            config=ProbeConfig(k_folds=plan.probe.k_folds, seed=plan.probe.seed),
-            max_seq_len=plan.max_seq_len,
-            precision=plan.probe.precision,
-            device=plan.device,
-            cache=not no_cache,
-        )
-        return probe_cell.run_probe(run)
-    from encoder_eval.cells.train import CellConfig  # imports torch
+    model = probe_cell.ProbeModel(
+        first.model, first.model_path, first.trust_remote_code, first.revision, first.code_revision
+    )
+    return probe_cell.ProbeRun(
+        models=[model],
+        tasks=resolve_task_names([first.task]),
+        poolings=check_poolings(c.pooling for c in unit),
+        results_dir=Path(plan.results_dir),
+        data_dir=plan.data_dir,
+        config=ProbeConfig(k_folds=plan.probe.k_folds, seed=plan.probe.seed),
+        max_seq_len=plan.max_seq_len,
+        precision=plan.probe.precision,
+        device=plan.device,
+        cache=not no_cache,
+    )
 
+
+def unit_cell_configs(plan, unit: list, setup: TrackSetup) -> list:
+    """The checked `train.CellConfig`s of one unit of a track fine-tune plan
+    (`runner.unit_configs`): what `plan.run_args(unit)` says to the `run` command, as values
+    (the precision is the setup's)."""
+    from encoder_eval.cells import runner
+    from encoder_eval.cells.train import CellConfig  # imports torch: on use only
+
+    register_task_files(plan.tasks_files)
+    check_output_dir(plan.results_dir, "--results-dir")
+    first = unit[0]
     lrs = list(dict.fromkeys(c.lr for c in unit))
     seeds = list(dict.fromkeys(c.seed for c in unit))
-    runner.check_cell_values(
-        lrs, seeds, plan.phase, any(s not in PHASE_SEEDS[plan.phase] for s in seeds)
-    )
+    off = any(s not in PHASE_SEEDS[plan.phase] for s in seeds)
+    runner.check_cell_values(lrs, seeds, plan.phase, allow_off_protocol=off)
     recipe = dataclasses.replace(
         plan.recipe(),
         mode=first.mode,
@@ -597,8 +609,7 @@ def _run_unit(plan, unit: list, setup: TrackSetup, no_cache: bool) -> int:
         trust_remote_code=first.trust_remote_code,
         progress="json",
     )
-    configs = runner.unit_configs(base, lrs, seeds, plan.results_dir)
-    return runner.run_configs(configs, skip_existing=True)
+    return runner.unit_configs(base, lrs, seeds, plan.results_dir)
 
 
 def _mean_by_language(rows: list[dict]) -> dict[str, float]:
