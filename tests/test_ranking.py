@@ -176,7 +176,7 @@ def test_groups_hold_one_positive_first_and_seeded_negatives(rank_mirror):
     for g in groups:
         assert len(g) == 5 and enc.labels[g[0]] == 1
         assert all(enc.labels[i] == 0 for i in g[1:])
-        assert len({enc.columns['query_id'][i] for i in g}) == 1 and len(set(g)) == 5
+        assert len({enc.columns["query_id"][i] for i in g}) == 1 and len(set(g)) == 5
     assert groups == kind.units(enc, random.Random(seed), recipe)
     assert groups != kind.units(enc, random.Random(seed + 1), recipe)
     # A group is capped at the candidates a query has (20 in the mirror).
