@@ -336,7 +336,7 @@ def result_kind(path: str | os.PathLike) -> str:
 
 
 def _examine(path: Path, kind: str) -> tuple[dict | None, str | None, bool]:
-    """(data, None, False) for a valid result of `kind` (`RESULT_KINDS`) at `path`; else
+    """(data, None, True) for a valid result of `kind` (`RESULT_KINDS`) at `path`; else
     (None, why, judged): `judged` is False when this harness cannot judge the file (it does
     not read, or a newer harness wrote it), True when the file reads and is not a valid
     result (damaged). The result must validate against its kind's schema and name the cell
