@@ -25,7 +25,7 @@ from encoder_eval.plans.experiment import Experiment, ModelSpec
 from encoder_eval.reports.share import REDACTED, redact_paths, stage_results
 
 MODELS = ("enc-a", "enc-b")
-TASKS = ("glue_cola", "glue_rte")
+TASKS = ("glue_rte",)
 SEEDS = range(45, 50)
 N = 40
 TOKEN = "hf_canaryTOKEN0123456789abcdefXYZ"  # noqa: S105  # a canary, never a real token
@@ -92,7 +92,7 @@ def test_push_uploads_the_redacted_folder_once_as_a_dataset(folder, hub, tmp_pat
     calls, kept = hub
     argv = ["--results-dir", str(folder["report"]), "--selection", str(folder["selection"]),
             "--repo", "org/name", "--path-in-repo", "runs/v1", "--create", "--private",
-            "--token", TOKEN, "--revision", "main"]  # fmt: skip
+            "--token", TOKEN, "--revision", "main", "--report"]  # fmt: skip
     assert push.main(argv) == EXIT_OK
     out, err = capsys.readouterr()
     assert "pushed" in err and "datasets/org/name/runs/v1" in err and "commit/abc123" in err
@@ -108,7 +108,9 @@ def test_push_uploads_the_redacted_folder_once_as_a_dataset(folder, hub, tmp_pat
     results = sorted(n for n in texts if n.startswith("results/") and "predictions" not in n)
     assert len(results) == len(MODELS) * len(TASKS) * len(SEEDS)  # the corrupt one left out
     assert sum("predictions" in n for n in texts) == len(results)
-    assert {"selection.json", "table.json", "table.md", "table.csv", "manifest.json"} <= set(texts)
+    assert {"selection.json", "table.json", "table.md", "table.csv", "manifest.json",
+            "report.html"} <= set(texts)  # fmt: skip
+    assert REDACTED.replace("<", "&lt;").replace(">", "&gt;") in texts["report.html"]
     assert "warning: skipping" in err and "broken_lr05_s45.json" in err
     manifest = json.loads(texts["manifest.json"])
     [skipped] = manifest["skipped"]
