@@ -7,7 +7,6 @@ below), `prefetch` writing a mirror that loads the same, and a real tiny ranking
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 from pathlib import Path

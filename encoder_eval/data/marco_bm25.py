@@ -69,8 +69,7 @@ def _query(row: dict, where: str) -> tuple[str, str, list[dict], list[dict]]:
     missing = [k for k in ("query_id", "query", "positive_passages") if k not in row]
     lists = [row.get(k, []) for k in ("positive_passages", "negative_passages")]
     bad = missing or not all(
-        isinstance(v, list) and all(isinstance(p, dict) and "docid" in p for p in v)
-        for v in lists
+        isinstance(v, list) and all(isinstance(p, dict) and "docid" in p for p in v) for v in lists
     )
     if bad:
         raise HarnessError(
