@@ -176,6 +176,17 @@ def test_files_outside_the_published_schemas_are_clear_errors(hub, tmp_path):
         tasks.load_task(TASK)
 
 
+def test_a_failed_download_says_how_to_work_offline(monkeypatch):
+    def download(repo_id, filename, revision):
+        raise OSError("network unreachable")
+
+    monkeypatch.setattr(marco_bm25, "download", download)
+    monkeypatch.delenv("ENCODER_EVAL_DATA_DIR", raising=False)
+    with pytest.raises(HarnessError, match=r"could not load MrLight/msmarco-passage .*"
+                       r"network unreachable.*prefetch --tasks ms_marco_bm25"):  # fmt: skip
+        tasks.load_task(TASK)
+
+
 def test_a_tiny_ranking_cell_trains_on_the_hub_rows(hub, tmp_path):
     from tiny_models import build_tiny_model
 

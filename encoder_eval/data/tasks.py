@@ -52,9 +52,10 @@ class TaskKnobs:
     (train/validation/test) to the dataset's own. `row_grouping` names a step in
     `ROW_GROUPINGS` that turns the rows read into one row per example first, for datasets
     stored with several rows per example. `hub_reader` names a reader in `HUB_READERS` for
-    a Hub dataset held as files that `datasets` does not read as a table. `data_dir` is a user task's own folder of
-    `<split>[.<lang>].jsonl` files, read instead of `<data-dir>/<task>/` and the Hub;
-    `label_names` are its class names, in class-id order (a row's label may be one of them).
+    a Hub dataset held as files that `datasets` does not read as a table. `data_dir` is a
+    user task's own folder of `<split>[.<lang>].jsonl` files, read instead of
+    `<data-dir>/<task>/` and the Hub; `label_names` are its class names, in class-id order
+    (a row's label may be one of them).
     """
 
     bucket: str  # multilingual | glue | superglue | synthetic | user
