@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_CPU ?= torch==2.13.0
-EXTRAS ?= dev,demo,trackers,neuco
+EXTRAS ?= dev,demo,trackers,neuco,push
 STAMP := $(VENV)/.installed-$(shell echo $(EXTRAS) | tr ',' '-')
 HAS_GPU := $(shell (command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1) || command -v rocm-smi >/dev/null && echo yes)
 

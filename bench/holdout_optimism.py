@@ -140,6 +140,12 @@ def main() -> int:
     p.add_argument("--max-steps", type=int, default=None, help="step cap (default: none)")
     p.add_argument("--max-seq-len", type=int, default=None, help="default: the protocol's")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
+    p.add_argument(
+        "--precision",
+        default=None,
+        choices=("bf16-autocast", "fp32"),
+        help="default: the protocol's bf16 autocast; fp32 on a CPU without native bf16",
+    )
     p.add_argument("--jobs", type=int, default=2, help="processes at a time")
     p.add_argument("--out-dir", default="holdout-optimism")
     p.add_argument("--no-run", action="store_true", help="only summarise what --out-dir holds")
@@ -162,10 +168,12 @@ def main() -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     out_dir = Path(args.out_dir).absolute()
     commands = []
-    for variant in VARIANTS:
-        rdir = out_dir / variant
-        rdir.mkdir(parents=True, exist_ok=True)
-        for task in tasks:
+    # Task-major order: both variants of a task finish together, so a stopped run leaves
+    # whole tasks to summarise.
+    for task in tasks:
+        for variant in VARIANTS:
+            rdir = out_dir / variant
+            rdir.mkdir(parents=True, exist_ok=True)
             cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--model-key", "minilm",
                    "--model-path", args.model_path or _model_path(), "--task", task,
                    "--lr", args.lr, "--seed", args.seeds, "--phase", "report",
@@ -176,6 +184,8 @@ def main() -> int:
                 cmd += ["--max-steps", str(args.max_steps)]
             if args.max_seq_len:
                 cmd += ["--max-seq-len", str(args.max_seq_len)]
+            if args.precision:
+                cmd += ["--precision", args.precision]
             (out_dir / "logs").mkdir(exist_ok=True)
             commands.append((cmd, out_dir / "logs" / f"{variant}_{task}.log"))
     if not args.no_run:
@@ -224,6 +234,7 @@ def main() -> int:
         "lr": args.lr,
         "max_steps": args.max_steps,
         "max_seq_len": args.max_seq_len,
+        "precision": args.precision or "bf16-autocast",
         "device": args.device,
         "tasks": summary,
     }

@@ -60,6 +60,9 @@ COMMANDS: dict[str, Command] = {
     "export": Command(
         "encoder_eval.export", "results in other tools' formats (EuroEval, one row per example)"
     ),
+    "push": Command(
+        "encoder_eval.push", "upload a results folder to a Hugging Face dataset repository"
+    ),
     "demo": Command("encoder_eval.demo", "the whole protocol on MiniLM and synthetic tasks"),
     "list": Command(
         "encoder_eval.cli", "list tasks, task groups, models, loader modes or the grid"

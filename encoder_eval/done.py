@@ -29,9 +29,9 @@ import sys
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_INPUT_ERROR,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     ArgumentParser,
+    exit_code_for,
 )
 from encoder_eval.core.protocol import PROBE_PHASE, SWEEP_PHASES
 from encoder_eval.core.results import (
@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             )[0]
             for f in files
         ]
-    except KeyboardInterrupt:  # Ctrl-C in a script: the script itself says how to resume
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:  # Ctrl-C in a script: the script itself says how to resume
+        return exit_code_for(exc)
     if args.states:
         sys.stdout.write("".join(s + "\n" for s in states))
     return EXIT_OK if all(s in DONE_STATES for s in states) else EXIT_INCOMPLETE

@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 from result_helpers import make_result
 
-from encoder_eval.core.comparability import cell_setup, setup_differences
+from encoder_eval.core.comparability import (
+    cell_setup,
+    receipt_setup,
+    setup_differences,
+    transformers_version,
+)
 from encoder_eval.core.results import (
     CORRUPT,
     KEPT,
@@ -23,6 +28,7 @@ from encoder_eval.core.results import (
 )
 from encoder_eval.core.schema import PROBE_SCHEMA_NAME, PROBE_SCHEMA_VERSION
 from encoder_eval.reports.probe_table import probe_table
+from encoder_eval.reports.tracking import TrackSetup
 
 
 def probe_record(model="m", pooling="mean", task="glue_sst2", k_folds=3, seed=42,
@@ -92,6 +98,21 @@ def test_comparability_names_what_differs_for_either_kind():
     other["recipe"]["weight_decay"] = 0.0
     differ = setup_differences(cell_setup(other), cell_setup(fine), "others have")
     assert differ == ["recipe weight_decay=0.0 (others have 0.1)"]
+
+
+def test_the_table_version_rule_and_the_receipt_setup_live_in_comparability():
+    """The transformers version a table's cells must share, and the entries two tracking
+    receipts must share (all but where the LR came from), are comparability's."""
+    fine = make_result("m", "glue_sst2", "lr06", 45, "report", transformers="4.57.0")
+    assert transformers_version(fine) == "4.57.0"
+    del fine["provenance"]["software"]
+    assert transformers_version(fine) == "None"  # unrecorded: one group of its own
+    a = TrackSetup("finetune", ("glue_rte",), lr_key="lr06", lr_source="--lr-key", seeds=(45,))
+    b = TrackSetup("finetune", ("glue_rte",), lr_key="lr06", lr_source="sel.json", seeds=(45,))
+    assert a.comparable() == b.comparable() == receipt_setup(a.to_dict())
+    assert "lr_source" not in a.comparable() and a.comparable()["lr_key"] == "lr06"
+    c = TrackSetup("finetune", ("glue_rte",), lr_key="lr07", lr_source="--lr-key", seeds=(45,))
+    assert c.comparable() != a.comparable()
 
 
 def test_the_probe_table_refuses_a_cell_of_another_fold_setup():

@@ -16,11 +16,14 @@ from encoder_eval.core.metrics import (
     METRIC_SPECS,
     METRICS,
     compute_metric,
+    direction,
     improves,
     macro_f1,
     metric_spec,
+    sign,
     undefined_reason,
 )
+from encoder_eval.core.receipt import TaskResult
 
 CASES = 200  # random cases per metric
 
@@ -243,6 +246,18 @@ def test_improves_reads_the_direction_and_never_counts_undefined(monkeypatch):
     assert improves(0.9, -math.inf, "accuracy")  # no best yet: any defined score is one
     with pytest.raises(HarnessError, match="unknown metric"):
         improves(0.5, 0.4, "acc")
+
+
+def test_one_direction_rule_for_registry_metrics_and_receipts(monkeypatch):
+    """`direction` is the one rule: `sign` applies it to a registry metric, a receipt's
+    `TaskResult.sign` to the direction it recorded (the synthetic suite's perplexity)."""
+    assert (direction(True), direction(False)) == (1.0, -1.0)
+    for name, spec in METRIC_SPECS.items():
+        assert sign(name) == direction(spec.higher_is_better) == 1.0
+        assert TaskResult(name, 0.5, spec.higher_is_better, 10).sign == sign(name)
+    lower = dataclasses.replace(METRIC_SPECS["mcc"], higher_is_better=False)
+    monkeypatch.setitem(METRIC_SPECS, "mcc", lower)
+    assert sign("mcc") == TaskResult("perplexity", 3.0, False, 10).sign == -1.0
 
 
 @pytest.mark.parametrize("name", ["accuracy", "f1", "macro_f1", "mcc", "spearman"])

@@ -22,9 +22,12 @@ from encoder_eval.core.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PREEMPTED,
+    STOP_WORDS,
+    STOPS,
     ArgumentParser,
     HarnessError,
-    Terminated,
+    Preempted,
+    exit_code_for,
     raise_on_sigterm,
     report_errors,
 )
@@ -423,7 +426,7 @@ def run_cells(cells: list, skip_existing: bool = False, log=print) -> list[dict]
     """
     import traceback
 
-    from encoder_eval.cells.train import Preempted, run_cell  # imports torch: on use only
+    from encoder_eval.cells.train import run_cell  # imports torch: on use only
 
     results = []
     data = data_prov = None
@@ -526,6 +529,15 @@ def _note_unreadable_name(cells: list) -> None:
             )
 
 
+# What a stop signal that came outside a training loop says after its word (`STOP_WORDS`).
+_STOPPED_OUTSIDE_A_CELL = {
+    EXIT_PREEMPTED: "SIGTERM before a cell's training started or after its result was "
+    "written; run the same command again to continue",
+    EXIT_INTERRUPTED: "Ctrl-C before training started or after a result was written; "
+    "run the same command again to continue",
+}
+
+
 @report_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -538,8 +550,6 @@ def run_configs(cells: list, skip_existing: bool = False, quiet: bool = False) -
     command does, and return its exit code: OK, INCOMPLETE when some crashed or were kept,
     PREEMPTED or INTERRUPTED after a stop signal (SIGTERM is turned into one for the run).
     `quiet` drops the per-cell lines."""
-    from encoder_eval.cells.train import Interrupted, Preempted  # imports torch: on use only
-
     # SIGTERM between cells (loading data, waiting for another runner's lock) raises, as
     # Ctrl-C does; inside a cell `train.run_cell` turns both into a saved state.
     main_thread = threading.current_thread() is threading.main_thread()
@@ -547,26 +557,12 @@ def run_configs(cells: list, skip_existing: bool = False, quiet: bool = False) -
     try:
         run_cells(cells, skip_existing, log=(lambda m: None) if quiet else print)
         _note_unreadable_name(cells)
-    except Terminated:
-        print(
-            "preempted: SIGTERM before a cell's training started or after its result was "
-            "written; run the same command again to continue",
-            file=sys.stderr,
-        )
-        return EXIT_PREEMPTED
-    except Interrupted as exc:
-        print(f"interrupted: {exc}", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Preempted as exc:
-        print(f"preempted: {exc}", file=sys.stderr)
-        return EXIT_PREEMPTED
-    except KeyboardInterrupt:  # Ctrl-C outside a training loop: nothing was lost
-        print(
-            "interrupted: Ctrl-C before training started or after a result was written; "
-            "run the same command again to continue",
-            file=sys.stderr,
-        )
-        return EXIT_INTERRUPTED
+    except STOPS as exc:  # the exit code by `errors.exit_code_for`, never a crash
+        code = exit_code_for(exc)
+        # Preempted and Interrupted say what was saved; Terminated and KeyboardInterrupt
+        # (no message) came outside a training loop, where nothing was lost.
+        print(f"{STOP_WORDS[code]}: {str(exc) or _STOPPED_OUTSIDE_A_CELL[code]}", file=sys.stderr)
+        return code
     except CellsFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INCOMPLETE

@@ -45,7 +45,7 @@ from encoder_eval.core.errors import (
     EXIT_INTERRUPTED as EXIT_INTERRUPTED,  # re-exported for older imports
 )
 from encoder_eval.core.errors import EXIT_PREEMPTED as EXIT_PREEMPTED
-from encoder_eval.core.errors import HarnessError, unknown_name
+from encoder_eval.core.errors import HarnessError, Interrupted, Preempted, unknown_name
 from encoder_eval.core.fileio import atomic_open, check_output_file, temporary_name
 from encoder_eval.core.progress import progress_line, stop_line
 from encoder_eval.core.protocol import (
@@ -925,14 +925,6 @@ def _write(cfg: CellConfig, kind: Kind, result: dict, predictions: dict) -> None
 
 
 # ----------------------------------------------------------------------------- preemption
-
-
-class Preempted(Exception):
-    """Raised when SIGTERM stopped a cell after it saved a resumable state."""
-
-
-class Interrupted(Preempted):
-    """Raised when Ctrl-C (SIGINT) stopped a cell after it saved a resumable state."""
 
 
 @dataclass

@@ -4,7 +4,9 @@ A cell's *setup* (`cell_setup`) is what every cell of one (model, task) must sha
 and report alike: the recipe signature (`protocol.signature` at table scope, precision and
 selection split included), the model revision, the loader mode and remote-code trust, the
 data read and the selection split. `setup_differences` names each entry in which one setup
-departs from another. `select`, `summarize`, `compare`, `leaderboard` and `track` ask here.
+departs from another. A table's cells must also share their transformers version
+(`transformers_version`), and a tracking receipt's setup compares by `receipt_setup`.
+`select`, `summarize`, `compare`, `leaderboard`, the probe tables and `track` ask here.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from encoder_eval.core.schema import PROBE_SCHEMA_NAME, data_identity
 
 # A probe cell's fold protocol entries that every cell of one probe table must share.
 PROBE_SETUP_KEYS = ("k_folds", "seed", "standardize")
+# The entries of a tracking receipt's setup (`reports.tracking.TrackSetup`) that need not
+# agree between receipts: where the learning rate came from (a selection file or a flag).
+RECEIPT_FREE_KEYS = ("lr_source",)
 
 
 def recipe_signature(data: dict) -> dict:
@@ -65,3 +70,17 @@ def setup_differences(setup: dict, reference: dict, reference_has: str) -> list[
         for name, value, other in pairs
         if value != other
     ]
+
+
+def transformers_version(data: dict) -> str:
+    """The transformers version a result ran with (`provenance.software.transformers`;
+    'None' when unrecorded), as a table compares it: every cell of one table must share it
+    (the table's `transformers` rule), since another version can move a score."""
+    software = (data.get("provenance") or {}).get("software") or {}
+    return str(software.get("transformers"))
+
+
+def receipt_setup(setup: dict) -> dict:
+    """The entries of a tracking receipt's setup (`TrackSetup.to_dict()`) that must agree
+    between receipts compared in one report: all but `RECEIPT_FREE_KEYS`."""
+    return {k: v for k, v in setup.items() if k not in RECEIPT_FREE_KEYS}

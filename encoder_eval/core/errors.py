@@ -37,6 +37,37 @@ def raise_on_sigterm(signum: int, frame) -> None:
     raise Terminated()
 
 
+class Preempted(Exception):
+    """Raised when SIGTERM stopped a cell after it saved a resumable state."""
+
+
+class Interrupted(Preempted):
+    """Raised when Ctrl-C (SIGINT) stopped a cell after it saved a resumable state."""
+
+
+# What a stop signal ends a command with: SIGTERM (inside a cell, Preempted; outside one,
+# Terminated) exits EXIT_PREEMPTED, Ctrl-C (Interrupted; KeyboardInterrupt) exits
+# EXIT_INTERRUPTED. The first row whose type the exception is wins (Interrupted is a
+# Preempted). The one table; `exit_code_for` reads it.
+STOP_EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (Interrupted, EXIT_INTERRUPTED),
+    (KeyboardInterrupt, EXIT_INTERRUPTED),
+    (Preempted, EXIT_PREEMPTED),
+    (Terminated, EXIT_PREEMPTED),
+)
+STOPS = tuple(kind for kind, _ in STOP_EXIT_CODES)  # for `except STOPS as exc`
+STOP_WORDS = {EXIT_PREEMPTED: "preempted", EXIT_INTERRUPTED: "interrupted"}  # a stop's line
+
+
+def exit_code_for(exc: BaseException) -> int | None:
+    """The exit code of a command stopped by `exc` (`STOP_EXIT_CODES`); None when `exc` is no
+    stop signal."""
+    for kind, code in STOP_EXIT_CODES:
+        if isinstance(exc, kind):
+            return code
+    return None
+
+
 class HarnessError(Exception):
     """A problem with the user's input or files; the message names the problem and the fix."""
 
@@ -147,9 +178,9 @@ def report_errors(main: Callable[..., int]) -> Callable[..., int]:
         except HarnessError as exc:
             print(f"error: {one_line(exc)}", file=sys.stderr)
             return EXIT_INPUT_ERROR
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             print("interrupted: Ctrl-C; run the same command again to continue", file=sys.stderr)
-            return EXIT_INTERRUPTED
+            return exit_code_for(exc)
 
     return wrapped
 

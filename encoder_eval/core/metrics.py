@@ -198,10 +198,17 @@ def metric_spec(name: str) -> MetricSpec:
     return METRIC_SPECS[name]
 
 
+def direction(higher_is_better: bool) -> float:
+    """+1 when a higher score is better, -1 otherwise: a score times its direction is
+    higher-is-better. The one rule; `sign` applies it to a registry metric, a receipt
+    (`receipt.TaskResult.sign`) to the direction it recorded."""
+    return 1.0 if higher_is_better else -1.0
+
+
 def sign(metric: str) -> float:
-    """+1 for a higher-is-better metric, -1 for a lower-is-better one. A score times its sign
-    is higher-is-better: the one way the harness reads a metric's direction."""
-    return 1.0 if metric_spec(metric).higher_is_better else -1.0
+    """+1 for a higher-is-better metric, -1 for a lower-is-better one (`direction`). A score
+    times its sign is higher-is-better: the one way the harness reads a metric's direction."""
+    return direction(metric_spec(metric).higher_is_better)
 
 
 def improves(new: float | None, best: float | None, metric: str) -> bool:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from encoder_eval.core.metrics import direction
+
 
 @dataclass
 class TaskResult:
@@ -22,7 +24,8 @@ class TaskResult:
 
     @property
     def sign(self) -> float:
-        """+1 when a higher score is better, -1 otherwise (as `metrics.sign`): a score times
-        its sign is higher-is-better. A receipt records its direction, since the synthetic
-        suite's axes (perplexity) are no metric of the registry."""
-        return 1.0 if self.higher_is_better else -1.0
+        """+1 when a higher score is better, -1 otherwise (`metrics.direction`, the rule
+        `metrics.sign` applies too): a score times its sign is higher-is-better. A receipt
+        records its direction, since the synthetic suite's axes (perplexity) are no metric
+        of the registry."""
+        return direction(self.higher_is_better)

@@ -295,39 +295,77 @@ class LoadedResult:
         return self.data["status"] == "ok"
 
 
-def _examine(path: Path) -> tuple[dict | None, str | None, bool]:
-    """(data, None, False) for a valid result at `path`; else (None, why, judged): `judged` is
-    False when this harness cannot judge the file (it does not read, or a newer harness
-    wrote it), True when the file reads and is not a valid result (damaged). A fine-tune
-    cell's and a probe cell's result alike (by the file's name): each must validate against
-    its schema and name the cell its file name says."""
-    if is_probe_result_name(path):
-        return _examine_probe(path)
+@dataclass(frozen=True)
+class ResultKind:
+    """How one kind of result file is judged: the schema (and the newest version of it this
+    harness reads) and validator it must pass, and the file name its cell identity gives."""
+
+    schema: str
+    version: int
+    validate: Callable[[object], list[str]]
+    what: str  # how a message names it: "result", "probe result"
+    filename: Callable[[dict], str]  # the file name of the cell a valid result names
+    missing: str  # the reason given for a file gone since it was listed
+
+
+# Fine-tune cells (classification, regression, ranking: `schema.CellResult`) and probe
+# cells (`*.probe.json`, `schema.validate_probe_result`): one reader for both (`_examine`).
+RESULT_KINDS: dict[str, ResultKind] = {
+    "finetune": ResultKind(
+        SCHEMA_NAME,
+        SCHEMA_VERSION,
+        validate_result,
+        "result",
+        lambda cell: result_filename(cell["model"], cell["task"], cell["lr"], cell["seed"]),
+        "unreadable (FileNotFoundError)",
+    ),
+    "probe": ResultKind(
+        PROBE_SCHEMA_NAME,
+        PROBE_SCHEMA_VERSION,
+        validate_probe_result,
+        "probe result",
+        lambda cell: probe_result_filename(cell["model"], cell["pooling"], cell["task"]),
+        "no file",
+    ),
+}
+
+
+def result_kind(path: str | os.PathLike) -> str:
+    """The kind of result a file is, by its name: 'probe' (`*.probe.json`) or 'finetune'."""
+    return "probe" if is_probe_result_name(path) else "finetune"
+
+
+def _examine(path: Path, kind: str) -> tuple[dict | None, str | None, bool]:
+    """(data, None, True) for a valid result of `kind` (`RESULT_KINDS`) at `path`; else
+    (None, why, judged): `judged` is False when this harness cannot judge the file (it does
+    not read, or a newer harness wrote it), True when the file reads and is not a valid
+    result (damaged). The result must validate against its kind's schema and name the cell
+    its file name says."""
+    spec = RESULT_KINDS[kind]
     try:
         raw = read_bytes(path)
         data = parse_json(raw, path)
     except MissingFile:
-        return None, "unreadable (FileNotFoundError)", False
+        return None, spec.missing, False
     except UnreadableFile as exc:
         return None, exc.reason, False
     except DamagedFile as exc:
         return None, "empty file" if not raw.strip() else exc.reason, True
-    if isinstance(data, dict) and data.get("schema") == SCHEMA_NAME:
+    if isinstance(data, dict) and data.get("schema") == spec.schema:
         version = data.get("schema_version")
-        if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        if isinstance(version, int) and not isinstance(version, bool) and version > spec.version:
             return (
                 None,
                 (
                     f"written by a newer harness (schema_version {quote(version)}; this one "
-                    f"reads {SCHEMA_VERSION}): read it with that harness"
+                    f"reads {spec.version}): read it with that harness"
                 ),
                 False,
             )
-    errors = validate_result(data)
+    errors = spec.validate(data)
     if errors:
-        return None, "not a valid result: " + "; ".join(errors[:3]), True
-    cell = data["cell"]
-    expected = result_filename(cell["model"], cell["task"], cell["lr"], cell["seed"])
+        return None, f"not a valid {spec.what}: " + "; ".join(errors[:3]), True
+    expected = spec.filename(data["cell"])
     if path.name != expected:
         return (
             None,
@@ -337,49 +375,10 @@ def _examine(path: Path) -> tuple[dict | None, str | None, bool]:
     return data, None, True
 
 
-def _examine_probe(path: Path) -> tuple[dict | None, str | None, bool]:
-    """`_examine` for a probe cell's result (`schema.validate_probe_result`)."""
-    try:
-        raw = read_bytes(path)
-        data = parse_json(raw, path)
-    except MissingFile:
-        return None, "no file", False
-    except UnreadableFile as exc:
-        return None, exc.reason, False
-    except DamagedFile as exc:
-        return None, "empty file" if not raw.strip() else exc.reason, True
-    if isinstance(data, dict) and data.get("schema") == PROBE_SCHEMA_NAME:
-        version = data.get("schema_version")
-        if (
-            isinstance(version, int)
-            and not isinstance(version, bool)
-            and version > PROBE_SCHEMA_VERSION
-        ):
-            return (
-                None,
-                (
-                    f"written by a newer harness (schema_version {quote(version)}; this one "
-                    f"reads {PROBE_SCHEMA_VERSION}): read it with that harness"
-                ),
-                False,
-            )
-    errors = validate_probe_result(data)
-    if errors:
-        return None, "not a valid probe result: " + "; ".join(errors[:3]), True
-    cell = data["cell"]
-    expected = probe_result_filename(cell["model"], cell["pooling"], cell["task"])
-    if path.name != expected:
-        return (
-            None,
-            (f"its cell identity says {quote(expected)}, which disagrees with its filename"),
-            True,
-        )
-    return data, None, True
-
-
 def read_result(path: str | os.PathLike) -> tuple[dict | None, str | None]:
-    """Read and validate one result file: (data, None) when good, (None, reason) when not."""
-    data, why, _ = _examine(Path(path))
+    """Read and validate one result file, of either kind (by its name: `result_kind`):
+    (data, None) when good, (None, reason) when not."""
+    data, why, _ = _examine(Path(path), result_kind(path))
     return data, why
 
 
@@ -459,11 +458,12 @@ def cell_state(
     path = Path(path)
     if not os.path.lexists(path):
         return MISSING, None, None
-    data, why, judged = _examine(path)
+    kind = result_kind(path)
+    data, why, judged = _examine(path, kind)
     if data is None:
         return (CORRUPT if judged else KEPT), None, why
     cell = data["cell"]
-    probe = data["schema"] == PROBE_SCHEMA_NAME  # a probe cell: no LR or seed
+    probe = kind == "probe"  # a probe cell: no LR, seed or phase
     if not probe and cell["lr_key"] != lr_key(cell["lr"]):
         why = f"its cell.lr_key {quote(cell['lr_key'])} disagrees with its lr {cell['lr']:g}"
         return CORRUPT, None, why

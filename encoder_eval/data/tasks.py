@@ -32,7 +32,7 @@ from typing import Any
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.fileio import DamagedFile, FileProblem, parse_json, read_json
 from encoder_eval.core.problems import RANKING, REGRESSION, SINGLE_LABEL
-from encoder_eval.data import synthetic
+from encoder_eval.data import marco_bm25, synthetic
 from encoder_eval.data.holdout import apply_selection_split
 from encoder_eval.data.splits import LoaderResult, Split
 
@@ -51,9 +51,11 @@ class TaskKnobs:
     those averaged into the headline score. `hub_splits` maps our split names
     (train/validation/test) to the dataset's own. `row_grouping` names a step in
     `ROW_GROUPINGS` that turns the rows read into one row per example first, for datasets
-    stored with several rows per example. `data_dir` is a user task's own folder of
-    `<split>[.<lang>].jsonl` files, read instead of `<data-dir>/<task>/` and the Hub;
-    `label_names` are its class names, in class-id order (a row's label may be one of them).
+    stored with several rows per example. `hub_reader` names a reader in `HUB_READERS` for
+    a Hub dataset held as files that `datasets` does not read as a table. `data_dir` is a
+    user task's own folder of `<split>[.<lang>].jsonl` files, read instead of
+    `<data-dir>/<task>/` and the Hub; `label_names` are its class names, in class-id order
+    (a row's label may be one of them).
     """
 
     bucket: str  # multilingual | glue | superglue | synthetic | user
@@ -73,6 +75,7 @@ class TaskKnobs:
     label_map: str | None = None  # name of a label conversion in LABEL_MAPS
     field_aliases: dict[str, str] = field(default_factory=dict)  # other name -> our field
     row_grouping: str | None = None  # name of a step in ROW_GROUPINGS: rows -> examples
+    hub_reader: str | None = None  # name of a reader in HUB_READERS: Hub files, not a table
     description: str = ""
     data_dir: Path | None = None  # a user task's own data folder
     label_names: tuple[str, ...] = ()
@@ -321,6 +324,12 @@ ROW_GROUPINGS: dict[str, Callable[[list[dict], str], list[dict]]] = {
     "ms_marco_passages": _ms_marco_passages,
 }
 
+# Hub readers, by name, for datasets held as files rather than a table: (split, revision)
+# -> the split's rows (ms_marco_bm25: Tevatron's MS MARCO files, `marco_bm25`).
+HUB_READERS: dict[str, Callable[[str, str | None], list[dict]]] = {
+    "msmarco_passage_files": marco_bm25.read_split,
+}
+
 _GLUE = "nyu-mll/glue"
 _SUPERGLUE = "aps/super_glue"
 _XNLI_LANGS = (
@@ -537,6 +546,17 @@ TASK_KNOBS: dict[str, TaskKnobs] = {
         description="MS MARCO v2.1 passage re-ranking of the ~10 Bing passages per query (Hub)",
         label="MS-MARCO-v2.1", train_rows=808_731,
     ),
+    # MS MARCO passage ranking at the protocol's depth: the dev queries with BM25's top
+    # 1,000 from Tevatron's files (`marco_bm25`), training queries with BM25 negatives.
+    "ms_marco_bm25": TaskKnobs(
+        bucket="ranking", hf_path=marco_bm25.REPO, revision=marco_bm25.REVISION,
+        inputs=("query", "passage"), label_field="label", num_labels=1, problem=RANKING,
+        metric="mrr_at_10", report_split="validation", query_field="query_id",
+        doc_field="passage_id", first_stage_field="bm25_rank", first_stage_name="bm25",
+        secondary_metrics=("ndcg_at_10",), hub_reader="msmarco_passage_files",
+        description="MS MARCO passage re-ranking of BM25's top 1,000 per dev query (Hub files)",
+        label="MS-MARCO-BM25",
+    ),
 }  # fmt: skip
 
 BUILTIN_TASKS = frozenset(TASK_KNOBS)  # the package's own; a task file cannot redefine them
@@ -728,7 +748,11 @@ def _read_hub(
         revision = _resolved_revision(knobs, task)
     hub_split = knobs.hub_splits.get(split, split)
     try:
+        if knobs.hub_reader:
+            return HUB_READERS[knobs.hub_reader](split, revision)
         ds = datasets.load_dataset(knobs.hf_path, config, split=hub_split, revision=revision)
+    except HarnessError:  # the reader's own message about a file it read
+        raise
     except Exception as exc:  # network, auth or missing-config errors all end the same way
         raise HarnessError(
             f"could not load {knobs.hf_path} ({config or 'default'}, {hub_split}) from the Hub: "

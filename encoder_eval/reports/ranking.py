@@ -20,7 +20,7 @@ from scipy import stats as sps
 from encoder_eval.core.errors import (
     HarnessError,
 )
-from encoder_eval.core.metrics import sign
+from encoder_eval.core.metrics import direction, sign
 from encoder_eval.reports import latex
 from encoder_eval.reports.table import Table, format_refusal
 
@@ -176,7 +176,7 @@ def aggregates(means: np.ndarray) -> dict[str, np.ndarray]:
 
 def positions(values: np.ndarray, higher_is_better: bool) -> np.ndarray:
     """Each model's position under one aggregate: 1 = best, ties share the average."""
-    return sps.rankdata(-values if higher_is_better else values, method="average")
+    return sps.rankdata(-direction(higher_is_better) * values, method="average")
 
 
 def bootstrap_positions(scores: Scores, replicates: int, seed: int) -> dict[str, np.ndarray]:
@@ -292,8 +292,8 @@ def build_leaderboard(
             per_model[m][name] = Aggregate(
                 float(values[name][i]), float(pos[i]), float(low[i]), float(high[i])
             )
-    sign = np.array([-1.0 if t in scores.flipped else 1.0 for t in scores.tasks])
-    shown = means * sign  # back to the metric's own direction for display
+    signs = np.array([direction(t not in scores.flipped) for t in scores.tasks])
+    shown = means * signs  # back to the metric's own direction for display
     cd, cd_note = None, None
     try:
         cd = critical_difference(means, models)

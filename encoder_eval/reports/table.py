@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from encoder_eval.core import aggregate, stats
-from encoder_eval.core.comparability import cell_setup, setup_differences
+from encoder_eval.core.comparability import cell_setup, setup_differences, transformers_version
 from encoder_eval.core.errors import (
     HarnessError,
     brief,
@@ -250,8 +250,7 @@ def _recipe_problems(cells: list[LoadedResult]) -> list[Problem]:
         by_precision[str(sig.pop("precision", None))].append(c)
         by_split[str(sig.pop("selection_split", None))].append(c)
         by_recipe[json.dumps(sig, sort_keys=True)].append(c)
-        software = c.data["provenance"].get("software") or {}
-        by_tf[str(software.get("transformers"))].append(c)
+        by_tf[transformers_version(c.data)].append(c)
         by_rev[c.cell["model"]][str(setup["model_revision"])].append(c)
         loader = f"mode={setup['mode']}, trust_remote_code={setup['trust_remote_code']}"
         by_loader[c.cell["model"]][loader].append(c)

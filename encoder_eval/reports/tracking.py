@@ -43,6 +43,7 @@ from encoder_eval.cells.predictions import load_predictions, predictions_path
 from encoder_eval.cells.probe_cell import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
 from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED, ProbeConfig
 from encoder_eval.core import aggregate
+from encoder_eval.core.comparability import receipt_setup
 from encoder_eval.core.errors import (
     EXIT_OK,
     HarnessError,
@@ -197,10 +198,9 @@ class TrackSetup:
         return d
 
     def comparable(self) -> dict:
-        """The entries that must agree between receipts (where the LR came from need not)."""
-        d = self.to_dict()
-        d.pop("lr_source")
-        return d
+        """The entries that must agree between receipts (`comparability.receipt_setup`:
+        where the LR came from need not)."""
+        return receipt_setup(self.to_dict())
 
 
 def _lr_from_selection(path: str, model: str | None, tasks: list[str]) -> dict[str, tuple]:

@@ -1,0 +1,181 @@
+"""`encoder-eval push`: share a results folder as a Hugging Face dataset repository.
+
+Usage::
+
+    # see what would go up: stage the folder, list its files, upload nothing
+    encoder-eval push --results-dir results/report --repo my-org/encoder-results --dry-run
+    # upload (the token from HF_TOKEN or `hf auth login`); --create makes the repository
+    encoder-eval push --results-dir results/report --repo my-org/encoder-results --create
+    # into a folder of an existing repository, with the HTML report
+    encoder-eval push --results-dir probe_results --repo my-org/encoder-results \\
+        --path-in-repo probes --report
+
+What goes up: the folder's results (with their predictions files), the selection, the
+`summarize` table as json, markdown and csv, optionally the `report` page, and a
+manifest; local paths are replaced by `<redacted>` (docs/push.md lists where). The table
+is refused as `summarize` refuses it (exit 1) unless `--allow-partial`. One commit, by
+`huggingface_hub` (the `push` extra). The library is `encoder_eval.reports.share`.
+Exit status: 0 pushed (or staged, with --dry-run); 1 refused or the upload failed; 2 bad
+input (HF_HUB_OFFLINE set without --dry-run included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from encoder_eval.core.errors import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    ArgumentParser,
+    HarnessError,
+    one_line,
+    report_errors,
+    warn_once,
+)
+from encoder_eval.reports.share import (
+    TableRefused,
+    check_path_in_repo,
+    check_repo_id,
+    hub_offline,
+    stage_results,
+    upload_staged,
+)
+from encoder_eval.reports.table import format_refusal
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(
+        prog="encoder-eval push",
+        description="Upload a results folder (results, selection, table, optionally the "
+        "report page; local paths redacted) to a Hugging Face dataset repository.",
+    )
+    p.add_argument("--results-dir", required=True, help="report-phase (or probe) result directory")
+    p.add_argument("--repo", required=True, help="the dataset repository, as org/name")
+    p.add_argument(
+        "--selection",
+        help="selection.json (default: the one the results directory's experiment file names)",
+    )
+    p.add_argument(
+        "--path-in-repo", help="a folder of the repository to upload into (default: its root)"
+    )
+    p.add_argument("--revision", help="the branch to commit to (default: the repository's main)")
+    p.add_argument("--message", help="the commit message (default: names the file count)")
+    p.add_argument(
+        "--create",
+        action="store_true",
+        help="create the dataset repository if it does not exist",
+    )
+    p.add_argument("--private", action="store_true", help="with --create: a private repository")
+    p.add_argument("--report", action="store_true", help="also upload the HTML report page")
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="push despite the table's problems (the table carries them as footnotes)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="stage and list the files, print the staging folder, upload nothing",
+    )
+    p.add_argument(
+        "--token",
+        help="a Hub token with write access (default: huggingface_hub's own, HF_TOKEN or "
+        "the login; prefer those: a command line is visible to other users)",
+    )
+    return p
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Every refusal that needs no work, before any file is staged."""
+    if not Path(args.results_dir).is_dir():
+        raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
+    check_repo_id(args.repo)
+    check_path_in_repo(args.path_in_repo)
+    if args.private and not args.create:
+        raise HarnessError(
+            "--private sets the visibility of a repository push creates; add --create "
+            "(an existing repository keeps its visibility)"
+        )
+    if args.dry_run:
+        return
+    if hub_offline():
+        raise HarnessError(
+            "HF_HUB_OFFLINE is set: push uploads to the Hub; unset it, or pass --dry-run "
+            "to stage and list the files only"
+        )
+    if importlib.util.find_spec("huggingface_hub") is None:
+        raise HarnessError("push needs huggingface_hub: pip install 'encoder-eval-harness[push]'")
+
+
+def _stage(args: argparse.Namespace, folder: str):
+    return stage_results(
+        args.results_dir,
+        folder,
+        selection=args.selection,
+        report=args.report,
+        allow_partial=args.allow_partial,
+        warn=warn_once(),
+    )
+
+
+@report_errors
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _check(args)
+    where = f"datasets/{args.repo}" + (f"/{args.path_in_repo}" if args.path_in_repo else "")
+    with tempfile.TemporaryDirectory(prefix="encoder-eval-push-") as tmp:
+        folder = tempfile.mkdtemp(prefix="encoder-eval-push-") if args.dry_run else tmp
+        try:
+            staged = _stage(args, folder)
+        except BaseException as exc:
+            if args.dry_run:  # nothing half-staged is left behind
+                shutil.rmtree(folder, ignore_errors=True)
+            if not isinstance(exc, TableRefused):
+                raise
+            print(
+                format_refusal(exc.table).replace(
+                    "summarize refuses to print this table", "push refuses this table"
+                ),
+                file=sys.stderr,
+            )
+            return EXIT_INCOMPLETE
+        for name in staged.files:
+            fields = staged.redacted.get(name)
+            print(f"{name}  (redacted: {', '.join(fields)})" if fields else name)
+        if args.dry_run:
+            print(
+                f"staged {len(staged.files)} file(s) in {folder} (dry run: nothing uploaded "
+                f"to {where})",
+                file=sys.stderr,
+            )
+            return EXIT_OK
+        try:
+            url = upload_staged(
+                staged,
+                args.repo,
+                path_in_repo=args.path_in_repo,
+                revision=args.revision,
+                commit_message=args.message,
+                create=args.create,
+                private=args.private,
+                token=args.token,
+            )
+        except HarnessError:
+            raise
+        except Exception as exc:  # the Hub's and the network's errors: one line, no trace
+            message = one_line(f"{type(exc).__name__}: {exc}")
+            if args.token:
+                message = message.replace(args.token, "<token>")
+            print(f"error: the upload to {where} failed: {message}", file=sys.stderr)
+            return EXIT_INCOMPLETE
+    print(f"pushed {len(staged.files)} file(s) to {where}: {url}", file=sys.stderr)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

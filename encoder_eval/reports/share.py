@@ -1,0 +1,332 @@
+"""Share a results folder on the Hugging Face Hub: stage it without local paths, then upload.
+
+`stage_results` copies what a reader of the results needs into a staging folder:
+
+    results/               every valid result of the folder (fine-tune report cells, or
+                           probe cells), each with the predictions file and TREC run written
+                           beside it; a file the readers skip (corrupt, other phase) is
+                           left out with a warning
+    selection.json         the selection the table was made from (fine-tune results)
+    table.json, table.md, table.csv
+                           the `summarize` table (`--format json`, `markdown`, `csv`)
+    report.html            the `report` page (only when asked: it draws every figure)
+    manifest.json          what was staged, skipped and redacted, by which harness version
+
+Local paths are redacted on the way (`REDACTED_FIELDS`, `redact_paths`), and the table and
+page are computed from the staged, redacted copies, so nothing derived from them carries
+a path either. `upload_staged` is the one Hub call (`HfApi.upload_folder`, a dataset
+repository; `create_repo` first when asked). `huggingface_hub` is imported only there.
+The command is `encoder_eval.push`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from encoder_eval import __version__
+from encoder_eval.cells.predictions import predictions_path
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.fileio import read_json, write_atomic, write_json_atomic
+from encoder_eval.core.results import (
+    PROBE_RESULT_SUFFIX,
+    TREC_SUFFIX,
+    load_results,
+    read_result,
+)
+from encoder_eval.plans.experiment import REDACTED, from_selection, summarize_inputs
+from encoder_eval.plans.selection import load_selection
+from encoder_eval.reports.probe_table import has_probe_results, load_probe_results, probe_table
+from encoder_eval.reports.table import Table, build_table, render
+from encoder_eval.reports.verdicts import add_statistics
+
+MANIFEST_SCHEMA = "encoder-eval-push"
+RESULTS_SUBDIR = "results"
+TABLE_FORMATS = {"table.json": "json", "table.md": "markdown", "table.csv": "csv"}
+# The fields of a result that hold a local path when one is recorded (`--record-model-path`);
+# any other string value that is an absolute path (or starts with `~`) is redacted too.
+REDACTED_FIELDS = ("provenance.model_path", "cell.model_path", "provenance.model.path")
+# A Hub repository id as `push` takes it: `org/name` (the Hub's characters, at most 96 each).
+_REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+REPO_ID = re.compile(rf"{_REPO_PART}/{_REPO_PART}")
+_OFF = ("1", "ON", "YES", "TRUE")  # how huggingface_hub reads HF_HUB_OFFLINE
+
+
+class TableRefused(Exception):
+    """The results folder's table has problems and `allow_partial` was not given."""
+
+    def __init__(self, table: Table) -> None:
+        super().__init__("table refused")
+        self.table = table
+
+
+@dataclass
+class Staged:
+    """A staged folder: its files (relative, sorted), the entries left out, the redactions."""
+
+    folder: Path
+    files: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # warnings about entries left out
+    redacted: dict[str, list[str]] = field(default_factory=dict)  # file -> fields
+    table: Table | None = None
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def check_repo_id(repo_id: str) -> None:
+    """Refuse anything but `org/name` (no bare name, no `--` or `..`, Hub characters)."""
+    if not REPO_ID.fullmatch(repo_id) or "--" in repo_id or ".." in repo_id:
+        raise HarnessError(
+            f"--repo {repo_id!r} is not a Hub repository id; give it as org/name "
+            "(letters, digits, '-', '_', '.'; no '--' or '..')"
+        )
+
+
+def check_path_in_repo(path_in_repo: str | None) -> None:
+    """Refuse an absolute or escaping folder inside the repository."""
+    if path_in_repo is None:
+        return
+    parts = path_in_repo.replace("\\", "/").split("/")
+    if path_in_repo.startswith("/") or ".." in parts or not path_in_repo.strip("/"):
+        raise HarnessError(
+            f"--path-in-repo {path_in_repo!r} must be a relative folder inside the "
+            "repository (no leading '/', no '..')"
+        )
+
+
+def hub_offline() -> bool:
+    """Whether HF_HUB_OFFLINE asks huggingface_hub to make no request."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in _OFF
+
+
+# ----------------------------------------------------------------------------- redaction
+
+
+def _is_local_path(value: str) -> bool:
+    return value.startswith("~") or (os.path.isabs(value) and len(Path(value).parts) > 1)
+
+
+def redact_paths(data: Any, where: str = "") -> tuple[Any, list[str]]:
+    """`data` (plain JSON) with every local path replaced by `REDACTED`: the fields of
+    `REDACTED_FIELDS` and any string that is an absolute path or starts with `~`. Returns
+    the copy and the dotted names of the fields replaced."""
+    changed: list[str] = []
+
+    def walk(value: Any, name: str) -> Any:
+        if isinstance(value, dict):
+            return {k: walk(v, f"{name}.{k}" if name else str(k)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, f"{name}[{i}]") for i, v in enumerate(value)]
+        if isinstance(value, str) and value != REDACTED:
+            if name in REDACTED_FIELDS or _is_local_path(value):
+                changed.append(name)
+                return REDACTED
+        return value
+
+    return walk(data, where), changed
+
+
+def local_roots(*paths: str | os.PathLike | None) -> list[str]:
+    """The folders whose names must not leave the machine: those given (absolute and
+    resolved), the home directory and the working directory; the root `/` never."""
+    roots: set[str] = set()
+    for p in [*paths, Path.home(), Path.cwd()]:
+        if p is None:
+            continue
+        for form in (Path(p).absolute(), Path(p).resolve()):
+            if len(form.parts) > 1:
+                roots.add(str(form))
+    return sorted(roots, key=len, reverse=True)  # the longest first: a folder before its parent
+
+
+def scrub_text(text: str, roots: list[str]) -> str:
+    """`text` with each occurrence of a folder of `roots` (as a whole path prefix) replaced
+    by `REDACTED`."""
+    for root in roots:
+        text = re.sub(rf"(?<![\w.-]){re.escape(root)}(?![\w.-])", REDACTED, text)
+    return text
+
+
+# ----------------------------------------------------------------------------- staging
+
+
+def _stage_result(src: Path, data: dict, dest_dir: Path, staged: Staged) -> None:
+    """Copy one result (redacted) and the files beside it into `dest_dir`."""
+    clean, fields = redact_paths(data)
+    dest = dest_dir / src.name
+    if fields:
+        write_json_atomic(dest, clean)
+        staged.redacted[f"{RESULTS_SUBDIR}/{src.name}"] = fields
+    else:
+        shutil.copyfile(src, dest)
+    for beside in (predictions_path(src), Path(str(src).removesuffix(".json") + TREC_SUFFIX)):
+        if beside.is_file():
+            shutil.copyfile(beside, dest_dir / beside.name)
+
+
+def _stage_selection(path: str | os.PathLike, dest: Path, staged: Staged) -> None:
+    """The selection as `select --redact-paths` writes it (its experiment without local
+    paths, no results directory), and any other local path redacted too."""
+    data = read_json(path)
+    load_selection(path)  # the table's reader accepts it: a valid selection
+    exp = from_selection(data, str(path))
+    fields = []
+    if exp is not None:
+        redacted = exp.redacted().to_dict()
+        if redacted != data["experiment"]:
+            fields.append("experiment")
+        data["experiment"] = redacted
+    if data.get("results_dir") not in (None, REDACTED):
+        data["results_dir"] = REDACTED
+        fields.append("results_dir")
+    data, more = redact_paths(data)
+    write_json_atomic(dest, data)
+    load_selection(dest)  # still a selection the report sweep and summarize read
+    if fields or more:
+        staged.redacted[dest.name] = fields + more
+
+
+def _table(staged_results: Path, selection: Path | None, probe: bool) -> tuple[Table, list]:
+    """The `summarize` table of the staged results, and the results it was built from."""
+    quiet = lambda message: None  # noqa: E731  # the originals were warned about
+    if probe:
+        return probe_table(load_probe_results(staged_results, warn=quiet)), []
+    results = load_results(staged_results, warn=quiet, phase="report")
+    return build_table(results, load_selection(selection)), results
+
+
+def stage_results(
+    results_dir: str | os.PathLike,
+    folder: str | os.PathLike,
+    *,
+    selection: str | None = None,
+    report: bool = False,
+    allow_partial: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> Staged:
+    """Stage `results_dir` into the empty folder `folder` (see the module's docstring).
+
+    Raises HarnessError for a folder without results or a bad selection, and TableRefused
+    when the table has problems and not `allow_partial`."""
+    warn = warn or (lambda message: None)
+    root, out = Path(results_dir), Path(folder)
+    probe = has_probe_results(root)
+    if probe and selection:
+        raise HarnessError("probe results have no selection; leave out --selection")
+    selection_path = None if probe else summarize_inputs(root, selection)[0]
+    staged = Staged(out)
+    skipped: list[str] = []
+
+    def note(message: str) -> None:
+        skipped.append(message.removeprefix("warning: "))
+        warn(message.removeprefix("warning: "))
+
+    dest = out / RESULTS_SUBDIR
+    dest.mkdir(parents=True)
+    if probe:
+        for path in sorted(root.glob(f"*{PROBE_RESULT_SUFFIX}")):
+            data, why = read_result(path)
+            if data is None:
+                note(f"skipping {path}: {why}")
+                continue
+            _stage_result(path, data, dest, staged)
+    else:
+        for loaded in load_results(root, warn=note, phase="report"):
+            _stage_result(loaded.path, loaded.data, dest, staged)
+    if not any(dest.iterdir()):
+        raise HarnessError(f"--results-dir {results_dir} holds no result to push")
+    staged_selection = None
+    if selection_path is not None:
+        staged_selection = out / "selection.json"
+        _stage_selection(selection_path, staged_selection, staged)
+
+    table, results = _table(dest, staged_selection, probe)
+    if table.problems and not allow_partial:
+        raise TableRefused(table)
+    if not probe:  # summarize's defaults: t intervals, marks corrected over the table
+        add_statistics(table, results)
+    staged.table = table
+    for name, fmt in TABLE_FORMATS.items():
+        write_atomic(out / name, render(table, fmt))
+    if report:
+        from encoder_eval.reports.html import build_report, render_html
+
+        page = build_report(
+            dest,
+            selection=None if staged_selection is None else str(staged_selection),
+            allow_partial=allow_partial,
+            title=f"encoder-eval report: {root.absolute().name}",
+        )
+        write_atomic(out / "report.html", render_html(page))
+
+    # Last, every staged file loses the names of local folders (the staging folder's too:
+    # a footnote may name a staged file).
+    roots = local_roots(root, selection_path and Path(selection_path).parent, out)
+    staged.skipped = [scrub_text(s, roots) for s in skipped]
+    write_json_atomic(
+        out / "manifest.json",
+        {
+            "schema": MANIFEST_SCHEMA,
+            "version": 1,
+            "harness": __version__,
+            "kind": "probe" if probe else "fine-tune",
+            "skipped": staged.skipped,
+            "redacted": staged.redacted,
+            "redacted_fields": list(REDACTED_FIELDS),
+        },
+    )
+    for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        text = path.read_text(encoding="utf-8")
+        clean = scrub_text(text, roots)
+        if clean != text:
+            write_atomic(path, clean)
+        staged.files.append(path.relative_to(out).as_posix())
+    return staged
+
+
+# ----------------------------------------------------------------------------- upload
+
+
+def upload_staged(
+    staged: Staged,
+    repo_id: str,
+    *,
+    path_in_repo: str | None = None,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    create: bool = False,
+    private: bool = False,
+    token: str | None = None,
+) -> str:
+    """Upload the staged folder to the dataset repository `repo_id` in one commit (the
+    repository's `results/` under `path_in_repo` is replaced: results no longer in the
+    folder are deleted); with `create`, make the repository first if it does not exist.
+    Returns the commit's URL. `token` None: huggingface_hub's own (HF_TOKEN, the login)."""
+    try:
+        from huggingface_hub import HfApi
+    except ImportError:
+        raise HarnessError(
+            "push needs huggingface_hub: pip install 'encoder-eval-harness[push]'"
+        ) from None
+
+    api = HfApi()
+    if create:
+        api.create_repo(repo_id, repo_type="dataset", exist_ok=True, private=private, token=token)
+    info = api.upload_folder(
+        repo_id=repo_id,
+        repo_type="dataset",
+        folder_path=str(staged.folder),
+        path_in_repo=path_in_repo,
+        commit_message=commit_message
+        or f"encoder-eval push: {len(staged.files)} files (encoder-eval {__version__})",
+        revision=revision,
+        token=token,
+        delete_patterns=[f"{RESULTS_SUBDIR}/*"],
+    )
+    return str(getattr(info, "commit_url", None) or info)
