@@ -751,127 +751,74 @@ def table_to_dict(table: Table) -> dict:
     }
 
 
+CSV_COLUMNS = (
+    "model",
+    "kind",
+    "task",
+    "metric",
+    "report_split",
+    "bucket",
+    "lr_key",
+    "lr",
+    "n",
+    "seeds",
+    "mean",
+    "std",
+    "ci_low",
+    "ci_high",
+    "ci_method",
+    "mark",
+    "diverged_seeds",
+)
+
+
+def _csv_row(model: str, kind: str, name: str, mean: float | None, **fields) -> list:
+    """One row of `render_csv`: the named columns filled, every other one empty."""
+    row = dict.fromkeys(CSV_COLUMNS, "")
+    row.update(model=model, kind=kind, task=name, mean="" if mean is None else repr(mean))
+    row.update(fields)
+    return [row[c] for c in CSV_COLUMNS]
+
+
 def render_csv(table: Table) -> str:
     """Long format: one row per (model, task), then one per bucket and overall average."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(
-        [
-            "model",
-            "kind",
-            "task",
-            "metric",
-            "report_split",
-            "bucket",
-            "lr_key",
-            "lr",
-            "n",
-            "seeds",
-            "mean",
-            "std",
-            "ci_low",
-            "ci_high",
-            "ci_method",
-            "mark",
-            "diverged_seeds",
-        ]
-    )
+    w.writerow(CSV_COLUMNS)
     for model in table.models:
         for t in table.tasks:
             k = TASK_KNOBS[t]
             c = table.cells.get((model, t))
-            ci = table.interval(model, t)
+            known = {"report_split": k.report_split, "bucket": k.bucket}
             if c is None:
-                w.writerow([model, "task", t, k.metric, k.report_split, k.bucket] + [""] * 11)
+                w.writerow(_csv_row(model, "task", t, None, metric=k.metric, **known))
                 continue
+            ci = table.interval(model, t)
             w.writerow(
-                [
+                _csv_row(
                     model,
                     "task",
                     t,
-                    c.metric,
-                    k.report_split,
-                    k.bucket,
-                    c.lr_key,
-                    "" if c.lr is None else f"{c.lr:g}",
-                    c.n,
-                    " ".join(map(str, sorted(c.scores))),
-                    "" if c.mean is None else repr(c.mean),
-                    "" if c.std is None else repr(c.std),
-                    *(["", ""] if ci is None else [repr(ci[0]), repr(ci[1])]),
-                    table.ci_method,
-                    table.mark(model, t) or "",
-                    " ".join(map(str, c.diverged)),
-                ]
+                    c.mean,
+                    **known,
+                    metric=c.metric,
+                    lr_key=c.lr_key,
+                    lr="" if c.lr is None else f"{c.lr:g}",
+                    n=c.n,
+                    seeds=" ".join(map(str, sorted(c.scores))),
+                    std="" if c.std is None else repr(c.std),
+                    ci_low="" if ci is None else repr(ci[0]),
+                    ci_high="" if ci is None else repr(ci[1]),
+                    ci_method=table.ci_method,
+                    mark=table.mark(model, t) or "",
+                    diverged_seeds=" ".join(map(str, c.diverged)),
+                )
             )
         for b in table.buckets:
-            m = table.bucket_mean(model, b)
-            w.writerow(
-                [
-                    model,
-                    "bucket",
-                    b,
-                    "",
-                    "",
-                    b,
-                    "",
-                    "",
-                    "",
-                    "",
-                    "" if m is None else repr(m),
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                ]
-            )
+            w.writerow(_csv_row(model, "bucket", b, table.bucket_mean(model, b), bucket=b))
         for name in table.benchmark_scores:
-            m = table.benchmark_score(model, name)
-            w.writerow(
-                [
-                    model,
-                    "benchmark",
-                    name,
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "" if m is None else repr(m),
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                ]
-            )
-        m = table.overall_mean(model)
-        w.writerow(
-            [
-                model,
-                "average",
-                "",
-                "",
-                "",
-                "",
-                "",
-                "",
-                "",
-                "",
-                "" if m is None else repr(m),
-                "",
-                "",
-                "",
-                "",
-                "",
-                "",
-            ]
-        )
+            w.writerow(_csv_row(model, "benchmark", name, table.benchmark_score(model, name)))
+        w.writerow(_csv_row(model, "average", "", table.overall_mean(model)))
     return buf.getvalue()
 
 
