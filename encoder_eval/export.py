@@ -28,12 +28,9 @@ from encoder_eval.core.errors import (
     warn_once,
 )
 from encoder_eval.core.fileio import write_output
-from encoder_eval.core.results import load_results
-from encoder_eval.plans.experiment import summarize_inputs
 from encoder_eval.plans.plan import split_csv
-from encoder_eval.plans.selection import load_selection
 from encoder_eval.reports.export import FORMATS, euroeval_records, example_rows, to_jsonl
-from encoder_eval.reports.table import build_table, format_refusal
+from encoder_eval.reports.table import add_table_arguments, load_table, refusal
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,18 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="euroeval: EuroEval's euroeval_benchmark_results.jsonl records; "
         "examples: one row per example, language and seed",
     )
-    p.add_argument("--results-dir", required=True, help="report-phase result directory")
-    p.add_argument(
-        "--selection",
-        help="selection.json (default: the one the results directory's experiment file names)",
-    )
-    p.add_argument("--models", help="comma-separated models (default: selection + results)")
-    p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
-    p.add_argument(
-        "--allow-partial",
-        action="store_true",
-        help="export despite the table's problems (the cells it has)",
-    )
+    add_table_arguments(p, allow_partial="export despite the table's problems (the cells it has)")
     p.add_argument("--out", help="write here instead of stdout")
     return p
 
@@ -72,26 +58,20 @@ def main(argv: list[str] | None = None) -> int:
         raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
     if args.out and not Path(args.out).absolute().parent.is_dir():
         raise HarnessError(f"--out {args.out}: its directory does not exist")
-    selection_path, _, _ = summarize_inputs(args.results_dir, args.selection)
-    results = load_results(args.results_dir, warn=warn_once(), phase="report")
-    table = build_table(
-        results,
-        load_selection(selection_path),
+    loaded = load_table(
+        args.results_dir,
+        args.selection,
         models=split_csv(args.models) or None,
         tasks=split_csv(args.tasks) or None,
+        warn=warn_once(),
     )
-    if table.problems and not args.allow_partial:
-        print(
-            format_refusal(table).replace(
-                "summarize refuses to print this table", "export refuses this table"
-            ),
-            file=sys.stderr,
-        )
+    if refused := refusal(loaded.table, args.allow_partial, "export"):
+        print(refused, file=sys.stderr)
         return EXIT_INCOMPLETE
     if args.format == "euroeval":
-        rows = euroeval_records(table, results)
+        rows = euroeval_records(loaded.table, loaded.results)
     else:
-        rows = example_rows(table, results)
+        rows = example_rows(loaded.table, loaded.results)
     write_output(to_jsonl(rows), args.out)
     return EXIT_OK
 

@@ -50,10 +50,7 @@ from encoder_eval.core.errors import (
 )
 from encoder_eval.core.fileio import check_output_dir, check_output_file, write_output
 from encoder_eval.core.protocol import seed_arg
-from encoder_eval.core.results import load_results
-from encoder_eval.plans.experiment import summarize_inputs
 from encoder_eval.plans.plan import split_csv
-from encoder_eval.plans.selection import load_selection
 from encoder_eval.reports.plots import plot_critical_difference
 from encoder_eval.reports.probe_table import has_probe_results, load_probe_results, probe_table
 from encoder_eval.reports.ranking import (
@@ -64,7 +61,7 @@ from encoder_eval.reports.ranking import (
     notes,
     render,
 )
-from encoder_eval.reports.table import build_table
+from encoder_eval.reports.table import add_table_arguments, load_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,18 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
         "rank, Borda count and NeuCo-Bench's std-weighted rank, each with a bootstrap "
         "interval on the position; Friedman/Nemenyi critical difference.",
     )
-    p.add_argument("--results-dir", required=True, help="report-phase result directory")
-    p.add_argument(
-        "--selection",
-        help="selection.json from encoder-eval select (default: the "
-        "one the results directory's experiment file names)",
-    )
-    p.add_argument("--models", help="comma-separated models (default: selection + results)")
-    p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
-    p.add_argument(
-        "--allow-partial",
-        action="store_true",
-        help="drop models missing a task "
+    add_table_arguments(
+        p,
+        results_dir="report-phase (or probe) result directory",
+        allow_partial="drop models missing a task "
         "and turn the table's problems into notes (all said under the table)",
     )
     p.add_argument(
@@ -127,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         check_output_dir(args.plot, "--plot")
 
     warn = warn_once()
-    ran_seeds = None
+    note = None
     if has_probe_results(args.results_dir):  # rows (model, pooling), "seeds" the probe folds
         if args.selection:
             raise HarnessError("--selection does not apply to probe results")
@@ -137,21 +126,16 @@ def main(argv: list[str] | None = None) -> int:
             tasks=split_csv(args.tasks) or None,
         )
     else:
-        selection_path, ran_seeds, _ = summarize_inputs(args.results_dir, args.selection)
-        selection = load_selection(selection_path)
-        results = load_results(args.results_dir, warn=warn, phase="report")
-        table = build_table(
-            results,
-            selection,
+        loaded = load_table(
+            args.results_dir,
+            args.selection,
             models=split_csv(args.models) or None,
             tasks=split_csv(args.tasks) or None,
+            warn=warn,
         )
-    if ran_seeds is not None and ran_seeds != table.expected_seeds:
-        print(
-            f"note: the report sweep ran seeds {','.join(map(str, ran_seeds))} (its "
-            f"experiment file), not the protocol's {','.join(map(str, table.expected_seeds))}",
-            file=sys.stderr,
-        )
+        table, note = loaded.table, loaded.seeds_note()
+    if note:
+        print(note, file=sys.stderr)
     try:
         board = build_leaderboard(
             table, allow_partial=args.allow_partial, replicates=args.bootstrap, seed=args.seed

@@ -40,7 +40,7 @@ from encoder_eval.core.fileio import write_atomic
 from encoder_eval.core.protocol import seed_arg
 from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.html import build_report, render_html
-from encoder_eval.reports.table import format_refusal
+from encoder_eval.reports.table import add_table_arguments, refusal
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,25 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write one self-contained HTML page: the table with footnotes, figures, "
         "compare's verdicts, the leaderboard and each cell's provenance.",
     )
-    p.add_argument("--results-dir", required=True, help="report-phase (or probe) result directory")
-    p.add_argument("--out", required=True, help="the HTML file to write")
-    p.add_argument(
-        "--selection",
-        help="selection.json (default: the one the results directory's experiment file names)",
+    add_table_arguments(
+        p,
+        results_dir="report-phase (or probe) result directory",
+        allow_partial="write the page despite the table's problems (shown in a banner)",
     )
+    p.add_argument("--out", required=True, help="the HTML file to write")
     p.add_argument(
         "--select-results-dir",
         help="select-phase results, for the learning-rate "
         "curves (default: those the experiment file names)",
     )
     p.add_argument("--probe-results-dir", help="also show a table of the probe results here")
-    p.add_argument("--models", help="comma-separated models (default: selection + results)")
-    p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
-    p.add_argument(
-        "--allow-partial",
-        action="store_true",
-        help="write the page despite the table's problems (shown in a banner)",
-    )
     p.add_argument("--title", help="the page's title (default: names the results directory)")
     p.add_argument(
         "--resamples",
@@ -101,13 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         title=args.title,
         warn=warn_once(),
     )
-    if report.table.problems and not args.allow_partial:
-        print(
-            format_refusal(report.table).replace(
-                "summarize refuses to print this table", "report refuses this table"
-            ),
-            file=sys.stderr,
-        )
+    if refused := refusal(report.table, args.allow_partial, "report"):
+        print(refused, file=sys.stderr)
         return EXIT_INCOMPLETE
     write_atomic(args.out, render_html(report))
     print(f"wrote {args.out}", file=sys.stderr)

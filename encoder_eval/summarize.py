@@ -76,18 +76,16 @@ from encoder_eval.core.errors import (
 )
 from encoder_eval.core.fileio import check_output_dir, check_output_file, write_output
 from encoder_eval.core.protocol import seed_arg
-from encoder_eval.core.results import load_results
-from encoder_eval.plans.experiment import summarize_inputs
 from encoder_eval.plans.plan import split_csv
-from encoder_eval.plans.selection import load_selection
 from encoder_eval.reports.plots import write_plots
 from encoder_eval.reports.probe_table import has_probe_results, load_probe_results, probe_table
 from encoder_eval.reports.table import (
     CI_METHODS,
     FORMATS,
-    build_table,
+    add_table_arguments,
     footnotes,
-    format_refusal,
+    load_table,
+    refusal,
     render,
 )
 from encoder_eval.reports.verdicts import add_statistics
@@ -99,24 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Tabulate mean ± std over the report seeds at each pair's selected LR; "
         "refuses incomplete or non-comparable tables unless --allow-partial.",
     )
-    p.add_argument("--results-dir", required=True, help="report-phase result directory")
-    p.add_argument(
-        "--selection",
-        help="selection.json from encoder-eval select (default: the "
-        "one the results directory's experiment file names)",
+    add_table_arguments(
+        p,
+        results_dir="report-phase (or probe) result directory",
+        allow_partial="print despite problems; footnotes give real seed counts and problems",
     )
     p.add_argument(
         "--format",
         choices=FORMATS,
         default="markdown",
         help="latex: a booktabs table for a paper (needs booktabs, graphicx)",
-    )
-    p.add_argument("--models", help="comma-separated models (default: selection + results)")
-    p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
-    p.add_argument(
-        "--allow-partial",
-        action="store_true",
-        help="print despite problems; footnotes give real seed counts and problems",
     )
     p.add_argument("--out", help="write the table here instead of stdout")
     p.add_argument(
@@ -175,19 +165,19 @@ def main(argv: list[str] | None = None) -> int:
 
     if has_probe_results(args.results_dir):
         return _main_probe(args, warn)
-    selection_path, ran_seeds, select_dir = summarize_inputs(args.results_dir, args.selection)
-    selection = load_selection(selection_path)
-    results = load_results(args.results_dir, warn=warn, phase="report")
-    table = build_table(
-        results,
-        selection,
+    loaded = load_table(
+        args.results_dir,
+        args.selection,
         models=split_csv(args.models) or None,
         tasks=split_csv(args.tasks) or None,
+        warn=warn,
     )
-    if not (table.problems and not args.allow_partial):
+    table = loaded.table
+    refused = refusal(table, args.allow_partial)
+    if refused is None:
         add_statistics(
             table,
-            results,
+            loaded.results,
             ci=args.ci,
             marks=not args.no_marks,
             n_resamples=args.resamples,
@@ -195,22 +185,17 @@ def main(argv: list[str] | None = None) -> int:
             marks_family=args.marks_family,
         )
     text = render(table, args.format)
-    if ran_seeds is not None and ran_seeds != table.expected_seeds:
-        # The table still expects the protocol's seeds: a shrunken table never looks complete.
-        print(
-            f"note: the report sweep ran seeds {','.join(map(str, ran_seeds))} (its "
-            f"experiment file), not the protocol's {','.join(map(str, table.expected_seeds))}",
-            file=sys.stderr,
-        )
-    if table.problems and not args.allow_partial:
-        print(format_refusal(table), file=sys.stderr)
+    if note := loaded.seeds_note():
+        print(note, file=sys.stderr)
+    if refused is not None:
+        print(refused, file=sys.stderr)
         return EXIT_INCOMPLETE
     if args.plots:
-        select_dir = args.select_results_dir or select_dir
+        select_dir = args.select_results_dir or loaded.select_dir
         written = write_plots(
             Path(select_dir) if select_dir else None,
             Path(args.results_dir),
-            Path(selection_path),
+            Path(loaded.selection_path),
             Path(args.plots),
             warn=warn,
             expected_n=len(table.expected_seeds),
@@ -232,8 +217,8 @@ def _main_probe(args: argparse.Namespace, warn) -> int:
         models=split_csv(args.models) or None,
         tasks=split_csv(args.tasks) or None,
     )
-    if table.problems and not args.allow_partial:
-        print(format_refusal(table), file=sys.stderr)
+    if refused := refusal(table, args.allow_partial):
+        print(refused, file=sys.stderr)
         return EXIT_INCOMPLETE
     if args.format == "csv" and table.problems:
         for note in footnotes(table):

@@ -220,6 +220,15 @@ def test_missing_or_stale_predictions_leave_a_seed_level_verdict_with_a_note(rng
     rte, mrpc = rows[("a", "b", "glue_rte")], rows[("a", "b", "glue_mrpc")]
     assert rte["p_example"] is None and "no predictions file" in " ".join(rte["notes"])
     assert "out of step with its result" in " ".join(mrpc["notes"])
+    # The notes name each file within the results folder, never the full (temporary) path,
+    # in every format that prints them.
+    assert "a_glue_rte_lr05_s45.predictions.json: no predictions file" in " ".join(rte["notes"])
+    assert "b_glue_mrpc_lr05_s46.predictions.json: out of step" in " ".join(mrpc["notes"])
+    for fmt in ("markdown", "json", "csv", "latex"):
+        code, out, _ = run(capsys, "--results-dir", str(rdir), "--selection",
+                           str(rdir / "selection.json"), "--format", fmt,
+                           "--resamples", "20")  # fmt: skip
+        assert code == 0 and "predictions.json" in out and str(tmp_path) not in out, fmt
     assert "verdict on the seed level only" in " ".join(rte["notes"])
     assert rte["verdict"] == stats.A_BETTER  # the seed level alone still decides, marked so
 

@@ -97,6 +97,10 @@ def test_compare_and_leaderboard_latex_compile(report_dir, capsys) -> None:
     flat = " ".join(compile_page(tex, report_dir / "cmp").split())
     assert "A better" in flat or "B better" in flat
     assert f"A = {HOSTILE}" in flat or f"B = {HOSTILE}" in flat
+    # No predictions files here: the note names the missing file, not its temporary path
+    # (read in the source: pdftotext sets "fi" as a ligature).
+    assert escape(f"{HOSTILE}_glue_rte_lr06_s45.predictions.json: no predictions file") in tex
+    assert escape(str(report_dir)) not in tex and str(report_dir) not in tex
     assert leaderboard.main(["--results-dir", rdir, "--selection", sel, "--format", "latex"]) == 0
     tex = capsys.readouterr().out
     flat = " ".join(compile_page(tex, report_dir / "lb").split())

@@ -478,6 +478,50 @@ def check_file_names(cells: list[Cell]) -> None:
             )
 
 
+def _models_and_tasks(
+    models: list[str] | None,
+    extra_models: list[str] | None,
+    trust_remote_code: Sequence[str],
+    pins: dict[str, tuple[str | None, str | None]] | None,
+    tasks: list[str] | None,
+    tasks_files: list[str | os.PathLike] | None,
+) -> tuple[dict[str, ModelEntry], list[str], list[str]]:
+    """What every phase's plan covers: the models (`resolve_models`: remote code, pins), the
+    tasks (`resolve_tasks`, after the user task files are registered, so their tasks are
+    known) and those files as absolute paths (each cell's run reads them too)."""
+    resolved = resolve_models(models, extra_models, trust_remote_code, pins)
+    files = [os.path.abspath(f) for f in tasks_files or []]
+    register_task_files(files)
+    return resolved, resolve_tasks(tasks), files
+
+
+def _cell(
+    name: str,
+    entry: ModelEntry,
+    task: str,
+    lr_key: str,
+    lr: float,
+    seed: int,
+    phase: str,
+    pooling: str | None = None,
+) -> Cell:
+    """A cell of model `name`, loaded as its resolved `entry` says (local paths absolute)."""
+    return Cell(
+        name,
+        _abs_if_local(entry.path),
+        entry.mode,
+        bool(entry.trust_remote_code),
+        task,
+        lr_key,
+        lr,
+        seed,
+        phase,
+        pooling,
+        entry.revision,
+        entry.code_revision,
+    )
+
+
 def _abs_if_local(path: str) -> str:
     """Absolute path for a local model directory (jobs may start elsewhere); Hub ids unchanged."""
     return os.path.abspath(path) if os.path.exists(path) else path
@@ -600,10 +644,9 @@ def build_plan(
     """
     if phase not in PHASES:
         raise HarnessError(f"--phase {phase!r} must be select or report")
-    resolved = resolve_models(models, extra_models, trust_remote_code, pins)
-    files = [os.path.abspath(f) for f in tasks_files or []]
-    register_task_files(files)
-    task_list = resolve_tasks(tasks)
+    resolved, task_list, files = _models_and_tasks(
+        models, extra_models, trust_remote_code, pins, tasks, tasks_files
+    )
     shrunk = []
     if seeds is None:
         seeds = list(PHASE_SEEDS[phase])
@@ -653,7 +696,6 @@ def build_plan(
     cells: list[Cell] = []
     missing_pairs = []
     for name, entry in resolved.items():
-        path = _abs_if_local(entry.path)
         for task in task_list:
             if phase == "select":
                 pair_lrs = [(key, LR_GRID[key]) for key in lr_keys]
@@ -669,22 +711,7 @@ def build_plan(
                         f"selection gives {name}/{task} lr {lr:g} under key {key!r}, which "
                         "disagrees with the grid; regenerate it with encoder-eval select"
                     )
-                for seed in seeds:
-                    cells.append(
-                        Cell(
-                            name,
-                            path,
-                            entry.mode,
-                            bool(entry.trust_remote_code),
-                            task,
-                            key,
-                            lr,
-                            seed,
-                            phase,
-                            revision=entry.revision,
-                            code_revision=entry.code_revision,
-                        )
-                    )
+                cells += [_cell(name, entry, task, key, lr, seed, phase) for seed in seeds]
     if missing_pairs:
         raise HarnessError(
             f"the selection has no selected LR for {len(missing_pairs)} pair(s): "
@@ -759,10 +786,9 @@ def build_probe_plan(
         check_poolings,
     )
 
-    resolved = resolve_models(models, extra_models, trust_remote_code, pins)
-    files = [os.path.abspath(f) for f in tasks_files or []]
-    register_task_files(files)
-    task_list = resolve_tasks(tasks)
+    resolved, task_list, files = _models_and_tasks(
+        models, extra_models, trust_remote_code, pins, tasks, tasks_files
+    )
     poolings = list(check_poolings(DEFAULT_POOLINGS if poolings is None else poolings))
     precision = EmbedSetup(precision=precision or "bf16").precision  # refuses an unknown one
     seed = check_seed(DEFAULT_SEED if seed is None else seed)
@@ -777,20 +803,7 @@ def build_probe_plan(
         device, extra_run_args, data_dir, _RESERVED_PROBE_FLAGS, "unit", _probe_parser
     )
     cells = [
-        Cell(
-            name,
-            _abs_if_local(entry.path),
-            entry.mode,
-            bool(entry.trust_remote_code),
-            task,
-            "",
-            0.0,
-            seed,
-            PROBE_PHASE,
-            pooling,
-            entry.revision,
-            entry.code_revision,
-        )
+        _cell(name, entry, task, "", 0.0, seed, PROBE_PHASE, pooling)
         for name, entry in resolved.items()
         for task in task_list
         for pooling in poolings

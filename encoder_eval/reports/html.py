@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from encoder_eval import __version__
-from encoder_eval.core.results import LoadedResult, load_results
-from encoder_eval.plans.experiment import summarize_inputs
-from encoder_eval.plans.selection import load_selection
+from encoder_eval.core.results import LoadedResult
 from encoder_eval.reports.plots import plot_critical_difference, write_plots
 from encoder_eval.reports.probe_table import has_probe_results, load_probe_results, probe_table
 from encoder_eval.reports.ranking import (
@@ -34,7 +32,14 @@ from encoder_eval.reports.ranking import (
     format_aggregate,
 )
 from encoder_eval.reports.ranking import notes as leaderboard_notes
-from encoder_eval.reports.table import Score, Table, build_table, footnotes, table_grid
+from encoder_eval.reports.table import (
+    Score,
+    Table,
+    footnotes,
+    load_table,
+    refusal,
+    table_grid,
+)
 from encoder_eval.reports.table import table_to_dict as table_dict
 from encoder_eval.reports.verdicts import (
     Comparison,
@@ -131,20 +136,19 @@ def build_report(
         report.notes["compare"] = "probe results: compare reads fine-tuned report cells"
         report.notes["figures"] = "probe results: no learning-rate or score figures"
     else:
-        selection_path, _, select_dir = summarize_inputs(results_dir, selection)
-        results = load_results(results_dir, warn=warn, phase="report")
-        table = build_table(results, load_selection(selection_path), models=models, tasks=tasks)
+        loaded = load_table(results_dir, selection, models=models, tasks=tasks, warn=warn)
+        table, results = loaded.table, loaded.results
         report = Report(title, table, {})
-        if table.problems and not allow_partial:
+        if refusal(table, allow_partial) is not None:
             return report  # refused: nothing else is computed
         add_statistics(table, results, n_resamples=resamples, seed=seed)
         report.cells = _cell_results(table, results)
         with tempfile.TemporaryDirectory(prefix="encoder-eval-report-") as tmp:
-            select_dir = select_results_dir or select_dir
+            select_dir = select_results_dir or loaded.select_dir
             written = write_plots(
                 Path(select_dir) if select_dir else None,
                 Path(results_dir),
-                Path(selection_path),
+                Path(loaded.selection_path),
                 Path(tmp) / "plots",
                 warn=warn,
             )
@@ -168,7 +172,7 @@ def build_report(
         if probe_results_dir:
             report.probe = probe_table(load_probe_results(probe_results_dir, warn=warn))
         return report
-    if not (table.problems and not allow_partial):
+    if refusal(table, allow_partial) is None:
         with tempfile.TemporaryDirectory(prefix="encoder-eval-report-") as tmp:
             _leaderboard(report, table, allow_partial, Path(tmp))
     return report

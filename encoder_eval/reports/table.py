@@ -9,11 +9,14 @@ the table unpublishable is a `Problem` naming its rule and cells (the rules are 
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
 import math
+import os
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from encoder_eval.core import aggregate, stats
@@ -24,7 +27,7 @@ from encoder_eval.core.errors import (
 )
 from encoder_eval.core.metrics import metric_spec
 from encoder_eval.core.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS, name_reasons
-from encoder_eval.core.results import LoadedResult, result_filename
+from encoder_eval.core.results import LoadedResult, load_results, result_filename
 from encoder_eval.data.tasks import (
     BENCHMARK_LABELS,
     BENCHMARK_SCORES,
@@ -34,6 +37,8 @@ from encoder_eval.data.tasks import (
     task_knobs,
     task_label,
 )
+from encoder_eval.plans.experiment import summarize_inputs
+from encoder_eval.plans.selection import load_selection
 from encoder_eval.reports import latex
 from encoder_eval.reports.latex import Score
 
@@ -750,127 +755,74 @@ def table_to_dict(table: Table) -> dict:
     }
 
 
+CSV_COLUMNS = (
+    "model",
+    "kind",
+    "task",
+    "metric",
+    "report_split",
+    "bucket",
+    "lr_key",
+    "lr",
+    "n",
+    "seeds",
+    "mean",
+    "std",
+    "ci_low",
+    "ci_high",
+    "ci_method",
+    "mark",
+    "diverged_seeds",
+)
+
+
+def _csv_row(model: str, kind: str, name: str, mean: float | None, **fields) -> list:
+    """One row of `render_csv`: the named columns filled, every other one empty."""
+    row = dict.fromkeys(CSV_COLUMNS, "")
+    row.update(model=model, kind=kind, task=name, mean="" if mean is None else repr(mean))
+    row.update(fields)
+    return [row[c] for c in CSV_COLUMNS]
+
+
 def render_csv(table: Table) -> str:
     """Long format: one row per (model, task), then one per bucket and overall average."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(
-        [
-            "model",
-            "kind",
-            "task",
-            "metric",
-            "report_split",
-            "bucket",
-            "lr_key",
-            "lr",
-            "n",
-            "seeds",
-            "mean",
-            "std",
-            "ci_low",
-            "ci_high",
-            "ci_method",
-            "mark",
-            "diverged_seeds",
-        ]
-    )
+    w.writerow(CSV_COLUMNS)
     for model in table.models:
         for t in table.tasks:
             k = TASK_KNOBS[t]
             c = table.cells.get((model, t))
-            ci = table.interval(model, t)
+            known = {"report_split": k.report_split, "bucket": k.bucket}
             if c is None:
-                w.writerow([model, "task", t, k.metric, k.report_split, k.bucket] + [""] * 11)
+                w.writerow(_csv_row(model, "task", t, None, metric=k.metric, **known))
                 continue
+            ci = table.interval(model, t)
             w.writerow(
-                [
+                _csv_row(
                     model,
                     "task",
                     t,
-                    c.metric,
-                    k.report_split,
-                    k.bucket,
-                    c.lr_key,
-                    "" if c.lr is None else f"{c.lr:g}",
-                    c.n,
-                    " ".join(map(str, sorted(c.scores))),
-                    "" if c.mean is None else repr(c.mean),
-                    "" if c.std is None else repr(c.std),
-                    *(["", ""] if ci is None else [repr(ci[0]), repr(ci[1])]),
-                    table.ci_method,
-                    table.mark(model, t) or "",
-                    " ".join(map(str, c.diverged)),
-                ]
+                    c.mean,
+                    **known,
+                    metric=c.metric,
+                    lr_key=c.lr_key,
+                    lr="" if c.lr is None else f"{c.lr:g}",
+                    n=c.n,
+                    seeds=" ".join(map(str, sorted(c.scores))),
+                    std="" if c.std is None else repr(c.std),
+                    ci_low="" if ci is None else repr(ci[0]),
+                    ci_high="" if ci is None else repr(ci[1]),
+                    ci_method=table.ci_method,
+                    mark=table.mark(model, t) or "",
+                    diverged_seeds=" ".join(map(str, c.diverged)),
+                )
             )
         for b in table.buckets:
-            m = table.bucket_mean(model, b)
-            w.writerow(
-                [
-                    model,
-                    "bucket",
-                    b,
-                    "",
-                    "",
-                    b,
-                    "",
-                    "",
-                    "",
-                    "",
-                    "" if m is None else repr(m),
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                ]
-            )
+            w.writerow(_csv_row(model, "bucket", b, table.bucket_mean(model, b), bucket=b))
         for name in table.benchmark_scores:
-            m = table.benchmark_score(model, name)
-            w.writerow(
-                [
-                    model,
-                    "benchmark",
-                    name,
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "" if m is None else repr(m),
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                ]
-            )
-        m = table.overall_mean(model)
-        w.writerow(
-            [
-                model,
-                "average",
-                "",
-                "",
-                "",
-                "",
-                "",
-                "",
-                "",
-                "",
-                "" if m is None else repr(m),
-                "",
-                "",
-                "",
-                "",
-                "",
-                "",
-            ]
-        )
+            w.writerow(_csv_row(model, "benchmark", name, table.benchmark_score(model, name)))
+        w.writerow(_csv_row(model, "average", "", table.overall_mean(model)))
     return buf.getvalue()
 
 
@@ -886,12 +838,103 @@ def render(table: Table, fmt: str) -> str:
     raise HarnessError(f"--format {fmt!r} must be one of {', '.join(FORMATS)}")
 
 
-def format_refusal(table: Table) -> str:
+def format_refusal(table: Table, command: str = "summarize") -> str:
+    """The refusal of `command` (summarize, report, export, compare) over a table with
+    problems: each problem with its cells."""
+    refuses = (
+        "summarize refuses to print this table"
+        if command == "summarize"
+        else f"{command} refuses this table"
+    )
     lines = [
-        f"error: summarize refuses to print this table ({len(table.problems)} problem(s)); fix "
+        f"error: {refuses} ({len(table.problems)} problem(s)); fix "
         "them, or pass --allow-partial to print it anyway with footnotes"
     ]
     for p in table.problems:
         lines.append(f"[{p.rule}] {p.message}:")
         lines += [f"  {c}" for c in p.cells]
     return "\n".join(lines)
+
+
+def refusal(table: Table, allow_partial: bool, command: str = "summarize") -> str | None:
+    """`command`'s refusal message when the table has problems and `--allow-partial` was
+    not given; None when the table may be shown."""
+    if table.problems and not allow_partial:
+        return format_refusal(table, command)
+    return None
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def add_table_arguments(
+    p: argparse.ArgumentParser,
+    *,
+    allow_partial: str,
+    results_dir: str = "report-phase result directory",
+    several: bool = False,
+) -> None:
+    """The flags of every command that reads the report table of a results folder
+    (`load_table`): `--results-dir`, `--selection`, `--models`, `--tasks`,
+    `--allow-partial` (its help, `allow_partial`, says what the command does despite
+    problems). `several`: `--results-dir` repeats (`compare`)."""
+    if several:
+        p.add_argument(
+            "--results-dir",
+            action="append",
+            required=True,
+            help=f"{results_dir} (repeatable: one per set of models)",
+        )
+    else:
+        p.add_argument("--results-dir", required=True, help=results_dir)
+    p.add_argument(
+        "--selection",
+        help="selection.json from encoder-eval select (default: the one the results "
+        "directory's experiment file names" + ("; one --results-dir only)" if several else ")"),
+    )
+    p.add_argument("--models", help="comma-separated models (default: selection + results)")
+    p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
+    p.add_argument("--allow-partial", action="store_true", help=allow_partial)
+
+
+@dataclass
+class LoadedTable:
+    """The report table of a results folder, with what its readers need next: the results
+    behind it, the selection file, the report seeds the sweep ran (None without an
+    experiment file) and the select results directory its experiment file names."""
+
+    table: Table
+    results: list[LoadedResult]
+    selection_path: str
+    ran_seeds: list[int] | None
+    select_dir: str | None
+
+    def seeds_note(self) -> str | None:
+        """A note when the report sweep ran other seeds than the protocol's: the table
+        still expects the protocol's, so a shrunken table never looks complete."""
+        if self.ran_seeds is None or self.ran_seeds == self.table.expected_seeds:
+            return None
+        return (
+            f"note: the report sweep ran seeds {','.join(map(str, self.ran_seeds))} (its "
+            f"experiment file), not the protocol's "
+            f"{','.join(map(str, self.table.expected_seeds))}"
+        )
+
+
+def load_table(
+    results_dir: str | os.PathLike,
+    selection: str | None,
+    *,
+    models: list[str] | None = None,
+    tasks: list[str] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> LoadedTable:
+    """The `summarize` table of a report-phase results folder: the selection its
+    experiment file names (or `selection`, checked against it), the report results (bad
+    files skipped through `warn`), `build_table` over them. The caller refuses a table
+    with problems unless `--allow-partial` (`refusal`)."""
+    selection_path, ran_seeds, select_dir = summarize_inputs(results_dir, selection)
+    chosen = load_selection(selection_path)
+    results = load_results(results_dir, warn=warn, phase="report")
+    table = build_table(results, chosen, models=models, tasks=tasks)
+    return LoadedTable(table, results, selection_path, ran_seeds, select_dir)

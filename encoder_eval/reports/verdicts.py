@@ -162,19 +162,22 @@ def load_examples(cells: list[LoadedResult]) -> tuple[Examples | None, str | Non
     rows, reference = [], None
     for c in sorted(cells, key=lambda c: c.cell["seed"]):
         path = predictions_file(c.path)
+        # The reason is printed in every format (notes, LaTeX, a paper): it names the file
+        # within its results folder (flat: the file name), never a full, often temporary, path.
+        shown = path.name
         try:
             preds = load_predictions(path)
         except PredictionsError as exc:
-            return None, str(exc)
+            return None, str(exc).replace(str(path), shown)
         problems = check_against_result(preds, c.result)
         if problems:
-            return None, f"{path}: out of step with its result ({'; '.join(problems)})"
+            return None, f"{shown}: out of step with its result ({'; '.join(problems)})"
         ids = [(lang, i) for lang, p in preds.languages.items() for i in p.ids]
         labels = [x for p in preds.languages.values() for x in p.labels]
         if reference is None:
             reference = (ids, labels, preds.data_identity)
         elif (ids, labels, preds.data_identity) != reference:
-            return None, f"{path}: other examples than seed {cells[0].cell['seed']}'s"
+            return None, f"{shown}: other examples than seed {cells[0].cell['seed']}'s"
         rows.append([x for p in preds.languages.values() for x in p.predictions])
     if reference is None:
         return None, "no report cells"
