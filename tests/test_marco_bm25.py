@@ -89,9 +89,8 @@ def hub(monkeypatch, tmp_path):
 def _enc(split: dict) -> encoding.Encoded:
     n = len(split["label"])
     return encoding.Encoded(features={"input_ids": [[1, 2]] * n}, labels=split["label"],
-                            lengths=[2] * n, query_ids=split["query_id"],
-                            doc_ids=split["doc_id"],
-                            first_stage_ranks=split["first_stage_rank"])  # fmt: skip
+                            lengths=[2] * n,
+                            columns={c: split[c] for c in kinds.RANK_COLUMNS})  # fmt: skip
 
 
 def _verdict(train_split: dict, val_split: dict) -> tuple[dict, list[str]]:
