@@ -33,8 +33,12 @@ endif
 	@touch $(STAMP)
 
 # The test command CI runs (.ci/run). Tests never reach the Hub.
+# TEST_WORKERS pytest-xdist processes: most tests wait on the cell processes they start, so
+# two keep a 2-core CI machine busy (the Slurm tests stay on one worker, tests/conftest.py);
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
 test: install
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 lint: install
 	$(VENV)/bin/ruff check .

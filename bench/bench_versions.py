@@ -84,7 +84,7 @@ def main() -> int:
                     times[rev].append(_run_cell(trees[rev], out, args))
                     print(f"round {round_ + 1}: {rev}: {times[rev][-1]:.1f} s", flush=True)
         finally:
-            for rev, tree in trees.items():
+            for tree in trees.values():
                 if tree != REPO:
                     subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
                                     str(tree)], check=False)  # fmt: skip

@@ -45,7 +45,7 @@ from encoder_eval.reports.share import (
     stage_results,
     upload_staged,
 )
-from encoder_eval.reports.table import format_refusal
+from encoder_eval.reports.table import add_table_arguments, format_refusal
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,12 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Upload a results folder (results, selection, table, optionally the "
         "report page; local paths redacted) to a Hugging Face dataset repository.",
     )
-    p.add_argument("--results-dir", required=True, help="report-phase (or probe) result directory")
-    p.add_argument("--repo", required=True, help="the dataset repository, as org/name")
-    p.add_argument(
-        "--selection",
-        help="selection.json (default: the one the results directory's experiment file names)",
+    add_table_arguments(
+        p,
+        allow_partial="push despite the table's problems (the table carries them as footnotes)",
+        results_dir="report-phase (or probe) result directory",
+        filters=False,
     )
+    p.add_argument("--repo", required=True, help="the dataset repository, as org/name")
     p.add_argument(
         "--path-in-repo", help="a folder of the repository to upload into (default: its root)"
     )
@@ -72,11 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--private", action="store_true", help="with --create: a private repository")
     p.add_argument("--report", action="store_true", help="also upload the HTML report page")
-    p.add_argument(
-        "--allow-partial",
-        action="store_true",
-        help="push despite the table's problems (the table carries them as footnotes)",
-    )
     p.add_argument(
         "--dry-run",
         action="store_true",

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
 import pytest
+
+# A process started in the background of a non-interactive shell (`cmd &`, nohup) or as an
+# xdist worker may inherit SIGINT ignored, and so would every process a test starts: the
+# Ctrl-C tests would then signal processes that cannot hear it. Python's own handler here
+# means the children start with the default (a Python-level handler is reset on exec).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -97,3 +105,12 @@ def slurm():
         if os.environ.get("ENCODER_EVAL_REQUIRE_SLURM") == "1":
             pytest.fail(f"ENCODER_EVAL_REQUIRE_SLURM=1 but {problem}")
         pytest.skip(problem)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under pytest-xdist (`make test` runs two workers), the tests that submit jobs to the
+    one-node Slurm cluster run on one worker, one at a time, as they were written to: two
+    at once would queue behind each other's jobs and race their time limits."""
+    for item in items:
+        if "slurm" in getattr(item, "fixturenames", ()) or item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))

@@ -1,6 +1,6 @@
-"""A misspelt task or model, or an off-grid learning rate, is refused before torch,
-transformers, scikit-learn, scipy or matplotlib is imported (issue 29, item 20): those
-imports cost seconds, so a typo used to wait 9-27 s for its one error line.
+"""A misspelt task or model, an off-grid learning rate or a missing model directory is
+refused before torch, transformers, scikit-learn, scipy or matplotlib is imported (issue 29,
+item 20): those imports cost seconds, so a typo used to wait 9-27 s for its one error line.
 
 Each case runs `run` as a user would, in a subprocess, and reads that process's
 `sys.modules` at exit: what was imported, not how long it took (no timed test).
@@ -48,6 +48,9 @@ CASES = {
                        "unknown model 'xlm-r-bse'. Did you mean 'xlm-r-base'"),
     "off-grid learning rate": (_with(lr="3.5e-5"), "--lr 3.5e-05 is not on the protocol grid "
                                "(the nearest grid value is 3.59e-05, lr06)"),
+    "missing model directory": ([*CELL, "--model-path", "./no-such-model"],
+                                "model directory './no-such-model' does not exist; check "
+                                "--model-path"),
 }  # fmt: skip
 
 

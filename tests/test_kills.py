@@ -145,7 +145,8 @@ def test_a_left_temporary_is_ignored_by_every_reader_and_removed_by_the_next_run
 
 # ----------------------------------------------------------------------------- the kill storm
 
-KILLS = int(os.environ.get("EE_KILLS", "30"))
+# 15 kills a run (about 150 s here); each run draws a new seed, EE_KILLS=60 storms longer.
+KILLS = int(os.environ.get("EE_KILLS", "15"))
 MODEL, TASKS, LR_KEYS, SEEDS = "tiny", ("glue_rte", "sg_cb"), ("lr03", "lr10"), (42, 43)
 N_CELLS = len(TASKS) * len(LR_KEYS) * len(SEEDS)
 KEEP_MISSING = 3  # cells the storm leaves unfinished, for the final re-run to complete

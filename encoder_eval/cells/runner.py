@@ -58,6 +58,7 @@ from encoder_eval.data.models import (
     HEAD_POOLINGS,
     MODEL_REGISTRY,
     all_modes,
+    check_local_model,
     key_from_path,
     loader_settings,
     model_entry,
@@ -285,6 +286,7 @@ def plan_cells(args: argparse.Namespace) -> list:
     elif args.model_path is None:  # a model an installed package ships, else unknown
         entry = packaged_model(args.model_key) or model_entry(args.model_key)
     model_path = args.model_path or entry.path
+    check_local_model(model_path)
     model_key = args.model_key or key_from_path(model_path)
     if entry is None and model_key in MODEL_REGISTRY:  # --model-path alone names a registry model
         entry = model_entry(model_key)

@@ -30,6 +30,7 @@ from encoder_eval.data.models import (
     FIXED_POOLINGS,
     MODES,
     all_modes,
+    check_local_model,
     loader_settings,
     plugin_loader,
     pooling_pitfall,
@@ -149,10 +150,6 @@ class _Logits:
     logits: torch.Tensor
 
 
-def _is_local(path: str) -> bool:
-    return os.path.isdir(os.path.expanduser(path))
-
-
 def _prepare_architecture(config) -> None:
     """Architecture-specific configuration, in one place."""
     model_type = getattr(config, "model_type", "")
@@ -270,11 +267,7 @@ def _load_config_and_tokenizer(
     from transformers import AutoConfig, AutoTokenizer
 
     trust = bool(kw.get("trust_remote_code"))
-    local = _is_local(model_path)
-    if not local and (model_path.startswith((".", "/", "~")) or os.sep * 2 in model_path):
-        raise HarnessError(f"model directory {model_path!r} does not exist; check --model-path")
-    if local and not os.access(os.path.expanduser(model_path), os.R_OK | os.X_OK):
-        raise HarnessError(f"model directory {model_path!r} is not readable; fix its permissions")
+    local = check_local_model(model_path)
     try:
         config = AutoConfig.from_pretrained(model_path, **kw)
     except Exception as exc:

@@ -277,11 +277,28 @@ def model_entry(key: str, registry: dict[str, tuple] | None = None) -> ModelEntr
     return entry
 
 
+def is_local_model(path: str) -> bool:
+    """Whether a model path names a local directory; anything else is read as a Hub id."""
+    return os.path.isdir(os.path.expanduser(path))
+
+
+def check_local_model(model_path: str) -> bool:
+    """Refuse a model path that reads as local (`.`, `/`, `~`, `//`) but is no directory, or
+    a local directory that cannot be read: cheap, so a cell says so before torch is
+    imported. True for a local directory, False for a Hub id."""
+    local = is_local_model(model_path)
+    if not local and (model_path.startswith((".", "/", "~")) or os.sep * 2 in model_path):
+        raise HarnessError(f"model directory {model_path!r} does not exist; check --model-path")
+    if local and not os.access(os.path.expanduser(model_path), os.R_OK | os.X_OK):
+        raise HarnessError(f"model directory {model_path!r} is not readable; fix its permissions")
+    return local
+
+
 def key_from_path(path: str) -> str:
     """A model key derived from a path or Hub id: the registry key of a listed Hub id, or of a
     local directory named like one (case-insensitively), else the path's last part."""
     name = Path(path.rstrip("/")).name or "model"
-    local = os.path.isdir(os.path.expanduser(path))  # the loaders' test of a local model
+    local = is_local_model(path)
     for key, row in MODEL_REGISTRY.items():
         if row[0] == path or (local and row[0].rsplit("/", 1)[-1].lower() == name.lower()):
             return key

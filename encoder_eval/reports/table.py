@@ -873,11 +873,13 @@ def add_table_arguments(
     allow_partial: str,
     results_dir: str = "report-phase result directory",
     several: bool = False,
+    filters: bool = True,
 ) -> None:
     """The flags of every command that reads the report table of a results folder
     (`load_table`): `--results-dir`, `--selection`, `--models`, `--tasks`,
     `--allow-partial` (its help, `allow_partial`, says what the command does despite
-    problems). `several`: `--results-dir` repeats (`compare`)."""
+    problems). `several`: `--results-dir` repeats (`compare`). `filters=False`: no
+    `--models`/`--tasks` (`push` shares the whole folder)."""
     if several:
         p.add_argument(
             "--results-dir",
@@ -892,8 +894,9 @@ def add_table_arguments(
         help="selection.json from encoder-eval select (default: the one the results "
         "directory's experiment file names" + ("; one --results-dir only)" if several else ")"),
     )
-    p.add_argument("--models", help="comma-separated models (default: selection + results)")
-    p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
+    if filters:
+        p.add_argument("--models", help="comma-separated models (default: selection + results)")
+        p.add_argument("--tasks", help="comma-separated tasks (default: selection + results)")
     p.add_argument("--allow-partial", action="store_true", help=allow_partial)
 
 
