@@ -125,6 +125,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="(c)'s batching; (a)/(b) always draw random batches (default length-grouped)",
     )
     p.add_argument(
+        "--ours-dropout",
+        default="parallel",
+        choices=("parallel", "pytorch"),
+        help="(c)'s dropout masks on the CPU: 'parallel' (the cell's, encoder_eval/cells/"
+        "dropout.py, as users get it) or 'pytorch' (PyTorch's own, drawn one element at a "
+        "time; what the cell did before) (default parallel)",
+    )
+    p.add_argument(
         "--ours-token-cache",
         default="default",
         help="(c)'s tokenisation cache: 'default' (the cell's default directory, as users get "
@@ -433,12 +441,12 @@ def run_ours(args, data, device, knobs) -> dict:
         **extra,
     )  # fmt: skip
 
-    # Measurement only: wrap predict (to time in-loop dev evaluations) and _collate (to count
-    # real and padded tokens of the training batches). Skipped when the names are gone.
+    # Measurement only: wrap predict (to time in-loop dev evaluations) and _accumulate (to
+    # count real and padded tokens of the training batches). Skipped when the names are gone.
     tally = TokenTally()
     eval_times: list[float] = []
     orig_predict = getattr(train_mod, "predict", None)
-    orig_collate = getattr(train_mod, "_collate", None)
+    orig_accumulate = getattr(train_mod, "_accumulate", None)
     state = {"in_predict": False}
 
     def timed_predict(*a, **kw):
@@ -452,15 +460,15 @@ def run_ours(args, data, device, knobs) -> dict:
             eval_times.append(time.perf_counter() - t)
             state["in_predict"] = False
 
-    def counted_collate(*a, **kw):
-        if not state["in_predict"]:
-            try:
-                enc, idx = a[0], a[1]
-                lens = [enc.lengths[i] for i in idx]
+    def counted_accumulate(cell, idx, micro, *a, **kw):
+        try:
+            for m in range(0, len(idx), micro):
+                lens = [cell.enc_train.lengths[i] for u in idx[m : m + micro]
+                        for i in cell.kind.members(u)]  # fmt: skip
                 tally.add(lens, len(lens) * max(lens))
-            except Exception:
-                pass
-        return orig_collate(*a, **kw)
+        except Exception:
+            pass
+        return orig_accumulate(cell, idx, micro, *a, **kw)
 
     cache_mod = getattr(train_mod, "tokencache", None)
     orig_cache_load = getattr(cache_mod, "load", None)
@@ -475,8 +483,11 @@ def run_ours(args, data, device, knobs) -> dict:
         cache_mod.load = counted_cache_load
     if orig_predict is not None:
         train_mod.predict = timed_predict
-    if orig_collate is not None:
-        train_mod._collate = counted_collate
+    if orig_accumulate is not None:
+        train_mod._accumulate = counted_accumulate
+    saved_dropout = getattr(train_mod, "PARALLEL_DROPOUT", None)
+    if saved_dropout is not None and args.ours_dropout == "pytorch":
+        train_mod.PARALLEL_DROPOUT = set()
     try:
         t_start = time.perf_counter()
         result = train_mod.run_cell(cfg, data=data)
@@ -484,8 +495,10 @@ def run_ours(args, data, device, knobs) -> dict:
     finally:
         if orig_predict is not None:
             train_mod.predict = orig_predict
-        if orig_collate is not None:
-            train_mod._collate = orig_collate
+        if orig_accumulate is not None:
+            train_mod._accumulate = orig_accumulate
+        if saved_dropout is not None:
+            train_mod.PARALLEL_DROPOUT = saved_dropout
         if orig_cache_load is not None:
             cache_mod.load = orig_cache_load
 
@@ -493,7 +506,7 @@ def run_ours(args, data, device, knobs) -> dict:
     steps = int(tr["steps"])
     train_time = float(tr["train_time_s"])
     dims = _dims_from_path(args.model_path, data[3], data[4])
-    lengths, computed = tally.summary(10**12)  # empty when the wrap found no _collate
+    lengths, computed = tally.summary(10**12)  # empty when the wrap found no _accumulate
     recorded_tokens = (tr.get("train_tokens_per_s") or 0) * train_time
     flops = real_flops(lengths, dims) if lengths else None
     history = tr.get("dev_history") or []
@@ -532,6 +545,7 @@ def run_ours(args, data, device, knobs) -> dict:
         "dev_history": history,
         "status": result.get("status"),
         "batching": args.ours_batching,
+        "dropout_masks": args.ours_dropout,
         "padding": "dynamic",
         "precision": recipe.precision,
         "optimizer": "torch.optim.AdamW (fused where available)",
@@ -765,6 +779,7 @@ def main(argv=None) -> int:
             "seed": args.seed,
             "max_seq_len": args.max_seq_len,
             "ours_batching": args.ours_batching,
+            "ours_dropout": args.ours_dropout,
             "ours_token_cache": args.ours_token_cache,
             "metric": knobs.metric,
             "train_rows": n_train,

@@ -108,9 +108,14 @@ def test_the_bounded_step_gives_the_whole_batch_loss_and_gradients(
             enc.lengths[i] for u in units for i in u),)]  # fmt: skip
 
 
-def test_recomputed_pieces_replay_the_same_dropout(tiny_bert, rank_mirror, monkeypatch):
+@pytest.mark.parametrize("masks", ["pytorch", "parallel"])
+def test_recomputed_pieces_replay_the_same_dropout(tiny_bert, rank_mirror, monkeypatch, masks):
     """In training mode (dropout on), a group recomputed in the backward gets the gradient
-    of the very forward whose loss was taken: the same as without recomputation."""
+    of the very forward whose loss was taken: the same as without recomputation, with
+    PyTorch's dropout masks and with the cell's parallel ones on the CPU (`dropout`)."""
+    from encoder_eval.cells import dropout
+
+    context = dropout.parallel_dropout if masks == "parallel" else contextlib.nullcontext
     kind, loaded, enc, units = setup(tiny_bert, rank_mirror, "listwise", groups=3)
     model = loaded.model.train()
     batch = kind.collate_units(enc, units, loaded.tokenizer.pad_token_id, "cpu")
@@ -122,7 +127,8 @@ def test_recomputed_pieces_replay_the_same_dropout(tiny_bert, rank_mirror, monke
     for chunk in (max(group_tokens), 100):
         set_budgets(monkeypatch, chunk, 300)
         torch.manual_seed(7)
-        loss = kind.train_step(model, dict(batch), 1.0, fp32)
+        with context():
+            loss = kind.train_step(model, dict(batch), 1.0, fp32)
         results.append((float(loss), grads(model)))
         model.zero_grad(set_to_none=True)
     (loss_a, grads_a), (loss_b, grads_b) = results
@@ -166,3 +172,47 @@ def test_chunk_and_piece_cutting():
     # Longest first; a piece's padded size (rows x its longest row) stays within the budget.
     assert kinds._pieces([3, 9, 4, 30, 8], 20) == [[3], [1, 4], [2, 0]]
     assert dataclasses.is_dataclass(kinds.KINDS["ranking"])
+
+
+HEAP_SCRIPT = """
+import os, sys
+from encoder_eval.core import heap
+
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+blocks = [bytearray(100_000) for _ in range(3000)]  # 300 MB, each under the mmap threshold
+del blocks[:-1]  # all freed but the last, which pins the heap's top
+before = rss()
+trimmed = heap.release_free_heap()
+print(trimmed, before, rss())
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs Linux's /proc")
+def test_freed_heap_goes_back_to_the_system():
+    """What a ranking step on the CPU does after each chunk: glibc keeps freed heap memory
+    resident until malloc_trim returns it (here 300 MB freed under a live block)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", HEAP_SCRIPT], capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    trimmed, before, after = proc.stdout.split()
+    print(f"resident before {int(before) / 1e6:.0f} MB, after the trim {int(after) / 1e6:.0f} MB")
+    assert trimmed == "True"
+    assert int(before) - int(after) > 200e6
+
+
+def test_the_ranking_step_trims_the_heap_after_each_chunk(tiny_bert, rank_mirror, monkeypatch):
+    from encoder_eval.core import heap
+
+    calls = []
+    real = heap.release_free_heap
+    monkeypatch.setattr(heap, "release_free_heap", lambda: calls.append(1) or real())
+    set_budgets(monkeypatch, 2000, 300)
+    kind, loaded, enc, units = setup(tiny_bert, rank_mirror, "listwise", 6)
+    batch = kind.collate_units(enc, units, loaded.tokenizer.pad_token_id, torch.device("cpu"))
+    group_tokens = [sum(enc.lengths[i] for i in u) for u in units]
+    kind.train_step(loaded.model, batch, 1.0, fp32)
+    assert len(calls) == len(kinds._by_budget(group_tokens, 2000)) > 1

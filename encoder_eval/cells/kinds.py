@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from encoder_eval.cells import dropout
 from encoder_eval.cells.encoding import Encoded, with_columns
 from encoder_eval.cells.predictions import (
     RANK_FIELDS,
@@ -35,7 +36,7 @@ from encoder_eval.cells.predictions import (
     trec_run_path,
     write_trec_run,
 )
-from encoder_eval.core import metrics
+from encoder_eval.core import heap, metrics
 from encoder_eval.core.errors import unknown_name
 from encoder_eval.core.problems import RANKING, REGRESSION, SINGLE_LABEL
 from encoder_eval.core.protocol import PROTOCOL_RECIPE, RANK_OBJECTIVES, Recipe
@@ -331,6 +332,8 @@ def _forward_rows(
     inputs and is run again in the backward (activation checkpointing, same dropout)."""
     names = list(batch)
     device = batch[names[0]].device
+    # The backward's recomputation runs outside the step's dropout context: re-enter it.
+    parallel = recompute and dropout.active()
     outs, order = [], []
     for piece in _pieces([lengths[r] for r in rows], piece_tokens):
         picked = [rows[i] for i in piece]
@@ -339,7 +342,8 @@ def _forward_rows(
         inputs = [batch[n].index_select(0, index)[:, :width] for n in names]
 
         def run(*tensors: torch.Tensor) -> torch.Tensor:
-            with autocast():
+            masks = dropout.parallel_dropout if parallel and not dropout.active() else nullcontext
+            with masks(), autocast():
                 return model(**dict(zip(names, tensors, strict=True))).logits
 
         outs.append(checkpoint(run, *inputs, use_reentrant=False) if recompute else run(*inputs))
@@ -358,7 +362,8 @@ def _ranking_step(
     gradient as at once: chunks of whole groups (`RANK_CHUNK_TOKENS` real tokens), each
     forwarded in length-sorted pieces (`RANK_PIECE_TOKENS` padded tokens) and backed by its
     share of the batch loss (the loss is a mean over groups, or over pairs, so the shares add
-    up to it); a chunk of one group over the budget recomputes its pieces in the backward."""
+    up to it); a chunk of one group over the budget recomputes its pieces in the backward.
+    On the CPU the freed heap goes back to the system after each chunk (`heap`)."""
     labels = batch.pop("labels")
     device = labels.device.type
     chunk_tokens = RANK_CHUNK_TOKENS.get(device, RANK_CHUNK_TOKENS["cuda"])
@@ -381,6 +386,8 @@ def _ranking_step(
         loss = kind.loss(logits, sub) * (scale * kind.loss_items(sub) / items)
         loss.backward()
         total += loss.detach()
+        if device == "cpu":
+            heap.release_free_heap()
     return total
 
 
