@@ -328,3 +328,23 @@ def test_every_repository_path_named_exists():
                 problems.append(f"{_rel(page)}: `{path}` has no {test}")
     assert problems == []
     assert [p for p in KNOWN_MISSING if (REPO / p).exists()] == []
+
+
+def test_the_optimism_table_is_the_kept_values():
+    """EVALUATION_METHODOLOGY section 6's rerun table: every difference it prints is what
+    `bench/holdout_optimism.py --from-json` computes from the per-seed values kept in
+    `bench/results/holdout_optimism.json` (issue 28 item 8)."""
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "holdout_optimism.py"), "--from-json",
+         str(REPO / "bench" / "results" / "holdout_optimism.json")],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    page = (REPO / "EVALUATION_METHODOLOGY.md").read_text(encoding="utf-8").replace("−", "-")
+    rows = [line for line in out.splitlines() if line.startswith("| glue_") or
+            line.startswith("| sg_")]  # fmt: skip
+    assert len(rows) == 4, out
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        # default, last evaluation, strict, and the three differences with their intervals
+        for value in cells[2:8]:
+            assert value in page, f"{cells[0]}: {value} is not in the methodology's table"

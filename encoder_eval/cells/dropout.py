@@ -20,6 +20,7 @@ already, so the cell uses this on the CPU only (`train._accumulate`).
 from __future__ import annotations
 
 import math
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -35,6 +36,7 @@ MIN_SLICE = 1 << 16
 
 _local = threading.local()
 _pool: ThreadPoolExecutor | None = None
+_pool_pid: int | None = None
 _pool_lock = threading.Lock()
 
 
@@ -46,10 +48,12 @@ def _generators() -> list[torch.Generator]:
 
 
 def _executor() -> ThreadPoolExecutor:
-    global _pool
+    """The process's pool (a new one in a forked child: threads do not survive a fork)."""
+    global _pool, _pool_pid
     with _pool_lock:
-        if _pool is None:
+        if _pool is None or _pool_pid != os.getpid():
             _pool = ThreadPoolExecutor(max_workers=STREAMS, thread_name_prefix="dropout")
+            _pool_pid = os.getpid()
         return _pool
 
 
