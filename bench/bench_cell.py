@@ -125,14 +125,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="(c)'s batching; (a)/(b) always draw random batches (default length-grouped)",
     )
     p.add_argument(
-        "--ours-dropout",
-        default="parallel",
-        choices=("parallel", "pytorch"),
-        help="(c)'s dropout masks on the CPU: 'parallel' (the cell's, encoder_eval/cells/"
-        "dropout.py, as users get it) or 'pytorch' (PyTorch's own, drawn one element at a "
-        "time; what the cell did before) (default parallel)",
-    )
-    p.add_argument(
         "--ours-token-cache",
         default="default",
         help="(c)'s tokenisation cache: 'default' (the cell's default directory, as users get "
@@ -485,9 +477,6 @@ def run_ours(args, data, device, knobs) -> dict:
         train_mod.predict = timed_predict
     if orig_accumulate is not None:
         train_mod._accumulate = counted_accumulate
-    saved_dropout = getattr(train_mod, "PARALLEL_DROPOUT", None)
-    if saved_dropout is not None and args.ours_dropout == "pytorch":
-        train_mod.PARALLEL_DROPOUT = set()
     try:
         t_start = time.perf_counter()
         result = train_mod.run_cell(cfg, data=data)
@@ -497,8 +486,6 @@ def run_ours(args, data, device, knobs) -> dict:
             train_mod.predict = orig_predict
         if orig_accumulate is not None:
             train_mod._accumulate = orig_accumulate
-        if saved_dropout is not None:
-            train_mod.PARALLEL_DROPOUT = saved_dropout
         if orig_cache_load is not None:
             cache_mod.load = orig_cache_load
 
@@ -545,7 +532,6 @@ def run_ours(args, data, device, knobs) -> dict:
         "dev_history": history,
         "status": result.get("status"),
         "batching": args.ours_batching,
-        "dropout_masks": args.ours_dropout,
         "padding": "dynamic",
         "precision": recipe.precision,
         "optimizer": "torch.optim.AdamW (fused where available)",
@@ -779,7 +765,6 @@ def main(argv=None) -> int:
             "seed": args.seed,
             "max_seq_len": args.max_seq_len,
             "ours_batching": args.ours_batching,
-            "ours_dropout": args.ours_dropout,
             "ours_token_cache": args.ours_token_cache,
             "metric": knobs.metric,
             "train_rows": n_train,

@@ -108,14 +108,9 @@ def test_the_bounded_step_gives_the_whole_batch_loss_and_gradients(
             enc.lengths[i] for u in units for i in u),)]  # fmt: skip
 
 
-@pytest.mark.parametrize("masks", ["pytorch", "parallel"])
-def test_recomputed_pieces_replay_the_same_dropout(tiny_bert, rank_mirror, monkeypatch, masks):
+def test_recomputed_pieces_replay_the_same_dropout(tiny_bert, rank_mirror, monkeypatch):
     """In training mode (dropout on), a group recomputed in the backward gets the gradient
-    of the very forward whose loss was taken: the same as without recomputation, with
-    PyTorch's dropout masks and with the cell's parallel ones on the CPU (`dropout`)."""
-    from encoder_eval.cells import dropout
-
-    context = dropout.parallel_dropout if masks == "parallel" else contextlib.nullcontext
+    of the very forward whose loss was taken: the same as without recomputation."""
     kind, loaded, enc, units = setup(tiny_bert, rank_mirror, "listwise", groups=3)
     model = loaded.model.train()
     batch = kind.collate_units(enc, units, loaded.tokenizer.pad_token_id, "cpu")
@@ -127,8 +122,7 @@ def test_recomputed_pieces_replay_the_same_dropout(tiny_bert, rank_mirror, monke
     for chunk in (max(group_tokens), 100):
         set_budgets(monkeypatch, chunk, 300)
         torch.manual_seed(7)
-        with context():
-            loss = kind.train_step(model, dict(batch), 1.0, fp32)
+        loss = kind.train_step(model, dict(batch), 1.0, fp32)
         results.append((float(loss), grads(model)))
         model.zero_grad(set_to_none=True)
     (loss_a, grads_a), (loss_b, grads_b) = results

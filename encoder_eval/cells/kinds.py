@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +28,6 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from encoder_eval.cells import dropout
 from encoder_eval.cells.encoding import Encoded, with_columns
 from encoder_eval.cells.predictions import (
     RANK_FIELDS,
@@ -332,8 +331,6 @@ def _forward_rows(
     inputs and is run again in the backward (activation checkpointing, same dropout)."""
     names = list(batch)
     device = batch[names[0]].device
-    # The backward's recomputation runs outside the step's dropout context: re-enter it.
-    parallel = recompute and dropout.active()
     outs, order = [], []
     for piece in _pieces([lengths[r] for r in rows], piece_tokens):
         picked = [rows[i] for i in piece]
@@ -342,8 +339,7 @@ def _forward_rows(
         inputs = [batch[n].index_select(0, index)[:, :width] for n in names]
 
         def run(*tensors: torch.Tensor) -> torch.Tensor:
-            masks = dropout.parallel_dropout if parallel and not dropout.active() else nullcontext
-            with masks(), autocast():
+            with autocast():
                 return model(**dict(zip(names, tensors, strict=True))).logits
 
         outs.append(checkpoint(run, *inputs, use_reentrant=False) if recompute else run(*inputs))

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from encoder_eval.cells import dropout, trackers
+from encoder_eval.cells import trackers
 from encoder_eval.cells.encoding import Encoded, autocast, encode_cached
 from encoder_eval.cells.kinds import Autocast, Kind, beside_result, kind_for
 from encoder_eval.cells.predictions import (
@@ -637,25 +637,16 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
     return _Trained(st, diverged_at, train_time, first_step_s, process_first_step_s)
 
 
-# Device types whose training steps draw dropout masks in parallel (`dropout`): the CPU,
-# where PyTorch draws them one element at a time; a benchmark empties it to compare.
-PARALLEL_DROPOUT: set[str] = {"cpu"}
-
-
 def _accumulate(cell: _Cell, idx: list, micro: int, in_precision: Autocast) -> tuple[float, int]:
     """Forward, loss and backward of the batch of units `idx` in micro-batches of `micro`
     units, each backed by its share of the batch loss so the gradients add up to the batch's;
     returns the batch loss and its real tokens."""
     kind, enc = cell.kind, cell.enc_train
     step_loss, tokens = 0.0, 0
-    masks = (
-        dropout.parallel_dropout if cell.device.type in PARALLEL_DROPOUT else contextlib.nullcontext
-    )
     for m in range(0, len(idx), micro):
         sub = idx[m : m + micro]
         batch = kind.collate_units(enc, sub, cell.pad_id, cell.device)
-        with masks():
-            step_loss += kind.train_step(cell.model, batch, len(sub) / len(idx), in_precision)
+        step_loss += kind.train_step(cell.model, batch, len(sub) / len(idx), in_precision)
         tokens += sum(enc.lengths[i] for u in sub for i in kind.members(u))
     return float(step_loss), tokens
 
@@ -870,7 +861,6 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
         grad_accumulation_used=recipe.batch_size // micro_used,
         eval_oom_retries=cell.eval_oom_retries,
         eval_batch_used=cell.eval_batch_used or cell.eval_batch,
-        dropout_masks="parallel" if device.type in PARALLEL_DROPOUT else "pytorch",
     )
     recorded_recipe = {
         **recipe.to_dict(),

@@ -150,9 +150,6 @@ class ScoreSection:
         return _from_dict(cls, obj) if isinstance(obj, dict) else None
 
 
-DROPOUT_MASKS = ("parallel", "pytorch")
-
-
 @dataclass(frozen=True)
 class Training:
     """How training went: steps, early stopping or divergence, timings and throughput."""
@@ -186,16 +183,6 @@ class Training:
     grad_accumulation_used: int | None = _since(1)
     eval_oom_retries: int | None = _since(0)
     eval_batch_used: int | None = _since(1)
-    # Whose random numbers the training dropout masks came from: "parallel" (the cell's
-    # own on the CPU, `cells/dropout.py`) or "pytorch" (a GPU's, or before them). The same
-    # dropout either way; only the draws differ. Absent from results that predate it.
-    dropout_masks: str | None = field(
-        default=None,
-        metadata={
-            **_rule(lambda x: x is None or x in DROPOUT_MASKS, f"null or one of {DROPOUT_MASKS}"),
-            "omitted_when_none": True,
-        },
-    )
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
