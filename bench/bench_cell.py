@@ -439,10 +439,8 @@ def run_ours(args, data, device, knobs) -> dict:
     eval_times: list[float] = []
     orig_predict = getattr(train_mod, "predict", None)
     orig_accumulate = getattr(train_mod, "_accumulate", None)
-    state = {"in_predict": False}
 
     def timed_predict(*a, **kw):
-        state["in_predict"] = True
         sync(device)
         t = time.perf_counter()
         try:
@@ -450,7 +448,6 @@ def run_ours(args, data, device, knobs) -> dict:
         finally:
             sync(device)
             eval_times.append(time.perf_counter() - t)
-            state["in_predict"] = False
 
     def counted_accumulate(cell, idx, micro, *a, **kw):
         try:

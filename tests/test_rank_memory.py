@@ -169,7 +169,7 @@ def test_chunk_and_piece_cutting():
 
 
 HEAP_SCRIPT = """
-import os, sys
+import os
 from encoder_eval.core import heap
 
 def rss():
