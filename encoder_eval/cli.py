@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass
 
 from encoder_eval import __version__
+from encoder_eval.core import heap
 from encoder_eval.core.errors import (
     EXIT_INPUT_ERROR,
     EXIT_OK,
@@ -225,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"encoder-eval {__version__}")
         return EXIT_OK
     name, rest = argv[0], argv[1:]
+    heap.limit_primitive_cache()  # before any command creates its first CPU kernel
     if name not in COMMANDS:
         print(f"error: {unknown_name('command', name, COMMANDS)}", file=sys.stderr)
         return EXIT_INPUT_ERROR

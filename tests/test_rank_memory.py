@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import random
 from pathlib import Path
 
@@ -210,3 +211,84 @@ def test_the_ranking_step_trims_the_heap_after_each_chunk(tiny_bert, rank_mirror
     group_tokens = [sum(enc.lengths[i] for i in u) for u in units]
     kind.train_step(loaded.model, batch, 1.0, fp32)
     assert len(calls) == len(kinds._by_budget(group_tokens, 2000)) > 1
+
+
+def without_cache_variable(monkeypatch) -> str:
+    """Unset oneDNN's cache variable for this test (restored after it)."""
+    from encoder_eval.core import heap
+
+    monkeypatch.setenv(heap.PRIMITIVE_CACHE_VARIABLE, "unset")
+    monkeypatch.delenv(heap.PRIMITIVE_CACHE_VARIABLE)
+    return heap.PRIMITIVE_CACHE_VARIABLE
+
+
+def test_the_primitive_cache_cap_keeps_a_users_value(monkeypatch):
+    from encoder_eval.core import heap
+
+    name = without_cache_variable(monkeypatch)
+    assert heap.limit_primitive_cache() == str(heap.PRIMITIVE_CACHE_CAPACITY)
+    monkeypatch.setenv(name, "512")
+    assert heap.limit_primitive_cache() == "512"
+
+
+def test_the_command_line_and_the_cell_cap_the_primitive_cache(
+    tiny_bert, rank_mirror, monkeypatch, capsys
+):
+    """Both ways into a cell set the cap before the cell's first matmul: every command
+    (`encoder-eval ...`) and `run_cell` called as a library."""
+    import os
+
+    from encoder_eval import cli
+    from encoder_eval.core import heap
+
+    name = without_cache_variable(monkeypatch)
+    assert cli.main(["list", "tasks"]) == 0
+    assert os.environ[name] == str(heap.PRIMITIVE_CACHE_CAPACITY)
+
+    monkeypatch.delenv(name)
+    recipe = Recipe(max_steps=1, batch_size=2, max_seq_len=MAX_LEN)
+    cfg = train.CellConfig(model_path=str(tiny_bert), task="ms_marco", lr=1e-4, seed=45,
+                           model_key="tiny", recipe=recipe, data_dir=str(rank_mirror),
+                           device="cpu", progress="quiet", phase="select", cache_dir=None)  # fmt: skip
+    seen = []
+    real = train._run_cell
+    monkeypatch.setattr(
+        train, "_run_cell", lambda *a: seen.append(os.environ.get(name)) or real(*a)
+    )
+    assert train.run_cell(cfg)["status"] == "ok"
+    assert seen == [str(heap.PRIMITIVE_CACHE_CAPACITY)]
+
+
+CACHE_SCRIPT = """
+import sys
+import torch  # imported first, as in a cell: oneDNN reads the variable at its first kernel
+from encoder_eval.core import heap
+if sys.argv[1] == "capped":
+    heap.limit_primitive_cache()
+w = torch.randn(64, 64, dtype=torch.bfloat16)
+xs = [torch.randn(8 + i, 64, dtype=torch.bfloat16) for i in range(heap.PRIMITIVE_CACHE_CAPACITY + 8)]
+for _ in range(2):  # every shape twice: the second pass finds its kernel only in a big cache
+    for x in xs:
+        x @ w
+"""
+
+
+@pytest.mark.parametrize("variant", ["capped", "default"])
+def test_onednn_keeps_at_most_the_capped_number_of_kernels(variant, monkeypatch):
+    """oneDNN's own account (its verbose log): with the cap, a second pass over more
+    shapes than the cap holds finds none of their kernels cached; without it, all."""
+    import subprocess
+    import sys
+
+    name = without_cache_variable(monkeypatch)
+    env = {k: v for k, v in os.environ.items() if k != name}
+    env["ONEDNN_VERBOSE"] = "2"
+    proc = subprocess.run([sys.executable, "-c", CACHE_SCRIPT, variant], capture_output=True,
+                          text=True, check=True, env=env)  # fmt: skip
+    created = [line for line in proc.stdout.splitlines() if ",primitive,create:cache_" in line]
+    if not created:
+        pytest.skip("this CPU's bf16 matmuls do not run through oneDNN (no AVX-512)")
+    hits = sum(",create:cache_hit," in line for line in created)
+    print(f"{variant}: {len(created)} kernels asked for, {hits} found in the cache")
+    shapes = len(created) // 2
+    assert hits == (0 if variant == "capped" else shapes)

@@ -29,6 +29,7 @@ import torch
 
 from encoder_eval.cells.encoding import Encoded, autocast, encode_cached
 from encoder_eval.cells.kinds import pad_features
+from encoder_eval.core import heap
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.data.loaders import LoadedModel, pool
 from encoder_eval.data.models import FIXED_POOLINGS
@@ -144,6 +145,7 @@ def forward_pooled(
     forward pass serves every pooling."""
 
     poolings = check_poolings(poolings)
+    heap.limit_primitive_cache()
     model = loaded.model.to(device).eval()
     pad_id = loaded.tokenizer.pad_token_id
     enc = Encoded(features=features, labels=[0] * len(lengths), lengths=lengths)

@@ -40,7 +40,7 @@ from encoder_eval.cells.predictions import (
     write_predictions,
 )
 from encoder_eval.cells.predictions import from_cell as predictions_from_cell
-from encoder_eval.core import cpu, metrics, provenance
+from encoder_eval.core import cpu, heap, metrics, provenance
 from encoder_eval.core.errors import (
     EXIT_INTERRUPTED as EXIT_INTERRUPTED,  # re-exported for older imports
 )
@@ -283,6 +283,7 @@ def run_cell(
     signal wins over any failure after it (saving the state or the result): that failure
     is named in the Preempted or Interrupted raised, never reported as a crash.
     """
+    heap.limit_primitive_cache()  # for callers other than the command line
     with _stop_requests() as stop:
         try:
             result = _run_cell(cfg, loaded, data, data_prov, stop)

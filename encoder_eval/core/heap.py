@@ -1,12 +1,19 @@
-"""Handing freed heap memory back to the operating system between CPU ranking chunks.
+"""Memory a CPU process keeps beyond its live tensors, and the two ways the harness bounds it.
 
-glibc's malloc keeps memory that a process frees in its heap for reuse; a ranking step
-frees and allocates activations of many different sizes (one chunk of query groups after
-another, each in length-sorted pieces), and the heap they fragment is never returned, so
-the process's resident memory grows by about a gigabyte over what it holds live (MiniLM,
-groups of 36: peak RSS 3.15 GB, 2.58 GB with a trim after each chunk; bench/README.md,
-bench_rank.py). `malloc_trim(0)` returns the free pages; elsewhere than glibc this is a
-no-op.
+- Freed heap. glibc's malloc keeps memory that a process frees in its heap for reuse; a
+  ranking step frees and allocates activations of many different sizes (one chunk of query
+  groups after another, each in length-sorted pieces), and the heap they fragment is never
+  returned, so the process's resident memory grows by about a gigabyte over what it holds
+  live (MiniLM, groups of 36: peak RSS 3.15 GB, 2.58 GB with a trim after each chunk;
+  bench/README.md, bench_rank.py). `release_free_heap` returns the free pages (glibc's
+  `malloc_trim(0)`; elsewhere a no-op).
+- oneDNN's primitive cache. On the CPU, PyTorch's bf16 matmuls run through oneDNN, which
+  keeps a compiled kernel for each distinct problem shape, up to 1,024 of them. Length-
+  grouped batches and length-sorted evaluation give nearly every batch a new width, so the
+  cache fills with kernels that are rarely met again, a few hundred kilobytes each: a MiniLM
+  ranking cell grew from 2.86 GB after 4 steps to 3.49 GB after 8. `limit_primitive_cache`
+  caps it at `PRIMITIVE_CACHE_CAPACITY` through oneDNN's own variable, which moved neither
+  a score nor the speed of a cell measurably (bench/README.md).
 """
 
 from __future__ import annotations
@@ -14,7 +21,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 from collections.abc import Callable
+
+# oneDNN reads this variable once, when a process creates its first kernel.
+PRIMITIVE_CACHE_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+# Kernels kept: the few shapes one step and one evaluation batch use, with room to spare.
+PRIMITIVE_CACHE_CAPACITY = 32
 
 
 @functools.cache
@@ -37,3 +50,10 @@ def release_free_heap() -> bool:
         return False
     trim(0)
     return True
+
+
+def limit_primitive_cache() -> str:
+    """Cap oneDNN's kernel cache at `PRIMITIVE_CACHE_CAPACITY` unless the user set its
+    variable; returns the value in effect. Call it before the process's first CPU matmul:
+    later, oneDNN has read the variable and this changes nothing."""
+    return os.environ.setdefault(PRIMITIVE_CACHE_VARIABLE, str(PRIMITIVE_CACHE_CAPACITY))
