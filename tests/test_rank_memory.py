@@ -231,13 +231,9 @@ def test_the_primitive_cache_cap_keeps_a_users_value(monkeypatch):
     assert heap.limit_primitive_cache() == "512"
 
 
-def test_the_command_line_and_the_cell_cap_the_primitive_cache(
-    tiny_bert, rank_mirror, monkeypatch, capsys
-):
+def test_the_command_line_and_the_cell_cap_the_primitive_cache(tiny_bert, rank_mirror, monkeypatch):
     """Both ways into a cell set the cap before the cell's first matmul: every command
     (`encoder-eval ...`) and `run_cell` called as a library."""
-    import os
-
     from encoder_eval import cli
     from encoder_eval.core import heap
 
@@ -280,9 +276,8 @@ def test_onednn_keeps_at_most_the_capped_number_of_kernels(variant, monkeypatch)
     import subprocess
     import sys
 
-    name = without_cache_variable(monkeypatch)
-    env = {k: v for k, v in os.environ.items() if k != name}
-    env["ONEDNN_VERBOSE"] = "2"
+    without_cache_variable(monkeypatch)
+    env = {**os.environ, "ONEDNN_VERBOSE": "2"}
     proc = subprocess.run([sys.executable, "-c", CACHE_SCRIPT, variant], capture_output=True,
                           text=True, check=True, env=env)  # fmt: skip
     created = [line for line in proc.stdout.splitlines() if ",primitive,create:cache_" in line]
