@@ -800,8 +800,12 @@ def test_a_newline_in_the_results_dir_never_becomes_code(tmp_path, fake_python, 
     emitted = sweep.emit(plan, tmp_path / "runs", mode, template=None if mode == "shell" else tpl)
     text = emitted.script.read_text()
     assert "\ntouch canary" not in text.split("set -")[0]  # the header stays comments
-    environ = {**slurm_env, **env} if mode == "slurm" else env
+    # the fake sbatch must come first on PATH: env (a copy of os.environ) must not override it,
+    # or with Slurm installed the test would submit a real job (issue 41, item 8)
+    environ = {**env, **slurm_env} if mode == "slurm" else env
     proc = subprocess.run(["bash", str(emitted.script)], env=environ, capture_output=True,
                           text=True, cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert not canary.exists()
+    if mode == "slurm":  # the fake sbatch took the job, not a real cluster
+        assert len(_lines(slurm_env["FAKE_SUBMITS"])) == 1
