@@ -95,7 +95,7 @@ def test_power_search_property(rng):
     # seeded random seed spreads (up to 100x ratios), test-set variances (0 to large),
     # differences and family sizes 1..1547: never an exception; an MDD is positive and has
     # the power asked for, a seeds-needed count is the fewest with that power
-    for _ in range(150):
+    for _ in range(400):
         std_a = float(10 ** rng.uniform(-4, 0))
         std_b = std_a * float(10 ** rng.uniform(-2, 2)) * float(rng.random() > 0.05)
         vex = float(rng.choice([0.0, 10 ** rng.uniform(-10, 0)]))
