@@ -101,9 +101,7 @@ def example_replicates(seed_scores_fn, strata, n_resamples=999, seed=1234) -> np
     rng = np.random.default_rng(seed)
     rows = [
         np.asarray(
-            seed_scores_fn(
-                np.concatenate([m[rng.integers(0, m.size, m.size)] for m in members])
-            ),
+            seed_scores_fn(np.concatenate([m[rng.integers(0, m.size, m.size)] for m in members])),
             dtype=float,
         )
         for _ in range(n_resamples)

@@ -414,39 +414,62 @@ def _from_confusion(name: str, cm: np.ndarray, positive: np.ndarray) -> np.ndarr
         return np.where(defined, cov / np.where(scale > 0, scale, 1.0), np.nan)
 
 
+def _weighted_ranks(weights: np.ndarray, order: np.ndarray, tie: np.ndarray) -> np.ndarray:
+    """Average ranks (scipy `rankdata`'s "average") of every pooled value within each
+    resample that draws value j `weights[:, j]` times, without sorting per resample: `order`
+    sorts the pool once, `tie` numbers its runs of equal values in that order. A value's
+    rank is the count drawn below its run plus (its run's count + 1) / 2."""
+    cum = np.cumsum(weights[:, order], axis=1)
+    last = np.flatnonzero(np.append(tie[1:] != tie[:-1], True))  # each run's last position
+    upto = cum[:, last]
+    run = np.diff(upto, axis=1, prepend=0.0)
+    ranks_sorted = (upto - (run - 1.0) / 2.0)[:, tie]
+    ranks = np.empty_like(ranks_sorted)
+    ranks[:, order] = ranks_sorted
+    return ranks
+
+
 def _spearman_batch(matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_lang: int):
-    """The per-language scorer of Spearman (see `resample_scorer`)."""
-    from scipy.stats import rankdata  # heavy: on use only (see the top)
-
+    """The per-language scorer of Spearman (see `resample_scorer`): each language's pool of
+    columns is sorted once per seed (and for the labels); a resample is the number of times
+    it draws each column, its ranks `_weighted_ranks`, its correlation the Pearson of the
+    ranks weighted by those counts (the Pearson of the drawn multiset)."""
     matrix, labels = matrix.astype(float), labels.astype(float)
+    n_cols = labels.size
 
-    def one_layout(index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rows = index.shape[0]
-        value = np.full((rows, matrix.shape[0], n_lang), np.nan)
-        present = np.zeros((rows, n_lang), dtype=bool)
-        row_lang = lang[index[0]]
-        for code in np.unique(row_lang):  # the languages, a handful: each ranked at once
-            cols = index[:, row_lang == code]  # (rows, n)
-            present[:, code] = True
-            if cols.shape[1] < 2:
-                continue
-            preds, gold = matrix[:, cols], labels[cols]  # (seeds, rows, n), (rows, n)
-            rp, rg = rankdata(preds, axis=-1), rankdata(gold, axis=-1)
-            rp -= rp.mean(axis=-1, keepdims=True)
-            rg -= rg.mean(axis=-1, keepdims=True)
-            num = (rp * rg).sum(axis=-1)
-            den = np.sqrt((rp * rp).sum(axis=-1) * (rg * rg).sum(axis=-1))
-            constant = (np.ptp(preds, axis=-1) == 0) | (np.ptp(gold, axis=-1) == 0)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                r = np.clip(num / den, -1.0, 1.0)
-            value[:, :, code] = np.where(constant, np.nan, r).T
-        return value, present
+    def sorting(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(values, kind="stable")
+        ordered = values[order]
+        return order, np.concatenate([[0], np.cumsum(ordered[1:] != ordered[:-1])])
+
+    pools = []
+    for code in range(n_lang):
+        pool = np.flatnonzero(lang == code)
+        pools.append((pool, sorting(labels[pool]), [sorting(row[pool]) for row in matrix]))
 
     def per_language(index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if (lang[index] == lang[index[0]]).all():
-            return one_layout(index)
-        parts = [one_layout(index[r : r + 1]) for r in range(index.shape[0])]
-        return np.concatenate([v for v, _ in parts]), np.concatenate([p for _, p in parts])
+        rows = index.shape[0]
+        drawn = np.bincount(
+            (np.arange(rows)[:, None] * n_cols + index).ravel(), minlength=rows * n_cols
+        ).reshape(rows, n_cols)
+        value = np.full((rows, matrix.shape[0], n_lang), np.nan)
+        present = np.zeros((rows, n_lang), dtype=bool)
+        for code, (pool, gold_sort, pred_sorts) in enumerate(pools):
+            weights = drawn[:, pool].astype(float)
+            n = weights.sum(axis=1)
+            present[:, code] = n > 0
+            mid = ((n + 1.0) / 2.0)[:, None]  # the mean of any n average ranks
+            dg = _weighted_ranks(weights, *gold_sort) - mid
+            var_g = (weights * dg * dg).sum(axis=1)
+            for s, pred_sort in enumerate(pred_sorts):
+                dp = _weighted_ranks(weights, *pred_sort) - mid
+                var_p = (weights * dp * dp).sum(axis=1)
+                cov = (weights * dp * dg).sum(axis=1)
+                defined = (n >= 2) & (var_p > 0) & (var_g > 0)  # 0: constant in the resample
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    r = np.clip(cov / np.sqrt(var_p * var_g), -1.0, 1.0)
+                value[:, s, code] = np.where(defined, r, np.nan)
+        return value, present
 
     return per_language
 

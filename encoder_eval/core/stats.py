@@ -335,7 +335,9 @@ def paired_swap_permutation(
     def batch_stat(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         if vectorized:
             return np.asarray(statistic(x, y), dtype=float)
-        return np.array([statistic(stacked[:, xi], stacked[:, yi]) for xi, yi in zip(x, y, strict=True)])
+        return np.array(
+            [statistic(stacked[:, xi], stacked[:, yi]) for xi, yi in zip(x, y, strict=True)]
+        )
 
     observed = float(batch_stat(own[None, :], own[None, :] + n)[0])
     if math.isnan(observed) or n < 2:  # undefined, or nothing to swap
@@ -615,8 +617,8 @@ def _t_power(ncp: float, df: float, alpha: float) -> float:
     crit = -float(sps_special.stdtrit(df, alpha / 2))
     # The lower tail P(T < -crit) is at most min(alpha / 2, Phi(-ncp)) (T < -crit needs
     # Z + ncp < 0): skipped when that cannot move the sum; boost's noncentral t gives NaN
-    # there at small alpha, which the first version read as power 1 (5 seeds "enough" at
-    # 1e-7 power).
+    # there at small alpha, which the first version read as power 1 (5 seeds "enough" at a
+    # power below 1e-6).
     skip_lower = min(alpha / 2, 0.5 * math.erfc(ncp / math.sqrt(2))) < 1e-17
     with warnings.catch_warnings():  # boost's "Error in function cdf(...)": handled below
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -655,7 +657,7 @@ def _equal_n_power(effect: float, n: int, alpha: float) -> float:
     """The power of the two-sided two-sample t-test with n seeds per model against effect
     size `effect` (difference / pooled std): statsmodels `TTestIndPower.power`'s formula
     (df 2n - 2, noncentrality effect * sqrt(n / 2)), whose solver, not this, fails at small
-    alpha (at n = 5, alpha 0.05/1547 it returned an effect with 30 % power, silently)."""
+    alpha (at n = 5, alpha 0.05/1547 it returned an effect with 16 % power, silently)."""
     return _t_power(effect * math.sqrt(n / 2.0), 2.0 * n - 2.0, alpha)
 
 

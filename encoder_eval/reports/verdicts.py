@@ -288,17 +288,10 @@ def compare_cells(
         row.p_example = None if math.isnan(test.pvalue) else test.pvalue
         if row.p_example is None:
             row.notes.append("the example-level test is undefined (the task score is)")
-    scorers = {
-        model: model_scorer(ex, knobs.metric, euro) for model, ex in ((model_a, ea), (model_b, eb))
-    }
-    replicates = []
-    for model in (model_a, model_b):
-        key = ("replicates", model, task, max(2, n_resamples), seed)
-        if key not in examples:
-            examples[key] = stats.example_replicates(
-                scorers[model], langs, n_resamples=max(2, n_resamples), seed=seed, vectorized=True
-            )
-        replicates.append(examples[key])
+    replicates = [
+        _replicates(model, task, ex, cells, examples, max(2, n_resamples), seed)
+        for model, ex in ((model_a, ea), (model_b, eb))
+    ]
     vex = stats.shared_example_part(np.hstack(replicates), len(ea.seeds))
     if math.isnan(vex):
         row.notes.append(
@@ -315,6 +308,8 @@ def compare_cells(
 
     if not bootstrap:
         return row
+
+    scorers = {m: model_scorer(ex, knobs.metric, euro) for m, ex in ((model_a, ea), (model_b, eb))}
 
     def boot(seed_rows: list[np.ndarray], cols: np.ndarray) -> np.ndarray:
         return seed_mean(scorers[model_a](cols), seed_rows[0]) - seed_mean(
@@ -334,6 +329,50 @@ def compare_cells(
     else:
         row.boot_low, row.boot_high = low, high
     return row
+
+
+def _replicates(
+    model: str,
+    task: str,
+    ex: Examples,
+    cells: dict[tuple[str, str], list[LoadedResult]],
+    examples: dict,
+    n_resamples: int,
+    seed: int,
+) -> np.ndarray:
+    """`model`'s (resamples, seeds) bootstrap replicates of its seed scores on `task`
+    (`stats.example_replicates`), from the `examples` cache. The draws depend only on the
+    examples' languages, the count and the seed, so on a miss every model of the task whose
+    predictions pair with `ex` is scored on the same draws at once and cached: the marks
+    compare each model with up to 13 others, and draw once per task, not once per pair."""
+    key = ("replicates", model, task, n_resamples, seed)
+    if key in examples:
+        return examples[key]
+    knobs = task_knobs(task)
+    peers = [model] + [m for (m, t) in cells if t == task and m != model]
+    chosen, scorers = [], []
+    for m in peers:
+        if ("replicates", m, task, n_resamples, seed) in examples:
+            continue
+        if (m, task) not in examples:
+            examples[(m, task)] = load_examples(cells.get((m, task), []))
+        peer = ex if m == model else examples[(m, task)][0]
+        if peer is None or _paired(ex, peer) is not None:
+            continue
+        chosen.append((m, len(peer.seeds)))
+        scorers.append(model_scorer(peer, knobs.metric, knobs.euro_languages))
+    both = stats.example_replicates(
+        lambda cols: np.hstack([score(cols) for score in scorers]),
+        ex.languages,
+        n_resamples=n_resamples,
+        seed=seed,
+        vectorized=True,
+    )
+    at = 0
+    for m, n_seeds in chosen:
+        examples[("replicates", m, task, n_resamples, seed)] = both[:, at : at + n_seeds]
+        at += n_seeds
+    return examples[key]
 
 
 def _power(row: Row, level: float) -> None:
