@@ -414,19 +414,17 @@ def _from_confusion(name: str, cm: np.ndarray, positive: np.ndarray) -> np.ndarr
         return np.where(defined, cov / np.where(scale > 0, scale, 1.0), np.nan)
 
 
-def _weighted_ranks(weights: np.ndarray, order: np.ndarray, tie: np.ndarray) -> np.ndarray:
+def _weighted_ranks(
+    weights: np.ndarray, order: np.ndarray, last: np.ndarray, run_of: np.ndarray
+) -> np.ndarray:
     """Average ranks (scipy `rankdata`'s "average") of every pooled value within each
     resample that draws value j `weights[:, j]` times, without sorting per resample: `order`
-    sorts the pool once, `tie` numbers its runs of equal values in that order. A value's
-    rank is the count drawn below its run plus (its run's count + 1) / 2."""
-    cum = np.cumsum(weights[:, order], axis=1)
-    last = np.flatnonzero(np.append(tie[1:] != tie[:-1], True))  # each run's last position
-    upto = cum[:, last]
+    sorts the pool once, `last` is each run of equal values' last position in that order,
+    `run_of` each value's run. A value's rank is the count drawn below its run plus (its
+    run's count + 1) / 2."""
+    upto = np.cumsum(weights[:, order], axis=1)[:, last]
     run = np.diff(upto, axis=1, prepend=0.0)
-    ranks_sorted = (upto - (run - 1.0) / 2.0)[:, tie]
-    ranks = np.empty_like(ranks_sorted)
-    ranks[:, order] = ranks_sorted
-    return ranks
+    return (upto - (run - 1.0) / 2.0)[:, run_of]
 
 
 def _spearman_batch(matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_lang: int):
@@ -437,10 +435,13 @@ def _spearman_batch(matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_
     matrix, labels = matrix.astype(float), labels.astype(float)
     n_cols = labels.size
 
-    def sorting(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def sorting(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         order = np.argsort(values, kind="stable")
         ordered = values[order]
-        return order, np.concatenate([[0], np.cumsum(ordered[1:] != ordered[:-1])])
+        change = ordered[1:] != ordered[:-1]
+        run_of = np.empty(order.size, dtype=np.int64)
+        run_of[order] = np.concatenate([[0], np.cumsum(change)])
+        return order, np.flatnonzero(np.append(change, True)), run_of
 
     pools = []
     for code in range(n_lang):
@@ -460,11 +461,12 @@ def _spearman_batch(matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_
             present[:, code] = n > 0
             mid = ((n + 1.0) / 2.0)[:, None]  # the mean of any n average ranks
             dg = _weighted_ranks(weights, *gold_sort) - mid
-            var_g = (weights * dg * dg).sum(axis=1)
+            wdg = weights * dg
+            var_g = np.einsum("ij,ij->i", wdg, dg)
             for s, pred_sort in enumerate(pred_sorts):
                 dp = _weighted_ranks(weights, *pred_sort) - mid
-                var_p = (weights * dp * dp).sum(axis=1)
-                cov = (weights * dp * dg).sum(axis=1)
+                var_p = np.einsum("ij,ij,ij->i", weights, dp, dp)
+                cov = np.einsum("ij,ij->i", wdg, dp)
                 defined = (n >= 2) & (var_p > 0) & (var_g > 0)  # 0: constant in the resample
                 with np.errstate(invalid="ignore", divide="ignore"):
                     r = np.clip(cov / np.sqrt(var_p * var_g), -1.0, 1.0)
