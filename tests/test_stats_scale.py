@@ -264,6 +264,16 @@ def test_compare_statistics_equal_the_loop_on_a_fixed_seed(rng, metric):
     )
 
 
+@pytest.mark.parametrize("n", [1, 7, 1001])
+def test_swaps_are_generator_permuted_s_draws(n, monkeypatch):
+    # scipy draws the swaps with Generator.permuted of [0, 1] per example; `_swaps` reads
+    # the same next_uint32 stream, in batches of any size (here 7 resamples)
+    monkeypatch.setattr(stats, "RESAMPLE_ROWS", 2 * n * 7)
+    want = np.random.default_rng(5).permuted(np.tile(np.arange(2), (300, n, 1)), axis=-1)
+    got = np.concatenate(list(stats._swaps(n, 300, 5, exact=False)))
+    assert np.array_equal(got, want[:, :, 0])
+
+
 def test_swap_permutation_equals_scipy_exactly_when_it_enumerates(rng):
     # 8 examples: 2^8 = 256 <= 999 resamples, so both enumerate every swap
     labels = rng.integers(0, 2, 8).astype(float)
