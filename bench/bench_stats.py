@@ -64,8 +64,9 @@ MODELS = ("model_a", "model_b")
 SEEDS = 5
 
 
-def synthesise(scale: float, seed: int = 20261201):
-    """{task: (Examples of A, Examples of B)} and a duck-typed table of their seed scores."""
+def synthesise(scale: float, models: tuple[str, ...] = MODELS, seed: int = 20261201):
+    """{(model, task): (Examples, None)} (`compare_cells`' cache of `load_examples`) and a
+    duck-typed table of their seed scores."""
     import numpy as np
 
     from encoder_eval.core.metrics import resample_scorer
@@ -85,7 +86,7 @@ def synthesise(scale: float, seed: int = 20261201):
         else:
             labels = rng.integers(0, max(2, knobs.num_labels), n).astype(float)
         ease = rng.normal(0, 1.5, n)  # shared by seeds and models: examples easy or hard
-        for m, skill in zip(MODELS, (0.9, 0.7), strict=True):
+        for m, skill in zip(models, np.linspace(0.9, 0.7, len(models)), strict=True):
             if knobs.metric == "spearman":
                 noise = rng.normal(0, 1, n) + rng.normal(0, 0.4, (SEEDS, n))
                 matrix = labels + (1.5 - skill) * noise
@@ -207,11 +208,35 @@ def run_power(args) -> dict:
     return {"cpu_s": time.process_time() - start, "values": {}}
 
 
+def run_table(args) -> dict:
+    """The marks of a whole table: 14 models, every pair on every task (91 x 17
+    `compare_cells` as `best_marks` calls them, one shared cache) and `finish_rows` over
+    the 1,547 rows in one family."""
+    from encoder_eval.reports import verdicts
+
+    models = tuple(f"model_{i:02d}" for i in range(14))
+    examples, table = synthesise(args.scale, models)
+    start = time.process_time()
+    rows = [
+        verdicts.compare_cells(
+            a, b, task, table, {}, n_resamples=args.resamples, seed=args.seed,
+            examples=examples, bootstrap=False, example_test=False, aso=False,
+        )  # fmt: skip
+        for task in SIZES
+        for i, a in enumerate(models)
+        for b in models[i + 1 :]
+    ]
+    verdicts.finish_rows(rows, 0.05, "holm", family_of=verdicts.family_key("table"))
+    return {"cpu_s": time.process_time() - start, "values": {}, "rows": len(rows)}
+
+
 def part(args) -> None:
     """One measurement in this process: CPU seconds, peak RSS, the statistics."""
     kind, workload = args.part.split("-")
     if kind == "power":
         res = run_power(args)
+    elif kind == "table":
+        res = run_table(args)
     elif kind == "new":
         res = run_new(args, workload, args.resamples if args.at is None else args.at)
     else:
@@ -251,11 +276,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--part", help=argparse.SUPPRESS)
     ap.add_argument("--at", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--table", action="store_true",
+                    help="also the marks of a whole 14-model table (91 pairs x 17 tasks)")  # fmt: skip
     args = ap.parse_args()
     if args.part:
         return part(args)
-    n_rows = sum(max(2, int(s * args.scale)) * 0 + 1 for s in SIZES.values())
-    print(f"one pair of models, {n_rows} tasks, {SEEDS} seeds each, sizes x {args.scale}, "
+    print(f"one pair of models, {len(SIZES)} tasks, {SEEDS} seeds each, sizes x {args.scale}, "
           f"{args.resamples} resamples (reference: {args.ref_resamples}, scaled)")  # fmt: skip
     result = {"scale": args.scale, "resamples": args.resamples, "ref_resamples": args.ref_resamples}
     factor = args.resamples / args.ref_resamples
@@ -275,6 +301,11 @@ def main() -> None:
     power = child(args, "power-rows")
     print(f"power search, 1,547 rows at alpha 0.05/1547: {power['cpu_s']:.2f} CPU s")
     result["power_1547_rows_cpu_s"] = power["cpu_s"]
+    if args.table:
+        whole = child(args, "table-marks")
+        print(f"marks of a 14-model table ({whole['rows']} comparisons and their power search): "
+              f"{whole['cpu_s']:.1f} CPU s, peak RSS {whole['peak_rss_mb']:.0f} MB")  # fmt: skip
+        result["table_marks"] = {"cpu_s": whole["cpu_s"], "peak_rss_mb": whole["peak_rss_mb"]}
     print_json(rounded(result))
 
 
