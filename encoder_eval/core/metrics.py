@@ -301,8 +301,9 @@ def resample_scorer(
     array elements. Classification metrics read confusion counts from one `np.bincount`
     over (resample, seed, language, true, predicted) keys, each example column first
     grouped with those of the same language, label and every seed's prediction (which the
-    counts cannot tell apart); Spearman ranks each resample once per language
-    (`rankdata`, average ties) and takes a vectorised Pearson of the ranks.
+    counts cannot tell apart); Spearman reads each resample's average ranks (`rankdata`'s
+    ties) off its draw counts over a language's values sorted once, and takes the Pearson
+    of the ranks weighted by those counts.
     Pointwise metrics only: resampling a grouped metric must resample whole queries."""
     if metric_spec(name).granularity == "grouped":
         raise ValueError(f"{name} is a per-query metric; resampling takes single examples")
