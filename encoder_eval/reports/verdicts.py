@@ -349,7 +349,8 @@ def _replicates(
     if key in examples:
         return examples[key]
     knobs = task_knobs(task)
-    peers = [model] + [m for (m, t) in cells if t == task and m != model]
+    known = list(cells) + [k for k in examples if len(k) == 2]  # models loaded or loadable
+    peers = list(dict.fromkeys([model] + [m for (m, t) in known if t == task]))
     chosen, scorers = [], []
     for m in peers:
         if ("replicates", m, task, n_resamples, seed) in examples:
