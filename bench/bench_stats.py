@@ -219,8 +219,17 @@ def run_table(args) -> dict:
     start = time.process_time()
     rows = [
         verdicts.compare_cells(
-            a, b, task, table, {}, n_resamples=args.resamples, seed=args.seed,
-            examples=examples, bootstrap=False, example_test=False, aso=False,
+            a,
+            b,
+            task,
+            table,
+            {},
+            n_resamples=args.resamples,
+            seed=args.seed,
+            examples=examples,
+            bootstrap=False,
+            example_test=False,
+            aso=False,
         )  # fmt: skip
         for task in SIZES
         for i, a in enumerate(models)
