@@ -282,43 +282,213 @@ def score_splits(
 # ----------------------------------------------------------------------------- resampling
 
 
-def _confusion(preds: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """The confusion counts (true class x predicted class) over the classes seen."""
-    classes, inverse = np.unique(np.concatenate([labels, preds]), return_inverse=True)
-    k, n = classes.size, labels.size
-    return np.bincount(inverse[:n] * k + inverse[n:], minlength=k * k).reshape(k, k), classes
+RESAMPLE_BATCH = 2_000_000  # array elements per batch of resamples: bounds peak memory
+
+
+def resample_scorer(
+    name: str,
+    matrix: np.ndarray,
+    labels: np.ndarray,
+    languages: np.ndarray,
+    euro: tuple[str, ...],
+) -> Callable[[np.ndarray], np.ndarray]:
+    """Score a (seeds, examples) prediction matrix on many resamples at once, for the
+    bootstraps and permutation tests of `compare`: the returned function maps a
+    (resamples, k) matrix of example indices (columns of `matrix`) to the (resamples, seeds)
+    task scores, each the metric per language on that resample's examples and then their
+    headline mean (`deciding_languages`, as `language_mean`); NaN where undefined, in the
+    cases of `undefined_reason`. Resamples are scored in batches of about `RESAMPLE_BATCH`
+    array elements. Classification metrics read confusion counts from one `np.bincount`
+    over (resample, seed, language, true, predicted) keys, each example column first
+    grouped with those of the same language, label and every seed's prediction (which the
+    counts cannot tell apart); Spearman reads each resample's average ranks (`rankdata`'s
+    ties) off its draw counts over a language's values sorted once, and takes the Pearson
+    of the ranks weighted by those counts.
+    Pointwise metrics only: resampling a grouped metric must resample whole queries."""
+    if metric_spec(name).granularity == "grouped":
+        raise ValueError(f"{name} is a per-query metric; resampling takes single examples")
+    matrix, labels = np.atleast_2d(np.asarray(matrix)), np.asarray(labels)
+    names, lang = np.unique(np.asarray(languages), return_inverse=True)
+    if matrix.shape[1:] != labels.shape or lang.shape != labels.shape or labels.size == 0:
+        raise ValueError(
+            f"{matrix.shape} predictions for {labels.shape} labels and {lang.shape} languages"
+        )
+    is_euro = np.isin(names, list(euro)) if euro else None
+    n_seeds = matrix.shape[0]
+    if name == "spearman":
+        per_language = _spearman_batch(matrix, labels, lang, names.size)
+    else:
+        per_language = _confusion_batch(name, matrix, labels, lang, names.size)
+
+    def scores(index: np.ndarray) -> np.ndarray:
+        index = np.atleast_2d(np.asarray(index))
+        rows = max(1, RESAMPLE_BATCH // max(1, n_seeds * index.shape[1]))
+        out = np.empty((index.shape[0], n_seeds))
+        for start in range(0, index.shape[0], rows):
+            value, present = per_language(index[start : start + rows])
+            out[start : start + rows] = _headline(value, present, is_euro)
+        return out
+
+    return scores
+
+
+def _headline(value: np.ndarray, present: np.ndarray, is_euro: np.ndarray | None) -> np.ndarray:
+    """(resamples, seeds) headline means from per-language scores `value` (resamples, seeds,
+    languages; NaN: undefined) over the languages `present` (resamples, languages): the
+    deciding ones (Euro among the present, else all present, `deciding_languages`), NaN
+    when any of those is undefined (`language_mean`)."""
+    deciding = present
+    if is_euro is not None:
+        euro_present = present & is_euro
+        deciding = np.where(euro_present.any(axis=1, keepdims=True), euro_present, present)
+    chosen = deciding[:, None, :]
+    total = np.where(chosen, value, 0.0).sum(axis=2)
+    mean = total / deciding.sum(axis=1)[:, None]
+    return np.where((np.isnan(value) & chosen).any(axis=2), np.nan, mean)
+
+
+def _confusion_batch(
+    name: str, matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_lang: int
+):
+    """The per-language scorer of a classification metric (see `resample_scorer`)."""
+    n_seeds = matrix.shape[0]
+    if name == "accuracy":  # only right or wrong matters: (language, correct) per seed
+        width, k = 2, 0
+        code = lang * 2 + (matrix == labels)
+    else:
+        classes = np.unique(np.concatenate([labels.ravel(), matrix.ravel()]))
+        k = classes.size
+        width = k * k
+        true = np.searchsorted(classes, labels)
+        code = (lang * k + true) * k + np.searchsorted(classes, matrix)
+        positive = np.flatnonzero(classes == 1)
+    # examples of one language, label and every seed's prediction count the same
+    patterns, group = np.unique(code.T, axis=0, return_inverse=True)
+    group, n_groups = group.ravel(), patterns.shape[0]
+    cells = n_lang * width
+    seed_offset = (np.arange(n_seeds) * cells)[:, None] + patterns.T  # (seeds, groups)
+
+    def per_language(index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = index.shape[0]
+        weights = np.bincount(
+            (np.arange(rows)[:, None] * n_groups + group[index]).ravel(),
+            minlength=rows * n_groups,
+        ).reshape(rows, 1, n_groups)
+        keys = (np.arange(rows) * (n_seeds * cells))[:, None, None] + seed_offset
+        counts = np.bincount(
+            keys.ravel(),
+            weights=np.broadcast_to(weights, keys.shape).ravel(),
+            minlength=rows * n_seeds * cells,
+        )
+        if name == "accuracy":
+            c = counts.reshape(rows, n_seeds, n_lang, 2)
+            n = c.sum(axis=3)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return c[..., 1] / n, n[:, 0] > 0
+        cm = counts.reshape(rows, n_seeds, n_lang, k, k)  # true x predicted
+        return _from_confusion(name, cm, positive), cm[:, 0].sum(axis=(2, 3)) > 0
+
+    return per_language
+
+
+def _from_confusion(name: str, cm: np.ndarray, positive: np.ndarray) -> np.ndarray:
+    """F1 / macro-F1 / MCC from confusion counts (..., true, predicted), with
+    `score_array`'s undefined cases as NaN."""
+    tp = np.diagonal(cm, axis1=-2, axis2=-1)
+    t, p = cm.sum(axis=-1), cm.sum(axis=-2)  # per class: true count, predicted count
+    fp, fn = p - tp, t - tp
+    denom = 2 * tp + fp + fn
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f1_per_class = np.where(denom > 0, 2 * tp / np.where(denom > 0, denom, 1.0), 0.0)
+        if name == "macro_f1":  # over the classes seen in labels or predictions
+            seen = denom > 0
+            return np.where(seen, f1_per_class, 0.0).sum(axis=-1) / seen.sum(axis=-1)
+        if name == "f1":  # the positive class 1; undefined when never seen
+            if positive.size == 0:
+                return np.full(cm.shape[:-2], np.nan)
+            j = positive[0]
+            return np.where(denom[..., j] > 0, f1_per_class[..., j], np.nan)
+        n = t.sum(axis=-1)
+        cov = np.trace(cm, axis1=-2, axis2=-1) * n - (t * p).sum(axis=-1)
+        scale = np.sqrt((n * n - (p * p).sum(axis=-1)) * (n * n - (t * t).sum(axis=-1)))
+        defined = (n >= 2) & ((t > 0).sum(axis=-1) >= 2) & ((p > 0).sum(axis=-1) >= 2)
+        return np.where(defined, cov / np.where(scale > 0, scale, 1.0), np.nan)
+
+
+def _weighted_ranks(
+    weights: np.ndarray, order: np.ndarray, last: np.ndarray, run_of: np.ndarray
+) -> np.ndarray:
+    """Average ranks (scipy `rankdata`'s "average") of every pooled value within each
+    resample that draws value j `weights[:, j]` times, without sorting per resample: `order`
+    sorts the pool once, `last` is each run of equal values' last position in that order,
+    `run_of` each value's run. A value's rank is the count drawn below its run plus (its
+    run's count + 1) / 2."""
+    upto = np.cumsum(weights[:, order], axis=1)[:, last]
+    run = np.diff(upto, axis=1, prepend=0.0)
+    return (upto - (run - 1.0) / 2.0)[:, run_of]
+
+
+def _spearman_batch(matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_lang: int):
+    """The per-language scorer of Spearman (see `resample_scorer`): each language's pool of
+    columns is sorted once per seed (and for the labels); a resample is the number of times
+    it draws each column, its ranks `_weighted_ranks`, its correlation the Pearson of the
+    ranks weighted by those counts (the Pearson of the drawn multiset)."""
+    matrix, labels = matrix.astype(float), labels.astype(float)
+    n_cols = labels.size
+
+    def sorting(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        order = np.argsort(values, kind="stable")
+        ordered = values[order]
+        change = ordered[1:] != ordered[:-1]
+        run_of = np.empty(order.size, dtype=np.int64)
+        run_of[order] = np.concatenate([[0], np.cumsum(change)])
+        return order, np.flatnonzero(np.append(change, True)), run_of
+
+    pools = []
+    for code in range(n_lang):
+        pool = np.flatnonzero(lang == code)
+        pools.append((pool, sorting(labels[pool]), [sorting(row[pool]) for row in matrix]))
+
+    def per_language(index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = index.shape[0]
+        drawn = np.bincount(
+            (np.arange(rows)[:, None] * n_cols + index).ravel(), minlength=rows * n_cols
+        ).reshape(rows, n_cols)
+        value = np.full((rows, matrix.shape[0], n_lang), np.nan)
+        present = np.zeros((rows, n_lang), dtype=bool)
+        for code, (pool, gold_sort, pred_sorts) in enumerate(pools):
+            weights = drawn[:, pool].astype(float)
+            n = weights.sum(axis=1)
+            present[:, code] = n > 0
+            mid = ((n + 1.0) / 2.0)[:, None]  # the mean of any n average ranks
+            dg = _weighted_ranks(weights, *gold_sort) - mid
+            wdg = weights * dg
+            var_g = np.einsum("ij,ij->i", wdg, dg)
+            for s, pred_sort in enumerate(pred_sorts):
+                dp = _weighted_ranks(weights, *pred_sort) - mid
+                var_p = np.einsum("ij,ij,ij->i", weights, dp, dp)
+                cov = np.einsum("ij,ij->i", wdg, dp)
+                defined = (n >= 2) & (var_p > 0) & (var_g > 0)  # 0: constant in the resample
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    r = np.clip(cov / np.sqrt(var_p * var_g), -1.0, 1.0)
+                value[:, s, code] = np.where(defined, r, np.nan)
+        return value, present
+
+    return per_language
 
 
 def score_array(name: str, preds: np.ndarray, labels: np.ndarray) -> float | None:
-    """`compute_metric(name, preds, labels)` computed with numpy alone, for resampling loops
-    that score thousands of resamples (the paired tests and bootstraps of `compare`):
-    scikit-learn's per-call input checks cost more than the arithmetic there. The same
-    value and the same undefined cases (None); `tests/test_metrics.py` checks the two agree.
-    Pointwise metrics only: resampling a grouped metric must resample whole queries."""
+    """`compute_metric(name, preds, labels)` computed with numpy alone: the one-resample
+    case of `resample_scorer` (scikit-learn's per-call input checks cost more than the
+    arithmetic in a resampling loop). The same value and the same undefined cases (None);
+    `tests/test_metrics.py` checks the two agree. Pointwise metrics only."""
     if metric_spec(name).granularity == "grouped":
         raise ValueError(f"{name} is a per-query metric; score_array resamples single examples")
     preds, labels = np.asarray(preds), np.asarray(labels)
-    if preds.shape != labels.shape or labels.size == 0:
+    if preds.shape != labels.shape or labels.ndim != 1 or labels.size == 0:
         raise ValueError(f"{preds.size} predictions for {labels.size} labels")
-    if undefined_reason(name, preds, labels) is not None:
-        return None
-    if name == "accuracy":
-        return float(np.mean(preds == labels))
-    if name == "spearman":
-        from scipy.stats import rankdata  # heavy: on use only (see the top)
-
-        return float(np.corrcoef(rankdata(preds), rankdata(labels))[0, 1])
-    cm, classes = _confusion(preds, labels)
-    tp = np.diag(cm).astype(float)
-    fp, fn = cm.sum(axis=0) - tp, cm.sum(axis=1) - tp
-    denom = 2 * tp + fp + fn
-    f1_per_class = np.divide(2 * tp, denom, out=np.zeros_like(tp), where=denom > 0)
-    if name == "macro_f1":
-        return float(np.mean(f1_per_class))
-    if name == "f1":
-        pos = np.flatnonzero(classes == 1)
-        return float(f1_per_class[pos[0]]) if pos.size else 0.0
-    t, p, n = cm.sum(axis=1).astype(float), cm.sum(axis=0).astype(float), float(cm.sum())
-    cov = np.trace(cm) * n - t @ p
-    scale = np.sqrt((n * n - p @ p) * (n * n - t @ t))
-    return float(cov / scale) if scale > 0 else 0.0
+    n = labels.size
+    value = resample_scorer(name, preds[None, :], labels, np.zeros(n, dtype=int), ())(
+        np.arange(n)[None, :]
+    )[0, 0]
+    return None if math.isnan(value) else float(value)

@@ -14,6 +14,7 @@ EVALUATION_METHODOLOGY.md, "Comparing models: the statistics".
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -21,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import optimize as sps_optimize
+from scipy import special as sps_special
 from scipy import stats as sps
 from statsmodels.stats.contingency_tables import mcnemar as _sm_mcnemar
 from statsmodels.stats.multitest import multipletests
-from statsmodels.stats.power import TTestIndPower
 from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
 
 from encoder_eval.core.errors import HarnessError
@@ -38,6 +39,16 @@ CORRECTIONS = ("holm", "fdr_bh")  # the first is the default
 class StatsInputError(HarnessError, ValueError):
     """Bad input to a statistic (empty, mismatched lengths, too few seeds, non-finite): a
     ValueError for library callers and a HarnessError so a command prints one `error:` line."""
+
+
+@dataclass(frozen=True)
+class Undefined:
+    """What a statistic returns, in place of a number, when legal input leaves it undefined
+    or out of reach (a difference of 0, no seed variance, a power no number of seeds
+    reaches): never raised, so a command's row carries `reason` as a note and goes on.
+    StatsInputError stays for bad input (wrong shapes, non-finite numbers)."""
+
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -281,21 +292,34 @@ def paired_permutation(
     )
 
 
+RESAMPLE_ROWS = 2_000_000  # index entries drawn per batch of resamples: bounds memory
+
+
 def paired_swap_permutation(
     a: np.ndarray,
     b: np.ndarray,
-    statistic: Callable[[np.ndarray, np.ndarray], float],
+    statistic: Callable,
     n_resamples: int = 999,
     seed: int = 1234,
+    *,
+    vectorized: bool = False,
 ) -> TestResult:
     """Two-sided paired permutation test on whole examples for any task score: `a` and `b`
     are (seeds, examples) prediction matrices of two models on the same examples, and
     `statistic(a, b)` is the score difference A - B (e.g. the seed-averaged task metric).
     Under the null an example's predictions are exchangeable between the models, so each
     resample swaps a random set of columns (all of an example's seeds at once) between A
-    and B (scipy `permutation_test`, permutation_type="samples", on example indices). This
-    serves metrics that are not a mean over examples (F1, MCC, Spearman, a language mean).
-    Both matrices need the same number of seeds (their rows are swapped pairwise)."""
+    and B. This serves metrics that are not a mean over examples (F1, MCC, Spearman, a
+    language mean). Both matrices need the same number of seeds (their rows are swapped
+    pairwise).
+
+    The swaps are scipy `permutation_test`'s (permutation_type="samples" on example
+    indices, `random_state` default_rng(seed); exact enumeration when 2^n <= n_resamples),
+    drawn here in batches, and so is its p-value; with `vectorized`, `statistic(x, y)`
+    takes (resamples, n) column indices into the stacked matrix [a | b] (A's swapped
+    matrix is its columns x, B's its columns y) and returns one difference per row, so a
+    batch is scored at once. An undefined observed difference (NaN) gives a NaN p-value
+    (scipy would count no resample as extreme and return about 2 / (n_resamples + 1))."""
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim != 2 or a.shape != b.shape or a.size == 0:
         raise StatsInputError(
@@ -306,59 +330,124 @@ def paired_swap_permutation(
         raise StatsInputError(f"n_resamples must be positive, got {n_resamples}")
     n = a.shape[1]
     stacked = np.concatenate([a, b], axis=1)
+    own = np.arange(n)
 
-    def swapped(x: np.ndarray, y: np.ndarray) -> float:
-        return statistic(stacked[:, x], stacked[:, y])
+    def batch_stat(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if vectorized:
+            return np.asarray(statistic(x, y), dtype=float)
+        return np.array(
+            [statistic(stacked[:, xi], stacked[:, yi]) for xi, yi in zip(x, y, strict=True)]
+        )
 
-    res = sps.permutation_test(
-        (np.arange(n), np.arange(n, 2 * n)),
-        swapped,
-        permutation_type="samples",
-        alternative="two-sided",
-        vectorized=False,
-        n_resamples=n_resamples,
-        random_state=np.random.default_rng(seed),
+    observed = float(batch_stat(own[None, :], own[None, :] + n)[0])
+    if math.isnan(observed) or n < 2:  # undefined, or nothing to swap
+        return TestResult(
+            test="paired permutation", statistic=observed, pvalue=math.nan, diff=observed
+        )
+    exact = n < 63 and 2**n <= n_resamples
+    null_distribution = np.concatenate(
+        [
+            batch_stat(own + n * first, own + n * (1 - first))
+            for first in _swaps(n, n_resamples, seed, exact)
+        ]
     )
-    diff = float(statistic(a, b))
-    return TestResult(
-        test="paired permutation", statistic=diff, pvalue=float(res.pvalue), diff=diff
-    )
+    adjustment = 0 if exact else 1
+    total = null_distribution.size + adjustment
+    gamma = abs(np.finfo(float).eps * 100 * observed)  # scipy's tolerance for equal values
+    less = (np.count_nonzero(null_distribution <= observed + gamma) + adjustment) / total
+    greater = (np.count_nonzero(null_distribution >= observed - gamma) + adjustment) / total
+    pvalue = float(np.clip(min(less, greater) * 2, 0.0, 1.0))
+    return TestResult(test="paired permutation", statistic=observed, pvalue=pvalue, diff=observed)
+
+
+def _swaps(n: int, n_resamples: int, seed: int, exact: bool):
+    """Batches of (resamples, n) 0/1 matrices, 1 where example j's A and B are swapped:
+    scipy `permutation_test`'s draws for permutation_type="samples" on two samples (every
+    swap pattern in `itertools.product` order when exact; else `Generator.permuted` of
+    [0, 1] per example, one after another). `permuted` shuffles a pair with one
+    `next_uint32` and swaps it when the low bit is 0; `integers(0, 2**32, dtype=uint32)`
+    reads the same `next_uint32` stream 25 times faster, so that is how it is drawn here
+    (tests/test_stats_scale.py checks the two agree, and the p-values against scipy's)."""
+    rows = max(1, RESAMPLE_ROWS // (2 * n))
+    if exact:
+        patterns = np.array(list(itertools.product((0, 1), repeat=n)), dtype=np.int64)
+        for start in range(0, patterns.shape[0], rows):
+            yield patterns[start : start + rows]
+        return
+    rng = np.random.default_rng(seed)
+    for start in range(0, n_resamples, rows):
+        count = min(rows, n_resamples - start)
+        bits = rng.integers(0, 2**32, size=count * n, dtype=np.uint32)
+        yield (1 - (bits & 1)).astype(np.int64).reshape(count, n)
 
 
 def two_level_bootstrap(
-    score: Callable[[list[np.ndarray], np.ndarray], float],
+    score: Callable,
     n_seeds: Sequence[int],
     strata: Sequence,
     n_resamples: int = 1000,
     seed: int = 1234,
     confidence: float = 0.95,
+    *,
+    vectorized: bool = False,
 ) -> tuple[float, float, float]:
     """A percentile interval that carries both sources of variance: each replicate
     resamples, with replacement, the seeds of every model (`n_seeds[k]` of model k,
     independently) and the test examples (within each stratum, e.g. language, and the
     same examples for every model, so a difference stays paired), then evaluates
     `score(seed_indices_per_model, example_indices)`. Returns (point, low, high), the point
-    being `score` on all seeds and examples."""
+    being `score` on all seeds and examples; low and high are NaN (undefined) when a
+    replicate's score is. With `vectorized`, `score` takes a batch: a (resamples, k) seed
+    index matrix per model and a (resamples, examples) example index matrix, and returns
+    one value per resample (the draws are the same either way)."""
     _check_level(confidence, "confidence")
     if n_resamples < 1 or not n_seeds or min(n_seeds) < 1:
         raise StatsInputError(
             f"two_level_bootstrap needs n_resamples >= 1 and a seed per model, got "
             f"{n_resamples} and {list(n_seeds)}"
         )
-    groups = np.asarray(strata)
-    if groups.ndim != 1 or groups.size == 0:
-        raise StatsInputError("two_level_bootstrap needs one stratum label per example")
-    members = [np.flatnonzero(groups == g) for g in dict.fromkeys(groups.tolist())]
-    rng = np.random.default_rng(seed)
-    point = float(score([np.arange(k) for k in n_seeds], np.arange(groups.size)))
-    values = np.empty(n_resamples)
-    for r in range(n_resamples):
-        seeds = [rng.integers(0, k, size=k) for k in n_seeds]
-        examples = np.concatenate([m[rng.integers(0, m.size, size=m.size)] for m in members])
-        values[r] = score(seeds, examples)
+    rng, members = _strata_members(strata, "two_level_bootstrap", seed)
+    size = sum(m.size for m in members)
+    every_seed = [np.arange(k) for k in n_seeds]
+    if vectorized:
+        point = float(score([s[None, :] for s in every_seed], np.arange(size)[None, :])[0])
+    else:
+        point = float(score(every_seed, np.arange(size)))
+    values = np.concatenate(
+        [
+            np.asarray(score(seeds, examples), dtype=float)
+            if vectorized
+            else np.array([score([s[r] for s in seeds], examples[r]) for r in range(len(examples))])
+            for seeds, examples in _draw_batches(rng, members, n_resamples, n_seeds)
+        ]
+    )
+    if np.isnan(values).any():
+        return point, math.nan, math.nan
     tail = (1.0 - confidence) / 2 * 100
     low, high = np.percentile(values, [tail, 100 - tail])
     return point, float(low), float(high)
+
+
+def _draw_batches(rng: np.random.Generator, members: list, n_resamples: int, n_seeds=()):
+    """Batches of bootstrap draws: per resample, `rng.integers` for each model's seeds
+    (`n_seeds`), then for each stratum's examples (`members`), in that order, one resample
+    after another: the same calls as one resample at a time, so the same draws, held a
+    batch of about RESAMPLE_ROWS indices at once. Yields (seed index matrices, example
+    index matrix), each with one row per resample."""
+    size = sum(m.size for m in members)
+    rows = max(1, min(n_resamples, RESAMPLE_ROWS // max(1, size)))
+    for start in range(0, n_resamples, rows):
+        count = min(rows, n_resamples - start)
+        seeds = [np.empty((count, k), dtype=np.int64) for k in n_seeds]
+        examples = np.empty((count, size), dtype=np.int64)
+        for r in range(count):
+            for drawn, k in zip(seeds, n_seeds, strict=True):
+                drawn[r] = rng.integers(0, k, size=k)
+            at = 0
+            for m in members:
+                examples[r, at : at + m.size] = m[rng.integers(0, m.size, size=m.size)]
+                at += m.size
+        yield seeds, examples
 
 
 def example_variance(
@@ -375,9 +464,9 @@ def example_variance(
     if n_resamples < 2:
         raise StatsInputError(f"example_variance needs n_resamples >= 2, got {n_resamples}")
     rng, members = _strata_members(strata, "example_variance", seed)
-    values = np.empty(n_resamples)
-    for r in range(n_resamples):
-        values[r] = score(np.concatenate([m[rng.integers(0, m.size, m.size)] for m in members]))
+    values = np.array(
+        [score(row) for _, batch in _draw_batches(rng, members, n_resamples) for row in batch]
+    )
     if not np.all(np.isfinite(values)):
         return math.nan
     return float(np.var(values, ddof=1))
@@ -389,6 +478,32 @@ def _strata_members(strata: Sequence, who: str, seed: int):
         raise StatsInputError(f"{who} needs one stratum label per example")
     members = [np.flatnonzero(groups == g) for g in dict.fromkeys(groups.tolist())]
     return np.random.default_rng(seed), members
+
+
+def example_replicates(
+    seed_scores: Callable[[np.ndarray], np.ndarray],
+    strata: Sequence,
+    n_resamples: int = 999,
+    seed: int = 1234,
+    *,
+    vectorized: bool = False,
+) -> np.ndarray:
+    """(resamples, seeds) bootstrap replicates of every seed's score: the examples are
+    resampled with replacement within each stratum (language); `seed_scores(example
+    indices)` returns every seed's score on them (with `vectorized`, a (resamples,
+    examples) index matrix in, a (resamples, seeds) matrix out). The draws depend only on
+    the strata, `n_resamples` and `seed`, so one model's replicates serve every pair it is
+    in (`shared_example_part` of two models' replicates side by side)."""
+    if n_resamples < 2:
+        raise StatsInputError(f"example replicates need n_resamples >= 2, got {n_resamples}")
+    rng, members = _strata_members(strata, "example_replicates", seed)
+    rows = []
+    for _, examples in _draw_batches(rng, members, n_resamples):
+        if vectorized:
+            rows.append(np.asarray(seed_scores(examples), dtype=float))
+        else:
+            rows.extend(np.asarray(seed_scores(row), dtype=float)[None, :] for row in examples)
+    return np.vstack(rows)
 
 
 def shared_example_part(replicates: np.ndarray, n_a: int) -> float:
@@ -421,23 +536,18 @@ def shared_example_variance(
     strata: Sequence,
     n_resamples: int = 999,
     seed: int = 1234,
+    *,
+    vectorized: bool = False,
 ) -> float:
     """The test-set part V_ex of the variance of a seed-mean score difference A - B, the one
     `combined_test` adds to the seed variance: `seed_scores(example_indices)` returns every
     seed's score on those examples (A's n_a seeds first, then B's); the examples are resampled
-    with replacement within each stratum (language), the same for both models, and
-    `shared_example_part` keeps what the seeds share."""
+    with replacement within each stratum (language), the same for both models
+    (`example_replicates`), and `shared_example_part` keeps what the seeds share."""
     if n_resamples < 2:
         raise StatsInputError(f"shared_example_variance needs n_resamples >= 2, got {n_resamples}")
-    rng, members = _strata_members(strata, "shared_example_variance", seed)
-    rows = [
-        np.asarray(
-            seed_scores(np.concatenate([m[rng.integers(0, m.size, m.size)] for m in members])),
-            dtype=float,
-        )
-        for _ in range(n_resamples)
-    ]
-    return shared_example_part(np.vstack(rows), n_a)
+    replicates = example_replicates(seed_scores, strata, n_resamples, seed, vectorized=vectorized)
+    return shared_example_part(replicates, n_a)
 
 
 def _combined_parts(
@@ -495,13 +605,86 @@ def _combined_power(
     """The power of `combined_test` with n seeds per model against a true difference `diff`
     (noncentral t on the Satterthwaite df of the given stds)."""
     total, df = _combined_parts(std_a**2, std_b**2, n, n, example_var)
-    ncp = abs(diff) / math.sqrt(total)
+    return _t_power(abs(diff) / math.sqrt(total), df, alpha)
+
+
+def _t_power(ncp: float, df: float, alpha: float) -> float:
+    """The power of a two-sided t-test at level `alpha` on `df` degrees of freedom (normal
+    when infinite) against noncentrality `ncp` >= 0. scipy.special's functions, not the
+    `sps.t` / `sps.nct` objects (30x the cost per call, and a table's power search calls
+    this some 10^4 times); the critical value from the lower tail (`stdtrit` at alpha/2),
+    which stays finite at the tiny levels of a large family where 1 - alpha/2 rounds to 1."""
     if math.isinf(df):
-        crit = float(sps.norm.ppf(1 - alpha / 2))
-        return float(sps.norm.sf(crit - ncp) + sps.norm.cdf(-crit - ncp))
-    crit = float(sps.t.ppf(1 - alpha / 2, df))
-    power = float(sps.nct.sf(crit, df, ncp) + sps.nct.cdf(-crit, df, ncp))
-    return power if math.isfinite(power) else 1.0  # scipy's nct gives NaN far in the tail
+        crit = -float(sps_special.ndtri(alpha / 2))
+        return float(sps_special.ndtr(ncp - crit) + sps_special.ndtr(-crit - ncp))
+    crit = -float(sps_special.stdtrit(df, alpha / 2))
+    # The lower tail P(T < -crit) is at most min(alpha / 2, Phi(-ncp)) (T < -crit needs
+    # Z + ncp < 0): skipped when that cannot move the sum; boost's noncentral t gives NaN
+    # there at small alpha, which the first version read as power 1 (5 seeds "enough" at a
+    # power below 1e-6).
+    skip_lower = min(alpha / 2, 0.5 * math.erfc(ncp / math.sqrt(2))) < 1e-17
+    with warnings.catch_warnings():  # boost's "Error in function cdf(...)": handled below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        upper = 1.0 - float(sps_special.nctdtr(df, ncp, crit)) if df >= 2 else math.nan
+        lower = 0.0 if skip_lower else float(sps_special.nctdtr(df, ncp, -crit))
+    if not 0.0 <= upper <= 1.0:  # boost is NaN, or below 2 df silently wrong, far in the
+        upper = _nct_sf(crit, df, ncp)  # tail (tiny alpha): integrate over chi2 instead
+    return min(1.0, upper + (lower if 0.0 <= lower <= 1.0 else 0.0))
+
+
+def _nct_sf(crit: float, df: float, ncp: float) -> float:
+    """P(T > crit) for noncentral t on `df` degrees of freedom: the integral over u in
+    (0, 1) of Phi(ncp - crit sqrt(V_u / df)), V_u the u-quantile of chi2(df) (bounded and
+    monotone in u, so quadrature holds where boost's series do not), split where Phi's
+    argument crosses 0. Within 1e-7 of boost where both hold near the power searched for
+    (0.8); a power of 1e-6 or less may come out several times too small, which leaves it
+    below any power asked for, all the search needs."""
+    from scipy import integrate  # heavy: only where boost's noncentral t fails
+
+    def integrand(u: float) -> float:
+        v = 2.0 * float(sps_special.gammaincinv(df / 2, u))
+        return float(sps_special.ndtr(ncp - crit * math.sqrt(v / df)))
+
+    cross = float(sps_special.gammainc(df / 2, df * (ncp / crit) ** 2 / 2)) if crit > 0 else 1.0
+    with warnings.catch_warnings():  # quadpack's accuracy notes; the sum is clipped below
+        warnings.simplefilter("ignore")
+        value = sum(
+            integrate.quad(integrand, lo, hi, limit=200, epsabs=1e-13)[0]
+            for lo, hi in ((0.0, cross), (cross, 1.0))
+            if hi > lo
+        )
+    return float(min(1.0, max(0.0, value)))
+
+
+def _equal_n_power(effect: float, n: int, alpha: float) -> float:
+    """The power of the two-sided two-sample t-test with n seeds per model against effect
+    size `effect` (difference / pooled std): statsmodels `TTestIndPower.power`'s formula
+    (df 2n - 2, noncentrality effect * sqrt(n / 2)), whose solver, not this, fails at small
+    alpha (at n = 5, alpha 0.05/1547 it returned an effect with 16 % power, silently)."""
+    return _t_power(effect * math.sqrt(n / 2.0), 2.0 * n - 2.0, alpha)
+
+
+def _fewest_seeds(enough: Callable[[int], bool], cap: int, guess: float = 2.0) -> int | None:
+    """The smallest n in [2, cap] with `enough(n)` (power rises with n), or None: from
+    `guess` (the normal approximation, which the t-test needs at least as many seeds as),
+    steps growing twofold until enough, then bisection."""
+    low = int(min(max(2.0, guess), cap)) if math.isfinite(guess) else 2
+    if enough(low):
+        if low == 2:
+            return 2
+        low = 2  # the guess was already enough: search from the bottom
+        if enough(low):
+            return 2
+    step, high = 1, low + 1
+    while not enough(high):
+        if high >= cap:
+            return None
+        low, step = high, 2 * step
+        high = min(low + step, cap)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if enough(mid) else (mid, high)
+    return high
 
 
 MAX_SEEDS = 100_000  # seeds_needed gives up beyond this
@@ -577,44 +760,67 @@ def seeds_needed(
     alpha: float = 0.05,
     power: float = 0.8,
     example_var: float = 0.0,
-) -> int:
+) -> int | Undefined:
     """Seeds per model a two-sided two-sample t-test needs to detect a true difference `diff`
-    at level `alpha` with probability `power` (statsmodels `TTestIndPower`, equal group sizes,
-    effect size |diff| / pooled std with pooled std = sqrt((std_a^2 + std_b^2) / 2)); at least
-    2, the fewest a t-test can use. With a test-set variance `example_var` > 0 it is the
-    power of `combined_test` instead, which more seeds cannot push past the test set's own
-    noise: a difference below that floor raises StatsInputError saying so."""
+    at level `alpha` with probability `power` (the power of statsmodels `TTestIndPower`,
+    equal group sizes, effect size |diff| / pooled std with pooled std = sqrt((std_a^2 +
+    std_b^2) / 2)); at least 2, the fewest a t-test can use. With a test-set variance
+    `example_var` > 0 it is the power of `combined_test` instead, which more seeds cannot
+    push past the test set's own noise. `Undefined` (with the reason) when no number of
+    seeds reaches that power, the difference is 0 or no seed varies."""
     _check_level(alpha, "alpha")
     _check_level(power, "power")
     pooled = _pooled_std(std_a, std_b)
-    if diff == 0 or not math.isfinite(diff):
-        raise StatsInputError(f"no number of seeds detects a difference of {diff!r}")
-    if example_var > 0:
-
-        def enough(n: int) -> bool:
-            return _combined_power(diff, std_a, std_b, n, example_var, alpha) >= power
-
-        if enough(2):
-            return 2
-        if enough(MAX_SEEDS):  # power rises with n: bisect for the fewest
-            low, high = 2, MAX_SEEDS
-            while high - low > 1:
-                mid = (low + high) // 2
-                low, high = (low, mid) if enough(mid) else (mid, high)
-            return high
+    if not math.isfinite(diff) or not math.isfinite(example_var) or example_var < 0:
         raise StatsInputError(
-            f"no number of seeds detects {abs(diff):.4g}: the test set's own noise (sd "
-            f"{math.sqrt(example_var):.3g}) hides it; it needs more test examples"
+            f"seeds_needed needs a finite difference and test-set variance >= 0, got "
+            f"{diff!r} and {example_var!r}"
         )
+    if diff == 0:
+        return Undefined(f"no number of seeds detects a difference of {diff!r}")
+    if example_var > 0:
+        room = (diff / _z_sum(alpha, power)) ** 2 - example_var  # what the seeds may add
+        n = _fewest_seeds(
+            lambda k: _combined_power(diff, std_a, std_b, k, example_var, alpha) >= power,
+            MAX_SEEDS,
+            2 * pooled**2 / room if room > 0 else 2.0,
+        )
+        if n is None:
+            return Undefined(
+                f"no number of seeds detects {abs(diff):.4g}: the test set's own noise (sd "
+                f"{math.sqrt(example_var):.3g}) hides it; it needs more test examples"
+            )
+        return n
     if pooled == 0:
-        raise StatsInputError("both seed stds are 0: the seed variance gives no power estimate")
+        return Undefined("both seed stds are 0: the seed variance gives no power estimate")
     effect = abs(diff) / pooled
-    analysis = TTestIndPower()
-    at_two = analysis.power(effect_size=effect, nobs1=2, alpha=alpha, ratio=1.0)
-    if not at_two < power:  # the solver fails at the bound of 2; NaN: an effect so large
-        return 2  # that the noncentral t underflows, so 2 seeds already suffice
-    n = analysis.solve_power(effect_size=effect, alpha=alpha, power=power, ratio=1.0)
-    return max(2, math.ceil(float(n) - 1e-9))
+    n = _fewest_seeds(
+        lambda k: _equal_n_power(effect, k, alpha) >= power,
+        2**62,
+        2 * (_z_sum(alpha, power) / effect) ** 2,
+    )
+    if n is None:  # not reached: the effect is below what any count of doubles can resolve
+        return Undefined(f"no number of seeds detects {abs(diff):.4g} at alpha {alpha:.3g}")
+    return n
+
+
+def _z_sum(alpha: float, power: float) -> float:
+    """z_(1 - alpha/2) + z_power: the normal approximation's noncentrality for `power`."""
+    return float(-sps_special.ndtri(alpha / 2) + sps_special.ndtri(power))
+
+
+def _root(f: Callable[[float], float], scale: float) -> float | None:
+    """The root of an increasing `f` on (0, inf), starting from the bracket
+    [1e-12, 20] x `scale` and widening its top tenfold until f changes sign (up to 1e12 x
+    `scale`); None when it never does."""
+    low, high = 1e-12 * scale, 20.0 * scale
+    if f(low) >= 0:
+        return low
+    while f(high) < 0:
+        if high > 1e12 * scale:
+            return None
+        low, high = high, 10.0 * high
+    return float(sps_optimize.brentq(f, low, high, xtol=1e-14 * scale, rtol=1e-12))
 
 
 def min_detectable_difference(
@@ -624,27 +830,34 @@ def min_detectable_difference(
     alpha: float = 0.05,
     power: float = 0.8,
     example_var: float = 0.0,
-) -> float:
+) -> float | Undefined:
     """The smallest true difference `n` seeds per model detect with probability `power` at
-    level `alpha` (two-sided two-sample t-test, statsmodels `TTestIndPower`): the detectable
-    effect size times the pooled std sqrt((std_a^2 + std_b^2) / 2). With a test-set variance
-    `example_var` > 0: the difference at which `combined_test` has that power."""
+    level `alpha` (two-sided two-sample t-test, statsmodels `TTestIndPower`'s power): the
+    detectable effect size times the pooled std sqrt((std_a^2 + std_b^2) / 2). With a
+    test-set variance `example_var` > 0: the difference at which `combined_test` has that
+    power. The search widens its bracket until it holds the answer, so a large family's
+    tiny alpha is reached; `Undefined` when no seed varies and there is no test-set
+    variance, or when no difference reaches the power (numerically out of reach)."""
     _check_level(alpha, "alpha")
     _check_level(power, "power")
     if n < 2:
         raise StatsInputError(f"a t-test needs at least 2 seeds per model, got n={n}")
     pooled = _pooled_std(std_a, std_b)
+    if not math.isfinite(example_var) or example_var < 0:
+        raise StatsInputError(f"example_var must be finite and >= 0, got {example_var!r}")
     if example_var > 0:
         scale = math.sqrt(pooled**2 * 2 / n + example_var)
-        return float(
-            sps_optimize.brentq(
-                lambda d: _combined_power(d, std_a, std_b, n, example_var, alpha) - power,
-                1e-12 * scale,
-                20 * scale,
-            )
+        mdd = _root(
+            lambda d: _combined_power(d, std_a, std_b, n, example_var, alpha) - power, scale
         )
-    effect = TTestIndPower().solve_power(nobs1=n, alpha=alpha, power=power, ratio=1.0)
-    return float(effect) * pooled
+    elif pooled == 0:
+        return Undefined("both seed stds are 0 and no test-set variance: nothing to size")
+    else:
+        effect = _root(lambda e: _equal_n_power(e, n, alpha) - power, 1.0)
+        mdd = None if effect is None else effect * pooled
+    if mdd is None:
+        return Undefined(f"no difference reaches {power:.0%} power at alpha {alpha:.3g}")
+    return mdd
 
 
 def family_alpha(alpha: float, n_tests: int) -> float:

@@ -23,7 +23,7 @@ from encoder_eval.cells.predictions import PredictionsError, check_against_resul
 from encoder_eval.cells.predictions import predictions_path as predictions_file
 from encoder_eval.core import stats
 from encoder_eval.core.errors import HarnessError
-from encoder_eval.core.metrics import language_mean, metric_spec, score_array, sign
+from encoder_eval.core.metrics import metric_spec, resample_scorer, sign
 from encoder_eval.core.results import LoadedResult, load_results
 from encoder_eval.data.tasks import task_knobs
 from encoder_eval.plans.experiment import summarize_inputs
@@ -116,39 +116,18 @@ MARK_FAMILIES = ("table", "task")
 # ----------------------------------------------------------------------------- examples
 
 
-def seed_scores(metric: str, euro: tuple[str, ...]):
-    """The function (matrix, labels, languages, example columns) -> every seed's task score:
-    per seed (row), the metric per language on the chosen examples and their headline
-    language mean (`metrics.language_mean`, as a cell's report mean is computed); NaN where
-    undefined."""
-
-    def scores(matrix: np.ndarray, labels: np.ndarray, langs: np.ndarray, cols) -> np.ndarray:
-        out = np.empty(len(matrix))
-        lab, lng = labels[cols], langs[cols]
-        order = list(dict.fromkeys(lng.tolist()))
-        for i, row in enumerate(matrix):
-            preds = row[cols]
-            per_lang = {}
-            for lang in order:
-                sel = lng == lang
-                per_lang[lang] = score_array(metric, preds[sel], lab[sel])
-            mean, _ = language_mean(per_lang, euro)
-            out[i] = math.nan if mean is None else mean
-        return out
-
-    return scores
+def seed_mean(per_seed: np.ndarray, seed_rows: np.ndarray | None = None) -> np.ndarray:
+    """Per resample (row of `per_seed`, every seed's task score), the seed-averaged task
+    score over the seeds `seed_rows` (a (resamples, k) index matrix; None: all seeds, in
+    order); NaN when a chosen seed's score is undefined."""
+    chosen = per_seed if seed_rows is None else np.take_along_axis(per_seed, seed_rows, axis=1)
+    return chosen.mean(axis=1)
 
 
-def task_score(metric: str, euro: tuple[str, ...]):
-    """The function (matrix, labels, languages, example columns) -> the seed-averaged task
-    score (the mean of `seed_scores`); NaN when a seed's score is undefined."""
-    per_seed = seed_scores(metric, euro)
-
-    def score(matrix: np.ndarray, labels: np.ndarray, langs: np.ndarray, cols) -> float:
-        values = per_seed(matrix, labels, langs, cols)
-        return math.nan if np.isnan(values).any() else float(np.mean(values))
-
-    return score
+def model_scorer(ex: Examples, metric: str, euro: tuple[str, ...]):
+    """`metrics.resample_scorer` of one model's predictions: (resamples, examples) example
+    indices -> (resamples, seeds) task scores."""
+    return resample_scorer(metric, ex.matrix, ex.labels, ex.languages, euro)
 
 
 def load_examples(cells: list[LoadedResult]) -> tuple[Examples | None, str | None]:
@@ -221,11 +200,14 @@ def compare_cells(
     examples: dict | None = None,
     bootstrap: bool = True,
     example_test: bool = True,
+    aso: bool = True,
 ) -> Row:
     """Every statistic of A against B on `task` but the correction, the verdict and the
     seeds needed (those need the row's family: `finish_rows`). `cells` are the table's
-    included report results per (model, task); `examples` caches `load_examples` across
-    rows; `bootstrap` and `example_test` skip the diagnostics the verdict does not use."""
+    included report results per (model, task); `examples` caches, across rows,
+    `load_examples` and each model's bootstrap replicates of its seed scores (the draws
+    are the same for every pair); `bootstrap`, `example_test` and `aso` skip the
+    diagnostics the verdict does not use (the marks read none of them)."""
     knobs = task_knobs(task)
     sa, sb = table.cells.get((model_a, task)), table.cells.get((model_b, task))
     a_scores = [] if sa is None else [sa.scores[s] for s in sorted(sa.scores)]
@@ -252,12 +234,13 @@ def compare_cells(
     row.ci_low, row.ci_high = welch.low, welch.high
     if row.p_seed is None:
         row.notes.append("no seed varies in either model: the seed-level test is undefined")
-    row.aso_a_over_b = stats.aso(
-        [direction * x for x in a_scores], [direction * x for x in b_scores], seed=seed
-    ).eps_min
-    row.aso_b_over_a = stats.aso(
-        [direction * x for x in b_scores], [direction * x for x in a_scores], seed=seed
-    ).eps_min
+    if aso:
+        row.aso_a_over_b = stats.aso(
+            [direction * x for x in a_scores], [direction * x for x in b_scores], seed=seed
+        ).eps_min
+        row.aso_b_over_a = stats.aso(
+            [direction * x for x in b_scores], [direction * x for x in a_scores], seed=seed
+        ).eps_min
     std_a, std_b = float(np.std(a_scores, ddof=1)), float(np.std(b_scores, ddof=1))
     row.std_a, row.std_b = std_a, std_b
     examples = {} if examples is None else examples
@@ -278,27 +261,38 @@ def compare_cells(
     k = min(len(ea.seeds), len(eb.seeds))
     if k < len(ea.seeds) or k < len(eb.seeds):
         row.notes.append(f"the example-level test pairs the first {k} seeds of each model")
-    score = task_score(knobs.metric, knobs.euro_languages)
-    labels, langs = ea.labels, ea.languages
-
-    def diff_stat(ma: np.ndarray, mb: np.ndarray) -> float:
-        cols = np.arange(ma.shape[1])
-        return direction * (score(ma, labels, langs, cols) - score(mb, labels, langs, cols))
-
+    labels, langs, euro = ea.labels, ea.languages, knobs.euro_languages
     if example_test:
-        test = stats.paired_swap_permutation(
-            ea.matrix[:k], eb.matrix[:k], diff_stat, n_resamples=n_resamples, seed=seed
+        stacked = np.concatenate([ea.matrix[:k], eb.matrix[:k]], axis=1)
+        swapped = resample_scorer(
+            knobs.metric,
+            stacked,
+            np.concatenate([labels, labels]),
+            np.concatenate([langs, langs]),
+            euro,
         )
-        row.example_test, row.p_example = test.test, test.pvalue
-    per_seed = seed_scores(knobs.metric, knobs.euro_languages)
-    both = np.concatenate([ea.matrix, eb.matrix])
-    vex = stats.shared_example_variance(
-        lambda cols: per_seed(both, labels, langs, cols),
-        len(ea.seeds),
-        langs,
-        n_resamples=max(2, n_resamples),
-        seed=seed,
-    )
+
+        def diff_stat(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+            """A's minus B's seed-averaged score, each model's columns chosen by x and y."""
+            return direction * (seed_mean(swapped(x)) - seed_mean(swapped(y)))
+
+        test = stats.paired_swap_permutation(
+            ea.matrix[:k],
+            eb.matrix[:k],
+            diff_stat,
+            n_resamples=n_resamples,
+            seed=seed,
+            vectorized=True,
+        )
+        row.example_test = test.test
+        row.p_example = None if math.isnan(test.pvalue) else test.pvalue
+        if row.p_example is None:
+            row.notes.append("the example-level test is undefined (the task score is)")
+    replicates = [
+        _replicates(model, task, ex, cells, examples, max(2, n_resamples), seed)
+        for model, ex in ((model_a, ea), (model_b, eb))
+    ]
+    vex = stats.shared_example_part(np.hstack(replicates), len(ea.seeds))
     if math.isnan(vex):
         row.notes.append(
             "the test-set variance is undefined (a resample's score is); "
@@ -315,15 +309,71 @@ def compare_cells(
     if not bootstrap:
         return row
 
-    def boot(seed_rows: list[np.ndarray], cols: np.ndarray) -> float:
-        return score(ea.matrix[seed_rows[0]], labels, langs, cols) - score(
-            eb.matrix[seed_rows[1]], labels, langs, cols
+    scorers = {m: model_scorer(ex, knobs.metric, euro) for m, ex in ((model_a, ea), (model_b, eb))}
+
+    def boot(seed_rows: list[np.ndarray], cols: np.ndarray) -> np.ndarray:
+        return seed_mean(scorers[model_a](cols), seed_rows[0]) - seed_mean(
+            scorers[model_b](cols), seed_rows[1]
         )
 
-    _, row.boot_low, row.boot_high = stats.two_level_bootstrap(
-        boot, [len(ea.seeds), len(eb.seeds)], langs, n_resamples=n_resamples, seed=seed
+    _, low, high = stats.two_level_bootstrap(
+        boot,
+        [len(ea.seeds), len(eb.seeds)],
+        langs,
+        n_resamples=n_resamples,
+        seed=seed,
+        vectorized=True,
     )
+    if math.isnan(low):
+        row.notes.append("the bootstrap interval is undefined (a resample's score is)")
+    else:
+        row.boot_low, row.boot_high = low, high
     return row
+
+
+def _replicates(
+    model: str,
+    task: str,
+    ex: Examples,
+    cells: dict[tuple[str, str], list[LoadedResult]],
+    examples: dict,
+    n_resamples: int,
+    seed: int,
+) -> np.ndarray:
+    """`model`'s (resamples, seeds) bootstrap replicates of its seed scores on `task`
+    (`stats.example_replicates`), from the `examples` cache. The draws depend only on the
+    examples' languages, the count and the seed, so on a miss every model of the task whose
+    predictions pair with `ex` is scored on the same draws at once and cached: the marks
+    compare each model with up to 13 others, and draw once per task, not once per pair."""
+    key = ("replicates", model, task, n_resamples, seed)
+    if key in examples:
+        return examples[key]
+    knobs = task_knobs(task)
+    known = list(cells) + [k for k in examples if len(k) == 2]  # models loaded or loadable
+    peers = list(dict.fromkeys([model] + [m for (m, t) in known if t == task]))
+    chosen, scorers = [], []
+    for m in peers:
+        if ("replicates", m, task, n_resamples, seed) in examples:
+            continue
+        if (m, task) not in examples:
+            examples[(m, task)] = load_examples(cells.get((m, task), []))
+        peer = ex if m == model else examples[(m, task)][0]
+        if peer is None or _paired(ex, peer) is not None:
+            continue
+        chosen.append((m, len(peer.seeds)))
+        scorers.append(model_scorer(peer, knobs.metric, knobs.euro_languages))
+    both = stats.example_replicates(
+        lambda cols: np.hstack([score(cols) for score in scorers]),
+        ex.languages,
+        n_resamples=n_resamples,
+        seed=seed,
+        vectorized=True,
+    )
+    at = 0
+    for m, n_seeds in chosen:
+        examples[("replicates", m, task, n_resamples, seed)] = both[:, at : at + n_seeds]
+        at += n_seeds
+    return examples[key]
 
 
 def _power(row: Row, level: float) -> None:
@@ -331,15 +381,20 @@ def _power(row: Row, level: float) -> None:
     variance) at `level`, the alpha the family's correction applies to its first test."""
     vex = 0.0 if row.example_sd is None or row.p_combined is None else row.example_sd**2
     row.power_alpha = level
-    try:
-        row.mdd_5 = stats.min_detectable_difference(
-            row.std_a, row.std_b, n=MDD_SEEDS, alpha=level, power=POWER, example_var=vex
-        )
-        row.seeds_needed = stats.seeds_needed(
-            row.diff, row.std_a, row.std_b, alpha=level, power=POWER, example_var=vex
-        )
-    except stats.StatsInputError as exc:
-        row.notes.append(f"seeds needed: {exc}")
+    mdd = stats.min_detectable_difference(
+        row.std_a, row.std_b, n=MDD_SEEDS, alpha=level, power=POWER, example_var=vex
+    )
+    needed = stats.seeds_needed(
+        row.diff, row.std_a, row.std_b, alpha=level, power=POWER, example_var=vex
+    )
+    if isinstance(mdd, stats.Undefined):
+        row.notes.append(f"MDD@{MDD_SEEDS}: {mdd.reason}")
+    else:
+        row.mdd_5 = mdd
+    if isinstance(needed, stats.Undefined):
+        row.notes.append(f"seeds needed: {needed.reason}")
+    else:
+        row.seeds_needed = needed
 
 
 def family_key(family: str) -> Callable[[Row], object]:
@@ -561,10 +616,10 @@ def bootstrap_intervals(
             missing.append(f"{model}/{task}: {why}")
             continue
         knobs = task_knobs(task)
-        score = task_score(knobs.metric, knobs.euro_languages)
+        scorer = model_scorer(ex, knobs.metric, knobs.euro_languages)
 
-        def one(seed_rows, cols, ex=ex, score=score):
-            return score(ex.matrix[seed_rows[0]], ex.labels, ex.languages, cols)
+        def one(seed_rows, cols, scorer=scorer):
+            return seed_mean(scorer(cols), seed_rows[0])
 
         _, low, high = stats.two_level_bootstrap(
             one,
@@ -573,8 +628,10 @@ def bootstrap_intervals(
             n_resamples=n_resamples,
             seed=seed,
             confidence=confidence,
+            vectorized=True,
         )
-        out[(model, task)] = (low, high)
+        if not math.isnan(low):  # undefined (a resample's score is): no interval shown
+            out[(model, task)] = (low, high)
     if missing:
         raise HarnessError(
             "--ci bootstrap resamples the report examples, but "
