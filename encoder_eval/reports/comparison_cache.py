@@ -217,8 +217,7 @@ class ComparisonCache:
         except (TypeError, ValueError):
             return  # a value JSON cannot hold: this row is not kept
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            write_atomic(self._path(key, flags), text + "\n")
+            _write_entry(self._path(key, flags), text + "\n")
         except OSError as exc:
             self.writable = False
             message = one_line(
@@ -226,6 +225,13 @@ class ComparisonCache:
                 f"({exc.strerror or exc}); computing without it"
             )
             (self.warn or (lambda m: print(f"warning: {m}", file=sys.stderr)))(message)
+
+
+def _write_entry(path: Path, text: str) -> None:
+    """Write one entry atomically, making the cache folder first (OSError when the results
+    folder cannot be written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, text)
 
 
 def open_cache(
