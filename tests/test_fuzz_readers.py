@@ -327,8 +327,8 @@ def test_every_reader_survives_damaged_files(tmp_path, capsys):
         for path, data in before.items():  # the readers above only read
             assert after.get(path) == data, f"seed {SEED}: a reader changed or removed {path}"
         # track's report, and the comparisons summarize and compare keep (comparison_cache)
-        kept = {track_dir, rep_dir / STATS_CACHE_DIR}
-        assert {p.parent for p in set(after) - set(before)} <= kept
+        allowed = {track_dir, rep_dir / STATS_CACHE_DIR}
+        assert {p.parent for p in set(after) - set(before)} <= allowed
         before = after
 
         # done: only a cell-result-named file that reads and fails to parse or validate moves.
