@@ -9,13 +9,15 @@ training; the count of computed rows is read from a spy that calls the real
 
 from __future__ import annotations
 
-import errno
 import json
 import os
+import subprocess
+import sys
 from dataclasses import asdict
 
 import numpy as np
 import pytest
+from fault_helpers import _drop_dac_capabilities, _permissions_problem, env
 from result_helpers import make_selection, write_cell_with_predictions
 from stats_helpers import seeded_rng
 from statsmodels.stats.multitest import multipletests
@@ -23,7 +25,7 @@ from statsmodels.stats.multitest import multipletests
 from encoder_eval import compare, report, summarize
 from encoder_eval.core.errors import EXIT_INPUT_ERROR, EXIT_OK
 from encoder_eval.core.results import STATS_CACHE_DIR, load_results
-from encoder_eval.reports import comparison_cache, verdicts
+from encoder_eval.reports import verdicts
 from encoder_eval.reports.comparison_cache import ComparisonCache, RowFlags
 from encoder_eval.reports.table import load_table
 
@@ -202,39 +204,61 @@ def test_a_row_computed_with_more_serves_a_request_for_less(rdir):
     assert cache.computed == 2
 
 
-def test_a_read_only_results_folder_still_works(rdir, computed, capsys):
+# summarize in a child process that counts the rows it computes (a spy calling the real
+# compare_cells) and prints {"code", "computed"} as its last line of stderr.
+COUNTING_SUMMARIZE = """
+import json, sys
+from encoder_eval import summarize
+from encoder_eval.reports import verdicts
+real, calls = verdicts.compare_cells, []
+def spy(*args, **kwargs):
+    calls.append(args[:3])
+    return real(*args, **kwargs)
+verdicts.compare_cells = spy
+code = summarize.main(sys.argv[1:])
+print(json.dumps({"code": code, "computed": len(calls)}), file=sys.stderr)
+"""
+
+
+def summarize_without_root(args: list[str]) -> tuple[str, list[str], dict]:
+    """Run summarize held to permission bits (root's override dropped, as in
+    test_bad_input): its stdout, its warnings and its count of computed rows."""
+    proc = subprocess.run(
+        [sys.executable, "-c", COUNTING_SUMMARIZE, *args], env=env(), capture_output=True,
+        text=True, timeout=600, preexec_fn=_drop_dac_capabilities if os.geteuid() == 0 else None,
+    )  # fmt: skip
+    *lines, last = proc.stderr.strip().splitlines()
+    return proc.stdout, [line for line in lines if line.startswith("warning:")], json.loads(last)
+
+
+def test_a_read_only_results_folder_still_works(rdir, tmp_path, capsys):
+    locked = tmp_path / "probe"
+    locked.mkdir(mode=0)
+    locked.chmod(0)
+    if problem := _permissions_problem(locked):
+        pytest.skip(f"permission bits do not stop this root: {problem}")
     assert summarize.main([*base(rdir), "--no-cache"]) == EXIT_OK
     fresh = capsys.readouterr().out
     before = sorted(os.listdir(rdir))
-
-    def refuse(path, text):
-        raise OSError(errno.EROFS, "Read-only file system", str(path))
-
     os.chmod(rdir, 0o555)
-    with pytest.MonkeyPatch.context() as mp:
-        if os.geteuid() == 0:  # root writes through any mode: refuse as a read-only mount does
-            mp.setattr(comparison_cache, "_write_entry", refuse)
-        try:
-            computed.clear()
-            assert compare.main([*base(rdir), "--format", "json"]) == EXIT_OK
-            out, err = capsys.readouterr()
-            assert err.count("cannot write the statistics cache") == 1, err
-            assert len(computed) == 6 and json.loads(out)["rows"]
-            assert summarize.main(base(rdir)) == EXIT_OK
-            out, err = capsys.readouterr()
-            assert out == fresh and err.count("cannot write the statistics cache") == 1
-            assert sorted(os.listdir(rdir)) == before  # nothing written
-        finally:
-            os.chmod(rdir, 0o755)
+    try:
+        out, warnings, run = summarize_without_root(base(rdir))
+        assert run == {"code": EXIT_OK, "computed": 6} and out == fresh
+        assert [w for w in warnings if "statistics cache" in w] == [
+            f"warning: cannot write the statistics cache {rdir / STATS_CACHE_DIR} "
+            "(Permission denied); computing without it"
+        ]
+        assert sorted(os.listdir(rdir)) == before  # nothing written
+    finally:
+        os.chmod(rdir, 0o755)
     # a cache written earlier is read from a folder that became read-only, without a word
     assert summarize.main(base(rdir)) == EXIT_OK
     capsys.readouterr()
     os.chmod(rdir, 0o555)
     try:
-        computed.clear()
-        assert summarize.main(base(rdir)) == EXIT_OK
-        out, err = capsys.readouterr()
-        assert computed == [] and out == fresh and "statistics cache" not in err
+        out, warnings, run = summarize_without_root(base(rdir))
+        assert run == {"code": EXIT_OK, "computed": 0} and out == fresh
+        assert not [w for w in warnings if "statistics cache" in w]
     finally:
         os.chmod(rdir, 0o755)
 
