@@ -684,9 +684,8 @@ def best_marks(
         cells,
         n_resamples=n_resamples,
         seed=seed,
-        flags=RowFlags(
-            bootstrap=False, example_test=False, aso=True
-        ),  # TODO(stats): pass aso=False
+        # TODO(stats): pass aso=False (the marks never read ASO)
+        flags=RowFlags(bootstrap=False, example_test=False, aso=True),
         jobs=jobs,
         cache=cache,
     )
