@@ -3,7 +3,8 @@
 Usage::
 
     encoder-eval compare --results-dir results/report [--models a,b,c] [--reference a]
-        [--correction holm|fdr_bh] [--alpha 0.05] [--family pair|table] [--format markdown|json|csv] [--out F]
+        [--correction holm|fdr_bh] [--alpha 0.05] [--family table|pair] [--jobs N] [--no-cache]
+        [--format markdown|json|csv] [--out F]
     # models reported in several directories (each with its own experiment file):
     encoder-eval compare --results-dir results/report --results-dir results/report-new
 
@@ -22,8 +23,9 @@ same refusals), one row holds:
   the test-set variance (a bootstrap over the examples, `stats.shared_example_variance`:
   what the seeds of a model share, so per-example seed noise is not counted twice) to
   Welch's seed variance, with its 95 % interval;
-* every p-value corrected within a family (Holm by default, `--correction fdr_bh`): each
-  pair's tasks (`--family pair`, the default) or every row (`--family table`); the
+* every p-value corrected within a family (Holm by default, `--correction fdr_bh`): every
+  row shown (`--family table`, the default: any false "better" in the output at most
+  alpha; with two models, the pair's tasks) or each pair's tasks (`--family pair`); the
   verdict's p-values (combined, or Welch's for a row without predictions) in one family;
 * the verdict (`stats.verdict`): "A better" or "B better" only when that corrected p-value
   is at most alpha; else "not distinguishable" ("not tested" when a model has fewer than
@@ -32,6 +34,11 @@ same refusals), one row holds:
   power under the verdict's test at the level its correction applies (alpha / the
   family's number of tests; none, when the test set's own variance hides it), and the
   smallest difference five seeds detect at that level.
+
+Each row is computed on `--jobs N` processes (the same numbers whatever N) and kept in the
+first results directory's `.stats-cache/` (`reports/comparison_cache.py`), keyed by the
+content of its inputs, so a second run reads it back (`--no-cache`: neither read nor
+written).
 
 EVALUATION_METHODOLOGY.md, section 10, says what each test assumes and why the verdict
 needs both sources of variance. Exit status: 0 printed; 1 refused (problems, unless --allow-partial);
@@ -43,7 +50,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from encoder_eval.core import stats
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -53,13 +59,11 @@ from encoder_eval.core.errors import (
     warn_once,
 )
 from encoder_eval.core.fileio import check_output_file, write_output
-from encoder_eval.core.protocol import seed_arg
 from encoder_eval.plans.plan import split_csv
+from encoder_eval.reports.comparison_cache import open_cache
 from encoder_eval.reports.table import add_table_arguments, refusal
 from encoder_eval.reports.verdicts import (
-    DEFAULT_RESAMPLES,
-    DEFAULT_SEED,
-    FAMILIES,
+    add_statistics_arguments,
     compare_table,
     load_report_dirs,
     render,
@@ -78,28 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_partial="compare despite the table's problems (listed as notes)",
     )
     p.add_argument("--reference", help="compare every other model with this one only")
-    p.add_argument(
-        "--correction",
-        choices=stats.CORRECTIONS,
-        default="holm",
-        help="multiple-comparison correction across tasks (default: holm)",
-    )
-    p.add_argument("--alpha", type=float, default=0.05)
-    p.add_argument(
-        "--family",
-        choices=FAMILIES,
-        default="pair",
-        help="what each verdict is corrected over: pair (each pair's tasks, the "
-        "default) or table (every row shown: bounds any false verdict in the "
-        "output)",
-    )
-    p.add_argument(
-        "--resamples",
-        type=int,
-        default=DEFAULT_RESAMPLES,
-        help="permutations and bootstrap replicates per test",
-    )
-    p.add_argument("--seed", type=seed_arg, default=DEFAULT_SEED, help="seed of the resampling")
+    add_statistics_arguments(p, verdicts=True)
     p.add_argument(
         "--format",
         choices=("markdown", "json", "csv", "latex"),
@@ -152,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         n_resamples=args.resamples,
         seed=args.seed,
         family=args.family,
+        jobs=args.jobs,
+        cache=open_cache(args.results_dir[0], enabled=not args.no_cache, warn=warn),
     )
     text = render(cmp, args.format)
     write_output(text, args.out)

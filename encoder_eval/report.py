@@ -17,6 +17,12 @@ its critical-difference plot, and with `--probe-results-dir` a probe table. It n
 network when viewed: CSS inline, figures as data URIs, no external script. The table's
 json (`summarize --format json`) is embedded in the element `#table-data`.
 
+The statistics flags are `summarize`'s and `compare`'s (one definition,
+`verdicts.add_statistics_arguments`): `--no-marks`, `--marks-family` for the table's marks;
+`--family` (default table), `--correction`, `--alpha` for the verdicts; `--resamples`,
+`--seed`, `--jobs N`, and `--no-cache` (the comparisons are otherwise read from and kept in
+the results folder's `.stats-cache/`, so a report after `summarize` reuses its marks).
+
 The table is refused as `summarize` refuses it (exit 1, each problem listed) unless
 `--allow-partial`, which shows the page with the problems in a banner and the footnotes.
 The library is `encoder_eval.reports.html`. Exit status: 0 written; 1 refused; 2 bad input.
@@ -37,10 +43,11 @@ from encoder_eval.core.errors import (
     warn_once,
 )
 from encoder_eval.core.fileio import write_atomic
-from encoder_eval.core.protocol import seed_arg
 from encoder_eval.plans.plan import split_csv
+from encoder_eval.reports.comparison_cache import open_cache
 from encoder_eval.reports.html import build_report, render_html
 from encoder_eval.reports.table import add_table_arguments, refusal
+from encoder_eval.reports.verdicts import add_statistics_arguments
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,13 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--probe-results-dir", help="also show a table of the probe results here")
     p.add_argument("--title", help="the page's title (default: names the results directory)")
-    p.add_argument(
-        "--resamples",
-        type=int,
-        default=999,
-        help="permutations and bootstrap replicates of the marks and verdicts",
-    )
-    p.add_argument("--seed", type=seed_arg, default=1234, help="seed of the resampling")
+    add_statistics_arguments(p, marks=True, verdicts=True)
     return p
 
 
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         raise HarnessError(f"--probe-results-dir {args.probe_results_dir} is not a directory")
     if not Path(args.out).absolute().parent.is_dir():
         raise HarnessError(f"--out {args.out}: its directory does not exist")
+    warn = warn_once()
     report = build_report(
         args.results_dir,
         selection=args.selection,
@@ -91,8 +93,15 @@ def main(argv: list[str] | None = None) -> int:
         allow_partial=args.allow_partial,
         resamples=args.resamples,
         seed=args.seed,
+        marks=not args.no_marks,
+        marks_family=args.marks_family,
+        family=args.family,
+        correction=args.correction,
+        alpha=args.alpha,
+        jobs=args.jobs,
+        cache=open_cache(args.results_dir, enabled=not args.no_cache, warn=warn),
         title=args.title,
-        warn=warn_once(),
+        warn=warn,
     )
     if refused := refusal(report.table, args.allow_partial, "report"):
         print(refused, file=sys.stderr)

@@ -15,7 +15,9 @@ of the report-split score over the report seeds 45-49 at the LR chosen in
 `selection.json`, with its 95 % interval (the t quantile over seeds; `--ci bootstrap`: a
 two-level bootstrap over seeds and report examples); nothing is picked here. Per task the
 best model is bold and `≈` marks each model `compare` calls not distinguishable from it
-(`--no-marks` skips the tests). Scores are shown x100. Each task's column
+(`--no-marks` skips the tests; the comparisons run on `--jobs N` processes and are kept in
+the results folder's `.stats-cache/`, so another format reads them back: `--no-cache`
+neither reads nor writes it). Scores are shown x100. Each task's column
 names its metric; tasks reported on dev (validation) are marked `*`. Bucket columns
 (Multilingual, GLUE, SuperGLUE, Ranking) average the model's task means within the bucket
 (shown for a bucket of two or more of the table's tasks; JSON and CSV carry every bucket),
@@ -75,8 +77,8 @@ from encoder_eval.core.errors import (
     warn_once,
 )
 from encoder_eval.core.fileio import check_output_dir, check_output_file, write_output
-from encoder_eval.core.protocol import seed_arg
 from encoder_eval.plans.plan import split_csv
+from encoder_eval.reports.comparison_cache import open_cache
 from encoder_eval.reports.plots import write_plots
 from encoder_eval.reports.probe_table import has_probe_results, load_probe_results, probe_table
 from encoder_eval.reports.table import (
@@ -88,7 +90,7 @@ from encoder_eval.reports.table import (
     refusal,
     render,
 )
-from encoder_eval.reports.verdicts import add_statistics
+from encoder_eval.reports.verdicts import add_statistics, add_statistics_arguments
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,27 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         "t over seeds (default), or a two-level bootstrap over seeds and report "
         "examples (needs the cells' predictions files)",
     )
-    p.add_argument(
-        "--no-marks",
-        action="store_true",
-        help="do not mark each task's best "
-        "model and those not distinguishable from it (skips the tests)",
-    )
-    p.add_argument(
-        "--marks-family",
-        choices=("table", "task"),
-        default="table",
-        help="what the marks are corrected over: table (every pair of models on "
-        "every task, the default: any false mark at most 5 %%) or task (the "
-        "best against the others of each task only)",
-    )
-    p.add_argument(
-        "--resamples",
-        type=int,
-        default=999,
-        help="bootstrap replicates and permutations (--ci bootstrap, the marks)",
-    )
-    p.add_argument("--seed", type=seed_arg, default=1234, help="seed of the resampling")
+    add_statistics_arguments(p, marks=True)
     p.add_argument(
         "--plots",
         metavar="DIR",
@@ -183,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
             n_resamples=args.resamples,
             seed=args.seed,
             marks_family=args.marks_family,
+            jobs=args.jobs,
+            cache=open_cache(args.results_dir, enabled=not args.no_cache, warn=warn),
         )
     text = render(table, args.format)
     if note := loaded.seeds_note():

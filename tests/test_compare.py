@@ -401,11 +401,13 @@ def _identical_tables(rng, n_sim: int, k: int, n_tasks: int):
     return scores, p
 
 
-def test_family_table_bounds_any_false_better_in_a_table_of_identical_models(rng):
-    # k = 5 identical models, 3 tasks, every pair compared (10 pairs x 3 tasks): with the
-    # correction per pair the share of tables with at least one false "better" is about
-    # 1 - 0.95^10; with --family table it is at most alpha.
-    n_sim, k, n_tasks = 1000, 5, 3
+@pytest.mark.parametrize("k", [3, 5])
+def test_family_table_bounds_any_false_better_in_a_table_of_identical_models(rng, k):
+    # k identical models, 3 tasks, every pair compared (k = 5: 10 pairs x 3 tasks): with the
+    # correction per pair the share of tables with at least one false "better" grows with
+    # the pairs (about 1 - 0.95^10 at k = 5); with --family table (compare's default) it is
+    # at most alpha.
+    n_sim, n_tasks = 1000, 3
     scores, p = _identical_tables(rng, n_sim, k, n_tasks)
     means = scores.mean(axis=3)
     rate = {}
@@ -420,7 +422,7 @@ def test_family_table_bounds_any_false_better_in_a_table_of_identical_models(rng
         rate[family] = false / n_sim
     print(f"tables with a false 'better' (k={k}, {n_tasks} tasks, n={n_sim}): {rate}")
     assert rate["table"] <= band(n_sim, 0.05)[1]
-    assert rate["pair"] > 0.15  # what the per-pair correction leaves over a table
+    assert rate["pair"] > band(n_sim, 0.05)[1]  # what the per-pair correction leaves
 
 
 def test_marks_family_table_bounds_false_marks_although_the_best_is_picked_by_its_mean(rng):

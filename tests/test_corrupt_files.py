@@ -18,6 +18,7 @@ from encoder_eval.core.protocol import LR_GRID
 from encoder_eval.core.results import (
     QUARANTINE_DIR,
     SCHEMA_VERSION,
+    STATS_CACHE_DIR,
     TMP_PREFIX,
     read_result,
     result_filename,
@@ -69,6 +70,8 @@ def plant(rdir: Path, phase: str, key: str, good: list[int], bad: list[int]) -> 
     (rdir / QUARANTINE_DIR).mkdir()  # corrupt results moved aside: never read, never warned
     kept = rdir / QUARANTINE_DIR / f"{_name(key, good[0])}.20260101T000000.000000Z"
     kept.write_text(valid_text)
+    (rdir / STATS_CACHE_DIR).mkdir()  # comparisons kept by summarize/compare: never read
+    (rdir / STATS_CACHE_DIR / "0123.111.json").write_text(valid_text)
     return expect
 
 
@@ -79,7 +82,8 @@ def check_warnings(stderr: str, rdir: Path, expect: dict[str, str]) -> None:
         assert len(mine) == 1, f"{name}: {len(mine)} warnings in\n{stderr}"
         assert re.search(why, mine[0]), mine[0]
     assert len(lines) == len(expect), stderr  # nothing else: the harness's own files are silent
-    for own in (".lock-", TMP_PREFIX, ".resume-", ".predictions.json", QUARANTINE_DIR):
+    for own in (".lock-", TMP_PREFIX, ".resume-", ".predictions.json", QUARANTINE_DIR,
+                STATS_CACHE_DIR):  # fmt: skip
         assert own not in stderr
 
 

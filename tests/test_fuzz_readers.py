@@ -32,6 +32,7 @@ from encoder_eval.core.results import (
     KEPT,
     MOVED,
     QUARANTINE_DIR,
+    STATS_CACHE_DIR,
     cell_state,
     is_result_name,
     settle_cell,
@@ -325,7 +326,9 @@ def test_every_reader_survives_damaged_files(tmp_path, capsys):
         after = _snapshot(root)
         for path, data in before.items():  # the readers above only read
             assert after.get(path) == data, f"seed {SEED}: a reader changed or removed {path}"
-        assert {p.parent for p in set(after) - set(before)} <= {track_dir}  # track's report
+        # track's report, and the comparisons summarize and compare keep (comparison_cache)
+        allowed = {track_dir, rep_dir / STATS_CACHE_DIR}
+        assert {p.parent for p in set(after) - set(before)} <= allowed
         before = after
 
         # done: only a cell-result-named file that reads and fails to parse or validate moves.

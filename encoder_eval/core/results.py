@@ -397,6 +397,9 @@ RESUME_PREFIX, RESUME_SUFFIX = ".resume-", ".pt"
 OWN_HIDDEN_PREFIXES = (TMP_PREFIX, LOCK_PREFIX, RESUME_PREFIX, TASKS_FILE_PREFIX)
 # The subdirectory of a results directory that corrupt results are moved into (never read).
 QUARANTINE_DIR = ".corrupt"
+# The subdirectory where `compare`, `summarize` and `report` keep computed comparisons
+# (`reports/comparison_cache.py`); never read as results.
+STATS_CACHE_DIR = ".stats-cache"
 # The experiment manifest a sweep writes into its results directory (encoder_eval.plans.experiment).
 EXPERIMENT_NAME = "experiment.toml"
 
@@ -417,7 +420,7 @@ def is_own_file(path: Path) -> bool:
     """A file the harness writes beside results that is not a result (read by no reader)."""
     return (
         path.name.startswith(OWN_HIDDEN_PREFIXES)
-        or path.name in (QUARANTINE_DIR, EXPERIMENT_NAME)
+        or path.name in (QUARANTINE_DIR, STATS_CACHE_DIR, EXPERIMENT_NAME)
         or (path.name.endswith((PREDICTIONS_SUFFIX, TREC_SUFFIX)) and not path.is_dir())
     )
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from encoder_eval import __version__
 from encoder_eval.core.results import LoadedResult
+from encoder_eval.reports.comparison_cache import ComparisonCache
 from encoder_eval.reports.plots import plot_critical_difference, write_plots
 from encoder_eval.reports.probe_table import has_probe_results, load_probe_results, probe_table
 from encoder_eval.reports.ranking import (
@@ -123,12 +124,21 @@ def build_report(
     allow_partial: bool = False,
     resamples: int = 999,
     seed: int = 1234,
+    marks: bool = True,
+    marks_family: str = "table",
+    family: str = "table",
+    correction: str = "holm",
+    alpha: float = 0.05,
+    jobs: int = 1,
+    cache: ComparisonCache | None = None,
     title: str | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> Report:
     """Read a report-phase results folder (or a folder of probe results) and compute every
     section. The caller checks `report.table.problems` first: a table with problems is
-    refused unless `allow_partial`, as `summarize` refuses it."""
+    refused unless `allow_partial`, as `summarize` refuses it. `marks`, `marks_family`
+    are `summarize`'s; `family`, `correction`, `alpha` are `compare`'s; the comparisons
+    run on `jobs` processes and are read from / kept in `cache`."""
     title = title or f"encoder-eval report: {Path(results_dir).name}"
     if has_probe_results(results_dir):
         table = probe_table(load_probe_results(results_dir, warn=warn), models=models, tasks=tasks)
@@ -141,7 +151,30 @@ def build_report(
         report = Report(title, table, {})
         if refusal(table, allow_partial) is not None:
             return report  # refused: nothing else is computed
-        add_statistics(table, results, n_resamples=resamples, seed=seed)
+        if len(table.models) >= 2:  # first: its full rows also serve the marks' requests
+            report.comparison = compare_table(
+                table,
+                results,
+                alpha=alpha,
+                correction=correction,
+                n_resamples=resamples,
+                seed=seed,
+                family=family,
+                jobs=jobs,
+                cache=cache,
+            )
+        else:
+            report.notes["compare"] = "compare needs at least two models"
+        add_statistics(
+            table,
+            results,
+            marks=marks,
+            n_resamples=resamples,
+            seed=seed,
+            marks_family=marks_family,
+            jobs=jobs,
+            cache=cache,
+        )
         report.cells = _cell_results(table, results)
         with tempfile.TemporaryDirectory(prefix="encoder-eval-report-") as tmp:
             select_dir = select_results_dir or loaded.select_dir
@@ -164,10 +197,6 @@ def build_report(
                 report.notes["lr"] = (
                     "no select results (give --select-results-dir): no learning-rate curves"
                 )
-            if len(table.models) >= 2:
-                report.comparison = compare_table(table, results, n_resamples=resamples, seed=seed)
-            else:
-                report.notes["compare"] = "compare needs at least two models"
             _leaderboard(report, table, allow_partial, Path(tmp))
         if probe_results_dir:
             report.probe = probe_table(load_probe_results(probe_results_dir, warn=warn))

@@ -8,13 +8,17 @@ statistics are EVALUATION_METHODOLOGY.md section 10; the command is `encoder_eva
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
 import math
+import multiprocessing
+import sys
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -24,11 +28,13 @@ from encoder_eval.cells.predictions import predictions_path as predictions_file
 from encoder_eval.core import stats
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.metrics import metric_spec, resample_scorer, sign
+from encoder_eval.core.protocol import seed_arg
 from encoder_eval.core.results import LoadedResult, load_results
 from encoder_eval.data.tasks import task_knobs
 from encoder_eval.plans.experiment import summarize_inputs
 from encoder_eval.plans.selection import load_selection
 from encoder_eval.reports import latex
+from encoder_eval.reports.comparison_cache import ComparisonCache, RowFlags
 from encoder_eval.reports.table import CI_METHODS, Table, build_table, task_header
 
 COMPARE_SCHEMA = "encoder-eval-compare"
@@ -464,10 +470,13 @@ def compare_table(
     correction: str = "holm",
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
-    family: str = "pair",
+    family: str = "table",
+    jobs: int = 1,
+    cache: ComparisonCache | None = None,
 ) -> Comparison:
     """Compare every pair of the table's models (or `pairs`) on every task; each verdict is
-    corrected within its `family` (FAMILIES)."""
+    corrected within its `family` (FAMILIES; by default every row shown). The rows are
+    computed over `jobs` processes and read from / kept in `cache` (`compute_rows`)."""
     stats.correct([0.5], correction, alpha)  # refuses an unknown correction or a bad alpha
     key = family_key(family)
     if pairs is None:
@@ -475,15 +484,168 @@ def compare_table(
     if not pairs:
         raise HarnessError("compare needs at least two models; give --models a,b")
     cells = included_cells(table, results)
-    cache: dict = {}
-    rows = [
-        compare_cells(a, b, t, table, cells, n_resamples=n_resamples, seed=seed, examples=cache)
-        for a, b in pairs
-        for t in table.tasks
-    ]
+    requests = [(a, b, t) for a, b in pairs for t in table.tasks]
+    rows = compute_rows(
+        requests,
+        table,
+        cells,
+        n_resamples=n_resamples,
+        seed=seed,
+        flags=RowFlags(bootstrap=True, example_test=True, aso=True),
+        jobs=jobs,
+        cache=cache,
+    )
     finish_rows(rows, alpha, correction, family_of=key)
     notes = [f"Not a protocol table: {p.message} [{p.rule}]." for p in table.problems]
     return Comparison(rows, alpha, correction, n_resamples, seed, notes, family)
+
+
+# What each flag of `RowFlags` adds to a row: left None when the flag is off.
+FLAG_FIELDS = {
+    "bootstrap": ("boot_low", "boot_high"),
+    "example_test": ("example_test", "p_example"),
+    "aso": ("aso_a_over_b", "aso_b_over_a"),
+}
+_ROW_FIELDS = {f.name for f in fields(Row)}
+
+
+def _row_from(data: dict, flags: RowFlags) -> Row | None:
+    """A cached row as a `Row` with only what `flags` asks for; None when it is not one."""
+    if set(data) != _ROW_FIELDS or not isinstance(data.get("notes"), list):
+        return None
+    if not all(isinstance(n, str) for n in data["notes"]):
+        return None
+    for name, value in data.items():
+        if name != "notes" and not (value is None or isinstance(value, (str, int, float))):
+            return None
+    return _only(Row(**data), flags)
+
+
+def _only(row: Row, flags: RowFlags) -> Row:
+    """`row` without what `flags` does not ask for (a row computed with more serves less)."""
+    for flag, names in FLAG_FIELDS.items():
+        if not getattr(flags, flag):
+            for name in names:
+                setattr(row, name, None)
+    return row
+
+
+def compute_rows(
+    requests: list[tuple[str, str, str]],
+    table: Table,
+    cells: dict[tuple[str, str], list[LoadedResult]],
+    *,
+    n_resamples: int,
+    seed: int,
+    flags: RowFlags,
+    jobs: int = 1,
+    cache: ComparisonCache | None = None,
+) -> list[Row]:
+    """`compare_cells` of each (A, B, task) in `requests`, in order: the rows `cache` holds
+    are read, the others computed over `jobs` processes (each row's resampling is seeded by
+    `seed` alone, so the rows are the same whatever `jobs`) and kept in `cache`."""
+    out: list[Row | None] = [None] * len(requests)
+    keys: dict[int, str | None] = {}
+    for i, (a, b, task) in enumerate(requests):
+        key = None
+        if cache is not None:
+            knobs = task_knobs(task)
+            scoring = {"metric": knobs.metric, "euro": list(knobs.euro_languages)}
+            key = cache.key(
+                a, b, task, scoring, table.cells, cells, n_resamples=n_resamples, seed=seed
+            )
+        hit = None if key is None else cache.get(key, flags)
+        row = None if hit is None else _row_from(hit, flags)
+        if row is not None:
+            cache.reused += 1
+            out[i] = row
+        else:
+            keys[i] = key
+    misses = list(keys)
+    fresh = _compute([requests[i] for i in misses], table, cells, n_resamples, seed, flags, jobs)
+    for i, row in zip(misses, fresh, strict=True):
+        out[i] = _only(row, flags)
+        if cache is not None:
+            cache.computed += 1
+            if keys[i] is not None:
+                cache.put(keys[i], flags, asdict(row))
+    return out  # type: ignore[return-value]
+
+
+# Per worker process of `_compute`: (table, cells, n_resamples, seed, flags).
+_WORKER: tuple = ()
+
+
+def _init_worker(*state: object) -> None:
+    global _WORKER
+    _WORKER = state
+
+
+def _compare_chunk(chunk: list[tuple[str, str, str]]) -> list[Row]:
+    table, cells, n_resamples, seed, flags = _WORKER
+    return _compare_serial(chunk, table, cells, n_resamples, seed, flags)
+
+
+def _compare_serial(
+    requests: list[tuple[str, str, str]],
+    table: Table,
+    cells: dict,
+    n_resamples: int,
+    seed: int,
+    flags: RowFlags,
+) -> list[Row]:
+    examples: dict = {}  # each (model, task)'s predictions loaded once
+    return [
+        compare_cells(
+            a,
+            b,
+            task,
+            table,
+            cells,
+            n_resamples=n_resamples,
+            seed=seed,
+            examples=examples,
+            bootstrap=flags.bootstrap,
+            example_test=flags.example_test,
+            aso=flags.aso,
+        )
+        for a, b, task in requests
+    ]
+
+
+def _compute(
+    requests: list[tuple[str, str, str]],
+    table: Table,
+    cells: dict,
+    n_resamples: int,
+    seed: int,
+    flags: RowFlags,
+    jobs: int,
+) -> list[Row]:
+    """The rows of `requests`, over `jobs` processes (fork on Linux; the state travels as
+    the pool's initializer arguments, so a spawn start works too). Chunks keep a task's
+    pairs together so each worker loads a (model, task)'s predictions once."""
+    if jobs <= 1 or len(requests) <= 1:
+        return _compare_serial(requests, table, cells, n_resamples, seed, flags)
+    by_task: dict[str, list[int]] = defaultdict(list)
+    for i, (_, _, task) in enumerate(requests):
+        by_task[task].append(i)
+    pieces = max(1, -(-jobs // len(by_task)))  # split a task when tasks are fewer than jobs
+    chunks = [idx[j::pieces] for idx in by_task.values() for j in range(pieces)]
+    chunks = [c for c in chunks if c]
+    context = multiprocessing.get_context("fork") if sys.platform == "linux" else None
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(chunks)),
+        mp_context=context,
+        initializer=_init_worker,
+        initargs=(table, cells, n_resamples, seed, flags),
+    ) as pool:
+        parts = pool.map(_compare_chunk, [[requests[i] for i in c] for c in chunks])
+        out: list[Row | None] = [None] * len(requests)
+        for chunk, rows in zip(chunks, parts, strict=True):
+            for i, row in zip(chunk, rows, strict=True):
+                out[i] = row
+    return out  # type: ignore[return-value]
 
 
 def included_cells(
@@ -544,6 +706,8 @@ def best_marks(
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
     family: str = "table",
+    jobs: int = 1,
+    cache: ComparisonCache | None = None,
 ) -> dict[str, TaskMarks]:
     """For each task with two or more scored models: the best model by seed mean (in the
     metric's direction) and the models whose comparison with it (`compare_cells`, the same
@@ -552,13 +716,12 @@ def best_marks(
     chance that any mark of the table is a false difference stays at most alpha although
     the best is picked by its mean; with "task", the seed's rule, only the best against each
     other model, corrected across that task's comparisons (it does not control the choice of
-    the best: among equal models some loses its ≈ more often than alpha)."""
+    the best: among equal models some loses its ≈ more often than alpha). The rows are
+    computed over `jobs` processes and read from / kept in `cache` (`compute_rows`)."""
     key = mark_family_key(family)
     cells = included_cells(table, results)
-    cache: dict = {}
     marks: dict[str, TaskMarks] = {}
-    rows: list[Row] = []
-    shown: list[Row] = []
+    requests: list[tuple[str, str, str]] = []
     for task in table.tasks:
         scored = [
             m
@@ -569,26 +732,22 @@ def best_marks(
             continue
         direction = sign(task_knobs(task).metric)
         ordered = sorted(scored, key=lambda m: -direction * table.cells[(m, task)].mean)
-        best = ordered[0]
-        for a, b in mark_pairs(ordered, family):
-            row = compare_cells(
-                a,
-                b,
-                task,
-                table,
-                cells,
-                n_resamples=n_resamples,
-                seed=seed,
-                examples=cache,
-                bootstrap=False,
-                example_test=False,
-            )
-            rows.append(row)
-            if a == best:
-                shown.append(row)
-        marks[task] = TaskMarks(best, [], [])
+        requests += [(a, b, task) for a, b in mark_pairs(ordered, family)]
+        marks[task] = TaskMarks(ordered[0], [], [])
+    rows = compute_rows(
+        requests,
+        table,
+        cells,
+        n_resamples=n_resamples,
+        seed=seed,
+        flags=RowFlags(bootstrap=False, example_test=False, aso=False),  # never read by marks
+        jobs=jobs,
+        cache=cache,
+    )
     finish_rows(rows, alpha, correction, family_of=key)
-    for r in shown:
+    for r in rows:
+        if r.model_a != marks[r.task].best:
+            continue
         if r.verdict == stats.NOT_DISTINGUISHABLE:
             marks[r.task].tied.append(r.model_b)
         marks[r.task].notes += [f"{r.model_b}: {n}" for n in r.notes]
@@ -658,10 +817,11 @@ CORRECTION_LABELS = {"holm": "Holm", "fdr_bh": "Benjamini-Hochberg"}
 
 
 FAMILY_NOTES = {
-    "pair": "each pair's tasks (the chance of any false 'better' is at most alpha per pair of "
-    "models; over several pairs it adds up: --family table bounds the whole table)",
-    "table": "every row of this comparison (the chance of any false 'better' anywhere in it "
-    "is at most alpha)",
+    "pair": "each pair's tasks (--family pair: the chance of any false 'better' is at most "
+    "alpha per pair of models; over several pairs it adds up, which the default, --family "
+    "table, bounds)",
+    "table": "every row of this comparison, all pairs and tasks (the chance of any false "
+    "'better' anywhere in it is at most alpha; with one pair, that pair's tasks)",
 }
 
 
@@ -868,10 +1028,13 @@ def add_statistics(
     n_resamples: int = 999,
     seed: int = 1234,
     marks_family: str = "table",
+    jobs: int = 1,
+    cache: ComparisonCache | None = None,
 ) -> None:
     """Set the table's interval method (bootstrap intervals computed here) and, with
     `marks`, each task's best model and those not distinguishable from it
-    (`best_marks`, corrected over `marks_family`)."""
+    (`best_marks`, corrected over `marks_family`, over `jobs` processes, rows read from
+    and kept in `cache`)."""
     if ci not in CI_METHODS:
         raise HarnessError(f"--ci {ci!r} must be one of {', '.join(CI_METHODS)}")
     table.ci_method = ci
@@ -879,6 +1042,81 @@ def add_statistics(
         table.bootstrap = bootstrap_intervals(table, results, n_resamples=n_resamples, seed=seed)
     if marks:
         table.marks = best_marks(
-            table, results, n_resamples=n_resamples, seed=seed, family=marks_family
+            table,
+            results,
+            n_resamples=n_resamples,
+            seed=seed,
+            family=marks_family,
+            jobs=jobs,
+            cache=cache,
         )
         table.marks_family = marks_family
+
+
+def _jobs(text: str) -> int:
+    """argparse `type=` for `--jobs`: a whole number of processes, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1 or more)")
+    return value
+
+
+def add_statistics_arguments(
+    p: argparse.ArgumentParser, *, marks: bool = False, verdicts: bool = False
+) -> None:
+    """The statistics flags of `summarize`, `compare` and `report`, defined once: with
+    `marks`, the table's marks (`--no-marks`, `--marks-family`); with `verdicts`, compare's
+    family, correction and alpha; always the resampling (`--resamples`, `--seed`) and how
+    the comparisons run (`--jobs`, `--no-cache`)."""
+    if marks:
+        p.add_argument(
+            "--no-marks",
+            action="store_true",
+            help="do not mark each task's best "
+            "model and those not distinguishable from it (skips the tests)",
+        )
+        p.add_argument(
+            "--marks-family",
+            choices=MARK_FAMILIES,
+            default="table",
+            help="what the marks are corrected over: table (every pair of models on "
+            "every task, the default: any false mark at most 5 %%) or task (the "
+            "best against the others of each task only)",
+        )
+    if verdicts:
+        p.add_argument(
+            "--family",
+            choices=FAMILIES,
+            default="table",
+            help="what each verdict is corrected over: table (every row shown, the "
+            "default: bounds any false verdict in the output) or pair (each pair's tasks)",
+        )
+        p.add_argument(
+            "--correction",
+            choices=stats.CORRECTIONS,
+            default="holm",
+            help="multiple-comparison correction within the family (default: holm)",
+        )
+        p.add_argument("--alpha", type=float, default=0.05, help="the verdicts' level")
+    p.add_argument(
+        "--resamples",
+        type=int,
+        default=DEFAULT_RESAMPLES,
+        help=f"permutations and bootstrap replicates per statistic (default {DEFAULT_RESAMPLES})",
+    )
+    p.add_argument("--seed", type=seed_arg, default=DEFAULT_SEED, help="seed of the resampling")
+    p.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=1,
+        help="processes the comparisons run on (default 1; the numbers are the same "
+        "whatever the number)",
+    )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="neither read nor write the comparisons kept in the results folder's .stats-cache/",
+    )

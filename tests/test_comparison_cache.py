@@ -1,0 +1,316 @@
+"""Comparisons computed once (`reports/comparison_cache.py`): a second render reads every
+row back, a changed input recomputes exactly the rows it feeds, a corrupt entry is
+recomputed, a read-only results folder still works, `--jobs` changes nothing, compare's
+default family is the table, and `report` takes the marks and family flags.
+
+The results are real result and predictions files (`result_helpers`), written without
+training; the count of computed rows is read from a spy that calls the real
+`compare_cells` (never from timing)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+from fault_helpers import _drop_dac_capabilities, _permissions_problem, env
+from result_helpers import make_selection, write_cell_with_predictions
+from stats_helpers import seeded_rng
+from statsmodels.stats.multitest import multipletests
+
+from encoder_eval import compare, report, summarize
+from encoder_eval.core.errors import EXIT_INPUT_ERROR, EXIT_OK
+from encoder_eval.core.results import STATS_CACHE_DIR, load_results
+from encoder_eval.reports import verdicts
+from encoder_eval.reports.comparison_cache import ComparisonCache, RowFlags
+from encoder_eval.reports.table import load_table
+
+TASKS = ("glue_rte", "glue_mrpc")  # accuracy and F1
+MODELS = {"strong": 0.8, "weak": 0.7, "twin": 0.8}
+N_EXAMPLES = 120
+RESAMPLES = "49"
+
+
+def write_cell(rdir, rng, model: str, task: str, seed: int, skill: float, labels: list) -> None:
+    right = rng.random(N_EXAMPLES) < skill + rng.normal(0, 0.01)
+    preds = [y if ok else 1 - y for y, ok in zip(labels, right, strict=True)]
+    write_cell_with_predictions(rdir, model, task, "lr05", seed, preds, labels)
+
+
+@pytest.fixture
+def rdir(tmp_path):
+    """A report folder of three models on two tasks, five seeds, with predictions."""
+    rng = seeded_rng()
+    out = tmp_path / "report"
+    for task in TASKS:
+        labels = rng.integers(0, 2, N_EXAMPLES).tolist()
+        for model, skill in MODELS.items():
+            for seed in range(45, 50):
+                write_cell(out, rng, model, task, seed, skill, labels)
+    selection = make_selection({(m, t): "lr05" for m in MODELS for t in TASKS})
+    (out / "selection.json").write_text(json.dumps(selection))
+    return out
+
+
+@pytest.fixture
+def computed(monkeypatch) -> list[tuple[str, str, str]]:
+    """Every (A, B, task) `compare_cells` computes in this process, in order."""
+    calls: list[tuple[str, str, str]] = []
+    real = verdicts.compare_cells
+
+    def spy(a, b, task, *args, **kwargs):
+        calls.append((a, b, task))
+        return real(a, b, task, *args, **kwargs)
+
+    monkeypatch.setattr(verdicts, "compare_cells", spy)
+    return calls
+
+
+def base(rdir) -> list[str]:
+    return ["--results-dir", str(rdir), "--selection", str(rdir / "selection.json"),
+            "--resamples", RESAMPLES]  # fmt: skip
+
+
+def entries(rdir) -> list[str]:
+    folder = rdir / STATS_CACHE_DIR
+    return sorted(os.listdir(folder)) if folder.is_dir() else []
+
+
+def marks_of(doc: dict) -> dict:
+    return {r["model"]: {t: c["mark"] for t, c in r["cells"].items()} for r in doc["rows"]}
+
+
+def page_table(path) -> dict:
+    page = path.read_text()
+    start = page.index('id="table-data">') + len('id="table-data">')
+    return json.loads(page[start : page.index("</script>", start)])
+
+
+def test_a_second_render_reads_every_comparison_back(rdir, computed, capsys):
+    assert summarize.main(base(rdir)) == EXIT_OK
+    assert "Bold: the task's best model" in capsys.readouterr().out
+    first = len(computed)
+    assert first == 3 * len(TASKS)  # the table family: every pair of the three on each task
+    assert len(entries(rdir)) == first
+    assert summarize.main([*base(rdir), "--format", "json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert len(computed) == first  # nothing computed again
+    assert summarize.main([*base(rdir), "--format", "json", "--no-cache"]) == EXIT_OK
+    fresh = json.loads(capsys.readouterr().out)
+    assert len(computed) == 2 * first and doc == fresh  # the cached marks are the fresh ones
+    # the results' readers pass over the cache folder without a word
+    warned: list[str] = []
+    assert len(load_results(rdir, warn=warned.append, phase="report")) == 30
+    assert warned and not any(STATS_CACHE_DIR in w for w in warned)  # (selection.json is named)
+
+
+def test_a_report_after_summarize_reuses_the_marks(rdir, computed, tmp_path, capsys):
+    assert summarize.main([*base(rdir), "--format", "json"]) == EXIT_OK
+    marks = marks_of(json.loads(capsys.readouterr().out))
+    computed.clear()
+    out = tmp_path / "page.html"
+    assert report.main([*base(rdir), "--out", str(out)]) == EXIT_OK
+    # only compare's rows (full: bootstrap, example test) are new; the marks are read back
+    assert sorted(computed) == sorted(
+        (a, b, t) for a, b in [("strong", "weak"), ("strong", "twin"), ("weak", "twin")]
+        for t in TASKS
+    )  # fmt: skip
+    assert marks_of(page_table(out)) == marks
+    computed.clear()
+    assert report.main([*base(rdir), "--out", str(out)]) == EXIT_OK
+    assert computed == []
+
+
+def _cache_run(rdir, seed: int = 1234, n_resamples: int = 49):
+    loaded = load_table(rdir, str(rdir / "selection.json"))
+    cache = ComparisonCache(rdir / STATS_CACHE_DIR)
+    cmp = verdicts.compare_table(
+        loaded.table, loaded.results, n_resamples=n_resamples, seed=seed, cache=cache
+    )
+    return cache, cmp
+
+
+def test_a_changed_input_recomputes_exactly_the_rows_it_feeds(rdir):
+    cache, first = _cache_run(rdir)
+    assert (cache.computed, cache.reused) == (6, 0)
+    cache, again = _cache_run(rdir)
+    assert (cache.computed, cache.reused) == (0, 6)
+    assert [asdict(r) for r in again.rows] == [asdict(r) for r in first.rows]
+    # new predictions (and their result) for one cell of `weak` on RTE: its two rows only
+    labels = json.loads((rdir / "weak_glue_rte_lr05_s47.predictions.json").read_text())
+    labels = labels["languages"]["en"]["labels"]
+    write_cell(rdir, np.random.default_rng(7), "weak", "glue_rte", 47, 0.6, labels)
+    cache, changed = _cache_run(rdir)
+    assert (cache.computed, cache.reused) == (2, 4)
+    moved = {(r.model_a, r.model_b) for r, o in zip(changed.rows, first.rows, strict=True)
+             if r.mean_a != o.mean_a or r.mean_b != o.mean_b}  # fmt: skip
+    assert moved == {("strong", "weak"), ("weak", "twin")}
+    # a predictions file alone changed (now out of step with its result): recomputed, and
+    # the row says the file is stale instead of serving the old numbers
+    path = rdir / "twin_glue_mrpc_lr05_s45.predictions.json"
+    doc = json.loads(path.read_text())
+    doc["languages"]["en"]["predictions"][0] = 1 - doc["languages"]["en"]["predictions"][0]
+    path.write_text(json.dumps(doc))
+    cache, stale = _cache_run(rdir)
+    assert (cache.computed, cache.reused) == (2, 4)
+    notes = [n for r in stale.rows if r.task == "glue_mrpc" and "twin" in (r.model_a, r.model_b)
+             for n in r.notes]  # fmt: skip
+    assert any("out of step with its result" in n for n in notes)
+    # another seed or another number of resamples: every row
+    assert _cache_run(rdir, seed=99)[0].computed == 6
+    assert _cache_run(rdir, n_resamples=59)[0].computed == 6
+
+
+def test_a_corrupt_entry_is_recomputed_never_trusted(rdir):
+    _, first = _cache_run(rdir)
+    names = entries(rdir)
+    torn, edited = rdir / STATS_CACHE_DIR / names[0], rdir / STATS_CACHE_DIR / names[1]
+    torn.write_text(torn.read_text()[:50])
+    doc = json.loads(edited.read_text())
+    doc["row"]["diff"] = 0.5  # valid JSON, a wrong number: the checksum refuses it
+    edited.write_text(json.dumps(doc))
+    cache, again = _cache_run(rdir)
+    assert (cache.computed, cache.reused) == (2, 4)
+    assert [asdict(r) for r in again.rows] == [asdict(r) for r in first.rows]
+    assert _cache_run(rdir)[0].computed == 0  # both were written over, whole
+
+
+def test_a_row_computed_with_more_serves_a_request_for_less(rdir):
+    loaded = load_table(rdir, str(rdir / "selection.json"))
+    cells = verdicts.included_cells(loaded.table, loaded.results)
+    requests = [(a, b, t) for a, b in [("strong", "weak"), ("twin", "strong")] for t in TASKS]
+    cache = ComparisonCache(rdir / STATS_CACHE_DIR)
+    run = {"n_resamples": 49, "seed": 1234}
+    full = verdicts.compute_rows(requests, loaded.table, cells, flags=RowFlags(), cache=cache,
+                                 **run)  # fmt: skip
+    less = RowFlags(bootstrap=False, example_test=False)
+    cache = ComparisonCache(rdir / STATS_CACHE_DIR)
+    served = verdicts.compute_rows(requests, loaded.table, cells, flags=less, cache=cache, **run)
+    assert (cache.computed, cache.reused) == (0, 4)
+    direct = verdicts.compute_rows(requests, loaded.table, cells, flags=less, **run)
+    assert [asdict(r) for r in served] == [asdict(r) for r in direct]
+    assert all(r.boot_low is None and r.p_example is None for r in served)
+    assert all(r.boot_low is not None and r.p_example is not None for r in full)
+    # the reverse does not hold: a lesser row never serves a fuller request
+    cache = ComparisonCache(rdir / STATS_CACHE_DIR)
+    verdicts.compute_rows(requests[:1], loaded.table, cells, flags=less, cache=cache,
+                          **{**run, "seed": 5})  # fmt: skip
+    verdicts.compute_rows(requests[:1], loaded.table, cells, flags=RowFlags(), cache=cache,
+                          **{**run, "seed": 5})  # fmt: skip
+    assert cache.computed == 2
+
+
+# summarize in a child process that counts the rows it computes (a spy calling the real
+# compare_cells) and prints {"code", "computed"} as its last line of stderr.
+COUNTING_SUMMARIZE = """
+import json, sys
+from encoder_eval import summarize
+from encoder_eval.reports import verdicts
+real, calls = verdicts.compare_cells, []
+def spy(*args, **kwargs):
+    calls.append(args[:3])
+    return real(*args, **kwargs)
+verdicts.compare_cells = spy
+code = summarize.main(sys.argv[1:])
+print(json.dumps({"code": code, "computed": len(calls)}), file=sys.stderr)
+"""
+
+
+def summarize_without_root(args: list[str]) -> tuple[str, list[str], dict]:
+    """Run summarize held to permission bits (root's override dropped, as in
+    test_bad_input): its stdout, its warnings and its count of computed rows."""
+    proc = subprocess.run(
+        [sys.executable, "-c", COUNTING_SUMMARIZE, *args], env=env(), capture_output=True,
+        text=True, timeout=600, preexec_fn=_drop_dac_capabilities if os.geteuid() == 0 else None,
+    )  # fmt: skip
+    *lines, last = proc.stderr.strip().splitlines()
+    return proc.stdout, [line for line in lines if line.startswith("warning:")], json.loads(last)
+
+
+def test_a_read_only_results_folder_still_works(rdir, tmp_path, capsys):
+    locked = tmp_path / "probe"
+    locked.mkdir(mode=0)
+    locked.chmod(0)
+    if problem := _permissions_problem(locked):
+        pytest.skip(f"permission bits do not stop this root: {problem}")
+    assert summarize.main([*base(rdir), "--no-cache"]) == EXIT_OK
+    fresh = capsys.readouterr().out
+    before = sorted(os.listdir(rdir))
+    os.chmod(rdir, 0o555)
+    try:
+        out, warnings, run = summarize_without_root(base(rdir))
+        assert run == {"code": EXIT_OK, "computed": 6} and out == fresh
+        assert [w for w in warnings if "statistics cache" in w] == [
+            f"warning: cannot write the statistics cache {rdir / STATS_CACHE_DIR} "
+            "(Permission denied); computing without it"
+        ]
+        assert sorted(os.listdir(rdir)) == before  # nothing written
+    finally:
+        os.chmod(rdir, 0o755)
+    # a cache written earlier is read from a folder that became read-only, without a word
+    assert summarize.main(base(rdir)) == EXIT_OK
+    capsys.readouterr()
+    os.chmod(rdir, 0o555)
+    try:
+        out, warnings, run = summarize_without_root(base(rdir))
+        assert run == {"code": EXIT_OK, "computed": 0} and out == fresh
+        assert not [w for w in warnings if "statistics cache" in w]
+    finally:
+        os.chmod(rdir, 0o755)
+
+
+@pytest.mark.parametrize("command", ["compare", "summarize"])
+def test_jobs_do_not_change_a_number(rdir, command, capsys):
+    main = {"compare": compare.main, "summarize": summarize.main}[command]
+    outputs = []
+    for jobs in ("1", "2", "3"):
+        assert main([*base(rdir), "--format", "json", "--no-cache", "--jobs", jobs]) == EXIT_OK
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] == outputs[2]
+    assert not (rdir / STATS_CACHE_DIR).exists()  # --no-cache writes nothing
+    with pytest.raises(SystemExit) as exc:
+        main([*base(rdir), "--jobs", "0"])
+    assert exc.value.code == EXIT_INPUT_ERROR
+    assert "not a number of processes" in capsys.readouterr().err
+
+
+def test_compare_corrects_over_the_table_by_default(rdir, capsys):
+    assert compare.main([*base(rdir), "--format", "json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["family"] == "table"
+    rows = doc["rows"]
+    assert len(rows) == 6
+    want = multipletests([r["p_verdict"] for r in rows], method="holm")[1]
+    assert [r["p_verdict_adj"] for r in rows] == pytest.approx(list(want))
+    assert all(r["family_size"] == 6 for r in rows)
+    assert any("every row of this comparison" in n for n in doc["footnotes"])
+    assert compare.main([*base(rdir), "--format", "json", "--family", "pair"]) == EXIT_OK
+    assert all(r["family_size"] == 2 for r in json.loads(capsys.readouterr().out)["rows"])
+    # two models: the table is the pair, so the default gives the pair's numbers
+    two = [*base(rdir), "--format", "json", "--models", "strong,weak"]
+    assert compare.main(two) == EXIT_OK
+    table = json.loads(capsys.readouterr().out)
+    assert compare.main([*two, "--family", "pair"]) == EXIT_OK
+    pair = json.loads(capsys.readouterr().out)
+    assert table["rows"] == pair["rows"]
+
+
+def test_report_takes_the_marks_and_family_flags(rdir, tmp_path, capsys):
+    out = tmp_path / "page.html"
+    assert report.main([*base(rdir), "--out", str(out), "--no-marks", "--family", "pair",
+                        "--correction", "fdr_bh"]) == EXIT_OK  # fmt: skip
+    capsys.readouterr()
+    data = page_table(out)
+    assert all(c["mark"] is None for r in data["rows"] for c in r["cells"].values())
+    page = out.read_text()
+    assert "each pair&#x27;s tasks (--family pair" in page and "Benjamini-Hochberg" in page
+    assert report.main([*base(rdir), "--out", str(out), "--marks-family", "task"]) == EXIT_OK
+    capsys.readouterr()
+    page = out.read_text()
+    assert "best only, --marks-family task" in page
+    assert "every row of this comparison" in page  # the verdicts' default family
+    assert {c["mark"] for r in page_table(out)["rows"] for c in r["cells"].values()} >= {"best"}
