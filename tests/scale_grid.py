@@ -133,7 +133,7 @@ class Grid:
 # ----------------------------------------------------------------------------- quality
 
 
-def _model_traits(models: tuple[str, ...], rng: np.random.Generator) -> dict[str, tuple]:
+def model_traits(models: tuple[str, ...], rng: np.random.Generator) -> dict[str, tuple]:
     """Per model: ability (a few shared, so some pairs tie), seed spread (0.002 to 0.03,
     log-uniform: more than 5x apart) and the LR index its dev curve peaks at."""
     levels = rng.permutation(np.linspace(0.0, 1.0, 10))
@@ -175,6 +175,8 @@ def _predictions(
         sigma = float(np.std(labels)) * math.sqrt(1.0 / r**2 - 1.0)
         noise = 0.6 * difficulty + 0.8 * rng.standard_normal(labels.size)
         return np.round(labels + sigma * noise, 4)
+    if knobs.metric == "mcc":  # a correlation: the accuracy that gives it on balanced classes
+        target = (1.0 + target) / 2.0
     hardness = 0.7 * difficulty + 0.3 * rng.uniform(size=labels.size)
     cut = np.quantile(hardness, min(max(target, 0.0), 1.0))
     wrong = hardness > cut
@@ -299,7 +301,7 @@ def generate(root: str | os.PathLike, size: GridSize, seed: int = 0) -> Grid:
     rng = np.random.default_rng(seed)
     template = _template()
     models, tasks, keys = size.models, size.tasks, size.lr_keys
-    traits = _model_traits(models, rng)
+    traits = model_traits(models, rng)
     task_traits = {t: _task_traits(t, rng) for t in tasks}
     common = ["--models", ",".join(models), "--tasks", ",".join(tasks), "--mode", "shell"]
 
