@@ -83,9 +83,22 @@ def commands(root: Path, scratch: Path, models: list[str], tasks: list[str]) -> 
     return out
 
 
-def measure(argv: list[str], cpu_limit: int, timeout: float, env: dict) -> dict:
+def rss(pid: int) -> int:
+    """The resident memory of process `pid` now, in bytes (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def measure(argv: list[str], cpu_limit: int, timeout: float, env: dict, memory: int) -> dict:
     """Run `argv` as a child (output discarded but its last stderr line); its CPU seconds,
-    peak RSS, wall seconds and outcome: ok, crashed, cpu-limit or timeout."""
+    peak RSS, wall seconds and outcome: ok, crashed, cpu-limit, timeout or memory-limit
+    (its resident memory passed `memory` bytes: stopped before it takes a shared machine's)."""
 
     def limit() -> None:
         os.setsid()
@@ -102,10 +115,11 @@ def measure(argv: list[str], cpu_limit: int, timeout: float, env: dict) -> dict:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
-            if time.perf_counter() - start > timeout:
+            over = "memory-limit" if rss(proc.pid) > memory else None
+            if over or time.perf_counter() - start > timeout:
                 os.killpg(proc.pid, signal.SIGKILL)
                 pid, status, usage = os.wait4(proc.pid, 0)
-                outcome = "timeout"
+                outcome = over or "timeout"
                 break
             time.sleep(0.05)
         proc.returncode = 0  # reaped here; keep Popen from waiting again
@@ -189,7 +203,8 @@ def run_size(fraction: float, args, work: Path, env: dict) -> dict:
         if args.only and not any(word in label for word in args.only.split(",")):
             continue
         cap = max(args.cpu_limit, TARGETS.get(label, 0) + 5)
-        figures[label] = measure(encoder_eval(argv), cap, args.timeout, env)
+        memory = int(args.memory_limit * 2**30)
+        figures[label] = measure(encoder_eval(argv), cap, args.timeout, env, memory)
         f = figures[label]
         print(
             f"  {label:32s} {f['outcome']:10.60s} {f['cpu_s']:8.1f} s CPU "
@@ -248,6 +263,14 @@ def main() -> None:
         help="CPU seconds per command (a target's + 5 at least)",
     )
     p.add_argument("--timeout", type=float, default=1200, help="wall seconds per command")
+    p.add_argument(
+        "--memory-limit", type=float, default=3.0, help="GiB of resident memory per command"
+    )
+    p.add_argument(
+        "--combine",
+        default=None,
+        help="comma-separated outputs of earlier runs: print their sizes as one table",
+    )
     p.add_argument("--max-rows", type=int, default=None, help="cap report rows per language")
     p.add_argument(
         "--only", default=None, help="comma-separated words: commands whose label has one"
@@ -259,6 +282,13 @@ def main() -> None:
     if args.generate_only:
         generate_only(Path(args.generate_only), float(args.fractions), args.max_rows)
         return
+    if args.combine:  # runs made one size at a time, each ending in its JSON line
+        sizes = []
+        for path in args.combine.split(","):
+            last = Path(path).read_text(encoding="utf-8").strip().splitlines()[-1]
+            sizes += json.loads(last)["sizes"]
+        print(table(sorted(sizes, key=lambda s: s["fraction"])))
+        return
     import scale_grid
 
     env = scale_grid.command_env()
@@ -268,14 +298,22 @@ def main() -> None:
     print(table(sizes))
     print(
         f"\nCPU: user + system seconds of the command's process and its children; peak: its "
-        f"ru_maxrss. Limits: {args.cpu_limit} CPU s, {args.timeout:g} wall s per command. "
+        f"ru_maxrss. Limits: {args.cpu_limit} CPU s, {args.timeout:g} wall s, "
+        f"{args.memory_limit:g} GiB per command. "
         f"growth: CPU at the last size / at the first; x ref: CPU / `{REFERENCE}`'s at that "
         "size. A limited or crashed command's figures are what it used until then."
     )
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
     common.print_json(
-        common.rounded({"sizes": sizes, "cpu_limit": args.cpu_limit, "timeout": args.timeout})
+        common.rounded(
+            {
+                "sizes": sizes,
+                "cpu_limit": args.cpu_limit,
+                "timeout": args.timeout,
+                "memory_limit_gib": args.memory_limit,
+            }
+        )
     )
 
 
