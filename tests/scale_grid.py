@@ -249,12 +249,11 @@ def _result(
         training.update(stopped_by="diverged", diverged_at_step=120, early_stopped=False)
     else:
         data["dev"] = _score_section(dev, {}, task)
-        history = [v["dev"] for v in training["dev_history"]]
         best = data["dev"]["mean"]
-        training["dev_history"] = [
-            {"step": 500 * (i + 1), "dev": best - 0.01 * (8 - i) if i < 7 else best,
+        training["dev_history"] = [  # 8 evaluations, the best at step 3,000 (of 4,000)
+            {"step": 500 * (i + 1), "dev": best - 0.01 * (6 - i) if i < 6 else best - 0.005 * (i - 5),
              "loss": 0.7 / (i + 1)}
-            for i in range(max(8, len(history)))
+            for i in range(8)
         ]  # fmt: skip
     data["report"] = None
     return data
