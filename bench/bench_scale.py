@@ -77,7 +77,7 @@ def commands(root: Path, scratch: Path, models: list[str], tasks: list[str]) -> 
         ],
         ("summarize again (2nd render)", ["summarize", "--results-dir", rep]),
         ("compare 2 models", ["compare", "--results-dir", rep, "--models", ",".join(models[:2])]),
-        (f"compare all {len(models)}", ["compare", "--results-dir", rep]),
+        ("compare all models", ["compare", "--results-dir", rep]),
         ("report", ["report", "--results-dir", rep, "--out", str(scratch / "report.html")]),
     ]
     return out
@@ -237,7 +237,7 @@ def table(sizes: list[dict]) -> str:
         cells = [figure(s["figures"].get(label)) for s in sizes]
         first, last = sizes[0]["figures"].get(label), sizes[-1]["figures"].get(label)
         growth = "-"
-        if len(sizes) > 1 and first and last and first["cpu_s"] > 0:
+        if len(sizes) > 1 and first and last and first["outcome"] == "ok" and first["cpu_s"] > 0:
             sign = "" if last["outcome"] == "ok" else ">= "
             growth = f"{sign}{last['cpu_s'] / first['cpu_s']:.1f}x"
         refs = []
