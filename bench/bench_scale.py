@@ -9,8 +9,9 @@ children: `os.wait4`'s rusage of the child) and its peak resident memory (that r
 size (`summarize --no-marks`, the linear tabulation), and the issue's targets.
 
 A command that runs past `--cpu-limit` CPU seconds (RLIMIT_CPU: unaffected by other users'
-load) or `--timeout` wall seconds is stopped and shown as "cpu-limit"/"timeout" with what it
-had used; one that fails as "crashed (rc, last line)". The generator is measured the same way
+load), `--timeout` wall seconds or `--memory-limit` GiB resident (its main process, polled) is
+stopped and shown as "cpu-limit"/"timeout"/"memory-limit" with what it had used; one that
+fails as "crashed (rc, last line)". `--combine` prints earlier runs' JSON lines as one table. The generator is measured the same way
 (it runs as a child: `--generate-only`).
 
     .venv/bin/python bench/bench_scale.py                        # 1/8, then the full grid
