@@ -592,7 +592,7 @@ def test_slurm_launch_moves_corrupt_results_aside_and_resubmits(tmp_path, fake_s
     env, tpl = fake_slurm
     plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
                             tasks=["glue_rte"], lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
-    emitted = sweep.emit(plan, tmp_path / "runs", mode, template=tpl)
+    emitted = sweep.emit(plan, tmp_path / "runs", mode, template=tpl, group="cell")
     mark_done(plan, *plan.cells)
     spoiled = _corrupt_three(plan)
     proc = subprocess.run(["bash", str(emitted.script)], env=env, capture_output=True, text=True,
@@ -613,7 +613,7 @@ def test_slurm_does_not_resubmit_queued_cells(tmp_path, fake_slurm):
     env, tpl = fake_slurm
     plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
                             tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42, 43])  # fmt: skip
-    emitted = sweep.emit_slurm(plan, tmp_path / "runs", tpl)
+    emitted = sweep.emit_slurm(plan, tmp_path / "runs", tpl, group="cell")
     queue = tmp_path / "queue.txt"
     queue.write_text(sweep._job_name(plan, plan.cells[:1]) + "\n")
     proc = subprocess.run(["bash", str(emitted.script)], env={**env, "FAKE_QUEUE": str(queue)},
@@ -632,7 +632,7 @@ def test_slurm_array_chunks_to_max_array_size(tmp_path, fake_slurm):
     plan = sweep.build_plan("select", results_dir=tmp_path / "res",
                             extra_models=[f"{evil}={model_dir}"], tasks=["glue_rte", "glue_sst2"],
                             lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
-    emitted = sweep.emit_slurm_array(plan, tmp_path / "runs", tpl)
+    emitted = sweep.emit_slurm_array(plan, tmp_path / "runs", tpl, group="cell")
     manifest = (tmp_path / "runs" / "manifest.tsv").read_text().splitlines()
     assert len(manifest) == 1 + 8 and manifest[0].startswith("N\tOUT_JSON_1..N\tOUT_JSON\tMODEL\t")
     array = (tmp_path / "runs" / "array.sh").read_text()
