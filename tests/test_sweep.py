@@ -805,3 +805,34 @@ def test_a_newline_in_the_results_dir_never_becomes_code(tmp_path, fake_python, 
                           text=True, cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert not canary.exists()
+
+
+def test_slurm_modes_group_by_lr_and_slurm_says_its_cost_past_max_array_size(
+    tmp_path, fake_slurm, monkeypatch
+):
+    """Both Slurm modes run the seeds of one (model, task, LR) per job by default; --mode
+    slurm says, past the cluster's MaxArraySize, how many sbatch calls it makes and the
+    array jobs slurm-array would need; a rerun's units hold only the cells not done."""
+    env, tpl = fake_slurm
+    monkeypatch.setenv("PATH", env["PATH"])  # the fake scontrol: MaxArraySize 3
+    monkeypatch.setenv("FAKE_MAX_ARRAY", "3")
+    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
+                            tasks=["glue_rte", "glue_sst2"], lr_keys=["lr03", "lr06"],
+                            seeds=[42, 43, 44])  # fmt: skip
+    for mode in ("slurm", "slurm-array"):
+        emitted = sweep.emit(plan, tmp_path / f"runs-{mode}", mode, template=tpl)
+        assert emitted.group == "lr" and emitted.n_units == 4
+        units = json.loads((tmp_path / f"runs-{mode}" / "units.json").read_text())
+        assert units == [[plan.out_json(c) for c in plan.cells[i : i + 3]] for i in (0, 3, 6, 9)]
+    text = sweep.emit(plan, tmp_path / "runs", "slurm", template=tpl).describe()
+    assert "in 4 job(s), one per (model, task, LR)" in text
+    assert ("--mode slurm submits these 4 jobs with 4 sbatch calls, one after another" in text
+            and "as 2 array job(s) of at most 3 tasks (MaxArraySize)" in text)  # fmt: skip
+    monkeypatch.setenv("FAKE_MAX_ARRAY", "4")
+    assert "note:" not in sweep.emit(plan, tmp_path / "runs", "slurm", template=tpl).describe()
+    mark_done(plan, plan.cells[0], *plan.cells[3:6])  # glue_rte: lr03 s42 and all of lr06
+    rest = [c for c in plan.cells if c not in (plan.cells[0], *plan.cells[3:6])]
+    emitted = sweep.emit(plan, tmp_path / "rest", "slurm-array", template=tpl, cells=rest)
+    units = json.loads((tmp_path / "rest" / "units.json").read_text())
+    assert units == [[plan.out_json(c) for c in cs] for cs in
+                     (plan.cells[1:3], plan.cells[6:9], plan.cells[9:12])]  # fmt: skip

@@ -501,11 +501,12 @@ def emit_slurm(
     python: str | None = None,
     known: dict[str, str] | None = None,
 ) -> Emitted:
-    """Write `out_dir/launch.sh`: one `sbatch` per cell not done, each running your template.
+    """Write `out_dir/launch.sh`: one `sbatch` per unit not done, each running your template.
 
-    With `group` "lr" or "pair" (`--group`), one job runs a unit of several cells in one
-    process instead (`Plan.units`): the seeds of one (model, task, LR), or every cell of
-    one (model, task). Each cell still writes its own result file as it ends.
+    A unit (`Plan.units`, `--group`) is by default ("lr") the seeds of one (model, task,
+    LR), run by one process; "cell" makes it one cell, "pair" every cell of one (model,
+    task). Each cell still writes its own result file as it ends. The contract below is
+    written for a one-cell job; a job of several cells differs as said at its end.
 
     The template contract
     ---------------------
@@ -516,7 +517,11 @@ def emit_slurm(
     that copy once per cell that is not done yet, as::
 
         VAR=value ... sbatch --export=ALL --job-name=ee-<phase>-<cell> \\
-            --output=<out_dir>/logs/%x-%j.out [--requeue] template.sh RUN_ARGS...
+            --output=<out_dir>/logs/%x-%j.out --comment=ee-unit:<i>:<out_dir>/units.json \\
+            [--requeue] template.sh RUN_ARGS...
+
+    (the comment names the job's cells for `encoder-eval status`: `plans/queue.py`; it
+    overrides a `#SBATCH --comment` of the template)
 
     so each job receives, for its cell:
 
@@ -591,7 +596,7 @@ def emit_slurm(
         "launch_slurm.sh",
         words={"TEMPLATE": tpl, "PYTHON": python or sys.executable, "PHASE": plan.phase},
         code={
-            "HEADER": _header(plan, "submit one sbatch job per cell not done"),
+            "HEADER": _header(plan, "submit one sbatch job per unit not done"),
             "REQUEUE": "--requeue" if requeue else "",
             "COMMON": _common(),
             "UNITS": _units_code(units_words),
@@ -632,8 +637,9 @@ def emit_slurm_array(
 ) -> Emitted:
     """Write a cells manifest, an array job script and `launch.sh` for one array job per phase.
 
-    * `out_dir/manifest.tsv`: a header line, then one unit per line (one array task: a
-      cell, or with `--group lr|pair` several cells run by one process), tab-separated:
+    * `out_dir/manifest.tsv`: a header line, then one unit per line (one array task: by
+      default the seeds of one (model, task, LR) run by one process; `--group cell|pair`
+      one cell, or every cell of a (model, task)), tab-separated:
       the number of cells N, their N result files, the variables of the `emit_slurm`
       contract, then the unit's `encoder_eval.run` arguments. Values may not contain tabs
       or newlines here (use `--mode slurm` for such values).
@@ -647,8 +653,11 @@ def emit_slurm_array(
     * `out_dir/launch.sh`: at launch time lists the manifest rows with a cell not done
       (moving corrupt result files aside, as in `emit_slurm`), reads the cluster's MaxArraySize (`scontrol show config`; 1001 when it cannot
       be read), and submits `sbatch --array=0-<n-1>` chunks of at most that many tasks, each
-      over a rows file written to `out_dir/arrays/`. It refuses to submit while jobs of this
-      sweep are still queued or running (scancel them or wait), and submits nothing when
+      over a rows file written to `out_dir/arrays/` and named in the job's comment
+      (`--comment=ee-rows:<rows file>`, which `encoder-eval status` reads with
+      `out_dir/units.json`). It refuses to submit while array jobs of this launch
+      directory are still queued or running (scancel them or wait; a `status --emit`
+      script in another directory is not held up by them), and submits nothing when
       every cell is done. `EE_ARRAY_CHUNK=N` lowers the chunk size;
       `EE_ARRAY_THROTTLE=N` adds Slurm's `%N` limit on simultaneously running tasks.
     """
