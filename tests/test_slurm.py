@@ -216,7 +216,7 @@ def test_a_corrupt_result_is_kept_aside_and_its_cell_run_again_through_real_slur
                                 extra_models=["a=org/a"], tasks=["glue_rte"], lr_keys=["lr03"],
                                 seeds=[42, 43])  # fmt: skip
         out = tmp_path / f"runs-{mode}"
-        emitted = sweep.emit(plan, out, mode, template=tpl)
+        emitted = sweep.emit(plan, out, mode, template=tpl, group="cell")  # one cell a job
         done, spoiled = (Path(plan.out_json(c)) for c in plan.cells)
         done.write_text(json.dumps(make_result("a", "glue_rte", "lr03", 42, "select")))
         text = json.dumps(make_result("a", "glue_rte", "lr03", 43, "select"))
