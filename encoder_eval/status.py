@@ -25,6 +25,12 @@ same flags (`--phase`, `--models`, `--model`, `--tasks`, `--lr-keys`, `--seeds`,
 * kept: a file to leave alone: one that cannot be read (permissions, I/O errors), one a
   newer harness wrote, or another model's result under this cell's name (listed with why;
   nothing moves it or runs the cell over it until you fix or move it);
+* queued, running: no result yet (missing, or corrupt: its run moves the file aside), and a
+  Slurm job of this results directory that will run it is pending or running. Read from
+  `squeue` (your jobs) when it is installed: each job a launch script submits names its
+  cells in its comment (`encoder_eval.plans.queue`), so this holds for every grouping and
+  mode, and for the jobs of a `status --emit` script too. Without squeue these rows are not
+  shown (and those cells count as missing);
 * missing: no result file yet.
 
 Results in the directory that the plan does not cover are counted as "other", and the
@@ -32,7 +38,9 @@ files moved aside into `.corrupt/` as "moved aside". Every entry of the director
 not a valid result of this phase gets one warning on stderr naming it and why, as in
 `select` and `summarize`. Status only reads: it moves nothing.
 `--emit DIR` writes a script (`--mode shell|slurm|slurm-array`, with the sweep's options)
-covering only the missing and corrupt cells; nothing is written when there are none.
+covering only the missing and corrupt cells, never a queued or running one (a squeue that
+is installed but fails is then an error); nothing is written when there are none. Every
+result file is read once.
 
 Resume states (`.resume-<result name>.pt`, a stopped cell's saved state, hundreds of MB
 for a base-size model) in the results directory are listed with their size and whether
@@ -41,8 +49,8 @@ run would never read them); `--clean-resume all` removes every one, so an unfini
 starts over. A state whose cell another runner holds is never removed. Nothing else is
 ever written or removed by status without `--emit`.
 
-Exit status: 0 when every cell is done or diverged; 1 when some are missing, corrupt or
-kept; 2 on bad input.
+Exit status: 0 when every cell is done or diverged; 1 when some are missing, corrupt,
+kept, queued or running; 2 on bad input.
 """
 
 from __future__ import annotations
@@ -73,6 +81,7 @@ from encoder_eval.core.results import (
     cell_state,
     count_quarantined,
     load_results,
+    planned_cell_state,
 )
 from encoder_eval.plans import experiment
 from encoder_eval.plans.arguments import (
@@ -84,8 +93,11 @@ from encoder_eval.plans.arguments import (
 )
 from encoder_eval.plans.emit import emit
 from encoder_eval.plans.plan import Cell, Plan
+from encoder_eval.plans.queue import QUEUED, RUNNING, held_cells, squeue_lines
 
-STATES = ("done", "diverged", "corrupt", "kept", "missing")
+STATES = ("done", "diverged", "corrupt", "kept", QUEUED, RUNNING, "missing")
+# A verdict of `results.cell_state` by result file: what status read, each file once.
+Verdicts = dict[Path, tuple[str, dict | None, str | None]]
 
 
 @dataclass(frozen=True)
@@ -108,6 +120,8 @@ class Status:
     other: list[str] = field(default_factory=list)  # result files the plan does not cover
     moved_aside: int = 0  # corrupt results moved into the results directory's .corrupt/
     resume: list[ResumeState] = field(default_factory=list)  # resume states left in the dir
+    queue_read: bool = False  # whether squeue said which cells are queued or running
+    states: dict[str, str] = field(default_factory=dict)  # result file -> cell_state's state
 
     def count(self, state: str) -> int:
         return len(self.cells[state])
@@ -120,18 +134,31 @@ class Status:
 
     @property
     def complete(self) -> bool:
-        return not self.to_run and not self.cells["kept"]
+        return not any(self.cells[s] for s in ("missing", "corrupt", "kept", QUEUED, RUNNING))
 
 
-def phase_status(plan: Plan) -> Status:
-    """Classify every cell of the plan by its result file (`results.cell_state`)."""
+def phase_status(
+    plan: Plan, verdicts: Verdicts | None = None, held: dict[str, str] | None = None
+) -> Status:
+    """Classify every cell of the plan by its result file (`results.cell_state`; from
+    `verdicts`, the files already read, when there) and, when `held` (`queue.held_cells`)
+    is given, a cell without a result that a Slurm job holds as queued or running."""
+    verdicts = verdicts or {}
     cells: dict[str, list[Cell]] = {s: [] for s in STATES}
-    reasons = {}
+    reasons, states = {}, {}
     for cell in plan.cells:
         path = plan.out_json(cell)
-        state, _, why = plan.cell_status(cell)
+        known = verdicts.get(Path(path))
+        if known is None:
+            state, _, why = plan.cell_status(cell)
+        else:
+            state, _, why = planned_cell_state(known, cell.model, cell.task)
+        states[path] = state
         if state in (CORRUPT, KEPT):
             reasons[path] = why
+        if state in (MISSING, CORRUPT) and held and path in held:
+            cells[held[path]].append(cell)
+            continue
         cells[{MISSING: "missing", CORRUPT: "corrupt", "ok": "done"}.get(state, state)].append(cell)
     planned = {os.path.basename(plan.out_json(c)) for c in plan.cells}
     root = Path(plan.results_dir)
@@ -144,14 +171,17 @@ def phase_status(plan: Plan) -> Status:
             and p.name not in planned
             and not p.name.endswith(".predictions.json")
         )
+    resume = resume_states(plan, verdicts)
     return Status(
-        plan, cells, reasons, other, count_quarantined(plan.results_dir), resume_states(plan)
-    )
+        plan, cells, reasons, other, count_quarantined(plan.results_dir), resume,
+        held is not None, states,
+    )  # fmt: skip
 
 
-def resume_states(plan: Plan) -> list[ResumeState]:
+def resume_states(plan: Plan, verdicts: Verdicts | None = None) -> list[ResumeState]:
     """The resume states in the plan's results directory, each with whether its cell (the
-    result file it is named after) is done (`results.cell_state`)."""
+    result file it is named after) is done (`results.cell_state`; from `verdicts` when
+    that file was read already)."""
     root = Path(plan.results_dir)
     if not root.is_dir():
         return []
@@ -163,7 +193,8 @@ def resume_states(plan: Plan) -> list[ResumeState]:
             size = path.stat().st_size
         except OSError:
             continue
-        done = cell_state(root / name, plan.phase)[0] in DONE_STATES
+        known = (verdicts or {}).get(root / name)
+        done = (known or cell_state(root / name, plan.phase))[0] in DONE_STATES
         out.append(ResumeState(path, size, root / name, done, labels.get(name)))
     return out
 
@@ -202,6 +233,8 @@ def format_status(status: Status, limit: int | None = 50) -> str:
     if plan.shrunk:
         lines.append("  (shrunken plan: " + "; ".join(plan.shrunk) + ")")
     for state in STATES:
+        if state in (QUEUED, RUNNING) and not status.queue_read:
+            continue  # no squeue here: nothing is known of the jobs
         lines.append(f"  {state:<9}{status.count(state):>6}")
     if status.other:
         lines.append(f"  {'other':<9}{len(status.other):>6}  (results outside this plan)")
@@ -211,7 +244,7 @@ def format_status(status: Status, limit: int | None = 50) -> str:
             f"  {'moved aside':<9}{status.moved_aside:>4}  (corrupt results kept in "
             f"{where}; never read)"
         )
-    for state in ("diverged", "corrupt", "kept", "missing"):
+    for state in ("diverged", "corrupt", "kept", RUNNING, QUEUED, "missing"):
         cells = status.cells[state]
         if not cells:
             continue
@@ -279,6 +312,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _held_cells(plan: Plan, must: bool) -> dict[str, str] | None:
+    """The plan's cells that Slurm jobs hold (`queue.held_cells`), None without squeue. A
+    squeue that fails is an error when `must` (--emit would submit queued cells again), else
+    a warning, and the cells count as missing."""
+    warn = warn_once()
+    try:
+        lines = squeue_lines()
+    except HarnessError as exc:
+        if must:
+            raise HarnessError(f"{exc}; --emit would submit them again") from None
+        warn(f"{exc}: queued and running cells count as missing")
+        return None
+    if lines is None:
+        return None
+    held, problems = held_cells(plan, lines)
+    for line in problems:
+        warn(line)
+    return held
+
+
 @report_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -290,15 +343,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.emit:
         check_utf8_plan(plan, args.emit)
         experiment.check_consent(cfg)
-    status = phase_status(plan)
-    load_results(plan.results_dir, phase=plan.phase)  # one warning per entry it skips
+    verdicts: Verdicts = {}
+    # One warning per entry it skips; every file's verdict kept, so each is read once.
+    load_results(plan.results_dir, phase=plan.phase, states=verdicts)
+    held = _held_cells(plan, must=bool(args.emit))
+    status = phase_status(plan, verdicts, held)
     if args.clean_resume:
         removed, left = clean_resume(status.resume, args.clean_resume)
         warn = warn_once()
         for line in left:
             warn(line)
         print(f"removed {len(removed)} resume state(s), {_mb(sum(r.size for r in removed))}")
-        status.resume = resume_states(plan)
+        status.resume = resume_states(plan, verdicts)
     emitted = None
     if args.emit and status.to_run:
         emitted = emit(
@@ -310,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             requeue=args.requeue,
             python=args.python,
             group=args.group,
+            known=status.states,
         )
     print(format_status(status, limit=None if args.list_all else 50))
     if args.emit:

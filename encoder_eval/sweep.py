@@ -12,10 +12,12 @@ Usage::
     encoder-eval sweep --phase report --selection selection.json \\
         --out-dir runs/report --results-dir results/report --mode shell
 
-    # on a cluster: one sbatch per missing cell, or one array job per phase
-    encoder-eval sweep --phase select --mode slurm --slurm-template my.sbatch ...
+    # on a cluster: array jobs over the phase (MaxArraySize tasks each), or one sbatch per
+    # job; a job runs the seeds of one (model, task, LR) unless --group says otherwise
     encoder-eval sweep --phase select --mode slurm-array --slurm-template my.sbatch ...
+    encoder-eval sweep --phase select --mode slurm --slurm-template my.sbatch ...
     bash runs/select/launch.sh
+    encoder-eval status --results-dir results/select   # done, queued, running, missing
 
     encoder-eval sweep --show-grid     # the LR grid, seed sets and recipe flags
 

@@ -145,7 +145,7 @@ def test_depth_1000_is_on_protocol_and_a_shallower_run_is_not(hub):
     assert record["depth"] == 50
     assert reasons == [
         "rank depth 50 (protocol: 1000 first-stage candidates re-ranked per query; "
-        "the evaluated queries have at most 50)"
+        "every evaluated query has 50)"
     ]
 
 

@@ -212,9 +212,55 @@ def test_the_ranking_depth_is_recorded_and_checked(depth, on_protocol):
     assert (depth_reasons == []) == on_protocol
     if not on_protocol:
         assert depth_reasons == [f"rank depth {depth} (protocol: 1000 first-stage candidates "
-                                 f"re-ranked per query; the evaluated queries have at most "
+                                 f"re-ranked per query; every evaluated query has "
                                  f"{depth})"]  # fmt: skip
+    assert record["short_queries"] == (2 if depth < 1000 else 0)
     assert PROTOCOL_RECIPE.to_dict()["rank_depth"] == 1000  # recorded in every recipe
+
+
+def _uneven(sizes: list[int]) -> encoding.Encoded:
+    """A ranking split whose query i has sizes[i] candidates, its first one relevant."""
+    qids = [f"q{q}" for q, n in enumerate(sizes) for _ in range(n)]
+    ranks = [i + 1 for n in sizes for i in range(n)]
+    return encoding.Encoded(
+        features={"input_ids": [[1, 2]] * len(qids)}, labels=[int(r == 1) for r in ranks],
+        lengths=[2] * len(qids), columns={"query_id": qids, "doc_id": [str(i) for i in
+        range(len(qids))], "first_stage_rank": ranks},
+    )  # fmt: skip
+
+
+def test_the_ranking_depth_is_the_fewest_candidates_any_evaluated_query_has():
+    """99 queries cut to 100 candidates and one kept at 1,000: the depth is 100, not 1,000,
+    and the cell is off-protocol with the count of short queries; the deepest is recorded
+    too, and every query at 1,000 but one at 1,200 is off-protocol as well."""
+    from encoder_eval.core.protocol import PROTOCOL_RECIPE
+    from encoder_eval.data.tasks import task_knobs
+
+    kind = kinds.kind_for(RANKING)
+    knobs, train_enc = task_knobs("ms_marco"), _queries(3, 40)
+    # the deep query in another language: the depth is over every evaluated query
+    evaluated = {"en": _uneven([100] * 99), "de": _uneven([1000])}
+    record, reasons = kind.record(knobs, PROTOCOL_RECIPE, train_enc, evaluated)
+    assert (record["depth"], record["depth_max"], record["short_queries"]) == (100, 1000, 99)
+    assert [r for r in reasons if r.startswith("rank depth")] == [
+        "rank depth 100 (protocol: 1000 first-stage candidates re-ranked per query; 99 of the "
+        "100 evaluated queries have fewer, down to 100)"
+    ]
+    record, reasons = kind.record(knobs, PROTOCOL_RECIPE, train_enc,
+                                  {"en": _uneven([1000] * 4 + [1200])})  # fmt: skip
+    assert (record["depth"], record["depth_max"], record["short_queries"]) == (1000, 1200, 0)
+    assert [r for r in reasons if r.startswith("rank depth")] == [
+        "rank depth 1000 (protocol: 1000 first-stage candidates re-ranked per query; the "
+        "evaluated queries have 1000 to 1200)"
+    ]
+    # without evaluated splits the training queries are judged, by the same rule
+    record, reasons = kind.record(knobs, PROTOCOL_RECIPE, _uneven([1000, 1000, 999]))
+    assert (record["depth"], record["short_queries"]) == (999, 1)
+    assert "1 of the 3 training queries have fewer, down to 999" in reasons[-1]
+    record, reasons = kind.record(knobs, PROTOCOL_RECIPE, train_enc,
+                                  {"en": _uneven([1000] * 3)})  # fmt: skip
+    assert record["depth"] == record["depth_max"] == 1000 and record["short_queries"] == 0
+    assert not [r for r in reasons if r.startswith("rank depth")]
 
 
 def test_listwise_and_pointwise_losses_equal_their_formulas(rank_mirror):

@@ -216,7 +216,7 @@ def test_a_corrupt_result_is_kept_aside_and_its_cell_run_again_through_real_slur
                                 extra_models=["a=org/a"], tasks=["glue_rte"], lr_keys=["lr03"],
                                 seeds=[42, 43])  # fmt: skip
         out = tmp_path / f"runs-{mode}"
-        emitted = sweep.emit(plan, out, mode, template=tpl)
+        emitted = sweep.emit(plan, out, mode, template=tpl, group="cell")  # one cell a job
         done, spoiled = (Path(plan.out_json(c)) for c in plan.cells)
         done.write_text(json.dumps(make_result("a", "glue_rte", "lr03", 42, "select")))
         text = json.dumps(make_result("a", "glue_rte", "lr03", 43, "select"))
@@ -242,3 +242,135 @@ def test_a_corrupt_result_is_kept_aside_and_its_cell_run_again_through_real_slur
             assert f"moved the corrupt result {spoiled} to {kept}" in logs
         again = sh(["bash", str(emitted.script)], tmp_path)
         assert job_ids(again.stdout) == [] and "submitted 0" in again.stdout
+
+
+def _cancel_all(ids: list[str]) -> None:
+    """scancel every job the test submitted (held ones included), whatever happened."""
+    if ids:
+        subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=120)
+
+
+def _held_template(path: Path, body: str) -> Path:
+    """A no-op job template whose jobs are submitted held (`#SBATCH --hold`: sbatch here
+    ignores SBATCH_HOLD), with a small memory request: a job without one takes the whole
+    node here (DefMemPerNode), and a released task must start beside whatever else runs."""
+    path.write_text("#!/bin/bash\n#SBATCH --hold\n#SBATCH --time=15\n#SBATCH --cpus-per-task=1\n"
+                    f'#SBATCH --mem=50M\n: "$@"  # the run arguments: unused here\n{body}\n')  # fmt: skip
+    return path
+
+
+def _counts(stdout: str) -> dict[str, int]:
+    """status's count lines (`  queued     3058`) as {state: count}."""
+    return {m[1]: int(m[2]) for m in re.finditer(r"^  (\w+)\s+(\d+)$", stdout, re.MULTILINE)}
+
+
+def _squeue_state(job: str) -> str:
+    proc = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T %r"], capture_output=True,
+                          text=True)  # fmt: skip
+    return proc.stdout.strip()
+
+
+def test_status_tells_thousands_of_queued_array_cells_and_emit_leaves_them(tmp_path):
+    """3,060 no-op cells (6 models x 17 tasks x 10 LRs x 3 seeds) held in 4 array jobs:
+    status counts them queued, not missing, a released task running, a cancelled task's cell
+    missing and a written result done; --emit writes only the cancelled cells, and its
+    launch is not refused because the sweep's arrays are still queued."""
+    from result_helpers import make_result
+
+    from encoder_eval import sweep
+
+    # A small memory request: a job without one takes the whole node here (DefMemPerNode),
+    # and the released task must start beside whatever else the cluster runs.
+    tpl = _held_template(tmp_path / "noop.sh", "sleep 300")
+    models = [a for m in "abcdef" for a in ("--model", f"{m}=org/{m}")]
+    plan_flags = ["--phase", "select", *models, "--tasks", "all", "--results-dir", "res"]
+    slurm = ["--slurm-template", str(tpl), "--group", "cell"]
+    ids: list[str] = []
+    try:
+        sweep_out = sh(py("encoder_eval.sweep", *plan_flags, *slurm, "--mode", "slurm-array",
+                          "--out-dir", "runs"), tmp_path).stdout  # fmt: skip
+        assert "3060 cell(s) (0 already done, 3060 to run) in 3060 job(s)" in sweep_out
+        launch = subprocess.run(["bash", "runs/launch.sh"], cwd=tmp_path, capture_output=True,
+                                text=True)  # fmt: skip
+        ids += job_ids(launch.stdout)
+        assert launch.returncode == 0, launch.stdout + launch.stderr
+        assert len(ids) == 4 and "submitted 3060 array task(s)" in launch.stdout
+
+        plan = sweep.build_plan("select", results_dir=tmp_path / "res", tasks=["all"],
+                                extra_models=[f"{m}=org/{m}" for m in "abcdef"])  # fmt: skip
+        units = json.loads((tmp_path / "runs" / "units.json").read_text())
+        assert units == [[plan.out_json(c)] for c in plan.cells]
+        rows = sorted((tmp_path / "runs" / "arrays").iterdir())
+        assert rows[0].read_text().split()[:3] == ["0", "1", "2"]
+        first = plan.cells[0]
+        (cancelled,), (running,) = units[5], units[7]
+        Path(units[0][0]).write_text(
+            json.dumps(make_result(first.model, first.task, first.lr_key, first.seed, "select"))
+        )
+        sh(["scancel", f"{ids[0]}_5"], tmp_path)
+        sh(["scontrol", "release", f"{ids[0]}_7"], tmp_path)
+        deadline = time.monotonic() + WAIT_S
+        while not (state := _squeue_state(f"{ids[0]}_7")).startswith("RUNNING"):
+            assert time.monotonic() < deadline, f"array task {ids[0]}_7 never started: {state}"
+            time.sleep(1)
+
+        status = sh(py("encoder_eval.status", *plan_flags, "--emit", "rest", "--mode",
+                       "slurm-array", *slurm), tmp_path, ok=(1,))  # fmt: skip
+        counts = _counts(status.stdout)
+        assert counts == {"done": 1, "diverged": 0, "corrupt": 0, "kept": 0, "queued": 3057,
+                          "running": 1, "missing": 1}, status.stdout  # fmt: skip
+        listed = status.stdout.split("running:")[1].split("queued:")[0]
+        assert f"{plan.cells[7].label}  {running}" in listed
+        assert f"{plan.cells[5].label}  {cancelled}" in status.stdout.split("missing:")[1]
+        rest = json.loads((tmp_path / "rest" / "units.json").read_text())
+        assert rest == [[cancelled]], status.stdout
+        again = subprocess.run(["bash", "rest/launch.sh"], cwd=tmp_path, capture_output=True,
+                               text=True)  # fmt: skip
+        ids += job_ids(again.stdout)
+        assert again.returncode == 0 and "submitted 1 array task(s)" in again.stdout, (
+            again.stdout + again.stderr
+        )
+        status = sh(py("encoder_eval.status", *plan_flags), tmp_path, ok=(1,))
+        assert _counts(status.stdout)["missing"] == 0
+        assert _counts(status.stdout)["queued"] == 3058, status.stdout
+        # The sweep's own launch.sh still waits for its jobs: nothing is submitted twice.
+        relaunch = subprocess.run(["bash", "runs/launch.sh"], cwd=tmp_path, capture_output=True,
+                                  text=True)  # fmt: skip
+        assert relaunch.returncode == 3 and job_ids(relaunch.stdout) == []
+    finally:
+        _cancel_all(ids)
+
+
+def test_status_tells_queued_per_unit_jobs_and_emit_leaves_them(tmp_path):
+    """--mode slurm, default grouping (the seeds of one LR per job): held jobs' cells are
+    queued; a cancelled job's three cells are missing, and only they are emitted."""
+    tpl = _held_template(tmp_path / "noop.sh", "true")
+    plan_flags = ["--phase", "select", "--model", "a=org/a", "--tasks", "glue_rte,sg_cb",
+                  "--lr-keys", "lr03,lr06", "--results-dir", "res"]  # fmt: skip
+    slurm = ["--slurm-template", str(tpl), "--mode", "slurm"]
+    ids: list[str] = []
+    try:
+        out = sh(py("encoder_eval.sweep", *plan_flags, *slurm, "--out-dir", "runs"), tmp_path)
+        assert "12 cell(s) (0 already done, 12 to run) in 4 job(s), one per (model, task, LR)" in (
+            out.stdout
+        )
+        launch = subprocess.run(["bash", "runs/launch.sh"], cwd=tmp_path, capture_output=True,
+                                text=True)  # fmt: skip
+        ids += job_ids(launch.stdout)
+        assert launch.returncode == 0 and len(ids) == 4, launch.stdout + launch.stderr
+        status = sh(py("encoder_eval.status", *plan_flags), tmp_path, ok=(1,))
+        assert _counts(status.stdout)["queued"] == 12 and _counts(status.stdout)["missing"] == 0
+        sh(["scancel", ids[1]], tmp_path)
+        status = sh(py("encoder_eval.status", *plan_flags, *slurm, "--emit", "rest"), tmp_path,
+                    ok=(1,))  # fmt: skip
+        assert _counts(status.stdout)["queued"] == 9 and _counts(status.stdout)["missing"] == 3
+        units = json.loads((tmp_path / "runs" / "units.json").read_text())
+        assert json.loads((tmp_path / "rest" / "units.json").read_text()) == [units[1]]
+        again = subprocess.run(["bash", "runs/launch.sh"], cwd=tmp_path, capture_output=True,
+                               text=True)  # fmt: skip
+        ids += job_ids(again.stdout)
+        assert "submitted 1 job(s); 0 cell(s) already done; 9 cell(s) already queued" in (
+            again.stdout
+        )
+    finally:
+        _cancel_all(ids)

@@ -185,3 +185,30 @@ def test_resume_states_are_listed_and_only_those_of_done_cells_cleaned(tmp_path,
     assert "another runner is running its cell" in captured.err
     assert [p.name for p in rdir.glob(".resume-*")] == [".resume-m_glue_rte_lr06_s43.json.pt"]
     assert (rdir / "m_glue_rte_lr03_s42.json").exists()  # results are never touched
+
+
+def test_status_reads_each_result_file_once(tmp_path, capsys, monkeypatch):
+    """Counting, deciding what --emit runs, the warnings and the resume states all come
+    from one read of each file (status used to read and validate every result twice)."""
+    from collections import Counter
+
+    from encoder_eval.core import results
+
+    rdir = tmp_path / "res"
+    fill(rdir)  # two done, one diverged, one stranger (another model's, not in the plan)
+    (rdir / "m_glue_rte_lr06_s43.json").write_text("{ truncated")  # corrupt: emitted
+    (rdir / ".resume-m_glue_rte_lr03_s42.json.pt").write_bytes(b"\0")  # a done cell's
+    reads: Counter = Counter()
+    real = results.read_bytes
+
+    def counting(path, *args, **kwargs):
+        reads[str(path)] += 1
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(results, "read_bytes", counting)
+    argv = [*PLAN, "--results-dir", str(rdir), "--emit", str(tmp_path / "rest")]
+    assert status.main([*argv, "--mode", "shell", "--clean-resume"]) == 1
+    out = capsys.readouterr().out
+    assert "corrupt       1" in out and "done          2" in out and "removed 1 resume" in out
+    files = sorted(str(p) for p in rdir.glob("*.json"))
+    assert len(files) == 5 and dict(reads) == dict.fromkeys(files, 1)

@@ -592,7 +592,7 @@ def test_slurm_launch_moves_corrupt_results_aside_and_resubmits(tmp_path, fake_s
     env, tpl = fake_slurm
     plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
                             tasks=["glue_rte"], lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
-    emitted = sweep.emit(plan, tmp_path / "runs", mode, template=tpl)
+    emitted = sweep.emit(plan, tmp_path / "runs", mode, template=tpl, group="cell")
     mark_done(plan, *plan.cells)
     spoiled = _corrupt_three(plan)
     proc = subprocess.run(["bash", str(emitted.script)], env=env, capture_output=True, text=True,
@@ -613,7 +613,7 @@ def test_slurm_does_not_resubmit_queued_cells(tmp_path, fake_slurm):
     env, tpl = fake_slurm
     plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
                             tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42, 43])  # fmt: skip
-    emitted = sweep.emit_slurm(plan, tmp_path / "runs", tpl)
+    emitted = sweep.emit_slurm(plan, tmp_path / "runs", tpl, group="cell")
     queue = tmp_path / "queue.txt"
     queue.write_text(sweep._job_name(plan, plan.cells[:1]) + "\n")
     proc = subprocess.run(["bash", str(emitted.script)], env={**env, "FAKE_QUEUE": str(queue)},
@@ -632,7 +632,7 @@ def test_slurm_array_chunks_to_max_array_size(tmp_path, fake_slurm):
     plan = sweep.build_plan("select", results_dir=tmp_path / "res",
                             extra_models=[f"{evil}={model_dir}"], tasks=["glue_rte", "glue_sst2"],
                             lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
-    emitted = sweep.emit_slurm_array(plan, tmp_path / "runs", tpl)
+    emitted = sweep.emit_slurm_array(plan, tmp_path / "runs", tpl, group="cell")
     manifest = (tmp_path / "runs" / "manifest.tsv").read_text().splitlines()
     assert len(manifest) == 1 + 8 and manifest[0].startswith("N\tOUT_JSON_1..N\tOUT_JSON\tMODEL\t")
     array = (tmp_path / "runs" / "array.sh").read_text()
@@ -809,3 +809,34 @@ def test_a_newline_in_the_results_dir_never_becomes_code(tmp_path, fake_python, 
     assert not canary.exists()
     if mode == "slurm":  # the fake sbatch took the job, not a real cluster
         assert len(_lines(slurm_env["FAKE_SUBMITS"])) == 1
+
+
+def test_slurm_modes_group_by_lr_and_slurm_says_its_cost_past_max_array_size(
+    tmp_path, fake_slurm, monkeypatch
+):
+    """Both Slurm modes run the seeds of one (model, task, LR) per job by default; --mode
+    slurm says, past the cluster's MaxArraySize, how many sbatch calls it makes and the
+    array jobs slurm-array would need; a rerun's units hold only the cells not done."""
+    env, tpl = fake_slurm
+    monkeypatch.setenv("PATH", env["PATH"])  # the fake scontrol: MaxArraySize 3
+    monkeypatch.setenv("FAKE_MAX_ARRAY", "3")
+    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
+                            tasks=["glue_rte", "glue_sst2"], lr_keys=["lr03", "lr06"],
+                            seeds=[42, 43, 44])  # fmt: skip
+    for mode in ("slurm", "slurm-array"):
+        emitted = sweep.emit(plan, tmp_path / f"runs-{mode}", mode, template=tpl)
+        assert emitted.group == "lr" and emitted.n_units == 4
+        units = json.loads((tmp_path / f"runs-{mode}" / "units.json").read_text())
+        assert units == [[plan.out_json(c) for c in plan.cells[i : i + 3]] for i in (0, 3, 6, 9)]
+    text = sweep.emit(plan, tmp_path / "runs", "slurm", template=tpl).describe()
+    assert "in 4 job(s), one per (model, task, LR)" in text
+    assert ("--mode slurm submits these 4 jobs with 4 sbatch calls, one after another" in text
+            and "as 2 array job(s) of at most 3 tasks (MaxArraySize)" in text)  # fmt: skip
+    monkeypatch.setenv("FAKE_MAX_ARRAY", "4")
+    assert "note:" not in sweep.emit(plan, tmp_path / "runs", "slurm", template=tpl).describe()
+    mark_done(plan, plan.cells[0], *plan.cells[3:6])  # glue_rte: lr03 s42 and all of lr06
+    rest = [c for c in plan.cells if c not in (plan.cells[0], *plan.cells[3:6])]
+    emitted = sweep.emit(plan, tmp_path / "rest", "slurm-array", template=tpl, cells=rest)
+    units = json.loads((tmp_path / "rest" / "units.json").read_text())
+    assert units == [[plan.out_json(c) for c in cs] for cs in
+                     (plan.cells[1:3], plan.cells[6:9], plan.cells[9:12])]  # fmt: skip

@@ -393,12 +393,20 @@ def _ranking_record(
     """A ranking cell's `ranking` result section (objective, group sizes, training query
     counts, the ranking depth) and its off-protocol reasons: the data holds fewer candidates
     than a group, or its evaluated queries (`evaluated`: the dev encodings per language;
-    else the training queries) re-rank another number of candidates than the protocol's
-    `rank_depth` (the seed re-ranks the first stage's top 1,000)."""
+    else the training queries) do not all re-rank the protocol's `rank_depth` candidates
+    (the seed re-ranks the first stage's top 1,000 of every query).
+
+    The depth is the fewest candidates any evaluated query has: the protocol's depth holds
+    only if every query has it, so one deep query among shallow ones cannot lift it (the
+    deepest is recorded too, as `depth_max`, and one over the protocol's is off-protocol
+    as well). `short_queries` counts the queries with fewer candidates than the recipe's
+    depth."""
     counts = query_counts(enc_train)
     used = min(recipe.rank_group_size, counts["candidate_depth"])
-    depths = [query_counts(e)["candidate_depth"] for e in (evaluated or {}).values()]
-    depth = max(depths) if depths else counts["candidate_depth"]
+    encs = list((evaluated or {}).values()) or [enc_train]
+    sizes = [len(g) for e in encs for g in query_members(e).values()]
+    depth, deepest = (min(sizes), max(sizes)) if sizes else (0, 0)
+    short = sum(n < recipe.rank_depth for n in sizes)
     record = {
         "objective": recipe.rank_objective,
         "group_size": recipe.rank_group_size,
@@ -412,6 +420,8 @@ def _ranking_record(
         },
         "train_candidate_depth": counts["candidate_depth"],
         "depth": depth,
+        "depth_max": deepest,
+        "short_queries": short,
         "depth_protocol": PROTOCOL_RECIPE.rank_depth,
     }
     reasons = []
@@ -421,12 +431,17 @@ def _ranking_record(
             f"the training queries have at most {counts['candidate_depth']} "
             "candidates)"
         )
-    if depth != recipe.rank_depth:
-        where = "evaluated" if depths else "training"
+    if depth != recipe.rank_depth or deepest != recipe.rank_depth:
+        where = "evaluated" if evaluated else "training"
+        if depth == deepest:
+            what = f"every {where} query has {depth}"
+        elif depth < recipe.rank_depth:
+            what = f"{short} of the {len(sizes)} {where} queries have fewer, down to {depth}"
+        else:
+            what = f"the {where} queries have {depth} to {deepest}"
         reasons.append(
             f"rank depth {depth} (protocol: {PROTOCOL_RECIPE.rank_depth} "
-            f"first-stage candidates re-ranked per query; the {where} queries have "
-            f"at most {depth})"
+            f"first-stage candidates re-ranked per query; {what})"
         )
     return record, reasons
 

@@ -473,17 +473,29 @@ def cell_state(
     cell_phase = PROBE_PHASE if probe else cell["phase"]
     if phase is not None and cell_phase != phase:
         return CORRUPT, None, f"a {cell_phase} cell in a {phase} results directory"
+    return planned_cell_state((("ok" if probe else data["status"]), data, None), model, task)
+
+
+def planned_cell_state(
+    state: tuple[str, dict | None, str | None], model: str | None, task: str | None
+) -> tuple[str, dict | None, str | None]:
+    """`cell_state`'s verdict `state` (read without `model` and `task`) with the planned
+    model and task checked too, without reading the file again: a valid result of another
+    model or task under this cell's name is 'kept'."""
+    data = state[1]
+    if data is None:
+        return state
     for kind, planned in (("model", model), ("task", task)):
-        if planned is not None and cell[kind] != planned:
+        if planned is not None and data["cell"][kind] != planned:
             return (
                 KEPT,
                 None,
                 (
-                    f"a valid result of {kind} {quote(cell[kind])}, whose file name is {kind} "
-                    f"{quote(planned)}'s too: give one of the two another name"
+                    f"a valid result of {kind} {quote(data['cell'][kind])}, whose file name is "
+                    f"{kind} {quote(planned)}'s too: give one of the two another name"
                 ),
             )
-    return ("ok" if probe else data["status"]), data, None
+    return state
 
 
 def quarantine_result(path: str | os.PathLike) -> Path | None:
@@ -576,7 +588,10 @@ def count_quarantined(results_dir: str | os.PathLike) -> int:
 
 
 def load_results(
-    results_dir: str | os.PathLike, warn=None, phase: str | None = None
+    results_dir: str | os.PathLike,
+    warn=None,
+    phase: str | None = None,
+    states: dict[Path, tuple[str, dict | None, str | None]] | None = None,
 ) -> list[LoadedResult]:
     """Read every valid result in `results_dir`, warning once per entry it skips.
 
@@ -585,7 +600,9 @@ def load_results(
     or name their cell, or with `phase` are of the other phase), files that are not `*.json`
     result files and subdirectories (never descended into: a backup copy there must not fill
     a gap). The harness's own files (writer temporaries, lock files, resume states,
-    `*.predictions.json`, `.corrupt/`) are passed over silently.
+    `*.predictions.json`, `.corrupt/`) are passed over silently. `states`, when given,
+    receives each file's `cell_state` verdict by path, so a caller that needs them (status)
+    reads every file once.
     """
     warn = warn or (lambda msg: print(f"warning: {one_line(msg)}", file=sys.stderr))
     root = Path(results_dir)
@@ -601,7 +618,10 @@ def load_results(
             continue
         reason = foreign_entry(path)
         if reason is None:
-            _, data, reason = cell_state(path, phase)
+            state = cell_state(path, phase)
+            if states is not None:
+                states[path] = state
+            _, data, reason = state
             if data is None and reason is None:
                 continue  # moved aside or removed since the listing
         if reason is not None:

@@ -185,8 +185,9 @@ def add_emit_arguments(p: argparse.ArgumentParser, out_flag: str = "--out-dir") 
         "--mode",
         choices=EMIT_MODES,
         default="shell",
-        help="shell: run_all.sh; slurm: launch.sh with one sbatch per cell; "
-        "slurm-array: launch.sh submitting array jobs over a manifest",
+        help="shell: run_all.sh; slurm: launch.sh with one sbatch per job; "
+        "slurm-array: launch.sh submitting array jobs over a manifest (the mode for a "
+        "whole phase)",
     )
     g.add_argument(
         "--slurm-template",
@@ -198,8 +199,8 @@ def add_emit_arguments(p: argparse.ArgumentParser, out_flag: str = "--out-dir") 
         choices=GROUPS,
         help="cells run by one process: pair = every "
         "cell of a (model, task), lr = the seeds of one (model, task, LR), cell = "
-        "one (default: pair for shell, cell for slurm/slurm-array, where long "
-        "jobs meet time limits)",
+        "one (default: pair for shell, lr for slurm/slurm-array: start-up paid "
+        "once per 3-5 cells, jobs short enough for time limits)",
     )
     g.add_argument("--requeue", action="store_true", help="pass --requeue to sbatch")
     g.add_argument(

@@ -8,9 +8,12 @@ same code: its units run `encoder_eval.probe` instead of `encoder_eval.run` (`Pl
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shlex
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,8 +40,16 @@ from encoder_eval.plans.plan import GROUPS, PROBE, Cell, Plan
 __all__ = ["Emitted", "emit", "emit_shell", "emit_slurm", "emit_slurm_array"]
 
 EMIT_MODES = ("shell", "slurm", "slurm-array")
-DEFAULT_GROUP = {"shell": "pair", "slurm": "cell", "slurm-array": "cell"}
+# Cells one process runs, by mode: on a cluster the seeds of one (model, task, LR), so a job
+# pays its start-up (imports, model load, tokenisation: 10-20 s) once for 3 (select) or 5
+# (report) cells, and stays a few cells long against time limits (docs/slurm.md).
+DEFAULT_GROUP = {"shell": "pair", "slurm": "lr", "slurm-array": "lr"}
 DEFAULT_MAX_ARRAY_SIZE = 1001
+# Where a Slurm job's cells are written down, in its comment (`queue.py` reads them back):
+# `ee-unit:<i>:<UNITS_FILE>` for a job of --mode slurm, `ee-rows:<rows file>` for an array.
+UNITS_FILE = "units.json"
+UNIT_COMMENT, ROWS_COMMENT = "ee-unit:", "ee-rows:"
+SLURM_COMMENT_MAX = 1024  # sbatch refuses a longer --comment
 # Exported to a Slurm template, in this order (manifest columns after N and the N result files).
 SLURM_VARIABLES = (
     "OUT_JSON",
@@ -73,6 +84,7 @@ class Emitted:
     corrupt: list[str] = field(default_factory=list)  # result files that are not done results
     group: str = "pair"
     remote_code: list[str] = field(default_factory=list)  # models that run remote code
+    max_array_size: int = DEFAULT_MAX_ARRAY_SIZE  # the cluster's, for the cost note
 
     def describe(self) -> str:
         todo = self.n_cells - self.n_done
@@ -80,6 +92,15 @@ class Emitted:
         what += f" in {self.n_units} {'process(es)' if self.mode == 'shell' else 'job(s)'}, "
         what += f"one per {_GROUP_WORDS[self.group]}"
         text = f"wrote {self.script}: {what}; run: bash {shlex.quote(str(self.script))}"
+        if self.mode == "slurm" and self.n_units > self.max_array_size:
+            arrays = -(-self.n_units // self.max_array_size)
+            text += (
+                f"\nnote: --mode slurm submits these {self.n_units} jobs with {self.n_units} "
+                "sbatch calls, one after another (each a round trip to the controller; many "
+                "clusters cap a user's queued jobs, MaxSubmitJobs, below this); --mode "
+                f"slurm-array submits the same {self.n_units} jobs as {arrays} array job(s) "
+                f"of at most {self.max_array_size} tasks (MaxArraySize)"
+            )
         if self.corrupt:
             where = Path(self.corrupt[0]).parent / QUARANTINE_DIR
             text += (
@@ -130,11 +151,16 @@ def _unit_label(cells: list[Cell], group: str) -> str:
     return safe_filename_part(label, UNSAFE_IN_LABEL)
 
 
-def _states(plan: Plan, cells: list[Cell]) -> tuple[int, list[str]]:
-    """(cells that are done, paths of corrupt result files) among `cells`."""
+def _states(
+    plan: Plan, cells: list[Cell], known: dict[str, str] | None = None
+) -> tuple[int, list[str]]:
+    """(cells that are done, paths of corrupt result files) among `cells`; `known` gives
+    the states already read, by result file (status reads each file once)."""
     done, corrupt = 0, []
+    known = known or {}
     for cell in cells:
-        state = plan.cell_state(cell)
+        path = plan.out_json(cell)
+        state = known[path] if path in known else plan.cell_state(cell)
         if state in DONE_STATES:
             done += 1
         elif state == CORRUPT:
@@ -214,6 +240,12 @@ def _write_script(path: Path, text: str) -> None:
     write_atomic(path, text, mode_bits=0o755)
 
 
+def job_prefix(plan: Plan) -> str:
+    """`ee-<phase>-<hash of the results dir>-`: how every job name of a plan's launch scripts
+    starts (`queue.held_cells` finds a results directory's jobs by it)."""
+    return f"ee-{plan.phase}-{_short_hash(plan.results_dir)}-"
+
+
 def _job_name(plan: Plan, cells: list[Cell]) -> str:
     """`ee-<phase>-<hash of the results dir>-<unit>`: unique across sweeps, readable in squeue.
 
@@ -225,7 +257,7 @@ def _job_name(plan: Plan, cells: list[Cell]) -> str:
         stem = safe_filename_part(cells[0].filename.removesuffix(".json"), UNSAFE_IN_LABEL)
     else:
         stem = _unit_label(cells, "pair") + f"_{len(cells)}cells"
-    return f"ee-{plan.phase}-{_short_hash(plan.results_dir)}-{stem[:160]}"
+    return f"{job_prefix(plan)}{stem[:160]}"
 
 
 def _short_hash(text: str) -> str:
@@ -256,6 +288,25 @@ def _unit_env(plan: Plan, cells: list[Cell]) -> dict[str, str]:
         "RUN_ARGS": shlex.join(run_args),
         "N_CELLS": str(len(cells)),
     }
+
+
+def _slurm_comment(text: str) -> str:
+    """`text` as a job's `--comment`, refused (HarnessError) when sbatch would refuse it or
+    squeue could not print it on one line."""
+    if len(text) > SLURM_COMMENT_MAX or not text.isprintable():
+        raise HarnessError(
+            f"--out-dir {text.split(':', 2)[-1]!r} is too long for a Slurm job comment "
+            f"({SLURM_COMMENT_MAX} characters) or holds a control character; choose a "
+            "shorter --out-dir"
+        )
+    return text
+
+
+def _write_units(out: Path, plan: Plan, units: list[list[Cell]]) -> Path:
+    """`out/units.json`: each unit's result files, in unit order (`queue.py` reads it)."""
+    path = out / UNITS_FILE
+    write_atomic(path, json.dumps([[plan.out_json(c) for c in u] for u in units]) + "\n")
+    return path
 
 
 def _comment(text: str) -> str:
@@ -309,6 +360,7 @@ def emit_shell(
     cells: list[Cell] | None = None,
     python: str | None = None,
     group: str = "pair",
+    known: dict[str, str] | None = None,
 ) -> Emitted:
     """Write `out_dir/run_all.sh`: one `encoder_eval.run` process per unit (`Plan.units`).
 
@@ -369,7 +421,7 @@ def emit_shell(
     )
     _make_dirs(plan, out)
     _write_script(script, body)
-    n_done, corrupt = _states(plan, cells)
+    n_done, corrupt = _states(plan, cells, known)
     return Emitted("shell", script, len(cells), n_done, len(units), [script], corrupt, group)
 
 
@@ -445,14 +497,16 @@ def emit_slurm(
     template: str | os.PathLike | None,
     cells: list[Cell] | None = None,
     requeue: bool = False,
-    group: str = "cell",
+    group: str = DEFAULT_GROUP["slurm"],
     python: str | None = None,
+    known: dict[str, str] | None = None,
 ) -> Emitted:
-    """Write `out_dir/launch.sh`: one `sbatch` per cell not done, each running your template.
+    """Write `out_dir/launch.sh`: one `sbatch` per unit not done, each running your template.
 
-    With `group` "lr" or "pair" (`--group`), one job runs a unit of several cells in one
-    process instead (`Plan.units`): the seeds of one (model, task, LR), or every cell of
-    one (model, task). Each cell still writes its own result file as it ends.
+    A unit (`Plan.units`, `--group`) is by default ("lr") the seeds of one (model, task,
+    LR), run by one process; "cell" makes it one cell, "pair" every cell of one (model,
+    task). Each cell still writes its own result file as it ends. The contract below is
+    written for a one-cell job; a job of several cells differs as said at its end.
 
     The template contract
     ---------------------
@@ -463,7 +517,11 @@ def emit_slurm(
     that copy once per cell that is not done yet, as::
 
         VAR=value ... sbatch --export=ALL --job-name=ee-<phase>-<cell> \\
-            --output=<out_dir>/logs/%x-%j.out [--requeue] template.sh RUN_ARGS...
+            --output=<out_dir>/logs/%x-%j.out --comment=ee-unit:<i>:<out_dir>/units.json \\
+            [--requeue] template.sh RUN_ARGS...
+
+    (the comment names the job's cells for `encoder-eval status`: `plans/queue.py`; it
+    overrides a `#SBATCH --comment` of the template)
 
     so each job receives, for its cell:
 
@@ -527,9 +585,10 @@ def emit_slurm(
     logs = out / "logs"
     units = plan.units(cells, group)
     units_words = []
-    for unit_cells in units:
+    for i, unit_cells in enumerate(units):
         env = _unit_env(plan, unit_cells)
         words = ["unit", _job_name(plan, unit_cells), _sbatch_path(logs) + "/%x-%j.out"]
+        words.append(_slurm_comment(f"{UNIT_COMMENT}{i}:{out / UNITS_FILE}"))
         words += [str(len(unit_cells)), *(plan.out_json(c) for c in unit_cells)]
         words += [f"{k}={v}" for k, v in env.items()]
         units_words.append([*words, "--", *plan.run_args(unit_cells)])
@@ -537,7 +596,7 @@ def emit_slurm(
         "launch_slurm.sh",
         words={"TEMPLATE": tpl, "PYTHON": python or sys.executable, "PHASE": plan.phase},
         code={
-            "HEADER": _header(plan, "submit one sbatch job per cell not done"),
+            "HEADER": _header(plan, "submit one sbatch job per unit not done"),
             "REQUEUE": "--requeue" if requeue else "",
             "COMMON": _common(),
             "UNITS": _units_code(units_words),
@@ -545,10 +604,12 @@ def emit_slurm(
     )
     _make_dirs(plan, out)
     _write_script(tpl, text)
+    units_file = _write_units(out, plan, units)
     script = out / "launch.sh"
     _write_script(script, launch)
-    n_done, corrupt = _states(plan, cells)
-    return Emitted("slurm", script, len(cells), n_done, len(units), [script, tpl], corrupt, group)
+    n_done, corrupt = _states(plan, cells, known)
+    files = [script, tpl, units_file]
+    return Emitted("slurm", script, len(cells), n_done, len(units), files, corrupt, group)
 
 
 def _split_template_header(text: str) -> tuple[str, str]:
@@ -570,13 +631,15 @@ def emit_slurm_array(
     template: str | os.PathLike | None,
     cells: list[Cell] | None = None,
     requeue: bool = False,
-    group: str = "cell",
+    group: str = DEFAULT_GROUP["slurm"],
     python: str | None = None,
+    known: dict[str, str] | None = None,
 ) -> Emitted:
     """Write a cells manifest, an array job script and `launch.sh` for one array job per phase.
 
-    * `out_dir/manifest.tsv`: a header line, then one unit per line (one array task: a
-      cell, or with `--group lr|pair` several cells run by one process), tab-separated:
+    * `out_dir/manifest.tsv`: a header line, then one unit per line (one array task: by
+      default the seeds of one (model, task, LR) run by one process; `--group cell|pair`
+      one cell, or every cell of a (model, task)), tab-separated:
       the number of cells N, their N result files, the variables of the `emit_slurm`
       contract, then the unit's `encoder_eval.run` arguments. Values may not contain tabs
       or newlines here (use `--mode slurm` for such values).
@@ -590,8 +653,11 @@ def emit_slurm_array(
     * `out_dir/launch.sh`: at launch time lists the manifest rows with a cell not done
       (moving corrupt result files aside, as in `emit_slurm`), reads the cluster's MaxArraySize (`scontrol show config`; 1001 when it cannot
       be read), and submits `sbatch --array=0-<n-1>` chunks of at most that many tasks, each
-      over a rows file written to `out_dir/arrays/`. It refuses to submit while jobs of this
-      sweep are still queued or running (scancel them or wait), and submits nothing when
+      over a rows file written to `out_dir/arrays/` and named in the job's comment
+      (`--comment=ee-rows:<rows file>`, which `encoder-eval status` reads with
+      `out_dir/units.json`). It refuses to submit while array jobs of this launch
+      directory are still queued or running (scancel them or wait; a `status --emit`
+      script in another directory is not held up by them), and submits nothing when
       every cell is done. `EE_ARRAY_CHUNK=N` lowers the chunk size;
       `EE_ARRAY_THROTTLE=N` adds Slurm's `%N` limit on simultaneously running tasks.
     """
@@ -619,7 +685,10 @@ def emit_slurm_array(
     preamble = _fill(
         "array_preamble.sh", words={"PYTHON": python}, code={"VARIABLES": " ".join(SLURM_VARIABLES)}
     )
-    job_name = f"ee-{plan.phase}-{_short_hash(plan.results_dir)}-array"
+    # One name per launch directory: its launch.sh waits for its own array jobs only, so a
+    # `status --emit` script for the cells left can go while the sweep's jobs still run.
+    job_name = f"{job_prefix(plan)}array-{_short_hash(str(out))}"
+    _slurm_comment(f"{ROWS_COMMENT}{out / 'arrays'}/rows-YYYYmmdd-HHMMSS-{'9' * 10}-99.txt")
     launch = _fill(
         "launch_array.sh",
         words={
@@ -631,6 +700,7 @@ def emit_slurm_array(
             "PYTHON": python,
             "PHASE": plan.phase,
             "DEFAULT_MAX_ARRAY_SIZE": DEFAULT_MAX_ARRAY_SIZE,
+            "ROWS_COMMENT": ROWS_COMMENT,
         },
         code={
             "HEADER": _header(
@@ -644,10 +714,11 @@ def emit_slurm_array(
     header = "\t".join(["N", "OUT_JSON_1..N", *SLURM_VARIABLES, "RUN_ARG..."])
     write_atomic(manifest, header + "\n" + "".join(r + "\n" for r in rows))
     _write_script(array, head + preamble + rest)
+    units_file = _write_units(out, plan, units)
     script = out / "launch.sh"
     _write_script(script, launch)
-    n_done, corrupt = _states(plan, cells)
-    files = [script, array, manifest]
+    n_done, corrupt = _states(plan, cells, known)
+    files = [script, array, manifest, units_file]
     return Emitted("slurm-array", script, len(cells), n_done, len(units), files, corrupt, group)
 
 
@@ -661,12 +732,14 @@ def emit(
     requeue: bool = False,
     python: str | None = None,
     group: str | None = None,
+    known: dict[str, str] | None = None,
 ) -> Emitted:
     """Write the launch script of `mode` for `cells` (default: every cell of the plan).
 
     `group` says which cells share one process (`Plan.units`); default `DEFAULT_GROUP`:
-    one per (model, task) in shell mode, one per cell in the Slurm modes; a probe plan's
-    units are always one per (model, task).
+    one per (model, task) in shell mode, one per (model, task, LR) in the Slurm modes; a
+    probe plan's units are always one per (model, task). `known`: the cells' states
+    already read, by result file (`results.cell_state`), so no file is read twice.
     """
     if mode not in EMIT_MODES:
         raise HarnessError(f"--mode {mode!r} must be one of {', '.join(EMIT_MODES)}")
@@ -676,10 +749,25 @@ def emit(
     if mode == "shell":
         if template is not None or requeue:
             raise HarnessError("--slurm-template and --requeue are for --mode slurm/slurm-array")
-        emitted = emit_shell(plan, out_dir, cells, python=python, group=group)
+        emitted = emit_shell(plan, out_dir, cells, python=python, group=group, known=known)
     elif mode == "slurm":
-        emitted = emit_slurm(plan, out_dir, template, cells, requeue, group, python)
+        emitted = emit_slurm(plan, out_dir, template, cells, requeue, group, python, known)
+        emitted.max_array_size = cluster_max_array_size()
     else:
-        emitted = emit_slurm_array(plan, out_dir, template, cells, requeue, group, python)
+        emitted = emit_slurm_array(plan, out_dir, template, cells, requeue, group, python, known)
     emitted.remote_code = remote_code_models(plan.cells if cells is None else cells)
     return emitted
+
+
+def cluster_max_array_size() -> int:
+    """The cluster's MaxArraySize (`scontrol show config`), or DEFAULT_MAX_ARRAY_SIZE when
+    it cannot be read (no Slurm here: a sweep may be written off the cluster)."""
+    if shutil.which("scontrol") is None:
+        return DEFAULT_MAX_ARRAY_SIZE
+    try:
+        proc = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
+                              timeout=30)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return DEFAULT_MAX_ARRAY_SIZE
+    found = re.search(r"^MaxArraySize\s*=\s*(\d+)", proc.stdout, re.MULTILINE)
+    return int(found.group(1)) if proc.returncode == 0 and found else DEFAULT_MAX_ARRAY_SIZE

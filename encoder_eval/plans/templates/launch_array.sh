@@ -13,6 +13,7 @@ PYTHON=${PYTHON:-__PYTHON__}
 PHASE=__PHASE__
 __CONSTANTS__
 DEFAULT_MAX_ARRAY_SIZE=__DEFAULT_MAX_ARRAY_SIZE__
+ROWS_COMMENT=__ROWS_COMMENT__ # the job comment names its rows file (encoder-eval status reads it)
 STATES=() N_DONE=0
 
 check_failed() {
@@ -24,8 +25,9 @@ __COMMON__
 
 if command -v squeue >/dev/null 2>&1 &&
     [ -n "$(squeue -h -u "$(id -un)" -n "$JOB_NAME" -o %i 2>/dev/null)" ]; then
-    echo "jobs of this sweep ($JOB_NAME) are still queued or running; wait for them" \
-        "or run scancel --name=$JOB_NAME, then launch again" >&2
+    echo "jobs of this launch script ($JOB_NAME) are still queued or running; wait for" \
+        "them or run scancel --name=$JOB_NAME, then launch again (or write a script for" \
+        "the cells neither done nor queued: encoder-eval status --emit DIR)" >&2
     exit 3
 fi
 
@@ -64,7 +66,7 @@ for ((start = 0; start < ${#pending[@]}; start += chunk)); do
     part=("${pending[@]:start:chunk}")
     rows="$ARRAYS_DIR/rows-$stamp-$k.txt"
     printf '%s\n' "${part[@]}" >"$rows"
-    sbatch --export=ALL --job-name="$JOB_NAME" --output="$LOG" \
+    sbatch --export=ALL --job-name="$JOB_NAME" --output="$LOG" --comment="$ROWS_COMMENT$rows" \
         --array="0-$((${#part[@]} - 1))$throttle" ${REQUEUE[@]+"${REQUEUE[@]}"} \
         "$ARRAY_SCRIPT" "$MANIFEST" "$rows"
     k=$((k + 1)) total=$((total + ${#part[@]}))

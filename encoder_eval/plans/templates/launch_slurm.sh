@@ -32,13 +32,14 @@ __UNITS__
 
 # First pass: check every result file at once, so done units cost no Python start-up.
 # shellcheck disable=SC2317  # called by units, from first_pass
-unit() { ALL_OUTS+=("${@:4:$3}"); }
+unit() { ALL_OUTS+=("${@:5:$4}"); }
 first_pass
 
-# unit JOB_NAME LOG N OUT_JSON_1..OUT_JSON_N VAR=VALUE... -- RUN_ARGS...
+# unit JOB_NAME LOG COMMENT N OUT_JSON_1..OUT_JSON_N VAR=VALUE... -- RUN_ARGS...
+# (COMMENT names the job's cells for `encoder-eval status`: its unit in units.json)
 unit() {
-    local name=$1 log=$2 n=$3
-    shift 3
+    local name=$1 log=$2 comment=$3 n=$4
+    shift 4
     shift "$n" # the result files: checked in the first pass
     local envs=()
     while [ "$1" != "--" ]; do
@@ -54,7 +55,7 @@ unit() {
         return 0
     fi
     env "${envs[@]}" sbatch --export=ALL --job-name="$name" --output="$log" \
-        ${REQUEUE[@]+"${REQUEUE[@]}"} "$TEMPLATE" "$@"
+        --comment="$comment" ${REQUEUE[@]+"${REQUEUE[@]}"} "$TEMPLATE" "$@"
     submitted=$((submitted + 1))
 }
 units
