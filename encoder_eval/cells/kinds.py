@@ -44,14 +44,10 @@ from encoder_eval.data.tasks import TaskKnobs
 
 def pad_features(enc: Encoded, idx: list[int], pad_id: int) -> dict[str, torch.Tensor]:
     """The model inputs of examples `idx`, right-padded to the longest of them (input ids
-    with the tokenizer's pad id, every other feature with 0)."""
+    with the tokenizer's pad id, every other feature with 0), cut from the split's tensors
+    (`Encoded.packed`, made once)."""
     width = max(enc.lengths[i] for i in idx)
-    batch = {}
-    for name, seqs in enc.features.items():
-        fill = pad_id if name == "input_ids" else 0
-        rows = [seqs[i] + [fill] * (width - len(seqs[i])) for i in idx]
-        batch[name] = torch.tensor(rows, dtype=torch.long)
-    return batch
+    return enc.packed().padded(idx, width, {"input_ids": pad_id})
 
 
 def _collate_with(label_dtype: torch.dtype):
