@@ -307,8 +307,8 @@ def test_evaluation_runs_its_widest_batch_first_and_keeps_the_split_order(
     tiny_models, small_mirror
 ):
     loaded = load_model(str(tiny_models["bert"]), "auto", 2, "single_label_classification")
-    data = load_task("glue_rte", str(small_mirror), with_test=False)
-    split = next(iter(data["validation"].values()))
+    _, dev_splits, *_ = load_task("glue_rte", str(small_mirror), with_test=False)
+    split = next(iter(dev_splits.values()))
     enc = encode(loaded.tokenizer, split, 128, loaded.input_names)
     model, forward, widths = loaded.model, loaded.model.forward, []
 
@@ -379,7 +379,7 @@ def test_a_step_leaves_its_loss_on_the_device_and_divergence_is_still_found_at_i
 
 def test_a_split_becomes_arrays_once_and_batches_match_the_lists(tiny_models, small_mirror):
     loaded = load_model(str(tiny_models["bert"]), "auto", 2, "single_label_classification")
-    split = load_task("glue_rte", str(small_mirror), with_test=False)["train"]
+    split = load_task("glue_rte", str(small_mirror), with_test=False)[0]
     enc = encode(loaded.tokenizer, split, 128, loaded.input_names)
     assert enc.packed() is enc.packed()
     pad = loaded.tokenizer.pad_token_id
