@@ -192,11 +192,21 @@ def test_an_error_that_is_not_out_of_memory_is_never_retried(
 def test_a_cell_leaves_nothing_in_memory_when_it_returns(
     tiny_models, small_mirror, tmp_path, monkeypatch
 ):
+    # The first model a process loads is caught in a reference cycle (a traceback of
+    # transformers' lazy import holds a frame that holds it): made here the same way, since
+    # that happens once per process, and this process has loaded models already.
     refs, real_load = [], train.load_model
+
+    def caught_in_a_cycle(model: torch.nn.Module) -> None:
+        try:
+            raise ImportError("lazy import")
+        except ImportError as exc:
+            kept = exc  # noqa: F841  (exc -> traceback -> this frame -> kept, and model)
 
     def load(*args, **kwargs):
         loaded = real_load(*args, **kwargs)
         refs.append(weakref.ref(loaded.model))
+        caught_in_a_cycle(loaded.model)
         return loaded
 
     monkeypatch.setattr(train, "load_model", load)
@@ -294,13 +304,24 @@ def test_rocm_make_install_stops_before_installing_pypis_cuda_torch(tmp_path):
 # ----------------------------------------------------------------------------- item 5
 
 
-def test_bf16_autocast_is_refused_on_a_gpu_without_bf16(monkeypatch):
+def test_bf16_autocast_is_refused_on_a_gpu_without_bf16(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla V100-SXM2-16GB")
     with pytest.raises(HarnessError, match="Tesla V100-SXM2-16GB cannot run bf16 autocast"):
         train.check_bf16(torch.device("cuda", 0), "bf16-autocast")
     train.check_bf16(torch.device("cuda", 0), "fp32")  # fp32 needs nothing
     train.check_bf16(torch.device("cpu"), "bf16-autocast")  # the CPU emulates it (cpu.py)
+    assert capsys.readouterr().err == ""
+
+    # A torch that emulates bf16 there: the cell runs, saying so once.
+    monkeypatch.setattr(
+        torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation
+    )
+    monkeypatch.setattr(train, "_WARNED_BF16", set())
+    for _ in range(2):
+        train.check_bf16(torch.device("cuda", 0), "bf16-autocast")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("warning: Tesla V100-SXM2-16GB has no native bf16: torch emulates")
 
 
 def test_evaluation_runs_its_widest_batch_first_and_keeps_the_split_order(

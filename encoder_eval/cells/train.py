@@ -127,15 +127,35 @@ def resolve_device(device: str) -> torch.device:
 
 
 def check_bf16(device: torch.device, precision: str) -> None:
-    """Refuse bf16 autocast on a GPU that cannot run it (before Ampere: V100, T4), where
-    torch would turn autocast off with a warning and train in fp32 while the recipe says
-    bf16."""
-    if device.type == "cuda" and cpu.is_bf16(precision) and not torch.cuda.is_bf16_supported():
+    """Refuse bf16 autocast on a GPU torch says cannot run it, where torch would turn
+    autocast off with a warning and train in fp32 while the recipe says bf16; warn on one
+    that only emulates it (V100, T4 on recent torch: slow, recorded as
+    `hardware.gpu_native_bf16` false)."""
+    if device.type != "cuda" or not cpu.is_bf16(precision):
+        return
+    name = torch.cuda.get_device_name(device)
+    if not torch.cuda.is_bf16_supported():
         raise HarnessError(
-            f"{torch.cuda.get_device_name(device)} cannot run bf16 autocast (the protocol's "
-            "precision), and torch would silently train in fp32; use a GPU with bf16 "
-            "(Ampere or newer, MI200 or newer), or --precision fp32 (off-protocol)"
+            f"{name} cannot run bf16 autocast (the protocol's precision), and torch would "
+            "silently train in fp32; use a GPU with bf16 (Ampere or newer, MI200 or newer), "
+            "or --precision fp32 (off-protocol)"
         )
+    try:
+        native = torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError:  # a torch without the argument: no emulation to tell apart
+        native = True
+    if not native and name not in _WARNED_BF16:
+        _WARNED_BF16.add(name)
+        print(
+            f"warning: {name} has no native bf16: torch emulates bf16 autocast on it, slowly "
+            "(recorded as provenance.hardware.gpu_native_bf16 false); --precision fp32 is "
+            "faster there, but off-protocol",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+_WARNED_BF16: set[str] = set()  # the GPUs this process has warned for (one line each)
 
 
 def attn_implementation(model: nn.Module) -> str | None:
