@@ -32,7 +32,7 @@ class Encoded:
     _packed: Packed | None = field(default=None, init=False, repr=False, compare=False)
 
     def packed(self) -> Packed:
-        """The split as tensors, made on first use and kept (`Packed`)."""
+        """The split as arrays, made on first use and kept (`Packed`)."""
         if self._packed is None:
             self._packed = Packed.of(self.features, self.lengths)
         return self._packed
