@@ -3,13 +3,19 @@
 # torch first (TORCH_CPU), so pip never pulls a multi-GB CUDA build; on a GPU machine it
 # uses uv when present. Elsewhere on a CPU-only machine, point TORCH_CPU at PyTorch's CPU
 # index, e.g.  make install TORCH_CPU="torch --index-url https://download.pytorch.org/whl/cpu"
+# On ROCm (rocm-smi on PATH) PyPI's torch is a CUDA build that would run every cell on the
+# CPU: give PyTorch's ROCm wheel, e.g.
+#   make install TORCH_ROCM="torch --index-url https://download.pytorch.org/whl/rocm6.4"
+# (docs/install.md); without it `make install` stops before installing anything.
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_CPU ?= torch==2.13.0
+TORCH_ROCM ?=
 EXTRAS ?= dev,demo,trackers,neuco,push
 STAMP := $(VENV)/.installed-$(shell echo $(EXTRAS) | tr ',' '-')
+HAS_ROCM := $(shell command -v rocm-smi >/dev/null && echo yes)
 HAS_GPU := $(shell (command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1) || command -v rocm-smi >/dev/null && echo yes)
 
 .PHONY: install test test-fast lint format demo smoke-paws clean
@@ -17,19 +23,33 @@ HAS_GPU := $(shell (command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
-ifeq ($(HAS_GPU),yes)
-	@if command -v uv >/dev/null; then \
-	  uv venv $(VENV) && uv pip install --python $(PY) -e ".[$(EXTRAS)]"; \
+ifeq ($(HAS_ROCM)$(TORCH_ROCM),yes)
+	@echo "error: rocm-smi is on PATH, and PyPI's torch is a CUDA build (every cell would run on the CPU); run: make install TORCH_ROCM=\"torch --index-url https://download.pytorch.org/whl/rocm6.4\" (your ROCm version), see docs/install.md" >&2; exit 2
+endif
+	@echo "install: 4 steps, about 2.3 GB and 6 minutes on a first download, about 1 minute"
+	@echo "         from pip's cache (2-core VM: issue 40, docs/install.md; pip itself is quiet)"
+	@echo "install: 1/4 a virtual environment in $(VENV)"
+	@$(PYTHON) -m venv $(VENV)
+	@echo "install: 2/4 the latest pip"
+	@$(PY) -m pip install -q --upgrade pip
+ifneq ($(TORCH_ROCM),)
+	@echo "install: 3/4 PyTorch for ROCm: $(TORCH_ROCM) (the largest download)"
+	@$(PY) -m pip install -q $(TORCH_ROCM)
+else ifneq ($(HAS_GPU),yes)
+	@echo "install: 3/4 PyTorch, CPU build: $(TORCH_CPU)"
+	@$(PY) -m pip install -q $(TORCH_CPU)
+else
+	@echo "install: 3/4 PyTorch with CUDA comes with step 4 (the largest download)"
+endif
+	@echo "install: 4/4 the harness with [$(EXTRAS)]: transformers, datasets, scipy, pytest,"
+	@echo "         ruff, and TensorBoard, MLflow, W&B, Optuna, huggingface_hub (most of the"
+	@echo "         time; EXTRAS=dev,demo installs less)"
+	@if [ "$(HAS_GPU)" = yes ] && [ -z "$(TORCH_ROCM)" ] && command -v uv >/dev/null; then \
+	  uv pip install -q --python $(PY) -e ".[$(EXTRAS)]"; \
 	else \
-	  $(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q --upgrade pip && \
 	  $(PY) -m pip install -q -e ".[$(EXTRAS)]"; \
 	fi
-else
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH_CPU)
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
-endif
+	@$(PY) -c "import torch; print('install: done; torch', torch.__version__, '| GPU visible:', torch.cuda.is_available())"
 	@touch $(STAMP)
 
 # The test command CI runs (.ci/run). Tests never reach the Hub.

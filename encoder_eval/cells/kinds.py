@@ -44,14 +44,10 @@ from encoder_eval.data.tasks import TaskKnobs
 
 def pad_features(enc: Encoded, idx: list[int], pad_id: int) -> dict[str, torch.Tensor]:
     """The model inputs of examples `idx`, right-padded to the longest of them (input ids
-    with the tokenizer's pad id, every other feature with 0)."""
+    with the tokenizer's pad id, every other feature with 0), cut from the split's tensors
+    (`Encoded.packed`, made once)."""
     width = max(enc.lengths[i] for i in idx)
-    batch = {}
-    for name, seqs in enc.features.items():
-        fill = pad_id if name == "input_ids" else 0
-        rows = [seqs[i] + [fill] * (width - len(seqs[i])) for i in idx]
-        batch[name] = torch.tensor(rows, dtype=torch.long)
-    return batch
+    return enc.packed().padded(idx, width, {"input_ids": pad_id})
 
 
 def _collate_with(label_dtype: torch.dtype):
@@ -286,6 +282,28 @@ def _pairs_items(labels: torch.Tensor) -> int:
 RANK_CHUNK_TOKENS = {"cpu": 4096, "cuda": 131072}
 # Piece: one forward call, at most this many padded tokens of length-sorted pairs.
 RANK_PIECE_TOKENS = {"cpu": 1024, "cuda": 32768}
+# The body the cuda budgets are sized for (hidden size x layers of a base model: XLM-R base,
+# BERT base). A token's activations grow with both, so a larger body gets budgets cut in
+# proportion (XLM-R XL, 2,560 x 36: a tenth), a smaller one the same budgets.
+RANK_BUDGET_BODY = 768 * 12
+
+
+def rank_budgets(device_type: str, model: nn.Module) -> tuple[int, int]:
+    """The chunk and piece token budgets of a ranking step on `device_type` for `model`:
+    the table's (`RANK_CHUNK_TOKENS`, `RANK_PIECE_TOKENS`); on a GPU cut in proportion to
+    how much larger than `RANK_BUDGET_BODY` the model's body is (its config's hidden size
+    times its layers; a model without them keeps the table's)."""
+    chunk = RANK_CHUNK_TOKENS.get(device_type, RANK_CHUNK_TOKENS["cuda"])
+    piece = RANK_PIECE_TOKENS.get(device_type, RANK_PIECE_TOKENS["cuda"])
+    if device_type == "cpu":
+        return chunk, piece
+    config = getattr(model, "config", None) or getattr(getattr(model, "body", None), "config", None)
+    hidden = getattr(config, "hidden_size", None)
+    layers = getattr(config, "num_hidden_layers", None)
+    if not isinstance(hidden, int) or not isinstance(layers, int) or hidden * layers <= 0:
+        return chunk, piece
+    scale = min(1.0, RANK_BUDGET_BODY / (hidden * layers))
+    return max(1, int(chunk * scale)), max(1, int(piece * scale))
 
 
 def _by_budget(sizes: list[int], budget: int) -> list[tuple[int, int]]:
@@ -356,14 +374,14 @@ def _ranking_step(
 ) -> torch.Tensor:
     """A ranking batch's forward, loss and backward in bounded memory, the same loss and
     gradient as at once: chunks of whole groups (`RANK_CHUNK_TOKENS` real tokens), each
-    forwarded in length-sorted pieces (`RANK_PIECE_TOKENS` padded tokens) and backed by its
+    forwarded in length-sorted pieces (`RANK_PIECE_TOKENS` padded tokens; on a GPU both
+    cut for a larger model: `rank_budgets`) and backed by its
     share of the batch loss (the loss is a mean over groups, or over pairs, so the shares add
     up to it); a chunk of one group over the budget recomputes its pieces in the backward.
     On the CPU the freed heap goes back to the system after each chunk (`heap`)."""
     labels = batch.pop("labels")
     device = labels.device.type
-    chunk_tokens = RANK_CHUNK_TOKENS.get(device, RANK_CHUNK_TOKENS["cuda"])
-    piece_tokens = RANK_PIECE_TOKENS.get(device, RANK_PIECE_TOKENS["cuda"])
+    chunk_tokens, piece_tokens = rank_budgets(device, model)
     width = batch["input_ids"].shape[1]
     mask = batch.get("attention_mask")
     lengths = mask.sum(1).tolist() if mask is not None else [width] * batch["input_ids"].shape[0]

@@ -14,6 +14,7 @@ hold) comes from the cell's `kinds.Kind`; the loop has no branch per kind.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import random
@@ -41,6 +42,7 @@ from encoder_eval.cells.predictions import (
 )
 from encoder_eval.cells.predictions import from_cell as predictions_from_cell
 from encoder_eval.core import cpu, heap, metrics, provenance
+from encoder_eval.core import device as gpu
 from encoder_eval.core.errors import (
     EXIT_INTERRUPTED as EXIT_INTERRUPTED,  # re-exported for older imports
 )
@@ -104,14 +106,68 @@ class CellConfig:
 
 
 def resolve_device(device: str) -> torch.device:
-    """`auto` picks CUDA/ROCm when present, else the CPU; `cuda` without a GPU is an error."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise HarnessError("--device cuda but no CUDA or ROCm GPU is visible; use --device cpu")
-    if device not in ("cuda", "cpu"):
+    """The device a cell runs on, with its index (`cuda:0`), as the result records it.
+    `auto` picks CUDA/ROCm when present, else the CPU, saying so on stderr when a GPU should
+    be here (`device.expected_gpu`); `cuda` without a GPU is an error."""
+    if device not in ("auto", "cuda", "cpu"):
         raise HarnessError(f"unknown device {device!r}; valid: auto, cuda, cpu")
-    return torch.device(device)
+    if device == "cpu":
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    if device == "auto":
+        gpu.warn_cpu_fallback(gpu.expected_gpu())
+        return torch.device("cpu")
+    why = gpu.expected_gpu()
+    raise HarnessError(
+        "--device cuda but no CUDA or ROCm GPU is visible to torch "
+        f"{torch.__version__}{f' (although {why})' if why else ''}; check the driver against "
+        "this torch build (ROCm: docs/install.md), or use --device cpu"
+    )
+
+
+def check_bf16(device: torch.device, precision: str) -> None:
+    """Refuse bf16 autocast on a GPU torch says cannot run it, where torch would turn
+    autocast off with a warning and train in fp32 while the recipe says bf16; warn on one
+    that only emulates it (V100, T4 on recent torch: slow, recorded as
+    `hardware.gpu_native_bf16` false)."""
+    if device.type != "cuda" or not cpu.is_bf16(precision):
+        return
+    name = torch.cuda.get_device_name(device)
+    if not torch.cuda.is_bf16_supported():
+        raise HarnessError(
+            f"{name} cannot run bf16 autocast (the protocol's precision), and torch would "
+            "silently train in fp32; use a GPU with bf16 (Ampere or newer, MI200 or newer), "
+            "or --precision fp32 (off-protocol)"
+        )
+    try:
+        native = torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError:  # a torch without the argument: no emulation to tell apart
+        native = True
+    if not native and name not in _WARNED_BF16:
+        _WARNED_BF16.add(name)
+        print(
+            f"warning: {name} has no native bf16: torch emulates bf16 autocast on it, slowly "
+            "(recorded as provenance.hardware.gpu_native_bf16 false); --precision fp32 is "
+            "faster there, but off-protocol",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+_WARNED_BF16: set[str] = set()  # the GPUs this process has warned for (one line each)
+
+
+def attn_implementation(model: nn.Module) -> str | None:
+    """The attention implementation the model's transformers body runs
+    (`config._attn_implementation`: sdpa, eager, flash_attention_2, ...); None for a model
+    without a transformers config (a loader plug-in's own module)."""
+    for part in (model, getattr(model, "body", None)):
+        config = getattr(part, "config", None)
+        value = getattr(config, "_attn_implementation", None)
+        if isinstance(value, str):
+            return value
+    return None
 
 
 def seed_everything(seed: int) -> None:
@@ -156,9 +212,11 @@ def train_batches(lengths: list[int], batch_size: int, rng: random.Random, group
 
 @torch.no_grad()
 def predict(model, enc: Encoded, pad_id: int, device, precision: str, batch_size: int, kind: Kind):
-    """Predictions for every example, in the split's original order (length-sorted batches)."""
+    """Predictions for every example, in the split's original order. Batches are
+    length-sorted, longest first, so an evaluation that runs out of memory does so at its
+    first batch, not its last."""
     model.eval()
-    order = sorted(range(len(enc.labels)), key=lambda i: enc.lengths[i])
+    order = sorted(range(len(enc.labels)), key=lambda i: -enc.lengths[i])
     preds: list = [None] * len(order)
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
@@ -225,27 +283,48 @@ def eval_interval(steps_per_epoch: int, max_steps: int, recipe: Recipe = PROTOCO
 
 
 class _Progress:
-    """Step, loss, dev score and ETA, as a tqdm bar, JSON lines, or nothing."""
+    """Step, loss, dev score and ETA, as a tqdm bar, JSON lines, or nothing; and the short
+    lines (`note`) that say what a cell is doing before its first step."""
 
-    def __init__(self, style: str, total: int, label: str):
+    def __init__(self, style: str, total: int | None, label: str):
         self.style, self.total, self.label = style, total, label
         self.bar = None
         self.start = time.perf_counter()
-        if style == "bar":
+        if style == "bar" and total is not None:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, desc=label, unit="step", file=sys.stderr, leave=False)
 
-    def step(self, loss: float, dev: float | None) -> None:
+    def advance(self) -> None:
+        """One step done (the bar redraws at its own pace; the loss is not read for it)."""
         if self.bar is not None:
             self.bar.update(1)
-            self.bar.set_postfix(loss=f"{loss:.4f}", dev="-" if dev is None else f"{dev:.4f}")
+
+    def show(self, loss: float, dev: float | None) -> None:
+        """The last loss read, and the dev score when an evaluation just gave one."""
+        if self.bar is not None:
+            postfix = {"loss": f"{loss:.4f}"}
+            if dev is not None:
+                postfix["dev"] = f"{dev:.4f}"
+            self.bar.set_postfix(postfix, refresh=False)
+
+    def note(self, text: str, **fields) -> None:
+        """A line saying what the cell does now (loading, tokenising, the first step): plain
+        text with the bar, a progress JSON line (`stage`) with json, nothing when quiet."""
+        if self.style == "bar":
+            line = f"{self.label}: {text}"
+            if self.bar is not None:
+                self.bar.write(line, file=sys.stderr)
+            else:
+                print(line, file=sys.stderr, flush=True)
+        elif self.style == "json":
+            self.event(stage=text, **fields)
 
     def event(self, **fields) -> None:
         if self.style == "json":
             elapsed = time.perf_counter() - self.start
             step = fields.get("step", 0)
-            eta = elapsed / step * (self.total - step) if step else None
+            eta = elapsed / step * (self.total - step) if step and self.total else None
             line = progress_line(
                 self.label,
                 self.total,
@@ -282,8 +361,32 @@ def run_cell(
     Interrupted; one that arrives after training lets the cell finish and write first. The
     signal wins over any failure after it (saving the state or the result): that failure
     is named in the Preempted or Interrupted raised, never reported as a crash.
+    Everything the cell held (model, gradients, optimizer state, best weights) is freed
+    when it returns (`release_memory`), so the next cell of the process starts from the
+    same memory as the first.
     """
     heap.limit_primitive_cache()  # for callers other than the command line
+    release_memory()  # what an earlier cell of this process left (a crash's traceback)
+    try:
+        return _run_cell_stoppable(cfg, loaded, data, data_prov)
+    finally:
+        release_memory()
+
+
+def release_memory() -> None:
+    """Free what no cell holds any more: reference cycles (a model stays in one after its
+    cell, through transformers' lazy import frames, until the cyclic collector runs), the
+    CUDA caching allocator's free blocks and the CPU heap's free pages."""
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    heap.release_free_heap()
+
+
+def _run_cell_stoppable(
+    cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | None
+) -> dict:
+    """`run_cell` under `_stop_requests`: a stop signal becomes Preempted or Interrupted."""
     with _stop_requests() as stop:
         try:
             result = _run_cell(cfg, loaded, data, data_prov, stop)
@@ -424,7 +527,9 @@ class _Cell:
                     size,
                     self.kind,
                 )
-            except torch.OutOfMemoryError as exc:
+            except Exception as exc:
+                if not gpu.is_out_of_memory(exc):
+                    raise
                 if min(size, len(enc.labels)) <= 1:
                     exc.add_note(
                         f"{_label(self.cfg)}: out of memory in evaluation with a batch "
@@ -463,6 +568,8 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     knobs = task_knobs(cfg.task)
     device = resolve_device(cfg.device)
     recipe = cfg.recipe
+    check_bf16(device, recipe.precision)
+    note = _Progress(cfg.progress, None, _label(cfg)).note  # what happens before step 1
     eval_batch = recipe.eval_batch_size or EVAL_BATCH_SIZE.get(device.type, EVAL_BATCH_SIZE["cuda"])
     t0 = time.perf_counter()
     # Where the data comes from is resolved before it is read (for the Hub, the commit that
@@ -482,6 +589,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
 
     seed_everything(cfg.seed)  # before the model load: the fresh head's init is seeded
     if loaded is None:
+        note(f"loading model {cfg.model_path} ({recipe.mode}) onto {device}")
         loaded = load_model(
             cfg.model_path,
             recipe.mode,
@@ -502,7 +610,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     cpu.warn_slow_bf16(device.type, recipe.precision)  # before the first step
     prov = {
         "software": provenance.software_versions(),
-        "hardware": provenance.device_info(str(device)),
+        "hardware": provenance.device_info(str(device), requested=cfg.device),
         "model_revision": loaded.revision,
         "model_revision_requested": cfg.model_revision,
         "model_source": loaded.source,
@@ -524,6 +632,8 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
         enc = encode_cached(tok, split, max_len, loaded.input_names, cache_dir, tok_fp)
         return kind.columns(enc, split)
 
+    n_dev = sum(len(s["label"]) for s in val_splits.values())
+    note(f"tokenising {len(train_split['label'])} training and {n_dev} dev examples")
     enc_train = tokenise(train_split)
     enc_val = {lang: tokenise(s) for lang, s in val_splits.items()}
 
@@ -568,6 +678,26 @@ class _Trained:
     process_first_step_s: float | None
 
 
+# How many training steps may pass between two reads of the loss on the host. Reading it
+# waits for the device to finish every step queued before (a GPU step whose host work is
+# most of its time then idles the GPU while the next batch is prepared), so it is read at
+# the first step, at each evaluation, at least this often, and at the end. A loss that is
+# not finite is found at the next read: the cell is recorded diverged at the step that
+# produced it, as though it had stopped there (what ran after it is discarded).
+LOSS_READ_EVERY = 32
+
+
+@dataclass
+class _Pending:
+    """A training step whose loss is still on the device: its number, the epoch it was drawn
+    in, the loss and the learning rate it ran with."""
+
+    step: int
+    epoch: int
+    loss: torch.Tensor
+    lr: float
+
+
 def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
     """Fine-tune with dev evaluations on the deciding languages and early stopping; on a
     stop signal, save a resumable state (with --out-json) and raise Preempted/Interrupted."""
@@ -588,11 +718,19 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
     if resume_path is not None and resume_path.exists():
         st = _restore(resume_path, signature, model, optimizer, scheduler, data_rng, st, label)
     diverged_at = None
+    pending: list[_Pending] = []
     in_precision = lambda: autocast(cell.device, recipe.precision)  # noqa: E731
+    progress.note(
+        f"training: {max_steps} steps of {recipe.batch_size}, dev every {cell.every} steps",
+        step=st.step,
+    )
     t_train = time.perf_counter()
     first_step_s = process_first_step_s = None
-    while st.step < max_steps and diverged_at is None and not st.early_stopped:
+    while st.step < max_steps and not st.early_stopped:
         if stop.signal is not None:
+            diverged_at = _read_losses(cell, st, pending, progress)
+            if diverged_at is not None:
+                break
             progress.close()
             stop_kind, how = _stop_kind(stop.signal)
             if resume_path is None:
@@ -610,70 +748,118 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
             st.batches = _epoch_batches(enc_train, kind, recipe, data_rng)
             st.epoch += 1
         idx = st.batches.pop(0)
+        lr = scheduler.get_last_lr()[0]
         step_loss = _step_fitting_memory(cell, st, idx, optimizer, in_precision, label)
-        if not math.isfinite(step_loss):
-            diverged_at = st.step + 1
-            break
-        optimizer.step()
         scheduler.step()
         st.step += 1
-        st.last_loss = step_loss
+        pending.append(_Pending(st.step, st.epoch, step_loss, lr))
+        evaluated = st.step % cell.every == 0 or st.step == max_steps
+        progress.advance()
+        if first_step_s is None or evaluated or len(pending) >= LOSS_READ_EVERY:
+            diverged_at = _read_losses(cell, st, pending, progress)
+            if diverged_at is not None:
+                break
         if first_step_s is None:
             first_step_s = time.perf_counter() - cell.t0
             process_first_step_s = _seconds_since_process_start()
-        dev_mean = None
-        evaluated = st.step % cell.every == 0 or st.step == max_steps
+            progress.note(f"step 1 done, loss {st.last_loss:.4f}", step=st.step)
         if evaluated:
             dev_mean = _evaluate(cell, st)
-            progress.event(step=st.step, loss=step_loss, dev=dev_mean)
-        progress.step(step_loss, dev_mean)
-        if cell.reporter is not None:
-            curves = {"train/loss": step_loss, "train/lr": scheduler.get_last_lr()[0]}
-            if evaluated:
-                curves["dev/mean"] = dev_mean
+            progress.event(step=st.step, loss=st.last_loss, dev=dev_mean)
+            progress.show(st.last_loss, dev_mean)
+            if cell.reporter is not None:
+                curves = {"dev/mean": dev_mean}
                 curves.update({f"dev/{k}": v for k, v in st.last_per_language.items()})
-            cell.reporter.log(st.step, curves)
+                cell.reporter.log(st.step, curves)
+    if diverged_at is None:
+        diverged_at = _read_losses(cell, st, pending, progress)
     progress.close()
+    # The gradients go now, not with the optimizer: scoring needs none of them.
+    optimizer.zero_grad(set_to_none=True)
     train_time = st.train_time_before + time.perf_counter() - t_train
     return _Trained(st, diverged_at, train_time, first_step_s, process_first_step_s)
 
 
-def _accumulate(cell: _Cell, idx: list, micro: int, in_precision: Autocast) -> tuple[float, int]:
+def _read_losses(
+    cell: _Cell, st: _LoopState, pending: list[_Pending], progress: _Progress
+) -> int | None:
+    """Read the losses of the `pending` steps on the host (one wait for the device), send
+    them to the trackers, and empty the list. A loss that is not finite ends training at
+    its step: the loop state is put back to the step before it (its number and epoch; what
+    ran after it is discarded with the cell) and that step is returned, else None."""
+    if not pending:
+        return None
+    values = torch.stack([p.loss.float() for p in pending]).tolist()
+    diverged_at = None
+    for p, value in zip(pending, values, strict=True):
+        if not math.isfinite(value):
+            diverged_at = p.step
+            st.step, st.epoch = p.step - 1, p.epoch
+            break
+        st.last_loss = value
+        if cell.reporter is not None:
+            cell.reporter.log(p.step, {"train/loss": value, "train/lr": p.lr})
+    pending.clear()
+    if diverged_at is None:
+        progress.show(st.last_loss, None)
+    return diverged_at
+
+
+def _accumulate(
+    cell: _Cell, idx: list, micro: int, in_precision: Autocast
+) -> tuple[torch.Tensor, int]:
     """Forward, loss and backward of the batch of units `idx` in micro-batches of `micro`
     units, each backed by its share of the batch loss so the gradients add up to the batch's;
-    returns the batch loss and its real tokens."""
+    returns the batch loss (on the device: not read here) and its real tokens."""
     kind, enc = cell.kind, cell.enc_train
-    step_loss, tokens = 0.0, 0
+    step_loss, tokens = None, 0
     for m in range(0, len(idx), micro):
         sub = idx[m : m + micro]
         batch = kind.collate_units(enc, sub, cell.pad_id, cell.device)
-        step_loss += kind.train_step(cell.model, batch, len(sub) / len(idx), in_precision)
+        loss = kind.train_step(cell.model, batch, len(sub) / len(idx), in_precision)
+        step_loss = loss if step_loss is None else step_loss + loss
         tokens += sum(enc.lengths[i] for u in sub for i in kind.members(u))
-    return float(step_loss), tokens
+    return step_loss, tokens
 
 
 def _step_fitting_memory(
     cell: _Cell, st: _LoopState, idx: list, optimizer, in_precision: Autocast, label: str
-) -> float:
-    """One step's accumulated gradients (`_accumulate`) and loss. Out of memory, the step is
-    retried from a clean slate with the micro-batch halved (gradient accumulation doubled: the
-    same effective batch, so the same update): the failed attempt's gradients are zeroed and
-    the random state is put back, so the retried step computes what a cell started at that
-    micro-batch computes. The smaller micro-batch holds for the rest of the cell; it is
+) -> torch.Tensor:
+    """One step: accumulated gradients (`_accumulate`) and the optimizer's update; returns
+    the loss, on the device. Out of memory (`device.is_out_of_memory`), in the forward, the
+    backward or the optimizer step (AdamW allocates its state at the first one), the step is
+    retried from a clean slate with the micro-batch halved (gradient accumulation doubled:
+    the same effective batch, so the same update): the failed attempt's gradients are zeroed
+    and the random state is put back, so the retried step computes what a cell started at
+    that micro-batch computes. The smaller micro-batch holds for the rest of the cell; it is
     recorded (`training.oom_retries`, `training.micro_batch_used`). Out of memory at a
-    micro-batch of 1 re-raises, saying so."""
+    micro-batch of 1, or in an optimizer step that had already updated some weights,
+    re-raises, saying so."""
     rng = _rng_state(cell.device)
     while True:
         micro = st.micro or cell.micro
         optimizer.zero_grad(set_to_none=True)
+        in_optimizer = False
         try:
             step_loss, tokens = _accumulate(cell, idx, micro, in_precision)
+            in_optimizer = True
+            optimizer.step()
             st.real_tokens += tokens
             return step_loss
-        except torch.OutOfMemoryError as exc:
+        except Exception as exc:
+            if not gpu.is_out_of_memory(exc):
+                raise
+            where = "in the optimizer step " if in_optimizer else ""
+            if in_optimizer and _optimizer_advanced(optimizer, st.step):
+                exc.add_note(
+                    f"{label}: out of memory {where}at step {st.step + 1} after it had "
+                    "updated some of the weights, so the step cannot be retried; use a "
+                    "device with more memory"
+                )
+                raise
             if min(micro, len(idx)) <= 1:
                 exc.add_note(
-                    f"{label}: out of memory at step {st.step + 1} with a micro-batch "
+                    f"{label}: out of memory {where}at step {st.step + 1} with a micro-batch "
                     f"of 1 (after {st.oom_retries} retries with smaller micro-batches): "
                     "this model does not fit this device at this sequence length; use "
                     "a device with more memory"
@@ -687,13 +873,22 @@ def _step_fitting_memory(
         st.micro = _smaller_divisor(cell.cfg.recipe.batch_size, min(micro, len(idx)) // 2)
         st.oom_retries += 1
         print(
-            f"warning: {label}: out of memory at step {st.step + 1} with a micro-batch of "
-            f"{micro}; retrying the step with {st.micro} (gradient accumulation "
+            f"warning: {label}: out of memory {where}at step {st.step + 1} with a micro-batch "
+            f"of {micro}; retrying the step with {st.micro} (gradient accumulation "
             f"{cell.cfg.recipe.batch_size // st.micro}: the same effective batch of "
             f"{cell.cfg.recipe.batch_size}, recorded in training.oom_retries)",
             file=sys.stderr,
             flush=True,
         )
+
+
+def _optimizer_advanced(optimizer: torch.optim.Optimizer, steps_done: int) -> bool:
+    """Whether a failed optimizer step had already updated some parameters: their AdamW
+    step count went past the `steps_done` steps the loop completed (state allocated but
+    not yet used still counts `steps_done`). Read only after an out-of-memory error."""
+    return any(
+        float(state["step"]) > steps_done for state in optimizer.state.values() if "step" in state
+    )
 
 
 def _smaller_divisor(batch_size: int, most: int) -> int:
@@ -744,9 +939,7 @@ def _evaluate(cell: _Cell, st: _LoopState) -> float | None:
         st.best_mean, st.best_step = dev_mean, st.step
         st.best_per_language, st.best_undefined = per_lang, undefined
         st.best_predictions = cell.last_dev_predictions
-        st.best_state = {
-            k: v.detach().to("cpu", copy=True) for k, v in cell.model.state_dict().items()
-        }
+        keep_best_weights(st, cell.model.state_dict())
         st.bad_evals = 0
     else:
         st.bad_evals += 1
@@ -756,6 +949,25 @@ def _evaluate(cell: _Cell, st: _LoopState) -> float | None:
         if recipe.early_stop and st.bad_evals >= recipe.patience and st.step < cell.max_steps:
             st.early_stopped = True
     return dev_mean
+
+
+def keep_best_weights(st: _LoopState, state: dict[str, torch.Tensor]) -> None:
+    """Keep a host-memory copy of the weights `state` as `st.best_state`: written into the
+    tensors of the earlier copy when it has the same entries, else made after the earlier
+    copy is let go, so host memory never holds two copies of the model (28 GB for XLM-R XL,
+    per worker)."""
+    kept, st.best_state = st.best_state, None
+    if (
+        kept is not None
+        and kept.keys() == state.keys()
+        and all(kept[k].shape == v.shape and kept[k].dtype == v.dtype for k, v in state.items())
+    ):
+        for k, v in state.items():
+            kept[k].copy_(v.detach())
+        st.best_state = kept
+        return
+    del kept
+    st.best_state = {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
 
 @dataclass
@@ -875,6 +1087,9 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
         "optimizer": "AdamW",
         "schedule": "linear warmup, linear decay",
         "pair_format": cell.knobs.pair_format,
+        # Which attention kernels ran (sdpa, eager, flash_attention_2): a table never mixes
+        # them within one model silently (`comparability.cell_setup`).
+        "attn_implementation": attn_implementation(cell.model),
         **cell.loaded.recorded,  # what the loader derived (decoder-adapted: pair separator, ...)
     }
     return CellResult(

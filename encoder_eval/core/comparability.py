@@ -3,7 +3,8 @@
 A cell's *setup* (`cell_setup`) is what every cell of one (model, task) must share, select
 and report alike: the recipe signature (`protocol.signature` at table scope, precision and
 selection split included), the model revision, the loader mode and remote-code trust, the
-data read and the selection split. `setup_differences` names each entry in which one setup
+attention implementation that ran (sdpa, eager, flash_attention_2: not the same numbers),
+the data read and the selection split. `setup_differences` names each entry in which one setup
 departs from another. A table's cells must also share their transformers version
 (`transformers_version`), and a tracking receipt's setup compares by `receipt_setup`.
 `select`, `summarize`, `compare`, `leaderboard`, the probe tables and `track` ask here.
@@ -20,6 +21,9 @@ PROBE_SETUP_KEYS = ("k_folds", "seed", "standardize")
 # The entries of a tracking receipt's setup (`reports.tracking.TrackSetup`) that need not
 # agree between receipts: where the learning rate came from (a selection file or a flag).
 RECEIPT_FREE_KEYS = ("lr_source",)
+# Setup entries that results written before they were recorded lack: compared only between
+# two setups that both record them (`setup_differences`).
+RECORDED_LATER = ("attn_implementation",)
 
 
 def recipe_signature(data: dict) -> dict:
@@ -42,10 +46,12 @@ def cell_setup(data: dict) -> dict:
         }
     recipe = data.get("recipe") or {}
     provenance = data.get("provenance") or {}
+    attention = recipe.get("attn_implementation")  # (`RECORDED_LATER`)
     return {
         "model_revision": provenance.get("model_revision"),
         "mode": loader_label(recipe),  # the mode, with the decoder-adapted settings
         "trust_remote_code": provenance.get("trust_remote_code"),
+        **({} if attention is None else {"attn_implementation": attention}),
         "selection_split": recipe.get("selection_split"),
         "data_identity": data_identity(provenance),
         "recipe": recipe_signature(data),
@@ -54,8 +60,13 @@ def cell_setup(data: dict) -> dict:
 
 def setup_differences(setup: dict, reference: dict, reference_has: str) -> list[str]:
     """`entry value (reference_has other value)` for each `cell_setup` entry in which `setup`
-    departs from `reference`; the recipe by its differing keys, its selection split once."""
-    pairs = [(k, v, reference.get(k)) for k, v in setup.items() if k != "recipe"]
+    departs from `reference`; the recipe by its differing keys, its selection split once.
+    An entry of `RECORDED_LATER` counts only when both record it."""
+    pairs = [
+        (k, v, reference.get(k))
+        for k, v in setup.items()
+        if k != "recipe" and (k not in RECORDED_LATER or k in reference)
+    ]
     # Both sides through `signature`, so a setup recorded by an older harness (other keys,
     # entries not yet recorded) compares on what the Recipe defines today.
     recipe = signature(setup.get("recipe") or {}, TABLE)

@@ -62,12 +62,15 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def device_info(device: str) -> dict:
-    """The accelerator build and name the cell ran on, and whether its CPU has native bf16."""
+def device_info(device: str, requested: str | None = None) -> dict:
+    """The device the cell really ran on (`cuda:0`, `cpu`) and the one asked for (`auto`),
+    the accelerator build and name, whether the GPU runs bf16 natively, and whether the CPU
+    does."""
     import torch
 
     info = {
         "device": device,
+        "device_requested": requested,
         "torch_cuda_build": torch.version.cuda,
         "torch_hip_build": getattr(torch.version, "hip", None),
         "cpu": cpu_model(),
@@ -75,7 +78,13 @@ def device_info(device: str) -> dict:
         "gpu": None,
     }
     if device.startswith("cuda") and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(torch.cuda.current_device())
+        index = torch.device(device).index
+        index = torch.cuda.current_device() if index is None else index
+        info["gpu"] = torch.cuda.get_device_name(index)
+        try:
+            info["gpu_native_bf16"] = torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:  # a torch without the argument: no emulation to tell apart
+            info["gpu_native_bf16"] = torch.cuda.is_bf16_supported()
     return info
 
 

@@ -249,6 +249,7 @@ def _recipe_problems(cells: list[LoadedResult]) -> list[Problem]:
     by_rev: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     by_loader: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     by_data: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    by_attn: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for c in cells:
         setup = cell_setup(c.data)
         sig = dict(setup["recipe"])
@@ -260,6 +261,8 @@ def _recipe_problems(cells: list[LoadedResult]) -> list[Problem]:
         loader = f"mode={setup['mode']}, trust_remote_code={setup['trust_remote_code']}"
         by_loader[c.cell["model"]][loader].append(c)
         by_data[c.cell["task"]][setup["data_identity"]].append(c)
+        if "attn_implementation" in setup:  # (results that predate it do not record it)
+            by_attn[c.cell["model"]][setup["attn_implementation"]].append(c)
     if len(by_precision) > 1:
         problems.append(_group_disagreement("precision", "precision", by_precision))
     if len(by_split) > 1:
@@ -278,6 +281,7 @@ def _recipe_problems(cells: list[LoadedResult]) -> list[Problem]:
     for rule, what, per in (
         ("model_revision", "{}'s model revision", by_rev),
         ("loader", "{}'s loader", by_loader),
+        ("loader", "{}'s attention implementation", by_attn),
         ("data_identity", "{}'s data", by_data),
     ):
         for name, groups in per.items():
