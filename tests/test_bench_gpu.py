@@ -1,6 +1,7 @@
-"""bench/bench_gpu.py at toy size on the CPU (issue 26, item 3): the GPU benchmark runs the
-harness's step and Trainer on every model it knows and prints sane JSON, so it cannot rot
-while no GPU runs it."""
+"""bench/bench_gpu.py at toy size on the CPU (issue 26, item 3; issue 38, item 11): the GPU
+benchmark runs the harness's step and Trainer on every model it knows, again at longer
+lengths, and prints sane JSON with ours/Trainer ratios, so it cannot rot while no GPU runs
+it."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_bench_gpu_tiny_on_the_cpu_prints_sane_json(tmp_path):
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}  # fmt: skip
     proc = subprocess.run(
         [sys.executable, str(REPO / "bench" / "bench_gpu.py"), "--tiny", "--device", "cpu",
-         "--steps", "2", "--data-dir", str(shared_data())],
+         "--steps", "2", "--data-dir", str(shared_data()), "--long-models", "xlm-r-base"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -63,5 +64,21 @@ def test_bench_gpu_tiny_on_the_cpu_prints_sane_json(tmp_path):
             assert math.isfinite(runs[label]["final_loss"])
         assert "(fused)" in runs["harness"]["optimizer"]
         assert "(foreach)" in runs["foreach_adamw"]["optimizer"]
-        assert set(model["tokens_per_s_vs_harness"]) == {"random_batches", "foreach_adamw",
-                                                         "trainer"}  # fmt: skip
+        assert set(model["tokens_per_s_vs_harness"]) == {"random_batches", "foreach_adamw"}
+        assert runs["trainer"]["max_grad_norm"] == 0  # like the recipe: no clipping
+        check_ours_vs_trainer(model)
+    # The second pass, at the long task's lengths (longer than RTE's), harness and Trainer.
+    long = out["long"]
+    assert long["task"] == "sg_boolq" and long["mean_length"] > out["mean_length"]
+    assert set(long["models"]) == {"xlm-r-base"}
+    model = long["models"]["xlm-r-base"]
+    assert set(model["runs"]) == {"harness", "trainer"}
+    assert model["runs"]["harness"]["real_tokens"] == model["runs"]["trainer"]["real_tokens"]
+    check_ours_vs_trainer(model)
+
+
+def check_ours_vs_trainer(model: dict) -> None:
+    """ours/Trainer is harness over trainer, for speed and peak memory alike."""
+    runs, ratios = model["runs"], model["ours_vs_trainer"]
+    for key in ("train_tokens_per_s", "peak_memory_bytes", "eval_tokens_per_s"):
+        assert math.isclose(ratios[key], runs["harness"][key] / runs["trainer"][key]), key

