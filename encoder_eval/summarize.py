@@ -76,6 +76,7 @@ from encoder_eval.core.errors import (
 )
 from encoder_eval.core.fileio import check_output_dir, check_output_file, write_output
 from encoder_eval.core.protocol import seed_arg
+from encoder_eval.plans.experiment import check_table_output
 from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.plots import write_plots
 from encoder_eval.reports.probe_table import has_probe_results, load_probe_results, probe_table
@@ -160,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
     if args.out:  # every output path before any work
         check_output_file(args.out, "--out")
+        check_table_output(args.out, args.results_dir, args.selection)
     if args.plots:
         check_output_dir(args.plots, "--plots")
 
