@@ -82,6 +82,7 @@ from encoder_eval.data.models import (
     MODEL_REGISTRY,
     ModelEntry,
     all_modes,
+    check_model_name,
     parse_model_spec,
     registry_trusts,
 )
@@ -418,6 +419,7 @@ def _read_models(r: _Reader, value: Any) -> dict[str, ModelSpec]:
         value = {name: {} for name in r.strings(value, "models")}
     models = {}
     for name, entry in r.table(value, "models").items():
+        check_model_name(name, f"{r.source}: models")
         where = f"models.{name}"
         entry = r.table(entry, where)
         r.known(entry, _MODEL_FIELDS, f"{where}: ")

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import math
+import re
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -213,6 +215,11 @@ class Annotations:
     skipped: int
 
 
+# A NeuCo task name (the part of a label file's name before `__`): it names the task's
+# folder of results, so it may not be `..`, start with '.' or '-', or hold a separator.
+TASK_NAME = re.compile(r"[^\W_][\w.-]*|_[\w.-]*")
+
+
 def read_annotations(folder: str | Path) -> dict[str, Annotations]:
     """Every `<task>__<type>.csv` of `folder`, by task name."""
     folder = Path(folder)
@@ -225,6 +232,12 @@ def read_annotations(folder: str | Path) -> dict[str, Annotations]:
             raise HarnessError(
                 f"label file {path.name} is not named <task>__<type>.csv; rename it, e.g. "
                 f"{path.stem}__classification.csv"
+            )
+        if not TASK_NAME.fullmatch(task):
+            raise HarnessError(
+                f"label file {path.name}: task name {task!r} is not valid (it names the "
+                "task's result folder): use letters, digits, '_', '.' and '-', not "
+                "starting with '.' or '-'; rename the file"
             )
         if kind not in TASK_TYPE_NAMES:
             raise unknown_name("task type", kind, TASK_TYPE_NAMES, f"rename {path.name}")
@@ -442,8 +455,11 @@ def summarize_runs(
     stamp = (now or datetime.now(UTC)).strftime(TIMESTAMP_FORMAT)
     out = Path(output_dir, "leaderboards", phase, f"leaderboard_{stamp}.csv")
     out.parent.mkdir(parents=True, exist_ok=True)
-    lines = [",".join(header), *(",".join(_csv_field(v) for v in row) for row in buffer)]
-    write_atomic(out, "\n".join(lines) + "\n")
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow([spreadsheet_safe(v) for v in header])
+    writer.writerows([spreadsheet_safe(v) for v in row] for row in buffer)
+    write_atomic(out, text.getvalue())
     return out
 
 
@@ -477,8 +493,16 @@ def _refuse_different_setups(runs: list[tuple[str, dict]]) -> None:
     )
 
 
-def _csv_field(value: str) -> str:
-    return f'"{value}"' if any(c in value for c in ',"\n') else value
+def spreadsheet_safe(value: str) -> str:
+    """`value` as a CSV cell a spreadsheet shows as text: one that starts like a formula
+    (`=`, `+`, `-`, `@`, a tab or a carriage return) and is not a number gets a leading `'`
+    (OWASP's advice against CSV injection); numbers such as -0.5 stay numbers."""
+    if value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        try:
+            float(value)
+        except ValueError:
+            return "'" + value
+    return value
 
 
 # ----------------------------------------------------------------------------- the run
