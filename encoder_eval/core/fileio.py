@@ -331,10 +331,14 @@ def read_bytes(path: str | os.PathLike, limit: int | None = None) -> bytes:
                 raise UnreadableFile(
                     path, f"is {info.st_size:,} bytes, more than the {limit:,} a reader reads"
                 )
-            data = handle.read(limit + 1)
-            if len(data) > limit:  # it grew while read
-                raise UnreadableFile(path, f"is more than the {limit:,} bytes a reader reads")
-            return data
+            chunks, total, want = [], 0, min(info.st_size, limit) + 1
+            while chunk := handle.read(want):  # the size it has, and what it grows by
+                chunks.append(chunk)
+                total += len(chunk)
+                if total > limit:
+                    raise UnreadableFile(path, f"grew past the {limit:,} bytes a reader reads")
+                want = min(1 << 20, limit + 1 - total)
+            return b"".join(chunks)
     except FileNotFoundError:
         raise MissingFile(path, "does not exist") from None
     except IsADirectoryError:

@@ -30,6 +30,7 @@ import csv
 import io
 import math
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -243,6 +244,7 @@ def read_annotations(folder: str | Path) -> dict[str, Annotations]:
             raise unknown_name("task type", kind, TASK_TYPE_NAMES, f"rename {path.name}")
         labels: dict[str, float] = {}
         skipped = 0
+        _check_regular(path, "label file")
         with path.open(newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
             if not reader.fieldnames or not {"id", "label"} <= set(reader.fieldnames):
@@ -286,6 +288,7 @@ def read_submission(
     non-numeric value is refused (NeuCo-Bench would silently read it as 0)."""
     path = Path(path)
     try:
+        _check_regular(path, "--submission-file")
         handle = path.open(newline="", encoding="utf-8")
     except FileNotFoundError:
         raise HarnessError(f"--submission-file {path} does not exist") from None
@@ -333,11 +336,19 @@ def read_submission(
     return ids, matrix
 
 
+def _check_regular(path: Path, what: str) -> None:
+    """Refuse an input that is not a regular file (a FIFO would hang the reader, a link to
+    /dev/zero never end); FileNotFoundError when there is none."""
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise HarnessError(f"{what} {path} is not a regular file; give the file itself")
+
+
 def read_exclude(path: str | Path | None) -> set[str]:
     """The ids of an exclude file (one per line, blank lines ignored)."""
     if path is None:
         return set()
     try:
+        _check_regular(Path(path), "--exclude-file")
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise HarnessError(f"--exclude-file {path} does not exist") from None
