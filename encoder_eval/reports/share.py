@@ -171,11 +171,17 @@ def scrub_text(text: str, roots: list[str]) -> str:
 # ----------------------------------------------------------------------------- staging
 
 
-def _stage_result(src: Path, data: dict, dest_dir: Path, staged: Staged, note) -> None:
+def _stage_result(
+    src: Path, data: dict, dest_dir: Path, staged: Staged, note: Callable[[str], None]
+) -> None:
     """Copy one result (redacted) and the files beside it into `dest_dir`."""
     clean, fields = redact_paths(data)
     dest = dest_dir / src.name
-    write_json_atomic(dest, clean)
+    raw = None if fields else read_bytes(src)
+    if raw is not None and parse_json(raw, src) == data:  # unchanged: byte for byte
+        write_atomic(dest, raw)
+    else:
+        write_json_atomic(dest, clean)
     if fields:
         staged.redacted[f"{RESULTS_SUBDIR}/{src.name}"] = fields
     for beside in (predictions_path(src), trec_run_path(src)):
