@@ -331,9 +331,11 @@ def check_model_path(spec: str, path: str) -> str:
 
 
 # A model's name in a sweep (`--model NAME=PATH`, an experiment file's `[models.NAME]`):
-# it starts result file names, so a leading '.' would hide them from `select`, and
-# `--models` lists names comma-separated, so a ',' would split one into two.
-MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# `--models` lists names comma-separated, so a ',' would split one into two; a name
+# starting with '.' would name hidden result files (`select` skips them, `done` does not),
+# one starting with '-' would read as a flag. Anything else is kept verbatim (quoted in
+# every script; `core.results.safe_component` makes it a file name).
+MODEL_NAME = re.compile(r"[^.,-][^,]*", re.DOTALL)
 
 
 def check_model_name(name: str, where: str) -> str:
@@ -341,9 +343,9 @@ def check_model_name(name: str, where: str) -> str:
     `where` (the flag or the file's field) and the rule."""
     if not isinstance(name, str) or not MODEL_NAME.fullmatch(name):
         raise HarnessError(
-            f"{where}: model name {name!r} is not valid; a model name starts with a letter "
-            "or digit and holds only letters, digits, '.', '_' and '-' (at most 128): it "
-            "names result files and is listed comma-separated in --models"
+            f"{where}: model name {name!r} is not valid: a model name may not be empty, "
+            "hold a ',' (--models lists names comma-separated) or start with '.' (its "
+            "results would be hidden files) or '-' (it would read as a flag)"
         )
     return name
 
