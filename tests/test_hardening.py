@@ -238,6 +238,9 @@ def test_a_cell_whose_result_cannot_be_written_leaves_no_predictions_behind(
 # ----------------------------------------------------------------------------- item 6
 
 
+NEW_RESULT = "enc-c_glue_rte_lr05_s45.json"
+
+
 def test_out_may_not_replace_an_input_or_a_file_the_results_folder_keeps(report, tmp_path, capsys):
     rdir, sel = report["dir"], report["selection"]
     before = {p: p.read_bytes() for p in [*rdir.iterdir(), sel]}
@@ -249,8 +252,8 @@ def test_out_may_not_replace_an_input_or_a_file_the_results_folder_keeps(report,
         (summarize.main, ["--results-dir", rdir, "--out", rdir / EXPERIMENT_NAME]),
         (
             summarize.main,
-            ["--results-dir", rdir, "--format", "json", "--out", rdir / "table.json"],
-        ),  # read as a result next time  # fmt: skip
+            ["--results-dir", rdir, "--format", "json", "--out", rdir / NEW_RESULT],
+        ),  # named like a result: read as one next time
         (export.main, ["--format", "euroeval", "--results-dir", rdir, "--out", sel]),
         (
             export.main,
@@ -280,10 +283,11 @@ def test_out_may_not_replace_an_input_or_a_file_the_results_folder_keeps(report,
         line = _one_error(capsys)
         assert "this command's inputs" in line or "results folder" in line, line
     assert {p: p.read_bytes() for p in before} == before
-    assert not (rdir / "table.json").exists()
-    # a table written beside the results, not as a *.json result candidate, is fine
-    argv = ["--results-dir", str(rdir), "--out", str(rdir / "table.md"), "--allow-partial"]
-    assert summarize.main(argv) == 0
+    assert not (rdir / NEW_RESULT).exists()
+    # a table written beside the results under a name of its own is fine
+    for name in ("table.md", "table.json"):
+        argv = ["--results-dir", str(rdir), "--out", str(rdir / name), "--allow-partial"]
+        assert summarize.main(argv) == 0
 
 
 # ----------------------------------------------------------------------------- item 7

@@ -230,9 +230,9 @@ def check_not_input(
     for folder in results_dirs:
         if folder is not None and real.parent == Path(folder).resolve() and kept(real):
             raise HarnessError(
-                f"{flag} {path} would be a file the results folder {folder} keeps (its "
-                "readers take every *.json there as a result; predictions, TREC runs and "
-                "experiment.toml are the sweep's): choose a path outside it"
+                f"{flag} {path} would replace a file the results folder {folder} keeps "
+                "(a cell's result, its predictions or TREC run, experiment.toml): choose "
+                "another name or folder"
             )
 
 

@@ -74,8 +74,9 @@ from encoder_eval.core.protocol import (
 from encoder_eval.core.results import (
     EXPERIMENT_NAME,
     TASKS_FILE_PREFIX,
-    foreign_entry,
     is_own_file,
+    is_probe_result_name,
+    is_result_name,
 )
 from encoder_eval.data import taskfile
 from encoder_eval.data.models import (
@@ -1065,15 +1066,17 @@ def check_output_not_input(
     inputs: tuple[str | os.PathLike | None, ...] = (),
     results_dirs: tuple[str | os.PathLike | None, ...] = (),
 ) -> None:
-    """`fileio.check_not_input` with the results folder's rule of what it keeps: every
-    file its readers read (`*.json` result candidates) or its sweep writes (predictions,
-    TREC runs, experiment.toml, the hidden lock, resume and task files)."""
+    """`fileio.check_not_input` with the results folder's rule of what it keeps: a file
+    named like a cell's result (fine-tune or probe) and what a sweep writes beside results
+    (predictions, TREC runs, experiment.toml, the hidden lock, resume and task files). A
+    file of another name may be written there (`cd results/select && select --results-dir
+    .` writes selection.json beside the results)."""
     check_not_input(
         out,
         flag,
         inputs=inputs,
         results_dirs=results_dirs,
-        kept=lambda path: is_own_file(path) or foreign_entry(path) is None,
+        kept=lambda p: is_own_file(p) or is_result_name(p) or is_probe_result_name(p),
     )
 
 
