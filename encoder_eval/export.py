@@ -27,7 +27,8 @@ from encoder_eval.core.errors import (
     report_errors,
     warn_once,
 )
-from encoder_eval.core.fileio import write_output
+from encoder_eval.core.fileio import check_output_file, write_output
+from encoder_eval.plans.experiment import check_table_output
 from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.export import FORMATS, euroeval_records, example_rows, to_jsonl
 from encoder_eval.reports.table import add_table_arguments, load_table, refusal
@@ -56,8 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not Path(args.results_dir).is_dir():
         raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
-    if args.out and not Path(args.out).absolute().parent.is_dir():
-        raise HarnessError(f"--out {args.out}: its directory does not exist")
+    if args.out:  # every output path before any work
+        check_output_file(args.out, "--out")
+        check_table_output(args.out, args.results_dir, args.selection)
     loaded = load_table(
         args.results_dir,
         args.selection,

@@ -70,7 +70,7 @@ from encoder_eval.core.errors import (
     HarnessError,
     report_errors,
 )
-from encoder_eval.core.fileio import check_output_file
+from encoder_eval.core.fileio import check_output_file, output_errors
 from encoder_eval.core.results import (
     EXPERIMENT_NAME,
     load_results,
@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(args.results_dir).is_dir():
             raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
         check_output_file(args.out, "--out")  # before any work
+        experiment.check_output_not_input(args.out, "--out", results_dirs=(args.results_dir,))
         tasks = split_csv(args.tasks) or None
         exp, lr_keys, seeds, models, tasks = experiment.select_expectations(
             args.results_dir,
@@ -172,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     except Refusal as exc:
         print(exc.render(), file=sys.stderr)
         return EXIT_INCOMPLETE
-    write_json_atomic(out, selection)
+    with output_errors(out):
+        write_json_atomic(out, selection)
     print(format_selection(selection))
     if not selection["on_protocol"]:
         print("note: some select cells are off-protocol (shrunken sweep); so is this selection")

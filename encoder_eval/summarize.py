@@ -77,6 +77,7 @@ from encoder_eval.core.errors import (
     warn_once,
 )
 from encoder_eval.core.fileio import check_output_dir, check_output_file, write_output
+from encoder_eval.plans.experiment import check_table_output
 from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.comparison_cache import open_cache
 from encoder_eval.reports.plots import write_plots
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
     if args.out:  # every output path before any work
         check_output_file(args.out, "--out")
+        check_table_output(args.out, args.results_dir, args.selection)
     if args.plots:
         check_output_dir(args.plots, "--plots")
 

@@ -187,3 +187,26 @@ def test_toml_and_yaml_fail_the_same_way(tmp_path):
     with pytest.raises(fileio.DamagedFile, match="anchor or alias \\(line 1\\)"):
         fileio.parse_yaml("a: &x [1]\nb: *x\n", "t.yaml")
     assert fileio.parse_yaml("a: [1, 2]\n", "t.yaml") == {"a": [1, 2]}
+
+
+def test_read_bytes_reads_only_regular_files_up_to_the_cap(tmp_path):
+    """Issue 40 item 4: a FIFO is refused without waiting for a writer, a link to
+    /dev/zero without reading it, a file over the cap by its size; a link to a regular
+    file reads as that file."""
+    from encoder_eval.core import fileio
+
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    (tmp_path / "big.json").write_bytes(b"1" * 1001)
+    (tmp_path / "ok.json").write_bytes(b"[1]")
+    (tmp_path / "link.json").symlink_to(tmp_path / "ok.json")
+    cases = {"fifo.json": "is not a regular file (a FIFO)",
+             "zero.json": "is not a regular file (a character device)",
+             "big.json": "is 1,001 bytes, more than the 1,000 a reader reads"}  # fmt: skip
+    for name, reason in cases.items():
+        with pytest.raises(fileio.UnreadableFile) as caught:
+            fileio.read_bytes(tmp_path / name, limit=1000)
+        assert caught.value.reason == reason
+    assert fileio.read_bytes(tmp_path / "big.json") == b"1" * 1001  # under the default cap
+    assert fileio.read_json(tmp_path / "link.json") == [1]
+    assert fileio.MAX_READ_BYTES >= 1 << 30  # a ranking cell's predictions are hundreds of MB

@@ -365,3 +365,136 @@ def test_the_token_cache_reader_survives_damaged_entries(tmp_path):
             (tmp_path / name).write_bytes(raw)
         tokencache.load(tmp_path, f"k{k}")  # a damaged entry is a miss, never a crash
         assert (tmp_path / f"k{k}.json").read_bytes() == raw  # and never deleted
+
+
+# ----------------------------------------------------------------------------- special files
+
+
+class _Hung(Exception):
+    pass
+
+
+def _special_files(root: Path, outside: Path) -> list[Path]:
+    """Beside the valid files of `_valid_files(root)`: under names every reader picks up (a
+    result, a predictions file, a TREC run, a receipt, a selection, an experiment file, a
+    token-cache entry), a FIFO, a symlink to /dev/zero, a symlink to a file out of the
+    folder and a file over `fileio.MAX_READ_BYTES` (sparse: it costs no disk)."""
+    from encoder_eval.core import fileio
+    from encoder_eval.reports.tracking import receipt_path
+
+    secret = outside / "id_ed25519"
+    secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    made = []
+
+    def fifo(path: Path) -> None:
+        os.mkfifo(path)
+
+    def zero(path: Path) -> None:
+        path.symlink_to("/dev/zero")
+
+    def out(path: Path) -> None:
+        path.symlink_to(secret)
+
+    def huge(path: Path) -> None:
+        with open(path, "wb") as handle:
+            handle.truncate(fileio.MAX_READ_BYTES + 1)
+
+    kinds = (fifo, zero, out, huge)
+    names = {"select": [f"m1_glue_rte_lr0{k}_s42.json" for k in (1, 2, 4, 5)],
+             "report": [f"m2_glue_mrpc_lr06_s{s}.json" for s in (48, 49, 50, 51)]}  # fmt: skip
+    for phase, listed in names.items():
+        for make, name in zip(kinds, listed, strict=True):
+            make(root / phase / name)
+            made.append(root / phase / name)
+    reports = sorted((root / "report").glob("*_s45.json"))
+    for make, result in zip(kinds, reports, strict=False):  # beside a valid report cell
+        for suffix in (".predictions.json", ".run.trec"):
+            beside = result.with_name(result.name.replace(".json", suffix))
+            beside.unlink(missing_ok=True)
+            make(beside)
+            made.append(beside)
+    for make, k in zip(kinds, range(4), strict=True):
+        for path in (root / f"special-selection-{k}.json", root / f"special-exp-{k}.toml",
+                     receipt_path(root / "track", f"special{k}"), root / "cache" / f"s{k}.tokens"):  # fmt: skip
+            path.parent.mkdir(parents=True, exist_ok=True)
+            make(path)
+            made.append(path)
+    return made
+
+
+def test_every_reader_survives_fifos_devices_links_out_and_oversized_files(tmp_path, capsys):
+    """Issue 40 item 4: a FIFO named like a result hung `done` and `summarize`, a symlink
+    to /dev/zero exhausted memory. Each reader now refuses such a file in one line (or
+    skips it), never waits on it, never reads past the size cap, and never moves it."""
+    import signal
+
+    from encoder_eval import export
+
+    root = tmp_path / "root"
+    _valid_files(root)
+    (tmp_path / "outside").mkdir()
+    made = _special_files(root, tmp_path / "outside")
+    secret = tmp_path / "outside" / "id_ed25519"
+    out = Output()
+
+    def hung(signum, frame):
+        raise _Hung("a reader blocked on a special file")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(600)  # the whole test takes seconds; a hang fails it instead of blocking
+    try:
+        sel_dir, rep_dir = root / "select", root / "report"
+        plan = ["--model", "m1=org/m1", "--model", "m2=org/m2", "--tasks", "glue_rte,glue_mrpc"]
+        _call(select.main, ["--results-dir", sel_dir, "--out", tmp_path / "sel.json",
+                            "--lr-keys", "lr03,lr06", "--seeds", "42,43,44",
+                            "--allow-partial"], capsys, out, "select")  # fmt: skip
+        _call(status.main, ["--phase", "select", *plan, "--lr-keys", "lr03,lr06", "--seeds",
+                            "42,43,44", "--results-dir", sel_dir], capsys, out, "status")  # fmt: skip
+        _call(estimate.main, ["--results-dir", sel_dir, "--tasks", "glue_rte,glue_mrpc"],
+              capsys, out, "estimate")  # fmt: skip
+        selections = [root / "selection.json", *sorted(root.glob("special-selection-*"))]
+        for sel in selections:
+            common = ["--results-dir", rep_dir, "--selection", sel, "--allow-partial"]
+            _call(summarize.main, [*common, "--format", "json"], capsys, out, f"summarize {sel}")
+            _call(compare.main, [*common, "--format", "json", "--resamples", "99"],
+                  capsys, out, f"compare {sel}")  # fmt: skip
+            _call(leaderboard.main, [*common, "--format", "json", "--bootstrap", "50"],
+                  capsys, out, f"leaderboard {sel}")  # fmt: skip
+            _call(export.main, ["--format", "examples", *common], capsys, out, f"export {sel}")
+            _call(status.main, ["--phase", "report", "--selection", sel, *plan,
+                                "--results-dir", rep_dir], capsys, out, f"status report {sel}")  # fmt: skip
+        _call(track.main, ["report", "--out-dir", root / "track", "--no-plots"], capsys, out,
+              "track report")  # fmt: skip
+        for path in [
+            *sorted(root.glob("special-selection-*")),
+            *sorted(root.glob("special-exp-*")),
+        ]:
+            loader = load_selection if path.suffix == ".json" else experiment.load
+            with pytest.raises(HarnessError) as caught:
+                loader(path)
+            out.add(f"{loader.__name__} {path}", f"error: {caught.value}")
+        for k in range(4):
+            assert tokencache.load(root / "cache", f"s{k}") is None
+        messages: list[str] = []
+        for directory, phase in ((sel_dir, "select"), (rep_dir, "report")):
+            for path in sorted(directory.iterdir()):
+                if path in made and is_result_name(path):
+                    state = settle_cell(path, phase, warn=messages.append)[0]
+                    if state == MOVED:  # only a link out, which reads and does not parse:
+                        (kept,) = (directory / QUARANTINE_DIR).glob(f"{path.name}.*Z")
+                        assert kept.is_symlink() and kept.resolve() == secret, kept
+                        kept.rename(path)  # the link moved aside, its target untouched
+                    else:  # a FIFO, a device, an oversized file: never moved, never done
+                        assert state == KEPT, (path, state)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    out.add("done", "\n".join(messages))
+    out.check()
+    for path in made:  # nothing was moved or removed
+        assert os.path.lexists(path), path
+    assert secret.read_text() == "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+    said = "\n".join(line for _, line, _ in out.lines)
+    assert "not a regular file (a FIFO)" in said
+    assert "not a regular file (a character device)" in said
+    assert "bytes, more than the" in said

@@ -85,7 +85,7 @@ def template(path: Path, body: str) -> Path:
 def test_contract_values_arrive_verbatim_and_are_never_executed(tmp_path):
     """Per-cell and array jobs receive hostile values exactly, as "$@" and variables."""
     canary = tmp_path / "canary"
-    evil = f"evil $(touch {canary.name}) `touch {canary.name}`; echo 'q\"x\"' {{a,b}} % \\ end"
+    evil = f"evil $(touch {canary.name}) `touch {canary.name}`; echo 'q\"x\"' {{a..b}} % \\ end"
     seen = tmp_path / "seen"
     seen.mkdir()
     tpl = template(tmp_path / "record.sh", (

@@ -32,8 +32,9 @@ RECIPE = ["--weight-decay", "0.1", "--adam-beta2", "0.95", "--early-stop", "--pa
 
 def hostile(canary: Path) -> str:
     """A value that would create `canary` if any shell ever executed it. It holds no `/`
-    (so it can name a directory); scripts run with the canary's directory as cwd."""
-    return f'evil $(touch {canary.name}) `touch {canary.name}`; echo \'q"x" {{a,b}} % \\ end'
+    (so it can name a directory) and no `,` (so it can name a model: `models.MODEL_NAME`);
+    scripts run with the canary's directory as cwd."""
+    return f'evil $(touch {canary.name}) `touch {canary.name}`; echo \'q"x" {{a..b}} % \\ end'
 
 
 def has_flags(args: list[str], flags: list[str]) -> bool:

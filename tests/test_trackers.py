@@ -263,3 +263,74 @@ def test_an_unknown_tracker_is_refused_before_any_work(tiny_models, tmp_path) ->
         "error: unknown tracker 'tensorbord'. Did you mean 'tensorboard'? --report-to takes a "
         "comma-separated list. Valid trackers: mlflow, none, tensorboard, wandb"
     ]
+
+
+# Issue 40 item 3: a cell's 30 s cap interrupted MLflow creating a new SQLite store (51 s on
+# a loaded machine), which broke the store for every later cell; and a failed tracker was
+# retried (and warned about) by every cell of the process.
+_TIMED_OUT_CELL = """
+import sys
+from encoder_eval.cells.trackers import Reporter, RunInfo
+info = RunInfo("m/t/lr04/s1/select", {"seed": 1}, {"phase": "select"}, sys.argv[1])
+rep = Reporter(["mlflow"], info)
+rep.log(1, {"train/loss": 1.0})
+rep.finish({"dev/mean": 0.5}, timeout=0.0)  # the cap passes at once; the process exits
+"""
+
+_READ_STORE = """
+import mlflow
+client = mlflow.MlflowClient()
+exp = client.get_experiment_by_name("capped")
+run = client.create_run(exp.experiment_id, run_name="later-cell")
+client.log_metric(run.info.run_id, "x", 1.0)
+print(len(client.search_runs([exp.experiment_id])))
+"""
+
+
+def test_a_cell_whose_trackers_time_out_leaves_a_whole_mlflow_store(tmp_path) -> None:
+    """The store is created before training, outside the cap: a cell process that gives
+    its trackers no time at all still leaves a store the next process (and MLflow) uses."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+           "MLFLOW_EXPERIMENT_NAME": "capped"}  # fmt: skip
+    first = subprocess.run([sys.executable, "-c", _TIMED_OUT_CELL, str(tmp_path)], env=env,
+                           capture_output=True, text=True, timeout=300, cwd=REPO)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert "did not finish within 0 s" in first.stderr
+    assert "INFO" not in first.stderr  # no migration log lines
+    later = subprocess.run([sys.executable, "-c", _READ_STORE], env=env, capture_output=True,
+                           text=True, timeout=300, cwd=REPO)  # fmt: skip
+    assert later.returncode == 0, later.stderr[-2000:]
+    assert int(later.stdout.split()[-1]) >= 1
+
+
+@pytest.fixture
+def fresh_trackers(monkeypatch):
+    """The process's tracker registry (prepared, dropped), empty for one test."""
+    from encoder_eval.cells import trackers
+
+    monkeypatch.setattr(trackers, "_PREPARED", set(), raising=False)
+    monkeypatch.setattr(trackers, "DROPPED", {}, raising=False)
+    return trackers
+
+
+def test_a_tracker_that_fails_once_is_off_for_the_rest_of_the_process(
+    tmp_path, monkeypatch, fresh_trackers
+) -> None:
+    """Real MLflow on a store that is not a database: the first cell warns in one line and
+    drops it; the next cells of the process neither try it again nor warn again."""
+    store = tmp_path / "mlflow.db"
+    store.write_bytes(b"not a database, a teammate's notes" * 100)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    warnings: list[str] = []
+    reporters = []
+    for lr_key in ("lr03", "lr04", "lr05"):
+        info = RunInfo(f"m/t/{lr_key}/s1/select", {}, {}, str(tmp_path))
+        rep = Reporter(["mlflow"], info, warnings.append)
+        rep.log(1, {"train/loss": 1.0})
+        rep.finish({"dev/mean": 0.5}, timeout=60)
+        reporters.append(rep)
+    assert len(warnings) == 1, warnings
+    assert "--report-to mlflow failed and is off for the rest of this process" in warnings[0]
+    assert "\n" not in warnings[0]
+    assert [r.names for r in reporters[1:]] == [(), ()]
+    assert "mlflow" in fresh_trackers.DROPPED

@@ -7,10 +7,13 @@ parameters and tags carry the cell's identity (model, task, LR and its grid key,
 phase, the recipe's comparability signature and each recipe entry), so a sweep can be
 filtered in the tracker's own interface.
 
-Recording is off unless asked for. A tracker never fails or slows a cell: everything is
-sent from a background thread, a tracker's first error is warned about once and that
-tracker is dropped, and at the end the cell waits at most `FINISH_TIMEOUT_S` for the
-trackers to flush. Each tracker is configured as its own documentation says:
+Recording is off unless asked for. A tracker never fails a cell: before the first cell of
+a process trains, each tracker is prepared without a time limit (MLflow's store created
+and migrated under a lock: interrupting that would break the store for good); then
+everything is sent from a background thread, a tracker's first error is warned about
+once and that tracker is dropped for the rest of the process, and at the end the cell
+waits at most `FINISH_TIMEOUT_S` for the trackers to flush (one still busy is dropped
+too). Each tracker is configured as its own documentation says:
 - `tensorboard`: event files under `<tracking dir>/tensorboard/<run>/`;
 - `mlflow`: `MLFLOW_TRACKING_URI` (e.g. `sqlite:///mlflow.db`) and `MLFLOW_EXPERIMENT_NAME`
   (default `encoder-eval`);
@@ -20,14 +23,18 @@ trackers to flush. Each tracker is configured as its own documentation says:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import importlib
 import json
+import logging
 import os
 import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,21 +107,63 @@ class _TensorBoard:
         self.writer.close()
 
 
+def _mlflow_experiment(client: Any) -> str:
+    """The id of the MLflow experiment runs go to (`MLFLOW_EXPERIMENT_NAME`), created when
+    missing; the first call of a process also creates the tracking store if it is new."""
+    name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_PROJECT
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return client.create_experiment(name)
+    except Exception:  # another cell created it first
+        return client.get_experiment_by_name(name).experiment_id
+
+
+@contextlib.contextmanager
+def _store_lock() -> Iterator[None]:
+    """Hold an exclusive lock beside a SQLite tracking store (`sqlite:///PATH`) while it
+    is opened: the cells of parallel workers would otherwise run its schema migrations at
+    once (one fails with "table ... already exists"). Other stores need none."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    lock = Path(uri.removeprefix("sqlite:///") + ".encoder-eval-lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _prepare_mlflow(info: RunInfo) -> None:
+    """Create (or migrate) the tracking store and the experiment before training, with
+    no time limit: interrupting a new SQLite store's migrations leaves it broken for good."""
+    import mlflow
+
+    for name in ("alembic", "mlflow"):  # their INFO lines, one per migration step
+        logging.getLogger(name).setLevel(logging.WARNING)
+    with _store_lock():
+        _mlflow_experiment(mlflow.MlflowClient())
+
+
+def _prepare_import(module: str) -> Callable[[RunInfo], None]:
+    def prepare(info: RunInfo) -> None:
+        importlib.import_module(module)  # the slow part, and an ImportError now, not later
+
+    return prepare
+
+
 class _MLflow:
     def __init__(self, info: RunInfo) -> None:
         import mlflow
         from mlflow.entities import Param
 
         self.client = mlflow.MlflowClient()
-        name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_PROJECT
-        exp = self.client.get_experiment_by_name(name)
-        if exp is None:
-            try:
-                exp_id = self.client.create_experiment(name)
-            except Exception:  # another cell created it first
-                exp_id = self.client.get_experiment_by_name(name).experiment_id
-        else:
-            exp_id = exp.experiment_id
+        exp_id = _mlflow_experiment(self.client)
         self.run_id = self.client.create_run(exp_id, run_name=info.name, tags=info.tags).info.run_id
         params = [Param(k, str(v)[:6000]) for k, v in info.params.items()]
         for i in range(0, len(params), 100):
@@ -164,6 +213,17 @@ _BACKENDS: dict[str, Callable[[RunInfo], Any]] = {
     "mlflow": _MLflow,
     "wandb": _Wandb,
 }
+# What each tracker does once per process before the first cell trains, outside any time
+# limit (`prepare`): what may not be interrupted, and what is slow the first time.
+_PREPARE: dict[str, Callable[[RunInfo], None]] = {
+    "tensorboard": _prepare_import("torch.utils.tensorboard"),
+    "mlflow": _prepare_mlflow,
+    "wandb": _prepare_import("wandb"),
+}
+# Trackers this process has prepared, and those that failed (name -> why): a tracker that
+# fails once is off for the rest of the process, so no later cell waits on it again.
+_PREPARED: set[tuple[str, str | None, str | None]] = set()
+DROPPED: dict[str, str] = {}
 
 
 # ----------------------------------------------------------------------------- the reporter
@@ -171,7 +231,12 @@ _BACKENDS: dict[str, Callable[[RunInfo], Any]] = {
 
 class Reporter:
     """Sends one cell's curves to the chosen trackers from a background thread; `log` and
-    `finish` never raise and never wait on a tracker (but `finish`, for at most `timeout`)."""
+    `finish` never raise and never wait on a tracker (but `finish`, for at most `timeout`).
+
+    With the real trackers (`backends` None), each is first prepared in the calling thread
+    (once per process, before training, without a time limit: `_PREPARE`), and one that
+    fails, here or later, is dropped for the rest of the process (`DROPPED`) with one
+    warning. `dropped` replaces that registry (fake `backends` get a fresh one)."""
 
     def __init__(
         self,
@@ -179,12 +244,20 @@ class Reporter:
         info: RunInfo,
         warn: Callable[[str], None] | None = None,
         backends: dict[str, Callable[[RunInfo], Any]] | None = None,
+        dropped: dict[str, str] | None = None,
     ) -> None:
-        self.names = tuple(names)
         self.info = info
         self.failed: dict[str, str] = {}
         self._warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
+        if dropped is None:  # the process's registry is the real trackers'
+            dropped = DROPPED if backends is None else {}
+        self._dropped = dropped
         self._makers = backends or _BACKENDS
+        self.names = tuple(n for n in names if n not in self._dropped)
+        self._pending: set[str] = set()
+        if backends is None:
+            self._prepare()
+        self._pending = set(self.names)  # trackers that have not finished (nor failed) yet
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(
             target=self._work, name="encoder-eval-trackers", daemon=True
@@ -192,10 +265,29 @@ class Reporter:
         self._finished = False
         self._thread.start()
 
+    def _prepare(self) -> None:
+        for name in self.names:
+            # MLflow's store and experiment come from the environment, which may change
+            key = (
+                name,
+                os.environ.get("MLFLOW_TRACKING_URI"),
+                os.environ.get("MLFLOW_EXPERIMENT_NAME"),
+            )
+            if key in _PREPARED:
+                continue
+            try:
+                _PREPARE[name](self.info)
+                _PREPARED.add(key)
+            except BaseException as exc:  # noqa: BLE001 - a tracker must never stop the cell
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                self._fail(name, exc)
+        self.names = tuple(n for n in self.names if n not in self._dropped)
+
     def log(self, step: int, metrics: dict[str, float | None]) -> None:
         """Record `metrics` at optimizer step `step` (None values are skipped)."""
         clean = {k: float(v) for k, v in metrics.items() if v is not None}
-        if clean and not self._finished:
+        if clean and not self._finished and self.names:
             self._queue.put(("log", step, clean))
 
     def finish(
@@ -204,7 +296,8 @@ class Reporter:
         status: str = "ok",
         timeout: float = FINISH_TIMEOUT_S,
     ) -> None:
-        """Record the final scores, close every run, and wait at most `timeout` seconds."""
+        """Record the final scores, close every run, and wait at most `timeout` seconds; a
+        tracker still busy then is dropped for the rest of the process."""
         if self._finished:
             return
         self._finished = True
@@ -213,22 +306,31 @@ class Reporter:
         self._queue.put(None)
         self._thread.join(timeout)
         if self._thread.is_alive():
+            late = sorted(self._pending)
+            for name in late:
+                self._dropped.setdefault(name, f"did not finish within {timeout:.0f} s")
             self._warn(
                 f"{self.info.name}: the trackers did not finish within {timeout:.0f} s; "
                 "the cell's result is written, its tracker runs may be incomplete"
+                + (f"; {', '.join(late)} off for the rest of this process" if late else "")
             )
 
     def _fail(self, name: str, exc: BaseException) -> None:
-        if name not in self.failed:
-            self.failed[name] = f"{type(exc).__name__}: {exc}"
-            hint = ""
-            if isinstance(exc, ImportError):
-                hint = f" (pip install {_INSTALL[name]})"
-            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-            self._warn(
-                f"{self.info.name}: --report-to {name} failed and is off for this cell: "
-                f"{type(exc).__name__}: {first}{hint}"
-            )
+        self._pending.discard(name)
+        if name in self.failed:
+            return
+        self.failed[name] = f"{type(exc).__name__}: {exc}"
+        if name in self._dropped:  # another cell of this process said so already
+            return
+        self._dropped[name] = self.failed[name]
+        hint = ""
+        if isinstance(exc, ImportError):
+            hint = f" (pip install {_INSTALL[name]})"
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        self._warn(
+            f"{self.info.name}: --report-to {name} failed and is off for the rest of this "
+            f"process: {type(exc).__name__}: {first}{hint}"
+        )
 
     def _work(self) -> None:
         live: dict[str, Any] = {}
@@ -247,6 +349,7 @@ class Reporter:
                         backend.log(item[1], item[2])
                     else:
                         backend.finish(item[1], item[2])
+                        self._pending.discard(name)
                 except BaseException as exc:  # noqa: BLE001
                     self._fail(name, exc)
                     live.pop(name)

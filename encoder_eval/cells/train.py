@@ -1118,7 +1118,8 @@ def _write(cfg: CellConfig, kind: Kind, result: dict, predictions: dict) -> None
     """Write the report predictions (unless turned off), then the result, and only then
     remove what the result supersedes: a predictions or TREC file of an earlier run that
     was not rewritten (so no file beside the result describes another run), and the resume
-    state. A write that fails (a full disk) raises with the resume state still in place."""
+    state. A write that fails (a full disk) raises with the resume state still in place and
+    the files this run wrote beside the result removed, so the cell left nothing behind."""
     if not cfg.out_json:
         return
     pred_path = predictions_path(cfg.out_json)
@@ -1131,7 +1132,12 @@ def _write(cfg: CellConfig, kind: Kind, result: dict, predictions: dict) -> None
             rewritten.update(kind.write_files(cfg.out_json, preds))
         except PredictionsError as exc:  # e.g. a non-finite regression output: keep the result
             print(f"warning: {_label(cfg)}: predictions not written: {exc}", file=sys.stderr)
-    write_json_atomic(cfg.out_json, result)
+    try:
+        write_json_atomic(cfg.out_json, result)
+    except BaseException:  # no result: nothing of this run stays beside it ("nothing written")
+        for written in rewritten:
+            written.unlink(missing_ok=True)
+        raise
     for stale in (pred_path, *beside_result(cfg.out_json).values()):
         if stale not in rewritten:
             stale.unlink(missing_ok=True)

@@ -23,10 +23,11 @@ import json
 import math
 import os
 import re
+import stat
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -200,10 +201,61 @@ def check_output_file(path: str | os.PathLike, flag: str, *, create_dirs: bool =
     check_output_dir(target.parent, flag, path)
 
 
-def write_output(text: str, out: str | os.PathLike | None) -> None:
-    """A command's output: written atomically to `out` (saying so), else to stdout."""
+def check_not_input(
+    path: str | os.PathLike,
+    flag: str,
+    *,
+    inputs: tuple[str | os.PathLike | None, ...] = (),
+    results_dirs: tuple[str | os.PathLike | None, ...] = (),
+    kept: Callable[[Path], bool] = lambda path: True,
+) -> None:
+    """Refuse, before any work, an output path that would replace what the command reads:
+    one of `inputs` (the same file by any name: a symlink, a hard link), or a file of one
+    of `results_dirs` that `kept` says the folder keeps (`plans.experiment` passes the
+    results folder's rule: result candidates, predictions, experiment.toml...)."""
+    target = Path(path).absolute()
+    real = target.resolve()
+    for given in inputs:
+        if given is None:
+            continue
+        source = Path(given)
+        same = source.resolve() == real or (
+            target.exists() and source.exists() and os.path.samefile(source, target)
+        )
+        if same:
+            raise HarnessError(
+                f"{flag} {path} is one of this command's inputs ({given}); writing it "
+                f"would replace what was read: choose another {flag}"
+            )
+    for folder in results_dirs:
+        if folder is not None and real.parent == Path(folder).resolve() and kept(real):
+            raise HarnessError(
+                f"{flag} {path} would replace a file the results folder {folder} keeps "
+                "(a cell's result, its predictions or TREC run, experiment.toml): choose "
+                "another name or folder"
+            )
+
+
+@contextlib.contextmanager
+def output_errors(path: str | os.PathLike, flag: str = "--out") -> Iterator[None]:
+    """Turn an OSError of writing `path` (a full disk, a quota, a read-only remount) into
+    one HarnessError line: the atomic writers leave the old file, if any, as it was."""
+    try:
+        yield
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise HarnessError(
+            f"{flag} {path} could not be written ({why}); nothing was written and any file "
+            "already there is unchanged"
+        ) from None
+
+
+def write_output(text: str, out: str | os.PathLike | None, flag: str = "--out") -> None:
+    """A command's output: written atomically to `out` (saying so), else to stdout; a write
+    that fails is one `error:` line (`output_errors`)."""
     if out:
-        write_atomic(out, text)
+        with output_errors(out, flag):
+            write_atomic(out, text)
         print(f"wrote {out}")
     else:
         sys.stdout.write(text)
@@ -254,17 +306,58 @@ class DamagedFile(FileProblem):
     verb = "is"
 
 
-def read_bytes(path: str | os.PathLike) -> bytes:
-    """The bytes of `path`; MissingFile or UnreadableFile (with the OS's reason) when it has none."""
+# The most `read_bytes` reads (a file larger is refused unread): generous, since the
+# predictions of a ranking cell at the protocol's depth (ms_marco_bm25: 6,980 queries x
+# 1,000 candidates) run to hundreds of MB, yet bounded, so no reader is asked to hold more.
+MAX_READ_BYTES = 2 << 30
+
+
+def read_bytes(path: str | os.PathLike, limit: int | None = None) -> bytes:
+    """The bytes of `path`, a regular file of at most `limit` bytes (default
+    `MAX_READ_BYTES`); MissingFile or UnreadableFile (with the reason) when it has none.
+
+    Anything else named like a file is refused unread: a FIFO (opened without blocking, so
+    a reader never waits on a writer that will not come), a device such as a symlink to
+    /dev/zero (which would never end) or a directory."""
+    limit = MAX_READ_BYTES if limit is None else limit
     try:
-        with io.open(path, "rb") as handle:  # noqa: UP020 (io.open: the seam tests fail I/O at)
-            return handle.read()
+        # io.open: the seam tests fail I/O at; O_NONBLOCK only matters for a FIFO's open
+        opener = lambda name, flags: os.open(name, flags | os.O_NONBLOCK)  # noqa: E731
+        with io.open(path, "rb", opener=opener) as handle:  # noqa: UP020
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise UnreadableFile(path, f"is not a regular file ({_file_type(info.st_mode)})")
+            if info.st_size > limit:
+                raise UnreadableFile(
+                    path, f"is {info.st_size:,} bytes, more than the {limit:,} a reader reads"
+                )
+            chunks, total, want = [], 0, min(info.st_size, limit) + 1
+            while chunk := handle.read(want):  # the size it has, and what it grows by
+                chunks.append(chunk)
+                total += len(chunk)
+                if total > limit:
+                    raise UnreadableFile(path, f"grew past the {limit:,} bytes a reader reads")
+                want = min(1 << 20, limit + 1 - total)
+            return b"".join(chunks)
     except FileNotFoundError:
         raise MissingFile(path, "does not exist") from None
     except IsADirectoryError:
         raise UnreadableFile(path, "is a directory, not a file") from None
     except OSError as exc:
         raise UnreadableFile(path, f"cannot be read ({exc.strerror or exc})") from None
+
+
+def _file_type(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+    ):
+        if test(mode):
+            return name
+    return "a special file"
 
 
 def _decode(data: bytes | str, source: str | os.PathLike) -> str:

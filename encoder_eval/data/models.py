@@ -330,6 +330,26 @@ def check_model_path(spec: str, path: str) -> str:
     )
 
 
+# A model's name in a sweep (`--model NAME=PATH`, an experiment file's `[models.NAME]`):
+# `--models` lists names comma-separated, so a ',' would split one into two; a name
+# starting with '.' would name hidden result files (`select` skips them, `done` does not),
+# one starting with '-' would read as a flag. Anything else is kept verbatim (quoted in
+# every script; `core.results.safe_component` makes it a file name).
+MODEL_NAME = re.compile(r"[^.,-][^,]*", re.DOTALL)
+
+
+def check_model_name(name: str, where: str) -> str:
+    """`name` when it is a valid model name (`MODEL_NAME`), else one HarnessError naming
+    `where` (the flag or the file's field) and the rule."""
+    if not isinstance(name, str) or not MODEL_NAME.fullmatch(name):
+        raise HarnessError(
+            f"{where}: model name {name!r} is not valid: a model name may not be empty, "
+            "hold a ',' (--models lists names comma-separated) or start with '.' (its "
+            "results would be hidden files) or '-' (it would read as a flag)"
+        )
+    return name
+
+
 def parse_model_spec(spec: str) -> tuple[str, ModelEntry]:
     """Parse `NAME=PATH_OR_HUB_ID[:MODE]` (the sweep's --model flag); a ':' in the last path
     component starts a mode, which must be a valid one. The path is not checked here (see
@@ -344,4 +364,5 @@ def parse_model_spec(spec: str) -> tuple[str, ModelEntry]:
             raise HarnessError(f"--model {spec!r}: {unknown_name('mode', mode, all_modes())}")
     if not name or not target:
         raise HarnessError(f"--model {spec!r} must look like NAME=PATH_OR_HUB_ID[:MODE]")
+    check_model_name(name, f"--model {spec!r}")
     return name, ModelEntry(target, mode, False)

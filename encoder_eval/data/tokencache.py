@@ -29,7 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
-from encoder_eval.core.fileio import FILE_MODE, atomic_open, clean_stale_temporaries
+from encoder_eval.core.fileio import (
+    FILE_MODE,
+    FileProblem,
+    atomic_open,
+    clean_stale_temporaries,
+    read_bytes,
+)
 
 CACHE_VERSION = 2  # 2: numpy arrays behind a JSON header (1 was pickle; its entries are ignored)
 SUFFIX = ".tokens"
@@ -216,10 +222,9 @@ def read_entry(path: str | os.PathLike, key: str) -> tuple[dict, dict[str, np.nd
     path = Path(path)
     if not usable(path.parent):
         return None
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except (OSError, MemoryError):
+    try:  # a regular file only: a FIFO or a link to /dev/zero is a miss, not a hang
+        data = read_bytes(path, limit=1 << 40)
+    except (FileProblem, MemoryError):
         return None
     return unpack(data, key)
 

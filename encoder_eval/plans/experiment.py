@@ -57,6 +57,7 @@ from encoder_eval.core.fileio import (
     DamagedFile,
     MissingFile,
     UnreadableFile,
+    check_not_input,
     read_toml,
     write_atomic,
 )
@@ -70,12 +71,19 @@ from encoder_eval.core.protocol import (
     PROTOCOL_RECIPE,
     SELECTION_SPLITS,
 )
-from encoder_eval.core.results import EXPERIMENT_NAME, TASKS_FILE_PREFIX
+from encoder_eval.core.results import (
+    EXPERIMENT_NAME,
+    TASKS_FILE_PREFIX,
+    is_own_file,
+    is_probe_result_name,
+    is_result_name,
+)
 from encoder_eval.data import taskfile
 from encoder_eval.data.models import (
     MODEL_REGISTRY,
     ModelEntry,
     all_modes,
+    check_model_name,
     parse_model_spec,
     registry_trusts,
 )
@@ -132,6 +140,62 @@ class ModelSpec:
 # report sweep of whoever receives it asks for their own (`--model NAME=PATH`, `--data-dir`).
 REDACTED = "<redacted>"
 
+# What `redact_text` replaces inside any string written to a shared file:
+# - a link (`scheme://...`: file://, sqlite:///, http://a-host:5000 ...) unless it points at
+#   one of `PUBLIC_HOSTS`;
+# - an absolute path, a home path (`~/x`, `~alice/x`) or an explicitly relative one
+#   (`./x`, `../x`), wherever it stands (`--flag=/x`, `mirror:/x`, "cannot open /x: ...");
+# - `user@host:path` (scp's spelling), a relative path of three or more parts
+#   (`results/select/x.json`: a Hub id has two).
+PUBLIC_HOSTS = ("huggingface.co", "hf.co")
+_C = r"[^\s\"'<>,;()\[\]{}]"  # a character of a path
+_END = r"[^\s\"'<>,;()\[\]{}.:]"  # its last one (a sentence's '.' or ':' is not)
+_PRIVATE = re.compile(
+    r"(?P<link>(?<![\w+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]*)"  # scheme://...
+    rf"|(?<![\w.-])[\w.-]+@[\w.-]+:(?:{_C}*{_END})?"  # user@host:path
+    rf"|(?<![\w.~/-])(?:~[\w.-]*|\.\.?)?/{_C}*{_END}"  # /x, ~/x, ~u/x, ./x, ../x
+    r"|(?<![\w.~/-])~[\w.-]*(?![\w/])"  # ~ or ~user alone
+    r"|(?<![\w.~/:@-])[\w.-]+(?:/[\w.-]+){2,}/?"  # a/b/c
+)
+
+
+def _keep_public(match: re.Match) -> str:
+    link = match.group("link")
+    if link and link.lower().startswith("https://"):
+        host = link.split("://", 1)[1].split("/", 1)[0].rsplit("@", 1)[-1].split(":", 1)[0]
+        if host.lower() in PUBLIC_HOSTS:
+            return link
+    return REDACTED
+
+
+def redact_text(text: str) -> str:
+    """`text` with every local path and private link in it replaced by `REDACTED` (the
+    rules above `PUBLIC_HOSTS`); Hub ids (`org/name`), public Hub links and plain words
+    stay. The one rule for what a shared file may not carry: `select --redact-paths`,
+    `push` and `export` all use it."""
+    return _PRIVATE.sub(_keep_public, text)
+
+
+def redact_data(data: Any, fields: tuple[str, ...] = (), where: str = "") -> tuple[Any, list[str]]:
+    """`data` (plain JSON) with `redact_text` applied to every string, and the strings of
+    the dotted `fields` (`provenance.model_path`, `notes[0]`) replaced whole. Returns the
+    copy and the names of the fields changed."""
+    changed: list[str] = []
+
+    def walk(value: Any, name: str) -> Any:
+        if isinstance(value, dict):
+            return {k: walk(v, f"{name}.{k}" if name else str(k)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, f"{name}[{i}]") for i, v in enumerate(value)]
+        if isinstance(value, str) and value != REDACTED:
+            clean = REDACTED if name in fields else redact_text(value)
+            if clean != value:
+                changed.append(name)
+            return clean
+        return value
+
+    return walk(data, where), changed
+
 
 @dataclass(frozen=True)
 class PhaseRecord:
@@ -180,6 +244,7 @@ class Experiment:
             },
             data_dir=None if self.data_dir is None else REDACTED,
             tasks_files=[REDACTED for _ in self.tasks_files],
+            extra_run_args=[redact_text(arg) for arg in self.extra_run_args],
             phases={p: PhaseRecord() for p in self.phases},
         )
 
@@ -355,6 +420,7 @@ def _read_models(r: _Reader, value: Any) -> dict[str, ModelSpec]:
         value = {name: {} for name in r.strings(value, "models")}
     models = {}
     for name, entry in r.table(value, "models").items():
+        check_model_name(name, f"{r.source}: models")
         where = f"models.{name}"
         entry = r.table(entry, where)
         r.known(entry, _MODEL_FIELDS, f"{where}: ")
@@ -894,9 +960,9 @@ def _fill_draft(args: argparse.Namespace, results_manifest: bool) -> None:
         record = own.phases.get(args.phase or "")
         if record is not None:
             if args.results_dir is None and record.results_dir:
-                args.results_dir = record.results_dir
+                args.results_dir = _own_folder(record.results_dir, "results_dir", args, path)
             if hasattr(args, "out_dir") and args.out_dir is None and record.out_dir:
-                args.out_dir = record.out_dir
+                args.out_dir = _own_folder(record.out_dir, "out_dir", args, path)
             if args.phase == "report" and args.selection is None and record.selection:
                 args.selection = record.selection
         if results_manifest:
@@ -950,6 +1016,68 @@ def _fill_draft(args: argparse.Namespace, results_manifest: bool) -> None:
             phase_dir = args.results_dir or os.path.join("results", args.phase or "select")
             files.append(str(_task_rows_file(rows, phase_dir)))
         args.tasks_file = list(dict.fromkeys([*(args.tasks_file or []), *files]))
+
+
+def _own_folder(folder: str, key: str, args: argparse.Namespace, source: str | None) -> str:
+    """A folder an experiment file's `[phases.*]` names for the sweep to write into, used
+    only when it lies inside the file's own folder: a file someone shared may not choose
+    where this machine writes (an absolute path elsewhere, `../`); the command line does."""
+    home = Path(str(source)).absolute().parent.resolve()
+    target = Path(folder).resolve()
+    if target != home and home not in target.parents:
+        flag = "--" + key.replace("_", "-")
+        raise HarnessError(
+            f"{source}: phases.{args.phase}.{key} is {folder}, outside the experiment "
+            f"file's folder {home}; a file does not choose where a sweep writes outside "
+            f"its own folder: give {flag} on the command line"
+        )
+    return folder
+
+
+def check_table_output(
+    out: str | os.PathLike | None,
+    results_dir: str | os.PathLike,
+    selection: str | None,
+    flag: str = "--out",
+) -> None:
+    """Refuse an output file of a table command (`summarize`, `export`) that is one of the
+    table's inputs: the selection (given, or the one the experiment file records), the
+    experiment file, any file the report or select results folder keeps."""
+    if not out:
+        return
+    recorded = select_dir = None
+    try:
+        exp, _ = in_results_dir(results_dir)
+    except HarnessError:  # the table's reader refuses it next, naming the problem
+        exp = None
+    if exp is not None:
+        report, select = exp.phases.get("report"), exp.phases.get("select")
+        recorded = report.selection if report else None
+        select_dir = select.results_dir if select else None
+    check_output_not_input(
+        out, flag, inputs=(selection, recorded), results_dirs=(results_dir, select_dir)
+    )
+
+
+def check_output_not_input(
+    out: str | os.PathLike,
+    flag: str,
+    *,
+    inputs: tuple[str | os.PathLike | None, ...] = (),
+    results_dirs: tuple[str | os.PathLike | None, ...] = (),
+) -> None:
+    """`fileio.check_not_input` with the results folder's rule of what it keeps: a file
+    named like a cell's result (fine-tune or probe) and what a sweep writes beside results
+    (predictions, TREC runs, experiment.toml, the hidden lock, resume and task files). A
+    file of another name may be written there (`cd results/select && select --results-dir
+    .` writes selection.json beside the results)."""
+    check_not_input(
+        out,
+        flag,
+        inputs=inputs,
+        results_dirs=results_dirs,
+        kept=lambda p: is_own_file(p) or is_result_name(p) or is_probe_result_name(p),
+    )
 
 
 def _task_rows_file(rows: dict[str, dict], results_dir: str | os.PathLike) -> Path:
@@ -1166,10 +1294,14 @@ __all__ = [
     "SweepConfig",
     "VERSION",
     "check_consent",
+    "check_output_not_input",
+    "check_table_output",
     "check_unchanged",
     "differences",
     "dumps",
     "for_plan",
+    "redact_data",
+    "redact_text",
     "from_dict",
     "from_selection",
     "in_results_dir",

@@ -24,7 +24,9 @@ from encoder_eval.cells.predictions import (
 )
 from encoder_eval.core.metrics import metric_spec
 from encoder_eval.core.results import LoadedResult
+from encoder_eval.data.models import HUB_ID, is_local_model
 from encoder_eval.data.tasks import TASK_KNOBS
+from encoder_eval.plans.experiment import redact_data
 from encoder_eval.reports.table import Table
 from encoder_eval.reports.verdicts import included_cells
 
@@ -45,10 +47,15 @@ UNKNOWN = -1  # an int field our results do not record (parameters, vocabulary s
 
 def _model_name(results: list[LoadedResult], model: str) -> str:
     """The model as EuroEval names it (a Hub id): the recorded model path when the cells
-    recorded one (`run --record-model-path`), else the model's key in the table."""
+    recorded one (`run --record-model-path`) and it is a Hub id, else the model's key in
+    the table. A local directory is never written: the records are meant to be shared."""
     paths = {(r.data.get("provenance") or {}).get("model_path") for r in results}
     paths.discard(None)
-    return paths.pop() if len(paths) == 1 else model
+    if len(paths) != 1:
+        return model
+    path = str(paths.pop())
+    hub_id = HUB_ID.fullmatch(path) and not path.startswith(("~", ".")) and not is_local_model(path)
+    return path if hub_id else model
 
 
 def euroeval_record(table: Table, model: str, task: str, results: list[LoadedResult]) -> dict:
@@ -106,10 +113,11 @@ def euroeval_record(table: Table, model: str, task: str, results: list[LoadedRes
 
 
 def euroeval_records(table: Table, results: list[LoadedResult]) -> list[dict]:
-    """A record per cell of `table` with at least one counted seed, in table order."""
+    """A record per cell of `table` with at least one counted seed, in table order, with
+    no local path (`experiment.redact_data`)."""
     cells = included_cells(table, results)
     return [
-        euroeval_record(table, m, t, cells.get((m, t), []))
+        redact_data(euroeval_record(table, m, t, cells.get((m, t), [])))[0]
         for m in table.models
         for t in table.tasks
         if (m, t) in table.cells and table.cells[(m, t)].mean is not None

@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import math
+import re
+import stat
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -213,6 +216,11 @@ class Annotations:
     skipped: int
 
 
+# A NeuCo task name (the part of a label file's name before `__`): it names the task's
+# folder of results, so it may not be `..`, start with '.' or '-', or hold a separator.
+TASK_NAME = re.compile(r"[^\W_][\w.-]*|_[\w.-]*")
+
+
 def read_annotations(folder: str | Path) -> dict[str, Annotations]:
     """Every `<task>__<type>.csv` of `folder`, by task name."""
     folder = Path(folder)
@@ -226,10 +234,17 @@ def read_annotations(folder: str | Path) -> dict[str, Annotations]:
                 f"label file {path.name} is not named <task>__<type>.csv; rename it, e.g. "
                 f"{path.stem}__classification.csv"
             )
+        if not TASK_NAME.fullmatch(task):
+            raise HarnessError(
+                f"label file {path.name}: task name {task!r} is not valid (it names the "
+                "task's result folder): use letters, digits, '_', '.' and '-', not "
+                "starting with '.' or '-'; rename the file"
+            )
         if kind not in TASK_TYPE_NAMES:
             raise unknown_name("task type", kind, TASK_TYPE_NAMES, f"rename {path.name}")
         labels: dict[str, float] = {}
         skipped = 0
+        _check_regular(path, "label file")
         with path.open(newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
             if not reader.fieldnames or not {"id", "label"} <= set(reader.fieldnames):
@@ -273,6 +288,7 @@ def read_submission(
     non-numeric value is refused (NeuCo-Bench would silently read it as 0)."""
     path = Path(path)
     try:
+        _check_regular(path, "--submission-file")
         handle = path.open(newline="", encoding="utf-8")
     except FileNotFoundError:
         raise HarnessError(f"--submission-file {path} does not exist") from None
@@ -320,11 +336,19 @@ def read_submission(
     return ids, matrix
 
 
+def _check_regular(path: Path, what: str) -> None:
+    """Refuse an input that is not a regular file (a FIFO would hang the reader, a link to
+    /dev/zero never end); FileNotFoundError when there is none."""
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise HarnessError(f"{what} {path} is not a regular file; give the file itself")
+
+
 def read_exclude(path: str | Path | None) -> set[str]:
     """The ids of an exclude file (one per line, blank lines ignored)."""
     if path is None:
         return set()
     try:
+        _check_regular(Path(path), "--exclude-file")
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise HarnessError(f"--exclude-file {path} does not exist") from None
@@ -442,8 +466,11 @@ def summarize_runs(
     stamp = (now or datetime.now(UTC)).strftime(TIMESTAMP_FORMAT)
     out = Path(output_dir, "leaderboards", phase, f"leaderboard_{stamp}.csv")
     out.parent.mkdir(parents=True, exist_ok=True)
-    lines = [",".join(header), *(",".join(_csv_field(v) for v in row) for row in buffer)]
-    write_atomic(out, "\n".join(lines) + "\n")
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow([spreadsheet_safe(v) for v in header])
+    writer.writerows([spreadsheet_safe(v) for v in row] for row in buffer)
+    write_atomic(out, text.getvalue())
     return out
 
 
@@ -477,8 +504,16 @@ def _refuse_different_setups(runs: list[tuple[str, dict]]) -> None:
     )
 
 
-def _csv_field(value: str) -> str:
-    return f'"{value}"' if any(c in value for c in ',"\n') else value
+def spreadsheet_safe(value: str) -> str:
+    """`value` as a CSV cell a spreadsheet shows as text: one that starts like a formula
+    (`=`, `+`, `-`, `@`, a tab or a carriage return) and is not a number gets a leading `'`
+    (OWASP's advice against CSV injection); numbers such as -0.5 stay numbers."""
+    if value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        try:
+            float(value)
+        except ValueError:
+            return "'" + value
+    return value
 
 
 # ----------------------------------------------------------------------------- the run

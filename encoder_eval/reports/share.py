@@ -21,25 +21,43 @@ The command is `encoder_eval.push`.
 
 from __future__ import annotations
 
+import math
 import os
 import re
-import shutil
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from encoder_eval import __version__
-from encoder_eval.cells.predictions import predictions_path
+from encoder_eval.cells.predictions import (
+    CellPredictions,
+    PredictionsError,
+    predictions_path,
+    trec_run_path,
+)
 from encoder_eval.core.errors import HarnessError
-from encoder_eval.core.fileio import read_json, write_atomic, write_json_atomic
+from encoder_eval.core.fileio import (
+    FileProblem,
+    parse_json,
+    read_bytes,
+    read_json,
+    write_atomic,
+    write_json_atomic,
+)
 from encoder_eval.core.results import (
     PROBE_RESULT_SUFFIX,
     TREC_SUFFIX,
     load_results,
     read_result,
 )
-from encoder_eval.plans.experiment import REDACTED, from_selection, summarize_inputs
+from encoder_eval.plans.experiment import (
+    REDACTED,
+    from_selection,
+    redact_data,
+    summarize_inputs,
+)
 from encoder_eval.plans.selection import load_selection
 from encoder_eval.reports.probe_table import has_probe_results, load_probe_results, probe_table
 from encoder_eval.reports.table import Table, build_table, render
@@ -108,34 +126,19 @@ def hub_offline() -> bool:
 # ----------------------------------------------------------------------------- redaction
 
 
-def _is_local_path(value: str) -> bool:
-    return value.startswith("~") or (os.path.isabs(value) and len(Path(value).parts) > 1)
-
-
 def redact_paths(data: Any, where: str = "") -> tuple[Any, list[str]]:
-    """`data` (plain JSON) with every local path replaced by `REDACTED`: the fields of
-    `REDACTED_FIELDS` and any string that is an absolute path or starts with `~`. Returns
-    the copy and the dotted names of the fields replaced."""
-    changed: list[str] = []
-
-    def walk(value: Any, name: str) -> Any:
-        if isinstance(value, dict):
-            return {k: walk(v, f"{name}.{k}" if name else str(k)) for k, v in value.items()}
-        if isinstance(value, list):
-            return [walk(v, f"{name}[{i}]") for i, v in enumerate(value)]
-        if isinstance(value, str) and value != REDACTED:
-            if name in REDACTED_FIELDS or _is_local_path(value):
-                changed.append(name)
-                return REDACTED
-        return value
-
-    return walk(data, where), changed
+    """`data` (plain JSON) without local paths: the fields of `REDACTED_FIELDS` replaced
+    by `REDACTED`, and in every other string each path or private link replaced
+    (`experiment.redact_text`: `--flag=/x`, a path inside a message, file:// links,
+    `./x`, `~/x`). Returns the copy and the dotted names of the fields changed."""
+    return redact_data(data, REDACTED_FIELDS, where)
 
 
 def local_roots(*paths: str | os.PathLike | None) -> list[str]:
-    """The folders whose names must not leave the machine: those given (absolute and
-    resolved), the home directory and the working directory; the root `/` never."""
-    roots: set[str] = set()
+    """The names that must not leave the machine: the folders given (absolute and
+    resolved), the home directory, the working directory (the root `/` never), and this
+    machine's host names (`local_hosts`)."""
+    roots: set[str] = set(local_hosts())
     for p in [*paths, Path.home(), Path.cwd()]:
         if p is None:
             continue
@@ -143,6 +146,18 @@ def local_roots(*paths: str | os.PathLike | None) -> list[str]:
             if len(form.parts) > 1:
                 roots.add(str(form))
     return sorted(roots, key=len, reverse=True)  # the longest first: a folder before its parent
+
+
+def local_hosts() -> list[str]:
+    """This machine's host names (short and qualified), as they may appear in a message
+    (a tracking server, a connection error); `localhost` and names under four characters
+    (which would match ordinary words) are left out."""
+    names = set()
+    for name in (socket.gethostname(), socket.getfqdn()):
+        for form in (name, name.split(".", 1)[0]):
+            if len(form) >= 4 and form.lower() not in ("localhost", "localhost.localdomain"):
+                names.add(form)
+    return sorted(names)
 
 
 def scrub_text(text: str, roots: list[str]) -> str:
@@ -156,18 +171,71 @@ def scrub_text(text: str, roots: list[str]) -> str:
 # ----------------------------------------------------------------------------- staging
 
 
-def _stage_result(src: Path, data: dict, dest_dir: Path, staged: Staged) -> None:
+def _stage_result(
+    src: Path, data: dict, dest_dir: Path, staged: Staged, note: Callable[[str], None]
+) -> None:
     """Copy one result (redacted) and the files beside it into `dest_dir`."""
     clean, fields = redact_paths(data)
     dest = dest_dir / src.name
-    if fields:
-        write_json_atomic(dest, clean)
-        staged.redacted[f"{RESULTS_SUBDIR}/{src.name}"] = fields
+    raw = None if fields else read_bytes(src)
+    if raw is not None and parse_json(raw, src) == data:  # unchanged: byte for byte
+        write_atomic(dest, raw)
     else:
-        shutil.copyfile(src, dest)
-    for beside in (predictions_path(src), Path(str(src).removesuffix(".json") + TREC_SUFFIX)):
-        if beside.is_file():
-            shutil.copyfile(beside, dest_dir / beside.name)
+        write_json_atomic(dest, clean)
+    if fields:
+        staged.redacted[f"{RESULTS_SUBDIR}/{src.name}"] = fields
+    for beside in (predictions_path(src), trec_run_path(src)):
+        content, why = _beside_content(beside, src, data)
+        if content is not None:
+            write_atomic(dest_dir / beside.name, content)
+        elif why is not None:
+            note(f"not staging {beside}: {why}")
+
+
+def _beside_content(path: Path, result: Path, data: dict) -> tuple[bytes | None, str | None]:
+    """The bytes of a file beside a result to stage, or (None, why not): it must be a
+    regular file in the result's folder (a symlink may point only inside it) and parse as
+    what its name says (a predictions file, or a TREC run of this cell). (None, None):
+    there is no such file."""
+    if not os.path.lexists(path):
+        return None, None
+    folder = result.parent.resolve()
+    if path.is_symlink() and path.resolve().parent != folder:
+        return None, "a symlink out of the results folder"
+    try:
+        raw = read_bytes(path)
+    except FileProblem as exc:
+        return None, exc.reason
+    if path.name.endswith(TREC_SUFFIX):
+        why = _trec_problem(raw, data)
+        return (raw, None) if why is None else (None, why)
+    try:
+        CellPredictions.from_dict(parse_json(raw, path))
+    except (FileProblem, PredictionsError) as exc:
+        return None, f"not a predictions file ({getattr(exc, 'reason', exc)})"
+    return raw, None
+
+
+def _trec_problem(raw: bytes, data: dict) -> str | None:
+    """Why `raw` is not a TREC run of the cell `data` (None when it is): every line
+    `qid Q0 docid rank score run`, the rank a positive integer, the score a number, the
+    run this cell's name (as `predictions.trec_lines` writes it)."""
+    cell = data.get("cell") or {}
+    run = f"{cell.get('model')}_{cell.get('task')}_{cell.get('lr_key')}_s{cell.get('seed')}"
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        return "not a TREC run (not UTF-8 text)"
+    for number, line in enumerate(lines, start=1):
+        parts = line.split()
+        ok = len(parts) == 6 and parts[1] == "Q0" and parts[5] == run and parts[3].isdigit()
+        try:
+            ok = ok and int(parts[3]) > 0 and math.isfinite(float(parts[4]))
+        except ValueError:
+            ok = False
+        if not ok:
+            return f"not a TREC run of this cell (line {number})"
+    return None if lines else "not a TREC run (empty)"
 
 
 def _stage_selection(path: str | os.PathLike, dest: Path, staged: Staged) -> None:
@@ -235,10 +303,10 @@ def stage_results(
             if data is None:
                 note(f"skipping {path}: {why}")
                 continue
-            _stage_result(path, data, dest, staged)
+            _stage_result(path, data, dest, staged, note)
     else:
         for loaded in load_results(root, warn=note, phase="report"):
-            _stage_result(loaded.path, loaded.data, dest, staged)
+            _stage_result(loaded.path, loaded.data, dest, staged, note)
     if not any(dest.iterdir()):
         raise HarnessError(f"--results-dir {results_dir} holds no result to push")
     staged_selection = None
