@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 
 from encoder_eval.cells import runner
@@ -104,3 +105,60 @@ def test_ctrl_c_waits_for_the_running_step_to_save_before_the_demo_returns(tmp_p
     assert proc.returncode == 130, err
     assert "waiting for the running step to save its state" in err
     assert err.strip().endswith("interrupted: Ctrl-C; run the same command again to continue")
+
+
+# A step that, like run_all.sh with its cells, saves its state on SIGTERM (taking a while)
+# and exits 75; it counts the SIGTERMs it got.
+SLOW_TERM_SAVER = """
+import pathlib, signal, sys, time
+out = pathlib.Path(sys.argv[1])
+got = []
+def saved(signum, frame):
+    got.append(signum)
+    if len(got) == 1:
+        time.sleep(2)  # saving takes a while
+        (out / "saved").write_text(str(len(got)))
+        sys.exit(75)
+signal.signal(signal.SIGTERM, saved)
+(out / "ready").write_text("")
+while True:
+    time.sleep(0.05)
+"""
+
+# The demo's own `main` (its SIGTERM handling) around one such step.
+DEMO_MAIN = """
+import sys
+from encoder_eval import demo
+step, out = sys.argv[1], sys.argv[2]
+demo.run_demo = lambda args, log=print: demo._run([sys.executable, "-c", step, out], log)
+sys.exit(demo.main(["--out", out]))
+"""
+
+
+@pytest.mark.parametrize("to", ["the demo alone", "its process group"])
+def test_sigterm_waits_for_the_running_step_to_save_then_exits_75(tmp_path, to):
+    """Issue 40 item 11: SIGTERM to the demo (a scheduler or `kill`: the demo alone;
+    `timeout` or `make`: its whole group) is handled as Ctrl-C is: the step gets SIGTERM once,
+    saves its state, and only then does the demo exit 75 (it used to die at once, leaving the
+    cell running on as an orphan that a second `make demo` then met)."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", DEMO_MAIN, SLOW_TERM_SAVER, str(tmp_path)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    for _ in range(600):  # the step is up and handles SIGTERM (a wait for readiness, no timing)
+        if (tmp_path / "ready").exists() or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert (tmp_path / "ready").exists(), proc.communicate()
+    if to == "the demo alone":
+        os.kill(proc.pid, signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert (tmp_path / "saved").read_text() == "1"  # saved before the demo returned; once
+    assert proc.returncode == 75, err
+    assert "SIGTERM: waiting for the running step to save its state" in err
+    assert err.strip().endswith("run the same command again to continue")
+    assert "Traceback" not in err
