@@ -60,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report-seeds", default="45,46,47", help="report seeds")
     p.add_argument("--max-steps", type=int, default=40, help="step cap per cell")
     p.add_argument("--max-seq-len", type=int, default=128, help="truncation length")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="cell processes at once (run_all.sh --workers); default: one per task, at most "
+        "the CPUs + 1, at least 2, each with an equal share of the CPUs' threads",
+    )
     p.add_argument("--device", default="cpu", choices=DEVICES)
     p.add_argument(
         "--precision",
@@ -89,6 +96,21 @@ def choose_precision(requested: str, device: str) -> tuple[str, str | None]:
             "--precision bf16 runs the protocol's precision"
         )
     return "bf16", None
+
+
+def plan_workers(n_tasks: int, cpus: int, requested: int | None = None) -> tuple[int, int]:
+    """(workers, threads per cell process) for the demo's run_all.sh steps.
+
+    Each phase has one unit (process) per task, so one worker per task keeps every CPU busy
+    to the end (3 units on 2 workers would leave one CPU idle while the last unit runs),
+    within the CPUs + 1; each process gets an equal share of the CPUs as threads, at least
+    one (small matrices gain little from a second thread). At least 2 workers: run_all.sh
+    with several waits for its cells to save on SIGTERM (a single worker exits at once)."""
+    workers = requested if requested is not None else min(n_tasks, cpus + 1)
+    if workers < 1:
+        raise HarnessError(f"--workers {workers} must be at least 1")
+    workers = max(2, workers)
+    return workers, max(1, cpus // workers)
 
 
 def _run(cmd: list[str], log, env: dict[str, str] | None = None) -> None:
@@ -150,6 +172,12 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
         log(note)
     if precision == "fp32":
         shrink += ["--precision", "fp32"]
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    workers, threads = plan_workers(len(args.tasks.split(",")), cpus or 1, args.workers)
+    # The cells' threads (torch reads OMP_NUM_THREADS), unless the user chose them.
+    cell_env = {"OMP_NUM_THREADS": str(threads), **os.environ}
+    run_all = ["--workers", str(workers)]
+    log(f"cells: {workers} processes at once, {cell_env['OMP_NUM_THREADS']} thread(s) each")
     selection = out / "selection.json"
     dirs = {phase: (str(out / "runs" / phase), str(out / "results" / phase)) for phase in PHASES}
     t0 = time.perf_counter()
@@ -181,7 +209,7 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
         ],
         log,
     )
-    _run(["bash", str(Path(dirs["select"][0]) / "run_all.sh")], log)
+    _run(["bash", str(Path(dirs["select"][0]) / "run_all.sh"), *run_all], log, cell_env)
     log("== select the learning rate per (model, task)")
     _run(
         [
@@ -216,7 +244,7 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
         ],
         log,
     )
-    _run(["bash", str(Path(dirs["report"][0]) / "run_all.sh")], log)
+    _run(["bash", str(Path(dirs["report"][0]) / "run_all.sh"), *run_all], log, cell_env)
     log("== summarize")
     table = out / "table.md"
     summarize = [
