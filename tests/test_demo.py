@@ -110,7 +110,7 @@ def test_ctrl_c_waits_for_the_running_step_to_save_before_the_demo_returns(tmp_p
 # A step that, like run_all.sh with its cells, saves its state on SIGTERM (taking a while)
 # and exits 75; it counts the SIGTERMs it got.
 SLOW_TERM_SAVER = """
-import pathlib, signal, sys, time
+import os, pathlib, signal, sys, time
 out = pathlib.Path(sys.argv[1])
 got = []
 def saved(signum, frame):
@@ -120,7 +120,7 @@ def saved(signum, frame):
         (out / "saved").write_text(str(len(got)))
         sys.exit(75)
 signal.signal(signal.SIGTERM, saved)
-(out / "ready").write_text("")
+(out / "ready").write_text(str(os.getpid()))
 while True:
     time.sleep(0.05)
 """
@@ -141,6 +141,7 @@ def test_sigterm_waits_for_the_running_step_to_save_then_exits_75(tmp_path, to):
     `timeout` or `make`: its whole group) is handled as Ctrl-C is: the step gets SIGTERM once,
     saves its state, and only then does the demo exit 75 (it used to die at once, leaving the
     cell running on as an orphan that a second `make demo` then met)."""
+    import contextlib
     import signal
     import time
 
@@ -152,11 +153,16 @@ def test_sigterm_waits_for_the_running_step_to_save_then_exits_75(tmp_path, to):
             break
         time.sleep(0.05)
     assert (tmp_path / "ready").exists(), proc.communicate()
-    if to == "the demo alone":
-        os.kill(proc.pid, signal.SIGTERM)
-    else:
-        os.killpg(proc.pid, signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    try:
+        if to == "the demo alone":
+            os.kill(proc.pid, signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:  # a step the demo left running (the bug: it never saves) must not outlive the test
+        if not (tmp_path / "saved").exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int((tmp_path / "ready").read_text()), signal.SIGKILL)
     assert (tmp_path / "saved").read_text() == "1"  # saved before the demo returned; once
     assert proc.returncode == 75, err
     assert "SIGTERM: waiting for the running step to save its state" in err
