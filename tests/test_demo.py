@@ -168,3 +168,41 @@ def test_sigterm_waits_for_the_running_step_to_save_then_exits_75(tmp_path, to):
     assert "SIGTERM: waiting for the running step to save its state" in err
     assert err.strip().endswith("run the same command again to continue")
     assert "Traceback" not in err
+
+
+def test_the_demo_runs_one_cell_process_per_task_with_a_share_of_the_cpus(tmp_path, monkeypatch):
+    """Issue 40 item 17: both run_all.sh steps run the tasks' units at once (`--workers`,
+    at least 2: several workers wait for their cells on SIGTERM), each process with an
+    equal share of the CPUs as threads (OMP_NUM_THREADS, unless the user set it)."""
+    from encoder_eval import demo
+    from encoder_eval.core.errors import HarnessError
+
+    assert demo.plan_workers(3, 2) == (3, 1)  # the default demo on 2 cores
+    assert demo.plan_workers(3, 8) == (3, 2)
+    assert demo.plan_workers(8, 2) == (3, 1)  # at most the CPUs + 1
+    assert demo.plan_workers(1, 2) == (2, 1)
+    assert demo.plan_workers(3, 2, requested=1) == (2, 1)
+    with pytest.raises(HarnessError, match="--workers 0 must be at least 1"):
+        demo.plan_workers(3, 2, requested=0)
+
+    steps = []
+
+    def record(cmd, log, env=None):
+        steps.append((cmd, env))
+        if len(steps) == 2:
+            raise HarnessError("stopped by the test")
+
+    monkeypatch.setattr(demo, "_run", record)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    args = demo.build_parser().parse_args(["--out", str(tmp_path), "--model-path", "m"])
+    with pytest.raises(HarnessError, match="stopped by the test"):
+        demo.run_demo(args, log=lambda m: None)
+    cmd, env = steps[1]
+    assert cmd[:2] == ["bash", str(tmp_path / "runs" / "select" / "run_all.sh")]
+    assert cmd[2:] == ["--workers", "3"] and env["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")  # the user's choice wins
+    steps.clear()
+    with pytest.raises(HarnessError, match="stopped by the test"):
+        demo.run_demo(args, log=lambda m: None)
+    assert steps[1][1]["OMP_NUM_THREADS"] == "4"
