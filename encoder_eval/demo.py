@@ -10,7 +10,10 @@ finished cell. `--data-dir` and `--tasks` run the same on a real data mirror ins
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -20,8 +23,12 @@ from encoder_eval.core import cpu
 from encoder_eval.core.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_PREEMPTED,
     ArgumentParser,
     HarnessError,
+    Terminated,
+    exit_code_for,
+    raise_on_sigterm,
     report_errors,
 )
 from encoder_eval.core.fileio import write_atomic
@@ -53,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report-seeds", default="45,46,47", help="report seeds")
     p.add_argument("--max-steps", type=int, default=40, help="step cap per cell")
     p.add_argument("--max-seq-len", type=int, default=128, help="truncation length")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="cell processes at once (run_all.sh --workers); default: one per task, at most "
+        "the CPUs + 1, at least 2, each with an equal share of the CPUs' threads",
+    )
     p.add_argument("--device", default="cpu", choices=DEVICES)
     p.add_argument(
         "--precision",
@@ -84,26 +98,55 @@ def choose_precision(requested: str, device: str) -> tuple[str, str | None]:
     return "bf16", None
 
 
-def _run(cmd: list[str], log) -> None:
-    """Run one step; on Ctrl-C, wait for it (it got the Ctrl-C too and saves its cell's
-    state, `run_all.sh` then exits 130) before the demo says "interrupted" and returns."""
+def plan_workers(n_tasks: int, cpus: int, requested: int | None = None) -> tuple[int, int]:
+    """(workers, threads per cell process) for the demo's run_all.sh steps.
+
+    Each phase has one unit (process) per task, so one worker per task keeps every CPU busy
+    to the end (3 units on 2 workers would leave one CPU idle while the last unit runs),
+    within the CPUs + 1; each process gets an equal share of the CPUs as threads, at least
+    one (small matrices gain little from a second thread). At least 2 workers: run_all.sh
+    with several waits for its cells to save on SIGTERM (a single worker exits at once)."""
+    workers = requested if requested is not None else min(n_tasks, cpus + 1)
+    if workers < 1:
+        raise HarnessError(f"--workers {workers} must be at least 1")
+    workers = max(2, workers)
+    return workers, max(1, cpus // workers)
+
+
+def _run(cmd: list[str], log, env: dict[str, str] | None = None) -> None:
+    """Run one step in its own process group; on Ctrl-C or SIGTERM (`main` turns it into
+    Terminated), pass the signal on to that group once and wait for the step to save its
+    cell's state (`run_all.sh` then exits 130 or 75) before the demo stops the same way.
+
+    The step's own group: a signal sent to the demo's group (Ctrl-C in a terminal, `timeout`,
+    `make` passing SIGTERM on) reaches the step once, from here, and a signal sent to the
+    demo alone (a scheduler, `kill`) reaches it too; a stopped demo never leaves a cell
+    running behind it."""
     log("$ " + " ".join(shlex.quote(c) for c in cmd))
-    proc = subprocess.Popen(cmd)
-    interrupted = False
+    proc = subprocess.Popen(cmd, env=env, process_group=0)
+    stop: BaseException | None = None
     while True:
         try:
             code = proc.wait()
             break
-        except KeyboardInterrupt:  # never kill the step: a killed cell loses its state
-            if not interrupted:
+        except (KeyboardInterrupt, Terminated) as exc:  # never kill the step: it would lose
+            if stop is None:  # its state; the first signal is passed on, once
+                stop = exc
+                ctrl_c = isinstance(exc, KeyboardInterrupt)
                 print(
-                    "Ctrl-C: waiting for the running step to save its state...",
+                    f"{'Ctrl-C' if ctrl_c else 'SIGTERM'}: waiting for the running step to "
+                    "save its state...",
                     file=sys.stderr,
                     flush=True,
                 )
-            interrupted = True
-    if interrupted or code == EXIT_INTERRUPTED:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGINT if ctrl_c else signal.SIGTERM)
+    if stop is not None:
+        raise stop
+    if code == EXIT_INTERRUPTED:
         raise KeyboardInterrupt
+    if code == EXIT_PREEMPTED:
+        raise Terminated
     if code != 0:
         raise HarnessError(f"step failed (exit {code}): {' '.join(cmd[:4])} ...")
 
@@ -129,6 +172,12 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
         log(note)
     if precision == "fp32":
         shrink += ["--precision", "fp32"]
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    workers, threads = plan_workers(len(args.tasks.split(",")), cpus or 1, args.workers)
+    # The cells' threads (torch reads OMP_NUM_THREADS), unless the user chose them.
+    cell_env = {"OMP_NUM_THREADS": str(threads), **os.environ}
+    run_all = ["--workers", str(workers)]
+    log(f"cells: {workers} processes at once, {cell_env['OMP_NUM_THREADS']} thread(s) each")
     selection = out / "selection.json"
     dirs = {phase: (str(out / "runs" / phase), str(out / "results" / phase)) for phase in PHASES}
     t0 = time.perf_counter()
@@ -160,7 +209,7 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
         ],
         log,
     )
-    _run(["bash", str(Path(dirs["select"][0]) / "run_all.sh")], log)
+    _run(["bash", str(Path(dirs["select"][0]) / "run_all.sh"), *run_all], log, cell_env)
     log("== select the learning rate per (model, task)")
     _run(
         [
@@ -195,7 +244,7 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
         ],
         log,
     )
-    _run(["bash", str(Path(dirs["report"][0]) / "run_all.sh")], log)
+    _run(["bash", str(Path(dirs["report"][0]) / "run_all.sh"), *run_all], log, cell_env)
     log("== summarize")
     table = out / "table.md"
     summarize = [
@@ -221,7 +270,22 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
 
 @report_errors
 def main(argv: list[str] | None = None) -> int:
-    run_demo(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    # SIGTERM (a job scheduler, `timeout`) is handled as Ctrl-C is: the running step saves
+    # its state first, then the demo exits EXIT_PREEMPTED.
+    previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
+    try:
+        run_demo(args)
+    except Terminated as exc:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one changes nothing now
+        print(
+            "preempted: SIGTERM; the running cell saved its state; run the same command "
+            "again to continue",
+            file=sys.stderr,
+        )
+        return exit_code_for(exc)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return EXIT_OK
 
 

@@ -348,3 +348,99 @@ def test_the_optimism_table_is_the_kept_values():
         # default, last evaluation, strict, and the three differences with their intervals
         for value in cells[2:8]:
             assert value in page, f"{cells[0]}: {value} is not in the methodology's table"
+
+
+# ----------------------------------------------------------------- issue 40 item 18
+
+
+def _headings(path: Path) -> set[str]:
+    """A page's headings, without their `#`s and section numbers (`10. `)."""
+    return {
+        re.sub(r"^\d+\.\s+", "", line.lstrip("#").strip())
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.startswith("#")
+    }
+
+
+# A pointer in code or a message: `(README, 'Section')`, `docs/tasks.md, "Section"`.
+POINTER = re.compile(r"""(README|docs/[\w-]+\.md|[A-Z_]+\.md),\s*['"]([^'"]+)['"]""")
+
+
+def _texts(path: Path) -> list[str]:
+    """The strings (implicit concatenations joined) and comments of a Python file."""
+    import ast
+    import tokenize
+
+    source = path.read_text(encoding="utf-8")
+    texts = [n.value for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant)]
+    with path.open("rb") as handle:
+        texts += [
+            t.string for t in tokenize.tokenize(handle.readline) if t.type == tokenize.COMMENT
+        ]
+    return [t for t in texts if isinstance(t, str)]
+
+
+def test_every_section_the_code_points_to_exists():
+    """A message, help text or comment that sends the user to a page's section names one
+    that exists (an unknown task pointed to a README section "Adding a task" that was not
+    there: it is docs/tasks.md's)."""
+    found, missing = 0, []
+    for path in sorted((REPO / "encoder_eval").rglob("*.py")):
+        for text in _texts(path):
+            for page, section in POINTER.findall(" ".join(text.split())):
+                target = REPO / ("README.md" if page == "README" else page)
+                found += 1
+                section = re.sub(r"^\d+\.\s+", "", section)  # "12. Probing"
+                if not target.is_file() or section not in _headings(target):
+                    missing.append(f"{_rel(path)}: {page}, {section!r}")
+    assert found >= 3  # the task hint, the --tasks-file help, the exit codes, ...
+    assert not missing, missing
+
+
+def test_the_readme_lists_every_command():
+    """The README's sentence of commands names every `encoder-eval` command."""
+    text = README.read_text(encoding="utf-8")
+    sentence = text[text.index("`encoder-eval <command>` runs one step") :]
+    sentence = sentence[: sentence.index("(`encoder-eval --help`")]
+    named = set(re.findall(r"`([a-z-]+)`", sentence))
+    assert set(COMMANDS) <= named, sorted(set(COMMANDS) - named)
+
+
+def test_the_readme_says_what_make_install_installs():
+    """The README's `make install` line names the extras the Makefile installs by default."""
+    extras = re.search(r"^EXTRAS \?= (\S+)$", (REPO / "Makefile").read_text(), re.M).group(1)
+    line = next(ln for ln in README.read_text().splitlines() if ln.startswith("make install "))
+    assert f'".[{extras}]"' in line, (extras, line)
+
+
+def test_the_readme_demo_table_has_the_header_and_footnotes_summarize_prints(tmp_path, capsys):
+    """The demo's table in the README has the header, the cell format (mean ± std
+    [interval]) and the footnote lines `summarize` prints for the demo's tasks and seeds
+    (the scores themselves are a measurement)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from result_helpers import make_result, make_selection, write_many
+
+    from encoder_eval import demo, summarize
+
+    tasks = demo.DEMO_TASKS.split(",")
+    model = demo.DEMO_MODEL_KEY
+    seeds = [int(s) for s in demo.build_parser().get_default("report_seeds").split(",")]
+    sel = tmp_path / "selection.json"
+    sel.write_text(__import__("json").dumps(make_selection(dict.fromkeys(
+        [(model, t) for t in tasks], "lr10"))))  # fmt: skip
+    results = [make_result(model, t, "lr10", s, "report", 0.5 + 0.01 * s - 0.4)
+               for t in tasks for s in seeds]  # fmt: skip
+    write_many(tmp_path / "r", results)
+    assert summarize.main(["--results-dir", str(tmp_path / "r"), "--selection", str(sel),
+                           "--allow-partial"]) == 0  # fmt: skip
+    printed = capsys.readouterr().out.splitlines()
+    readme = README.read_text(encoding="utf-8")
+    block = readme[readme.index("The table of the run measured in") :]
+    block = block[block.index("```") + 3 : block.index("```", block.index("```") + 3)]
+    shown = [ln for ln in block.strip().splitlines()]
+    assert shown[:2] == printed[:2]  # the header and the alignment row
+    row = shown[2]
+    assert row.startswith(f"| {model} | ") and row.count("[") == len(tasks), row
+    for line in shown[3:]:  # the footnotes the README quotes, as printed
+        if line.strip():
+            assert line in printed, line

@@ -325,11 +325,13 @@ def test_the_score_chart_shows_the_numbers_of_the_table():
     for pair, stats in table.cells.items():
         bar = bars[pair]
         assert (bar["mean"], bar["std"], bar["n"]) == (stats.mean, stats.std, stats.n)
-        # the error bar: the 95 % t-interval over the cell's seeds, as stats computes it
+        # the error bar: the 95 % t-interval over the cell's seeds, as stats computes it, cut
+        # to the metric's range [0, 1] as the table's
         _, low, high = t_interval(list(stats.scores.values()))
-        assert (bar["low"], bar["high"]) == (low, high)
+        assert (bar["low"], bar["high"]) == (max(low, 0.0), min(high, 1.0)) == stats.t_interval
         half = sps.t.ppf(0.975, stats.n - 1) * stats.std / math.sqrt(stats.n)
-        assert (bar["low"], bar["high"]) == pytest.approx((stats.mean - half, stats.mean + half))
+        expected = (max(stats.mean - half, 0.0), min(stats.mean + half, 1.0))
+        assert (bar["low"], bar["high"]) == pytest.approx(expected)
         assert bar["n_diverged"] == len(stats.diverged)
         assert bar["lr_keys"] == [chosen[pair]]
     assert bars[("m1", "glue_rte")]["n"] == len(REPORT_SEEDS) - 1  # the diverged seed is out
@@ -360,3 +362,47 @@ def test_the_score_chart_is_on_the_tables_scale_and_carries_its_marks():
     assert fig.axes[0].get_title().startswith("Not a protocol figure: off-protocol results")
     notes = " ".join(t.get_text() for t in fig.texts)
     assert "off-protocol: precision=fp32 (protocol: bf16-autocast)" in notes
+
+
+def test_the_score_chart_cuts_an_error_bar_at_the_metrics_range_and_says_so():
+    """Issue 40 item 13: two seeds of a Spearman 0.80 and 0.94 have the t interval
+    [-1.94, 175.94] (x100); the bar's error bar stops at 100 (the top of the metric's range)
+    and a note says it was cut, as the table's footnote does."""
+    from scipy import stats as sps
+
+    pair = [make_result("m", "glue_stsb", "lr05", s, "report", v, "spearman")
+            for s, v in ((45, 0.80), (46, 0.94))]  # fmt: skip
+    [row] = plots.final_score_table(pair).values()
+    low, high = sps.t.interval(0.95, 1, loc=0.87, scale=0.14 / 2)  # the standard error: 0.14 / 2
+    assert high > 1.75 and low > -1
+    assert (row["low"], row["high"], row["cut"]) == (pytest.approx(low), 1.0, True)
+    fig = plots.score_figure(pair, expected_n=2)
+    (ax,) = fig.axes
+    [bars] = [c for c in ax.containers if hasattr(c, "has_yerr") and c.has_yerr]
+    tops = [seg[:, 1].max() for seg in bars.lines[2][0].get_segments()]
+    assert max(tops) == pytest.approx(100.0)
+    assert ax.get_ylim()[1] < 120  # the axis is not stretched to 179
+    notes = " ".join(t.get_text() for t in fig.texts)
+    assert "error bar cut at the metric's range (as in the table): m/glue_stsb" in notes
+    inside = [
+        make_result("m", "glue_rte", "lr05", s, "report", v) for s, v in ((45, 0.6), (46, 0.62))
+    ]
+    assert "cut" not in " ".join(t.get_text() for t in plots.score_figure(inside).texts)
+
+
+def test_the_lr_plots_show_dev_scores_x100_as_the_table(tmp_path, monkeypatch):
+    """Issue 40 item 15: the LR plot's y axis is the dev score x100, labelled as the score
+    chart's ("as in the table"), not the raw 0.385-0.415."""
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path, **kw: figures.append(fig))
+    results = [make_result("m", "glue_rte", key, seed, "select", score)
+               for key, base in (("lr03", 0.385), ("lr06", 0.41))
+               for seed, score in zip(SELECT_SEEDS, (base, base + 0.005, base - 0.005), strict=True)]  # fmt: skip
+    plots.plot_lr_sensitivity(results, selection_for(results), tmp_path)
+    [fig] = figures
+    ax = fig.axes[0]
+    [mean_line] = [ln for ln in ax.get_lines() if ln.get_label() == "seed mean"]
+    assert list(mean_line.get_ydata()) == pytest.approx([38.5, 41.0])
+    low, high = ax.get_ylim()
+    assert 30 < low < 38.0 and 41.5 < high < 50
+    assert ax.get_ylabel() == "dev score x100 (accuracy), as in the table"

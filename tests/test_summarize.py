@@ -499,3 +499,42 @@ def test_glue_and_superglue_scores_and_a_ranking_column_outside_the_average(tmp_
     data = json.loads(capsys.readouterr().out)
     assert "glue_score" not in data["rows"][0]["benchmark_scores"]
     assert data["rows"][0]["benchmark_scores"]["superglue_score"] == pytest.approx(want_sg)
+
+
+def test_a_t_interval_past_the_metrics_range_is_cut_to_it_and_noted(tmp_path, capsys):
+    """Issue 40 item 13: two report seeds make the t interval 12.7 std wide, past any score
+    (CB macro-F1 [-34.02, 109.47], Spearman [-4.76, 178.75]); it is cut to the metric's
+    range, [0, 100] or [-100, 100], in every format, and a footnote names the cut cells."""
+    scores = {("alpha", "sg_cb"): [0.70, 0.95], ("alpha", "glue_stsb"): [0.80, 0.94],
+              ("alpha", "glue_rte"): [0.60, 0.62]}  # fmt: skip
+    sel = tmp_path / "selection.json"
+    sel.write_text(json.dumps(make_selection(dict.fromkeys(scores, "lr06"))))
+    results = [make_result(m, t, "lr06", seed, "report", s)
+               for (m, t), pair in scores.items() for seed, s in zip((45, 46), pair, strict=True)]  # fmt: skip
+    write_many(tmp_path / "r", results)
+    argv = ["--results-dir", str(tmp_path / "r"), "--selection", str(sel), "--allow-partial"]
+    assert summarize.main([*argv, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    cells = data["rows"][0]["cells"]
+    cut = {"sg_cb": (0.0, 1.0), "glue_stsb": (-1.0, 1.0)}
+    for task, (lo, hi) in cut.items():
+        mean, std = (
+            statistics.mean(scores[("alpha", task)]),
+            statistics.stdev(scores[("alpha", task)]),
+        )
+        low, high = sps.t.interval(0.95, 1, loc=mean, scale=std / 2**0.5)
+        assert low < lo or high > hi  # the uncut interval reaches past the range
+        assert (cells[task]["ci"]["low"], cells[task]["ci"]["high"]) == (
+            pytest.approx(max(low, lo)), pytest.approx(min(high, hi)))  # fmt: skip
+    rte = scores[("alpha", "glue_rte")]  # inside [0, 1]: untouched
+    assert (cells["glue_rte"]["ci"]["low"], cells["glue_rte"]["ci"]["high"]) == pytest.approx(
+        sps.t.interval(0.95, 1, loc=statistics.mean(rte), scale=statistics.stdev(rte) / 2**0.5)
+    )
+    assert summarize.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "82.50 ± 17.68 [0.00, 100.00]" in plain(out)  # not [-76.33, 241.33]
+    assert "-76.33" not in out and "241.33" not in out
+    note = ("Intervals cut at the metric's range (Spearman [-100.00, 100.00]; macro-F1 [0.00, "
+            "100.00]), which the t interval of so few seeds reaches past: alpha/glue_stsb, "
+            "alpha/sg_cb.")  # fmt: skip
+    assert note in out.splitlines()

@@ -404,7 +404,7 @@ def test_unknown_task_suggests_the_prefixed_name_and_says_how_to_add_one():
         load_task("wnli")
     message = str(err.value)
     assert message.startswith("unknown task 'wnli'. To add a task, define it in a task file "
-                              "(--tasks-file; README, 'Adding a task').")  # fmt: skip
+                              "(--tasks-file; docs/tasks.md, 'Adding a task').")  # fmt: skip
     assert "Did you mean" not in message  # neither xnli nor qnli: another dataset
     assert all(name in message for name in TASK_KNOBS)
     with pytest.raises(HarnessError, match=r"--tasks also takes a group: all, multilingual"):

@@ -107,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="FILE",
         help="a task file (TOML or "
-        "YAML) defining tasks beyond the suite (repeatable; see README, 'Adding a "
-        "task')",
+        "YAML) defining tasks beyond the suite (repeatable; see docs/tasks.md, 'Adding "
+        "a task')",
     )
     g.add_argument(
         "--mode",

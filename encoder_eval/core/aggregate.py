@@ -33,6 +33,25 @@ def seed_std(values: Iterable[float]) -> float | None:
     return math.sqrt(math.fsum((x - m) ** 2 for x in values) / (len(values) - 1))
 
 
+def seed_interval(values: Iterable[float], metric: str) -> tuple[float, float, bool] | None:
+    """The 95 % t-interval of the mean over seeds (`stats.t_interval`), cut to the range
+    `metric`'s scores lie in (`MetricSpec.score_range`), and whether it was cut; None for
+    fewer than two seeds. With two seeds the t interval is 12.7 std wide and reaches past
+    the range (a Spearman of 1.79): a bound no score can take says nothing."""
+    from encoder_eval.core.metrics import METRIC_SPECS
+    from encoder_eval.core.stats import t_interval  # scipy: on use only
+
+    values = list(values)
+    if len(values) < 2:
+        return None
+    _, low, high = t_interval(values)
+    spec = METRIC_SPECS.get(metric)
+    if spec is None or spec.score_range is None:
+        return low, high, False
+    lo, hi = spec.score_range
+    return max(low, lo), min(high, hi), low < lo or high > hi
+
+
 def seed_outcome(result: CellResult, section: str) -> tuple[str, float | None]:
     """What one seed's result contributes to an aggregate of its `section` ('dev' or
     'report') scores: (FINISHED, score), (UNDEFINED, None) or (DIVERGED, None)."""

@@ -9,7 +9,7 @@ import reprlib
 import sys
 from collections.abc import Callable, Iterable
 
-# Exit statuses, the same for every command (README, "Exit codes").
+# Exit statuses, the same for every command (docs/protocol.md, "Exit codes").
 EXIT_OK = 0
 EXIT_INCOMPLETE = 1  # refused, incomplete, not done, or some cells crashed (reasons printed)
 EXIT_REGRESSED = EXIT_INCOMPLETE  # `track`: a checkpoint regressed (the flags are printed)

@@ -166,25 +166,27 @@ class MetricSpec:
     """One metric: its function (predictions, labels) -> score, its direction, whether it
     scores examples one by one ("pointwise") or needs per-group data such as a query's
     candidates ("grouped": its function takes a third argument, the `RankGroups`), and the
-    short label tables print."""
+    short label tables print, and the range its scores lie in (None: unbounded), where an
+    interval of a mean over seeds is cut (`aggregate.seed_interval`)."""
 
     name: str
     fn: Callable[..., float]
     higher_is_better: bool
     granularity: Literal["pointwise", "grouped"]
     label: str
+    score_range: tuple[float, float] | None = None
 
 
 METRIC_SPECS: dict[str, MetricSpec] = {
     spec.name: spec
     for spec in (
-        MetricSpec("accuracy", accuracy, True, "pointwise", "acc"),
-        MetricSpec("f1", f1, True, "pointwise", "F1"),
-        MetricSpec("macro_f1", macro_f1, True, "pointwise", "macro-F1"),
-        MetricSpec("mcc", mcc, True, "pointwise", "MCC"),
-        MetricSpec("spearman", spearman, True, "pointwise", "Spearman"),
-        MetricSpec("mrr_at_10", mrr_at_10, True, "grouped", "MRR@10"),
-        MetricSpec("ndcg_at_10", ndcg_at_10, True, "grouped", "NDCG@10"),
+        MetricSpec("accuracy", accuracy, True, "pointwise", "acc", (0.0, 1.0)),
+        MetricSpec("f1", f1, True, "pointwise", "F1", (0.0, 1.0)),
+        MetricSpec("macro_f1", macro_f1, True, "pointwise", "macro-F1", (0.0, 1.0)),
+        MetricSpec("mcc", mcc, True, "pointwise", "MCC", (-1.0, 1.0)),
+        MetricSpec("spearman", spearman, True, "pointwise", "Spearman", (-1.0, 1.0)),
+        MetricSpec("mrr_at_10", mrr_at_10, True, "grouped", "MRR@10", (0.0, 1.0)),
+        MetricSpec("ndcg_at_10", ndcg_at_10, True, "grouped", "NDCG@10", (0.0, 1.0)),
     )
 }
 

@@ -7,7 +7,7 @@ A task file holds one table, `tasks`, with a table of fields per task:
     inputs = ["sentence1", "sentence2"]                      hf_path: nyu-mll/glue
     ...                                                      inputs: [sentence1, sentence2]
 
-`FIELDS` lists every field with what it holds (README, "Adding a task", says the same for
+`FIELDS` lists every field with what it holds (docs/tasks.md, "Adding a task", says the same for
 users). This module reads and checks them; `register_task_files` / `register_task_rows` then put
 the checked tasks into the registry (`tasks.add_user_task`).
 """

@@ -603,7 +603,9 @@ def resolve_task_names(names: list[str] | None) -> list[str]:
     return out
 
 
-ADD_TASK_HINT = "To add a task, define it in a task file (--tasks-file; README, 'Adding a task')"
+ADD_TASK_HINT = (
+    "To add a task, define it in a task file (--tasks-file; docs/tasks.md, 'Adding a task')"
+)
 
 
 def _unknown_task(name: str, also: str = "") -> HarnessError:

@@ -35,11 +35,13 @@ from encoder_eval.core.protocol import (
     PROBE_PHASE,
     PROTOCOL_RECIPE,
     SELECTION_SPLITS,
+    SPELLED_OUT,
     Recipe,
     check_seed,
     lr_for_key,
     lr_key_for,
     recipe_argv,
+    recipe_flag,
 )
 from encoder_eval.core.results import cell_state, result_filename
 from encoder_eval.data.models import (
@@ -326,7 +328,9 @@ class Plan:
                 "--precision",
                 p.precision,
             ]
-        return recipe_argv(self.recipe())
+        given = recipe_flags_in(self.extra_run_args)[0]
+        recipe = self.recipe()
+        return [a for name in SPELLED_OUT for a in given.get(name) or recipe_argv(recipe, (name,))]
 
     def recipe(self) -> Recipe:
         """The recipe of a fine-tune plan's cells: the protocol's, with the plan's step cap,
@@ -386,7 +390,9 @@ class Plan:
             args += ["--tasks-file", path]
         if any(s not in PHASE_SEEDS[self.phase] for s in seeds):
             args.append("--allow-off-protocol")  # run.py then marks the result off-protocol
-        args += ["--progress", "json", *self.extra_run_args]
+        # The recipe flags the extra arguments set are in recipe_args, with their values:
+        # each flag once, so a log or `ps` shows the value the cell runs with.
+        args += ["--progress", "json", *recipe_flags_in(self.extra_run_args)[1]]
         return args
 
     def _probe_args(self, cells: list[Cell]) -> list[str]:
@@ -562,6 +568,31 @@ def extra_flag_value(extra: list[str], flag: str) -> str | None:
         elif arg.startswith(flag + "="):
             value = arg.split("=", 1)[1]
     return value
+
+
+def recipe_flags_in(extra: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """Split extra run arguments into the spelled-out recipe flags they set (recipe entry ->
+    its flag and value, e.g. `{"precision": ["--precision", "fp32"]}`; the last one wins, as
+    in argparse) and the other arguments, in order."""
+    flags: dict[str, tuple[str, bool]] = {}
+    for name in SPELLED_OUT:
+        flag, is_bool = recipe_flag(name), isinstance(getattr(PROTOCOL_RECIPE, name), bool)
+        flags[flag] = (name, is_bool)
+        if is_bool:
+            flags["--no-" + flag[2:]] = (name, True)
+    given: dict[str, list[str]] = {}
+    rest: list[str] = []
+    i = 0
+    while i < len(extra):
+        key, eq, value = extra[i].partition("=")
+        name, is_bool = flags.get(key, (None, False))
+        if name is not None and (is_bool or eq or i + 1 < len(extra)):
+            given[name] = [key] if is_bool else [key, value if eq else extra[i + 1]]
+            i += 1 if is_bool or eq else 2
+        else:
+            rest.append(extra[i])
+            i += 1
+    return given, rest
 
 
 def _run_parser() -> argparse.ArgumentParser:

@@ -26,11 +26,11 @@ from encoder_eval.core.fileio import atomic_open, safe_filename_part
 from encoder_eval.core.protocol import LR_GRID, REPORT_SEEDS, lr_key_for, name_reasons
 from encoder_eval.core.results import load_results
 from encoder_eval.core.schema import CellResult
-from encoder_eval.core.stats import t_interval
 from encoder_eval.data.tasks import TASK_KNOBS
 from encoder_eval.plans.selection import load_selection as _load
 
 DPI = 120
+SCORE_SCALE = 100  # every figure's scores are x100, as the summarize table's
 VALIDATION_NOTE = "* reported on the validation split (the task has no labelled test set)"
 
 
@@ -134,9 +134,10 @@ def plot_lr_sensitivity(
     """Write `lr_<model>_<task>.png` for every (model, task) in the select-phase results.
 
     x: learning rate (log scale; ticks show each value, with its grid key on the top axis);
-    y: dev score. Drawn: the mean over the seeds that finished (line with markers), their
-    min-max range (shaded band), each seed (faint dots), each diverged seed (red x at the
-    bottom of the axes) and the selection's chosen learning rate (dashed vertical line).
+    y: dev score x100 (`SCORE_SCALE`, the scale of the table and the score chart). Drawn:
+    the mean over the seeds that finished (line with markers), their min-max range (shaded
+    band), each seed (faint dots), each diverged seed (red x at the bottom of the axes) and
+    the selection's chosen learning rate (dashed vertical line).
     Results of another phase are ignored. Returns the written paths, in (model, task) order.
     """
     from matplotlib.ticker import NullFormatter, NullLocator
@@ -157,7 +158,8 @@ def plot_lr_sensitivity(
         lr_of = {r.cell.lr_key: float(r.cell.lr) for r in results}
         points: dict[float, tuple[str, list[tuple[int, float]], list[int]]] = {}
         for (_, _, key), seeds in aggregate.group_by_lr_key(results, "dev").items():
-            points[lr_of[key]] = (key, seeds.finished, seeds.diverged + seeds.undefined)
+            scaled = [(seed, SCORE_SCALE * score) for seed, score in seeds.finished]
+            points[lr_of[key]] = (key, scaled, seeds.diverged + seeds.undefined)
         chosen_key, chosen_lr = selected_lr(selection, model, task)
         if chosen_key in lr_of:
             chosen_lr = lr_of[chosen_key]  # the line sits on the data point of its key
@@ -207,7 +209,7 @@ def plot_lr_sensitivity(
                 label="seed mean",
             )
             lo, hi = min(all_scores), max(all_scores)
-            span = hi - lo if hi > lo else max(abs(hi) * 0.05, 0.01)
+            span = hi - lo if hi > lo else max(abs(hi) * 0.05, 0.01 * SCORE_SCALE)
             # Headroom below the data so the diverged markers never sit on a data point.
             ax.set_ylim(lo - 0.22 * span, hi + 0.08 * span)
         else:
@@ -279,7 +281,7 @@ def plot_lr_sensitivity(
         top.set_xticks(tick_lrs, [tick_keys[lr] for lr in tick_lrs], fontsize=8, color="0.3")
 
         ax.set_xlabel("learning rate (log scale)")
-        ax.set_ylabel(f"dev {metric}")
+        ax.set_ylabel(f"dev score x{SCORE_SCALE} ({metric}), as in the table")
         ax.set_title(f"{model} · {task}: dev {metric} vs learning rate", pad=10)
         ax.grid(True, axis="y", alpha=0.3)
         ax.grid(True, axis="x", alpha=0.15)
@@ -300,11 +302,12 @@ def final_score_table(
 ) -> dict:
     """Aggregate report results per (model, task), as `plot_final_scores` draws them.
 
-    Returns {(model, task): {"mean", "std", "low", "high", "n", "n_diverged", "lr_keys",
-    "selected", "metric", "split", "off_protocol"}}:
+    Returns {(model, task): {"mean", "std", "low", "high", "cut", "n", "n_diverged",
+    "lr_keys", "selected", "metric", "split", "off_protocol"}}:
     the mean report score over the seeds that finished (None when none did), its sample
     standard deviation (ddof=1; None with fewer than two seeds), the bounds of its 95 %
-    t-interval over seeds (`stats.t_interval`; None with fewer than two), how many seeds
+    t-interval over seeds cut to the metric's range and whether they were cut
+    (`aggregate.seed_interval`, as the table's; None with fewer than two), how many seeds
     finished and diverged, the lr keys averaged, whether they were filtered to a selected LR,
     and the distinct off-protocol reasons its results record (empty: on protocol). The
     numbers come from `aggregate`, as the table's do. With a selection, only results at the
@@ -327,13 +330,14 @@ def final_score_table(
         for result in results:
             seeds.add(result, "report")
         metric, split = _task_info(task, results)
-        _, low, high = t_interval(seeds.values) if seeds.n else (None, None, None)
+        low, high, cut = aggregate.seed_interval(seeds.values, metric) or (None, None, False)
         table[(model, task)] = {
             "selected": selected_lr(selection, model, task)[1] is not None,
             "mean": seeds.mean,
             "std": seeds.std,
             "low": low,
             "high": high,
+            "cut": cut,
             "n": seeds.n,
             "n_diverged": len(seeds.diverged),
             "lr_keys": sorted({r.cell.lr_key for r in results}),
@@ -349,9 +353,6 @@ def final_score_table(
             ),
         }
     return table
-
-
-SCORE_SCALE = 100  # the chart's scores are x100, as the summarize table's
 
 
 def plot_final_scores(
@@ -380,7 +381,8 @@ def score_figure(
     A bar is the mean report score over the seeds that finished, at the selection's chosen
     learning rate when `selection` is given and has the pair (else over every report result
     of the pair; a bar averaging several learning rates is hatched); its error bar is the
-    95 % t-interval of the mean over seeds (`stats.t_interval`; none with one seed). Tasks
+    95 % t-interval of the mean over seeds, cut to the metric's range as in the table
+    (`aggregate.seed_interval`; none with one seed; a cut one is noted). Tasks
     reported on the validation split are marked `*` (explained in a note); tasks named `synthetic_*`
     are labelled "(synthetic)". As in the table, a bar averaged over other than `expected_n`
     seeds (default: the protocol's report seeds) carries `†` (avg@k, in a note), and
@@ -404,6 +406,7 @@ def score_figure(
     any_validation = False
     any_diverged = False
     any_mixed = False
+    cut: list[str] = []  # the bars whose error bar was cut to the metric's range
     partial: dict[int, list[str]] = {}  # avg@k -> the bars averaged over k seeds
     off: dict[str, None] = {}  # the distinct off-protocol reasons of the bars' results
     labels = []
@@ -465,6 +468,8 @@ def score_figure(
                 yerr = [[SCORE_SCALE * max(below, 0.0)], [SCORE_SCALE * max(above, 0.0)]]
                 ax.errorbar(x, mean, yerr=yerr, color="black", capsize=3, linewidth=1, zorder=3)
                 top = max(top, SCORE_SCALE * row["high"])
+                if row["cut"]:
+                    cut.append(f"{model}/{task}")
             lift = 2
             if row["n"] != expected_n:  # the table's dagger: averaged over other than avg@n
                 partial.setdefault(row["n"], []).append(f"{model}/{task}")
@@ -545,6 +550,9 @@ def score_figure(
         notes.append("red 'n div.' = n seeds diverged (left out of the mean)")
     if any_mixed:
         notes.append("hatched = no selected LR for the pair: mean over all its report results")
+    if cut:
+        shown = ", ".join(cut[:6]) + (", ..." if len(cut) > 6 else "")
+        notes.append(f"error bar cut at the metric's range (as in the table): {shown}")
     for k in sorted(partial):
         shown = ", ".join(partial[k][:6]) + (", ..." if len(partial[k]) > 6 else "")
         notes.append(f"† avg@{k} instead of avg@{expected_n}: {shown}")

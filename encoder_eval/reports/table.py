@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from encoder_eval.core import aggregate, stats
+from encoder_eval.core import aggregate
 from encoder_eval.core.comparability import cell_setup, setup_differences, transformers_version
 from encoder_eval.core.errors import (
     HarnessError,
@@ -139,11 +139,16 @@ class CellStats:
     @property
     def t_interval(self) -> tuple[float, float] | None:
         """The 95 % interval of the seed mean with the t quantile on n - 1 degrees of
-        freedom (`stats.t_interval`); None for fewer than two seeds."""
-        if self.n < 2:
-            return None
-        _, low, high = stats.t_interval(list(self.scores.values()))
-        return low, high
+        freedom, cut to the metric's range (`aggregate.seed_interval`); None for fewer than
+        two seeds."""
+        found = aggregate.seed_interval(self.scores.values(), self.metric)
+        return None if found is None else found[:2]
+
+    @property
+    def t_interval_cut(self) -> bool:
+        """Whether the t interval reached past the metric's range and was cut to it."""
+        found = aggregate.seed_interval(self.scores.values(), self.metric)
+        return found is not None and found[2]
 
 
 @dataclass
@@ -594,10 +599,29 @@ def _dagger_notes(table: Table) -> list[str]:
     return [f"† avg@{k} instead of avg@{n}: {', '.join(by_n[k])}." for k in sorted(by_n)]
 
 
+def _cut_note(table: Table) -> list[str]:
+    """The note naming the cells whose t interval was cut to the metric's range."""
+    if table.ci_method != "t" and table.kind != "probe":
+        return []
+    found = (table.cells.get((m, t)) for m in table.models for t in table.tasks)
+    cut = [c for c in found if c is not None and c.t_interval_cut]  # in the table's order
+    if not cut:
+        return []
+    ranges = {c.metric: metric_spec(c.metric).score_range for c in cut}
+    shown = "; ".join(
+        f"{metric_spec(m).label} [{_pct(lo)}, {_pct(hi)}]" for m, (lo, hi) in ranges.items()
+    )
+    cells = ", ".join(f"{c.model}/{c.task}" for c in cut)
+    return [
+        f"Intervals cut at the metric's range ({shown}), which the t interval of so few "
+        f"seeds reaches past: {cells}."
+    ]
+
+
 def footnotes(table: Table) -> list[str]:
     n = len(table.expected_seeds)
     if table.kind == "probe":
-        notes = [PROBE_NOTES[0].format(n=n), PROBE_NOTES[1]]
+        notes = [PROBE_NOTES[0].format(n=n), PROBE_NOTES[1], *_cut_note(table)]
         if any(TASK_KNOBS[t].report_split == "validation" for t in table.tasks):
             notes.append("* reported on the dev (validation) split: the test labels are hidden.")
         notes += _dagger_notes(table)
@@ -614,6 +638,7 @@ def footnotes(table: Table) -> list[str]:
         f"Scores x100: mean ± sample std (ddof=1) of the report-split score {over}, at the LR "
         "chosen on the select seeds.",
         CI_NOTES[table.ci_method],
+        *_cut_note(table),
     ]
     if table.marks is not None:
         notes.append(MARKS_NOTES[table.marks_family])
