@@ -85,11 +85,6 @@ def test_report_page_with_marks(grid, tmp_path):
     assert 'class="verdicts"' in page
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 37 item 1: on today's code the power search (stats.min_detectable_difference, "
-    "brentq) raises ValueError at the 14 x 17 table family; passes once item 1 is merged",
-)
 def test_power_search_at_the_full_table_family():
     """The marks' power search, at the level the default family of the full table gives it
     (91 pairs x 17 tasks), for every pair of the generator's 14 models (their seed spreads
