@@ -252,8 +252,8 @@ CASES = {
                                  r"--micro-batch 5 must divide --bsz 32"),
     "max-steps-zero": (lambda c: c.cell("--max-steps", "0"), r"--max-steps must be at least 1"),
     "device-cuda-without-gpu": (lambda c: c.cell("--device", "cuda"),
-                                r"--device cuda but no CUDA or ROCm GPU is visible; use "
-                                r"--device cpu"),
+                                r"--device cuda but no CUDA or ROCm GPU is visible to torch "
+                                r".*, or use --device cpu"),
     # --- run: the outputs
     "out-json-under-a-file": (lambda c: c.cell("--out-json", str(_a_file(c) / "d" / "c.json")),
                               r"output directory .*a-file/d cannot be created: .*a-file is a "
