@@ -35,7 +35,7 @@ import statsmodels
 
 from encoder_eval.cells.predictions import predictions_path
 from encoder_eval.core.errors import one_line
-from encoder_eval.core.fileio import write_atomic
+from encoder_eval.core.fileio import MissingFile, read_bytes, write_atomic
 from encoder_eval.core.results import STATS_CACHE_DIR, LoadedResult
 
 # Bump it on ANY change to what `verdicts.compare_cells` computes or to the statistics it
@@ -110,10 +110,12 @@ class ComparisonCache:
         }
         for c in sorted(cells, key=lambda c: (c.cell["seed"], c.path.name)):
             try:
-                preds = _sha256(predictions_path(c.path).read_bytes())
-            except FileNotFoundError:
+                # the one safe reader: a FIFO or a device named like a predictions file is
+                # refused, never waited on (issue 40 item 4)
+                preds = _sha256(read_bytes(predictions_path(c.path)))
+            except (FileNotFoundError, MissingFile):
                 preds = None
-            except OSError:
+            except Exception:
                 side = None
                 break
             side["cells"].append([c.path.name, c.cell["seed"], _sha256(_canonical(c.data)), preds])
