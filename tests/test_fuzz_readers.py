@@ -302,14 +302,7 @@ def test_every_reader_survives_damaged_files(tmp_path, capsys):
         _call(estimate.main, ["--results-dir", sel_dir, "--tasks", ",".join(TASKS)],
               capsys, out, "estimate")  # fmt: skip
         for sel in (sel_file, rng.choice(bad_selections)):
-            common = ["--results-dir", rep_dir, "--selection", sel, "--allow-partial"]
-            _call(summarize.main, [*common, "--format", "json"], capsys, out, f"summarize {sel}")
-            _call(compare.main, [*common, "--format", "json", "--resamples", "99"],
-                  capsys, out, f"compare {sel}")  # fmt: skip
-            _call(leaderboard.main, [*common, "--format", "json", "--bootstrap", "50"],
-                  capsys, out, f"leaderboard {sel}")  # fmt: skip
-            _call(status.main, ["--phase", "report", "--selection", sel, *plan_flags,
-                                "--results-dir", rep_dir], capsys, out, f"status report {sel}")  # fmt: skip
+            _read_report(rep_dir, sel, plan_flags, capsys, out)
         _call(track.main, ["report", "--out-dir", track_dir, "--no-plots"], capsys, out,
               "track report")  # fmt: skip
         for bad in bad_selections:
@@ -422,13 +415,28 @@ def _special_files(root: Path, outside: Path) -> list[Path]:
     return made
 
 
+def _read_report(rep_dir, sel, plan, capsys, out, export_too: bool = False) -> None:
+    """Every table reader of a report folder with selection `sel`: summarize, compare,
+    leaderboard (and export), then status of the report phase; each outcome into `out`."""
+    from encoder_eval import export
+
+    common = ["--results-dir", rep_dir, "--selection", sel, "--allow-partial"]
+    _call(summarize.main, [*common, "--format", "json"], capsys, out, f"summarize {sel}")
+    _call(compare.main, [*common, "--format", "json", "--resamples", "99"],
+          capsys, out, f"compare {sel}")  # fmt: skip
+    _call(leaderboard.main, [*common, "--format", "json", "--bootstrap", "50"],
+          capsys, out, f"leaderboard {sel}")  # fmt: skip
+    if export_too:
+        _call(export.main, ["--format", "examples", *common], capsys, out, f"export {sel}")
+    _call(status.main, ["--phase", "report", "--selection", sel, *plan,
+                        "--results-dir", rep_dir], capsys, out, f"status report {sel}")  # fmt: skip
+
+
 def test_every_reader_survives_fifos_devices_links_out_and_oversized_files(tmp_path, capsys):
     """Issue 40 item 4: a FIFO named like a result hung `done` and `summarize`, a symlink
     to /dev/zero exhausted memory. Each reader now refuses such a file in one line (or
     skips it), never waits on it, never reads past the size cap, and never moves it."""
     import signal
-
-    from encoder_eval import export
 
     root = tmp_path / "root"
     _valid_files(root)
@@ -454,15 +462,7 @@ def test_every_reader_survives_fifos_devices_links_out_and_oversized_files(tmp_p
               capsys, out, "estimate")  # fmt: skip
         selections = [root / "selection.json", *sorted(root.glob("special-selection-*"))]
         for sel in selections:
-            common = ["--results-dir", rep_dir, "--selection", sel, "--allow-partial"]
-            _call(summarize.main, [*common, "--format", "json"], capsys, out, f"summarize {sel}")
-            _call(compare.main, [*common, "--format", "json", "--resamples", "99"],
-                  capsys, out, f"compare {sel}")  # fmt: skip
-            _call(leaderboard.main, [*common, "--format", "json", "--bootstrap", "50"],
-                  capsys, out, f"leaderboard {sel}")  # fmt: skip
-            _call(export.main, ["--format", "examples", *common], capsys, out, f"export {sel}")
-            _call(status.main, ["--phase", "report", "--selection", sel, *plan,
-                                "--results-dir", rep_dir], capsys, out, f"status report {sel}")  # fmt: skip
+            _read_report(rep_dir, sel, plan, capsys, out, export_too=True)
         _call(track.main, ["report", "--out-dir", root / "track", "--no-plots"], capsys, out,
               "track report")  # fmt: skip
         for path in [
