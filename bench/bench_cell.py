@@ -279,7 +279,7 @@ def run_trainer(name: str, args, data, device, knobs) -> dict:
     )
 
     from encoder_eval.core import metrics
-    from encoder_eval.data.tasks import REGRESSION
+    from encoder_eval.core.problems import REGRESSION
 
     dynamic_bf16 = name == "trainer_bf16_dynamic"
     train_split, val_splits, _test, num_labels, problem = data
@@ -651,7 +651,8 @@ def main(argv=None) -> int:
     from transformers import Trainer  # noqa: F401  (lazy module; not charged to (a))
 
     from encoder_eval.cells.train import resolve_device
-    from encoder_eval.data.tasks import load_task, task_knobs
+    from encoder_eval.data.task_loading import load_task
+    from encoder_eval.data.tasks import task_knobs
 
     since_start = _seconds_since_process_start()
     transformers.logging.set_verbosity_error()

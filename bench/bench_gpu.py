@@ -244,7 +244,7 @@ def sample_lengths(
     evaluation), sampled with a seeded generator, measured with MiniLM's tokenizer when
     installed. A train split smaller than its dev split (the mirror's SuperGLUE BoolQ holds
     32 train rows) gives way to the dev split for both."""
-    from encoder_eval.data.tasks import load_task
+    from encoder_eval.data.task_loading import load_task
 
     train_split, val_splits, *_ = load_task(task or args.task, args.data_dir, with_test=False)
     dev = next(iter(val_splits.values()))

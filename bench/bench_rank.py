@@ -87,7 +87,7 @@ def _setup(args):
 
     from encoder_eval.cells import encoding, kinds, train
     from encoder_eval.core.protocol import Recipe
-    from encoder_eval.data.tasks import load_task
+    from encoder_eval.data.task_loading import load_task
 
     data = load_task("ms_marco", args.data_dir, with_test=False)
     train_split, _, _, _, problem = data

@@ -5,7 +5,7 @@ cannot reach it, and pass `--data-dir DIR` (or set `ENCODER_EVAL_DATA_DIR`) ther
 
     encoder-eval prefetch --tasks glue_rte,xnli --out /shared/encoder-eval-data
 
-It reads rows through `tasks.read_hub_rows`, the same function the loaders use in Hub mode,
+It reads rows through `sources.read_hub_rows`, the same function the loaders use in Hub mode,
 and writes the layout the loaders read in mirror mode: `DIR/<task>/<split>.jsonl`, or
 `DIR/<task>/<split>.<lang>.jsonl` for tasks read per language (a task whose rows carry their
 language in a field gets one file per split holding all languages). Each file is written
@@ -32,7 +32,7 @@ from encoder_eval.core import fileio
 from encoder_eval.core.errors import EXIT_OK, ArgumentParser, HarnessError, report_errors
 from encoder_eval.core.fileio import FileProblem, atomic_open, read_json
 from encoder_eval.core.problems import RANKING
-from encoder_eval.data import tasks
+from encoder_eval.data import revisions, sources, task_loading, tasks
 from encoder_eval.data.taskfile import register_task_files
 
 MANIFEST_NAME = "MANIFEST.json"
@@ -53,7 +53,7 @@ def resolve_revision(repo: str, revision: str | None) -> str | None:
     """The commit SHA `revision` (None = the default branch) of a Hub dataset, or None when
     it cannot be resolved (the manifest then records the requested revision only)."""
     try:
-        return tasks.resolve_dataset_revision(repo, revision)
+        return revisions.resolve_dataset_revision(repo, revision)
     except HarnessError:
         return None
 
@@ -145,20 +145,20 @@ def prefetch_task(task: str, out: Path, splits: Iterable[str] | None = None, log
     """Write one task's splits under `out` and return its manifest entry."""
     knobs = tasks.task_knobs(task)
     splits = tuple(splits) if splits is not None else default_splits(task)
-    requested = tasks.dataset_revisions().get(knobs.hf_path)
+    requested = revisions.dataset_revisions().get(knobs.hf_path)
     sha = resolve_revision(knobs.hf_path, requested)
     if sha is None:
         log(
             f"{task}: could not resolve {knobs.hf_path}@{requested or 'default branch'} to a "
             "commit; the manifest records the requested revision only"
         )
-    offline = tasks.hub_offline()
+    offline = sources.hub_offline()
     files: dict[str, dict] = {}
     for split in splits:
-        for lang in tasks.file_languages(task):
-            path = tasks.mirror_file(out, task, split, lang)
+        for lang in sources.file_languages(task):
+            path = sources.mirror_file(out, task, split, lang)
             try:
-                rows = tasks.read_hub_rows(task, split, lang, revision=sha or requested)
+                rows = sources.read_hub_rows(task, split, lang, revision=sha or requested)
             except HarnessError as exc:
                 fix = (
                     "HF_HUB_OFFLINE is set: unset it, on a machine with internet access"
@@ -189,7 +189,7 @@ def prefetch_task(task: str, out: Path, splits: Iterable[str] | None = None, log
 def _check_loadable(task: str, rows: list[dict], path: Path, log: Log) -> None:
     """Warn now, where the Hub is at hand, when a split the loader reads will not load."""
     ranking = tasks.task_knobs(task).problem == RANKING
-    convert = tasks.ranking_rows_to_split if ranking else tasks.rows_to_split
+    convert = task_loading.ranking_rows_to_split if ranking else task_loading.rows_to_split
     try:
         convert(task, rows, str(path))
     except HarnessError as exc:

@@ -17,7 +17,7 @@ from typing import NoReturn
 
 import pytest
 
-from encoder_eval.data import tasks
+from encoder_eval.data import sources
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SHARED_DATA_ENV = "ENCODER_EVAL_SHARED_DATA"  # another mirror location than SHARED_DATA
@@ -80,13 +80,13 @@ def split_mirror(
     """
     source = source or shared_data()
     counts: dict[str, dict[str | None, int]] = {"train": {}, "validation": {}, "test": {}}
-    for lang in tasks.file_languages(task):
-        src = tasks.mirror_file(source, task, "validation", lang)
+    for lang in sources.file_languages(task):
+        src = sources.mirror_file(source, task, "validation", lang)
         if not src.exists():
             continue
-        rows = tasks.read_jsonl(src)[:limit]
+        rows = sources.read_jsonl(src)[:limit]
         for split, part in seeded_split(rows).items():
-            write_jsonl(tasks.mirror_file(dest, task, split, lang), part)
+            write_jsonl(sources.mirror_file(dest, task, split, lang), part)
             counts[split][lang] = len(part)
     return counts
 
@@ -160,6 +160,6 @@ def massive_mirror(
     """Write `dest/massive_intent/<split>.<locale>.jsonl` for each locale (default: all 51)."""
     for locale in locales:
         for split, n in sizes.items():
-            path = tasks.mirror_file(dest, "massive_intent", split, locale)
+            path = sources.mirror_file(dest, "massive_intent", split, locale)
             write_jsonl(path, massive_rows(locale, split, n, seed=7))
     return dest

@@ -20,7 +20,7 @@ from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.protocol import Recipe
 from encoder_eval.core.results import result_filename, validate_result
 from encoder_eval.data.loaders import load_encoder, load_model
-from encoder_eval.data.tasks import load_task
+from encoder_eval.data.task_loading import load_task
 
 SHORT = Recipe(max_steps=6, patience=3, max_seq_len=128)
 

@@ -10,9 +10,11 @@ import torch
 
 from encoder_eval.cells import encoding, kinds, train
 from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.problems import RANKING, REGRESSION, SINGLE_LABEL
 from encoder_eval.core.protocol import Recipe
 from encoder_eval.data.loaders import load_model
-from encoder_eval.data.tasks import RANKING, REGRESSION, SINGLE_LABEL, TASK_KNOBS, load_task
+from encoder_eval.data.task_loading import load_task
+from encoder_eval.data.tasks import TASK_KNOBS
 
 CPU = torch.device("cpu")
 

@@ -16,7 +16,7 @@ from result_helpers import make_result, make_selection, write_many
 from encoder_eval import summarize
 from encoder_eval.core.protocol import PHASE_SEEDS
 from encoder_eval.data.limit import limit_data, limit_split
-from encoder_eval.data.tasks import load_task
+from encoder_eval.data.task_loading import load_task
 
 
 def test_classification_splits_keep_label_shares_and_order() -> None:

@@ -16,9 +16,10 @@ import pytest
 from encoder_eval import prefetch
 from encoder_eval.cells import encoding, kinds, train
 from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.problems import RANKING
 from encoder_eval.core.protocol import PROTOCOL_RECIPE, Recipe
 from encoder_eval.core.results import result_filename, validate_result
-from encoder_eval.data import marco_bm25, tasks
+from encoder_eval.data import marco_bm25, sources, task_loading, tasks
 
 TASK = "ms_marco_bm25"
 DEPTH = 1000  # BM25's candidates per dev query in the run
@@ -94,7 +95,7 @@ def _enc(split: dict) -> encoding.Encoded:
 
 
 def _verdict(train_split: dict, val_split: dict) -> tuple[dict, list[str]]:
-    return kinds.kind_for(tasks.RANKING).record(
+    return kinds.kind_for(RANKING).record(
         tasks.task_knobs(TASK), PROTOCOL_RECIPE, _enc(train_split), {"en": _enc(val_split)}
     )
 
@@ -110,10 +111,10 @@ def test_the_task_row_pins_the_commit_with_the_bm25_run():
 
 def test_hub_files_load_as_ranking_rows_with_qrel_labels_and_bm25_ranks(hub):
     files, asked = hub
-    train_split, val, test, num_labels, problem = tasks.load_task(TASK)
+    train_split, val, test, num_labels, problem = task_loading.load_task(TASK)
     assert {name for _, name, _ in asked} == set(files)
     assert {(repo, rev) for repo, _, rev in asked} == {(marco_bm25.REPO, marco_bm25.REVISION)}
-    assert problem == tasks.RANKING and num_labels == 1 and test is val
+    assert problem == RANKING and num_labels == 1 and test is val
     # training: 1 positive + N_NEG negatives per query; the repeated positive dropped
     assert len(train_split["label"]) == 6 * (1 + N_NEG)
     assert train_split["query_id"][0] == "9000" and train_split["doc_id"][0] == "100"
@@ -133,13 +134,13 @@ def test_hub_files_load_as_ranking_rows_with_qrel_labels_and_bm25_ranks(hub):
 
 
 def test_depth_1000_is_on_protocol_and_a_shallower_run_is_not(hub):
-    train_split, val, _, _, _ = tasks.load_task(TASK)
+    train_split, val, _, _, _ = task_loading.load_task(TASK)
     record, reasons = _verdict(train_split, val["en"])
     assert record["depth"] == DEPTH == record["depth_protocol"]
     assert record["first_stage"] == "bm25" and record["group_size_used"] == 36
     assert reasons == []
     rows = marco_bm25.read_split("validation", marco_bm25.REVISION, depth=50)
-    shallow = tasks.ranking_rows_to_split(TASK, rows, "cut")
+    shallow = task_loading.ranking_rows_to_split(TASK, rows, "cut")
     assert len(shallow["label"]) == 3 * 50
     record, reasons = _verdict(train_split, shallow)
     assert record["depth"] == 50
@@ -150,7 +151,7 @@ def test_depth_1000_is_on_protocol_and_a_shallower_run_is_not(hub):
 
 
 def test_prefetch_writes_the_mirror_and_the_mirror_loads_the_same(hub, tmp_path, capsys):
-    from_hub = tasks.load_task(TASK)
+    from_hub = task_loading.load_task(TASK)
     out = tmp_path / "mirror"
     manifest = prefetch.prefetch([TASK], out)
     entry = manifest["tasks"][TASK]
@@ -158,21 +159,21 @@ def test_prefetch_writes_the_mirror_and_the_mirror_loads_the_same(hub, tmp_path,
     assert entry["files"]["validation.jsonl"]["rows"] == 3 * DEPTH
     assert entry["files"]["train.jsonl"]["rows"] == 6 * (1 + N_NEG)
     assert "will not load" not in capsys.readouterr().out
-    first = tasks.read_jsonl(out / TASK / "validation.jsonl")[0]
+    first = sources.read_jsonl(out / TASK / "validation.jsonl")[0]
     assert first == {"query_id": "1048585", "query": "where is the fish", "passage_id": "0",
                      "passage": _passage(0)["text"], "label": 0, "bm25_rank": 1}  # fmt: skip
-    assert tasks.load_task(TASK, data_dir=out) == from_hub
+    assert task_loading.load_task(TASK, data_dir=out) == from_hub
 
 
 def test_files_outside_the_published_schemas_are_clear_errors(hub, tmp_path):
     files, _ = hub
     _gz(files[marco_bm25.DEV_FILE], [{"query_id": "1", "query": "q", "positives": []}])
     with pytest.raises(HarnessError, match=r"row 1 is not in Tevatron's format"):
-        tasks.load_task(TASK)
+        task_loading.load_task(TASK)
     write_hub_files(tmp_path / "hub")
     files[marco_bm25.RUN_FILE].write_text("1048585 7 1\n", encoding="utf-8")
     with pytest.raises(HarnessError, match=r"run.dev.bm25.trec:1: not a TREC run line"):
-        tasks.load_task(TASK)
+        task_loading.load_task(TASK)
 
 
 def test_a_failed_download_says_how_to_work_offline(monkeypatch):
@@ -183,7 +184,7 @@ def test_a_failed_download_says_how_to_work_offline(monkeypatch):
     monkeypatch.delenv("ENCODER_EVAL_DATA_DIR", raising=False)
     with pytest.raises(HarnessError, match=r"could not load MrLight/msmarco-passage .*"
                        r"network unreachable.*prefetch --tasks ms_marco_bm25"):  # fmt: skip
-        tasks.load_task(TASK)
+        task_loading.load_task(TASK)
 
 
 def test_a_tiny_ranking_cell_trains_on_the_hub_rows(hub, tmp_path):

@@ -16,8 +16,9 @@ from mirror_helpers import shared_data
 from encoder_eval import prefetch
 from encoder_eval.cells import encoding, kinds
 from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.problems import RANKING
 from encoder_eval.core.protocol import PROTOCOL_RECIPE
-from encoder_eval.data import tasks
+from encoder_eval.data import revisions, sources, task_loading, tasks
 
 PIN = "a47ee7aae8d7d466ba15f9f0bfac3b3681087b3a"  # the revision the task row pins
 DEPTH = 10  # v2.1 lists about ten passages per query
@@ -58,19 +59,21 @@ def hub(monkeypatch):
         asked.append((path, name, split, revision))
         return datasets.Dataset.from_list(rows[split])
 
-    tasks.resolve_dataset_revision.cache_clear()
-    monkeypatch.setattr(tasks, "_hub_dataset_sha", lambda repo, rev: hashlib.sha1(b"x").hexdigest())
+    revisions.resolve_dataset_revision.cache_clear()
+    monkeypatch.setattr(
+        revisions, "_hub_dataset_sha", lambda repo, rev: hashlib.sha1(b"x").hexdigest()
+    )
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
     monkeypatch.delenv("ENCODER_EVAL_DATA_DIR", raising=False)
     yield rows, asked
-    tasks.resolve_dataset_revision.cache_clear()
+    revisions.resolve_dataset_revision.cache_clear()
 
 
 def test_hub_rows_load_as_one_ranking_row_per_query_and_passage(hub):
     rows, asked = hub
-    train, val, test, num_labels, problem = tasks.load_task("ms_marco_v21")
+    train, val, test, num_labels, problem = task_loading.load_task("ms_marco_v21")
     assert asked == [("microsoft/ms_marco", "v2.1", s, PIN) for s in ("train", "validation")]
-    assert problem == tasks.RANKING and num_labels == 1 and test is val
+    assert problem == RANKING and num_labels == 1 and test is val
     first = rows["train"][0]
     assert train["query_id"][:DEPTH] == [str(first["query_id"])] * DEPTH
     assert train["doc_id"][:DEPTH] == [f"{first['query_id']}-{i}" for i in range(1, DEPTH + 1)]
@@ -86,7 +89,7 @@ def test_hub_rows_load_as_one_ranking_row_per_query_and_passage(hub):
 def test_the_depth_of_the_hub_lists_is_recorded_and_off_protocol(hub):
     """Ten candidates a query, not BM25's 1,000: the cell records depth 10 and its first
     stage, and says why it is off-protocol."""
-    train, val, _, _, _ = tasks.load_task("ms_marco_v21")
+    train, val, _, _, _ = task_loading.load_task("ms_marco_v21")
 
     def enc(split):
         n = len(split["label"])
@@ -94,7 +97,7 @@ def test_the_depth_of_the_hub_lists_is_recorded_and_off_protocol(hub):
                                 lengths=[2] * n, columns={
                                     c: split[c] for c in kinds.RANK_COLUMNS})  # fmt: skip
 
-    record, reasons = kinds.kind_for(tasks.RANKING).record(
+    record, reasons = kinds.kind_for(RANKING).record(
         tasks.task_knobs("ms_marco_v21"), PROTOCOL_RECIPE, enc(train), {"en": enc(val["en"])}
     )
     assert record["depth"] == DEPTH and record["depth_protocol"] == 1000
@@ -104,18 +107,18 @@ def test_the_depth_of_the_hub_lists_is_recorded_and_off_protocol(hub):
 
 def test_prefetch_mirrors_the_hub_rows_and_the_mirror_loads_the_same(hub, tmp_path, capsys):
     rows, asked = hub
-    from_hub = tasks.load_task("ms_marco_v21")
+    from_hub = task_loading.load_task("ms_marco_v21")
     manifest = prefetch.prefetch(["ms_marco_v21"], tmp_path)
     entry = manifest["tasks"]["ms_marco_v21"]
     assert entry["dataset"] == "microsoft/ms_marco" and entry["revision_requested"] == PIN
-    written = tasks.read_jsonl(tmp_path / "ms_marco_v21" / "train.jsonl")
+    written = sources.read_jsonl(tmp_path / "ms_marco_v21" / "train.jsonl")
     assert written == rows["train"]  # the published rows, as read
     assert "will not load" not in capsys.readouterr().out
-    assert tasks.load_task("ms_marco_v21", data_dir=tmp_path) == from_hub
+    assert task_loading.load_task("ms_marco_v21", data_dir=tmp_path) == from_hub
 
 
 def test_a_row_outside_the_schema_is_one_clear_error(hub):
     rows, _ = hub
     rows["train"][3] = {**rows["train"][3], "passages": {"url": ["u"]}}
     with pytest.raises(HarnessError, match=r"row 4 is not in the microsoft/ms_marco schema"):
-        tasks.load_task("ms_marco_v21")
+        task_loading.load_task("ms_marco_v21")

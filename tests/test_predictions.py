@@ -17,7 +17,7 @@ from encoder_eval.cells.predictions import (
     predictions_path,
 )
 from encoder_eval.core.schema import CellResult
-from encoder_eval.data.tasks import load_task
+from encoder_eval.data.task_loading import load_task
 
 
 def test_a_report_cell_writes_predictions_that_recompute_its_scores(

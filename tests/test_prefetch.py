@@ -1,7 +1,7 @@
 """`python -m encoder_eval.prefetch`: mirror layout, manifest, atomic writes, clear errors.
 
 The Hub is not reachable here: the tests replace the one function that returns Hub rows
-(`tasks.read_hub_rows`) with one reading a source mirror built from real data, and the
+(`sources.read_hub_rows`) with one reading a source mirror built from real data, and the
 commit resolver with a fixed answer; the real offline path runs in a subprocess.
 """
 
@@ -28,8 +28,10 @@ from mirror_helpers import (
 
 from encoder_eval import prefetch
 from encoder_eval.core.errors import HarnessError
-from encoder_eval.data import tasks
-from encoder_eval.data.tasks import TASK_KNOBS, data_provenance, load_task, read_jsonl
+from encoder_eval.data import revisions, sources
+from encoder_eval.data.sources import data_provenance, read_jsonl
+from encoder_eval.data.task_loading import load_task
+from encoder_eval.data.tasks import TASK_KNOBS
 
 REPO = Path(__file__).resolve().parents[1]
 SHA = {"current": "c0ffee" + "0" * 34}
@@ -46,13 +48,13 @@ def _quiet_load(task, data_dir):
 def _fill_languages(source: Path, task: str) -> None:
     """Give every language the Hub has a file: copy the first rows of another language's."""
     for split in ("train", "validation", "test"):
-        have = [lang for lang in tasks.file_languages(task)
-                if tasks.mirror_file(source, task, split, lang).exists()]  # fmt: skip
+        have = [lang for lang in sources.file_languages(task)
+                if sources.mirror_file(source, task, split, lang).exists()]  # fmt: skip
         if not have:
             continue
-        donor = tasks.read_jsonl(tasks.mirror_file(source, task, split, have[0]))[:20]
-        for lang in tasks.file_languages(task):
-            path = tasks.mirror_file(source, task, split, lang)
+        donor = sources.read_jsonl(sources.mirror_file(source, task, split, have[0]))[:20]
+        for lang in sources.file_languages(task):
+            path = sources.mirror_file(source, task, split, lang)
             if not path.exists():
                 rows = [{**r, "language": lang} if "language" in r else r for r in donor]
                 write_jsonl(path, rows)
@@ -82,14 +84,14 @@ def build_source(task: str, root: Path) -> Path:
 
 
 class FakeHub:
-    """Replaces `tasks.read_hub_rows`: rows of (task, split, lang) from a source mirror."""
+    """Replaces `sources.read_hub_rows`: rows of (task, split, lang) from a source mirror."""
 
     def __init__(self, source: Path, fail_for: str | None = None):
         self.source, self.fail_for, self.calls = source, fail_for, []
 
     def __call__(self, task, split, lang, revision=None):
         self.calls.append((task, split, lang, revision))
-        path = tasks.mirror_file(self.source, task, split, lang)
+        path = sources.mirror_file(self.source, task, split, lang)
         if task == self.fail_for or not path.exists():
             raise HarnessError(f"could not load {task} {split} {lang} from the Hub: fake")
         return read_jsonl(path)
@@ -104,7 +106,7 @@ def hub(monkeypatch):
 
     def install(source: Path, fail_for: str | None = None) -> FakeHub:
         fake = FakeHub(source, fail_for)
-        monkeypatch.setattr(tasks, "read_hub_rows", fake)
+        monkeypatch.setattr(sources, "read_hub_rows", fake)
         return fake
 
     return install
@@ -129,8 +131,8 @@ def test_prefetch_writes_a_mirror_that_loads_like_the_source(task, tmp_path, hub
     knobs = TASK_KNOBS[task]
 
     # Exactly the layout the loaders read, and nothing else (no temporaries left).
-    names = {tasks.mirror_file(out, task, split, lang).name
-             for split in prefetch.default_splits(task) for lang in tasks.file_languages(task)}  # fmt: skip
+    names = {sources.mirror_file(out, task, split, lang).name
+             for split in prefetch.default_splits(task) for lang in sources.file_languages(task)}  # fmt: skip
     assert {p.name for p in (out / task).iterdir()} == names
     assert {p.name for p in out.iterdir()} == {task, "MANIFEST.json"}
     if knobs.language_field:
@@ -144,7 +146,7 @@ def test_prefetch_writes_a_mirror_that_loads_like_the_source(task, tmp_path, hub
     entry = manifest["tasks"][task]
     assert entry["dataset"] == knobs.hf_path
     assert entry["revision"] == SHA["current"]
-    assert entry["revision_requested"] == tasks.dataset_revisions()[knobs.hf_path]
+    assert entry["revision_requested"] == revisions.dataset_revisions()[knobs.hf_path]
     assert set(entry["files"]) == names
     for name, info in entry["files"].items():
         data = (out / task / name).read_bytes()
@@ -181,10 +183,10 @@ def test_seahorse_prefetched_in_the_long_schema_loads_like_the_wide(tmp_path, hu
     wide = tmp_path / "wide"
     split_mirror("seahorse", wide, limit=1500)
     for split in ("train", "validation", "test"):
-        path = tasks.mirror_file(wide, "seahorse", split, None)
+        path = sources.mirror_file(wide, "seahorse", split, None)
         rows = [{**r, "article": f"Article {r['gem_id']}."} for r in read_jsonl(path)]
         write_jsonl(path, rows)
-        write_jsonl(tasks.mirror_file(tmp_path / "hub", "seahorse", split, None),
+        write_jsonl(sources.mirror_file(tmp_path / "hub", "seahorse", split, None),
                     _seahorse_long(rows))  # fmt: skip
     hub(tmp_path / "hub")
     out = tmp_path / "mirror"
@@ -253,7 +255,7 @@ def test_unresolved_revision_is_recorded_as_such(tmp_path, hub, monkeypatch, cap
 
 
 def test_hub_reads_use_the_task_config_split_and_revision(monkeypatch):
-    """Below the seam: what `tasks.read_hub_rows` asks `datasets.load_dataset` for."""
+    """Below the seam: what `sources.read_hub_rows` asks `datasets.load_dataset` for."""
     import datasets
 
     asked = []
@@ -265,15 +267,15 @@ def test_hub_reads_use_the_task_config_split_and_revision(monkeypatch):
     def commit_of(repo, revision):
         return hashlib.sha1(f"{repo}@{revision}".encode()).hexdigest()
 
-    tasks.resolve_dataset_revision.cache_clear()
-    monkeypatch.setattr(tasks, "_hub_dataset_sha", commit_of)
+    revisions.resolve_dataset_revision.cache_clear()
+    monkeypatch.setattr(revisions, "_hub_dataset_sha", commit_of)
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
     monkeypatch.setenv("ENCODER_EVAL_DATASET_REVISIONS", json.dumps({"facebook/xnli": "r1"}))
-    assert tasks.read_hub_rows("glue_mnli", "validation", None, revision="abc") == [
+    assert sources.read_hub_rows("glue_mnli", "validation", None, revision="abc") == [
         {"premise": "p", "hypothesis": "h", "label": 0}]  # fmt: skip
-    tasks.read_hub_rows("xnli", "test", "de")
-    tasks.read_hub_rows("massive_intent", "train", "fr-FR")
-    tasks.read_hub_rows("seahorse", "validation", None)
+    sources.read_hub_rows("xnli", "test", "de")
+    sources.read_hub_rows("massive_intent", "train", "fr-FR")
+    sources.read_hub_rows("seahorse", "validation", None)
     assert asked == [
         ("nyu-mll/glue", "mnli", "validation_matched", "abc"),
         ("facebook/xnli", "de", "test", commit_of("facebook/xnli", "r1")),
@@ -290,7 +292,7 @@ def test_hub_reads_use_the_task_config_split_and_revision(monkeypatch):
             commit_of("tasksource/seahorse_summarization_evaluation", None),
         ),
     ]  # the revision in effect, resolved to the commit that is then read
-    tasks.resolve_dataset_revision.cache_clear()
+    revisions.resolve_dataset_revision.cache_clear()
 
 
 def test_resolve_revision_asks_the_hub_and_is_guarded(monkeypatch):
@@ -414,7 +416,7 @@ def test_offline_hub_gives_a_clear_error_not_a_traceback(tmp_path):
     out = tmp_path / "m"
     load = (
         "import sys\nfrom encoder_eval.core.errors import HarnessError\n"
-        "from encoder_eval.data.tasks import load_task\n"
+        "from encoder_eval.data.task_loading import load_task\n"
         "try:\n    load_task('glue_rte')\nexcept HarnessError as exc:\n    print(exc)\n"
         "    sys.exit(3)\n"
     )
@@ -456,4 +458,4 @@ def test_prefetch_prints_the_pin_line_for_the_commits_it_mirrored(tmp_path, monk
     )
     pins = json.loads(shlex.split(line.split("=", 1)[1])[0])
     monkeypatch.setenv("ENCODER_EVAL_DATASET_REVISIONS", json.dumps(pins))
-    assert tasks.dataset_revisions()["nyu-mll/glue"] == "a" * 40
+    assert revisions.dataset_revisions()["nyu-mll/glue"] == "a" * 40

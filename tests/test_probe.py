@@ -254,7 +254,7 @@ def test_run_summary_aggregates_tasks():
 def test_task_from_registry_seam_reads_the_task_labels():
     """The extraction seam: arrays in the order of `load_task`'s splits. Here the embedding
     is the label plus noise, so the probe must find it; the row count is checked."""
-    from encoder_eval.data.tasks import load_task
+    from encoder_eval.data.task_loading import load_task
 
     rng = np.random.default_rng(SEED + 9)
     train, _, test, _, _ = load_task("synthetic_sentiment")
@@ -279,7 +279,7 @@ def test_task_from_registry_seam_reads_the_task_labels():
 def test_task_from_registry_multilingual_headline_is_the_euro_mean(small_mirror):
     """A multilingual task of the real data (small mirror slice): one report array per
     language, the headline the mean over the Euro languages, as in fine-tuning."""
-    from encoder_eval.data.tasks import load_task
+    from encoder_eval.data.task_loading import load_task
 
     rng = np.random.default_rng(SEED + 11)
     train, _, test, num_labels, _ = load_task("amazon_reviews_multi", small_mirror)

@@ -15,9 +15,10 @@ import torch
 from conftest import write_small_mirror
 
 from encoder_eval.cells import encoding, kinds, train
+from encoder_eval.core.problems import RANKING
 from encoder_eval.core.protocol import Recipe
 from encoder_eval.data.loaders import load_model
-from encoder_eval.data.tasks import RANKING, load_task
+from encoder_eval.data.task_loading import load_task
 
 RANK_MIRROR = {"ms_marco": {"train.jsonl": 200, "validation.jsonl": 60}}
 MAX_LEN = 64

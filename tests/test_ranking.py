@@ -28,10 +28,11 @@ from encoder_eval.cells.predictions import (
 )
 from encoder_eval.core import metrics
 from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.problems import RANKING
 from encoder_eval.core.protocol import Recipe
 from encoder_eval.core.results import load_results, result_filename, validate_result
 from encoder_eval.core.schema import CellResult
-from encoder_eval.data.tasks import RANKING, load_task, ranking_rows_to_split
+from encoder_eval.data.task_loading import load_task, ranking_rows_to_split
 from encoder_eval.reports import verdicts
 
 # The first 10 training queries (one without a relevant passage) and the first 8

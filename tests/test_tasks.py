@@ -22,18 +22,12 @@ from mirror_helpers import (
 
 from encoder_eval.core import metrics
 from encoder_eval.core.errors import HarnessError
-from encoder_eval.data import tasks
-from encoder_eval.data.tasks import (
-    REGRESSION,
-    SINGLE_LABEL,
-    TASK_KNOBS,
-    concat_and_shuffle,
-    data_provenance,
-    dataset_revisions,
-    load_task,
-    read_jsonl,
-    rows_to_split,
-)
+from encoder_eval.core.problems import REGRESSION, SINGLE_LABEL
+from encoder_eval.data import formatters, revisions, sources, task_loading, tasks
+from encoder_eval.data.revisions import dataset_revisions
+from encoder_eval.data.sources import data_provenance, read_jsonl
+from encoder_eval.data.task_loading import concat_and_shuffle, load_task, rows_to_split
+from encoder_eval.data.tasks import TASK_KNOBS
 
 MULTILINGUAL = ("xnli", "paws_x", "amazon_reviews_multi", "massive_intent", "seahorse")
 GLUE = ("glue_cola", "glue_sst2", "glue_mrpc", "glue_stsb", "glue_qqp", "glue_mnli", "glue_qnli",
@@ -148,7 +142,7 @@ def test_seventeen_tasks_under_the_issue_names_in_their_buckets():
     assert buckets == {"multilingual": sorted(MULTILINGUAL), "glue": sorted(GLUE),
                        "superglue": sorted(SUPERGLUE)}  # fmt: skip
     assert [len(v) for v in buckets.values()] == [5, 8, 4]
-    assert all(callable(tasks.loader_for(t)) for t in TASK_KNOBS)
+    assert all(callable(task_loading.loader_for(t)) for t in TASK_KNOBS)
     assert tasks.MULTILINGUAL_TASKS == MULTILINGUAL
 
 
@@ -167,7 +161,7 @@ def test_knobs_are_consistent(task):
     else:
         assert k.report_split == "validation"  # dev, marked * in tables
         assert k.hf_config and k.languages == ("en",)
-    if len(k.inputs) == 1 and k.inputs[0] in tasks.FORMATTERS:
+    if len(k.inputs) == 1 and k.inputs[0] in formatters.FORMATTERS:
         assert k.pair_format == k.inputs[0]
 
 
@@ -189,7 +183,7 @@ def test_real_mirror_task_loads_with_expected_sizes(task):
     # The counts above are SOURCES.md's; the files must still have them.
     for split, per_lang in expected.items():
         for lang, n in per_lang.items():
-            name = tasks.mirror_file(data, task, split, lang if knobs.multilingual else None)
+            name = sources.mirror_file(data, task, split, lang if knobs.multilingual else None)
             assert sum(1 for _ in open(name, encoding="utf-8")) == n, name
     train, val, test, num_labels, problem = _real(task)
     assert (num_labels, problem) == (knobs.num_labels, knobs.problem)
@@ -302,11 +296,11 @@ def test_wsc_marks_noun_and_pronoun_at_their_word_indices():
 def test_wsc_off_by_one_span_is_realigned_like_wsc_fixed():
     row = {"text": "Some day they might want to use it , but not now.", "span1_index": 2,
            "span2_index": 6, "span1_text": "they", "span2_text": "it", "label": 0}  # fmt: skip
-    text, pair = tasks._wsc_inputs(row)
+    text, pair = formatters.wsc_inputs(row)
     assert pair is None
     assert text == "Some day *they* might want to use #it# , but not now."
     multi = {**row, "span1_index": 0, "span1_text": "Some day"}
-    assert tasks._wsc_inputs(multi)[0].startswith("*Some day* they")
+    assert formatters.wsc_inputs(multi)[0].startswith("*Some day* they")
 
 
 # ----------------------------------------------------------------------------- split mirrors
@@ -371,7 +365,7 @@ def test_multilingual_train_is_a_seeded_shuffle_of_all_languages(task, split_mir
     )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*mirror has no .*skipped")
-        per_lang = tasks.read_split(task, "train", root)
+        per_lang = sources.read_split(task, "train", root)
     plain = [rows_to_split(task, rows, where) for rows, where in per_lang.values()]
     assert len(plain) > 1
     concatenated = {k: [v for s in plain for v in s[k]] for k in plain[0]}
@@ -393,9 +387,9 @@ def test_seahorse_target_is_the_share_of_yes(split_mirrors):
         assert split["text"] == [r["summary"] for r in mine]
     labels = [v for s in val.values() for v in s["label"]]
     assert min(labels) == 0.0 and max(labels) == 1.0 and len(set(labels)) == 7
-    assert tasks._seahorse_target({"question1": "No", "question2": ""}) == 0.0
-    assert tasks._seahorse_target({f"question{i}": " yes " for i in range(1, 7)}) == 1.0
-    assert tasks._seahorse_target({"question1": "Yes", "question2": "Unsure"}) == 1 / 6
+    assert formatters.seahorse_target({"question1": "No", "question2": ""}) == 0.0
+    assert formatters.seahorse_target({f"question{i}": " yes " for i in range(1, 7)}) == 1.0
+    assert formatters.seahorse_target({"question1": "Yes", "question2": "Unsure"}) == 1 / 6
 
 
 def test_seahorse_pairs_the_article_when_rows_have_one(tmp_path):
@@ -455,7 +449,7 @@ def test_seahorse_long_schema_loads_like_the_wide_schema(split_mirrors, tmp_path
         asked.append((task, split, lang))
         return _seahorse_long(wide[split])
 
-    monkeypatch.setattr(tasks, "read_hub_rows", hub)
+    monkeypatch.setattr(sources, "read_hub_rows", hub)
     assert load_task("seahorse") == expected
     assert asked == [("seahorse", s, None) for s in ("train", "validation", "test")]
     # Any row order regroups to the same examples (the order of their first row).
@@ -477,7 +471,7 @@ def test_seahorse_long_rows_regroup_with_missing_questions_counting_zero():
         {**base, "question": 5, "answer": "No"},
         {**base, "question": "conciseness", "answer": "Unsure"},
     ]
-    grouped = tasks._seahorse_long_to_wide(rows, "x")
+    grouped = formatters.seahorse_long_to_wide(rows, "x")
     assert [(g["summary"], [g[f"question{i}"] for i in range(1, 7)]) for g in grouped] == [
         ("S", ["Yes", "", "yes", "Yes", "No", "Unsure"]),
         ("T", ["No", "", "", "", "", ""]),
@@ -485,7 +479,7 @@ def test_seahorse_long_rows_regroup_with_missing_questions_counting_zero():
     split = rows_to_split("seahorse", rows, "x")
     assert split == {"text": ["S", "T"], "label": [0.5, 0.0], "text_pair": ["A", "A"]}
     wide = {**base, **{f"question{i}": "Yes" for i in range(1, 7)}}
-    assert tasks._seahorse_long_to_wide([wide], "x") == [wide]  # the wide schema passes
+    assert formatters.seahorse_long_to_wide([wide], "x") == [wide]  # the wide schema passes
     with pytest.raises(HarnessError, match=r"x: row 1: question 'How long\?' is none of Sea"):
         rows_to_split("seahorse", [{**base, "question": "How long?", "answer": "Yes"}], "x")
     with pytest.raises(HarnessError, match=r"row 1: answer '1' is not Yes, No or Unsure"):
@@ -508,9 +502,9 @@ def test_massive_trains_on_all_51_locales_and_averages_the_euro_set(massive, mon
 
     def hub(task, split, lang, revision=None):
         asked.append((split, lang))
-        return read_jsonl(tasks.mirror_file(massive, task, split, lang))
+        return read_jsonl(sources.mirror_file(massive, task, split, lang))
 
-    monkeypatch.setattr(tasks, "read_hub_rows", hub)
+    monkeypatch.setattr(sources, "read_hub_rows", hub)
     assert load_task("massive_intent") == (train, val, test, 60, SINGLE_LABEL)
     assert asked == [(s, loc) for s in ("train", "validation", "test") for loc in MASSIVE_LOCALES]
 
@@ -790,7 +784,7 @@ def test_revision_override_is_visible_in_hub_provenance(monkeypatch):
     assert pinned["revision"] == pinned["revision_requested"] == sha  # a commit needs no lookup
     assert pinned["identity"] == f"hub:nyu-mll/glue@{sha}" != head["identity"]
     assert data_provenance("sg_cb")["revision"] == HEAD_SHA
-    assert tasks.default_revisions()["nyu-mll/glue"] is None  # the task rows are untouched
+    assert revisions.default_revisions()["nyu-mll/glue"] is None  # the task rows are untouched
 
 
 HEAD_SHA = "c641c22879b601fb2edaa0a3f0edf3a68e5f5d23"
@@ -799,9 +793,9 @@ HEAD_SHA = "c641c22879b601fb2edaa0a3f0edf3a68e5f5d23"
 @pytest.fixture(autouse=True)
 def _fresh_revision_cache():
     """Resolved dataset commits are cached per process; each test starts and ends empty."""
-    tasks.resolve_dataset_revision.cache_clear()
+    revisions.resolve_dataset_revision.cache_clear()
     yield
-    tasks.resolve_dataset_revision.cache_clear()
+    revisions.resolve_dataset_revision.cache_clear()
 
 
 def _fake_hub_commits(monkeypatch, sha: str = HEAD_SHA) -> list:
@@ -812,7 +806,7 @@ def _fake_hub_commits(monkeypatch, sha: str = HEAD_SHA) -> list:
         asked.append((repo, revision))
         return sha
 
-    monkeypatch.setattr(tasks, "_hub_dataset_sha", resolve)
+    monkeypatch.setattr(revisions, "_hub_dataset_sha", resolve)
     return asked
 
 
@@ -843,7 +837,7 @@ def test_an_unresolvable_hub_revision_is_an_error_naming_the_fixes(monkeypatch, 
     def offline(repo, revision):
         raise OSError("offline")
 
-    monkeypatch.setattr(tasks, "_hub_dataset_sha", offline)
+    monkeypatch.setattr(revisions, "_hub_dataset_sha", offline)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     import huggingface_hub.constants
 
@@ -854,7 +848,7 @@ def test_an_unresolvable_hub_revision_is_an_error_naming_the_fixes(monkeypatch, 
     ref = tmp_path / "hub" / "datasets--nyu-mll--glue" / "refs" / "main"
     ref.parent.mkdir(parents=True)
     ref.write_text(HEAD_SHA)
-    tasks.resolve_dataset_revision.cache_clear()
+    revisions.resolve_dataset_revision.cache_clear()
     assert data_provenance("glue_rte")["revision"] == HEAD_SHA
 
 

@@ -23,7 +23,7 @@ from encoder_eval.cells import encoding, train
 from encoder_eval.core import fileio
 from encoder_eval.core.fileio import TMP_PREFIX
 from encoder_eval.data import tokencache
-from encoder_eval.data.tasks import load_task
+from encoder_eval.data.task_loading import load_task
 
 
 def _value(enc) -> tuple[dict, list]:
@@ -77,7 +77,7 @@ WRITER = """
 import sys
 from transformers import AutoTokenizer
 from encoder_eval.cells import encoding, train
-from encoder_eval.data.tasks import load_task
+from encoder_eval.data.task_loading import load_task
 tok = AutoTokenizer.from_pretrained(sys.argv[1])
 split = load_task("glue_sst2", sys.argv[2])[0]
 for _ in range(20):

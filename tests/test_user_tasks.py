@@ -21,19 +21,17 @@ from conftest import REPO, read_json
 from fault_helpers import py, sh
 
 from encoder_eval.core.errors import HarnessError
-from encoder_eval.data import tasks
+from encoder_eval.core.problems import SINGLE_LABEL
+from encoder_eval.data import revisions, task_loading, tasks
+from encoder_eval.data.sources import data_provenance
+from encoder_eval.data.task_loading import load_task
 from encoder_eval.data.taskfile import (
     parse_task_rows,
     read_task_file,
     register_task_files,
     register_task_rows,
 )
-from encoder_eval.data.tasks import (
-    SINGLE_LABEL,
-    TASK_KNOBS,
-    data_provenance,
-    load_task,
-)
+from encoder_eval.data.tasks import TASK_KNOBS
 
 EXAMPLE = REPO / "examples" / "tasks" / "glue_wnli.toml"
 
@@ -380,9 +378,9 @@ def test_a_user_task_joins_the_registry_and_its_bucket_only(tmp_path):
         str(tmp_path / "tasks.toml"),
     )  # fmt: skip
     assert keys == ["my_wnli", "glue_like", "hub_task"]
-    assert all(k in TASK_KNOBS and callable(tasks.loader_for(k)) for k in keys)
-    assert tasks.default_revisions()["me/my-data"] == "v1.0"
-    assert tasks.dataset_revisions()["me/my-data"] == "v1.0"
+    assert all(k in TASK_KNOBS and callable(task_loading.loader_for(k)) for k in keys)
+    assert revisions.default_revisions()["me/my-data"] == "v1.0"
+    assert revisions.dataset_revisions()["me/my-data"] == "v1.0"
     assert tasks.group_tasks("all") == [*suite, "glue_like"]
     assert tasks.group_tasks("glue")[-1] == "glue_like"
     assert "my_wnli" not in tasks.resolve_task_names(["all", "glue", "superglue", "multilingual"])

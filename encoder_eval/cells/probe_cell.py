@@ -69,8 +69,10 @@ from encoder_eval.data.models import (
     parse_model_spec,
     registry_trusts,
 )
+from encoder_eval.data.sources import data_provenance
+from encoder_eval.data.task_loading import load_task
 from encoder_eval.data.taskfile import register_task_files
-from encoder_eval.data.tasks import data_provenance, load_task, resolve_task_names
+from encoder_eval.data.tasks import resolve_task_names
 from encoder_eval.data.tokencache import default_cache_dir as token_cache_dir
 
 SUMMARY_SUFFIX = ".probe-summary.json"

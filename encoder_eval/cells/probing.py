@@ -41,9 +41,10 @@ from encoder_eval.core import cpu
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.fileio import FileProblem, MissingFile, read_json, write_json_atomic
 from encoder_eval.core.metrics import compute_metric, language_mean
+from encoder_eval.core.problems import REGRESSION as TASK_REGRESSION
 from encoder_eval.core.provenance import cpu_model, software_versions
-from encoder_eval.data.tasks import REGRESSION as TASK_REGRESSION
-from encoder_eval.data.tasks import load_task, task_knobs
+from encoder_eval.data.task_loading import load_task
+from encoder_eval.data.tasks import task_knobs
 
 PROBE_SCHEMA = "encoder-eval-probe"
 PROBE_SUMMARY_SCHEMA = "encoder-eval-probe-summary"

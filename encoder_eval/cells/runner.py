@@ -65,14 +65,11 @@ from encoder_eval.data.models import (
     packaged_model,
     registry_trusts,
 )
+from encoder_eval.data.revisions import dataset_revisions
+from encoder_eval.data.sources import data_provenance
+from encoder_eval.data.task_loading import load_task
 from encoder_eval.data.taskfile import register_task_files
-from encoder_eval.data.tasks import (
-    TASK_KNOBS,
-    data_provenance,
-    dataset_revisions,
-    load_task,
-    task_knobs,
-)
+from encoder_eval.data.tasks import TASK_KNOBS, task_knobs
 
 
 class CellsFailed(Exception):

@@ -69,7 +69,9 @@ from encoder_eval.core.schema import CellId, CellResult, Protocol, ScoreSection,
 from encoder_eval.data import tokencache
 from encoder_eval.data.limit import limit_data
 from encoder_eval.data.loaders import LoadedModel, load_model
-from encoder_eval.data.tasks import TaskKnobs, data_provenance, load_task, task_knobs
+from encoder_eval.data.sources import data_provenance
+from encoder_eval.data.task_loading import load_task
+from encoder_eval.data.tasks import TaskKnobs, task_knobs
 
 # Which dev languages each evaluation during training scores: "deciding", those whose mean
 # decides early stopping and the best checkpoint (the rest are scored once, at the end, on
@@ -354,7 +356,7 @@ def run_cell(
 ) -> dict:
     """Fine-tune one cell and return its result dict (also written to `cfg.out_json`).
 
-    `loaded`, `data` and `data_prov` (its `tasks.data_provenance`) let a multi-cell process
+    `loaded`, `data` and `data_prov` (its `sources.data_provenance`) let a multi-cell process
     pass in what it already has; a fresh model is still loaded for every cell, since weights
     change during training.
     SIGTERM or Ctrl-C during training saves a resumable state and raises Preempted or

@@ -13,7 +13,7 @@ The dataset is a set of files, not a table `datasets` reads, so the task reads t
 - `corpus.jsonl.gz`: the 8.8M passages (`docid`, `title`, `text`).
 
 Both splits become rows `query_id, query, passage_id, passage, label, bm25_rank`, the rows
-`tasks.ranking_rows_to_split` reads: training rows one per listed passage (label 1 for a
+`task_loading.ranking_rows_to_split` reads: training rows one per listed passage (label 1 for a
 positive; the file gives no BM25 ranks, so `bm25_rank` is the passage's place in the
 query's list, positives first), validation rows one per run line (its rank; the text
 looked up in the corpus, read once keeping only the passages the run names; label 1 when

@@ -33,6 +33,7 @@ from encoder_eval.core.fileio import (
 from encoder_eval.core.metrics import METRIC_SPECS
 from encoder_eval.core.problems import CLASSIFICATION, REGRESSION, SINGLE_LABEL, short_name
 from encoder_eval.data import tasks
+from encoder_eval.data.revisions import default_revisions
 
 # A task file defines classification and regression tasks: their metrics score examples.
 METRICS = tuple(name for name, spec in METRIC_SPECS.items() if spec.granularity == "pointwise")
@@ -119,7 +120,7 @@ def parse_task_rows(rows: Any, source: str) -> list[UserTask]:
     """
     if not isinstance(rows, dict) or not rows:
         raise HarnessError(f"{source}: the tasks table defines no task; write {LAYOUT}")
-    revisions = tasks.default_revisions()
+    revisions = default_revisions()
     readers = {
         repo: [k for k, v in tasks.TASK_KNOBS.items() if v.hf_path == repo] for repo in revisions
     }
