@@ -48,7 +48,7 @@ how it is launched `emit.py` (the script bodies are `encoder_eval/plans/template
 
 Adding a model is one row of `MODEL_REGISTRY` (re-exported here from `models.py`)::
 
-    "my-encoder-base": ("org/my-encoder-base", "auto"),
+    "my-encoder-base": ModelEntry("org/my-encoder-base", mode="auto"),
 """
 
 from __future__ import annotations

@@ -164,3 +164,41 @@ def test_the_installed_demo_model_is_a_model_key_and_is_listed(tmp_path, capsys,
     with pytest.raises(HarnessError, match=r"model 'no-such-model' is shipped by the package "
                        r"no-such-x, which is not installed; install it"):  # fmt: skip
         planned(tmp_path, "--model-key", "no-such-model")
+
+
+# The remote-code rows of the registry as shipped (SECURITY.md: the third field, now named).
+REMOTE_CODE_MODELS = {"mgte-mlm-base", "eurobert-210m", "eurobert-610m", "eurobert-2.1b",
+                      "lfm2.5-encoder-230m", "lfm2.5-encoder-350m", "lfm2.5-embedding-350m",
+                      "lfm2.5-colbert-350m"}  # fmt: skip
+
+
+def test_registry_rows_are_named_entries_and_trust_only_the_remote_code_models():
+    """Every row is a `ModelEntry`, so `row.trust_remote_code` reads by name; the rows that
+    trust remote code are exactly those whose architecture ships as code."""
+    assert all(type(row) is models.ModelEntry for row in models.MODEL_REGISTRY.values())
+    trusting = {k for k, row in models.MODEL_REGISTRY.items() if row.trust_remote_code}
+    assert trusting == REMOTE_CODE_MODELS
+    for key, row in models.MODEL_REGISTRY.items():
+        assert models.registry_trusts(key, row.path) is (key in REMOTE_CODE_MODELS)
+        assert models.key_from_path(row.path) == key
+
+
+def test_a_plain_tuple_row_still_reads_in_field_order(tmp_path, monkeypatch):
+    """A row added in the older positional form keeps working wherever a row is read: the
+    lookup, the remote-code rule, the key of its Hub id, `run` and a sweep's model list."""
+    from encoder_eval.sweep import resolve_models
+
+    monkeypatch.setitem(models.MODEL_REGISTRY, "my-body", ("org/my-body", "liquid-bidir", True))
+    entry = models.model_entry("my-body")
+    assert entry == models.ModelEntry("org/my-body", mode="liquid-bidir", trust_remote_code=True)
+    assert models.registry_trusts("my-body", "org/my-body")
+    assert not models.registry_trusts("my-body", "someone/my-body")
+    assert models.key_from_path("org/my-body") == "my-body"
+    cell = planned(tmp_path, "--model-path", "org/my-body")
+    assert cell.model_key == "my-body" and cell.recipe.mode == "liquid-bidir"
+    assert cell.trust_remote_code is True
+    swept = resolve_models(["my-body", "xlm-r-base"], ["mine=org/mine:liquid-bidir"])
+    assert swept["my-body"].trust_remote_code and not swept["xlm-r-base"].trust_remote_code
+    assert swept == {"my-body": entry, "xlm-r-base": models.MODEL_REGISTRY["xlm-r-base"]}
+    added = resolve_models(None, ["mine=org/mine:liquid-bidir"])
+    assert added == {"mine": models.ModelEntry("org/mine", mode="liquid-bidir")}

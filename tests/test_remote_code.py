@@ -269,8 +269,8 @@ def test_pins_reach_every_cell_from_a_file_and_the_registry(tmp_path, capsys, mo
     from encoder_eval.data import models
 
     monkeypatch.setitem(models.MODEL_REGISTRY, "pinned",
-                        models.ModelEntry("org/pinned", "auto", True, revision="c" * 40,
-                                          code_revision=SHA))  # fmt: skip
+                        models.ModelEntry("org/pinned", mode="auto", trust_remote_code=True,
+                                          revision="c" * 40, code_revision=SHA))  # fmt: skip
     p = plan.build_plan("select", results_dir=tmp_path / "r2", models=["pinned"], tasks=[TASK],
                         lr_keys=["lr06"], seeds=[42])  # fmt: skip
     args = p.run_args(p.cells)

