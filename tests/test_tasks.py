@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import warnings
 from functools import cache
 from pathlib import Path
@@ -144,6 +146,20 @@ def test_seventeen_tasks_under_the_issue_names_in_their_buckets():
     assert [len(v) for v in buckets.values()] == [5, 8, 4]
     assert all(callable(task_loading.loader_for(t)) for t in TASK_KNOBS)
     assert tasks.MULTILINGUAL_TASKS == MULTILINGUAL
+
+
+def test_the_registries_import_without_the_heavy_libraries():
+    """`--help` and `list` read the task and model registries: importing them in a fresh
+    process pulls in none of torch, transformers, datasets, the Hub client or numpy (the
+    reading and loading of task data live in other modules)."""
+    heavy = ("torch", "transformers", "datasets", "huggingface_hub", "numpy", "sklearn", "scipy")
+    code = (
+        "import sys, encoder_eval.data.tasks, encoder_eval.data.models\n"
+        f"print(','.join(m for m in {heavy!r} if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)  # fmt: skip
+    assert proc.stdout.strip() == "", f"imported: {proc.stdout.strip()}"
 
 
 @pytest.mark.parametrize("task", sorted(REAL_TASKS))
