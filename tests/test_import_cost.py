@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fault_helpers import env
 
 from encoder_eval.cli import COMMANDS
 
@@ -76,10 +77,9 @@ print(json.dumps(out))
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["HF_HUB_OFFLINE"] = "1"
-    return env
+    """The tests' subprocess environment, with this checkout first on the path."""
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env(PYTHONPATH=path)
 
 
 def _run_cases(cases: list[list[str]]) -> list[dict]:
