@@ -14,6 +14,11 @@ load hits both alike) after one untimed warm-up cell (page cache and token cache
          transformers 4.56.2 the model classes pull in generation utilities, which import
          torch._dynamo and scikit-learn; every transformers fine-tune pays this, and the
          plain `import transformers` defers it (a second reference, to show what is ours);
+  torch / harness
+         `import torch` alone, and `import encoder_eval.run, encoder_eval.cells.train` (what a
+         cell process imports of ours before it loads a model; it includes torch): their
+         difference is the harness's own import cost in a cell, wall and CPU seconds (the
+         CPU figure holds on a loaded machine, where wall times are not comparable);
   cell   `python -m encoder_eval.run ... --max-steps 1`: the cell's own record
          `training.process_start_to_first_step_s` (process creation time, from psutil,
          to the end of the first optimizer step; imports, task data, tokenizer, model,
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -46,12 +52,22 @@ def _model_path() -> str:
 
 BARE = "import torch, transformers, datasets"
 BARE_MODEL_CLASS = BARE + "; from transformers import AutoModelForSequenceClassification"
+TORCH = "import torch"
+HARNESS = "import encoder_eval.run, encoder_eval.cells.train"
 
 
 def _bare(py: str, code: str = BARE) -> float:
+    return _timed(py, code)[0]
+
+
+def _timed(py: str, code: str) -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds of a fresh `python -c code` process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run([py, "-c", code], check=True)
-    return time.perf_counter() - t
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
 def _cell(cmd: list[str], out: Path) -> float:
@@ -79,11 +95,15 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     _cell(cmd, root / "warm.json")  # warm-up: token cache and page cache, not timed
     _bare(py)
-    bare, bare_mc, cell = [], [], []
+    bare, bare_mc, cell, torch_only, harness = [], [], [], [], []
     for i in range(args.repeats):
         bare.append(_bare(py))
         bare_mc.append(_bare(py, BARE_MODEL_CLASS))
+        torch_only.append(_timed(py, TORCH))
+        harness.append(_timed(py, HARNESS))
         cell.append(_cell(cmd, root / f"cell{i}.json"))
+    ours_wall = [h[0] - t[0] for h, t in zip(harness, torch_only, strict=True)]
+    ours_cpu = [h[1] - t[1] for h, t in zip(harness, torch_only, strict=True)]
     out = {
         "bare_import_s": [round(x, 3) for x in bare],
         "bare_plus_model_class_import_s": [round(x, 3) for x in bare_mc],
@@ -91,6 +111,16 @@ def main() -> int:
         "bare_import_median_s": round(statistics.median(bare), 3),
         "bare_plus_model_class_import_median_s": round(statistics.median(bare_mc), 3),
         "cell_start_to_first_step_median_s": round(statistics.median(cell), 3),
+        "torch_import_median_wall_cpu_s": [
+            round(statistics.median(x[k] for x in torch_only), 3) for k in (0, 1)
+        ],
+        "harness_import_median_wall_cpu_s": [
+            round(statistics.median(x[k] for x in harness), 3) for k in (0, 1)
+        ],
+        "harness_over_torch_median_wall_cpu_s": [
+            round(statistics.median(ours_wall), 3),
+            round(statistics.median(ours_cpu), 3),
+        ],
         "load_average_before_after": [load_before, os.getloadavg()[0]],
         "task": args.task,
         "device": args.device,
@@ -109,6 +139,13 @@ def main() -> int:
           f"{out['bare_plus_model_class_import_s']}")  # fmt: skip
     print(f"cell: process start -> 1st step   median "
           f"{out['cell_start_to_first_step_median_s']:.2f} s  {cell}")  # fmt: skip
+    print(f"import torch                      median {out['torch_import_median_wall_cpu_s'][0]:.2f} s "
+          f"wall, {out['torch_import_median_wall_cpu_s'][1]:.2f} s CPU")  # fmt: skip
+    print(f"harness imports of a cell         median "
+          f"{out['harness_import_median_wall_cpu_s'][0]:.2f} s wall, "
+          f"{out['harness_import_median_wall_cpu_s'][1]:.2f} s CPU; beyond torch "
+          f"{out['harness_over_torch_median_wall_cpu_s'][0]:.2f} s wall, "
+          f"{out['harness_over_torch_median_wall_cpu_s'][1]:.2f} s CPU")  # fmt: skip
     print(f"ratio cell / bare: {out['ratio_cell_over_bare']}x (target <= 1.3x); "
           f"cell / bare+model-class: {out['ratio_cell_over_bare_plus_model_class']}x")  # fmt: skip
     print(json.dumps(out))

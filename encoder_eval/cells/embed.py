@@ -29,6 +29,7 @@ import torch
 
 from encoder_eval.cells.encoding import Encoded, autocast, encode_cached
 from encoder_eval.cells.kinds import pad_features
+from encoder_eval.cells.probing import PRECISIONS
 from encoder_eval.core import heap
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.data.loaders import LoadedModel, pool
@@ -43,7 +44,6 @@ from encoder_eval.data.tokencache import (
 )
 
 POOLINGS = FIXED_POOLINGS
-PRECISIONS = ("bf16", "fp32")
 EMBED_CACHE_VERSION = 1
 # Examples per forward pass; batches are length-sorted, so padding is small either way. On
 # this project's 2-core CPU (MiniLM, 1,500 MNLI pairs, bf16, bench/bench_embed.py) 32 ran at

@@ -358,7 +358,8 @@ def write_summary(run: ProbeRun, model: str, pooling: str) -> Path | None:
 
 
 def build_parser(prog: str | None = None) -> ArgumentParser:
-    from encoder_eval.cells.embed import POOLINGS, PRECISIONS  # imports torch: on use only
+    from encoder_eval.cells.probing import PRECISIONS
+    from encoder_eval.data.models import FIXED_POOLINGS as POOLINGS  # embed's, without torch
 
     p = ArgumentParser(
         prog=prog or "encoder-eval probe",

@@ -58,6 +58,9 @@ TASK_TYPES = (CLASSIFICATION, REGRESSION)
 C_GRID = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)  # LogisticRegression C = 1 / strength
 ALPHA_GRID = (1e3, 1e2, 1e1, 1.0, 1e-1, 1e-2)  # Ridge alpha = strength
 VALIDATION_FRACTION = 0.1
+# The embeddings' forward pass (`embed`): bf16 autocast or fp32. Here, not in torch-bound
+# `embed`, so that `probe --help` builds its parser without importing torch.
+PRECISIONS = ("bf16", "fp32")
 Q_OFFSET = 0.02
 DEFAULT_SEED = 42
 DEFAULT_K_FOLDS = 10

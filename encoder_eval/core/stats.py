@@ -21,12 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize as sps_optimize
-from scipy import special as sps_special
-from scipy import stats as sps
-from statsmodels.stats.contingency_tables import mcnemar as _sm_mcnemar
-from statsmodels.stats.multitest import multipletests
-from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
 
 from encoder_eval.core.errors import HarnessError
 
@@ -137,6 +131,8 @@ def t_interval(
     mean = float(np.mean(x))
     if x.size < 2:
         return mean, None, None
+    from scipy import stats as sps  # scipy and statsmodels on use: `--help` stays light
+
     sem = float(sps.sem(x, ddof=1))
     if sem == 0.0:  # every seed scored the same; scipy refuses a zero scale
         return mean, mean, mean
@@ -156,6 +152,9 @@ def welch(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> T
     diff = float(np.mean(x) - np.mean(y))
     if np.ptp(x) == 0 and np.ptp(y) == 0:
         return TestResult(test="welch", statistic=math.nan, pvalue=math.nan, diff=diff)
+    from scipy import stats as sps
+    from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
+
     with warnings.catch_warnings():  # one model with identical seeds is exact, not imprecise
         warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
         res = sps.ttest_ind(x, y, equal_var=False)
@@ -248,6 +247,8 @@ def aso(
     boot = _violation_ratios(_quantile_grid(xb, grid), _quantile_grid(yb, grid))
     const = math.sqrt(n * m / (n + m))
     sigma = float(np.std(const * (boot - observed)))
+    from scipy import stats as sps
+
     eps_min = observed - sigma / const * float(sps.norm.ppf(1.0 - confidence))
     return AsoResult(
         eps_min=float(np.clip(eps_min, 0.0, 1.0)),
@@ -275,6 +276,8 @@ def paired_permutation(
 
     def mean_diff(u: np.ndarray, v: np.ndarray, axis: int) -> np.ndarray:
         return np.mean(u - v, axis=axis)
+
+    from scipy import stats as sps
 
     res = sps.permutation_test(
         (a, b),
@@ -583,6 +586,8 @@ def combined_test(
         return TestResult(test="combined t", statistic=math.nan, pvalue=math.nan, diff=diff)
     se = math.sqrt(total)
     t = diff / se
+    from scipy import stats as sps
+
     if math.isinf(df):
         quantile, tail = float(sps.norm.ppf(0.5 + confidence / 2)), float(sps.norm.sf(abs(t)))
     else:  # not a frozen sps.t(df): that costs more than the test itself
@@ -614,6 +619,8 @@ def _t_power(ncp: float, df: float, alpha: float) -> float:
     `sps.t` / `sps.nct` objects (30x the cost per call, and a table's power search calls
     this some 10^4 times); the critical value from the lower tail (`stdtrit` at alpha/2),
     which stays finite at the tiny levels of a large family where 1 - alpha/2 rounds to 1."""
+    from scipy import special as sps_special
+
     if math.isinf(df):
         crit = -float(sps_special.ndtri(alpha / 2))
         return float(sps_special.ndtr(ncp - crit) + sps_special.ndtr(-crit - ncp))
@@ -640,6 +647,7 @@ def _nct_sf(crit: float, df: float, ncp: float) -> float:
     (0.8); a power of 1e-6 or less may come out several times too small, which leaves it
     below any power asked for, all the search needs."""
     from scipy import integrate  # heavy: only where boost's noncentral t fails
+    from scipy import special as sps_special
 
     def integrand(u: float) -> float:
         v = 2.0 * float(sps_special.gammaincinv(df / 2, u))
@@ -706,6 +714,8 @@ def mcnemar(
     a, b = a.astype(bool), b.astype(bool)
     table = [[int(np.sum(a & b)), int(np.sum(a & ~b))], [int(np.sum(~a & b)), int(np.sum(~a & ~b))]]
     exact = table[0][1] + table[1][0] < exact_below
+    from statsmodels.stats.contingency_tables import mcnemar as _sm_mcnemar
+
     res = _sm_mcnemar(table, exact=exact, correction=True)
     return TestResult(
         test="mcnemar exact" if exact else "mcnemar chi2",
@@ -736,6 +746,8 @@ def correct(pvalues: Sequence[float], method: str = "holm", alpha: float = 0.05)
         adjusted[order] = np.minimum(steps, 1.0)
         reject = adjusted <= alpha
     else:
+        from statsmodels.stats.multitest import multipletests
+
         reject, adjusted, _, _ = multipletests(p, alpha=alpha, method=method)
     return Correction(
         method=method,
@@ -806,6 +818,8 @@ def seeds_needed(
 
 def _z_sum(alpha: float, power: float) -> float:
     """z_(1 - alpha/2) + z_power: the normal approximation's noncentrality for `power`."""
+    from scipy import special as sps_special
+
     return float(-sps_special.ndtri(alpha / 2) + sps_special.ndtri(power))
 
 
@@ -820,6 +834,8 @@ def _root(f: Callable[[float], float], scale: float) -> float | None:
         if high > 1e12 * scale:
             return None
         low, high = high, 10.0 * high
+    from scipy import optimize as sps_optimize
+
     return float(sps_optimize.brentq(f, low, high, xtol=1e-14 * scale, rtol=1e-12))
 
 

@@ -29,10 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy
-import scipy
-import statsmodels
-
 from encoder_eval.cells.predictions import predictions_path
 from encoder_eval.core.errors import one_line
 from encoder_eval.core.fileio import MissingFile, read_bytes, write_atomic
@@ -42,11 +38,20 @@ from encoder_eval.core.results import STATS_CACHE_DIR, LoadedResult
 # calls (`core/stats.py`, `core/metrics.py` scoring): every cached row is then recomputed.
 STATS_VERSION = 2
 CACHE_SCHEMA = "encoder-eval-stats-cache"
-_LIBRARIES = {
-    "numpy": numpy.__version__,
-    "scipy": scipy.__version__,
-    "statsmodels": statsmodels.__version__,
-}
+
+
+def _libraries() -> dict[str, str]:
+    """The versions of the libraries the statistics call, part of every key. Imported here,
+    not at the top: a command's `--help` must not pay for scipy and statsmodels."""
+    import numpy
+    import scipy
+    import statsmodels
+
+    return {
+        "numpy": numpy.__version__,
+        "scipy": scipy.__version__,
+        "statsmodels": statsmodels.__version__,
+    }
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,7 @@ class ComparisonCache:
             return None
         material = {
             "stats_version": STATS_VERSION,
-            "libraries": _LIBRARIES,
+            "libraries": _libraries(),
             "task": task,
             "metric": metric,
             "a": sides[0],

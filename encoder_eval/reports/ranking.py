@@ -15,7 +15,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats as sps
 
 from encoder_eval.core.errors import (
     HarnessError,
@@ -147,6 +146,8 @@ def table_scores(table: Table, models: list[str] | None = None) -> Scores:
 
 def task_ranks(means: np.ndarray) -> np.ndarray:
     """Per task (column), the models' ranks by task mean: 1 = best, ties share the average."""
+    from scipy import stats as sps  # on use: `leaderboard --help` stays light
+
     return sps.rankdata(-means, method="average", axis=0)
 
 
@@ -176,6 +177,8 @@ def aggregates(means: np.ndarray) -> dict[str, np.ndarray]:
 
 def positions(values: np.ndarray, higher_is_better: bool) -> np.ndarray:
     """Each model's position under one aggregate: 1 = best, ties share the average."""
+    from scipy import stats as sps
+
     return sps.rankdata(-direction(higher_is_better) * values, method="average")
 
 
@@ -205,6 +208,8 @@ def bootstrap_positions(scores: Scores, replicates: int, seed: int) -> dict[str,
 def nemenyi_q(k: int, alpha: float = ALPHA) -> float:
     """The Nemenyi test's q_alpha for k models: the studentized range quantile on infinite
     degrees of freedom over sqrt(2) (Demšar 2006, table 5a: k=3 gives 2.343 at 0.05)."""
+    from scipy import stats as sps
+
     return float(sps.studentized_range.ppf(1.0 - alpha, k, np.inf) / math.sqrt(2.0))
 
 
@@ -234,6 +239,8 @@ def critical_difference(
         raise HarnessError(f"the Friedman test needs three models or more, got {k}")
     if n < 2:
         raise HarnessError(f"the Friedman test needs two tasks or more, got {n}")
+    from scipy import stats as sps
+
     res = sps.friedmanchisquare(*means)
     statistic, pvalue = float(res.statistic), float(res.pvalue)
     if not math.isfinite(statistic):
