@@ -161,10 +161,10 @@ def trec_scores(ranked: Sequence[float]) -> list[float]:
     `float sim`, so two scores that differ only beyond float32's precision tie there too.
     Each candidate keeps the model's own score when it falls below the previous one's in
     float32; otherwise (a tie, or a gap float32 cannot hold) it gets the next float32
-    below the previous written score. A nudge is a few float32 steps (about 1.2e-7
-    relative each, one per tied candidate before it), far below any score difference a
-    model's float32 or bf16 logits can express, so the column stays the model's score;
-    the exact scores are in the predictions file."""
+    below the previous written score. A query's scores move by at most one float32 step
+    (6e-8 to 1.2e-7 relative) per nudged candidate before them, so the column keeps the
+    model's scale and meaning for a tool that fuses or thresholds scores; the exact
+    scores are in the predictions file."""
     out: list[float] = []
     previous = None
     for score in ranked:
