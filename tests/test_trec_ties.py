@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import pytrec_eval  # the dev extra's pytrec-eval-terrier
 from conftest import write_small_mirror
 from mirror_helpers import shared_data
 
@@ -38,8 +39,6 @@ from encoder_eval.core.protocol import Recipe
 from encoder_eval.core.results import result_filename
 from encoder_eval.core.schema import CellId
 from encoder_eval.data.tasks import load_task
-
-pytrec_eval = pytest.importorskip("pytrec_eval")  # the dev extra's pytrec-eval-terrier
 
 TOLERANCE = 1e-9
 
