@@ -16,16 +16,21 @@ A ranking cell's file holds the same lists (a prediction is a candidate's score,
 its 0/1 relevance) plus, per language, each candidate's `query_ids`, `doc_ids` and
 `first_stage_ranks`, which its per-query metrics need. Beside it the cell also writes the
 ranking as a TREC run file `X.run.trec` (`TREC_SUFFIX`): one line `qid Q0 docid rank score
-run_name` per candidate, ranked as the metrics rank (score, ties by first-stage rank).
+run_name` per candidate, ranked as the metrics rank (score, ties by first-stage rank). Its
+scores strictly decrease within a query, in that order (`trec_scores`), so that trec_eval,
+which ignores the rank column and breaks ties its own way, ranks as the metrics do.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from encoder_eval.core import metrics
 from encoder_eval.core.errors import HarnessError
@@ -143,17 +148,52 @@ def trec_run_path(result_path: str | os.PathLike) -> Path:
     return Path(str(result_path).removesuffix(".json") + TREC_SUFFIX)
 
 
+def trec_scores(ranked: Sequence[float]) -> list[float]:
+    """The scores to write for one query's candidates, given in ranked order: strictly
+    decreasing, even read as 32-bit floats, so that trec_eval ranks them in this order.
+
+    trec_eval ignores a run's rank column: it sorts a query's lines by score, highest
+    first, and breaks a tie by document id, descending (`comp_sim_docno` in
+    `form_res_rels.c` of usnistgov/trec_eval, commit f4253652c8efd0d86ddffd0d163cc0a0f813111a:
+    `strcmp(p2->docno, p1->docno)` on equal `sim`). Until its commit dc0c991 (2023) that
+    score was a C `float`, and pytrec_eval (terrierteam/pytrec_eval, commit
+    68c150b2a8341b4655fbd545ca009cd5c5efcfc8) still builds trec_eval de6a29f8 with
+    `float sim`, so two scores that differ only beyond float32's precision tie there too.
+    Each candidate keeps the model's own score when it falls below the previous one's in
+    float32; otherwise (a tie, or a gap float32 cannot hold) it gets the next float32
+    below the previous written score. A query's scores move by at most one float32 step
+    (6e-8 to 1.2e-7 relative) per nudged candidate before them, so the column keeps the
+    model's scale and meaning for a tool that fuses or thresholds scores; the exact
+    scores are in the predictions file."""
+    out: list[float] = []
+    previous = None
+    for score in ranked:
+        with np.errstate(over="ignore"):  # out of range: refused below
+            single = np.float32(score)
+        if previous is not None and not single < previous:
+            single = np.nextafter(previous, np.float32(-np.inf))
+            score = float(single)
+        if not np.isfinite(single):
+            raise PredictionsError(
+                f"score {score!r} is beyond float32's range; trec_eval cannot read it"
+            )
+        out.append(float(score))
+        previous = single
+    return out
+
+
 def trec_lines(preds: CellPredictions) -> list[str]:
     """The TREC run of a ranking cell's predictions: per query, its candidates ranked by
-    score (highest first, ties by first-stage rank), as `qid Q0 docid rank score run_name`.
-    The run name is the cell (model_task_lrkey_sSEED)."""
+    score (highest first, ties by first-stage rank), as `qid Q0 docid rank score run_name`,
+    the scores made strictly decreasing in that order (`trec_scores`). The run name is the
+    cell (model_task_lrkey_sSEED)."""
     c = preds.cell
     run = f"{c.model}_{c.task}_{c.lr_key}_s{c.seed}"
     lines = []
     for p in preds.languages.values():
         for qid, order in metrics.ranked_order(p.predictions, p.rank_groups).items():
-            for position, i in enumerate(order, start=1):
-                score = float(p.predictions[i])
+            scores = trec_scores([p.predictions[i] for i in order])
+            for position, (i, score) in enumerate(zip(order, scores, strict=True), start=1):
                 lines.append(f"{qid} Q0 {p.doc_ids[i]} {position} {score!r} {run}")
     return lines
 

@@ -753,9 +753,17 @@ def write_result(path: str | os.PathLike, record: dict) -> None:
     write_json_atomic(path, record)
 
 
-def run_summary(method: str, records: list[dict], config: dict) -> dict:
+def run_summary(
+    method: str, records: list[dict], config: dict, experiment: str | None = None
+) -> dict:
     """The run-level summary over task results: overall_q_score and overall_acc_score (means
-    over tasks; None when a task's score is undefined), per-task scores, the config."""
+    over tasks; None when a task's score is undefined), per-task scores, the config.
+
+    It carries every field NeuCo-Bench's `save_results` writes to `results_summary.json`,
+    with the same types, so that NeuCo-Bench's leaderboard (`aggregate_results`, which
+    reads `data["experiment"]`) takes our run folders: `experiment` is the run's name, in
+    NeuCo-Bench its run folder's name (`<method>_<timestamp>`); a summary in no run folder
+    (a probe cell's) names the method. `method` and the rest are ours."""
     q = {r["cell"]["task"]: r["q_stat"] for r in records}
     acc = {r["cell"]["task"]: r["mean_score"] for r in records}
 
@@ -767,6 +775,7 @@ def run_summary(method: str, records: list[dict], config: dict) -> dict:
     return {
         "schema": PROBE_SUMMARY_SCHEMA,
         "schema_version": PROBE_SCHEMA_VERSION,
+        "experiment": method if experiment is None else experiment,
         "method": method,
         "overall_q_score": mean(q),
         "overall_acc_score": mean(acc),

@@ -593,7 +593,7 @@ def run_neuco(
         "submission_file": str(submission_file),
         "exclude_file": None if exclude_file is None else str(exclude_file),
     }
-    summary = run_summary(method, records, snapshot)
+    summary = run_summary(method, records, snapshot, experiment=run_dir.name)
     summary["embedding_dim"] = int(matrix.shape[1])  # as probed (padded); the leaderboard checks it
     write_result(run_dir / SUMMARY_FILE, summary)
     if config["update_leaderboard"]:
