@@ -124,15 +124,13 @@ def test_a_compiled_cell_on_the_cpu_scores_as_the_eager_one(tiny_models, small_m
     assert comparability.cell_setup(compiled) == comparability.cell_setup(eager)
 
 
-def test_compile_without_a_cpp_compiler_is_a_one_line_error(
-    tiny_models, small_mirror, tmp_path, monkeypatch
-):
+def test_compile_without_a_cpp_compiler_is_a_one_line_error(tiny_models, small_mirror, tmp_path):
     import torch._inductor.config as inductor
 
-    monkeypatch.setattr(inductor.cpp, "cxx", (str(tmp_path / "no-such-c++"),))
     cfg = _cell(tmp_path, tiny_models, small_mirror, "nocxx", compile=True)
-    with pytest.raises(HarnessError, match="needs a C.. compiler") as err:
-        train.run_cell(cfg)
+    with inductor.patch({"cpp.cxx": (str(tmp_path / "no-such-c++"),)}):
+        with pytest.raises(HarnessError, match="needs a C.. compiler") as err:
+            train.run_cell(cfg)
     assert "\n" not in str(err.value)
     assert not os.path.exists(cfg.out_json)
 
@@ -149,13 +147,16 @@ def test_a_compiler_that_fails_at_the_first_step_is_a_one_line_error(
     broken.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo broken 1.0; exit 0; }\n'
                       'echo "broken: cannot compile" >&2; exit 1\n')  # fmt: skip
     broken.chmod(broken.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setattr(inductor.cpp, "cxx", (str(broken),))
-    monkeypatch.setattr(inductor, "fx_graph_cache", False)  # no compiled kernels from disk
-    monkeypatch.setattr(inductor, "compile_threads", 1)  # compiled here, with this config
-    monkeypatch.setattr(codecache.CppCodeCache, "cache", {})  # nor from this process
+    monkeypatch.setattr(codecache.CppCodeCache, "cache", {})  # no kernel this process built
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     cfg = _cell(tmp_path, tiny_models, small_mirror, "broken", compile=True)
-    with pytest.raises(HarnessError, match="torch.compile failed.*without --compile") as err:
-        train.run_cell(cfg)
+    patch = {
+        "cpp.cxx": (str(broken),),
+        "fx_graph_cache": False,  # no compiled graph from the disk cache
+        "compile_threads": 1,  # built in this process, with this configuration
+    }
+    with inductor.patch(patch):
+        with pytest.raises(HarnessError, match="torch.compile failed.*without --compile") as err:
+            train.run_cell(cfg)
     assert "\n" not in str(err.value)
     assert not os.path.exists(cfg.out_json)
