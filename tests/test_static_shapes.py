@@ -108,6 +108,7 @@ def test_a_bucketed_cell_trains_and_scores_as_one_padded_to_its_longest_rows(
     assert comparability.cell_setup(bucketed) == comparability.cell_setup(plain)
 
 
+@pytest.mark.slow  # 15 s with inductor's disk cache warm; 1-2 min of compiling when cold
 def test_a_compiled_cell_on_the_cpu_scores_as_the_eager_one(tiny_models, small_mirror, tmp_path):
     """--compile with inductor on the CPU (fp32, buckets of 32): the same dev predictions as
     the eager cell and losses within float noise (dropout draws the same numbers); the mode
