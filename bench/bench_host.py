@@ -95,7 +95,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--pad-multiple", type=int, default=32,
                    help="the bucket multiple of the +buckets configurations (default 32)")  # fmt: skip
     p.add_argument("--precision", default="bf16-autocast", choices=("bf16-autocast", "fp32"),
-                   help="all three configurations' precision (default bf16-autocast, the "
+                   help="every configuration's precision (default bf16-autocast, the "
                    "protocol's; fp32 where the CPU has no native bf16, which emulates it)")  # fmt: skip
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--lr", type=float, default=5.99e-5)
