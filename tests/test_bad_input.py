@@ -251,6 +251,8 @@ CASES = {
     "micro-batch-not-dividing": (lambda c: c.cell("--micro-batch", "5"),
                                  r"--micro-batch 5 must divide --bsz 32"),
     "max-steps-zero": (lambda c: c.cell("--max-steps", "0"), r"--max-steps must be at least 1"),
+    "pad-multiple-zero": (lambda c: c.cell("--pad-multiple", "0"),
+                          r"--pad-multiple must be at least 1"),
     "device-cuda-without-gpu": (lambda c: c.cell("--device", "cuda"),
                                 r"--device cuda but no CUDA or ROCm GPU is visible to torch "
                                 r".*, or use --device cpu"),

@@ -317,6 +317,8 @@ def plan_cells(args: argparse.Namespace) -> list:
         )
     if args.eval_batch_size is not None and args.eval_batch_size < 1:
         raise HarnessError("--eval-batch must be at least 1")
+    if args.pad_multiple is not None and args.pad_multiple < 1:
+        raise HarnessError("--pad-multiple must be at least 1")
     if args.micro_batch is not None and (
         args.micro_batch < 1 or args.batch_size % args.micro_batch
     ):

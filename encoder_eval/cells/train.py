@@ -183,10 +183,133 @@ def seed_everything(seed: int) -> None:
 # ----------------------------------------------------------------------------- data
 
 
-def _collate(enc: Encoded, idx: list[int], pad_id: int, device, kind: Kind) -> dict:
-    """The batch of examples `idx` for `kind` (the one call the loop and `predict` batch
-    through, so a benchmark can count the tokens of every batch)."""
-    return kind.collate(enc, idx, pad_id, device)
+def _collate(
+    enc: Encoded, idx: list[int], pad_id: int, device, kind: Kind, shapes: Shapes | None = None
+) -> dict:
+    """The batch of examples `idx` for `kind` (the one call `predict` batches through, so a
+    benchmark can count the tokens of every batch), its width bucketed by `shapes`."""
+    batch = kind.collate(enc, idx, pad_id, device)
+    return batch if shapes is None else shapes.pad(batch, enc, pad_id)
+
+
+def bucket_width(width: int, multiple: int | None, cap: int) -> int:
+    """The width a batch whose longest row has `width` tokens is padded to: rounded up to a
+    multiple of `multiple` (`Recipe.pad_multiple`; None or 1 leaves it), at most `cap` (the
+    recipe's max_seq_len, which truncation already bounds every row by), never below `width`."""
+    if not multiple or multiple <= 1:
+        return width
+    return max(width, min(cap, -(-width // multiple) * multiple))
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """How a cell shapes its batches for speed (issue 38, item 7): widths padded up to a
+    multiple of `pad_multiple` tokens, at most `cap`, so a compiled model meets a few shapes
+    instead of one per width; and whether the compiled model replays CUDA graphs (`graphs`),
+    where each forward starts a new graph step. Padding is invisible to the model: the
+    attention mask hides it, as it hides the padding to a batch's longest row."""
+
+    pad_multiple: int | None = None
+    cap: int = 0
+    graphs: bool = False
+
+    def pad(self, batch: dict, enc: Encoded, pad_id: int) -> dict:
+        """`batch` (a `Kind.collate` batch of `enc`) with its model inputs right-padded to
+        `bucket_width`: input ids with the pad id, every other input with 0, as
+        `kinds.pad_features` pads; labels untouched."""
+        width = batch["input_ids"].shape[-1]
+        extra = bucket_width(width, self.pad_multiple, self.cap) - width
+        if extra <= 0:
+            return batch
+        for name in enc.features:
+            if name in batch:
+                fill = pad_id if name == "input_ids" else 0
+                batch[name] = nn.functional.pad(batch[name], (0, extra), value=fill)
+        return batch
+
+    def step_begin(self) -> None:
+        """Before each forward: with CUDA graphs, mark a new step, so a replay never
+        overwrites outputs a step before it still reads."""
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+
+
+# torch.compile's mode by device type (`Recipe.compile`): CUDA graphs on a GPU, where a
+# step's few thousand kernel launches are the host's work, replayed in one call; on the CPU
+# inductor's default mode (fused C++ kernels; CUDA graphs do not exist there).
+COMPILE_MODES = {"cuda": "reduce-overhead", "cpu": "default"}
+
+
+def compile_model(model: nn.Module, device: torch.device) -> str:
+    """torch.compile `model` in place (`nn.Module.compile`: its state dict keeps its keys,
+    so best weights, resume state and predictions are untouched) and return the mode. Dynamic
+    shapes are left to torch (a second width makes the graph dynamic; CUDA graphs record one
+    graph per shape, which `Recipe.pad_multiple` keeps few). `fallback_random`: dropout
+    draws from torch's generator as the eager model does, so the random state (seeded, put
+    back by an out-of-memory retry, saved for resume) means what it means without compiling.
+    What compiling needs is checked now, before any step (a clear error, not a crash later)."""
+    mode = COMPILE_MODES.get(device.type, COMPILE_MODES["cuda"])
+    _check_compiler(device)
+    import torch._inductor
+
+    options = {**torch._inductor.list_mode_options(mode), "fallback_random": True}
+    model.compile(options=options)
+    return mode
+
+
+def _check_compiler(device: torch.device) -> None:
+    """Refuse --compile where inductor cannot build kernels: on the CPU without a C++
+    compiler, on a GPU without triton."""
+    if device.type == "cpu":
+        from torch._inductor import cpp_builder
+
+        try:
+            cpp_builder.get_cpp_compiler()
+        except Exception as exc:
+            raise HarnessError(
+                "--compile on the CPU needs a C++ compiler for torch's inductor, and none was "
+                f"found ({type(exc).__name__}; it looks for $CXX, else g++): install one, or "
+                "run without --compile (the same scores within float noise)"
+            ) from exc
+        return
+    from torch.utils._triton import has_triton
+
+    if not has_triton():
+        raise HarnessError(
+            f"--compile on {device} needs triton (installed with CUDA and ROCm torch "
+            "wheels), which this environment lacks: install it, or run without --compile"
+        )
+
+
+def forget_compiled() -> None:
+    """Drop every compiled graph of this process (and their CUDA graphs' memory): a cell
+    that compiled leaves nothing to the next, whose compile reads inductor's disk cache."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.reset()
+
+
+@contextlib.contextmanager
+def _compile_failures(cfg: CellConfig):
+    """Turn a failure of torch.compile (tracing or building kernels, at the first step or at
+    a new shape) into a one-line error that names the way out; never a silent fall back to
+    the uncompiled model."""
+    if not cfg.recipe.compile:
+        yield
+        return
+    from torch._dynamo.exc import TorchDynamoException
+
+    try:
+        yield
+    except TorchDynamoException as exc:
+        if gpu.is_out_of_memory(exc):
+            raise
+        text = " ".join(str(exc).split())[:300] or "no message"
+        raise HarnessError(
+            f"{_label(cfg)}: torch.compile failed ({type(exc).__name__}: {text}); the cell "
+            "stopped and wrote no result: run it without --compile (the same scores within "
+            "float noise)"
+        ) from exc
 
 
 def train_batches(lengths: list[int], batch_size: int, rng: random.Random, grouped: bool):
@@ -213,17 +336,28 @@ def train_batches(lengths: list[int], batch_size: int, rng: random.Random, group
 
 
 @torch.no_grad()
-def predict(model, enc: Encoded, pad_id: int, device, precision: str, batch_size: int, kind: Kind):
+def predict(
+    model,
+    enc: Encoded,
+    pad_id: int,
+    device,
+    precision: str,
+    batch_size: int,
+    kind: Kind,
+    shapes: Shapes | None = None,
+):
     """Predictions for every example, in the split's original order. Batches are
     length-sorted, longest first, so an evaluation that runs out of memory does so at its
-    first batch, not its last."""
+    first batch, not its last; `shapes` buckets their widths."""
     model.eval()
     order = sorted(range(len(enc.labels)), key=lambda i: -enc.lengths[i])
     preds: list = [None] * len(order)
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
-        batch = _collate(enc, idx, pad_id, device, kind)
+        batch = _collate(enc, idx, pad_id, device, kind, shapes)
         batch.pop("labels")
+        if shapes is not None:
+            shapes.step_begin()
         with autocast(device, precision):
             logits = model(**batch).logits
         for i, value in zip(idx, kind.predictions(logits), strict=True):
@@ -372,6 +506,8 @@ def run_cell(
     try:
         return _run_cell_stoppable(cfg, loaded, data, data_prov)
     finally:
+        if cfg.recipe.compile:
+            forget_compiled()
         release_memory()
 
 
@@ -430,8 +566,9 @@ def _run_cell(
     cell = _setup(cfg, loaded, data, data_prov)
     cell.reporter = _reporter(cfg)
     try:
-        trained = _train(cell, stop)
-        scored = _score(cell, trained)
+        with _compile_failures(cfg):
+            trained = _train(cell, stop)
+            scored = _score(cell, trained)
         result = _result(cell, trained, scored)
         _write(cfg, cell.kind, result, scored.predictions)
     except BaseException:
@@ -504,6 +641,8 @@ class _Cell:
     warmup: int
     every: int
     t0: float
+    shapes: Shapes = field(default_factory=Shapes)  # bucketed widths, CUDA graphs
+    compile_mode: str | None = None  # torch.compile's mode (`Recipe.compile`), else None
     dev_eval_seconds: float = 0.0  # time spent scoring dev, in the loop and at the end
     reporter: trackers.Reporter | None = None  # --report-to: the cell's tracker runs
 
@@ -528,6 +667,7 @@ class _Cell:
                     self.cfg.recipe.precision,
                     size,
                     self.kind,
+                    self.shapes,
                 )
             except Exception as exc:
                 if not gpu.is_out_of_memory(exc):
@@ -609,6 +749,15 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
             require_code_revision=cfg.require_code_revision,
         )
     model, tok = loaded.model.to(device), loaded.tokenizer
+    if recipe.pad_multiple is not None:
+        if recipe.pad_multiple < 1:
+            raise HarnessError("--pad-multiple must be at least 1")
+        if "attention_mask" not in loaded.input_names:
+            raise HarnessError(
+                f"--pad-multiple needs an attention mask to hide the padding, and {cfg.model_key}"
+                f"'s inputs are {', '.join(loaded.input_names)}: run it without --pad-multiple"
+            )
+    compile_mode = compile_model(model, device) if recipe.compile else None
     cpu.warn_slow_bf16(device.type, recipe.precision)  # before the first step
     prov = {
         "software": provenance.software_versions(),
@@ -666,6 +815,8 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
         warmup=int(recipe.warmup_ratio * max_steps),
         every=eval_interval(steps_per_epoch, max_steps, recipe),
         t0=t0,
+        shapes=Shapes(recipe.pad_multiple, max_len, graphs=compile_mode == "reduce-overhead"),
+        compile_mode=compile_mode,
     )
 
 
@@ -817,7 +968,10 @@ def _accumulate(
     step_loss, tokens = None, 0
     for m in range(0, len(idx), micro):
         sub = idx[m : m + micro]
-        batch = kind.collate_units(enc, sub, cell.pad_id, cell.device)
+        batch = cell.shapes.pad(
+            kind.collate_units(enc, sub, cell.pad_id, cell.device), enc, cell.pad_id
+        )
+        cell.shapes.step_begin()
         loss = kind.train_step(cell.model, batch, len(sub) / len(idx), in_precision)
         step_loss = loss if step_loss is None else step_loss + loss
         tokens += sum(enc.lengths[i] for u in sub for i in kind.members(u))
@@ -1092,6 +1246,8 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
         # Which attention kernels ran (sdpa, eager, flash_attention_2): a table never mixes
         # them within one model silently (`comparability.cell_setup`).
         "attn_implementation": attn_implementation(cell.model),
+        # torch.compile's mode when `compile` is on (reduce-overhead: CUDA graphs), else None.
+        "compile_mode": cell.compile_mode,
         **cell.loaded.recorded,  # what the loader derived (decoder-adapted: pair separator, ...)
     }
     return CellResult(

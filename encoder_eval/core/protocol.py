@@ -167,6 +167,31 @@ class Recipe:
         "fit in memory",
     )
 
+    # Speed settings (issue 38, item 7): how the arithmetic is laid out, not what is computed,
+    # so free per cell like the micro-batch (bench/README.md, bench_host.py, measures both).
+    # Batch widths rounded up to a multiple of N tokens (at most max_seq_len), so a run meets
+    # a few shapes, not one per width: the attention mask hides the padding.
+    pad_multiple: int | None = _entry(
+        None,
+        scope=CELL,
+        checked=False,
+        flag="--pad-multiple",
+        help="a speed setting: pad every batch's width up to a multiple of N tokens (32 or "
+        "64; at most --max-seq-len), so a compiled model meets a few shapes; the attention "
+        "mask hides the padding",
+    )
+    # torch.compile the model: CUDA graphs (mode reduce-overhead) on a GPU, inductor's default
+    # mode on the CPU (needs a C++ compiler); the mode that ran is `recipe.compile_mode`.
+    compile: bool = _entry(
+        False,
+        scope=CELL,
+        checked=False,
+        flag="--compile",
+        help="a speed setting: torch.compile the model (CUDA graphs on a GPU, best with "
+        "--pad-multiple 32; inductor on the CPU, which needs a C++ compiler); dropout draws "
+        "the same random numbers as without it",
+    )
+
     def to_dict(self) -> dict:
         return asdict(self)
 
