@@ -53,7 +53,8 @@ from encoder_eval.reports.share import (
     upload_eval_results,
     upload_staged,
 )
-from encoder_eval.reports.table import add_table_arguments, format_refusal, load_table
+from encoder_eval.plans.selection import load_selection
+from encoder_eval.reports.table import add_table_arguments, build_table, format_refusal, load_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,17 +158,14 @@ def _stage(args: argparse.Namespace, folder: str):
 
 def _push_to_model(args: argparse.Namespace) -> int:
     """`--to-model`: the model's row as `.eval_results/` files, in one pull request."""
-    loaded = load_table(
-        args.results_dir,
-        args.selection,
-        models=[args.model] if args.model else None,
-        warn=warn_once(),
-    )
-    if loaded.table.problems and not args.allow_partial:
-        print(format_refusal(loaded.table, "push"), file=sys.stderr)
-        return EXIT_INCOMPLETE
+    loaded = load_table(args.results_dir, args.selection, warn=warn_once())
     model = one_model(loaded.table, args.model)
-    files = hub_files(loaded.table, loaded.results, model, source_url=args.source_url,
+    # The model's row alone: another model's problems do not hold this one back.
+    table = build_table(loaded.results, load_selection(loaded.selection_path), models=[model])
+    if table.problems and not args.allow_partial:
+        print(format_refusal(table, "push"), file=sys.stderr)
+        return EXIT_INCOMPLETE
+    files = hub_files(table, loaded.results, model, source_url=args.source_url,
                       results_dir=args.results_dir, warn=warn_once())  # fmt: skip
     where = f"{args.to_model} (a pull request)"
     for name, text in files.items():
