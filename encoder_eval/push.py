@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="stage and list the files, print the staging folder, upload nothing",
+        help="stage and list the files, print the staging folder, upload nothing "
+        "(--to-model: list the files with their contents)",
     )
     p.add_argument(
         "--token",

@@ -235,6 +235,8 @@ def test_euroeval_records_are_eee_records_euroeval_reads_as_the_legacy_ones(repo
         if jsonschema is not None:
             jsonschema.validate(rec, SCHEMA)
         assert rec["schema_version"] == "0.2.1" == SCHEMA["version"]
+        assert rec["evaluation_id"] == f"{old['dataset']}/{old['model']}/" + rec[
+            "retrieved_timestamp"]  # the schema's eval_name/model_id/retrieved_timestamp
         assert _is_eee_record(rec) and not _is_eee_record(old)
         # EuroEval reads back what the legacy record says (its `from_dict` of either).
         got = _euroeval_reads(rec)

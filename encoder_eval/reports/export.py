@@ -293,12 +293,16 @@ def eee_records(table: Table, results: list[LoadedResult], now: float | None = N
     is the records' `retrieved_timestamp`."""
     now = time.time() if now is None else now
     cells = included_cells(table, results)
-    return [
-        redact_data(eee_record(table, m, t, cells.get((m, t), []), now))[0]
-        for m in table.models
-        for t in table.tasks
-        if (m, t) in table.cells and table.cells[(m, t)].mean is not None
-    ]
+    records = []
+    for m in table.models:
+        for t in table.tasks:
+            if (m, t) in table.cells and table.cells[(m, t)].mean is not None:
+                record = redact_data(eee_record(table, m, t, cells.get((m, t), []), now))[0]
+                # Made of redacted parts; redacted whole, it would read as a local path.
+                name = record["model_info"]["name"]
+                record["evaluation_id"] = f"{t}/{name}/{record['retrieved_timestamp']}"
+                records.append(record)
+    return records
 
 
 def example_rows(table: Table, results: list[LoadedResult]) -> Iterator[dict]:

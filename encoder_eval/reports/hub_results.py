@@ -82,7 +82,7 @@ def _notes(table: Table, model: str, task: str, results: list[LoadedResult]) -> 
     parts = [
         f"{spec.label} x100 on the {knobs.report_split} split ({langs}); mean of "
         f"{cell.n} fine-tuning seed(s) ({', '.join(map(str, seeds))}), std {std}; "
-        f"learning rate {cell.lr:g} selected on the select seeds"
+        f"learning rate {cell.lr:g} (selected on the select-phase seeds)"
     ]
     revisions = {(r.data.get("provenance") or {}).get("model_revision") for r in results}
     if len(revisions) == 1 and (rev := revisions.pop()):
@@ -94,7 +94,7 @@ def _notes(table: Table, model: str, task: str, results: list[LoadedResult]) -> 
     if table.problems:
         problems = "; ".join(f"{p.message} [{p.rule}]" for p in table.problems)
         parts.append(f"NOT A PROTOCOL TABLE (exported with --allow-partial): {problems}")
-    return ". ".join(parts) + "."
+    return "; ".join(parts)
 
 
 def hub_entry(
