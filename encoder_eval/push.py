@@ -42,6 +42,7 @@ from encoder_eval.core.errors import (
     report_errors,
     warn_once,
 )
+from encoder_eval.plans.selection import load_selection
 from encoder_eval.reports.hub_results import check_source_url, hub_files, one_model
 from encoder_eval.reports.share import (
     EVAL_RESULTS_DIR,
@@ -53,7 +54,6 @@ from encoder_eval.reports.share import (
     upload_eval_results,
     upload_staged,
 )
-from encoder_eval.plans.selection import load_selection
 from encoder_eval.reports.table import add_table_arguments, build_table, format_refusal, load_table
 
 
@@ -122,7 +122,7 @@ def _check(args: argparse.Namespace) -> None:
         flags = ("create", "private", "report", "path_in_repo")
         if given := [f"--{f.replace('_', '-')}" for f in flags if getattr(args, f)]:
             raise HarnessError(
-                f"{', '.join(given)} are for --repo (a dataset repository); --to-model "
+                f"{', '.join(given)}: for --repo (a dataset repository) only; --to-model "
                 f"opens a pull request adding {EVAL_RESULTS_DIR}/ to the model repository"
             )
     else:

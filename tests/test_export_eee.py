@@ -235,8 +235,9 @@ def test_euroeval_records_are_eee_records_euroeval_reads_as_the_legacy_ones(repo
         if jsonschema is not None:
             jsonschema.validate(rec, SCHEMA)
         assert rec["schema_version"] == "0.2.1" == SCHEMA["version"]
-        assert rec["evaluation_id"] == f"{old['dataset']}/{old['model']}/" + rec[
-            "retrieved_timestamp"]  # the schema's eval_name/model_id/retrieved_timestamp
+        assert (
+            rec["evaluation_id"] == f"{old['dataset']}/{old['model']}/" + rec["retrieved_timestamp"]
+        )  # the schema's eval_name/model_id/retrieved_timestamp
         assert _is_eee_record(rec) and not _is_eee_record(old)
         # EuroEval reads back what the legacy record says (its `from_dict` of either).
         got = _euroeval_reads(rec)
@@ -266,7 +267,8 @@ def test_euroeval_records_are_eee_records_euroeval_reads_as_the_legacy_ones(repo
         assert unc["standard_error"]["value"] == pytest.approx(se, rel=1e-12)
         ci = unc["confidence_interval"]
         assert (ci["lower"], ci["upper"]) == pytest.approx(
-            (100 * want["ci"]["low"], 100 * want["ci"]["high"]), rel=1e-12)
+            (100 * want["ci"]["low"], 100 * want["ci"]["high"]), rel=1e-12
+        )
         assert want["ci"]["method"] == "t" and ci["confidence_level"] == 0.95
         # So EuroEval's `_se` is the t half-width (2.776 SE for 5 seeds), not 1.96 SE.
         assert got["total"][f"{key}_se"] == pytest.approx(2.7764451 * se, rel=1e-6)

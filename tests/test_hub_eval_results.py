@@ -111,9 +111,7 @@ def test_one_file_per_task_in_the_hubs_format_with_the_tables_numbers(report_dir
         assert "model revision rev-a" in notes
 
 
-def test_a_table_with_problems_is_refused_unless_allow_partial_and_then_says_so(
-    report_dir, capsys
-):
+def test_a_table_with_problems_is_refused_unless_allow_partial_and_then_says_so(report_dir, capsys):
     (report_dir / "report" / result_filename("enc-a", "xnli", LR_GRID["lr05"], 49)).unlink()
     out = report_dir / "eval_results"
     args = ["--format", "hub-eval-results", *_common(report_dir), "--models", "enc-a",
@@ -138,11 +136,31 @@ def test_refusals_before_any_work(report_dir, capsys):
     cases = [
         ([*base, "--source-url", URL, "--out", str(report_dir / "o")], "has 2 (enc-a, enc-b)"),
         ([*base, "--models", "enc-a", "--out", str(report_dir / "o")], "--source-url None"),
-        ([*base, "--models", "enc-a", "--source-url", "file:///home/me/results", "--out",
-          str(report_dir / "o")], "must be an https:// link"),  # fmt: skip
+        (
+            [
+                *base,
+                "--models",
+                "enc-a",
+                "--source-url",
+                "file:///home/me/results",
+                "--out",
+                str(report_dir / "o"),
+            ],
+            "must be an https:// link",
+        ),  # fmt: skip
         ([*base, "--models", "enc-a", "--source-url", URL], "give --out DIR"),
-        ([*base, "--models", "enc-a", "--source-url", URL, "--out",
-          str(report_dir / "report" / "x")], "lies in --results-dir"),  # fmt: skip
+        (
+            [
+                *base,
+                "--models",
+                "enc-a",
+                "--source-url",
+                URL,
+                "--out",
+                str(report_dir / "report" / "x"),
+            ],
+            "lies in --results-dir",
+        ),  # fmt: skip
     ]
     for args, message in cases:
         assert export.main(args) == EXIT_INPUT_ERROR, args
@@ -204,7 +222,7 @@ def test_push_to_model_dry_run_needs_no_token_nor_network(report_dir, capsys, hu
 def test_push_to_model_refusals_and_no_local_path(report_dir, capsys, hub):
     base = [*_common(report_dir), "--to-model", "org/enc-a", "--source-url", URL]
     for more, message in [([], "has 2 (enc-a, enc-b)"),
-                          (["--model", "enc-a", "--create"], "--create are for --repo"),
+                          (["--model", "enc-a", "--create"], "--create: for --repo"),
                           (["--model", "nope"], "nope")]:  # fmt: skip
         assert push.main([*base, *more]) == EXIT_INPUT_ERROR
         assert message in capsys.readouterr().err
