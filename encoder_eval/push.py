@@ -43,7 +43,12 @@ from encoder_eval.core.errors import (
     warn_once,
 )
 from encoder_eval.plans.selection import load_selection
-from encoder_eval.reports.hub_results import check_source_url, hub_files, one_model
+from encoder_eval.reports.hub_results import (
+    check_model_repo,
+    check_source_url,
+    hub_files,
+    one_model,
+)
 from encoder_eval.reports.share import (
     EVAL_RESULTS_DIR,
     TableRefused,
@@ -166,6 +171,7 @@ def _push_to_model(args: argparse.Namespace) -> int:
     if table.problems and not args.allow_partial:
         print(format_refusal(table, "push"), file=sys.stderr)
         return EXIT_INCOMPLETE
+    check_model_repo(table, loaded.results, model, args.to_model)
     files = hub_files(table, loaded.results, model, source_url=args.source_url,
                       results_dir=args.results_dir, warn=warn_once())  # fmt: skip
     where = f"{args.to_model} (a pull request)"

@@ -226,6 +226,18 @@ def test_push_to_model_refusals_and_no_local_path(report_dir, capsys, hub):
                           (["--model", "nope"], "nope")]:  # fmt: skip
         assert push.main([*base, *more]) == EXIT_INPUT_ERROR
         assert message in capsys.readouterr().err
+    # Cells that recorded another Hub model: their scores are not this model's.
+    xnli = [report_dir / "report" / result_filename("enc-a", "xnli", LR_GRID["lr05"], seed)
+            for seed in SEEDS]  # fmt: skip
+    originals = [p.read_text() for p in xnli]
+    for p, text in zip(xnli, originals, strict=True):
+        data = json.loads(text)
+        data["provenance"]["model_path"] = "org/other"  # as `run --record-model-path` records
+        p.write_text(json.dumps(data))
+    assert push.main([*base, "--model", "enc-a"]) == EXIT_INPUT_ERROR
+    assert "ran the Hub model org/other, not org/enc-a" in capsys.readouterr().err
+    for p, text in zip(xnli, originals, strict=True):
+        p.write_text(text)
     # A problem naming a local path: refused, then with --allow-partial pushed without it.
     path = report_dir / "report" / result_filename("enc-a", "glue_cola", LR_GRID["lr05"], 45)
     data = json.loads(path.read_text())

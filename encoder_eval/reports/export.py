@@ -54,7 +54,7 @@ EEE_SCHEMA_VERSION = "0.2.1"
 HARNESS_NAME = "encoder-eval-harness"
 
 
-def _model_name(results: list[LoadedResult], model: str) -> str:
+def model_name(results: list[LoadedResult], model: str) -> str:
     """The model as EuroEval names it (a Hub id): the recorded model path when the cells
     recorded one (`run --record-model-path`) and it is a Hub id, else the model's key in
     the table. A local directory is never written: the records are meant to be shared."""
@@ -92,7 +92,7 @@ def euroeval_record(table: Table, model: str, task: str, results: list[LoadedRes
         "dataset_languages": list(
             (first.get("report") or {}).get("languages_in_mean") or knobs.euro_languages
         ),
-        "model": _model_name(results, model),
+        "model": model_name(results, model),
         "results": {"raw": raw, "total": total},
         "num_model_parameters": UNKNOWN,
         "max_sequence_length": int(recipe.get("max_seq_len") or UNKNOWN),

@@ -25,7 +25,7 @@ from encoder_eval.core.metrics import metric_spec
 from encoder_eval.core.results import LoadedResult
 from encoder_eval.data.tasks import task_knobs
 from encoder_eval.plans.experiment import redact_data
-from encoder_eval.reports.export import HARNESS_NAME, hub_revision
+from encoder_eval.reports.export import HARNESS_NAME, hub_revision, model_name
 from encoder_eval.reports.share import EVAL_RESULTS_DIR, local_roots, scrub_text
 from encoder_eval.reports.table import Table
 from encoder_eval.reports.verdicts import included_cells
@@ -59,6 +59,18 @@ def one_model(table: Table, model: str | None) -> str:
             f"{len(table.models)} ({', '.join(table.models)}); name one"
         )
     return table.models[0]
+
+
+def check_model_repo(table: Table, results: list[LoadedResult], model: str, repo: str) -> None:
+    """Refuse to put `model`'s scores on the page of `repo` when its cells recorded
+    (`run --record-model-path`) that they ran another Hub model."""
+    cells = included_cells(table, results)
+    ran = model_name([r for (m, _), rs in cells.items() if m == model for r in rs], model)
+    if ran != model and ran != repo:
+        raise HarnessError(
+            f"the cells of {model} ran the Hub model {ran}, not {repo}: its scores belong "
+            f"on {ran}'s page (--to-model {ran})"
+        )
 
 
 def _versions(results: list[LoadedResult]) -> str:
