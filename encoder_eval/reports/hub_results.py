@@ -56,7 +56,8 @@ def one_model(table: Table, model: str | None) -> str:
     if len(table.models) != 1:
         raise HarnessError(
             "the Hub's results describe one model and the table has "
-            f"{len(table.models)} ({', '.join(table.models)}); name one"
+            f"{len(table.models)} ({', '.join(table.models)}); name one (export: "
+            "--models NAME; push: --model NAME)"
         )
     return table.models[0]
 
@@ -93,9 +94,10 @@ def _notes(table: Table, model: str, task: str, results: list[LoadedResult]) -> 
     langs = ", ".join(knobs.euro_languages)
     parts = [
         f"{spec.label} x100 on the {knobs.report_split} split ({langs}); mean of "
-        f"{cell.n} fine-tuning seed(s) ({', '.join(map(str, seeds))}), std {std}; "
-        f"learning rate {cell.lr:g} (selected on the select-phase seeds)"
+        f"{cell.n} fine-tuning seed(s) ({', '.join(map(str, seeds))}), std {std}"
     ]
+    if cell.lr is not None:
+        parts.append(f"learning rate {cell.lr:g} (selected on the select-phase seeds)")
     revisions = {(r.data.get("provenance") or {}).get("model_revision") for r in results}
     if len(revisions) == 1 and (rev := revisions.pop()):
         parts.append(f"model revision {rev}")
