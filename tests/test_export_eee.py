@@ -317,3 +317,17 @@ def test_source_url_belongs_to_hub_eval_results(report_dir, capsys):
                         "--source-url", "https://huggingface.co/x"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == EXIT_INPUT_ERROR and "--source-url is for --format hub-eval-results" in err
+
+
+def test_a_recorded_local_model_path_never_reaches_a_record(report_dir, capsys, tmp_path):
+    """`--record-model-path` recorded a local folder for enc-a and a Hub id for enc-b: the
+    record names enc-a by its key and enc-b by its Hub id, and holds no local path."""
+    local = tmp_path / "models" / "enc-a"
+    for path in report_dir.glob("enc-*_s4?.json"):
+        data = json.loads(path.read_text())
+        data["provenance"]["model_path"] = str(local) if "enc-a" in path.name else "org/enc-b"
+        path.write_text(json.dumps(data))
+    records = _export(capsys, report_dir, "euroeval")
+    assert {r["model_info"]["id"] for r in records} == {"enc-a", "org/enc-b"}
+    assert str(tmp_path) not in json.dumps(records)
+    assert {r["evaluation_id"].rsplit("/", 1)[0] for r in records} >= {"xnli/org/enc-b"}
