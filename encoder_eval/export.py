@@ -2,15 +2,22 @@
 
 Usage::
 
-    # EuroEval's benchmark-result records, one line per (model, task) of the table
+    # EuroEval's "Every Eval Ever" records, one line per (model, task) of the table
     encoder-eval export --format euroeval --results-dir results/report --out ours.jsonl
+    # EuroEval's older BenchmarkResult records (what it read before 2026-03)
+    encoder-eval export --format euroeval-legacy --results-dir results/report --out old.jsonl
+    # the Hub's model-page results of one model: one YAML file per task in a folder
+    encoder-eval export --format hub-eval-results --results-dir results/report \\
+        --models my-encoder --source-url https://huggingface.co/datasets/me/results \\
+        --out eval_results/
     # one JSON Lines row per report example, language and seed (from the predictions files)
     encoder-eval export --format examples --results-dir results/report --out examples.jsonl
 
-Both read the `summarize` table of the folder (same inputs, same refusals: exit 1 unless
-`--allow-partial`) and export the cells it counts: each pair's selected LR, its finished
+Each reads the `summarize` table of the folder (same inputs, same refusals: exit 1 unless
+`--allow-partial`) and exports the cells it counts: each pair's selected LR, its finished
 report seeds. docs/export.md gives every field. The library is
-`encoder_eval.reports.export`. Exit status: 0 written; 1 refused; 2 bad input.
+`encoder_eval.reports.export` (and `reports.hub_results`). Exit status: 0 written; 1
+refused; 2 bad input.
 """
 
 from __future__ import annotations
@@ -27,28 +34,46 @@ from encoder_eval.core.errors import (
     report_errors,
     warn_once,
 )
-from encoder_eval.core.fileio import check_output_file, write_output
+from encoder_eval.core.fileio import check_output_file, write_atomic, write_output
 from encoder_eval.plans.experiment import check_table_output
 from encoder_eval.plans.plan import split_csv
-from encoder_eval.reports.export import FORMATS, euroeval_records, example_rows, to_jsonl
+from encoder_eval.reports.export import (
+    FORMATS,
+    eee_records,
+    euroeval_records,
+    example_rows,
+    to_jsonl,
+)
+from encoder_eval.reports.hub_results import check_source_url, hub_files, one_model
 from encoder_eval.reports.table import add_table_arguments, load_table, refusal
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="encoder-eval export",
-        description="Export the table's cells as EuroEval benchmark-result records, or one "
-        "row per report example.",
+        description="Export the table's cells as EuroEval's records (Every Eval Ever, or "
+        "its older BenchmarkResult), as the Hub's model-page results, or one row per "
+        "report example.",
     )
     p.add_argument(
         "--format",
         choices=FORMATS,
         required=True,
-        help="euroeval: EuroEval's euroeval_benchmark_results.jsonl records; "
-        "examples: one row per example, language and seed",
+        help="euroeval: EuroEval's Every Eval Ever (EEE) records; euroeval-legacy: its "
+        "older BenchmarkResult records; hub-eval-results: one .eval_results YAML file per "
+        "task for a model's Hub page (--out DIR, --source-url); examples: one row per "
+        "example, language and seed",
     )
     add_table_arguments(p, allow_partial="export despite the table's problems (the cells it has)")
-    p.add_argument("--out", help="write here instead of stdout")
+    p.add_argument(
+        "--out",
+        help="write here instead of stdout (hub-eval-results: the folder for the files)",
+    )
+    p.add_argument(
+        "--source-url",
+        help="hub-eval-results: the https link each entry's source names (where the "
+        "results can be read, e.g. the dataset repository of `push --repo`)",
+    )
     return p
 
 
@@ -57,7 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not Path(args.results_dir).is_dir():
         raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
-    if args.out:  # every output path before any work
+    hub = args.format == "hub-eval-results"
+    if hub:  # every output path before any work
+        _check_hub_out(args)
+    elif args.source_url:
+        raise HarnessError("--source-url is for --format hub-eval-results")
+    elif args.out:
         check_output_file(args.out, "--out")
         check_table_output(args.out, args.results_dir, args.selection)
     loaded = load_table(
@@ -70,12 +100,38 @@ def main(argv: list[str] | None = None) -> int:
     if refused := refusal(loaded.table, args.allow_partial, "export"):
         print(refused, file=sys.stderr)
         return EXIT_INCOMPLETE
+    if hub:
+        model = one_model(loaded.table, None)
+        files = hub_files(loaded.table, loaded.results, model, source_url=args.source_url,
+                          results_dir=args.results_dir, warn=warn_once())  # fmt: skip
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            write_atomic(out / name, text)
+            print(out / name)
+        return EXIT_OK
     if args.format == "euroeval":
+        rows = eee_records(loaded.table, loaded.results)
+    elif args.format == "euroeval-legacy":
         rows = euroeval_records(loaded.table, loaded.results)
     else:
         rows = example_rows(loaded.table, loaded.results)
     write_output(to_jsonl(rows), args.out)
     return EXIT_OK
+
+
+def _check_hub_out(args: argparse.Namespace) -> None:
+    """hub-eval-results: a source link, and an output folder that is not (inside) the
+    results folder (which keeps results only)."""
+    check_source_url(args.source_url)
+    if not args.out:
+        raise HarnessError("--format hub-eval-results writes one file per task: give --out DIR")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise HarnessError(f"--out {args.out} is not a folder (hub-eval-results writes several)")
+    results = Path(args.results_dir).resolve()
+    if out.resolve() == results or results in out.resolve().parents:
+        raise HarnessError(f"--out {args.out} lies in --results-dir; choose another folder")
 
 
 if __name__ == "__main__":

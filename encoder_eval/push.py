@@ -9,12 +9,17 @@ Usage::
     # into a folder of an existing repository, with the HTML report
     encoder-eval push --results-dir probe_results --repo my-org/encoder-results \\
         --path-in-repo probes --report
+    # the model's row as its Hub page's evaluation results: a pull request on the model
+    encoder-eval push --results-dir results/report --to-model my-org/my-encoder \\
+        --model my-encoder --source-url https://huggingface.co/datasets/my-org/encoder-results
 
 What goes up: the folder's results (with their predictions files), the selection, the
 `summarize` table as json, markdown and csv, optionally the `report` page, and a
 manifest; local paths are replaced by `<redacted>` (docs/push.md lists where). The table
 is refused as `summarize` refuses it (exit 1) unless `--allow-partial`. One commit, by
-`huggingface_hub` (the `push` extra). The library is `encoder_eval.reports.share`.
+`huggingface_hub` (the `push` extra). With `--to-model REPO`, the model's row goes instead
+as one `.eval_results/<task>.yaml` per task (`export --format hub-eval-results`) in one
+pull request on the model repository. The library is `encoder_eval.reports.share`.
 Exit status: 0 pushed (or staged, with --dry-run); 1 refused or the upload failed; 2 bad
 input (HF_HUB_OFFLINE set without --dry-run included).
 """
@@ -37,15 +42,24 @@ from encoder_eval.core.errors import (
     report_errors,
     warn_once,
 )
+from encoder_eval.plans.selection import load_selection
+from encoder_eval.reports.hub_results import (
+    check_model_repo,
+    check_source_url,
+    hub_files,
+    one_model,
+)
 from encoder_eval.reports.share import (
+    EVAL_RESULTS_DIR,
     TableRefused,
     check_path_in_repo,
     check_repo_id,
     hub_offline,
     stage_results,
+    upload_eval_results,
     upload_staged,
 )
-from encoder_eval.reports.table import add_table_arguments, format_refusal
+from encoder_eval.reports.table import add_table_arguments, build_table, format_refusal, load_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,7 +74,23 @@ def build_parser() -> argparse.ArgumentParser:
         results_dir="report-phase (or probe) result directory",
         filters=False,
     )
-    p.add_argument("--repo", required=True, help="the dataset repository, as org/name")
+    dest = p.add_mutually_exclusive_group(required=True)
+    dest.add_argument("--repo", help="the dataset repository, as org/name")
+    dest.add_argument(
+        "--to-model",
+        metavar="REPO",
+        help="instead: open a pull request on this model repository (org/name) adding "
+        "the model's row as the Hub's evaluation results (.eval_results/<task>.yaml)",
+    )
+    p.add_argument(
+        "--model",
+        help="with --to-model: the table's model whose row goes up (default: its only one)",
+    )
+    p.add_argument(
+        "--source-url",
+        help="with --to-model: the https link each entry's source names (where the "
+        "results can be read, e.g. the dataset repository of --repo)",
+    )
     p.add_argument(
         "--path-in-repo", help="a folder of the repository to upload into (default: its root)"
     )
@@ -76,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="stage and list the files, print the staging folder, upload nothing",
+        help="stage and list the files, print the staging folder, upload nothing "
+        "(--to-model: list the files with their contents)",
     )
     p.add_argument(
         "--token",
@@ -90,7 +121,19 @@ def _check(args: argparse.Namespace) -> None:
     """Every refusal that needs no work, before any file is staged."""
     if not Path(args.results_dir).is_dir():
         raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
-    check_repo_id(args.repo)
+    if args.to_model:
+        check_repo_id(args.to_model)
+        check_source_url(args.source_url)
+        flags = ("create", "private", "report", "path_in_repo")
+        if given := [f"--{f.replace('_', '-')}" for f in flags if getattr(args, f)]:
+            raise HarnessError(
+                f"{', '.join(given)}: for --repo (a dataset repository) only; --to-model "
+                f"opens a pull request adding {EVAL_RESULTS_DIR}/ to the model repository"
+            )
+    else:
+        if args.model or args.source_url:
+            raise HarnessError("--model and --source-url are for --to-model")
+        check_repo_id(args.repo)
     check_path_in_repo(args.path_in_repo)
     if args.private and not args.create:
         raise HarnessError(
@@ -119,10 +162,47 @@ def _stage(args: argparse.Namespace, folder: str):
     )
 
 
+def _push_to_model(args: argparse.Namespace) -> int:
+    """`--to-model`: the model's row as `.eval_results/` files, in one pull request."""
+    loaded = load_table(args.results_dir, args.selection, warn=warn_once())
+    model = one_model(loaded.table, args.model)
+    # The model's row alone: another model's problems do not hold this one back.
+    table = build_table(loaded.results, load_selection(loaded.selection_path), models=[model])
+    if table.problems and not args.allow_partial:
+        print(format_refusal(table, "push"), file=sys.stderr)
+        return EXIT_INCOMPLETE
+    check_model_repo(table, loaded.results, model, args.to_model)
+    files = hub_files(table, loaded.results, model, source_url=args.source_url,
+                      results_dir=args.results_dir, warn=warn_once())  # fmt: skip
+    where = f"{args.to_model} (a pull request)"
+    for name, text in files.items():
+        print(f"{EVAL_RESULTS_DIR}/{name}")
+        if args.dry_run:
+            print("".join(f"    {line}\n" for line in text.splitlines()), end="")
+    if args.dry_run:
+        print(f"dry run: nothing uploaded to {where}", file=sys.stderr)
+        return EXIT_OK
+    try:
+        url = upload_eval_results(files, args.to_model, revision=args.revision,
+                                  commit_message=args.message, token=args.token)  # fmt: skip
+    except HarnessError:
+        raise
+    except Exception as exc:  # the Hub's and the network's errors: one line, no trace
+        message = one_line(f"{type(exc).__name__}: {exc}")
+        if args.token:
+            message = message.replace(args.token, "<token>")
+        print(f"error: the pull request on {args.to_model} failed: {message}", file=sys.stderr)
+        return EXIT_INCOMPLETE
+    print(f"opened a pull request on {where} with {len(files)} file(s): {url}", file=sys.stderr)
+    return EXIT_OK
+
+
 @report_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _check(args)
+    if args.to_model:
+        return _push_to_model(args)
     where = f"datasets/{args.repo}" + (f"/{args.path_in_repo}" if args.path_in_repo else "")
     with tempfile.TemporaryDirectory(prefix="encoder-eval-push-") as tmp:
         folder = tempfile.mkdtemp(prefix="encoder-eval-push-") if args.dry_run else tmp

@@ -80,7 +80,7 @@ def _is(value, types) -> bool:
 
 def test_euroeval_records_follow_the_published_schema_with_the_tables_numbers(report_dir, capsys):
     common = ["--results-dir", str(report_dir), "--selection", str(report_dir / "selection.json")]
-    code, out, err = _run(capsys, export, "--format", "euroeval", *common)
+    code, out, err = _run(capsys, export, "--format", "euroeval-legacy", *common)
     assert code == EXIT_OK, err
     records = [json.loads(line) for line in out.splitlines()]
     table = json.loads(_run(capsys, summarize, *common, "--format", "json")[1])
@@ -157,7 +157,7 @@ def test_examples_are_one_row_per_example_and_seed_from_the_predictions_files(re
 
 def test_export_refuses_a_table_with_problems_unless_allow_partial(report_dir, capsys):
     (report_dir / result_filename("enc-a", "glue_rte", LR_GRID["lr05"], 49)).unlink()
-    args = ["--format", "euroeval", "--results-dir", str(report_dir), "--selection",
+    args = ["--format", "euroeval-legacy", "--results-dir", str(report_dir), "--selection",
             str(report_dir / "selection.json")]  # fmt: skip
     code, out, err = _run(capsys, export, *args)
     assert code == EXIT_INCOMPLETE and out == ""

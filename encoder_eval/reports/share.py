@@ -15,7 +15,9 @@
 Local paths are redacted on the way (`REDACTED_FIELDS`, `redact_paths`), and the table and
 page are computed from the staged, redacted copies, so nothing derived from them carries
 a path either. `upload_staged` is the one Hub call (`HfApi.upload_folder`, a dataset
-repository; `create_repo` first when asked). `huggingface_hub` is imported only there.
+repository; `create_repo` first when asked); `upload_eval_results` opens a pull request
+on a model repository with its `.eval_results/` files (`HfApi.create_commit`,
+`create_pr=True`). `huggingface_hub` is imported only there.
 The command is `encoder_eval.push`.
 """
 
@@ -64,6 +66,7 @@ from encoder_eval.reports.table import Table, build_table, render
 from encoder_eval.reports.verdicts import add_statistics
 
 MANIFEST_SCHEMA = "encoder-eval-push"
+EVAL_RESULTS_DIR = ".eval_results"  # the model repository's folder the Hub reads results from
 RESULTS_SUBDIR = "results"
 TABLE_FORMATS = {"table.json": "json", "table.md": "markdown", "table.csv": "csv"}
 # The fields of a result that hold a local path when one is recorded (`--record-model-path`);
@@ -398,3 +401,39 @@ def upload_staged(
         delete_patterns=[f"{RESULTS_SUBDIR}/*"],
     )
     return str(getattr(info, "commit_url", None) or info)
+
+
+def upload_eval_results(
+    files: dict[str, str],
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    token: str | None = None,
+) -> str:
+    """Open a pull request on the model repository `repo_id` adding `files` (name -> YAML
+    text, `hub_results.hub_files`) under `.eval_results/`: one `HfApi.create_commit` with
+    `create_pr=True`, so nothing lands on the model's branch until its owner merges.
+    Returns the pull request's URL. `token` None: huggingface_hub's own."""
+    try:
+        from huggingface_hub import CommitOperationAdd, HfApi
+    except ImportError:
+        raise HarnessError(
+            "push needs huggingface_hub: pip install 'encoder-eval-harness[push]'"
+        ) from None
+
+    operations = [
+        CommitOperationAdd(path_in_repo=f"{EVAL_RESULTS_DIR}/{name}", path_or_fileobj=text.encode())
+        for name, text in files.items()
+    ]
+    info = HfApi().create_commit(
+        repo_id,
+        operations,
+        commit_message=commit_message
+        or f"Add evaluation results: {len(files)} task(s) (encoder-eval {__version__})",
+        repo_type="model",
+        revision=revision,
+        create_pr=True,
+        token=token,
+    )
+    return str(getattr(info, "pr_url", None) or getattr(info, "commit_url", None) or info)
