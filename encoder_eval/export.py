@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
     ArgumentParser,
-    HarnessError,
     report_errors,
     warn_once,
 )
@@ -31,7 +29,12 @@ from encoder_eval.core.fileio import check_output_file, write_output
 from encoder_eval.plans.experiment import check_table_output
 from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.export import FORMATS, euroeval_records, example_rows, to_jsonl
-from encoder_eval.reports.table import add_table_arguments, load_table, refusal
+from encoder_eval.reports.table import (
+    add_table_arguments,
+    check_results_dirs,
+    load_table,
+    refusal,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,13 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
 @report_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not Path(args.results_dir).is_dir():
-        raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
+    dirs = check_results_dirs(args.results_dir)
     if args.out:  # every output path before any work
         check_output_file(args.out, "--out")
-        check_table_output(args.out, args.results_dir, args.selection)
+        check_table_output(args.out, dirs, args.selection)
     loaded = load_table(
-        args.results_dir,
+        dirs,
         args.selection,
         models=split_csv(args.models) or None,
         tasks=split_csv(args.tasks) or None,

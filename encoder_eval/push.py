@@ -26,7 +26,6 @@ import importlib.util
 import shutil
 import sys
 import tempfile
-from pathlib import Path
 
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
@@ -45,7 +44,7 @@ from encoder_eval.reports.share import (
     stage_results,
     upload_staged,
 )
-from encoder_eval.reports.table import add_table_arguments, format_refusal
+from encoder_eval.reports.table import add_table_arguments, format_refusal, one_results_dir
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,8 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check(args: argparse.Namespace) -> None:
     """Every refusal that needs no work, before any file is staged."""
-    if not Path(args.results_dir).is_dir():
-        raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
+    one_results_dir(
+        args,
+        "push",
+        "push each folder on its own, each into its own --path-in-repo",
+    )
     check_repo_id(args.repo)
     check_path_in_repo(args.path_in_repo)
     if args.private and not args.create:
