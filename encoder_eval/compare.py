@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         family=args.family,
         jobs=args.jobs,
-        cache=open_cache(args.results_dir[0], enabled=not args.no_cache, warn=warn),
+        cache=open_cache(args.results_dir, enabled=not args.no_cache, warn=warn),
     )
     text = render(cmp, args.format)
     write_output(text, args.out)

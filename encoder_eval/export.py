@@ -7,8 +7,9 @@ Usage::
     # one JSON Lines row per report example, language and seed (from the predictions files)
     encoder-eval export --format examples --results-dir results/report --out examples.jsonl
 
-Both read the `summarize` table of the folder (same inputs, same refusals: exit 1 unless
-`--allow-partial`) and export the cells it counts: each pair's selected LR, its finished
+Both read the `summarize` table of the folder, or of several (`--results-dir` repeated:
+one table, `table.load_table`), with the same inputs and refusals (exit 1 unless
+`--allow-partial`), and export the cells it counts: each pair's selected LR, its finished
 report seeds. docs/export.md gives every field. The library is
 `encoder_eval.reports.export`. Exit status: 0 written; 1 refused; 2 bad input.
 """

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         correction=args.correction,
         alpha=args.alpha,
         jobs=args.jobs,
-        cache=open_cache(dirs[0], enabled=not args.no_cache, warn=warn),
+        cache=open_cache(dirs, enabled=not args.no_cache, warn=warn),
         title=args.title,
         warn=warn,
     )

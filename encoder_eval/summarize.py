@@ -18,8 +18,8 @@ of the report-split score over the report seeds 45-49 at the LR chosen in
 two-level bootstrap over seeds and report examples); nothing is picked here. Per task the
 best model is bold and `≈` marks each model `compare` calls not distinguishable from it
 (`--no-marks` skips the tests; the comparisons run on `--jobs N` processes and are kept in
-the results folder's `.stats-cache/`, so another format reads them back: `--no-cache`
-neither reads nor writes it). Scores are shown x100. Each task's column
+the (first) results folder's `.stats-cache/`, so another format reads them back:
+`--no-cache` neither reads nor writes it). Scores are shown x100. Each task's column
 names its metric; tasks reported on dev (validation) are marked `*`. Bucket columns
 (Multilingual, GLUE, SuperGLUE, Ranking) average the model's task means within the bucket
 (shown for a bucket of two or more of the table's tasks; JSON and CSV carry every bucket),
@@ -52,6 +52,12 @@ The table is refused (exit 1, each offending cell listed) when:
   identity or selection split).
 
 The footnote and the json format name the selection split the table used.
+
+`--results-dir` repeated makes one table of several folders (`table.load_table`: each
+folder's selection from its experiment file, or `--selection` once for all or once per
+folder); besides the rules above, a folder named twice, a cell in two folders with other
+contents, a model its folders' selections choose otherwise for, and folders of other
+protocols are refused with one error (docs/tables.md).
 
 `--allow-partial` prints the table anyway and turns every problem into a footnote; cells
 averaged over fewer seeds than expected carry `†` and a footnote such as "avg@2 instead of
@@ -170,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             marks_family=args.marks_family,
             jobs=args.jobs,
-            cache=open_cache(dirs[0], enabled=not args.no_cache, warn=warn),
+            cache=open_cache(dirs, enabled=not args.no_cache, warn=warn),
         )
     text = render(table, args.format)
     if note := loaded.seeds_note():
