@@ -264,3 +264,31 @@ def test_twin_on_other_seeds_is_counted_as_such(two, capsys):
     code, _, err = run(capsys, summarize, *both(two), "--no-marks")
     assert code == EXIT_INCOMPLETE and "[missing_seeds]" in err and "[off_protocol]" in err
     assert "model-a" not in err.split("[missing_seeds]")[1].split("[")[0]
+
+
+def test_select_sweeps_of_other_protocols(two, tmp_path, capsys):
+    """Each selection records its select sweep's experiment: a shrunken one beside the
+    protocol's is refused, whichever report folder it reaches."""
+    r1, r2, selection = two
+    for path, steps in ((selection, None), (tmp_path / "short.json", 100)):
+        doc = make_selection({(m, t): "lr05" for m in SKILL for t in TASKS})
+        doc["experiment"] = {"version": 1, "phase": "select", "tasks": list(TASKS)}
+        if steps:
+            doc["experiment"]["recipe"] = {"max_steps": steps}
+        path.write_text(json.dumps(doc), encoding="utf-8")
+    text = (r2 / "experiment.toml").read_text(encoding="utf-8")
+    (r2 / "experiment.toml").write_text(text.replace(str(selection), str(tmp_path / "short.json")))
+    code, _, err = run(capsys, summarize, *both(two), "--allow-partial", "--no-marks")
+    assert code == EXIT_INPUT_ERROR and err.count("error:") == 1
+    assert "(its select sweep)" in err and "recipe.max_steps" in err
+    code, _, err = run(capsys, summarize, "--results-dir", r2, "--allow-partial", "--no-marks")
+    assert code == EXIT_OK, err  # one folder alone: nothing to disagree with
+
+
+def test_probe_results_make_a_table_of_one_folder(two, capsys):
+    r1, r2, _ = two
+    (r2 / "m_glue_rte_mean.probe.json").write_text("{}", encoding="utf-8")
+    for command in (summarize, leaderboard):
+        code, out, err = run(capsys, command, *both(two))
+        assert code == EXIT_INPUT_ERROR and out == "" and err.count("error:") == 1
+        assert "holds probe results, which make a table of one --results-dir" in err

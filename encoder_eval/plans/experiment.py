@@ -1047,7 +1047,7 @@ def check_table_output(
     if not out:
         return
     dirs = as_dir_list(results_dirs)
-    given = [selection] if isinstance(selection, str) else list(selection or [])
+    given = [selection] if isinstance(selection, (str, os.PathLike)) else list(selection or [])
     for results_dir, chosen in zip(dirs, pair_selections(dirs, given), strict=True):
         recorded = select_dir = None
         try:
@@ -1088,29 +1088,29 @@ def pair_selections(dirs: list[str], selections: list[str]) -> list[str | None]:
 
 
 # The entries of an experiment file that decide what its cells computed: folders whose
-# files disagree on one ran other protocols and share no table (the report seeds may
-# differ: a noise-check twin runs other seeds, and the table counts them as it counts any).
+# files disagree on one ran other protocols and share no table. The report seeds may
+# differ (a noise-check twin runs other seeds; the table counts them as it counts any);
+# so may the extra run arguments (local folders, trackers; a recipe flag among them is in
+# every cell's recipe, which the table compares).
 _PROTOCOL_KEYS = (
     "lr_keys",
     "seeds.select",
     "recipe.max_steps",
     "recipe.max_seq_len",
     "selection_split",
-    "extra_run_args",
 )
 
 
 def protocol_differences(a: Experiment, b: Experiment) -> list[str]:
     """`entry: a -> b` for each protocol entry (`_PROTOCOL_KEYS`: the select grid and
-    seeds, the recipe overrides, the selection split, the extra run arguments) two
-    experiments disagree on, an entry left unset read as the protocol's value."""
+    seeds, the recipe overrides, the selection split) two experiments disagree on, an
+    entry left unset read as the protocol's value."""
     defaults = {
         "lr_keys": list(LR_GRID),
         "seeds.select": list(PHASE_SEEDS["select"]),
         "recipe.max_steps": PROTOCOL_RECIPE.max_steps,
         "recipe.max_seq_len": PROTOCOL_RECIPE.max_seq_len,
         "selection_split": SELECTION_SPLITS[0],
-        "extra_run_args": [],
     }
     fa, fb = _flat(a.to_dict()), _flat(b.to_dict())
     out = []

@@ -1051,16 +1051,21 @@ def _read_folder(path: str, selection: str | None, warn: Callable[[str], None] |
 def _check_protocols(folders: list[_Folder]) -> None:
     """Refuse folders whose experiment files, or whose selections' select sweeps, ran
     other protocols (`experiment.protocol_differences`): their cells share no table."""
-    recorded = [(str(f.experiment_path), f.experiment) for f in folders if f.experiment]
-    for f in folders:
-        if (exp := from_selection(f.selection, f.selection_path)) is not None:
-            recorded.append((f"{f.selection_path} (its select sweep)", exp))
-    for where, exp in recorded[1:]:
-        if differs := protocol_differences(recorded[0][1], exp):
-            raise HarnessError(
-                f"{recorded[0][0]} and {where} record other protocols ({'; '.join(differs)}); "
-                "results of other protocols share no table"
-            )
+    if len(folders) < 2:
+        return  # one folder: its cells against its selection's are `build_table`'s rule
+    report = [(str(f.experiment_path), f.experiment) for f in folders if f.experiment]
+    select = [
+        (f"{f.selection_path} (its select sweep)", exp)
+        for f in folders
+        if (exp := from_selection(f.selection, f.selection_path)) is not None
+    ]
+    for recorded in (report, select):
+        for where, exp in recorded[1:]:
+            if differs := protocol_differences(recorded[0][1], exp):
+                raise HarnessError(
+                    f"{recorded[0][0]} and {where} record other protocols "
+                    f"({'; '.join(differs)}); results of other protocols share no table"
+                )
     policies = {}
     for f in folders:
         policy = f.selection.get("policy") or {}
@@ -1150,7 +1155,7 @@ def load_table(
     folders with other contents, a model its folders' selections choose otherwise for.
     The caller refuses a table with problems unless `--allow-partial` (`refusal`)."""
     dirs = check_results_dirs(results_dirs)
-    given = [selection] if isinstance(selection, str) else list(selection or [])
+    given = [selection] if isinstance(selection, (str, os.PathLike)) else list(selection or [])
     chosen = pair_selections(dirs, given)
     folders = [_read_folder(d, s, warn) for d, s in zip(dirs, chosen, strict=True)]
     _check_protocols(folders)
