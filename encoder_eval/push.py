@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_partial="push despite the table's problems (the table carries them as footnotes)",
         results_dir="report-phase (or probe) result directory",
         filters=False,
+        several=False,
     )
     p.add_argument("--repo", required=True, help="the dataset repository, as org/name")
     p.add_argument(

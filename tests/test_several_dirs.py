@@ -94,6 +94,11 @@ def test_one_folder_has_no_phantom_row(two, capsys):
                          "--no-marks")  # fmt: skip
     assert code == EXIT_OK, err
     assert [r["model"] for r in json.loads(out)["rows"]] == ["model-a"]
+    # the leaderboard of model-b's folder alone says nothing of model-a
+    code, out, err = run(capsys, leaderboard, "--results-dir", two[1], "--format", "json",
+                         "--bootstrap", "20")  # fmt: skip
+    assert code == EXIT_OK and "model-a" not in out + err, err
+    assert [r["model"] for r in json.loads(out)["rows"]] == ["model-b"]
 
 
 def test_leaderboard_ranks_both_folders(two, capsys):
@@ -101,10 +106,11 @@ def test_leaderboard_ranks_both_folders(two, capsys):
                          "--bootstrap", "50")  # fmt: skip
     assert code == EXIT_OK, err
     assert "no report result" not in err
-    doc = json.loads(out)
-    rows = doc["rows"] if "rows" in doc else doc["models"]
-    assert sorted(r["model"] for r in rows) == ["model-a", "model-b"]
-    assert rows[0]["model"] == "model-a"  # better on every task
+    rows = json.loads(out)["rows"]
+    assert [r["model"] for r in rows] == ["model-a", "model-b"]
+    for row in rows:
+        assert row["task_means"] == pytest.approx({t: SKILL[row["model"]] + 0.047 for t in TASKS})
+    assert rows[0]["mean_rank"]["value"] == 1.0  # model-a is better on every task
 
 
 def test_report_page_of_both_folders(two, tmp_path, capsys):

@@ -911,24 +911,31 @@ def add_table_arguments(
     allow_partial: str,
     results_dir: str = "report-phase result directory",
     filters: bool = True,
+    several: bool = True,
 ) -> None:
     """The flags of every command that reads the report table of results folders
     (`load_table`): `--results-dir` and `--selection` (both repeatable:
     `experiment.pair_selections`), `--models`, `--tasks`, `--allow-partial` (its help,
     `allow_partial`, says what the command does despite problems). `filters=False`: no
-    `--models`/`--tasks` (`push` shares the whole folder)."""
+    `--models`/`--tasks` (`push` shares the whole folder). `several=False`: the command
+    reads one folder, and refuses a repeated flag (`one_results_dir`), never keeping the
+    last."""
     p.add_argument(
         "--results-dir",
         action="append",
         required=True,
-        help=f"{results_dir} (repeatable: one table over several folders)",
+        help=results_dir + (" (repeatable: one table over several folders)" if several else ""),
     )
     p.add_argument(
         "--selection",
         action="append",
-        help="selection.json from encoder-eval select (default: the one each results "
-        "directory's experiment file names; repeatable: one for every folder, or one per "
-        "--results-dir in order)",
+        help="selection.json from encoder-eval select (default: the one "
+        + (
+            "each results directory's experiment file names; repeatable: one for every "
+            "folder, or one per --results-dir in order)"
+            if several
+            else "the results directory's experiment file names)"
+        ),
     )
     if filters:
         p.add_argument("--models", help="comma-separated models (default: selection + results)")
