@@ -5,7 +5,8 @@ Usage::
     encoder-eval compare --results-dir results/report [--models a,b,c] [--reference a]
         [--correction holm|fdr_bh] [--alpha 0.05] [--family table|pair] [--jobs N] [--no-cache]
         [--format markdown|json|csv] [--out F]
-    # models reported in several directories (each with its own experiment file):
+    # models reported in several directories (each with its own experiment file, or
+    # --selection once for all or once per directory):
     encoder-eval compare --results-dir results/report --results-dir results/report-new
 
 For every pair of models (or every model against `--reference`) and every task of the
@@ -61,11 +62,10 @@ from encoder_eval.core.errors import (
 from encoder_eval.core.fileio import check_output_file, write_output
 from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.comparison_cache import open_cache
-from encoder_eval.reports.table import add_table_arguments, refusal
+from encoder_eval.reports.table import add_table_arguments, load_table, refusal
 from encoder_eval.reports.verdicts import (
     add_statistics_arguments,
     compare_table,
-    load_report_dirs,
     render,
 )
 
@@ -78,7 +78,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_table_arguments(
         p,
-        several=True,
         allow_partial="compare despite the table's problems (listed as notes)",
     )
     p.add_argument("--reference", help="compare every other model with this one only")
@@ -100,13 +99,14 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.out:  # before any work
         check_output_file(args.out, "--out")
-    table, results = load_report_dirs(
+    loaded = load_table(
         args.results_dir,
         args.selection,
-        warn,
-        split_csv(args.models) or None,
-        split_csv(args.tasks) or None,
+        models=split_csv(args.models) or None,
+        tasks=split_csv(args.tasks) or None,
+        warn=warn,
     )
+    table, results = loaded.table, loaded.results
     if refused := refusal(table, args.allow_partial, "compare"):
         print(refused, file=sys.stderr)
         return EXIT_INCOMPLETE
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         family=args.family,
         jobs=args.jobs,
-        cache=open_cache(args.results_dir[0], enabled=not args.no_cache, warn=warn),
+        cache=open_cache(args.results_dir, enabled=not args.no_cache, warn=warn),
     )
     text = render(cmp, args.format)
     write_output(text, args.out)

@@ -13,8 +13,9 @@ Usage::
     # one JSON Lines row per report example, language and seed (from the predictions files)
     encoder-eval export --format examples --results-dir results/report --out examples.jsonl
 
-Each reads the `summarize` table of the folder (same inputs, same refusals: exit 1 unless
-`--allow-partial`) and exports the cells it counts: each pair's selected LR, its finished
+Each reads the `summarize` table of the folder, or of several (`--results-dir` repeated:
+one table, `table.load_table`), with the same inputs and refusals (exit 1 unless
+`--allow-partial`), and exports the cells it counts: each pair's selected LR, its finished
 report seeds. docs/export.md gives every field. The library is
 `encoder_eval.reports.export` (and `reports.hub_results`). Exit status: 0 written; 1
 refused; 2 bad input.
@@ -45,7 +46,12 @@ from encoder_eval.reports.export import (
     to_jsonl,
 )
 from encoder_eval.reports.hub_results import check_source_url, hub_files, one_model
-from encoder_eval.reports.table import add_table_arguments, load_table, refusal
+from encoder_eval.reports.table import (
+    add_table_arguments,
+    check_results_dirs,
+    load_table,
+    refusal,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,18 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
 @report_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not Path(args.results_dir).is_dir():
-        raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
+    dirs = check_results_dirs(args.results_dir)
     hub = args.format == "hub-eval-results"
     if hub:  # every output path before any work
-        _check_hub_out(args)
+        _check_hub_out(args, dirs)
     elif args.source_url:
         raise HarnessError("--source-url is for --format hub-eval-results")
     elif args.out:
         check_output_file(args.out, "--out")
-        check_table_output(args.out, args.results_dir, args.selection)
+        check_table_output(args.out, dirs, args.selection)
     loaded = load_table(
-        args.results_dir,
+        dirs,
         args.selection,
         models=split_csv(args.models) or None,
         tasks=split_csv(args.tasks) or None,
@@ -103,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     if hub:
         model = one_model(loaded.table, None)
         files = hub_files(loaded.table, loaded.results, model, source_url=args.source_url,
-                          results_dir=args.results_dir, warn=warn_once())  # fmt: skip
+                          results_dir=dirs, warn=warn_once())  # fmt: skip
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
@@ -120,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
-def _check_hub_out(args: argparse.Namespace) -> None:
-    """hub-eval-results: a source link, and an output folder that is not (inside) the
+def _check_hub_out(args: argparse.Namespace, dirs: list[str]) -> None:
+    """hub-eval-results: a source link, and an output folder that is not (inside) a
     results folder (which keeps results only)."""
     check_source_url(args.source_url)
     if not args.out:
@@ -129,9 +134,12 @@ def _check_hub_out(args: argparse.Namespace) -> None:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise HarnessError(f"--out {args.out} is not a folder (hub-eval-results writes several)")
-    results = Path(args.results_dir).resolve()
-    if out.resolve() == results or results in out.resolve().parents:
-        raise HarnessError(f"--out {args.out} lies in --results-dir; choose another folder")
+    for folder in dirs:
+        results = Path(folder).resolve()
+        if out.resolve() == results or results in out.resolve().parents:
+            raise HarnessError(
+                f"--out {args.out} lies in --results-dir {folder}; choose another folder"
+            )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ Usage::
     encoder-eval leaderboard --results-dir results/report \\
         [--selection selection.json] [--models a,b] [--tasks t1,t2] [--allow-partial] \\
         [--format markdown|json|csv] [--out FILE] [--bootstrap 1000] [--seed 0] [--plot DIR]
+    # models reported in several folders: one leaderboard (--results-dir repeated)
+    encoder-eval leaderboard --results-dir results/report --results-dir results/report-new
 
 It reads the accepted `summarize` table (same inputs, same refusals) and gives each model
 four aggregates over the table's tasks, each with a 95 % bootstrap interval on the model's
@@ -52,7 +54,7 @@ from encoder_eval.core.fileio import check_output_dir, check_output_file, write_
 from encoder_eval.core.protocol import seed_arg
 from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.plots import plot_critical_difference
-from encoder_eval.reports.probe_table import has_probe_results, load_probe_results, probe_table
+from encoder_eval.reports.probe_table import load_probe_results, probe_folder, probe_table
 from encoder_eval.reports.ranking import (
     DEFAULT_REPLICATES,
     DEFAULT_SEED,
@@ -61,7 +63,7 @@ from encoder_eval.reports.ranking import (
     notes,
     render,
 )
-from encoder_eval.reports.table import add_table_arguments, load_table
+from encoder_eval.reports.table import add_table_arguments, check_results_dirs, load_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,8 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
 @report_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not Path(args.results_dir).is_dir():
-        raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
+    dirs = check_results_dirs(args.results_dir)
     if args.out:  # every output path before any work
         check_output_file(args.out, "--out")
     if args.plot:
@@ -117,17 +118,17 @@ def main(argv: list[str] | None = None) -> int:
 
     warn = warn_once()
     note = None
-    if has_probe_results(args.results_dir):  # rows (model, pooling), "seeds" the probe folds
+    if probes := probe_folder(dirs):  # rows (model, pooling), "seeds" the probe folds
         if args.selection:
             raise HarnessError("--selection does not apply to probe results")
         table = probe_table(
-            load_probe_results(args.results_dir, warn=warn),
+            load_probe_results(probes, warn=warn),
             models=split_csv(args.models) or None,
             tasks=split_csv(args.tasks) or None,
         )
     else:
         loaded = load_table(
-            args.results_dir,
+            dirs,
             args.selection,
             models=split_csv(args.models) or None,
             tasks=split_csv(args.tasks) or None,

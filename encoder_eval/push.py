@@ -31,7 +31,6 @@ import importlib.util
 import shutil
 import sys
 import tempfile
-from pathlib import Path
 
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
@@ -59,7 +58,13 @@ from encoder_eval.reports.share import (
     upload_eval_results,
     upload_staged,
 )
-from encoder_eval.reports.table import add_table_arguments, build_table, format_refusal, load_table
+from encoder_eval.reports.table import (
+    add_table_arguments,
+    build_table,
+    format_refusal,
+    load_table,
+    one_results_dir,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_partial="push despite the table's problems (the table carries them as footnotes)",
         results_dir="report-phase (or probe) result directory",
         filters=False,
+        several=False,
     )
     dest = p.add_mutually_exclusive_group(required=True)
     dest.add_argument("--repo", help="the dataset repository, as org/name")
@@ -119,8 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check(args: argparse.Namespace) -> None:
     """Every refusal that needs no work, before any file is staged."""
-    if not Path(args.results_dir).is_dir():
-        raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
+    one_results_dir(
+        args,
+        "push",
+        "push each folder on its own, each into its own --path-in-repo",
+    )
     if args.to_model:
         check_repo_id(args.to_model)
         check_source_url(args.source_url)

@@ -3,6 +3,9 @@
 Usage::
 
     encoder-eval report --results-dir results/report --out report.html
+    # models reported in several folders: one page (--results-dir repeated)
+    encoder-eval report --results-dir results/report --results-dir results/report-new \\
+        --out report.html
     # results without an experiment file: name the selection (and the select results,
     # for the learning-rate curves)
     encoder-eval report --results-dir results/report --selection selection.json \\
@@ -21,7 +24,8 @@ The statistics flags are `summarize`'s and `compare`'s (one definition,
 `verdicts.add_statistics_arguments`): `--no-marks`, `--marks-family` for the table's marks;
 `--family` (default table), `--correction`, `--alpha` for the verdicts; `--resamples`,
 `--seed`, `--jobs N`, and `--no-cache` (the comparisons are otherwise read from and kept in
-the results folder's `.stats-cache/`, so a report after `summarize` reuses its marks).
+the (first) results folder's `.stats-cache/`, so a report after `summarize` reuses its
+marks).
 
 The table is refused as `summarize` refuses it (exit 1, each problem listed) unless
 `--allow-partial`, which shows the page with the problems in a banner and the footnotes.
@@ -46,7 +50,7 @@ from encoder_eval.core.fileio import write_atomic
 from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.comparison_cache import open_cache
 from encoder_eval.reports.html import build_report, render_html
-from encoder_eval.reports.table import add_table_arguments, refusal
+from encoder_eval.reports.table import add_table_arguments, check_results_dirs, refusal
 from encoder_eval.reports.verdicts import add_statistics_arguments
 
 
@@ -76,15 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
 @report_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not Path(args.results_dir).is_dir():
-        raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
+    dirs = check_results_dirs(args.results_dir)
     if args.probe_results_dir and not Path(args.probe_results_dir).is_dir():
         raise HarnessError(f"--probe-results-dir {args.probe_results_dir} is not a directory")
     if not Path(args.out).absolute().parent.is_dir():
         raise HarnessError(f"--out {args.out}: its directory does not exist")
     warn = warn_once()
     report = build_report(
-        args.results_dir,
+        dirs,
         selection=args.selection,
         select_results_dir=args.select_results_dir,
         probe_results_dir=args.probe_results_dir,
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         correction=args.correction,
         alpha=args.alpha,
         jobs=args.jobs,
-        cache=open_cache(args.results_dir, enabled=not args.no_cache, warn=warn),
+        cache=open_cache(dirs, enabled=not args.no_cache, warn=warn),
         title=args.title,
         warn=warn,
     )

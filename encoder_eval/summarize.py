@@ -4,6 +4,8 @@ Usage::
 
     encoder-eval summarize --results-dir results/report \\
         [--format markdown|json|csv] [--out FILE]
+    # one table over several folders (a second model, a noise-check twin, in its own):
+    encoder-eval summarize --results-dir results/report --results-dir results/report-twin
     # the selection file and the expected report seeds come from the experiment file the
     # report sweep wrote into results/report; for results without one, name the selection:
     encoder-eval summarize --results-dir results/report --selection selection.json
@@ -16,8 +18,8 @@ of the report-split score over the report seeds 45-49 at the LR chosen in
 two-level bootstrap over seeds and report examples); nothing is picked here. Per task the
 best model is bold and `≈` marks each model `compare` calls not distinguishable from it
 (`--no-marks` skips the tests; the comparisons run on `--jobs N` processes and are kept in
-the results folder's `.stats-cache/`, so another format reads them back: `--no-cache`
-neither reads nor writes it). Scores are shown x100. Each task's column
+the (first) results folder's `.stats-cache/`, so another format reads them back:
+`--no-cache` neither reads nor writes it). Scores are shown x100. Each task's column
 names its metric; tasks reported on dev (validation) are marked `*`. Bucket columns
 (Multilingual, GLUE, SuperGLUE, Ranking) average the model's task means within the bucket
 (shown for a bucket of two or more of the table's tasks; JSON and CSV carry every bucket),
@@ -51,6 +53,12 @@ The table is refused (exit 1, each offending cell listed) when:
 
 The footnote and the json format name the selection split the table used.
 
+`--results-dir` repeated makes one table of several folders (`table.load_table`: each
+folder's selection from its experiment file, or `--selection` once for all or once per
+folder); besides the rules above, a folder named twice, a cell in two folders with other
+contents, a model its folders' selections choose otherwise for, and folders of other
+protocols are refused with one error (docs/tables.md).
+
 `--allow-partial` prints the table anyway and turns every problem into a footnote; cells
 averaged over fewer seeds than expected carry `†` and a footnote such as "avg@2 instead of
 avg@5". Unparseable result files are skipped with one warning each.
@@ -81,11 +89,12 @@ from encoder_eval.plans.experiment import check_table_output
 from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.comparison_cache import open_cache
 from encoder_eval.reports.plots import write_plots
-from encoder_eval.reports.probe_table import has_probe_results, load_probe_results, probe_table
+from encoder_eval.reports.probe_table import load_probe_results, probe_folder, probe_table
 from encoder_eval.reports.table import (
     CI_METHODS,
     FORMATS,
     add_table_arguments,
+    check_results_dirs,
     footnotes,
     load_table,
     refusal,
@@ -139,16 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     warn = warn_once()  # --plots reads the report results again: one warning per file
 
-    if not Path(args.results_dir).is_dir():
-        raise HarnessError(f"--results-dir {args.results_dir} is not a directory")
+    dirs = check_results_dirs(args.results_dir)
     if args.out:  # every output path before any work
         check_output_file(args.out, "--out")
-        check_table_output(args.out, args.results_dir, args.selection)
+        check_table_output(args.out, dirs, args.selection)
     if args.plots:
         check_output_dir(args.plots, "--plots")
 
-    if has_probe_results(args.results_dir):
-        return _main_probe(args, warn)
+    if probes := probe_folder(dirs):
+        return _main_probe(args, probes, warn)
     loaded = load_table(
         args.results_dir,
         args.selection,
@@ -168,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             marks_family=args.marks_family,
             jobs=args.jobs,
-            cache=open_cache(args.results_dir, enabled=not args.no_cache, warn=warn),
+            cache=open_cache(dirs, enabled=not args.no_cache, warn=warn),
         )
     text = render(table, args.format)
     if note := loaded.seeds_note():
@@ -177,14 +185,15 @@ def main(argv: list[str] | None = None) -> int:
         print(refused, file=sys.stderr)
         return EXIT_INCOMPLETE
     if args.plots:
-        select_dir = args.select_results_dir or loaded.select_dir
+        select_dirs = [args.select_results_dir] if args.select_results_dir else loaded.select_dirs
         written = write_plots(
-            Path(select_dir) if select_dir else None,
-            Path(args.results_dir),
-            Path(loaded.selection_path),
+            [Path(d) for d in select_dirs] or None,
+            [Path(d) for d in dirs],
+            None,
             Path(args.plots),
             warn=warn,
             expected_n=len(table.expected_seeds),
+            selection=loaded.selection,
         )
         print(f"wrote {len(written)} plot(s) to {args.plots}", file=sys.stderr)
     if args.format == "csv" and table.problems:
@@ -194,12 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
-def _main_probe(args: argparse.Namespace, warn) -> int:
+def _main_probe(args: argparse.Namespace, results_dir: str, warn) -> int:
     """`summarize` of a folder of probe results (`encoder_eval.cells.probe_cell`)."""
     if args.ci != "t" or args.plots or args.selection:
         raise HarnessError("probe results take the t interval only, no --selection, no --plots")
     table = probe_table(
-        load_probe_results(args.results_dir, warn=warn),
+        load_probe_results(results_dir, warn=warn),
         models=split_csv(args.models) or None,
         tasks=split_csv(args.tasks) or None,
     )

@@ -39,7 +39,8 @@ bash "$OUT/runs/report-twin/run_all.sh" --workers "$WORKERS"
   --models minilm-weak5 --results-dir "$OUT/results/report-weak5" --out-dir "$OUT/runs/report-weak5"
 bash "$OUT/runs/report-weak5/run_all.sh" --workers "$WORKERS"
 
-# The runs are shrunken (off-protocol), so the comparison needs --allow-partial.
-"${EE[@]}" compare --allow-partial --results-dir "$OUT/results/report" \
-  --results-dir "$OUT/results/report-twin" --results-dir "$OUT/results/report-weak5" \
-  --reference minilm --out "$OUT/compare.md"
+# The runs are shrunken (off-protocol), so the table and the comparison need --allow-partial.
+REPORTS=(--results-dir "$OUT/results/report" --results-dir "$OUT/results/report-twin"
+  --results-dir "$OUT/results/report-weak5")
+"${EE[@]}" summarize --allow-partial "${REPORTS[@]}" --out "$OUT/table.md"
+"${EE[@]}" compare --allow-partial "${REPORTS[@]}" --reference minilm --out "$OUT/compare.md"

@@ -24,6 +24,7 @@ from statsmodels.stats.power import TTestIndPower
 
 from encoder_eval.core import metrics, stats
 from encoder_eval.reports import verdicts
+from encoder_eval.reports.table import load_table
 
 FULL_FAMILY = 91 * 17  # every pair of 14 models on 17 tasks: summarize's default marks
 
@@ -311,9 +312,8 @@ def test_compare_cells_equals_the_loop_end_to_end(rng, tmp_path):
                 write_cell_with_predictions(rdir, model, task, "lr05", seed, preds, labels[task])
     selection = make_selection({(m, t): "lr05" for m in "abc" for t in tasks})
     (rdir / "selection.json").write_text(json.dumps(selection))
-    table, results = verdicts.load_report_dirs(
-        [str(rdir)], str(rdir / "selection.json"), warn=lambda *_: None
-    )
+    loaded = load_table(rdir, str(rdir / "selection.json"), warn=lambda *_: None)
+    table, results = loaded.table, loaded.results
     cmp = verdicts.compare_table(table, results, n_resamples=99, seed=11)
     cells = verdicts.included_cells(table, results)
     assert len(cmp.rows) == 3 * len(tasks)

@@ -1036,27 +1036,89 @@ def _own_folder(folder: str, key: str, args: argparse.Namespace, source: str | N
 
 def check_table_output(
     out: str | os.PathLike | None,
-    results_dir: str | os.PathLike,
-    selection: str | None,
+    results_dirs: str | os.PathLike | list[str],
+    selection: str | list[str] | None,
     flag: str = "--out",
 ) -> None:
     """Refuse an output file of a table command (`summarize`, `export`) that is one of the
-    table's inputs: the selection (given, or the one the experiment file records), the
-    experiment file, any file the report or select results folder keeps."""
+    table's inputs, in every results folder of the table: the selections (given, or those
+    the experiment files record), the experiment files, any file a report or select results
+    folder keeps."""
     if not out:
         return
-    recorded = select_dir = None
-    try:
-        exp, _ = in_results_dir(results_dir)
-    except HarnessError:  # the table's reader refuses it next, naming the problem
-        exp = None
-    if exp is not None:
-        report, select = exp.phases.get("report"), exp.phases.get("select")
-        recorded = report.selection if report else None
-        select_dir = select.results_dir if select else None
-    check_output_not_input(
-        out, flag, inputs=(selection, recorded), results_dirs=(results_dir, select_dir)
+    dirs = as_dir_list(results_dirs)
+    given = [selection] if isinstance(selection, (str, os.PathLike)) else list(selection or [])
+    for results_dir, chosen in zip(dirs, pair_selections(dirs, given), strict=True):
+        recorded = select_dir = None
+        try:
+            exp, _ = in_results_dir(results_dir)
+        except HarnessError:  # the table's reader refuses it next, naming the problem
+            exp = None
+        if exp is not None:
+            report, select = exp.phases.get("report"), exp.phases.get("select")
+            recorded = report.selection if report else None
+            select_dir = select.results_dir if select else None
+        check_output_not_input(
+            out, flag, inputs=(chosen, recorded), results_dirs=(results_dir, select_dir)
+        )
+
+
+def as_dir_list(results_dirs: str | os.PathLike | list) -> list[str]:
+    """The `--results-dir` folders as a list (one folder, or the repeated flag's list)."""
+    if isinstance(results_dirs, (str, os.PathLike)):
+        return [os.fspath(results_dirs)]
+    return [os.fspath(d) for d in results_dirs]
+
+
+def pair_selections(dirs: list[str], selections: list[str]) -> list[str | None]:
+    """Each results folder's `--selection`: none (each folder's experiment file names its
+    own), one for every folder, or one per folder in the order of `--results-dir`. The one
+    rule of every table command (`summarize`, `compare`, `leaderboard`, `report`,
+    `export`)."""
+    if not selections:
+        return [None] * len(dirs)
+    if len(selections) == 1:
+        return list(selections) * len(dirs)
+    if len(selections) == len(dirs):
+        return list(selections)
+    raise HarnessError(
+        f"--selection is given {len(selections)} times for {len(dirs)} --results-dir: give "
+        "one for every folder, or one per folder in the order of --results-dir"
     )
+
+
+# The entries of an experiment file that decide what its cells computed: folders whose
+# files disagree on one ran other protocols and share no table. The report seeds may
+# differ (a noise-check twin runs other seeds; the table counts them as it counts any);
+# so may the extra run arguments (local folders, trackers; a recipe flag among them is in
+# every cell's recipe, which the table compares).
+_PROTOCOL_KEYS = (
+    "lr_keys",
+    "seeds.select",
+    "recipe.max_steps",
+    "recipe.max_seq_len",
+    "selection_split",
+)
+
+
+def protocol_differences(a: Experiment, b: Experiment) -> list[str]:
+    """`entry: a -> b` for each protocol entry (`_PROTOCOL_KEYS`: the select grid and
+    seeds, the recipe overrides, the selection split) two experiments disagree on, an
+    entry left unset read as the protocol's value."""
+    defaults = {
+        "lr_keys": list(LR_GRID),
+        "seeds.select": list(PHASE_SEEDS["select"]),
+        "recipe.max_steps": PROTOCOL_RECIPE.max_steps,
+        "recipe.max_seq_len": PROTOCOL_RECIPE.max_seq_len,
+        "selection_split": SELECTION_SPLITS[0],
+    }
+    fa, fb = _flat(a.to_dict()), _flat(b.to_dict())
+    out = []
+    for key in _PROTOCOL_KEYS:
+        va, vb = fa.get(key, defaults[key]), fb.get(key, defaults[key])
+        if va != vb:
+            out.append(f"{key}: {va} -> {vb}")
+    return out
 
 
 def check_output_not_input(
@@ -1295,6 +1357,7 @@ __all__ = [
     "VERSION",
     "check_consent",
     "check_output_not_input",
+    "as_dir_list",
     "check_table_output",
     "check_unchanged",
     "differences",
@@ -1306,6 +1369,8 @@ __all__ = [
     "from_selection",
     "in_results_dir",
     "load",
+    "pair_selections",
+    "protocol_differences",
     "register_tasks",
     "resolve",
     "select_expectations",

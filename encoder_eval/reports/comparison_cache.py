@@ -4,7 +4,8 @@ disk beside the table so that a second `summarize` (another format), a `report` 
 
 An entry is the row before its family's correction (which depends on the other rows), in
 `<results dir>/.stats-cache/` (`results.STATS_CACHE_DIR`, which every reader of results
-passes over), named by the sha256 of everything the row is computed from:
+passes over; for a table over several folders, the first `--results-dir`'s: the key below
+names files, not folders, so an entry is right whichever folder holds it), named by the sha256 of everything the row is computed from:
 
 * the ordered pair and the task (A and B are not swapped: a reversed row is not the same
   floating-point numbers), the task's metric and its language rule;
@@ -242,7 +243,13 @@ def _write_entry(path: Path, text: str) -> None:
 
 
 def open_cache(
-    results_dir: str | os.PathLike, *, enabled: bool = True, warn: Callable[[str], None] | None
+    results_dirs: str | os.PathLike | list,
+    *,
+    enabled: bool = True,
+    warn: Callable[[str], None] | None,
 ) -> ComparisonCache | None:
-    """The comparison cache of `results_dir` (None when `enabled` is False: `--no-cache`)."""
-    return ComparisonCache(Path(results_dir) / STATS_CACHE_DIR, warn) if enabled else None
+    """The comparison cache of a table's results folder, the first of several (None when
+    `enabled` is False: `--no-cache`)."""
+    if not isinstance(results_dirs, (str, os.PathLike)):
+        results_dirs = results_dirs[0]
+    return ComparisonCache(Path(results_dirs) / STATS_CACHE_DIR, warn) if enabled else None

@@ -24,7 +24,7 @@ from encoder_eval import __version__
 from encoder_eval.core.results import LoadedResult
 from encoder_eval.reports.comparison_cache import ComparisonCache
 from encoder_eval.reports.plots import plot_critical_difference, write_plots
-from encoder_eval.reports.probe_table import has_probe_results, load_probe_results, probe_table
+from encoder_eval.reports.probe_table import load_probe_results, probe_folder, probe_table
 from encoder_eval.reports.ranking import (
     AGGREGATES,
     Leaderboard,
@@ -36,6 +36,7 @@ from encoder_eval.reports.ranking import notes as leaderboard_notes
 from encoder_eval.reports.table import (
     Score,
     Table,
+    check_results_dirs,
     footnotes,
     load_table,
     refusal,
@@ -114,7 +115,7 @@ def _leaderboard(report: Report, table: Table, allow_partial: bool, workdir: Pat
 
 
 def build_report(
-    results_dir: str | Path,
+    results_dir: str | Path | list,
     *,
     selection: str | None = None,
     select_results_dir: str | None = None,
@@ -138,15 +139,17 @@ def build_report(
     section. The caller checks `report.table.problems` first: a table with problems is
     refused unless `allow_partial`, as `summarize` refuses it. `marks`, `marks_family`
     are `summarize`'s; `family`, `correction`, `alpha` are `compare`'s; the comparisons
-    run on `jobs` processes and are read from / kept in `cache`."""
-    title = title or f"encoder-eval report: {Path(results_dir).name}"
-    if has_probe_results(results_dir):
-        table = probe_table(load_probe_results(results_dir, warn=warn), models=models, tasks=tasks)
+    run on `jobs` processes and are read from / kept in `cache`. `results_dir`: a folder,
+    or several (one table over them, `table.load_table`; fine-tuned report results only)."""
+    dirs = check_results_dirs(results_dir)
+    title = title or f"encoder-eval report: {', '.join(Path(d).name for d in dirs)}"
+    if probes := probe_folder(dirs):
+        table = probe_table(load_probe_results(probes, warn=warn), models=models, tasks=tasks)
         report = Report(title, table, {})
         report.notes["compare"] = "probe results: compare reads fine-tuned report cells"
         report.notes["figures"] = "probe results: no learning-rate or score figures"
     else:
-        loaded = load_table(results_dir, selection, models=models, tasks=tasks, warn=warn)
+        loaded = load_table(dirs, selection, models=models, tasks=tasks, warn=warn)
         table, results = loaded.table, loaded.results
         report = Report(title, table, {})
         if refusal(table, allow_partial) is not None:
@@ -177,13 +180,14 @@ def build_report(
         )
         report.cells = _cell_results(table, results)
         with tempfile.TemporaryDirectory(prefix="encoder-eval-report-") as tmp:
-            select_dir = select_results_dir or loaded.select_dir
+            select_dirs = [select_results_dir] if select_results_dir else loaded.select_dirs
             written = write_plots(
-                Path(select_dir) if select_dir else None,
-                Path(results_dir),
-                Path(loaded.selection_path),
+                [Path(d) for d in select_dirs] or None,
+                [Path(d) for d in dirs],
+                None,
                 Path(tmp) / "plots",
                 warn=warn,
+                selection=loaded.selection,
             )
             # The score chart first, then the learning-rate curves in file order.
             for path in sorted(written, key=lambda p: (p.name != "scores.png", p.name)):
@@ -193,7 +197,7 @@ def build_report(
                     else "Learning-rate sensitivity: " + path.stem.removeprefix("lr_")
                 )
                 report.figures.append(_png(path, caption))
-            if not select_dir:
+            if not select_dirs:
                 report.notes["lr"] = (
                     "no select results (give --select-results-dir): no learning-rate curves"
                 )

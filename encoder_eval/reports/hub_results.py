@@ -138,7 +138,7 @@ def hub_files(
     model: str,
     *,
     source_url: str,
-    results_dir: str | os.PathLike | None = None,
+    results_dir: str | os.PathLike | list | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> dict[str, str]:
     """The `.eval_results` files of `model`'s row: file name (`<task>.yaml`) -> YAML text,
@@ -148,7 +148,8 @@ def hub_files(
     warn = warn or (lambda message: None)
     check_source_url(source_url)
     cells = included_cells(table, results)
-    roots = local_roots(results_dir)
+    folders = results_dir if isinstance(results_dir, list) else [results_dir]
+    roots = local_roots(*folders)
     files: dict[str, str] = {}
     for task in table.tasks:
         cell = table.cells.get((model, task))

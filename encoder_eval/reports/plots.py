@@ -738,15 +738,19 @@ def load_selection(path: str | Path, warn: Callable[[str], None] | None = None) 
 
 
 def write_plots(
-    results_dir_select: Path | None,
-    results_dir_report: Path | None,
+    results_dir_select: Path | list[Path] | None,
+    results_dir_report: Path | list[Path] | None,
     selection_path: Path | None,
     out_dir: Path,
     warn: Callable[[str], None] | None = None,
     expected_n: int | None = None,
+    selection: dict | None = None,
 ) -> list[Path]:
     """Load select/report results and the selection, write every figure into `out_dir`
-    (`expected_n`: the report seeds a score chart's bar averages without a `†`).
+    (`expected_n`: the report seeds a score chart's bar averages without a `†`). Each
+    results argument is a folder or a list of folders (a table over several,
+    `table.load_table`); `selection`, when given, is the selection already read (the one a
+    table over several folders merged) instead of `selection_path`.
 
     Bad result files are skipped with one warning each (`results.load_results`). The LR
     sensitivity plots need select results, the score chart report results; a part whose
@@ -757,18 +761,26 @@ def write_plots(
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    selection = load_selection(selection_path, warn) if selection_path is not None else None
+    if selection is None and selection_path is not None:
+        selection = load_selection(selection_path, warn)
     written: list[Path] = []
-    if results_dir_select is not None:
-        select = [r.result for r in load_results(results_dir_select, warn=warn, phase="select")]
-        if select:
-            written += plot_lr_sensitivity(select, selection, out_dir)
+    for phase, dirs in (("select", results_dir_select), ("report", results_dir_report)):
+        if dirs is None:
+            continue
+        dirs = [Path(d) for d in ([dirs] if isinstance(dirs, (str, Path)) else dirs)]
+        cells = {}  # a cell in two folders (the same content: `load_table`) counts once
+        for d in dirs:
+            for r in load_results(d, warn=warn, phase=phase):
+                c = r.cell
+                cells.setdefault((c["model"], c["task"], c["lr_key"], c["seed"]), r.result)
+        found = list(cells.values())
+        where = ", ".join(map(str, dirs))
+        if phase == "select" and found:
+            written += plot_lr_sensitivity(found, selection, out_dir)
+        elif phase == "select":
+            warn(f"no select results under {where}: no learning-rate plots")
+        elif found:
+            written.append(plot_final_scores(found, out_dir, selection, expected_n))
         else:
-            warn(f"no select results under {results_dir_select}: no learning-rate plots")
-    if results_dir_report is not None:
-        report = [r.result for r in load_results(results_dir_report, warn=warn, phase="report")]
-        if report:
-            written.append(plot_final_scores(report, out_dir, selection, expected_n))
-        else:
-            warn(f"no report results under {results_dir_report}: no score chart")
+            warn(f"no report results under {where}: no score chart")
     return written

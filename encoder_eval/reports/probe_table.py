@@ -11,7 +11,7 @@ from pathlib import Path
 
 from encoder_eval.cells.probing import DEFAULT_K_FOLDS
 from encoder_eval.core.comparability import cell_setup, setup_differences
-from encoder_eval.core.errors import unknown_name
+from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.results import PROBE_RESULT_SUFFIX, read_result
 from encoder_eval.reports.table import CellStats, Problem, Table
 
@@ -31,6 +31,19 @@ def load_probe_results(results_dir: str | os.PathLike, warn=None) -> list[dict]:
 
 def has_probe_results(results_dir: str | os.PathLike) -> bool:
     return any(Path(results_dir).glob(f"*{PROBE_RESULT_SUFFIX}"))
+
+
+def probe_folder(results_dirs: list[str]) -> str | None:
+    """The folder of probe results a table command reads (None: the folders hold fine-tune
+    report results). A probe table reads one folder: several, one of them of probes, are
+    refused."""
+    probes = [d for d in results_dirs if has_probe_results(d)]
+    if probes and len(results_dirs) > 1:
+        raise HarnessError(
+            f"{probes[0]} holds probe results, which make a table of one --results-dir; "
+            "several folders make one table of fine-tuned report results only"
+        )
+    return probes[0] if probes else None
 
 
 def probe_table(

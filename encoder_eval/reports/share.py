@@ -62,7 +62,7 @@ from encoder_eval.plans.experiment import (
 )
 from encoder_eval.plans.selection import load_selection
 from encoder_eval.reports.probe_table import has_probe_results, load_probe_results, probe_table
-from encoder_eval.reports.table import Table, build_table, render
+from encoder_eval.reports.table import Table, build_table, load_table, render
 from encoder_eval.reports.verdicts import add_statistics
 
 MANIFEST_SCHEMA = "encoder-eval-push"
@@ -263,13 +263,16 @@ def _stage_selection(path: str | os.PathLike, dest: Path, staged: Staged) -> Non
         staged.redacted[dest.name] = fields + more
 
 
-def _table(staged_results: Path, selection: Path | None, probe: bool) -> tuple[Table, list]:
-    """The `summarize` table of the staged results, and the results it was built from."""
+def _table(
+    staged_results: Path, selection: Path | None, probe: bool, models: list[str] | None
+) -> tuple[Table, list]:
+    """The `summarize` table of the staged results (the rows `models`: those `summarize`
+    shows of the original folder), and the results it was built from."""
     quiet = lambda message: None  # noqa: E731  # the originals were warned about
     if probe:
         return probe_table(load_probe_results(staged_results, warn=quiet)), []
     results = load_results(staged_results, warn=quiet, phase="report")
-    return build_table(results, load_selection(selection)), results
+    return build_table(results, load_selection(selection), models=models), results
 
 
 def stage_results(
@@ -317,7 +320,10 @@ def stage_results(
         staged_selection = out / "selection.json"
         _stage_selection(selection_path, staged_selection, staged)
 
-    table, results = _table(dest, staged_selection, probe)
+    # The rows summarize shows of the folder (its experiment file is not staged).
+    quiet = lambda message: None  # noqa: E731  # warned about above
+    models = None if probe else load_table(root, selection, warn=quiet).table.models
+    table, results = _table(dest, staged_selection, probe, models)
     if table.problems and not allow_partial:
         raise TableRefused(table)
     if not probe:  # summarize's defaults: t intervals, marks corrected over the table
@@ -331,6 +337,7 @@ def stage_results(
         page = build_report(
             dest,
             selection=None if staged_selection is None else str(staged_selection),
+            models=models,
             allow_partial=allow_partial,
             title=f"encoder-eval report: {root.absolute().name}",
         )

@@ -19,7 +19,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 
 import numpy as np
 
@@ -29,13 +28,11 @@ from encoder_eval.core import stats
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.metrics import metric_spec, resample_scorer, sign
 from encoder_eval.core.protocol import seed_arg
-from encoder_eval.core.results import LoadedResult, load_results
+from encoder_eval.core.results import LoadedResult
 from encoder_eval.data.tasks import task_knobs
-from encoder_eval.plans.experiment import summarize_inputs
-from encoder_eval.plans.selection import load_selection
 from encoder_eval.reports import latex
 from encoder_eval.reports.comparison_cache import ComparisonCache, RowFlags
-from encoder_eval.reports.table import CI_METHODS, Table, build_table, task_header
+from encoder_eval.reports.table import CI_METHODS, Table, task_header
 
 COMPARE_SCHEMA = "encoder-eval-compare"
 DEFAULT_RESAMPLES = 999
@@ -970,53 +967,6 @@ def render(cmp: Comparison, fmt: str) -> str:
 
 
 # ----------------------------------------------------------------------------- inputs
-
-
-def load_report_dirs(
-    dirs: list[str],
-    selection: str | None,
-    warn,
-    models: list[str] | None = None,
-    tasks: list[str] | None = None,
-) -> tuple[Table, list[LoadedResult]]:
-    """One table over the report results of `dirs` (a model may sit in one directory only),
-    each directory's pairs taken from its own selection, checked across directories by
-    `summarize.build_table`'s rules (recipe, data, software, ...)."""
-    if selection is not None and len(dirs) > 1:
-        raise HarnessError(
-            "--selection names one selection; with several --results-dir each "
-            "directory's experiment file names its own"
-        )
-    results: list[LoadedResult] = []
-    merged: dict = {}
-    owner: dict[str, str] = {}
-    for d in dirs:
-        if not Path(d).is_dir():
-            raise HarnessError(f"--results-dir {d} is not a directory")
-        sel_path, _, _ = summarize_inputs(d, selection)
-        sel = load_selection(sel_path)
-        here = load_results(d, warn=warn, phase="report")
-        present = {r.cell["model"] for r in here}
-        for m in sorted(present):
-            if m in owner:
-                raise HarnessError(
-                    f"model {m!r} has report results in both {owner[m]} and {d}; "
-                    "compare reads each model from one directory"
-                )
-            owner[m] = d
-        if not merged:
-            merged = {**sel, "pairs": {}}
-        elif sel.get("on_protocol") is False:
-            merged["on_protocol"] = False
-        for m, by_task in (sel.get("pairs") or {}).items():
-            if m in present or (len(dirs) == 1 and m not in merged["pairs"]):
-                merged["pairs"][m] = by_task
-        results += here
-    if models is None:  # with one directory, its selection's models count even without results
-        known = set(owner) | (set(merged["pairs"]) if len(dirs) == 1 else set())
-        models = [m for m in merged["pairs"] if m in known] + sorted(known - set(merged["pairs"]))
-    table = build_table(results, merged, models=models, tasks=tasks)
-    return table, results
 
 
 def add_statistics(
