@@ -128,3 +128,19 @@ def test_precision_and_limit_given_to_a_sweep_are_on_every_line_once_with_their_
         assert _count(argv, "--report-to") == 1
     recorded = experiment.load(tmp_path / "res" / EXPERIMENT_NAME).extra_run_args
     assert recorded == ["--precision", "fp32", "--limit", "16", "--report-to", "tensorboard"]
+
+
+def test_an_experiment_recorded_in_another_flag_order_is_the_same_experiment(tmp_path, capsys):
+    """An experiment.toml whose extra_run_args list the same flags in another order (as the
+    harness wrote them before the plan carried the recipe) is the same experiment; another
+    value is still refused."""
+    flags = ["--precision", "fp32", "--limit", "16"]
+    assert sweep.main(_select(tmp_path, *flags)) == 0
+    for path in (tmp_path / "res" / EXPERIMENT_NAME, tmp_path / "runs" / EXPERIMENT_NAME):
+        exp = experiment.load(path)
+        exp.extra_run_args = ["--limit", "16", "--precision", "fp32"]
+        experiment.write(exp, path)
+    assert sweep.main(_select(tmp_path, *flags)) == 0
+    capsys.readouterr()
+    assert sweep.main(_select(tmp_path, "--precision", "fp32", "--limit", "8")) != 0
+    assert "records another experiment (extra_run_args:" in capsys.readouterr().err
