@@ -832,7 +832,9 @@ def _departures(recipe: Recipe) -> list[str]:
             out.append(f"{name.replace('_', ' ')} {value} (protocol: {protocol})")
     if recipe.limit is not None:
         out.append(f"limit {recipe.limit}: a smoke run, every split cut to {recipe.limit} examples")
-    if recipe.precision != PROTOCOL_RECIPE.precision:
+    if recipe.precision == "auto":  # each cell decides on its device
+        out.append("precision auto: fp32 (off-protocol) where a cell's CPU has no native bf16")
+    elif recipe.precision != PROTOCOL_RECIPE.precision:
         out.append(f"precision {precision_word(recipe.precision)} (protocol: bf16)")
     return out
 
