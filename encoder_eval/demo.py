@@ -32,7 +32,7 @@ from encoder_eval.core.errors import (
     report_errors,
 )
 from encoder_eval.core.fileio import write_atomic
-from encoder_eval.core.protocol import DEVICES, PHASES
+from encoder_eval.core.protocol import DEVICES, PHASES, PRECISIONS, precision_arg
 from encoder_eval.data.models import packaged_model
 
 DEMO_TASKS = "synthetic_sentiment,synthetic_nli,synthetic_rating"
@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--precision",
         default="auto",
-        choices=("auto", "bf16", "fp32"),
+        type=precision_arg,
+        metavar="{" + ",".join(PRECISIONS) + "}",
         help="auto: fp32 on a CPU without native bf16 (5-8x faster there), else "
         "bf16, the protocol's",
     )
@@ -80,22 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def choose_precision(requested: str, device: str) -> tuple[str, str | None]:
     """The demo's precision for `--precision requested` on `device`, and the note saying
-    why when auto chose fp32 (a CPU without native bf16, `cpu.cpu_native_bf16`)."""
-    if requested != "auto":
-        return requested, None
-
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" and not cpu.cpu_native_bf16():
-        return "fp32", (
-            "note: this CPU has no native bf16 (avx512_bf16 or amx_bf16), where "
-            "bf16 autocast runs 5-8x slower than fp32: the demo runs in fp32 "
-            "(--precision fp32, off-protocol like the rest of the demo); "
-            "--precision bf16 runs the protocol's precision"
-        )
-    return "bf16", None
+    why when auto chose fp32: the one resolver every command uses (`cpu.resolve_precision`)."""
+    return cpu.resolve_precision(requested, device)
 
 
 def plan_workers(n_tasks: int, cpus: int, requested: int | None = None) -> tuple[int, int]:

@@ -83,7 +83,7 @@ from encoder_eval.core.results import (
     load_results,
     planned_cell_state,
 )
-from encoder_eval.plans import experiment
+from encoder_eval.plans import sweep_config
 from encoder_eval.plans.arguments import (
     add_emit_arguments,
     add_plan_arguments,
@@ -338,11 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.results_dir is None:
         raise HarnessError("give --results-dir (the phase's result directory)")
     check_utf8_args(args)
-    cfg = experiment.resolve(args, results_manifest=True)
+    cfg = sweep_config.resolve(args, results_manifest=True)
     plan = plan_from_args(args, cfg)
     if args.emit:
         check_utf8_plan(plan, args.emit)
-        experiment.check_consent(cfg)
+        sweep_config.check_consent(cfg)
     verdicts: Verdicts = {}
     # One warning per entry it skips; every file's verdict kept, so each is read once.
     load_results(plan.results_dir, phase=plan.phase, states=verdicts)

@@ -62,7 +62,7 @@ from encoder_eval.core.errors import EXIT_OK, ArgumentParser, report_errors
 from encoder_eval.core.protocol import PHASES, PROBE_PHASE, SWEEP_PHASES
 from encoder_eval.data.models import MODEL_REGISTRY
 from encoder_eval.plans import emit as _emit
-from encoder_eval.plans import experiment
+from encoder_eval.plans import experiment, sweep_config
 from encoder_eval.plans.arguments import (
     add_emit_arguments,
     add_plan_arguments,
@@ -169,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     check_utf8_plan(plan, out_dir)
     record = None
     if cfg is not None:
-        experiment.check_consent(cfg)
-        record = experiment.for_plan(plan, out_dir, cfg)
+        sweep_config.check_consent(cfg)
+        record = sweep_config.for_plan(plan, out_dir, cfg)
         if not args.force:
             experiment.check_unchanged(plan, out_dir, record)
     emitted = emit(
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         summarize = f"encoder-eval summarize --results-dir {shlex.quote(plan.results_dir)}"
         print(f"then: {summarize}")
         return EXIT_OK
-    manifests = experiment.write_for_plan(plan, out_dir, cfg, record)
+    manifests = sweep_config.write_for_plan(plan, out_dir, cfg, record)
     if plan.shrunk:
         print("note: shrunken sweep, its results are off-protocol: " + "; ".join(plan.shrunk))
     print(emitted.describe())

@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+from encoder_eval.core import cpu
 from encoder_eval.core.errors import (
     EXIT_OK,
     EXIT_REGRESSED,
@@ -24,34 +25,38 @@ from encoder_eval.core.errors import (
     unknown_name,
 )
 from encoder_eval.core.fileio import FileProblem, parse_json
-from encoder_eval.core.protocol import DEVICES, seed_arg
+from encoder_eval.core.protocol import DEVICES, PRECISIONS, precision_word, seed_arg
+from encoder_eval.core.receipt import (
+    EVAL_KINDS,
+    Receipt,
+    TaskResult,
+    TrackSetup,
+    check_checkpoint_id,
+    load_receipts,
+    read_receipt,
+    receipt_path,
+)
 from encoder_eval.plans.arguments import add_emit_arguments
 from encoder_eval.plans.emit import emit
 from encoder_eval.plans.plan import parse_seeds, split_csv
+from encoder_eval.plans.tracking import (
+    Checkpoint,
+    build_setup,
+    build_track_plan,
+    evaluate_checkpoint,
+    read_checkpoints,
+)
+from encoder_eval.plans.tracking import _check_dir as _check_dir
 from encoder_eval.reports.tracking import (
     DEFAULT_HORIZON,
     DEFAULT_NOISE_ALPHA,
     DEFAULT_THRESHOLD,
     DEFAULT_ZERO_FLOOR,
-    EVAL_KINDS,
     REFERENCES,
     Check,
-    Checkpoint,
-    Receipt,
-    TaskResult,
-    TrackSetup,
-    build_setup,
-    build_track_plan,
-    check_checkpoint_id,
-    evaluate_checkpoint,
-    load_receipts,
-    read_checkpoints,
-    read_receipt,
-    receipt_path,
     track_regression,
     write_report,
 )
-from encoder_eval.reports.tracking import _check_dir as _check_dir
 
 # the library names tests and readers take from this command module
 __all__ = ["Check", "Receipt", "TaskResult", "main", "read_checkpoints", "track_regression"]
@@ -83,9 +88,10 @@ def _add_setup_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--precision",
-        help="probe, finetune: bf16 (default; autocast) or fp32 "
+        metavar="{" + ",".join(PRECISIONS) + "}",
+        help="probe, finetune: bf16 (default; autocast; alias bf16-autocast), fp32 "
         "(faster on a CPU without native bf16; a fine-tuned cell in fp32 is "
-        "off-protocol)",
+        "off-protocol) or auto (fp32 on a CPU without native bf16, else bf16)",
     )
     g.add_argument("--lr-key", help="finetune: the fixed LR, a grid key such as lr06")
     g.add_argument("--selection", help="finetune: take the LR from this selection.json")
@@ -147,6 +153,13 @@ def _add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def setup_from_args(args: argparse.Namespace) -> TrackSetup:
+    """The checked setup the flags describe; `--precision auto` is resolved here, on the
+    cells' device (`cpu.resolve_precision`), since a receipt records what ran."""
+    precision = args.precision
+    if precision is not None and precision_word(precision) == "auto":
+        precision, note = cpu.resolve_precision(precision, args.device or "auto")
+        if note:
+            print(note, file=sys.stderr)
     return build_setup(
         args.kind,
         split_csv(args.tasks) if args.tasks else [],
@@ -154,7 +167,7 @@ def setup_from_args(args: argparse.Namespace) -> TrackSetup:
         pooling=args.pooling,
         k_folds=args.k_folds,
         seed=args.seed,
-        precision=args.precision,
+        precision=precision,
         lr_key=args.lr_key,
         selection=args.selection,
         selection_model=args.selection_model,

@@ -17,6 +17,7 @@ from encoder_eval.core.comparability import (
     setup_differences,
     transformers_version,
 )
+from encoder_eval.core.receipt import TrackSetup
 from encoder_eval.core.results import (
     CORRUPT,
     KEPT,
@@ -28,7 +29,6 @@ from encoder_eval.core.results import (
 )
 from encoder_eval.core.schema import PROBE_SCHEMA_NAME, PROBE_SCHEMA_VERSION
 from encoder_eval.reports.probe_table import probe_table
-from encoder_eval.reports.tracking import TrackSetup
 
 
 def probe_record(model="m", pooling="mean", task="glue_sst2", k_folds=3, seed=42,

@@ -17,7 +17,9 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 from encoder_eval.cells import capability
 from encoder_eval.cells.capability import sample_markov
 from encoder_eval.core.errors import HarnessError
-from encoder_eval.reports import checkpoint_eval, tracking
+from encoder_eval.core.receipt import load_receipts
+from encoder_eval.plans.tracking import build_setup
+from encoder_eval.reports import checkpoint_eval
 from encoder_eval.reports.checkpoint_eval import (
     CheckpointEvalCallback,
     evaluate_saved_checkpoint,
@@ -53,7 +55,7 @@ def _train(tmp_path, callback: CheckpointEvalCallback, max_steps: int, corrupt_a
 
 
 def _setup():
-    return tracking.build_setup("synthetic", [], n_examples=64)
+    return build_setup("synthetic", [], n_examples=64)
 
 
 def test_a_receipt_per_save_and_a_warning_when_a_checkpoint_regressed(tmp_path, caplog) -> None:
@@ -62,7 +64,7 @@ def test_a_receipt_per_save_and_a_warning_when_a_checkpoint_regressed(tmp_path, 
     with caplog.at_level(logging.WARNING, logger=checkpoint_eval.__name__):
         trainer = _train(tmp_path, cb, max_steps=30, corrupt_at=30)
     assert trainer.state.global_step == 30  # warned, not stopped
-    receipts = tracking.load_receipts(out)
+    receipts = load_receipts(out)
     assert [(r.checkpoint_id, r.metadata["step"]) for r in receipts] == [
         ("checkpoint-10", 10), ("checkpoint-20", 20), ("checkpoint-30", 30)]  # fmt: skip
     assert all(r.setup["kind"] == "synthetic" for r in receipts)
@@ -86,7 +88,7 @@ def test_on_regression_stop_ends_the_run_at_the_regressed_checkpoint(tmp_path) -
     cb = CheckpointEvalCallback(_setup(), out, on_regression="stop", device="cpu")
     trainer = _train(tmp_path, cb, max_steps=40, corrupt_at=20)
     assert trainer.state.global_step == 20
-    assert [r.checkpoint_id for r in tracking.load_receipts(out)] == [
+    assert [r.checkpoint_id for r in load_receipts(out)] == [
         "checkpoint-10", "checkpoint-20"]  # fmt: skip
     assert cb.outcomes[-1].regressed[0].task == "perplexity"
 

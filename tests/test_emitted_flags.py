@@ -10,8 +10,10 @@ import pytest
 from conftest import REPO
 
 from encoder_eval import sweep
-from encoder_eval.core.protocol import SPELLED_OUT, recipe_flag
-from encoder_eval.plans.plan import build_plan, recipe_flags_in
+from encoder_eval.core.protocol import PROTOCOL_RECIPE, SPELLED_OUT, recipe_flag
+from encoder_eval.core.results import EXPERIMENT_NAME
+from encoder_eval.plans import experiment
+from encoder_eval.plans.plan import build_plan, split_cell_flags
 
 
 def _unit_argvs(script: str) -> list[list[str]]:
@@ -74,13 +76,71 @@ def test_recipe_args_take_the_extra_values_and_run_args_keep_the_other_extras(tm
     plan = build_plan("select", results_dir=tmp_path, extra_models=["a=org/a"],
                       tasks=["glue_rte"], lr_keys=["lr06"], seeds=[42],
                       extra_run_args=["--micro-batch", "8", "--precision", "fp32",
-                                      "--precision", "bf16-autocast"])  # fmt: skip
+                                      "--precision", "bf16-autocast", "--no-cache"])  # fmt: skip
+    assert plan.recipe.precision == PROTOCOL_RECIPE.precision  # the last one wins
+    assert plan.recipe.micro_batch == 8
+    assert plan.extra_run_args == ["--no-cache"]  # only what the plan does not model
     recipe = plan.recipe_args()
-    assert recipe[recipe.index("--precision") + 1] == "bf16-autocast"  # the last one wins
+    assert recipe[recipe.index("--precision") + 1] == "bf16"
     [unit] = plan.units()
     argv = plan.run_args(unit)
-    assert _count(argv, "--precision") == 1
-    assert argv[-2:] == ["--micro-batch", "8"]
-    given, rest = recipe_flags_in(["--bsz=8", "--report-to", "mlflow", "--early-stop"])
-    assert given == {"batch_size": ["--bsz", "8"], "early_stop": ["--early-stop"]}
-    assert rest == ["--report-to", "mlflow"]
+    assert _count(argv, "--precision") == 1 and _count(argv, "--micro-batch") == 1
+    assert argv[-1] == "--no-cache"
+    recipe, report_to, rest = split_cell_flags(
+        ["--bsz=8", "--report-to", "mlflow", "--early-stop", "--tracking-dir", "t"]
+    )
+    assert (recipe.batch_size, recipe.early_stop, report_to) == (8, True, "mlflow")
+    assert rest == ["--tracking-dir", "t"]
+
+
+def _unit_lines(script: str) -> list[list[str]]:
+    """Each `unit ...` line of a script as words (launch.sh's carry the template's
+    variables before `--`)."""
+    return [shlex.split(ln) for ln in script.splitlines() if ln.startswith("unit ")]
+
+
+@pytest.mark.parametrize("mode", ["shell", "slurm"])
+def test_precision_and_limit_given_to_a_sweep_are_on_every_line_once_with_their_value(
+    tmp_path, mode
+):
+    """`sweep --precision fp32 --limit 16`: every unit line, the RECIPE_ARGS a Slurm
+    template receives, and the experiment file carry each flag once, with its value (the
+    limit used to cross the plan as a string, outside the recipe a template receives)."""
+    template = str(REPO / "examples" / "slurm_template.sh")
+    emit = ["--mode", "slurm", "--slurm-template", template] if mode == "slurm" else []
+    flags = ["--precision", "fp32", "--limit", "16", "--report-to", "tensorboard", "--group", "lr",
+             *emit]  # fmt: skip
+    assert sweep.main(_select(tmp_path, *flags)) == 0
+    script = "launch.sh" if mode == "slurm" else "run_all.sh"
+    lines = [w for w in _unit_lines((tmp_path / "runs" / script).read_text()) if "--" in w]
+    lines = [w for w in lines if "--model-key" in w]
+    assert len(lines) == 2  # one unit per LR
+    argvs = [w[w.index("--") + 1 :] for w in lines]
+    if mode == "slurm":
+        for words in lines:
+            env = dict(w.split("=", 1) for w in words[: words.index("--")] if "=" in w)
+            argvs += [shlex.split(env["RUN_ARGS"]), shlex.split(env["RECIPE_ARGS"])]
+    for argv in argvs:
+        for flag, value in (("--precision", "fp32"), ("--limit", "16")):
+            assert _count(argv, flag) == 1, (flag, argv)
+            assert argv[argv.index(flag) + 1] == value
+    for argv in argvs[: len(lines)]:
+        assert _count(argv, "--report-to") == 1
+    recorded = experiment.load(tmp_path / "res" / EXPERIMENT_NAME).extra_run_args
+    assert recorded == ["--precision", "fp32", "--limit", "16", "--report-to", "tensorboard"]
+
+
+def test_an_experiment_recorded_in_another_flag_order_is_the_same_experiment(tmp_path, capsys):
+    """An experiment.toml whose extra_run_args list the same flags in another order (as the
+    harness wrote them before the plan carried the recipe) is the same experiment; another
+    value is still refused."""
+    flags = ["--precision", "fp32", "--limit", "16"]
+    assert sweep.main(_select(tmp_path, *flags)) == 0
+    for path in (tmp_path / "res" / EXPERIMENT_NAME, tmp_path / "runs" / EXPERIMENT_NAME):
+        exp = experiment.load(path)
+        exp.extra_run_args = ["--limit", "16", "--precision", "fp32"]
+        experiment.write(exp, path)
+    assert sweep.main(_select(tmp_path, *flags)) == 0
+    capsys.readouterr()
+    assert sweep.main(_select(tmp_path, "--precision", "fp32", "--limit", "8")) != 0
+    assert "records another experiment (extra_run_args:" in capsys.readouterr().err

@@ -23,7 +23,7 @@ from result_helpers import make_result, make_selection, write_result
 from encoder_eval import select, status, summarize, sweep
 from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK, HarnessError
 from encoder_eval.core.results import EXPERIMENT_NAME, load_results
-from encoder_eval.plans import experiment, selection
+from encoder_eval.plans import experiment, selection, sweep_config
 from encoder_eval.plans.experiment import Experiment, ModelSpec, PhaseRecord
 
 REPO = Path(__file__).resolve().parents[1]
@@ -324,7 +324,7 @@ def test_resolve_returns_the_merged_flags_and_leaves_the_namespace_as_parsed(tmp
     args = sweep.build_parser().parse_args(["--phase", "report", "--selection", str(sel),
                                             "--seed", "45,46"])  # fmt: skip
     before = dict(vars(args))
-    cfg = experiment.resolve(args)
+    cfg = sweep_config.resolve(args)
     assert vars(args) == before
     assert (cfg.phase, cfg.seeds, cfg.max_steps, cfg.max_seq_len, cfg.device) == (
         "report", (45, 46), 4, 64, "cpu")  # fmt: skip

@@ -373,7 +373,7 @@ def _special_files(root: Path, outside: Path) -> list[Path]:
     token-cache entry), a FIFO, a symlink to /dev/zero, a symlink to a file out of the
     folder and a file over `fileio.MAX_READ_BYTES` (sparse: it costs no disk)."""
     from encoder_eval.core import fileio
-    from encoder_eval.reports.tracking import receipt_path
+    from encoder_eval.core.receipt import receipt_path
 
     secret = outside / "id_ed25519"
     secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from encoder_eval import summarize
 from encoder_eval.core.errors import EXIT_OK
+from encoder_eval.core.receipt import read_receipt
 from encoder_eval.core.results import cell_state, is_result_name, load_results, read_result
 from encoder_eval.plans.selection import load_selection
 from encoder_eval.reports import tracking as track
@@ -53,7 +54,7 @@ def test_old_probe_results_are_done_and_tabulated():
 
 
 def test_old_receipts_are_read_and_compared():
-    receipts = [track.read_receipt(p) for p in sorted((OLD / "receipts").glob("*.json"))]
+    receipts = [read_receipt(p) for p in sorted((OLD / "receipts").glob("*.json"))]
     assert [r.checkpoint_id for r in receipts] == ["ck0", "ck1"]
     track.check_comparable(receipts)  # one setup: no refusal
     assert receipts[0].task("synthetic_sentiment") is not None

@@ -39,7 +39,7 @@ def test_sweep_precision_fp32_reaches_every_cell_is_recorded_and_noted(tmp_path,
     assert sweep.main(_select(tmp_path, *flags)) == 0
     out = capsys.readouterr().out
     assert "note: shrunken sweep, its results are off-protocol" in out
-    assert "precision fp32 (protocol: bf16-autocast)" in out
+    assert "precision fp32 (protocol: bf16)" in out
     precisions = _cell_precisions((tmp_path / "runs" / "run_all.sh").read_text())
     assert precisions == ["fp32"] * 8  # 2 models x 2 tasks x 2 LRs x 1 seed, one unit each
     recorded = experiment.load(tmp_path / "res" / EXPERIMENT_NAME)
@@ -53,7 +53,7 @@ def test_sweep_precision_bf16_is_the_protocol(tmp_path, capsys, value):
     assert sweep.main(_select(tmp_path, "--precision", value)) == 0
     assert "precision fp32" not in capsys.readouterr().out
     precisions = _cell_precisions((tmp_path / "runs" / "run_all.sh").read_text())
-    assert precisions == ["bf16-autocast"] * 8
+    assert precisions == ["bf16"] * 8  # the one word for the protocol's bf16
     # the same experiment as a sweep without the flag
     assert experiment.load(tmp_path / "res" / EXPERIMENT_NAME).extra_run_args == []
     assert sweep.main(_select(tmp_path)) == 0
@@ -62,7 +62,7 @@ def test_sweep_precision_bf16_is_the_protocol(tmp_path, capsys, value):
 @pytest.mark.parametrize("flags, message", [
     (["--precision", "fp16"], "unknown precision 'fp16'"),
     (["--precision", "bf16", "--extra-run-args", "--precision fp32"],
-     "--precision bf16-autocast contradicts --precision fp32"),
+     "--precision bf16 contradicts --precision fp32"),
 ])  # fmt: skip
 def test_sweep_precision_refusals(tmp_path, capsys, flags, message):
     assert sweep.main(_select(tmp_path, *flags)) == EXIT_INPUT_ERROR

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -331,13 +332,13 @@ def test_sweep_writes_a_script_whose_cells_the_receipts_then_use(ladder, small_m
 
 
 @pytest.mark.parametrize("kind", ["probe", "finetune"])
-def test_track_runs_each_unit_from_typed_configs_equal_to_its_scripts_flags(
+def test_track_runs_each_unit_from_the_configs_of_its_scripts_line(
     kind, ladder, small_mirror, tmp_path
 ):
-    """`track run` hands its cells to the cell API as values (`unit_cell_configs`,
-    `unit_probe_run`); they are the very ones the launch script's flags make."""
-    from encoder_eval.cells import probe_cell, runner
-    from encoder_eval.reports import tracking
+    """`track run` runs a unit from `Plan.cell_configs`, the configurations its launch
+    script's line makes (one plan path): the setup's precision, steps, length and seeds,
+    and every checkpoint's own weights, reach them."""
+    from encoder_eval.plans import tracking
 
     extra = dict(lr_key="lr06", seeds=[45, 46], max_steps=2, precision="fp32")
     setup = tracking.build_setup(kind, ["glue_sst2"], max_seq_len=32,
@@ -345,15 +346,20 @@ def test_track_runs_each_unit_from_typed_configs_equal_to_its_scripts_flags(
     checkpoints = track.read_checkpoints(str(ladder))[:2]
     plan = tracking.build_track_plan(setup, checkpoints, tmp_path / "out",
                                      data_dir=str(small_mirror), device="cpu")  # fmt: skip
-    for unit in plan.units():
-        argv = plan.run_args(unit)
+    units = plan.units()
+    assert len(units) == 2
+    for unit, checkpoint in zip(units, checkpoints, strict=True):
+        configs = plan.cell_configs(unit)
         if kind == "probe":
-            parsed = probe_cell.run_from_args(probe_cell.build_parser().parse_args(argv))
-            assert tracking.unit_probe_run(plan, unit) == parsed
+            [run] = configs
+            assert [m.path for m in run.models] == [os.path.abspath(checkpoint.path)]
+            assert (run.max_seq_len, run.precision, run.device) == (32, "bf16", "cpu")
+            assert run.poolings == ("mean",) and run.tasks == ["glue_sst2"]
         else:
-            parsed = runner.plan_cells(runner.build_parser().parse_args(argv))
-            assert tracking.unit_cell_configs(plan, unit, setup) == parsed
-            assert {c.recipe.precision for c in parsed} == {"fp32"} and len(parsed) == 2
+            assert [(c.seed, c.recipe.precision, c.recipe.max_steps, c.recipe.max_seq_len)
+                    for c in configs] == [(45, "fp32", 2, 32), (46, "fp32", 2, 32)]  # fmt: skip
+            assert {c.model_path for c in configs} == {os.path.abspath(checkpoint.path)}
+            assert {c.out_json for c in configs} == {plan.out_json(c) for c in unit}
 
 
 def test_bad_setups_are_one_error_line(tmp_path, capsys):

@@ -55,7 +55,8 @@ from encoder_eval.core.fileio import (
     safe_filename_part,
 )
 from encoder_eval.core.progress import probe_line
-from encoder_eval.core.protocol import DEVICES, seed_arg
+from encoder_eval.core.protocol import DEVICES, precision_arg, seed_arg
+from encoder_eval.core.protocol import PRECISIONS as PRECISION_WORDS
 from encoder_eval.core.results import (
     PROBE_RESULT_SUFFIX,
     cell_state,
@@ -358,7 +359,6 @@ def write_summary(run: ProbeRun, model: str, pooling: str) -> Path | None:
 
 
 def build_parser(prog: str | None = None) -> ArgumentParser:
-    from encoder_eval.cells.probing import PRECISIONS
     from encoder_eval.data.models import FIXED_POOLINGS as POOLINGS  # embed's, without torch
 
     p = ArgumentParser(
@@ -388,9 +388,11 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     p.add_argument("--max-seq-len", type=int, default=DEFAULT_MAX_SEQ_LEN)
     p.add_argument(
         "--precision",
-        choices=PRECISIONS,
+        type=precision_arg,
+        metavar="{" + ",".join(PRECISION_WORDS) + "}",
         default="bf16",
-        help="forward pass under bf16 autocast (weights and outputs fp32) or fp32",
+        help="forward pass under bf16 autocast (weights and outputs fp32; alias "
+        "bf16-autocast), fp32, or auto (fp32 on a CPU without native bf16, else bf16)",
     )
     p.add_argument("--batch-size", type=int, help="examples per forward pass")
     p.add_argument(
@@ -484,7 +486,7 @@ def run_from_args(args) -> ProbeRun:
         data_dir=args.data_dir,
         config=ProbeConfig(k_folds=args.k_folds, seed=args.seed),
         max_seq_len=args.max_seq_len,
-        precision=args.precision,
+        precision=resolved_precision(args.precision, args.device),
         batch_size=args.batch_size,
         device=args.device,
         cache=not args.no_cache,
@@ -494,6 +496,15 @@ def run_from_args(args) -> ProbeRun:
         limit=args.limit,
         record_model_path=args.record_model_path,
     )
+
+
+def resolved_precision(word: str, device: str) -> str:
+    """The precision a probe runs for a `--precision` word on `device` (`cpu.resolve_precision`;
+    its note, when auto chose fp32, goes to stderr)."""
+    precision, note = cpu.resolve_precision(word, device)
+    if note:
+        _log(note)
+    return precision
 
 
 @report_errors

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 from encoder_eval.cells.trackers import check_tracking_dir, parse_report_to
+from encoder_eval.core import cpu
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_INTERRUPTED,
@@ -42,6 +43,7 @@ from encoder_eval.core.protocol import (
     recipe_arguments,
     recipe_flag,
     recipe_from_args,
+    recorded_precision,
 )
 from encoder_eval.core.results import (
     DONE_STATES,
@@ -395,6 +397,12 @@ def unit_configs(base, lrs: list[float], seeds: list[int], results_dir: str | No
 
     from encoder_eval.cells.train import validate_out_path  # imports torch: on use only
 
+    if base.recipe.precision == "auto":  # a plan's request: resolved on this cell's device
+        word, note = cpu.resolve_precision("auto", base.device)
+        if note:
+            print(note, file=sys.stderr, flush=True)
+        recipe = dataclasses.replace(base.recipe, precision=recorded_precision(word))
+        base = dataclasses.replace(base, recipe=recipe)
     path_flag = "--results-dir" if results_dir else "--out-json"
     cells = []
     for lr in lrs:

@@ -91,3 +91,26 @@ def warn_slow_bf16(device_type: str, precision: str) -> None:
     if line is not None and device_type not in _WARNED:
         _WARNED.add(device_type)
         print(line, file=sys.stderr, flush=True)
+
+
+def resolve_precision(word: str, device: str) -> tuple[str, str | None]:
+    """The precision a cell runs for the `--precision` word `word` on `device` (auto, cuda
+    or cpu), bf16 or fp32, and the note saying why when auto chose fp32: auto is fp32 on a
+    CPU without native bf16 (`cpu_native_bf16`), else bf16. Every command resolves its
+    word here (`run`, `probe`, `track`, `demo`; a `sweep` passes auto on to its cells)."""
+    from encoder_eval.core.protocol import precision_word
+
+    word = precision_word(word)
+    if word != "auto":
+        return word, None
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and not cpu_native_bf16():
+        return "fp32", (
+            f"note: this CPU has no native bf16 ({' or '.join(NATIVE_BF16_FLAGS)}), where bf16 "
+            f"autocast runs {REPORTED_SLOWDOWN} slower than fp32: --precision auto runs fp32 "
+            "(off-protocol for a fine-tuned cell); --precision bf16 runs the protocol's precision"
+        )
+    return "bf16", None

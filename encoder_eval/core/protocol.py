@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 
-from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.errors import ArgumentParser, HarnessError, unknown_name
 
 # Ten log-spaced learning rates from 1e-5 to 1e-4, rounded to three significant
 # digits; the rounded value is the canonical one (it is what goes on command lines).
@@ -42,6 +42,39 @@ SELECTION_SPLITS: tuple[str, ...] = ("dev", "holdout")
 # The training loss of a ranking cell: softmax cross-entropy over each query's group
 # (the protocol's), or binary cross-entropy per (query, candidate) pair (an ablation).
 RANK_OBJECTIVES: tuple[str, ...] = ("listwise", "pointwise")
+
+
+# The precision words every command takes (`--precision`): auto (fp32 on a CPU without native
+# bf16, else bf16: `cpu.resolve_precision`), bf16 (autocast, the protocol's) and fp32;
+# `bf16-autocast`, run's older name for bf16, is accepted as its alias.
+PRECISIONS: tuple[str, ...] = ("auto", "bf16", "fp32")
+PRECISION_ALIASES: dict[str, str] = {"bf16-autocast": "bf16"}
+# How a fine-tune result's recipe records bf16 (what every result has recorded).
+RECORDED_BF16 = "bf16-autocast"
+
+
+def precision_word(text: str) -> str:
+    """The precision word `text` names (auto, bf16 or fp32; an alias becomes its word);
+    HarnessError naming the valid words otherwise."""
+    word = PRECISION_ALIASES.get(text, text)
+    if word not in PRECISIONS:
+        raise unknown_name("precision", text, PRECISIONS)
+    return word
+
+
+def precision_arg(text: str) -> str:
+    """argparse `type=` for `--precision`: the word it names (`precision_word`)."""
+    try:
+        return precision_word(text)
+    except HarnessError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def recorded_precision(word: str) -> str:
+    """The value a fine-tune recipe holds for a precision word: `RECORDED_BF16` for bf16,
+    the word itself for fp32 and auto (a plan's request, resolved by the cell)."""
+    word = precision_word(word)
+    return RECORDED_BF16 if word == "bf16" else word
 
 
 # How far a recipe entry must agree between cells that share a table (its `scope`):
@@ -88,11 +121,14 @@ class Recipe:
         True, flag="--early-stop", help="stop after --patience dev evaluations without improvement"
     )
     max_seq_len: int = _entry(256, flag="--max-seq-len", help="truncation length")
+    # Recorded as "bf16-autocast" or "fp32" (`recorded_precision`); "auto" only in a plan,
+    # where the cell resolves it on its own device (`cpu.resolve_precision`).
     precision: str = _entry(
         "bf16-autocast",
         flag="--precision",
-        help="fp32 is for debugging and marks the cell off-protocol",
-        choices=("bf16-autocast", "fp32"),
+        help="auto: fp32 on a CPU without native bf16, else bf16; bf16 (alias bf16-autocast): "
+        "autocast, the protocol's; fp32 marks the cell off-protocol",
+        choices=("auto", "bf16", "fp32"),
     )
     # A variant, not a departure: see SELECTION_SPLITS.
     selection_split: str = _entry(
@@ -248,6 +284,12 @@ def recipe_arguments(group) -> None:
                 help=meta["help"],
             )
             continue
+        if entry.name == "precision":  # its words and alias (`precision_word`)
+            kwargs = {"type": precision_arg, "metavar": "{" + ",".join(PRECISIONS) + "}"}
+            group.add_argument(
+                meta["flag"], dest=dest, default=entry.default, help=meta["help"], **kwargs
+            )
+            continue
         kwargs = {"choices": meta["choices"]} if meta["choices"] else {"type": _flag_type(entry)}
         if not meta["choices"]:
             kwargs["metavar"] = "N" if entry.name == "limit" else meta["flag"][2:].upper()
@@ -268,14 +310,69 @@ def recipe_from_args(args: argparse.Namespace, **others) -> Recipe:
     """The Recipe a namespace parsed with `recipe_arguments` describes; `others` sets the
     entries without a flag (the loader's mode and settings)."""
     flagged = {e.name: getattr(args, e.name) for e in fields(Recipe) if e.metadata["flag"]}
+    flagged["precision"] = recorded_precision(flagged["precision"])
     return Recipe(**flagged, **others)
 
 
+def recipe_from_argv(argv: list[str], base: Recipe = PROTOCOL_RECIPE) -> tuple[Recipe, list[str]]:
+    """`base` with the recipe flags of `argv` applied (the last one wins, as in argparse;
+    `--flag=value` or `--flag value`), and the other arguments of `argv`, in order: how a
+    plan reads the recipe entries out of a user's extra run arguments. A bad value raises
+    HarnessError naming the flag."""
+    known: dict[str, tuple[str, bool]] = {}
+    for entry in fields(Recipe):
+        flag = entry.metadata["flag"]
+        if flag is None:
+            continue
+        is_bool = entry.type == "bool"
+        known[flag] = (entry.name, is_bool)
+        if is_bool:
+            known["--no-" + flag[2:]] = (entry.name, True)
+    given: dict[str, list[str]] = {}
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        key, eq, value = argv[i].partition("=")
+        name, is_bool = known.get(key, (None, False))
+        if name is not None and (is_bool or eq or i + 1 < len(argv)):
+            given[name] = [key] if is_bool else [key, value if eq else argv[i + 1]]
+            i += 1 if is_bool or eq else 2
+        else:
+            rest.append(argv[i])
+            i += 1
+    if not given:
+        return base, rest
+    parser = ArgumentParser(prog="the recipe flags", add_help=False)
+    recipe_arguments(parser)
+
+    def fail(message: str):
+        raise HarnessError(f"{' '.join(a for v in given.values() for a in v)}: {message}")
+
+    parser.error = fail  # type: ignore[method-assign]
+    parsed = parser.parse_args([a for v in given.values() for a in v])
+    values = {name: getattr(parsed, name) for name in given}
+    if "precision" in values:
+        values["precision"] = recorded_precision(values["precision"])
+    return replace(base, **values), rest
+
+
+def changed_entries(recipe: Recipe, base: Recipe = PROTOCOL_RECIPE) -> tuple[str, ...]:
+    """The flagged recipe entries whose value in `recipe` is not `base`'s, in field order."""
+    return tuple(
+        e.name
+        for e in fields(Recipe)
+        if e.metadata["flag"] and getattr(recipe, e.name) != getattr(base, e.name)
+    )
+
+
 def recipe_argv(recipe: Recipe, names: tuple[str, ...] = SPELLED_OUT) -> list[str]:
-    """The flags that set `names` of `recipe` on a `run` command line, in that order."""
+    """The flags that set `names` of `recipe` on a `run` command line, in that order: the
+    one serialiser of a recipe to argv (plans, launch scripts, experiment files)."""
     argv: list[str] = []
     for name in names:
         flag, value = recipe_flag(name), getattr(recipe, name)
+        if name == "precision":
+            value = precision_word(value)  # the word every command takes (bf16, not its alias)
         if isinstance(value, bool):
             argv.append(flag if value else "--no-" + flag[2:])
         elif value is not None:

@@ -1,7 +1,7 @@
 """The command-line arguments shared by every command that plans cells (`sweep`, `status`,
 `track sweep`): what to run (`add_plan_arguments`, `add_probe_arguments`), how to launch it
 (`add_emit_arguments`), and the `Plan` they describe (`plan_from_args`; `plan_and_config`
-also returns the flags merged with their experiment files, an `experiment.SweepConfig`).
+also returns the flags merged with their experiment files, a `sweep_config.SweepConfig`).
 """
 
 from __future__ import annotations
@@ -17,29 +17,27 @@ from encoder_eval.core.protocol import (
     LR_GRID,
     PHASE_SEEDS,
     PHASES,
+    PRECISIONS,
     PROBE_PHASE,
     PROTOCOL_RECIPE,
     SELECTION_SPLITS,
     check_seed,
+    recipe_argv,
 )
 from encoder_eval.data.models import MODES
 from encoder_eval.data.tasks import MULTILINGUAL_TASKS, TASK_GROUPS
-from encoder_eval.plans import experiment
 from encoder_eval.plans.emit import (
     EMIT_MODES,
 )
-from encoder_eval.plans.experiment import SweepConfig
 from encoder_eval.plans.plan import (
     GROUPS,
     Plan,
     build_plan,
     build_probe_plan,
-    extra_flag_value,
-    probe_precision,
-    run_precision,
     split_csv,
 )
 from encoder_eval.plans.selection import load_selection
+from encoder_eval.plans.sweep_config import SweepConfig, resolve
 
 # ----------------------------------------------------------------------------- CLI
 
@@ -173,9 +171,10 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--precision",
-        help="every cell's forward pass: bf16 (default; autocast, "
-        "the protocol's) or fp32 (faster on a CPU without native bf16; a "
-        "fine-tuning cell in fp32 is off-protocol)",
+        metavar="{" + ",".join(PRECISIONS) + "}",
+        help="every cell's precision: bf16 (default; autocast, the protocol's; alias "
+        "bf16-autocast), fp32 (faster on a CPU without native bf16; a fine-tuning cell in "
+        "fp32 is off-protocol) or auto (each cell picks fp32 on a CPU without native bf16)",
     )
 
 
@@ -215,39 +214,16 @@ def _flags_given(args: argparse.Namespace, flags: tuple) -> list[str]:
     return [flag for dest, flag in flags if getattr(args, dest, None) not in (None, "", [])]
 
 
-def _extra_args(
-    args: argparse.Namespace, finetune: bool = False, given_extra: tuple[str, ...] | None = None
-) -> list[str]:
-    """--extra-run-args (`given_extra`, else parsed from `args`), then the cell flags the
-    sweep takes directly (--limit, --report-to, and for a fine-tuning phase --precision),
-    which the plan checks with the cell command's own parser like any extra argument; one
-    the extra arguments already give the same value (inherited from the select phase's
-    experiment) is not repeated."""
+def _extra_args(args: argparse.Namespace, given_extra: tuple[str, ...] | None = None) -> list[str]:
+    """--extra-run-args as a list (`given_extra`, else shell-split from `args`); the cell
+    flags the sweep takes directly (--limit, --precision, --report-to) go to the plan as
+    values, which it merges with these (`plan.split_cell_flags`)."""
     if given_extra is not None:
-        extra = list(given_extra)
-    else:
-        try:
-            extra = shlex.split(args.extra_run_args or "")
-        except ValueError as exc:
-            raise HarnessError(f"--extra-run-args is not valid shell quoting ({exc})") from None
-    given = [
-        ("--limit", None if getattr(args, "limit", None) is None else str(args.limit)),
-        ("--report-to", getattr(args, "report_to", None) or None),
-    ]
-    if finetune:
-        given.append(("--precision", run_precision(getattr(args, "precision", None))))
-    for flag, value in given:
-        had = extra_flag_value(extra, flag)
-        if value is None or had == value:
-            continue
-        if had is not None:
-            raise HarnessError(
-                f"{flag} {value} contradicts {flag} {had} of --extra-run-args or "
-                "of the select phase's experiment; give one value"
-            )
-        if (flag, value) != ("--precision", PROTOCOL_RECIPE.precision):  # the recipe's own
-            extra += [flag, value]
-    return extra
+        return list(given_extra)
+    try:
+        return shlex.split(args.extra_run_args or "")
+    except ValueError as exc:
+        raise HarnessError(f"--extra-run-args is not valid shell quoting ({exc})") from None
 
 
 def probe_plan_from_args(args: argparse.Namespace) -> Plan:
@@ -259,7 +235,6 @@ def probe_plan_from_args(args: argparse.Namespace) -> Plan:
             "probe (its flags: --pooling, --k-folds, --seed, --precision)"
         )
     pooling = None if args.pooling is None else split_csv(args.pooling)
-    precision = None if args.precision is None else probe_precision(args.precision)
     seed = None
     if args.seed is not None:
         try:
@@ -275,12 +250,14 @@ def probe_plan_from_args(args: argparse.Namespace) -> Plan:
         k_folds=args.k_folds,
         seed=seed,
         max_seq_len=args.max_seq_len,
-        precision=precision,
+        precision=args.precision,
         data_dir=args.data_dir,
         device=args.device,
         extra_run_args=_extra_args(args),
         trust_remote_code=split_csv(args.trust_remote_code),
         tasks_files=args.tasks_file,
+        limit=args.limit,
+        report_to=args.report_to or None,
     )
 
 
@@ -293,7 +270,7 @@ def plan_and_config(
     args: argparse.Namespace, cfg: SweepConfig | None = None
 ) -> tuple[Plan, SweepConfig | None]:
     """The Plan the parsed plan flags describe, and for a fine-tuning phase the flags
-    merged with their experiment files (`cfg`, else `experiment.resolve(args)`; None for
+    merged with their experiment files (`cfg`, else `sweep_config.resolve(args)`; None for
     the probe phase, which reads no experiment file)."""
     if (args.phase if cfg is None else cfg.phase) == PROBE_PHASE:
         return probe_plan_from_args(args), None
@@ -303,13 +280,13 @@ def plan_and_config(
             f"{wrong[0]} is for --phase probe; drop it for --phase {args.phase or 'select'}"
         )
     if cfg is None:
-        cfg = experiment.resolve(args)
+        cfg = resolve(args)
     if cfg.phase is None:
         raise HarnessError("give --phase select or --phase report")
     selection = None
     if cfg.selection is not None:
         selection = load_selection(cfg.selection)
-    extra = _extra_args(args, finetune=True, given_extra=cfg.extra_run_args)
+    extra = _extra_args(args, given_extra=cfg.extra_run_args)
     plan = build_plan(
         cfg.phase,
         results_dir=cfg.results_dir or os.path.join("results", cfg.phase),
@@ -328,6 +305,9 @@ def plan_and_config(
         pins=cfg.model_pins or None,
         selection_split=cfg.selection_split,
         tasks_files=list(cfg.tasks_files) or None,
+        limit=getattr(args, "limit", None),
+        precision=getattr(args, "precision", None),
+        report_to=getattr(args, "report_to", None) or None,
     )
     return plan, cfg
 
@@ -356,6 +336,5 @@ def format_grid() -> str:
     lines += [f"{key}   {lr:g}" for key, lr in LR_GRID.items()]
     lines.append(f"select seeds: {','.join(map(str, PHASE_SEEDS['select']))}")
     lines.append(f"report seeds: {','.join(map(str, PHASE_SEEDS['report']))}")
-    dummy = Plan(phase="select", cells=[], results_dir="")
-    lines.append("recipe flags on every cell: " + shlex.join(dummy.recipe_args()))
+    lines.append("recipe flags on every cell: " + shlex.join(recipe_argv(PROTOCOL_RECIPE)))
     return "\n".join(lines)

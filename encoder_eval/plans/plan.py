@@ -37,13 +37,17 @@ from encoder_eval.core.protocol import (
     SELECTION_SPLITS,
     SPELLED_OUT,
     Recipe,
+    changed_entries,
     check_seed,
     lr_for_key,
     lr_key_for,
+    precision_word,
     recipe_argv,
-    recipe_flag,
+    recipe_from_argv,
+    recorded_precision,
 )
 from encoder_eval.core.results import cell_state, result_filename
+from encoder_eval.data.limit import check_limit
 from encoder_eval.data.models import (
     MODEL_REGISTRY,
     ModelEntry,
@@ -132,22 +136,48 @@ def parse_seeds(text: str | None, flag: str = "--seeds") -> list[int] | None:
     return seeds
 
 
-# The precision spellings a sweep, demo or track takes: run's and probe's names for bf16.
-_BF16 = ("bf16", "bf16-autocast")
+# The recipe entries an experiment file records as its own fields (`[recipe]`, and
+# `selection_split`), not among its extra run arguments (`Plan.cell_flags`).
+TYPED_ENTRIES = ("max_steps", "max_seq_len", "selection_split")
 
 
-def run_precision(value: str | None) -> str | None:
-    """`--precision` as `encoder_eval.run` spells it (bf16-autocast or fp32; None: not given)."""
-    if value is None:
-        return None
-    if value not in (*_BF16, "fp32"):
-        raise unknown_name("precision", value, ("bf16", "fp32"))
-    return "fp32" if value == "fp32" else PROTOCOL_RECIPE.precision
+def split_cell_flags(
+    argv: Sequence[str], base: Recipe = PROTOCOL_RECIPE
+) -> tuple[Recipe, str | None, list[str]]:
+    """Cell flags (`--extra-run-args`, an experiment's `extra_run_args`) read as values: the
+    recipe they set over `base` (`protocol.recipe_from_argv`), their `--report-to` (None:
+    not given; the last one wins), and the flags the harness does not model, in order."""
+    recipe, rest = recipe_from_argv(list(argv), base)
+    report_to, others = None, []
+    i = 0
+    while i < len(rest):
+        key, eq, value = rest[i].partition("=")
+        if key == "--report-to" and (eq or i + 1 < len(rest)):
+            report_to = value if eq else rest[i + 1]
+            i += 1 if eq else 2
+            continue
+        others.append(rest[i])
+        i += 1
+    return recipe, report_to, others
 
 
-def probe_precision(value: str) -> str:
-    """`--precision` as `encoder_eval.probe` spells it (bf16 or fp32)."""
-    return "fp32" if run_precision(value) == "fp32" else "bf16"
+def cell_flags(
+    recipe: Recipe, report_to: str | None, others: Sequence[str], skip: Sequence[str] = ()
+) -> list[str]:
+    """The one spelling of cell flags beyond a cell's identity: the recipe entries that
+    differ from the protocol (`recipe_argv`, but `skip`), `--report-to`, then `others`."""
+    names = tuple(n for n in changed_entries(recipe) if n not in skip)
+    return [
+        *recipe_argv(recipe, names),
+        *(["--report-to", report_to] if report_to else []),
+        *others,
+    ]
+
+
+def canonical_cell_flags(argv: Sequence[str]) -> list[str]:
+    """`argv` (extra run arguments) in `cell_flags`' one spelling and order, so that two
+    experiment files that say the same thing compare equal however the flags were given."""
+    return cell_flags(*split_cell_flags(argv))
 
 
 def parse_lr_keys(text: str | None) -> list[str] | None:
@@ -290,11 +320,13 @@ class Plan:
     phase: str
     cells: list[Cell]
     results_dir: str
-    max_steps: int = PROTOCOL_RECIPE.max_steps
-    max_seq_len: int = PROTOCOL_RECIPE.max_seq_len
-    selection_split: str = PROTOCOL_RECIPE.selection_split
+    # Every cell's recipe (limit and precision included); for a probe plan, its length and
+    # limit (the probe's own settings are `probe`).
+    recipe: Recipe = PROTOCOL_RECIPE
     data_dir: str | None = None
     device: str = "auto"
+    report_to: str | None = None  # `run --report-to` for every cell (None: none)
+    # Cell flags the plan does not model (no recipe entry, no --report-to), as given.
     extra_run_args: list[str] = field(default_factory=list)
     tasks_files: list[str] = field(default_factory=list)  # absolute paths, given to every run
     shrunk: list[str] = field(default_factory=list)  # how this plan departs from the protocol
@@ -310,14 +342,28 @@ class Plan:
         """The module a unit's process runs (`python -m MODULE RUN_ARGS...`)."""
         return MODULES[self.kind]
 
+    @property
+    def max_steps(self) -> int:
+        return self.recipe.max_steps
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.recipe.max_seq_len
+
+    @property
+    def selection_split(self) -> str:
+        return self.recipe.selection_split
+
     def out_json(self, cell: Cell) -> str:
         return os.path.join(self.results_dir, cell.filename)
 
     def recipe_args(self) -> list[str]:
-        """The recipe, spelled out flag by flag (the protocol's values unless shrunk); for a
-        probe plan, the probe's settings."""
+        """The recipe, flag by flag, each once (`recipe_argv`): the entries every cell
+        spells out (`SPELLED_OUT`), then any other the plan changes (`--limit`,
+        `--micro-batch`...); for a probe plan, the probe's settings and its limit."""
         if self.probe is not None:
             p = self.probe
+            limit = self.recipe.limit
             return [
                 "--k-folds",
                 str(p.k_folds),
@@ -327,20 +373,15 @@ class Plan:
                 str(self.max_seq_len),
                 "--precision",
                 p.precision,
+                *(["--limit", str(limit)] if limit is not None else []),
             ]
-        given = recipe_flags_in(self.extra_run_args)[0]
-        recipe = self.recipe()
-        return [a for name in SPELLED_OUT for a in given.get(name) or recipe_argv(recipe, (name,))]
+        others = tuple(n for n in changed_entries(self.recipe) if n not in SPELLED_OUT)
+        return recipe_argv(self.recipe, SPELLED_OUT + others)
 
-    def recipe(self) -> Recipe:
-        """The recipe of a fine-tune plan's cells: the protocol's, with the plan's step cap,
-        length and selection split (what `extra_run_args` sets besides is not in it)."""
-        return dataclasses.replace(
-            PROTOCOL_RECIPE,
-            max_steps=self.max_steps,
-            max_seq_len=self.max_seq_len,
-            selection_split=self.selection_split,
-        )
+    def cell_flags(self) -> list[str]:
+        """The cell flags an experiment file records as `extra_run_args`: what the plan
+        sets beyond the protocol and beyond the file's own fields (`TYPED_ENTRIES`)."""
+        return cell_flags(self.recipe, self.report_to, self.extra_run_args, TYPED_ENTRIES)
 
     def run_args(self, cells: list[Cell]) -> list[str]:
         """Arguments of `python -m encoder_eval.run` for the cells of one unit.
@@ -390,10 +431,27 @@ class Plan:
             args += ["--tasks-file", path]
         if any(s not in PHASE_SEEDS[self.phase] for s in seeds):
             args.append("--allow-off-protocol")  # run.py then marks the result off-protocol
-        # The recipe flags the extra arguments set are in recipe_args, with their values:
-        # each flag once, so a log or `ps` shows the value the cell runs with.
-        args += ["--progress", "json", *recipe_flags_in(self.extra_run_args)[1]]
-        return args
+        # Each recipe flag is in recipe_args once, with its value, so a log or `ps` shows
+        # the value the cell runs with; the extra arguments hold no recipe flag.
+        args += ["--progress", "json"]
+        if self.report_to:
+            args += ["--report-to", self.report_to]
+        return [*args, *self.extra_run_args]
+
+    def cell_configs(self, unit: list[Cell]) -> list:
+        """The checked configurations of one unit, exactly as its launch-script line makes
+        them: `run_args(unit)` parsed by the cell command's parser and planned by the cell's
+        own planner (`runner.plan_cells`: `train.CellConfig`s; for a probe plan, one
+        `probe_cell.ProbeRun`). How `track` runs a unit in process, so the cells a receipt
+        reads are the ones a script would run. Imports torch."""
+        argv = self.run_args(unit)
+        if self.probe is not None:
+            from encoder_eval.cells import probe_cell
+
+            return [probe_cell.run_from_args(probe_cell.build_parser().parse_args(argv))]
+        from encoder_eval.cells import runner
+
+        return runner.plan_cells(runner.build_parser().parse_args(argv))
 
     def _probe_args(self, cells: list[Cell]) -> list[str]:
         first = cells[0]
@@ -558,43 +616,6 @@ def _check_run_inputs(
     return device, extra, None if data_dir is None else str(data_dir)
 
 
-def extra_flag_value(extra: list[str], flag: str) -> str | None:
-    """The value the extra arguments give `flag` (the last one wins, as in argparse), or
-    None; abbreviations are off on every parser, so the flag is spelled out."""
-    value = None
-    for i, arg in enumerate(extra):
-        if arg == flag and i + 1 < len(extra):
-            value = extra[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg.split("=", 1)[1]
-    return value
-
-
-def recipe_flags_in(extra: list[str]) -> tuple[dict[str, list[str]], list[str]]:
-    """Split extra run arguments into the spelled-out recipe flags they set (recipe entry ->
-    its flag and value, e.g. `{"precision": ["--precision", "fp32"]}`; the last one wins, as
-    in argparse) and the other arguments, in order."""
-    flags: dict[str, tuple[str, bool]] = {}
-    for name in SPELLED_OUT:
-        flag, is_bool = recipe_flag(name), isinstance(getattr(PROTOCOL_RECIPE, name), bool)
-        flags[flag] = (name, is_bool)
-        if is_bool:
-            flags["--no-" + flag[2:]] = (name, True)
-    given: dict[str, list[str]] = {}
-    rest: list[str] = []
-    i = 0
-    while i < len(extra):
-        key, eq, value = extra[i].partition("=")
-        name, is_bool = flags.get(key, (None, False))
-        if name is not None and (is_bool or eq or i + 1 < len(extra)):
-            given[name] = [key] if is_bool else [key, value if eq else extra[i + 1]]
-            i += 1 if is_bool or eq else 2
-        else:
-            rest.append(extra[i])
-            i += 1
-    return given, rest
-
-
 def _run_parser() -> argparse.ArgumentParser:
     """The fine-tune cell's own flags (`encoder-eval run`)."""
     return run_flags()
@@ -663,6 +684,9 @@ def build_plan(
     pins: dict[str, tuple[str | None, str | None]] | None = None,
     selection_split: str | None = None,
     tasks_files: list[str | os.PathLike] | None = None,
+    limit: int | None = None,
+    precision: str | None = None,
+    report_to: str | None = None,
 ) -> Plan:
     """Expand a phase into its cells, checking every input; raises HarnessError on bad input.
 
@@ -671,7 +695,9 @@ def build_plan(
     the selection split its select cells used (a contradicting `selection_split` is refused).
     `tasks_files` (user task files) are registered before the tasks are resolved, and every
     cell's run reads them too. `trust_remote_code`: the models the user lets run remote code
-    (`resolve_models`); `pins`: per-model (weights, code) revisions.
+    (`resolve_models`); `pins`: per-model (weights, code) revisions. `max_steps`,
+    `max_seq_len`, `limit`, `precision` (a word of `protocol.PRECISIONS`) and `report_to`
+    join what `extra_run_args` sets (`split_cell_flags`), which they may not contradict.
     """
     if phase not in PHASES:
         raise HarnessError(f"--phase {phase!r} must be select or report")
@@ -703,26 +729,23 @@ def build_plan(
                 "--phase report needs --selection selection.json; "
                 "create it with encoder-eval select"
             )
-    selection_split = _selection_split(phase, selection, selection_split)
-    if max_steps is not None and max_steps < 1:
-        raise HarnessError("--max-steps must be at least 1")
-    if max_seq_len is not None and max_seq_len < 1:
-        raise HarnessError("--max-seq-len must be at least 1")
-    max_steps = PROTOCOL_RECIPE.max_steps if max_steps is None else max_steps
-    max_seq_len = PROTOCOL_RECIPE.max_seq_len if max_seq_len is None else max_seq_len
-    if max_steps != PROTOCOL_RECIPE.max_steps:
-        shrunk.append(f"max steps {max_steps} (protocol: {PROTOCOL_RECIPE.max_steps})")
-    if max_seq_len != PROTOCOL_RECIPE.max_seq_len:
-        shrunk.append(f"max seq len {max_seq_len} (protocol: {PROTOCOL_RECIPE.max_seq_len})")
     device, extra, data_dir = _check_run_inputs(
         device, extra_run_args, data_dir, _RESERVED_RUN_FLAGS, "cell", _run_parser
     )
-    limit = extra_flag_value(extra, "--limit")
-    if limit is not None:
-        shrunk.append(f"limit {limit}: a smoke run, every split cut to {limit} examples")
-    precision = extra_flag_value(extra, "--precision")
-    if precision is not None and precision != PROTOCOL_RECIPE.precision:
-        shrunk.append(f"precision {precision} (protocol: {PROTOCOL_RECIPE.precision})")
+    from_extra = split_cell_flags(extra)[0]  # a split the extra arguments ask for
+    if selection_split is None and "selection_split" in changed_entries(from_extra):
+        selection_split = from_extra.selection_split
+    selection_split = _selection_split(phase, selection, selection_split)
+    recipe, report_to, extra = _plan_recipe(
+        extra,
+        max_steps=max_steps,
+        max_seq_len=max_seq_len,
+        selection_split=selection_split,
+        limit=limit,
+        precision=precision,
+        report_to=report_to,
+    )
+    shrunk += _departures(recipe)
 
     cells: list[Cell] = []
     missing_pairs = []
@@ -753,15 +776,67 @@ def build_plan(
         phase=phase,
         cells=cells,
         results_dir=os.path.abspath(results_dir),
-        max_steps=max_steps,
-        max_seq_len=max_seq_len,
-        selection_split=selection_split,
+        recipe=recipe,
         data_dir=data_dir,
         device=device,
+        report_to=report_to,
         extra_run_args=extra,
         tasks_files=files,
         shrunk=shrunk,
     )
+
+
+def _plan_recipe(
+    extra: list[str], *, report_to: str | None, **given: object
+) -> tuple[Recipe, str | None, list[str]]:
+    """The plan's recipe, `--report-to` and remaining extra arguments: what `extra` sets
+    (`split_cell_flags`), with the entries `given` by the sweep's own flags (None: not
+    given; a precision word is recorded as `recorded_precision` says), each checked; a
+    given value that contradicts the extra arguments' is refused."""
+    recipe, extra_report_to, rest = split_cell_flags(extra)
+    from_extra = set(changed_entries(recipe))
+    values: dict[str, object] = {}
+    for name, value in given.items():
+        if value is None:
+            continue
+        if name == "precision":
+            value = recorded_precision(str(value))
+        had = getattr(recipe, name)
+        if name in from_extra and had != value:
+            flag = recipe_argv(recipe, (name,))
+            raise HarnessError(
+                f"{shlex.join(recipe_argv(dataclasses.replace(recipe, **{name: value}), (name,)))}"
+                f" contradicts {shlex.join(flag)} of --extra-run-args or of the select phase's "
+                "experiment; give one value"
+            )
+        values[name] = value
+    recipe = dataclasses.replace(recipe, **values)
+    for name in ("max_steps", "max_seq_len"):
+        if getattr(recipe, name) < 1:
+            raise HarnessError(f"--{name.replace('_', '-')} must be at least 1")
+    check_limit(recipe.limit)
+    if report_to and extra_report_to and report_to != extra_report_to:
+        raise HarnessError(
+            f"--report-to {report_to} contradicts --report-to {extra_report_to} of "
+            "--extra-run-args or of the select phase's experiment; give one value"
+        )
+    return recipe, report_to or extra_report_to, rest
+
+
+def _departures(recipe: Recipe) -> list[str]:
+    """How a plan's recipe shrinks the protocol, as the sweep's note names it."""
+    out = []
+    for name in ("max_steps", "max_seq_len"):
+        value, protocol = getattr(recipe, name), getattr(PROTOCOL_RECIPE, name)
+        if value != protocol:
+            out.append(f"{name.replace('_', ' ')} {value} (protocol: {protocol})")
+    if recipe.limit is not None:
+        out.append(f"limit {recipe.limit}: a smoke run, every split cut to {recipe.limit} examples")
+    if recipe.precision == "auto":  # each cell decides on its device
+        out.append("precision auto: fp32 (off-protocol) where a cell's CPU has no native bf16")
+    elif recipe.precision != PROTOCOL_RECIPE.precision:
+        out.append(f"precision {precision_word(recipe.precision)} (protocol: bf16)")
+    return out
 
 
 def _selection_split(phase: str, selection: dict | None, requested: str | None) -> str:
@@ -808,20 +883,19 @@ def build_probe_plan(
     trust_remote_code: Sequence[str] = (),
     pins: dict[str, tuple[str | None, str | None]] | None = None,
     tasks_files: list[str | os.PathLike] | None = None,
+    limit: int | None = None,
+    report_to: str | None = None,
 ) -> Plan:
     """The probe phase: one cell per (model, pooling, task), one unit per (model, task); raises
     HarnessError on bad input. Defaults are `encoder_eval.probe`'s (pooling mean, 10 folds,
     seed 42, length 256, bf16); models and tasks are chosen as for the other phases."""
-    from encoder_eval.cells.embed import (  # the probe's own rules (imports torch)
-        EmbedSetup,
-        check_poolings,
-    )
+    from encoder_eval.cells.embed import check_poolings  # the probe's rules (imports torch)
 
     resolved, task_list, files = _models_and_tasks(
         models, extra_models, trust_remote_code, pins, tasks, tasks_files
     )
     poolings = list(check_poolings(DEFAULT_POOLINGS if poolings is None else poolings))
-    precision = EmbedSetup(precision=precision or "bf16").precision  # refuses an unknown one
+    precision = precision_word(precision or "bf16")  # refuses an unknown one
     seed = check_seed(DEFAULT_SEED if seed is None else seed)
     try:
         k_folds = ProbeConfig(DEFAULT_K_FOLDS if k_folds is None else k_folds, seed).k_folds
@@ -833,6 +907,12 @@ def build_probe_plan(
     device, extra, data_dir = _check_run_inputs(
         device, extra_run_args, data_dir, _RESERVED_PROBE_FLAGS, "unit", _probe_parser
     )
+    # The probe's flags left a recipe flag other than --limit out (reserved or unknown).
+    recipe, report_to, extra = _plan_recipe(
+        extra, max_seq_len=max_seq_len, limit=limit, report_to=report_to
+    )
+    if report_to:
+        raise HarnessError("--report-to is for fine-tuning phases; a probe cell has no curves")
     cells = [
         _cell(name, entry, task, "", 0.0, seed, PROBE_PHASE, pooling)
         for name, entry in resolved.items()
@@ -844,7 +924,7 @@ def build_probe_plan(
         phase=PROBE_PHASE,
         cells=cells,
         results_dir=os.path.abspath(results_dir),
-        max_seq_len=max_seq_len,
+        recipe=recipe,
         data_dir=data_dir,
         device=device,
         extra_run_args=extra,

@@ -3,7 +3,7 @@ synthetic or fine-tune kind, as `encoder-eval track receipt` writes it), the reg
 over every receipt so far, and a warning or a stop when a task regressed beyond its noise.
 
     from encoder_eval.reports.checkpoint_eval import CheckpointEvalCallback
-    from encoder_eval.reports.tracking import build_setup
+    from encoder_eval.plans.tracking import build_setup
 
     setup = build_setup("synthetic", [])            # or "probe" with tasks, ...
     trainer = Trainer(..., callbacks=[CheckpointEvalCallback(setup, "runs/track",
@@ -25,6 +25,8 @@ from pathlib import Path
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from encoder_eval.core.errors import HarnessError, unknown_name
+from encoder_eval.core.receipt import Receipt, TrackSetup, load_receipts
+from encoder_eval.plans.tracking import Checkpoint, evaluate_checkpoint
 from encoder_eval.reports.tracking import (
     DEFAULT_HORIZON,
     DEFAULT_NOISE_ALPHA,
@@ -32,12 +34,7 @@ from encoder_eval.reports.tracking import (
     DEFAULT_ZERO_FLOOR,
     REFERENCES,
     Check,
-    Checkpoint,
-    Receipt,
     RegressionReport,
-    TrackSetup,
-    evaluate_checkpoint,
-    load_receipts,
     write_report,
 )
 
