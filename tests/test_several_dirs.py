@@ -127,7 +127,7 @@ def test_report_page_of_both_folders(two, tmp_path, capsys):
 
 
 def test_export_records_of_both_folders(two, capsys):
-    code, out, err = run(capsys, export, "--format", "euroeval", *both(two))
+    code, out, err = run(capsys, export, "--format", "euroeval-legacy", *both(two))
     assert code == EXIT_OK, err
     records = [json.loads(line) for line in out.splitlines()]
     assert {r["model"] for r in records} == {"model-a", "model-b"}

@@ -26,7 +26,7 @@ from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.protocol import Recipe, recipe_fields
 from encoder_eval.core.results import result_filename
 from encoder_eval.data.loaders import load_model
-from encoder_eval.data.tasks import load_task
+from encoder_eval.data.task_loading import load_task
 
 FP32 = Recipe(max_steps=6, patience=3, max_seq_len=128, precision="fp32")
 

@@ -38,7 +38,7 @@ from encoder_eval.core import metrics
 from encoder_eval.core.protocol import Recipe
 from encoder_eval.core.results import result_filename
 from encoder_eval.core.schema import CellId
-from encoder_eval.data.tasks import load_task
+from encoder_eval.data.task_loading import load_task
 
 TOLERANCE = 1e-9
 
