@@ -23,7 +23,6 @@ which ignores the rank column and breaks ties its own way, ranks as the metrics 
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,7 +41,14 @@ from encoder_eval.core.fileio import (
     write_json_atomic,
 )
 from encoder_eval.core.results import PREDICTIONS_SUFFIX, TREC_SUFFIX
-from encoder_eval.core.schema import CellId, CellResult, data_identity, is_number
+from encoder_eval.core.schema import (
+    CellId,
+    CellResult,
+    all_ints,
+    all_numbers,
+    data_identity,
+    is_number,
+)
 
 SCHEMA_NAME = "encoder-eval-predictions"
 SCHEMA_VERSION = 1
@@ -128,7 +134,17 @@ class CellPredictions:
         )
 
     def scores(self) -> dict[str, float | None]:
-        """The metric per language, recomputed from the predictions (None: undefined)."""
+        """The metric per language, recomputed from the predictions (None: undefined). A
+        pointwise metric is computed by `metrics.score_array` (numpy: the same values and
+        undefined cases as `compute_metric`, without scikit-learn's per-call checks, which
+        cost most of a 14-model table's loading)."""
+        if not self.ranked:
+            return {
+                lang: metrics.score_array(
+                    self.metric, np.asarray(p.predictions), np.asarray(p.labels)
+                )
+                for lang, p in self.languages.items()
+            }
         groups = {k: p.rank_groups for k, p in self.languages.items() if p.query_ids is not None}
         return metrics.score_splits(
             self.metric,
@@ -315,12 +331,12 @@ def _problem(obj: Any) -> str | None:
         n = {len(v["ids"]), len(v["predictions"]), len(v["labels"])}
         if len(n) != 1 or not v["ids"]:
             return f"languages.{lang}: ids, predictions and labels differ in length or are empty"
-        if not all(isinstance(i, int) and not isinstance(i, bool) for i in v["ids"]):
+        if not all_ints(v["ids"]):
             return f"languages.{lang}: ids must be integers"
         if len(set(v["ids"])) != len(v["ids"]):
             return f"languages.{lang}: ids repeat"
         for key in ("predictions", "labels"):
-            if not all(is_number(x) and math.isfinite(x) for x in v[key]):
+            if not all_numbers(v[key]):
                 return f"languages.{lang}.{key}: every entry must be a finite number"
         if metrics.METRIC_SPECS[obj["metric"]].granularity == "grouped":
             for key in RANK_FIELDS:
