@@ -197,13 +197,17 @@ def _push_to_model(args: argparse.Namespace) -> int:
     except HarnessError:
         raise
     except Exception as exc:  # the Hub's and the network's errors: one line, no trace
-        message = one_line(f"{type(exc).__name__}: {exc}")
-        if args.token:
-            message = message.replace(args.token, "<token>")
+        message = _hub_error(exc, args.token)
         print(f"error: the pull request on {args.to_model} failed: {message}", file=sys.stderr)
         return EXIT_INCOMPLETE
     print(f"opened a pull request on {where} with {len(files)} file(s): {url}", file=sys.stderr)
     return EXIT_OK
+
+
+def _hub_error(exc: Exception, token: str | None) -> str:
+    """A Hub or network error as one line, with the token never in it."""
+    message = one_line(f"{type(exc).__name__}: {exc}")
+    return message.replace(token, "<token>") if token else message
 
 
 @report_errors
@@ -253,10 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         except HarnessError:
             raise
         except Exception as exc:  # the Hub's and the network's errors: one line, no trace
-            message = one_line(f"{type(exc).__name__}: {exc}")
-            if args.token:
-                message = message.replace(args.token, "<token>")
-            print(f"error: the upload to {where} failed: {message}", file=sys.stderr)
+            print(f"error: the upload to {where} failed: {_hub_error(exc, args.token)}",
+                  file=sys.stderr)  # fmt: skip
             return EXIT_INCOMPLETE
     print(f"pushed {len(staged.files)} file(s) to {where}: {url}", file=sys.stderr)
     return EXIT_OK
