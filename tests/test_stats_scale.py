@@ -335,24 +335,6 @@ def test_compare_cells_equals_the_loop_end_to_end(rng, tmp_path):
     assert lean.example_sd == pytest.approx(full.example_sd, abs=1e-15)
 
 
-def test_column_patterns_equal_numpy_unique_over_rows():
-    """`metrics._column_patterns` (integer keys) gives `np.unique(code.T, axis=0)`'s
-    patterns and inverse, also where the keys would overflow (the row fallback)."""
-    import numpy as np
-
-    from encoder_eval.core.metrics import _column_patterns
-
-    seed = 20261204
-    print("seed", seed)
-    rng = np.random.default_rng(seed)
-    for seeds, cells in [(1, 2), (5, 30), (3, 3600), (5, 54000), (7, 200)]:
-        code = rng.integers(0, cells, (seeds, 400))
-        code[:, 200:] = code[:, :200]  # repeated columns
-        want, inverse = np.unique(code.T, axis=0, return_inverse=True)
-        got, group = _column_patterns(code, cells)
-        assert np.array_equal(got, want) and np.array_equal(group, inverse.ravel())
-
-
 def test_all_numbers_is_is_number_of_every_entry():
     """The array-speed check answers as the per-entry rule on every kind of entry."""
     from encoder_eval.core.schema import all_ints, all_numbers, is_number

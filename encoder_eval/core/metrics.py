@@ -300,12 +300,12 @@ def resample_scorer(
     task scores, each the metric per language on that resample's examples and then their
     headline mean (`deciding_languages`, as `language_mean`); NaN where undefined, in the
     cases of `undefined_reason`. Resamples are scored in batches of about `RESAMPLE_BATCH`
-    array elements. Classification metrics read confusion counts from one `np.bincount`
-    over (resample, seed, language, true, predicted) keys, each example column first
-    grouped with those of the same language, label and every seed's prediction (which the
-    counts cannot tell apart); Spearman reads each resample's average ranks (`rankdata`'s
-    ties) off its draw counts over a language's values sorted once, and takes the Pearson
-    of the ranks weighted by those counts.
+    array elements. Every seed reads the same draw counts (how often each example is
+    drawn), so stacking several models' seeds in `matrix` scores them on one set of counts.
+    Classification metrics take per-language counts as products of the draw counts with
+    each seed's indicator columns; Spearman reads each resample's average ranks
+    (`rankdata`'s ties) off its draw counts over a language's values sorted once, and takes
+    the Pearson of the ranks weighted by those counts.
     Pointwise metrics only: resampling a grouped metric must resample whole queries."""
     if metric_spec(name).granularity == "grouped":
         raise ValueError(f"{name} is a per-query metric; resampling takes single examples")
@@ -324,14 +324,32 @@ def resample_scorer(
 
     def scores(index: np.ndarray) -> np.ndarray:
         index = np.atleast_2d(np.asarray(index))
-        rows = max(1, RESAMPLE_BATCH // max(1, n_seeds * index.shape[1]))
+        per_resample = max(index.shape[1], labels.size, n_seeds * names.size)
+        rows = max(1, RESAMPLE_BATCH // per_resample)
         out = np.empty((index.shape[0], n_seeds))
-        for start in range(0, index.shape[0], rows):
-            value, present = per_language(index[start : start + rows])
-            out[start : start + rows] = _headline(value, present, is_euro)
+        with _one_blas_thread():
+            for start in range(0, index.shape[0], rows):
+                value, present = per_language(index[start : start + rows])
+                out[start : start + rows] = _headline(value, present, is_euro)
         return out
 
     return scores
+
+
+_BLAS = None  # threadpoolctl's controller of the BLAS numpy loaded, made on first use
+
+
+def _one_blas_thread():
+    """A context in which numpy's BLAS runs on one thread. The resampling's matrix
+    products are small and many; OpenBLAS's worker threads spin while they wait, and on a
+    shared machine one 13 x 151,674 x 70 product cost 0.71 s of CPU on two threads against
+    8.5 ms on one (bench/README.md, "Shared draw counts")."""
+    global _BLAS
+    if _BLAS is None:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS = ThreadpoolController()
+    return _BLAS.limit(limits=1, user_api="blas")
 
 
 def _headline(value: np.ndarray, present: np.ndarray, is_euro: np.ndarray | None) -> np.ndarray:
@@ -352,68 +370,63 @@ def _headline(value: np.ndarray, present: np.ndarray, is_euro: np.ndarray | None
 def _confusion_batch(
     name: str, matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_lang: int
 ):
-    """The per-language scorer of a classification metric (see `resample_scorer`)."""
-    n_seeds = matrix.shape[0]
-    if name == "accuracy":  # only right or wrong matters: (language, correct) per seed
-        width, k = 2, 0
-        code = lang * 2 + (matrix == labels)
+    """The per-language scorer of a classification metric (see `resample_scorer`). A batch
+    of resamples is first turned into draw counts (resamples x examples, one `bincount`
+    shared by every seed), then each seed's per-language counts are one matrix product of
+    those counts with its 0/1 indicator columns: correct for accuracy; hits and predictions
+    per class, with the labels per class shared, for F1, macro-F1 and MCC. The counts are
+    integers below 2**24, exact in float32 whatever the order of the sums, so the scores
+    are the same as counting one resample at a time."""
+    n_seeds, n_cols = matrix.shape
+    order = np.argsort(lang, kind="stable")  # columns of one language side by side
+    position = np.empty_like(order)
+    position[order] = np.arange(n_cols)
+    bounds = np.searchsorted(lang[order], np.arange(n_lang + 1))
+    if name == "accuracy":
+        width, k, gold, positive = 1, 0, None, None
+        indicators = (matrix == labels)[:, order].T  # (columns, seeds): right or wrong
     else:
         classes = np.unique(np.concatenate([labels.ravel(), matrix.ravel()]))
         k = classes.size
-        width = k * k
-        true = np.searchsorted(classes, labels)
-        code = (lang * k + true) * k + np.searchsorted(classes, matrix)
+        width = 2 * k
+        true = np.searchsorted(classes, labels)[order]
+        pred = np.searchsorted(classes, matrix)[:, order]  # (seeds, columns)
+        said = pred[:, :, None] == np.arange(k)
+        hit = said & (pred == true)[:, :, None]
+        # (columns, seeds * 2k): per seed, the hits of each class, then its predictions
+        indicators = np.concatenate([hit, said], axis=2).transpose(1, 0, 2).reshape(n_cols, -1)
+        gold = (true[:, None] == np.arange(k)).astype(np.float32)  # (columns, classes)
         positive = np.flatnonzero(classes == 1)
-    # examples of one language, label and every seed's prediction count the same
-    cells = n_lang * width
-    patterns, group = _column_patterns(code, cells)
-    n_groups = patterns.shape[0]
-    seed_offset = (np.arange(n_seeds) * cells)[:, None] + patterns.T  # (seeds, groups)
+    indicators = np.ascontiguousarray(indicators, dtype=np.float32)
+    spans = [(int(bounds[code]), int(bounds[code + 1])) for code in range(n_lang)]
 
     def per_language(index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = index.shape[0]
-        weights = np.bincount(
-            (np.arange(rows)[:, None] * n_groups + group[index]).ravel(),
-            minlength=rows * n_groups,
-        ).reshape(rows, 1, n_groups)
-        keys = (np.arange(rows) * (n_seeds * cells))[:, None, None] + seed_offset
-        counts = np.bincount(
-            keys.ravel(),
-            weights=np.broadcast_to(weights, keys.shape).ravel(),
-            minlength=rows * n_seeds * cells,
-        )
+        drawn = np.bincount(
+            (np.arange(rows)[:, None] * n_cols + position[index]).ravel(),
+            minlength=rows * n_cols,
+        ).reshape(rows, n_cols)
+        weights = drawn.astype(np.float32)
+        n = np.stack([drawn[:, a:b].sum(axis=1) for a, b in spans], axis=1)  # (rows, langs)
+        made = np.stack([weights[:, a:b] @ indicators[a:b] for a, b in spans], axis=1)
+        made = made.astype(np.float64).reshape(rows, n_lang, n_seeds, width).transpose(0, 2, 1, 3)
         if name == "accuracy":
-            c = counts.reshape(rows, n_seeds, n_lang, 2)
-            n = c.sum(axis=3)
             with np.errstate(invalid="ignore", divide="ignore"):
-                return c[..., 1] / n, n[:, 0] > 0
-        cm = counts.reshape(rows, n_seeds, n_lang, k, k)  # true x predicted
-        return _from_confusion(name, cm, positive), cm[:, 0].sum(axis=(2, 3)) > 0
+                return made[..., 0] / n[:, None, :], n > 0
+        t = np.stack([weights[:, a:b] @ gold[a:b] for a, b in spans], axis=1)  # (rows, langs, k)
+        tp, p = made[..., :k], made[..., k:]
+        scores = _from_counts(name, tp, t.astype(np.float64)[:, None], p, positive)
+        return scores, n > 0
 
     return per_language
 
 
-def _column_patterns(code: np.ndarray, cells: int) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct columns of `code` (seeds, examples; entries below `cells`) as a
-    (patterns, seeds) array, and each column's pattern: `np.unique(code.T, axis=0,
-    return_inverse=True)`'s answer, through one integer per column (its entries as digits
-    in base `cells`) where that fits in 62 bits: sorting integers, not rows, is what makes
-    it cheap enough to run once per (model, task) of a 14-model table."""
-    n_seeds = code.shape[0]
-    if n_seeds * math.log2(max(cells, 2)) > 62:
-        patterns, group = np.unique(code.T, axis=0, return_inverse=True)
-        return patterns, group.ravel()
-    place = cells ** np.arange(n_seeds - 1, -1, -1, dtype=np.int64)
-    keys, group = np.unique(place @ code.astype(np.int64), return_inverse=True)
-    patterns = (keys[:, None] // place[None, :]) % cells
-    return patterns, group.ravel()
-
-
-def _from_confusion(name: str, cm: np.ndarray, positive: np.ndarray) -> np.ndarray:
-    """F1 / macro-F1 / MCC from confusion counts (..., true, predicted), with
-    `score_array`'s undefined cases as NaN."""
-    tp = np.diagonal(cm, axis1=-2, axis2=-1)
-    t, p = cm.sum(axis=-1), cm.sum(axis=-2)  # per class: true count, predicted count
+def _from_counts(
+    name: str, tp: np.ndarray, t: np.ndarray, p: np.ndarray, positive: np.ndarray
+) -> np.ndarray:
+    """F1 / macro-F1 / MCC from per-class counts (..., classes): hits `tp`, true `t` and
+    predicted `p`, with `score_array`'s undefined cases as NaN."""
+    t = np.broadcast_to(t, tp.shape)
     fp, fn = p - tp, t - tp
     denom = 2 * tp + fp + fn
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -423,11 +436,11 @@ def _from_confusion(name: str, cm: np.ndarray, positive: np.ndarray) -> np.ndarr
             return np.where(seen, f1_per_class, 0.0).sum(axis=-1) / seen.sum(axis=-1)
         if name == "f1":  # the positive class 1; undefined when never seen
             if positive.size == 0:
-                return np.full(cm.shape[:-2], np.nan)
+                return np.full(tp.shape[:-1], np.nan)
             j = positive[0]
             return np.where(denom[..., j] > 0, f1_per_class[..., j], np.nan)
         n = t.sum(axis=-1)
-        cov = np.trace(cm, axis1=-2, axis2=-1) * n - (t * p).sum(axis=-1)
+        cov = tp.sum(axis=-1) * n - (t * p).sum(axis=-1)
         scale = np.sqrt((n * n - (p * p).sum(axis=-1)) * (n * n - (t * t).sum(axis=-1)))
         defined = (n >= 2) & ((t > 0).sum(axis=-1) >= 2) & ((p > 0).sum(axis=-1) >= 2)
         return np.where(defined, cov / np.where(scale > 0, scale, 1.0), np.nan)

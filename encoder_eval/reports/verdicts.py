@@ -52,7 +52,7 @@ class Examples:
     labels: np.ndarray
     languages: np.ndarray
     data_identity: str
-    ids: list[tuple[str, int]]
+    ids: np.ndarray  # each example's id within its language (`languages`)
 
 
 @dataclass
@@ -154,21 +154,27 @@ def load_examples(cells: list[LoadedResult]) -> tuple[Examples | None, str | Non
         problems = check_against_result(preds, c.result)
         if problems:
             return None, f"{shown}: out of step with its result ({'; '.join(problems)})"
-        ids = [(lang, i) for lang, p in preds.languages.items() for i in p.ids]
-        labels = [x for p in preds.languages.values() for x in p.labels]
+        parts = list(preds.languages.items())
+        seen = (
+            np.repeat(np.asarray([lang for lang, _ in parts]), [len(p) for _, p in parts]),
+            np.concatenate([np.asarray(p.ids) for _, p in parts]),
+            np.concatenate([np.asarray(p.labels, dtype=float) for _, p in parts]),
+        )
         if reference is None:
-            reference = (ids, labels, preds.data_identity)
-        elif (ids, labels, preds.data_identity) != reference:
+            reference = (*seen, preds.data_identity)
+        elif preds.data_identity != reference[3] or not all(
+            np.array_equal(x, y) for x, y in zip(seen, reference, strict=False)
+        ):
             return None, f"{shown}: other examples than seed {cells[0].cell['seed']}'s"
-        rows.append([x for p in preds.languages.values() for x in p.predictions])
+        rows.append(np.concatenate([np.asarray(p.predictions, dtype=float) for _, p in parts]))
     if reference is None:
         return None, "no report cells"
-    ids, labels, identity = reference
+    languages, ids, labels, identity = reference
     return Examples(
         seeds=sorted(c.cell["seed"] for c in cells),
-        matrix=np.asarray(rows, dtype=float),
-        labels=np.asarray(labels, dtype=float),
-        languages=np.asarray([lang for lang, _ in ids]),
+        matrix=np.vstack(rows),
+        labels=labels,
+        languages=languages,
         data_identity=identity,
         ids=ids,
     ), None
@@ -178,7 +184,11 @@ def _paired(a: Examples, b: Examples) -> str | None:
     """Why A's and B's predictions cannot be paired example by example (None: they can)."""
     if a.data_identity != b.data_identity:
         return f"the models read different data ({a.data_identity} vs {b.data_identity})"
-    if a.ids != b.ids or not np.array_equal(a.labels, b.labels):
+    if not (
+        np.array_equal(a.languages, b.languages)
+        and np.array_equal(a.ids, b.ids)
+        and np.array_equal(a.labels, b.labels)
+    ):
         return "the models' predictions files hold different examples"
     return None
 
@@ -312,12 +322,12 @@ def compare_cells(
     if not bootstrap:
         return row
 
-    scorers = {m: model_scorer(ex, knobs.metric, euro) for m, ex in ((model_a, ea), (model_b, eb))}
+    n_a = len(ea.seeds)  # both models' seeds in one scorer: one set of draw counts
+    both = resample_scorer(knobs.metric, np.vstack([ea.matrix, eb.matrix]), labels, langs, euro)
 
     def boot(seed_rows: list[np.ndarray], cols: np.ndarray) -> np.ndarray:
-        return seed_mean(scorers[model_a](cols), seed_rows[0]) - seed_mean(
-            scorers[model_b](cols), seed_rows[1]
-        )
+        scores = both(cols)
+        return seed_mean(scores[:, :n_a], seed_rows[0]) - seed_mean(scores[:, n_a:], seed_rows[1])
 
     _, low, high = stats.two_level_bootstrap(
         boot,
@@ -354,7 +364,7 @@ def _replicates(
     knobs = task_knobs(task)
     known = list(cells) + [k for k in examples if len(k) == 2]  # models loaded or loadable
     peers = list(dict.fromkeys([model] + [m for (m, t) in known if t == task]))
-    chosen, scorers = [], []
+    chosen, matrices = [], []
     for m in peers:
         if ("replicates", m, task, n_resamples, seed) in examples:
             continue
@@ -364,9 +374,13 @@ def _replicates(
         if peer is None or _paired(ex, peer) is not None:
             continue
         chosen.append((m, len(peer.seeds)))
-        scorers.append(model_scorer(peer, knobs.metric, knobs.euro_languages))
+        matrices.append(peer.matrix)
+    # every peer's seeds stacked in one scorer: one set of draw counts for them all
+    scorer = resample_scorer(
+        knobs.metric, np.vstack(matrices), ex.labels, ex.languages, knobs.euro_languages
+    )
     both = stats.example_replicates(
-        lambda cols: np.hstack([score(cols) for score in scorers]),
+        scorer,
         ex.languages,
         n_resamples=n_resamples,
         seed=seed,
@@ -592,22 +606,29 @@ def _compare_serial(
     flags: RowFlags,
 ) -> list[Row]:
     examples: dict = {}  # each (model, task)'s predictions loaded once
-    return [
-        compare_cells(
-            a,
-            b,
-            task,
-            table,
-            cells,
-            n_resamples=n_resamples,
-            seed=seed,
-            examples=examples,
-            bootstrap=flags.bootstrap,
-            example_test=flags.example_test,
-            aso=flags.aso,
+    last = {task: i for i, (_, _, task) in enumerate(requests)}
+    rows = []
+    for i, (a, b, task) in enumerate(requests):
+        rows.append(
+            compare_cells(
+                a,
+                b,
+                task,
+                table,
+                cells,
+                n_resamples=n_resamples,
+                seed=seed,
+                examples=examples,
+                bootstrap=flags.bootstrap,
+                example_test=flags.example_test,
+                aso=flags.aso,
+            )
         )
-        for a, b, task in requests
-    ]
+        if last[task] == i:  # a task's predictions are held only while its rows need them
+            # keys: (model, task) and ("replicates", model, task, resamples, seed)
+            for key in [k for k in examples if k[1 if len(k) == 2 else 2] == task]:
+                del examples[key]
+    return rows
 
 
 def _compute(
