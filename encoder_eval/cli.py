@@ -115,11 +115,11 @@ def _no_source(bucket: str) -> str:
 
 
 def _model_rows() -> list[dict]:
-    from encoder_eval.data.models import MODEL_REGISTRY, ModelEntry, installed_packaged_models
+    from encoder_eval.data.models import MODEL_REGISTRY, as_entry, installed_packaged_models
 
     rows = []
     for key, row in MODEL_REGISTRY.items():
-        entry = ModelEntry(*row)
+        entry = as_entry(row)
         rows.append(
             {
                 "model": key,

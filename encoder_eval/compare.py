@@ -10,7 +10,7 @@ Usage::
     encoder-eval compare --results-dir results/report --results-dir results/report-new
 
 For every pair of models (or every model against `--reference`) and every task of the
-report table (`summarize.build_table`: the same cells, at each pair's selected LR, with the
+report table (`table.build_table`: the same cells, at each pair's selected LR, with the
 same refusals), one row holds:
 
 * the seed level: the difference of seed means A - B with its Welch 95 % interval and
@@ -62,7 +62,8 @@ from encoder_eval.core.errors import (
 from encoder_eval.core.fileio import check_output_file, write_output
 from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.comparison_cache import open_cache
-from encoder_eval.reports.table import add_table_arguments, load_table, refusal
+from encoder_eval.reports.table_loading import add_table_arguments, load_table
+from encoder_eval.reports.table_render import refusal
 from encoder_eval.reports.verdicts import (
     add_statistics_arguments,
     compare_table,

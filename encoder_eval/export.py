@@ -14,7 +14,7 @@ Usage::
     encoder-eval export --format examples --results-dir results/report --out examples.jsonl
 
 Each reads the `summarize` table of the folder, or of several (`--results-dir` repeated:
-one table, `table.load_table`), with the same inputs and refusals (exit 1 unless
+one table, `table_loading.load_table`), with the same inputs and refusals (exit 1 unless
 `--allow-partial`), and exports the cells it counts: each pair's selected LR, its finished
 report seeds. docs/export.md gives every field. The library is
 `encoder_eval.reports.export` (and `reports.hub_results`). Exit status: 0 written; 1
@@ -46,12 +46,12 @@ from encoder_eval.reports.export import (
     to_jsonl,
 )
 from encoder_eval.reports.hub_results import check_source_url, hub_files, one_model
-from encoder_eval.reports.table import (
+from encoder_eval.reports.table_loading import (
     add_table_arguments,
     check_results_dirs,
     load_table,
-    refusal,
 )
+from encoder_eval.reports.table_render import refusal
 
 
 def build_parser() -> argparse.ArgumentParser:

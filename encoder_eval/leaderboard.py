@@ -63,7 +63,7 @@ from encoder_eval.reports.ranking import (
     notes,
     render,
 )
-from encoder_eval.reports.table import add_table_arguments, check_results_dirs, load_table
+from encoder_eval.reports.table_loading import add_table_arguments, check_results_dirs, load_table
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -58,13 +58,13 @@ from encoder_eval.reports.share import (
     upload_eval_results,
     upload_staged,
 )
-from encoder_eval.reports.table import (
+from encoder_eval.reports.table import build_table
+from encoder_eval.reports.table_loading import (
     add_table_arguments,
-    build_table,
-    format_refusal,
     load_table,
     one_results_dir,
 )
+from encoder_eval.reports.table_render import format_refusal
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -50,7 +50,8 @@ from encoder_eval.core.fileio import write_atomic
 from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.comparison_cache import open_cache
 from encoder_eval.reports.html import build_report, render_html
-from encoder_eval.reports.table import add_table_arguments, check_results_dirs, refusal
+from encoder_eval.reports.table_loading import add_table_arguments, check_results_dirs
+from encoder_eval.reports.table_render import refusal
 from encoder_eval.reports.verdicts import add_statistics_arguments
 
 

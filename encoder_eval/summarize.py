@@ -53,7 +53,7 @@ The table is refused (exit 1, each offending cell listed) when:
 
 The footnote and the json format name the selection split the table used.
 
-`--results-dir` repeated makes one table of several folders (`table.load_table`: each
+`--results-dir` repeated makes one table of several folders (`table_loading.load_table`: each
 folder's selection from its experiment file, or `--selection` once for all or once per
 folder); besides the rules above, a folder named twice, a cell in two folders with other
 contents, a model its folders' selections choose otherwise for, and folders of other
@@ -90,16 +90,13 @@ from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.comparison_cache import open_cache
 from encoder_eval.reports.plots import write_plots
 from encoder_eval.reports.probe_table import load_probe_results, probe_folder, probe_table
-from encoder_eval.reports.table import (
-    CI_METHODS,
-    FORMATS,
+from encoder_eval.reports.table import CI_METHODS
+from encoder_eval.reports.table_loading import (
     add_table_arguments,
     check_results_dirs,
-    footnotes,
     load_table,
-    refusal,
-    render,
 )
+from encoder_eval.reports.table_render import FORMATS, footnotes, refusal, render
 from encoder_eval.reports.verdicts import add_statistics, add_statistics_arguments
 
 

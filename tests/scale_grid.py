@@ -53,7 +53,7 @@ from encoder_eval.core.protocol import (
 )
 from encoder_eval.core.results import result_filename
 from encoder_eval.core.schema import validate_result
-from encoder_eval.data.models import MODEL_REGISTRY, ModelEntry
+from encoder_eval.data.models import MODEL_REGISTRY, as_entry
 from encoder_eval.data.tasks import task_knobs
 
 HERE = Path(__file__).resolve().parent
@@ -194,7 +194,7 @@ def _template() -> dict:
 def _recipe(template: dict, model: str, task: str) -> tuple[dict, str, bool]:
     """The protocol recipe as a real cell records it, with the model's loader; plus its
     Hub path and whether it runs remote code."""
-    entry = ModelEntry(*MODEL_REGISTRY[model])
+    entry = as_entry(MODEL_REGISTRY[model])
     recipe = {**template["recipe"], **PROTOCOL_RECIPE.to_dict()}
     recipe.update(mode=entry.mode, pair_format=task_knobs(task).pair_format, warmup_steps=1000)
     return recipe, entry.path, bool(entry.trust_remote_code)

@@ -27,7 +27,7 @@ from encoder_eval.core.errors import EXIT_INPUT_ERROR, EXIT_OK
 from encoder_eval.core.results import STATS_CACHE_DIR, load_results
 from encoder_eval.reports import verdicts
 from encoder_eval.reports.comparison_cache import ComparisonCache, RowFlags
-from encoder_eval.reports.table import load_table
+from encoder_eval.reports.table_loading import load_table
 
 TASKS = ("glue_rte", "glue_mrpc")  # accuracy and F1
 MODELS = {"strong": 0.8, "weak": 0.7, "twin": 0.8}

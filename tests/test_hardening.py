@@ -25,7 +25,7 @@ from encoder_eval.plans.experiment import REDACTED, Experiment, ModelSpec, Phase
 from encoder_eval.reports import neuco
 from encoder_eval.reports.export import euroeval_records
 from encoder_eval.reports.share import redact_paths, stage_results
-from encoder_eval.reports.table import load_table
+from encoder_eval.reports.table_loading import load_table
 
 MODELS, TASK, SEEDS = ("enc-a", "enc-b"), "glue_rte", range(45, 48)
 SECRET = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"

@@ -24,7 +24,7 @@ from statsmodels.stats.power import TTestIndPower
 
 from encoder_eval.core import metrics, stats
 from encoder_eval.reports import verdicts
-from encoder_eval.reports.table import load_table
+from encoder_eval.reports.table_loading import load_table
 
 FULL_FAMILY = 91 * 17  # every pair of 14 models on 17 tasks: summarize's default marks
 

@@ -79,8 +79,8 @@ from encoder_eval.core.results import (
 from encoder_eval.data import taskfile
 from encoder_eval.data.models import (
     MODEL_REGISTRY,
-    ModelEntry,
     all_modes,
+    as_entry,
     check_model_name,
 )
 from encoder_eval.data.tasks import TASK_KNOBS, resolve_task_names
@@ -423,7 +423,7 @@ def _read_models(r: _Reader, value: Any) -> dict[str, ModelSpec]:
         if row is None and "path" not in entry:
             err = unknown_name("model", name, MODEL_REGISTRY)
             raise r.fail(where, f"has no path and is not a registry model ({err}); give path")
-        default = ModelSpec.of(ModelEntry(*row)) if row else ModelSpec("")
+        default = ModelSpec.of(as_entry(row)) if row else ModelSpec("")
         spec = ModelSpec(
             path=r.model_path(entry["path"], f"{where}.path") if "path" in entry else default.path,
             mode=r.string(entry.get("mode", default.mode), f"{where}.mode", all_modes()),
@@ -642,7 +642,7 @@ def _seeds_fact(phase: str) -> _Fact:
 
 def _registry_spec(name: str) -> ModelSpec | None:
     row = MODEL_REGISTRY.get(name)
-    return ModelSpec.of(ModelEntry(*row)) if row else None
+    return ModelSpec.of(as_entry(row)) if row else None
 
 
 def _registry_row(name: str, spec: ModelSpec) -> bool:

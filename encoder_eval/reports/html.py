@@ -23,6 +23,7 @@ from pathlib import Path
 from encoder_eval import __version__
 from encoder_eval.core.results import LoadedResult
 from encoder_eval.reports.comparison_cache import ComparisonCache
+from encoder_eval.reports.latex import Score
 from encoder_eval.reports.plots import plot_critical_difference, write_plots
 from encoder_eval.reports.probe_table import load_probe_results, probe_folder, probe_table
 from encoder_eval.reports.ranking import (
@@ -33,16 +34,10 @@ from encoder_eval.reports.ranking import (
     format_aggregate,
 )
 from encoder_eval.reports.ranking import notes as leaderboard_notes
-from encoder_eval.reports.table import (
-    Score,
-    Table,
-    check_results_dirs,
-    footnotes,
-    load_table,
-    refusal,
-    table_grid,
-)
-from encoder_eval.reports.table import table_to_dict as table_dict
+from encoder_eval.reports.table import Table
+from encoder_eval.reports.table_loading import check_results_dirs, load_table
+from encoder_eval.reports.table_render import footnotes, refusal, table_grid
+from encoder_eval.reports.table_render import table_to_dict as table_dict
 from encoder_eval.reports.verdicts import (
     Comparison,
     add_statistics,
@@ -140,7 +135,7 @@ def build_report(
     refused unless `allow_partial`, as `summarize` refuses it. `marks`, `marks_family`
     are `summarize`'s; `family`, `correction`, `alpha` are `compare`'s; the comparisons
     run on `jobs` processes and are read from / kept in `cache`. `results_dir`: a folder,
-    or several (one table over them, `table.load_table`; fine-tuned report results only)."""
+    or several (one table over them, `table_loading.load_table`; fine-tuned report results only)."""
     dirs = check_results_dirs(results_dir)
     title = title or f"encoder-eval report: {', '.join(Path(d).name for d in dirs)}"
     if probes := probe_folder(dirs):

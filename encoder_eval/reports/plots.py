@@ -749,7 +749,7 @@ def write_plots(
     """Load select/report results and the selection, write every figure into `out_dir`
     (`expected_n`: the report seeds a score chart's bar averages without a `†`). Each
     results argument is a folder or a list of folders (a table over several,
-    `table.load_table`); `selection`, when given, is the selection already read (the one a
+    `table_loading.load_table`); `selection`, when given, is the selection already read (the one a
     table over several folders merged) instead of `selection_path`.
 
     Bad result files are skipped with one warning each (`results.load_results`). The LR

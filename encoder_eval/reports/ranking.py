@@ -21,7 +21,8 @@ from encoder_eval.core.errors import (
 )
 from encoder_eval.core.metrics import direction, sign
 from encoder_eval.reports import latex
-from encoder_eval.reports.table import Table, format_refusal
+from encoder_eval.reports.table import Table
+from encoder_eval.reports.table_render import format_refusal
 
 LEADERBOARD_SCHEMA = "encoder-eval-leaderboard"
 DEFAULT_SEED = 0

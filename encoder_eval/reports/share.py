@@ -62,7 +62,9 @@ from encoder_eval.plans.experiment import (
 )
 from encoder_eval.plans.selection import load_selection
 from encoder_eval.reports.probe_table import has_probe_results, load_probe_results, probe_table
-from encoder_eval.reports.table import Table, build_table, load_table, render
+from encoder_eval.reports.table import Table, build_table
+from encoder_eval.reports.table_loading import load_table
+from encoder_eval.reports.table_render import render
 from encoder_eval.reports.verdicts import add_statistics
 
 MANIFEST_SCHEMA = "encoder-eval-push"
