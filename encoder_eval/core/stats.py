@@ -424,11 +424,47 @@ def two_level_bootstrap(
             for seeds, examples in _draw_batches(rng, members, n_resamples, n_seeds)
         ]
     )
+    return (point, *percentile_interval(values, confidence))
+
+
+def two_level_draws(
+    score_examples: Callable[[np.ndarray], np.ndarray],
+    n_seeds: Sequence[int],
+    strata: Sequence,
+    n_resamples: int = 1000,
+    seed: int = 1234,
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """The draws of `two_level_bootstrap` (same arguments, same stream), kept for many
+    statistics: per model slot its (resamples, k) seed index matrix, and
+    `score_examples(example index matrix)` of every batch stacked, one row per resample
+    (e.g. every seed's score of several models, each difference then `seed_mean`s of two
+    of them). The draws depend only on `n_seeds`, the strata, `n_resamples` and `seed`, so
+    a task's models are scored once for every pair of them."""
+    if n_resamples < 1 or not n_seeds or min(n_seeds) < 1:
+        raise StatsInputError(
+            f"two_level_draws needs n_resamples >= 1 and a seed per model, got "
+            f"{n_resamples} and {list(n_seeds)}"
+        )
+    rng, members = _strata_members(strata, "two_level_bootstrap", seed)
+    seed_parts: list[list[np.ndarray]] = []
+    scored = []
+    for seeds, examples in _draw_batches(rng, members, n_resamples, n_seeds):
+        seed_parts.append(seeds)
+        scored.append(np.asarray(score_examples(examples), dtype=float))
+    slots = [np.vstack([part[k] for part in seed_parts]) for k in range(len(n_seeds))]
+    return slots, np.concatenate(scored)
+
+
+def percentile_interval(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """The bootstrap percentile interval of `values` (one per replicate); NaN, NaN
+    (undefined) when a replicate is."""
+    _check_level(confidence, "confidence")
+    values = np.asarray(values, dtype=float)
     if np.isnan(values).any():
-        return point, math.nan, math.nan
+        return math.nan, math.nan
     tail = (1.0 - confidence) / 2 * 100
     low, high = np.percentile(values, [tail, 100 - tail])
-    return point, float(low), float(high)
+    return float(low), float(high)
 
 
 def _draw_batches(rng: np.random.Generator, members: list, n_resamples: int, n_seeds=()):

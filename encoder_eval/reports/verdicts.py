@@ -322,20 +322,11 @@ def compare_cells(
     if not bootstrap:
         return row
 
-    n_a = len(ea.seeds)  # both models' seeds in one scorer: one set of draw counts
-    both = resample_scorer(knobs.metric, np.vstack([ea.matrix, eb.matrix]), labels, langs, euro)
-
-    def boot(seed_rows: list[np.ndarray], cols: np.ndarray) -> np.ndarray:
-        scores = both(cols)
-        return seed_mean(scores[:, :n_a], seed_rows[0]) - seed_mean(scores[:, n_a:], seed_rows[1])
-
-    _, low, high = stats.two_level_bootstrap(
-        boot,
-        [len(ea.seeds), len(eb.seeds)],
-        langs,
-        n_resamples=n_resamples,
-        seed=seed,
-        vectorized=True,
+    slots, scores = _bootstrap_scores(
+        task, (model_a, model_b), (ea, eb), cells, examples, n_resamples, seed
+    )
+    low, high = stats.percentile_interval(
+        seed_mean(scores[model_a], slots[0]) - seed_mean(scores[model_b], slots[1])
     )
     if math.isnan(low):
         row.notes.append("the bootstrap interval is undefined (a resample's score is)")
@@ -362,22 +353,18 @@ def _replicates(
     if key in examples:
         return examples[key]
     knobs = task_knobs(task)
-    known = list(cells) + [k for k in examples if len(k) == 2]  # models loaded or loadable
-    peers = list(dict.fromkeys([model] + [m for (m, t) in known if t == task]))
-    chosen, matrices = [], []
-    for m in peers:
-        if ("replicates", m, task, n_resamples, seed) in examples:
-            continue
-        if (m, task) not in examples:
-            examples[(m, task)] = load_examples(cells.get((m, task), []))
-        peer = ex if m == model else examples[(m, task)][0]
-        if peer is None or _paired(ex, peer) is not None:
-            continue
-        chosen.append((m, len(peer.seeds)))
-        matrices.append(peer.matrix)
+    chosen = [
+        (m, peer)
+        for m, peer in _peers(model, task, ex, cells, examples)
+        if ("replicates", m, task, n_resamples, seed) not in examples
+    ]
     # every peer's seeds stacked in one scorer: one set of draw counts for them all
     scorer = resample_scorer(
-        knobs.metric, np.vstack(matrices), ex.labels, ex.languages, knobs.euro_languages
+        knobs.metric,
+        np.vstack([peer.matrix for _, peer in chosen]),
+        ex.labels,
+        ex.languages,
+        knobs.euro_languages,
     )
     both = stats.example_replicates(
         scorer,
@@ -387,10 +374,67 @@ def _replicates(
         vectorized=True,
     )
     at = 0
-    for m, n_seeds in chosen:
-        examples[("replicates", m, task, n_resamples, seed)] = both[:, at : at + n_seeds]
-        at += n_seeds
+    for m, peer in chosen:
+        examples[("replicates", m, task, n_resamples, seed)] = both[:, at : at + len(peer.seeds)]
+        at += len(peer.seeds)
     return examples[key]
+
+
+def _peers(
+    model: str, task: str, ex: Examples, cells: dict, examples: dict
+) -> list[tuple[str, Examples]]:
+    """`model` and every other model of `task` whose predictions pair with `ex`, loading
+    them into the `examples` cache: the statistics whose draws every pair of a task
+    shares score them all at once."""
+    known = list(cells) + [k for k in examples if len(k) == 2]  # models loaded or loadable
+    out = []
+    for m in dict.fromkeys([model] + [m for (m, t) in known if t == task]):
+        if (m, task) not in examples:
+            examples[(m, task)] = load_examples(cells.get((m, task), []))
+        peer = ex if m == model else examples[(m, task)][0]
+        if peer is not None and _paired(ex, peer) is None:
+            out.append((m, peer))
+    return out
+
+
+def _bootstrap_scores(
+    task: str,
+    models: tuple[str, str],
+    loaded: tuple[Examples, Examples],
+    cells: dict,
+    examples: dict,
+    n_resamples: int,
+    seed: int,
+) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+    """The two-level bootstrap's seed draws (one (resamples, k) matrix per side) and each
+    model's (resamples, seeds) scores on its example draws (`stats.two_level_draws`),
+    from the `examples` cache. The draws depend on the sides' seed counts, the examples and
+    the seed alone, so on a miss every model of the task whose predictions pair with A's
+    is scored on them at once: `report` compares every pair, and each task is drawn once."""
+    ea, eb = loaded
+    pattern = (len(ea.seeds), len(eb.seeds))
+    key = ("bootstrap", None, task, ea.data_identity, pattern, n_resamples, seed)
+    slots, scores = examples.get(key, (None, {}))
+    if all(m in scores for m in models):
+        return slots, scores
+    knobs = task_knobs(task)
+    chosen = [(m, p) for m, p in _peers(models[0], task, ea, cells, examples) if m not in scores]
+    if models[1] not in dict(chosen) and models[1] not in scores:
+        chosen.append((models[1], eb))
+    scorer = resample_scorer(
+        knobs.metric,
+        np.vstack([p.matrix for _, p in chosen]),
+        ea.labels,
+        ea.languages,
+        knobs.euro_languages,
+    )
+    slots, scored = stats.two_level_draws(scorer, pattern, ea.languages, n_resamples, seed)
+    at = 0
+    for m, p in chosen:
+        scores[m] = scored[:, at : at + len(p.seeds)]
+        at += len(p.seeds)
+    examples[key] = (slots, scores)
+    return slots, scores
 
 
 def _power(row: Row, level: float) -> None:
@@ -484,10 +528,12 @@ def compare_table(
     family: str = "table",
     jobs: int = 1,
     cache: ComparisonCache | None = None,
+    flags: RowFlags | None = None,
 ) -> Comparison:
     """Compare every pair of the table's models (or `pairs`) on every task; each verdict is
     corrected within its `family` (FAMILIES; by default every row shown). The rows are
-    computed over `jobs` processes and read from / kept in `cache` (`compute_rows`)."""
+    computed over `jobs` processes and read from / kept in `cache` (`compute_rows`);
+    `flags` says which diagnostics beside the verdict they hold (default: all)."""
     stats.correct([0.5], correction, alpha)  # refuses an unknown correction or a bad alpha
     key = family_key(family)
     if pairs is None:
@@ -502,7 +548,7 @@ def compare_table(
         cells,
         n_resamples=n_resamples,
         seed=seed,
-        flags=RowFlags(bootstrap=True, example_test=True, aso=True),
+        flags=flags or RowFlags(bootstrap=True, example_test=True, aso=True),
         jobs=jobs,
         cache=cache,
     )
@@ -606,29 +652,30 @@ def _compare_serial(
     flags: RowFlags,
 ) -> list[Row]:
     examples: dict = {}  # each (model, task)'s predictions loaded once
-    last = {task: i for i, (_, _, task) in enumerate(requests)}
-    rows = []
-    for i, (a, b, task) in enumerate(requests):
-        rows.append(
-            compare_cells(
-                a,
-                b,
-                task,
-                table,
-                cells,
-                n_resamples=n_resamples,
-                seed=seed,
-                examples=examples,
-                bootstrap=flags.bootstrap,
-                example_test=flags.example_test,
-                aso=flags.aso,
-            )
+    first = {task: i for i, (_, _, task) in reversed(list(enumerate(requests)))}
+    order = sorted(range(len(requests)), key=lambda i: (first[requests[i][2]], i))
+    last = {requests[i][2]: i for i in order}
+    rows: list[Row | None] = [None] * len(requests)
+    for i in order:  # task by task, so that a task's predictions are dropped once it is done
+        a, b, task = requests[i]
+        rows[i] = compare_cells(
+            a,
+            b,
+            task,
+            table,
+            cells,
+            n_resamples=n_resamples,
+            seed=seed,
+            examples=examples,
+            bootstrap=flags.bootstrap,
+            example_test=flags.example_test,
+            aso=flags.aso,
         )
-        if last[task] == i:  # a task's predictions are held only while its rows need them
-            # keys: (model, task) and ("replicates", model, task, resamples, seed)
+        if last[task] == i:
+            # keys: (model, task) and (kind, model or None, task, ...)
             for key in [k for k in examples if k[1 if len(k) == 2 else 2] == task]:
                 del examples[key]
-    return rows
+    return rows  # type: ignore[return-value]
 
 
 def _compute(
