@@ -14,6 +14,7 @@ import pytest
 import torch
 from conftest import REPO, read_json
 
+from encoder_eval import run as run_command
 from encoder_eval.cells import encoding, runner, train
 from encoder_eval.cells.kinds import KINDS
 from encoder_eval.core.errors import HarnessError
@@ -237,7 +238,7 @@ def test_cli_several_lrs_and_seeds_in_one_process_match_single_runs(
 
 
 def test_a_crashing_cell_does_not_stop_the_others(tiny_models, small_mirror, tmp_path, monkeypatch):
-    args = runner.build_parser().parse_args([
+    args = run_command.build_parser().parse_args([
         "--model-path", str(tiny_models["bert"]), "--model-key", "tiny", "--task", "glue_rte",
         "--lr", "1e-4", "--seed", "42,43,44", "--max-steps", "2", "--max-seq-len", "128",
         "--data-dir", str(small_mirror), "--device", "cpu", "--progress", "quiet",
