@@ -159,12 +159,12 @@ def _log(text: str) -> None:
 def run_probes(run: ProbeRun) -> list[Path]:
     """Run every (model, pooling, task) cell of `run` not already done; returns the result
     files written. Inputs are checked and data provenance computed before any model work."""
+    from encoder_eval.cells.devices import resolve_device  # imports torch: on use only
     from encoder_eval.cells.embed import (  # imports torch: on use only
         EmbedSetup,
         default_cache_dir,
         embed_split,
     )
-    from encoder_eval.cells.train import resolve_device  # imports torch: on use only
     from encoder_eval.data.loaders import load_encoder  # imports torch: on use only
 
     device = resolve_device(run.device)

@@ -3,7 +3,7 @@ parsed by `encoder_eval.run`): the cells they describe (`plan_cells`: every name
 checked before any training), and running them (`run_cells`: one process, data and
 tokenisation paid once, a JSON per cell). The typed API, for callers that are not a
 command line (`track`): `unit_configs` makes the cells of one unit from a
-`train.CellConfig`, `run_configs` runs them and returns `run`'s exit code.
+`cell_config.CellConfig`, `run_configs` runs them and returns `run`'s exit code.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def plan_cells(args: argparse.Namespace) -> list:
         check_output_dir(args.results_dir, "--results-dir")
     recipe = recipe_from_args(args, mode=mode, **settings)
     # Imports torch and transformers (seconds): only once every check above has passed.
-    from encoder_eval.cells.train import CellConfig
+    from encoder_eval.cells.cell_config import CellConfig
 
     base = CellConfig(
         model_path=model_path,
@@ -201,14 +201,14 @@ def check_cell_values(
 
 
 def unit_configs(base, lrs: list[float], seeds: list[int], results_dir: str | None = None) -> list:
-    """The CellConfigs of one unit: `base` (a `train.CellConfig`) at every learning rate of
+    """The CellConfigs of one unit: `base` (a `cell_config.CellConfig`) at every learning rate of
     `lrs` and each of its `seeds`, LR by LR, each writing
     `results_dir/{model}_{task}_{lrkey}_s{seed}.json` (None: `base.out_json`, one cell).
     The typed entry of the cell API: `plan_cells` ends here, and `track` builds `base`
     itself; `run_configs` runs the list."""
     import dataclasses
 
-    from encoder_eval.cells.train import validate_out_path  # imports torch: on use only
+    from encoder_eval.cells.cell_config import validate_out_path  # imports torch: on use only
 
     if base.recipe.precision == "auto":  # a plan's request: resolved on this cell's device
         word, note = cpu.resolve_precision("auto", base.device)
@@ -361,7 +361,7 @@ _STOPPED_OUTSIDE_A_CELL = {
 
 
 def run_configs(cells: list, skip_existing: bool = False, quiet: bool = False) -> int:
-    """Run typed cells (`train.CellConfig`s, from `plan_cells` or `unit_configs`) as the `run`
+    """Run typed cells (`cell_config.CellConfig`s, from `plan_cells` or `unit_configs`) as the `run`
     command does, and return its exit code: OK, INCOMPLETE when some crashed or were kept,
     PREEMPTED or INTERRUPTED after a stop signal (SIGTERM is turned into one for the run).
     `quiet` drops the per-cell lines."""

@@ -157,7 +157,7 @@ class Recipe:
     # least `min_evals_when_capped` times when max_steps ends training early.
     eval_every_max: int = _entry(500)
     min_evals_when_capped: int = _entry(4)
-    # The evaluation batch asked for; None: by device (EVAL_BATCH_SIZE in train.py). A
+    # The evaluation batch asked for; None: by device (EVAL_BATCH_SIZE in cells/batching.py). A
     # different value changes predictions by bf16 rounding only, yet tables never mix them.
     eval_batch_size: int | None = _entry(
         None,

@@ -431,7 +431,7 @@ class Plan:
     def cell_configs(self, unit: list[Cell]) -> list:
         """The checked configurations of one unit, exactly as its launch-script line makes
         them: `run_args(unit)` parsed by the cell command's parser and planned by the cell's
-        own planner (`runner.plan_cells`: `train.CellConfig`s; for a probe plan, one
+        own planner (`runner.plan_cells`: `cell_config.CellConfig`s; for a probe plan, one
         `probe_cell.ProbeRun`). How `track` runs a unit in process, so the cells a receipt
         reads are the ones a script would run. Imports torch."""
         argv = self.run_args(unit)

@@ -510,7 +510,7 @@ def _synthetic_task_results(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from encoder_eval.cells.train import resolve_device  # imports torch: on use only
+    from encoder_eval.cells.devices import resolve_device  # imports torch: on use only
 
     log(
         f"track: {checkpoint.id}: synthetic capability suite ({setup.n_examples} examples per axis)"
