@@ -1,7 +1,7 @@
 """`encoder-eval probe`: linear probes on frozen embeddings.
 
 Two modes share one command: a model's own embeddings on registered tasks
-(`encoder_eval.cells.probe_cell`, its flags declared in `cells/flags.py`, `ProbeFlags`), or,
+(`encoder_eval.cells.probe_cell`, its flags declared in `cells/probe_flags.py`, `ProbeFlags`), or,
 given NeuCo-Bench's `--annotation-path` / `--submission-file`, embeddings from its files
 (`encoder_eval.reports.neuco`). The probing protocol itself is `encoder_eval.cells.probing`.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import sys
 
-from encoder_eval.cells.flags import add_probe_flags
 from encoder_eval.cells.probe_cell import run_from_args, run_probe
+from encoder_eval.cells.probe_flags import add_probe_flags
 from encoder_eval.core.errors import ArgumentParser, report_errors
 from encoder_eval.reports.neuco import main as neuco_main
 

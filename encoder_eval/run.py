@@ -4,7 +4,7 @@ A cell is one (model, task, learning rate, seed). Several seeds or learning rate
 (`--seed 42,43,44`, `--lr 1e-5,3.59e-5`) run one after another in this process, so the
 imports, data loading and tokenisation are paid once; each cell still writes its own JSON.
 The flags are declared once, as dataclass fields: the cell's identity and paths
-(`cells/flags.py`, `RunFlags`) and the recipe (`core/protocol.py`, `Recipe`).
+(`cells/run_flags.py`, `RunFlags`) and the recipe (`core/protocol.py`, `Recipe`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from encoder_eval.cells.flags import add_run_flags
+from encoder_eval.cells.run_flags import add_run_flags
 from encoder_eval.cells.runner import plan_cells, run_configs
 from encoder_eval.core.errors import ArgumentParser, report_errors
 

@@ -1,4 +1,4 @@
-"""A cell's flags are declared once, as dataclass fields (`cells/flags.py`, `core/flags.py`):
+"""A cell's flags are declared once, as dataclass fields (`cells/run_flags.py`, `cells/probe_flags.py`, `core/flags.py`):
 each command's parser is made from them, and an instance written back with `flags_argv`
 parses to the same values, so a plan's unit lines and the cell's parser cannot drift."""
 
@@ -11,10 +11,11 @@ import pytest
 
 from encoder_eval import probe as probe_command
 from encoder_eval import run as run_command
-from encoder_eval.cells.flags import ProbeFlags, RunFlags, probe_parser, run_parser
+from encoder_eval.cells.probe_flags import ProbeFlags, probe_parser
+from encoder_eval.cells.run_flags import RunFlags, run_parser
 from encoder_eval.core.flags import flag_field, flag_values, flags_argv
 from encoder_eval.core.protocol import Recipe, recipe_argv, recipe_from_args
-from encoder_eval.plans.plan import build_plan
+from encoder_eval.plans.plan import _RESERVED_PROBE_FLAGS, _RESERVED_RUN_FLAGS, build_plan
 
 FLAGGED_RECIPE = tuple(f.name for f in dataclasses.fields(Recipe) if f.metadata["flag"])
 
@@ -34,6 +35,15 @@ def test_every_flag_of_run_and_probe_is_a_declared_field():
     assert _dests(probe_command.build_parser()) == set(_names(ProbeFlags))
     assert _dests(run_parser()) == _dests(run_command.build_parser())
     assert _dests(probe_parser()) == _dests(probe_command.build_parser())
+
+
+def test_the_flags_a_plan_reserves_are_its_cell_commands_own():
+    """Every flag a plan refuses in extra run arguments is spelled as its cell command spells
+    it, so a renamed flag cannot slip past the refusal."""
+    for parser, reserved in ((run_parser(), _RESERVED_RUN_FLAGS),
+                             (probe_parser(), _RESERVED_PROBE_FLAGS)):  # fmt: skip
+        options = {o for action in parser._actions for o in action.option_strings}
+        assert set(reserved) <= options, set(reserved) - options
 
 
 def test_run_flags_written_back_parse_to_the_same_values():

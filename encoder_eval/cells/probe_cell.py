@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from encoder_eval.cells.flags import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
+from encoder_eval.cells.probe_flags import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
 from encoder_eval.cells.probing import (
     ProbeConfig,
     final_probe,
@@ -349,7 +349,7 @@ def write_summary(run: ProbeRun, model: str, pooling: str) -> Path | None:
 
 
 def run_from_args(args) -> ProbeRun:
-    """Turn parsed flags (`flags.ProbeFlags`, parsed by `encoder_eval.probe`) into a checked
+    """Turn parsed flags (`probe_flags.ProbeFlags`, parsed by `encoder_eval.probe`) into a checked
     `ProbeRun` (no model or data is loaded here)."""
     from dataclasses import replace
 

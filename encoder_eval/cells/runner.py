@@ -1,4 +1,4 @@
-"""One or several cells run from the `run` command's flags (declared in `cells/flags.py`,
+"""One or several cells run from the `run` command's flags (declared in `cells/run_flags.py`,
 parsed by `encoder_eval.run`): the cells they describe (`plan_cells`: every name and path
 checked before any training), and running them (`run_cells`: one process, data and
 tokenisation paid once, a JSON per cell). The typed API, for callers that are not a

@@ -1,7 +1,7 @@
 """Command-line flags declared on dataclass fields: each field that is a flag carries its
 spelling, help and argparse settings as field metadata (`flag_field`), `add_flags` adds them
 to a parser, and `flags_argv` writes an instance back as the arguments that parse to it.
-The recipe (`protocol.Recipe`) and a cell's identity and paths (`cells/flags.py`) are
+The recipe (`protocol.Recipe`) and a cell's identity and paths (`cells/run_flags.py`, `cells/probe_flags.py`) are
 declared this way, so a flag is spelled in one place and a plan's command lines round-trip.
 """
 

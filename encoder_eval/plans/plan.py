@@ -18,16 +18,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from encoder_eval.cells.flags import (
+from encoder_eval.cells.probe_cell import result_path
+from encoder_eval.cells.probe_flags import (
     DEFAULT_MAX_SEQ_LEN,
     DEFAULT_POOLINGS,
     ProbeFlags,
-    RunFlags,
     probe_parser,
-    run_parser,
 )
-from encoder_eval.cells.probe_cell import result_path
 from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED, ProbeConfig
+from encoder_eval.cells.run_flags import RunFlags, run_parser
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.flags import flags_argv
 from encoder_eval.core.protocol import (
