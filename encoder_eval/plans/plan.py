@@ -408,15 +408,15 @@ class Plan:
             results_dir=self.results_dir,
             skip_existing=True,
             trust_remote_code=first.trust_remote_code,
-            model_revision=first.revision,
-            model_code_revision=first.code_revision,
+            model_revision=first.revision or None,
+            model_code_revision=first.code_revision or None,
             device=self.device,
-            data_dir=self.data_dir,
+            data_dir=self.data_dir or None,
             tasks_file=self.tasks_files,
             # run then marks the result off-protocol
             allow_off_protocol=any(s not in PHASE_SEEDS[self.phase] for s in seeds),
             progress="json",
-            report_to=self.report_to,
+            report_to=self.report_to or None,
         )
         # Each recipe flag is in recipe_args once, with its value, so a log or `ps` shows
         # the value the cell runs with; the extra arguments hold no recipe flag.
@@ -454,7 +454,7 @@ class Plan:
             limit=self.recipe.limit,
             results_dir=self.results_dir,
             device=self.device,
-            data_dir=self.data_dir,
+            data_dir=self.data_dir or None,
             tasks_file=self.tasks_files,
         )
         if first is None:
@@ -467,8 +467,8 @@ class Plan:
             tasks=first.task,
             pooling=",".join(poolings),
             trust_remote_code=first.trust_remote_code,
-            model_revision=first.revision,
-            model_code_revision=first.code_revision,
+            model_revision=first.revision or None,
+            model_code_revision=first.code_revision or None,
         )
 
     def _probe_args(self, cells: list[Cell]) -> list[str]:
