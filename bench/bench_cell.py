@@ -20,7 +20,7 @@ For each it reports
                    tokenisation: for (a)/(b) the wall time of `trainer.train()`; for (c) the
                    cell's own `training.train_time_s`, which INCLUDES the cell's dev evaluations
                    inside the training loop (4 when --steps caps a short run, as here). The
-                   bench also times those evaluations (by wrapping encoder_eval.cells.train.predict)
+                   bench also times those evaluations (by wrapping encoder_eval.cells.cell_state.predict)
                    and reports samples/s without them as `samples_per_s_excl_dev_eval`.
   real GFLOP/s     real-token training FLOPs / train time, with
                      FLOPs = 6 * N_nonemb * sum_i(len_i) + 12 * L * H * sum_i(len_i ** 2)
@@ -417,16 +417,18 @@ def run_ours(args, data, device, knobs) -> dict:
     """(c): the harness's run_cell, with the bench timing its in-loop dev evaluations."""
     import torch
 
+    import encoder_eval.cells.cell_state as cell_state_mod
     import encoder_eval.cells.train as train_mod
+    from encoder_eval.cells import cell_config
     from encoder_eval.core.protocol import Recipe
 
     recipe = Recipe(max_steps=args.steps, early_stop=False, max_seq_len=args.max_seq_len,
                     batch_size=args.batch_size, batching=args.ours_batching)  # fmt: skip
     extra = {}
-    if "cache_dir" in {f.name for f in dataclasses.fields(train_mod.CellConfig)}:
+    if "cache_dir" in {f.name for f in dataclasses.fields(cell_config.CellConfig)}:
         setting = args.ours_token_cache
         extra["cache_dir"] = {"default": "default", "off": None}.get(setting, setting)
-    cfg = train_mod.CellConfig(
+    cfg = cell_config.CellConfig(
         model_path=args.model_path, task=args.task, lr=args.lr, seed=args.seed,
         model_key="bench", phase="select", recipe=recipe, data_dir=args.data_dir,
         device=device.type, out_json=None, progress="quiet",
@@ -437,7 +439,7 @@ def run_ours(args, data, device, knobs) -> dict:
     # count real and padded tokens of the training batches). Skipped when the names are gone.
     tally = TokenTally()
     eval_times: list[float] = []
-    orig_predict = getattr(train_mod, "predict", None)
+    orig_predict = getattr(cell_state_mod, "predict", None)
     orig_accumulate = getattr(train_mod, "_accumulate", None)
 
     def timed_predict(*a, **kw):
@@ -471,7 +473,7 @@ def run_ours(args, data, device, knobs) -> dict:
     if orig_cache_load is not None:
         cache_mod.load = counted_cache_load
     if orig_predict is not None:
-        train_mod.predict = timed_predict
+        cell_state_mod.predict = timed_predict
     if orig_accumulate is not None:
         train_mod._accumulate = counted_accumulate
     try:
@@ -480,7 +482,7 @@ def run_ours(args, data, device, knobs) -> dict:
         wall = time.perf_counter() - t_start
     finally:
         if orig_predict is not None:
-            train_mod.predict = orig_predict
+            cell_state_mod.predict = orig_predict
         if orig_accumulate is not None:
             train_mod._accumulate = orig_accumulate
         if orig_cache_load is not None:
@@ -650,7 +652,7 @@ def main(argv=None) -> int:
     t_imports = time.perf_counter() - t_imports0
     from transformers import Trainer  # noqa: F401  (lazy module; not charged to (a))
 
-    from encoder_eval.cells.train import resolve_device
+    from encoder_eval.cells.devices import resolve_device
     from encoder_eval.data.task_loading import load_task
     from encoder_eval.data.tasks import task_knobs
 

@@ -11,7 +11,7 @@ One process runs the same select cell on the same data, model and seed with
 (alternating which goes first), on one torch thread by default, and prints, per run:
 the dev evaluations, the languages each scored, `training.dev_eval_time_s` (all dev scoring:
 the evaluations in the loop and, for "deciding", the final scoring of the other languages),
-`train_time_s` and `wall_time_s`, and (by wrapping `train.predict`) the dev examples and
+`train_time_s` and `wall_time_s`, and (by wrapping `cell_state.predict`) the dev examples and
 real tokens scored and the process CPU seconds spent scoring them; then the ratios
 deciding/all (of each setting's fastest run for the times), and checks that `dev` (every language's score, the mean, the languages in
 it) and `dev_history` are identical. Exits 1 when they are not.
@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from encoder_eval.cells import train  # noqa: E402
+from encoder_eval.cells import cell_config, cell_state, train  # noqa: E402
 from encoder_eval.core import metrics  # noqa: E402
 from encoder_eval.core.protocol import Recipe  # noqa: E402
 from encoder_eval.data import sources, task_loading, tasks  # noqa: E402
@@ -74,11 +74,11 @@ def build_mirror(task: str, source: Path, dest: Path, rows: int) -> dict[str, in
 
 @contextlib.contextmanager
 def counting_predictions():
-    """For measurement only: wrap `train.predict` (restored after) to count the dev examples
+    """For measurement only: wrap `cell_state.predict` (restored after) to count the dev examples
     and real tokens scored and the process CPU seconds spent scoring them, which other
     processes on a shared machine disturb far less than wall time."""
     tally = {"examples": 0, "tokens": 0, "cpu_s": 0.0}
-    real_predict = train.predict
+    real_predict = cell_state.predict
 
     def counted(model, enc, *a, **kw):
         t = time.process_time()
@@ -89,11 +89,11 @@ def counting_predictions():
             tally["examples"] += len(enc.labels)
             tally["tokens"] += sum(enc.lengths)
 
-    train.predict = counted
+    cell_state.predict = counted
     try:
         yield tally
     finally:
-        train.predict = real_predict
+        cell_state.predict = real_predict
 
 
 def default_model() -> str:
@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
               + f"; deciding: {', '.join(deciding)}")  # fmt: skip
         recipe = Recipe(max_steps=args.steps, early_stop=False, max_seq_len=args.max_seq_len)
 
-        def config(setting: str, recipe: Recipe) -> train.CellConfig:
-            return train.CellConfig(
+        def config(setting: str, recipe: Recipe) -> cell_config.CellConfig:
+            return cell_config.CellConfig(
                 model_path=model_path, task=args.task, lr=args.lr, seed=args.seed,
                 model_key="bench", phase="select", recipe=recipe, device=args.device,
                 progress="quiet", out_json=None, dev_languages=setting, data_dir=tmp,

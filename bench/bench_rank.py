@@ -3,7 +3,7 @@
 
 Each configuration runs in a fresh process (so its peak resident memory, `ru_maxrss`, is its
 own) on the same training batches: the first --steps batches of the cell's first epoch,
-drawn as the cell draws them (`train._epoch_batches` with `random.Random(--seed)`): 32
+drawn as the cell draws them (`batching._epoch_batches` with `random.Random(--seed)`): 32
 query groups a step, each one relevant passage and up to 35 sampled negatives. The ms_marco
 mirror holds 20 BM25 candidates a query; so that a group has the protocol's 36 pairs
 (1,152 a step), --group-size 36 (the default) runs every configuration on a copy of the
@@ -85,7 +85,7 @@ def _setup(args):
 
     from transformers import AutoTokenizer
 
-    from encoder_eval.cells import encoding, kinds, train
+    from encoder_eval.cells import batching, encoding, kinds
     from encoder_eval.core.protocol import Recipe
     from encoder_eval.data.task_loading import load_task
 
@@ -99,7 +99,7 @@ def _setup(args):
     enc = kinds.with_rank_columns(
         encoding.encode(tok, train_split, recipe.max_seq_len, names), train_split
     )
-    batches = train._epoch_batches(enc, kind, recipe, random.Random(args.seed))[: args.steps]
+    batches = batching._epoch_batches(enc, kind, recipe, random.Random(args.seed))[: args.steps]
     return data, recipe, kind, enc, batches
 
 
@@ -189,7 +189,7 @@ def child_hf_loop(args) -> dict:
 def child_ours(args, unbounded: bool) -> dict:
     import dataclasses
 
-    from encoder_eval.cells import kinds, train
+    from encoder_eval.cells import cell_config, kinds, train
 
     data, recipe, _, enc, batches = _setup(args)
     train_split, val, _, num_labels, problem = data
@@ -200,7 +200,7 @@ def child_ours(args, unbounded: bool) -> dict:
     if unbounded:
         kinds.RANK_CHUNK_TOKENS["cpu"] = kinds.RANK_PIECE_TOKENS["cpu"] = 10**12
         recipe = dataclasses.replace(recipe, micro_batch=args.hf_micro_batch)
-    cfg = train.CellConfig(model_path=args.model_path, task="ms_marco", lr=args.lr,
+    cfg = cell_config.CellConfig(model_path=args.model_path, task="ms_marco", lr=args.lr,
                            seed=args.seed, model_key="minilm", phase="select", recipe=recipe,
                            data_dir=args.data_dir, device="cpu", progress="quiet",
                            cache_dir=None)  # fmt: skip

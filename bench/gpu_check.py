@@ -247,13 +247,13 @@ def oom_worker(args) -> int:
     """The capped cell: this process's CUDA memory held to --cap-bytes, then the same cell."""
     import torch
 
-    from encoder_eval.cells import train
+    from encoder_eval.cells import cell_config, train
     from encoder_eval.core.protocol import Recipe
 
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(args.cap_bytes / total, 0)
     recipe = Recipe(max_steps=args.steps, limit=args.limit, max_seq_len=args.max_seq_len)
-    cfg = train.CellConfig(model_path=args.model_path, task=TASK, lr=LR, seed=SEED,
+    cfg = cell_config.CellConfig(model_path=args.model_path, task=TASK, lr=LR, seed=SEED,
                            model_key="minilm", phase="select", recipe=recipe,
                            data_dir=args.data_dir, device="cuda", progress="quiet",
                            out_json=args.oom_worker)  # fmt: skip

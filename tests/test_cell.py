@@ -14,7 +14,8 @@ import pytest
 import torch
 from conftest import REPO, read_json
 
-from encoder_eval.cells import encoding, runner, train
+from encoder_eval import run as run_command
+from encoder_eval.cells import batching, cell_config, cell_state, encoding, runner, train
 from encoder_eval.cells.kinds import KINDS
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.protocol import Recipe
@@ -25,14 +26,14 @@ from encoder_eval.data.task_loading import load_task
 SHORT = Recipe(max_steps=6, patience=3, max_seq_len=128)
 
 
-def cell(tmp_path, model_path, task="glue_rte", **kw) -> train.CellConfig:
+def cell(tmp_path, model_path, task="glue_rte", **kw) -> cell_config.CellConfig:
     defaults = dict(
         model_path=str(model_path), task=task, lr=1e-4, seed=45, model_key="tiny",
         recipe=SHORT, device="cpu", progress="quiet",
         out_json=str(tmp_path / result_filename("tiny", task, kw.get("lr", 1e-4), 45)),
     )  # fmt: skip
     defaults.update(kw)
-    return train.CellConfig(**defaults)
+    return cell_config.CellConfig(**defaults)
 
 
 @pytest.mark.parametrize("kind", ["bert", "xlm-roberta", "deberta-v2", "modernbert"])
@@ -46,7 +47,7 @@ def test_auto_mode_trains_each_architecture(kind, tiny_models, small_mirror, tmp
     assert result["report"]["split"] == "validation"
     assert result["provenance"]["model_revision"].startswith("sha256:")
     assert result["provenance"]["model_path"] is None  # not recorded unless asked
-    assert result["recipe"]["eval_batch"] == train.EVAL_BATCH_SIZE["cpu"]
+    assert result["recipe"]["eval_batch"] == batching.EVAL_BATCH_SIZE["cpu"]
 
 
 @pytest.mark.parametrize("kind", ["bert", "modernbert"])
@@ -120,7 +121,7 @@ def test_autocast_bf16_activations_with_fp32_weights_and_state(tiny_models, smal
     train_split = load_task("glue_rte", small_mirror)[0]
     enc = encoding.encode(loaded.tokenizer, train_split, 64, loaded.input_names)
     kind = KINDS["classification"]
-    batch = train._collate(enc, list(range(8)), loaded.tokenizer.pad_token_id, "cpu", kind)
+    batch = batching._collate(enc, list(range(8)), loaded.tokenizer.pad_token_id, "cpu", kind)
     labels = batch.pop("labels")
     optimizer = train.build_optimizer(model, Recipe(), 1e-4)
     with encoding.autocast(torch.device("cpu"), "bf16-autocast"):
@@ -144,7 +145,7 @@ def test_output_layer_runs_in_fp32_so_regression_predictions_are_not_rounded(tin
     with torch.no_grad():
         loaded.model.classifier.bias.fill_(2.5)  # bf16 would round outputs here to 1/64 steps
     with encoding.autocast(torch.device("cpu"), "bf16-autocast"):
-        batch = train._collate(enc, list(range(40)), loaded.tokenizer.pad_token_id, "cpu",
+        batch = batching._collate(enc, list(range(40)), loaded.tokenizer.pad_token_id, "cpu",
                                KINDS["regression"])  # fmt: skip
         batch.pop("labels")
         logits = loaded.model(**batch).logits
@@ -237,7 +238,7 @@ def test_cli_several_lrs_and_seeds_in_one_process_match_single_runs(
 
 
 def test_a_crashing_cell_does_not_stop_the_others(tiny_models, small_mirror, tmp_path, monkeypatch):
-    args = runner.build_parser().parse_args([
+    args = run_command.build_parser().parse_args([
         "--model-path", str(tiny_models["bert"]), "--model-key", "tiny", "--task", "glue_rte",
         "--lr", "1e-4", "--seed", "42,43,44", "--max-steps", "2", "--max-seq-len", "128",
         "--data-dir", str(small_mirror), "--device", "cpu", "--progress", "quiet",
@@ -267,7 +268,7 @@ def test_sigterm_saves_state_and_the_rerun_matches_an_uninterrupted_run(
     cfg = cell(tmp_path / "cut", tiny_models["bert"], data_dir=str(small_mirror), recipe=recipe,
                out_json=str(tmp_path / "cut" / "cell.json"))  # fmt: skip
     calls = {"n": 0}
-    real_collate = train._collate
+    real_collate = cell_state._collate
 
     def collate_then_sigterm(*args, **kwargs):
         calls["n"] += 1
@@ -275,10 +276,10 @@ def test_sigterm_saves_state_and_the_rerun_matches_an_uninterrupted_run(
             os.kill(os.getpid(), signal.SIGTERM)
         return real_collate(*args, **kwargs)
 
-    monkeypatch.setattr(train, "_collate", collate_then_sigterm)
+    monkeypatch.setattr(cell_state, "_collate", collate_then_sigterm)
     with pytest.raises(train.Preempted):
         train.run_cell(cfg)
-    monkeypatch.setattr(train, "_collate", real_collate)
+    monkeypatch.setattr(cell_state, "_collate", real_collate)
     assert not (tmp_path / "cut" / "cell.json").exists()
     resume = tmp_path / "cut" / ".resume-cell.json.pt"
     assert resume.exists()
@@ -413,20 +414,20 @@ def seahorse_mirror(tmp_path_factory):
 
 
 def _languages_predicted(monkeypatch, tokenizer, input_names, splits: dict) -> list[str]:
-    """Wrap `train.predict` to record, per call, which language's split it scored (matched
+    """Wrap `cell_state.predict` to record, per call, which language's split it scored (matched
     by the token ids of an independent tokenisation)."""
     by_ids = {}
     for lang, split in splits.items():
         enc = encoding.encode(tokenizer, split, 128, input_names)
         by_ids[tuple(map(tuple, enc.features["input_ids"]))] = lang
     seen: list[str] = []
-    real_predict = train.predict
+    real_predict = cell_state.predict
 
     def recording_predict(model, enc, *args, **kwargs):
         seen.append(by_ids.get(tuple(map(tuple, enc.features["input_ids"])), "?"))
         return real_predict(model, enc, *args, **kwargs)
 
-    monkeypatch.setattr(train, "predict", recording_predict)
+    monkeypatch.setattr(cell_state, "predict", recording_predict)
     return seen
 
 
@@ -459,7 +460,7 @@ def test_training_evaluations_score_only_the_deciding_languages_and_the_rest_onc
     kind = kind_for("regression")
     for lang, split in val.items():
         enc = encoding.encode(loaded.tokenizer, split, 128, loaded.input_names)
-        preds = train.predict(loaded.model, enc, loaded.tokenizer.pad_token_id, torch.device("cpu"),
+        preds = cell_state.predict(loaded.model, enc, loaded.tokenizer.pad_token_id, torch.device("cpu"),
                               SHORT.precision, result["recipe"]["eval_batch"], kind)  # fmt: skip
         assert dev["per_language"][lang] == metrics.compute_metric("spearman", preds, enc.labels)
 

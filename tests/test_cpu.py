@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from conftest import read_json
 
-from encoder_eval.cells import train
+from encoder_eval.cells import cell_config, train
 from encoder_eval.core import cpu
 from encoder_eval.core.protocol import Recipe
 from encoder_eval.core.results import result_filename
@@ -63,8 +63,8 @@ def test_cpu_native_bf16_is_a_bool_decided_once():
 SHORT = Recipe(max_steps=2, patience=3, max_seq_len=64)
 
 
-def _cell(tmp_path, model_path, mirror, recipe=SHORT, seed=45) -> train.CellConfig:
-    return train.CellConfig(
+def _cell(tmp_path, model_path, mirror, recipe=SHORT, seed=45) -> cell_config.CellConfig:
+    return cell_config.CellConfig(
         model_path=str(model_path), task="glue_rte", lr=1e-4, seed=seed, model_key="tiny",
         recipe=recipe, device="cpu", progress="quiet", data_dir=str(mirror),
         out_json=str(tmp_path / result_filename("tiny", "glue_rte", 1e-4, seed)),

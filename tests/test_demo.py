@@ -10,6 +10,7 @@ import sys
 import pytest
 from conftest import REPO
 
+from encoder_eval import run as run_command
 from encoder_eval.cells import runner
 
 
@@ -50,7 +51,7 @@ def test_make_smoke_paws_writes_a_result_name_the_readers_accept(tmp_path, capsy
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
-        cells = runner.plan_cells(runner.build_parser().parse_args(argv))
+        cells = runner.plan_cells(run_command.build_parser().parse_args(argv))
     finally:
         os.chdir(cwd)
     (cfg,) = cells

@@ -18,7 +18,7 @@ import pytest
 import torch
 from fault_helpers import SHRINK, py, read_json, sh
 
-from encoder_eval.cells import train
+from encoder_eval.cells import cell_config, train
 from encoder_eval.core.protocol import LR_GRID, Recipe
 from encoder_eval.core.results import read_result, result_filename, validate_result
 from encoder_eval.data.loaders import load_model
@@ -29,7 +29,7 @@ MODEL, TASK = "tiny", "glue_stsb"
 def test_huge_lr_is_recorded_diverged_with_its_step(tmp_path, tiny_models, small_mirror):
     # The CLI refuses lr >= 1 as a typo, so a learning rate this large only reaches a cell
     # through the library; the loss then overflows after a few steps.
-    cfg = train.CellConfig(
+    cfg = cell_config.CellConfig(
         model_path=str(tiny_models["bert"]), task=TASK, lr=1e6, seed=45, model_key=MODEL,
         recipe=Recipe(max_steps=30, warmup_ratio=0.0, max_seq_len=128, early_stop=False),
         data_dir=str(small_mirror), device="cpu", progress="quiet",
@@ -94,7 +94,7 @@ def sweep_with_divergence(tmp_path_factory, tiny_models, small_mirror):
         rdir = root / phase
         rdir.mkdir(exist_ok=True)
         lr = LR_GRID[key]
-        train.run_cell(train.CellConfig(
+        train.run_cell(cell_config.CellConfig(
             model_path=str(tiny_models["bert"]), task=TASK, lr=lr, seed=seed, model_key=MODEL,
             phase=phase, recipe=recipe, device="cpu", progress="quiet",
             data_dir=str(small_mirror),

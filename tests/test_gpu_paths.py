@@ -18,7 +18,7 @@ import pytest
 import torch
 from conftest import read_json
 
-from encoder_eval.cells import train
+from encoder_eval.cells import cell_config, cell_state, devices, resume, train
 from encoder_eval.cells.encoding import Encoded, encode
 from encoder_eval.cells.kinds import KINDS, pad_features
 from encoder_eval.core import comparability
@@ -32,9 +32,9 @@ from encoder_eval.data.task_loading import load_task
 SHORT = Recipe(max_steps=6, patience=3, max_seq_len=128)
 
 
-def _cell(root, tiny_models, small_mirror, name: str, **recipe) -> train.CellConfig:
+def _cell(root, tiny_models, small_mirror, name: str, **recipe) -> cell_config.CellConfig:
     (root / name).mkdir()
-    return train.CellConfig(
+    return cell_config.CellConfig(
         model_path=str(tiny_models["bert"]), task="glue_rte", lr=1e-4, seed=45, model_key="tiny",
         recipe=dataclasses.replace(SHORT, **recipe), device="cpu", progress="quiet",
         data_dir=str(small_mirror), out_json=str(root / name / result_filename(
@@ -251,13 +251,13 @@ def _gpu_free_environment(monkeypatch, tmp_path, tools: dict[str, str]) -> None:
 def test_auto_on_the_cpu_says_so_when_nvidia_smi_lists_a_gpu(monkeypatch, tmp_path, capsys):
     line = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1234)"
     _gpu_free_environment(monkeypatch, tmp_path, {"nvidia-smi": line})
-    assert train.resolve_device("auto") == torch.device("cpu")
+    assert devices.resolve_device("auto") == torch.device("cpu")
     (warning,) = capsys.readouterr().err.splitlines()
     assert warning.startswith("warning: --device auto found no usable GPU")
     assert "nvidia-smi lists GPU 0: NVIDIA H100 80GB HBM3" in warning
     assert "docs/install.md" in warning and "--device cuda makes this an error" in warning
     with pytest.raises(HarnessError, match="although nvidia-smi lists GPU 0"):
-        train.resolve_device("cuda")
+        devices.resolve_device("cuda")
 
 
 @pytest.mark.parametrize(
@@ -268,14 +268,14 @@ def test_auto_on_the_cpu_says_so_when_the_scheduler_allocated_a_gpu(
 ):
     _gpu_free_environment(monkeypatch, tmp_path, {})
     monkeypatch.setenv(variable, value)
-    assert train.resolve_device("auto") == torch.device("cpu")
+    assert devices.resolve_device("auto") == torch.device("cpu")
     assert f"although {variable}={value};" in capsys.readouterr().err
 
 
 def test_auto_on_a_machine_without_a_gpu_is_silent(monkeypatch, tmp_path, capsys):
     _gpu_free_environment(monkeypatch, tmp_path, {"nvidia-smi": "No devices were found"})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # hidden on purpose: not a GPU request
-    assert train.resolve_device("auto") == torch.device("cpu")
+    assert devices.resolve_device("auto") == torch.device("cpu")
     assert gpu.expected_gpu() is None
     assert capsys.readouterr().err == ""
 
@@ -308,18 +308,18 @@ def test_bf16_autocast_is_refused_on_a_gpu_without_bf16(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla V100-SXM2-16GB")
     with pytest.raises(HarnessError, match="Tesla V100-SXM2-16GB cannot run bf16 autocast"):
-        train.check_bf16(torch.device("cuda", 0), "bf16-autocast")
-    train.check_bf16(torch.device("cuda", 0), "fp32")  # fp32 needs nothing
-    train.check_bf16(torch.device("cpu"), "bf16-autocast")  # the CPU emulates it (cpu.py)
+        devices.check_bf16(torch.device("cuda", 0), "bf16-autocast")
+    devices.check_bf16(torch.device("cuda", 0), "fp32")  # fp32 needs nothing
+    devices.check_bf16(torch.device("cpu"), "bf16-autocast")  # the CPU emulates it (cpu.py)
     assert capsys.readouterr().err == ""
 
     # A torch that emulates bf16 there: the cell runs, saying so once.
     monkeypatch.setattr(
         torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation
     )
-    monkeypatch.setattr(train, "_WARNED_BF16", set())
+    monkeypatch.setattr(devices, "_WARNED_BF16", set())
     for _ in range(2):
-        train.check_bf16(torch.device("cuda", 0), "bf16-autocast")
+        devices.check_bf16(torch.device("cuda", 0), "bf16-autocast")
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("warning: Tesla V100-SXM2-16GB has no native bf16: torch emulates")
 
@@ -339,15 +339,15 @@ def test_evaluation_runs_its_widest_batch_first_and_keeps_the_split_order(
 
     model.forward = recording
     args = (model, enc, loaded.tokenizer.pad_token_id, torch.device("cpu"), "fp32")
-    batched = train.predict(*args, 4, KINDS["classification"])
+    batched = cell_state.predict(*args, 4, KINDS["classification"])
     assert widths[0] == max(enc.lengths) and widths == sorted(widths, reverse=True)
-    one_by_one = train.predict(*args, 1, KINDS["classification"])
+    one_by_one = cell_state.predict(*args, 1, KINDS["classification"])
     assert batched == one_by_one  # each prediction back at its example's place
 
 
 def test_the_best_weights_are_copied_into_the_earlier_copy(tiny_models):
     model = load_model(str(tiny_models["bert"]), "auto", 2, "single_label_classification").model
-    st = train._LoopState()
+    st = resume._LoopState()
     train.keep_best_weights(st, model.state_dict())
     first = {k: v.data_ptr() for k, v in st.best_state.items()}
     with torch.no_grad():

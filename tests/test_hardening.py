@@ -219,7 +219,7 @@ def test_a_cell_whose_result_cannot_be_written_leaves_no_predictions_behind(
     written", as `run` says) and indeed leaves nothing beside the missing result."""
     from test_cell import cell
 
-    from encoder_eval.cells import train
+    from encoder_eval.cells import cell_result, train
     from encoder_eval.cells.predictions import predictions_path
 
     cfg = cell(tmp_path, tiny_models["bert"], data_dir=str(small_mirror))
@@ -227,7 +227,7 @@ def test_a_cell_whose_result_cannot_be_written_leaves_no_predictions_behind(
     def disk_full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(train, "write_json_atomic", disk_full)
+    monkeypatch.setattr(cell_result, "write_json_atomic", disk_full)
     with pytest.raises(OSError, match="No space left"):
         train.run_cell(cfg)
     assert not Path(cfg.out_json).exists()

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from encoder_eval.cells import encoding, kinds, train
+from encoder_eval.cells import cell_config, encoding, kinds, train
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.problems import RANKING, REGRESSION, SINGLE_LABEL
 from encoder_eval.core.protocol import Recipe
@@ -100,7 +100,7 @@ def test_the_loop_trains_and_predicts_only_through_the_kinds_hooks(
 
     swapped = dataclasses.replace(real, loss=counted_loss, predictions=always_one)
     monkeypatch.setitem(kinds.KINDS, "classification", swapped)
-    cfg = train.CellConfig(model_path=str(tiny_models["bert"]), task="glue_rte", lr=1e-4,
+    cfg = cell_config.CellConfig(model_path=str(tiny_models["bert"]), task="glue_rte", lr=1e-4,
                            seed=45, model_key="tiny", device="cpu", progress="quiet",
                            recipe=Recipe(max_steps=2, max_seq_len=128), data_dir=str(small_mirror))  # fmt: skip
     result = train.run_cell(cfg)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from encoder_eval import prefetch
-from encoder_eval.cells import encoding, kinds, train
+from encoder_eval.cells import cell_config, encoding, kinds, train
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.problems import RANKING
 from encoder_eval.core.protocol import PROTOCOL_RECIPE, Recipe
@@ -193,7 +193,7 @@ def test_a_tiny_ranking_cell_trains_on_the_hub_rows(hub, tmp_path):
     model = build_tiny_model("bert", tmp_path / "bert", num_labels=None)
     recipe = Recipe(max_steps=2, batch_size=2, max_seq_len=32, precision="fp32")
     out = tmp_path / result_filename("tiny", TASK, 1e-4, 45)
-    cfg = train.CellConfig(model_path=str(model), task=TASK, lr=1e-4, seed=45,
+    cfg = cell_config.CellConfig(model_path=str(model), task=TASK, lr=1e-4, seed=45,
                            model_key="tiny", recipe=recipe, device="cpu", progress="quiet",
                            out_json=str(out))  # fmt: skip
     result = train.run_cell(cfg)

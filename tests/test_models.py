@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from encoder_eval import run as run_command
 from encoder_eval.cells import runner
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.data import models
 
 
 def planned(tmp_path, *flags: str):
-    args = runner.build_parser().parse_args([*flags, "--task", "xnli", "--lr", "3.59e-05",
+    args = run_command.build_parser().parse_args([*flags, "--task", "xnli", "--lr", "3.59e-05",
                                           "--seed", "45", "--out-json", str(tmp_path / "o.json")])  # fmt: skip
     (cell,) = runner.plan_cells(args)
     return cell

@@ -14,17 +14,17 @@ import pytest
 import torch
 from conftest import read_json
 
-from encoder_eval.cells import train
+from encoder_eval.cells import batching, cell_config, train
 from encoder_eval.core.protocol import Recipe
 from encoder_eval.core.results import result_filename, validate_result
 
 SHORT = Recipe(max_steps=6, patience=3, max_seq_len=128)
 
 
-def _cell(tmp_path, tiny_models, small_mirror, recipe: Recipe, name: str) -> train.CellConfig:
+def _cell(tmp_path, tiny_models, small_mirror, recipe: Recipe, name: str) -> cell_config.CellConfig:
     (tmp_path / name).mkdir()
     out = tmp_path / name / result_filename("tiny", "glue_rte", 1e-4, 45)
-    return train.CellConfig(
+    return cell_config.CellConfig(
         model_path=str(tiny_models["bert"]), task="glue_rte", lr=1e-4, seed=45, model_key="tiny",
         recipe=recipe, device="cpu", progress="quiet", data_dir=str(small_mirror),
         out_json=str(out),
@@ -141,8 +141,8 @@ def test_out_of_memory_at_a_micro_batch_of_1_re_raises_saying_so(
 
 
 def test_the_halved_micro_batch_still_divides_the_effective_batch():
-    assert train._smaller_divisor(32, 16) == 16
-    assert train._smaller_divisor(24, 6) == 6
-    assert train._smaller_divisor(24, 5) == 4  # 24 / 5 would leave a remainder
-    assert train._smaller_divisor(7, 3) == 1
-    assert train._smaller_divisor(32, 0) == 1
+    assert batching._smaller_divisor(32, 16) == 16
+    assert batching._smaller_divisor(24, 6) == 6
+    assert batching._smaller_divisor(24, 5) == 4  # 24 / 5 would leave a remainder
+    assert batching._smaller_divisor(7, 3) == 1
+    assert batching._smaller_divisor(32, 0) == 1

@@ -9,6 +9,8 @@ import shlex
 import pytest
 
 from encoder_eval import demo, sweep, track
+from encoder_eval import probe as probe_command
+from encoder_eval import run as run_command
 from encoder_eval.cells import probe_cell, runner
 from encoder_eval.core import cpu
 from encoder_eval.core.errors import HarnessError
@@ -40,11 +42,11 @@ def test_the_resolver_picks_fp32_for_auto_on_a_cpu_without_native_bf16(monkeypat
 def test_every_command_takes_the_same_words(tmp_path, given, word, no_native_bf16):
     assert set(WORDS.values()) == set(PRECISIONS)
     # run: the recipe records bf16 as results always have, auto until the cell resolves it
-    args = runner.build_parser().parse_args([*RUN, "--precision", given])
+    args = run_command.build_parser().parse_args([*RUN, "--precision", given])
     recorded = {"bf16": "bf16-autocast"}.get(word, word)
     assert recipe_from_args(args).precision == recorded
     # probe: the word, resolved on its device when auto
-    args = probe_cell.build_parser().parse_args(
+    args = probe_command.build_parser().parse_args(
         ["--model", "m=org/m", "--tasks", "glue_rte", "--precision", given, "--device", "cpu"]
     )
     assert args.precision == word
@@ -67,8 +69,8 @@ def test_every_command_takes_the_same_words(tmp_path, given, word, no_native_bf1
 
 def test_every_command_refuses_another_word(tmp_path, capsys):
     for parse in (
-        lambda: runner.build_parser().parse_args([*RUN, "--precision", "fp16"]),
-        lambda: probe_cell.build_parser().parse_args(
+        lambda: run_command.build_parser().parse_args([*RUN, "--precision", "fp16"]),
+        lambda: probe_command.build_parser().parse_args(
             ["--model", "m", "--tasks", "glue_rte", "--precision", "fp16"]
         ),
         lambda: demo.build_parser().parse_args(["--out", str(tmp_path), "--precision", "fp16"]),
@@ -82,13 +84,13 @@ def test_every_command_refuses_another_word(tmp_path, capsys):
 
 def test_a_run_cell_resolves_auto_on_its_device(tmp_path, no_native_bf16, capsys):
     """`run --precision auto` on a CPU without native bf16 runs, and records, fp32."""
-    args = runner.build_parser().parse_args(
+    args = run_command.build_parser().parse_args(
         [*RUN, "--precision", "auto", "--device", "cpu", "--out-json", str(tmp_path / "c.json")]
     )
     [cell] = runner.plan_cells(args)
     assert cell.recipe.precision == "fp32"
     assert "--precision auto runs fp32" in capsys.readouterr().err
-    args = runner.build_parser().parse_args(
+    args = run_command.build_parser().parse_args(
         [*RUN, "--device", "cpu", "--out-json", str(tmp_path / "c.json")]
     )
     [cell] = runner.plan_cells(args)

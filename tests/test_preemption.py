@@ -22,7 +22,7 @@ from test_cell import cell
 from test_sweep import _lines, fake_slurm  # noqa: F401  (fake_slurm is a fixture)
 
 from encoder_eval import sweep
-from encoder_eval.cells import train
+from encoder_eval.cells import cell_result, train
 from encoder_eval.cells.predictions import predictions_path
 from encoder_eval.cells.train import EXIT_PREEMPTED
 from encoder_eval.core.results import result_filename
@@ -212,7 +212,7 @@ def test_a_failed_result_write_keeps_the_resume_state_and_the_rerun_resumes(
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     with monkeypatch.context() as m:
-        m.setattr(train, "write_json_atomic", disk_full)
+        m.setattr(cell_result, "write_json_atomic", disk_full)
         with pytest.raises(OSError, match="No space left"):
             train.run_cell(cfg)
     assert f"resuming at step {stopped_at}" in capsys.readouterr().err

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from fault_helpers import py, sh
 
+from encoder_eval import probe as probe_command
 from encoder_eval import sweep
 from encoder_eval.cells import probe_cell as probe_model
 from encoder_eval.cells.probing import PROBE_SCHEMA, PROBE_SCHEMA_VERSION
@@ -73,7 +74,7 @@ def test_probe_plan_has_a_cell_per_model_pooling_task_and_a_unit_per_model_task(
         "--data-dir", str(tmp_path),
     ]  # fmt: skip
     # The arguments are what `encoder_eval.probe` itself takes, meaning what the plan says.
-    run = probe_model.run_from_args(probe_model.build_parser().parse_args(args))
+    run = probe_model.run_from_args(probe_command.build_parser().parse_args(args))
     assert [(m.name, m.path) for m in run.models] == [("a", "org/a")]
     assert run.tasks == ["glue_sst2"] and run.poolings == ("mean", "first")
     assert (run.config.k_folds, run.config.seed, run.max_seq_len, run.precision) == (3, 7, 64,
@@ -92,7 +93,7 @@ def test_probe_defaults_are_the_probes_and_a_path_with_a_colon_survives(tmp_path
     assert has_pairs(args, {"--k-folds": "10", "--seed": "42", "--max-seq-len": "256",
                             "--precision": "bf16", "--device": "auto"})  # fmt: skip
     assert "--trust-remote-code" in args
-    run = probe_model.run_from_args(probe_model.build_parser().parse_args(args))
+    run = probe_model.run_from_args(probe_command.build_parser().parse_args(args))
     assert run.models[0].path == str(mdir) and run.models[0].trust_remote_code
 
 

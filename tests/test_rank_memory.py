@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import write_small_mirror
 
-from encoder_eval.cells import encoding, kinds, train
+from encoder_eval.cells import batching, cell_config, encoding, kinds, train
 from encoder_eval.core.problems import RANKING
 from encoder_eval.core.protocol import Recipe
 from encoder_eval.data.loaders import load_model
@@ -147,7 +147,7 @@ def test_a_ranking_cell_forwards_bounded_pieces(tiny_bert, rank_mirror, monkeypa
             shapes.append(tuple(kw["input_ids"].shape))
 
     loaded.model.register_forward_pre_hook(record, with_kwargs=True)
-    cfg = train.CellConfig(model_path=str(tiny_bert), task="ms_marco", lr=1e-4, seed=45,
+    cfg = cell_config.CellConfig(model_path=str(tiny_bert), task="ms_marco", lr=1e-4, seed=45,
                            model_key="tiny", recipe=recipe, data_dir=str(rank_mirror),
                            device="cpu", progress="quiet", phase="select", cache_dir=None)  # fmt: skip
     result = train.run_cell(cfg, loaded=loaded)
@@ -158,7 +158,7 @@ def test_a_ranking_cell_forwards_bounded_pieces(tiny_bert, rank_mirror, monkeypa
     split = load_task("ms_marco", rank_mirror)[0]
     enc = kinds.with_rank_columns(encoding.encode(loaded.tokenizer, split, MAX_LEN,
                                                loaded.input_names), split)  # fmt: skip
-    drawn = train._epoch_batches(enc, kind, recipe, random.Random(45))[:2]
+    drawn = batching._epoch_batches(enc, kind, recipe, random.Random(45))[:2]
     assert sum(rows for rows, _ in shapes) == sum(len(u) for b in drawn for u in b)
 
 
@@ -244,7 +244,7 @@ def test_the_command_line_and_the_cell_cap_the_primitive_cache(tiny_bert, rank_m
 
     monkeypatch.delenv(name)
     recipe = Recipe(max_steps=1, batch_size=2, max_seq_len=MAX_LEN)
-    cfg = train.CellConfig(model_path=str(tiny_bert), task="ms_marco", lr=1e-4, seed=45,
+    cfg = cell_config.CellConfig(model_path=str(tiny_bert), task="ms_marco", lr=1e-4, seed=45,
                            model_key="tiny", recipe=recipe, data_dir=str(rank_mirror),
                            device="cpu", progress="quiet", phase="select", cache_dir=None)  # fmt: skip
     seen = []

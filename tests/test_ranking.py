@@ -19,7 +19,7 @@ from fault_helpers import py, sh
 from mirror_helpers import shared_data
 from sklearn.metrics import ndcg_score
 
-from encoder_eval.cells import encoding, kinds, train
+from encoder_eval.cells import cell_config, encoding, kinds, train
 from encoder_eval.cells.predictions import (
     check_against_result,
     load_predictions,
@@ -314,7 +314,7 @@ def test_a_tiny_ranking_cell_trains_and_writes_result_predictions_and_trec(
 ):
     recipe = dataclasses.replace(SHORT, rank_objective=objective)
     out = tmp_path / result_filename("tiny", "ms_marco", 1e-4, 45)
-    cfg = train.CellConfig(model_path=str(tiny_bert), task="ms_marco", lr=1e-4, seed=45,
+    cfg = cell_config.CellConfig(model_path=str(tiny_bert), task="ms_marco", lr=1e-4, seed=45,
                            model_key="tiny", recipe=recipe, data_dir=str(rank_mirror),
                            device="cpu", progress="quiet", out_json=str(out))  # fmt: skip
     result = train.run_cell(cfg)

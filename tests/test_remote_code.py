@@ -20,6 +20,8 @@ import pytest
 from conftest import REPO
 from fault_helpers import SHRINK, py, read_json, sh
 
+from encoder_eval import probe as probe_command
+from encoder_eval import run as run_command
 from encoder_eval import status, sweep
 from encoder_eval.cells import probe_cell as probe_model
 from encoder_eval.cells import runner
@@ -118,7 +120,7 @@ def test_no_parser_of_the_package_accepts_abbreviations():
     assert errors.ArgumentParser().allow_abbrev is False
     for argv in (["--model-k", "eurobert-210m"], ["--trust-r"], ["--results-d", "x"]):
         with pytest.raises(SystemExit):
-            runner.build_parser().parse_args(
+            run_command.build_parser().parse_args(
                 ["--task", TASK, "--lr", "1e-5", "--seed", "42", *argv]
             )
 
@@ -132,7 +134,7 @@ def test_no_parser_of_the_package_accepts_abbreviations():
       "--trust-remote-code"], True),
 ], ids=["row", "other-hub-id", "row-spelled-out", "row-by-path", "user-says"])  # fmt: skip
 def test_trust_follows_the_registry_row_and_its_hub_id(tmp_path, flags, trusted):
-    args = runner.build_parser().parse_args([*flags, "--task", TASK, "--lr", "3.59e-05", "--seed",
+    args = run_command.build_parser().parse_args([*flags, "--task", TASK, "--lr", "3.59e-05", "--seed",
                                           "45", "--out-json", str(tmp_path / "o.json")])  # fmt: skip
     (cell,) = runner.plan_cells(args)
     assert cell.trust_remote_code is trusted
@@ -141,7 +143,7 @@ def test_trust_follows_the_registry_row_and_its_hub_id(tmp_path, flags, trusted)
 def test_a_local_folder_named_like_a_registry_model_gets_no_trust(tmp_path, monkeypatch):
     folder = tmp_path / "EuroBERT-210m"
     folder.mkdir()
-    args = runner.build_parser().parse_args(["--model-path", str(folder), "--task", TASK, "--lr",
+    args = run_command.build_parser().parse_args(["--model-path", str(folder), "--task", TASK, "--lr",
                                           "3.59e-05", "--seed", "45", "--out-json",
                                           str(tmp_path / "o.json")])  # fmt: skip
     (cell,) = runner.plan_cells(args)
@@ -277,14 +279,14 @@ def test_pins_reach_every_cell_from_a_file_and_the_registry(tmp_path, capsys, mo
                         lr_keys=["lr06"], seeds=[42])  # fmt: skip
     args = p.run_args(p.cells)
     assert "--trust-remote-code" in args and args[args.index("--model-code-revision") + 1] == SHA
-    parsed = runner.build_parser().parse_args(["--model-key", "pinned", "--task", TASK, "--lr",
+    parsed = run_command.build_parser().parse_args(["--model-key", "pinned", "--task", TASK, "--lr",
                                             "3.59e-05", "--seed", "45", "--out-json", "o.json"])  # fmt: skip
     (cell,) = runner.plan_cells(parsed)
     assert (cell.model_revision, cell.model_code_revision) == ("c" * 40, SHA)
 
 
 def test_probe_takes_the_revision_flags_as_run_does():
-    parser = probe_model.build_parser()
+    parser = probe_command.build_parser()
     r = probe_model.run_from_args(parser.parse_args(
         ["--model", "m=org/m", "--tasks", "glue_sst2", "--model-revision", "abc",
          "--model-code-revision", SHA, "--require-code-revision"]))  # fmt: skip

@@ -10,7 +10,7 @@ import json
 import pytest
 from result_helpers import make_result, write_result
 
-from encoder_eval.cells import train
+from encoder_eval.cells import cell_config, train
 from encoder_eval.core.protocol import Recipe
 from encoder_eval.core.results import (
     CORRUPT,
@@ -35,7 +35,7 @@ from encoder_eval.core.schema import (
 def real_result(request, tiny_models, small_mirror, tmp_path_factory):
     """The file a real (tiny) cell wrote, as text: a select cell and a report cell."""
     out = tmp_path_factory.mktemp("cell") / result_filename("tiny", "glue_rte", 1e-4, 45)
-    cfg = train.CellConfig(
+    cfg = cell_config.CellConfig(
         model_path=str(tiny_models["bert"]), task="glue_rte", lr=1e-4, seed=45, model_key="tiny",
         recipe=Recipe(max_steps=4, patience=3, max_seq_len=128), device="cpu", progress="quiet",
         data_dir=str(small_mirror), phase=request.param, out_json=str(out),

@@ -17,6 +17,7 @@ import secrets
 import pytest
 from fault_helpers import SHRINK, py, read_json, result_files, sh
 
+from encoder_eval import run as run_command
 from encoder_eval import sweep
 from encoder_eval.cells import runner
 from encoder_eval.data.models import MODEL_REGISTRY, model_entry
@@ -106,7 +107,7 @@ def test_trust_remote_code_follows_the_registry_column(tmp_path):
     ids=["registry-on", "registry-on-overridden", "registry-off", "explicit", "unlisted"],
 )
 def test_run_turns_trust_on_only_when_the_registry_or_the_user_says(tmp_path, flags, trusted):
-    args = runner.build_parser().parse_args([*flags, "--task", "xnli", "--lr", "3.59e-05",
+    args = run_command.build_parser().parse_args([*flags, "--task", "xnli", "--lr", "3.59e-05",
                                           "--seed", "45", "--out-json", str(tmp_path / "o.json")])  # fmt: skip
     (cell,) = runner.plan_cells(args)
     assert cell.trust_remote_code is trusted

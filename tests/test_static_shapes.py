@@ -18,7 +18,7 @@ import stat
 import pytest
 import torch
 
-from encoder_eval.cells import train
+from encoder_eval.cells import batching, cell_config, train
 from encoder_eval.cells.encoding import encode
 from encoder_eval.cells.kinds import KINDS
 from encoder_eval.core import comparability
@@ -44,9 +44,9 @@ def undropped(tiny_models, tmp_path_factory) -> dict:
     return {"bert": path}
 
 
-def _cell(root, tiny_models, small_mirror, name: str, **recipe) -> train.CellConfig:
+def _cell(root, tiny_models, small_mirror, name: str, **recipe) -> cell_config.CellConfig:
     (root / name).mkdir()
-    return train.CellConfig(
+    return cell_config.CellConfig(
         model_path=str(tiny_models["bert"]), task="glue_rte", lr=1e-4, seed=45, model_key="tiny",
         recipe=dataclasses.replace(FP32, **recipe), device="cpu", progress="quiet",
         data_dir=str(small_mirror), out_json=str(root / name / result_filename(
@@ -55,11 +55,11 @@ def _cell(root, tiny_models, small_mirror, name: str, **recipe) -> train.CellCon
 
 
 def test_bucket_width_rounds_up_to_the_multiple_within_the_cap():
-    assert [train.bucket_width(w, 32, 256) for w in (1, 32, 33, 70, 250, 256)] == [
+    assert [batching.bucket_width(w, 32, 256) for w in (1, 32, 33, 70, 250, 256)] == [
         32, 32, 64, 96, 256, 256]  # fmt: skip
-    assert train.bucket_width(70, 64, 100) == 100  # the cap, not 128
-    assert train.bucket_width(70, None, 256) == 70 and train.bucket_width(70, 1, 256) == 70
-    assert train.bucket_width(130, 64, 128) == 130  # never narrower than the batch
+    assert batching.bucket_width(70, 64, 100) == 100  # the cap, not 128
+    assert batching.bucket_width(70, None, 256) == 70 and batching.bucket_width(70, 1, 256) == 70
+    assert batching.bucket_width(130, 64, 128) == 130  # never narrower than the batch
 
 
 @pytest.mark.parametrize("family", ["bert", "xlm-roberta", "deberta-v2", "modernbert"])
@@ -76,11 +76,11 @@ def test_bucket_padding_leaves_every_real_logit_as_it_was(family, tiny_models, s
     idx = next(by_length[k : k + 8] for k in range(len(by_length) - 7)
                if enc.lengths[by_length[k + 7]] % 32 and enc.lengths[by_length[k]] < 100)  # fmt: skip
     kind = KINDS["classification"]
-    shapes = train.Shapes(32, 128)
-    plain = train._collate(enc, idx, tok.pad_token_id, "cpu", kind)
-    bucketed = train._collate(enc, idx, tok.pad_token_id, "cpu", kind, shapes)
+    shapes = batching.Shapes(32, 128)
+    plain = batching._collate(enc, idx, tok.pad_token_id, "cpu", kind)
+    bucketed = batching._collate(enc, idx, tok.pad_token_id, "cpu", kind, shapes)
     width = plain["input_ids"].shape[1]
-    assert bucketed["input_ids"].shape[1] == train.bucket_width(width, 32, 128) > width
+    assert bucketed["input_ids"].shape[1] == batching.bucket_width(width, 32, 128) > width
     assert (bucketed["input_ids"][:, width:] == tok.pad_token_id).all()
     assert (bucketed["attention_mask"][:, width:] == 0).all()
     assert torch.equal(plain.pop("labels"), bucketed.pop("labels"))

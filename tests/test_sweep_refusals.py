@@ -15,7 +15,8 @@ import sys
 import pytest
 
 from encoder_eval import compare, leaderboard, status, summarize, sweep, track
-from encoder_eval.cells import probe_cell as probe_model
+from encoder_eval import probe as probe_command
+from encoder_eval import run as run_command
 from encoder_eval.cells import runner
 from encoder_eval.core.errors import EXIT_INPUT_ERROR, HarnessError
 
@@ -79,7 +80,7 @@ def test_sweep_refuses_a_seed_outside_32_bits(tmp_path, capsys, argv):
 
 
 def test_run_and_status_refuse_a_seed_outside_32_bits(tmp_path, capsys):
-    args = runner.build_parser().parse_args(["--model-key", "xlm-r-base", "--task", "xnli", "--lr",
+    args = run_command.build_parser().parse_args(["--model-key", "xlm-r-base", "--task", "xnli", "--lr",
                                           "1e-05", "--seed", TOO_BIG, "--allow-off-protocol",
                                           "--out-json", str(tmp_path / "o.json")])  # fmt: skip
     with pytest.raises(HarnessError, match=f"--seed {TOO_BIG} must be an integer from 0"):
@@ -89,7 +90,7 @@ def test_run_and_status_refuse_a_seed_outside_32_bits(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("parser", [
-    probe_model.build_parser, compare.build_parser, leaderboard.build_parser,
+    probe_command.build_parser, compare.build_parser, leaderboard.build_parser,
     summarize.build_parser, track.build_parser,
 ])  # fmt: skip
 @pytest.mark.parametrize("seed", ["-1", TOO_BIG])

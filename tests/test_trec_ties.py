@@ -23,7 +23,7 @@ import pytrec_eval  # the dev extra's pytrec-eval-terrier
 from conftest import write_small_mirror
 from mirror_helpers import shared_data
 
-from encoder_eval.cells import train
+from encoder_eval.cells import cell_config, train
 from encoder_eval.cells.predictions import (
     CellPredictions,
     LanguagePredictions,
@@ -158,7 +158,7 @@ def test_a_tiny_ranking_cell_s_run_file_gives_trec_eval_its_result(tmp_path):
                                                                    "validation.jsonl": 160}})  # fmt: skip
     model = build_tiny_model("bert", tmp_path / "bert", num_labels=None)
     out = tmp_path / result_filename("tiny", "ms_marco", 1e-4, 45)
-    cfg = train.CellConfig(model_path=str(model), task="ms_marco", lr=1e-4, seed=45,
+    cfg = cell_config.CellConfig(model_path=str(model), task="ms_marco", lr=1e-4, seed=45,
                            model_key="tiny", recipe=Recipe(max_steps=1, batch_size=4,
                            max_seq_len=16), data_dir=str(mirror), device="cpu",
                            progress="quiet", out_json=str(out))  # fmt: skip

@@ -29,9 +29,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from encoder_eval.cells.probe_flags import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
 from encoder_eval.cells.probing import (
-    DEFAULT_K_FOLDS,
-    DEFAULT_SEED,
     ProbeConfig,
     final_probe,
     probe_provenance,
@@ -46,17 +45,13 @@ from encoder_eval.core import cpu
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
-    ArgumentParser,
     HarnessError,
-    report_errors,
 )
 from encoder_eval.core.fileio import (
     check_output_dir,
     safe_filename_part,
 )
 from encoder_eval.core.progress import probe_line
-from encoder_eval.core.protocol import DEVICES, precision_arg, seed_arg
-from encoder_eval.core.protocol import PRECISIONS as PRECISION_WORDS
 from encoder_eval.core.results import (
     PROBE_RESULT_SUFFIX,
     cell_state,
@@ -77,8 +72,6 @@ from encoder_eval.data.tasks import resolve_task_names
 from encoder_eval.data.tokencache import default_cache_dir as token_cache_dir
 
 SUMMARY_SUFFIX = ".probe-summary.json"
-DEFAULT_POOLINGS = ("mean",)
-DEFAULT_MAX_SEQ_LEN = 256  # the fine-tuning protocol's length limit
 
 
 @dataclass(frozen=True)
@@ -166,12 +159,12 @@ def _log(text: str) -> None:
 def run_probes(run: ProbeRun) -> list[Path]:
     """Run every (model, pooling, task) cell of `run` not already done; returns the result
     files written. Inputs are checked and data provenance computed before any model work."""
+    from encoder_eval.cells.devices import resolve_device  # imports torch: on use only
     from encoder_eval.cells.embed import (  # imports torch: on use only
         EmbedSetup,
         default_cache_dir,
         embed_split,
     )
-    from encoder_eval.cells.train import resolve_device  # imports torch: on use only
     from encoder_eval.data.loaders import load_encoder  # imports torch: on use only
 
     device = resolve_device(run.device)
@@ -355,99 +348,9 @@ def write_summary(run: ProbeRun, model: str, pooling: str) -> Path | None:
     return path
 
 
-# ----------------------------------------------------------------------------- CLI
-
-
-def build_parser(prog: str | None = None) -> ArgumentParser:
-    from encoder_eval.data.models import FIXED_POOLINGS as POOLINGS  # embed's, without torch
-
-    p = ArgumentParser(
-        prog=prog or "encoder-eval probe",
-        description="Linear probes on a frozen encoder's embeddings, per registered task: "
-        "repeated shuffle-split folds, the Q score. (NeuCo-Bench's files: pass "
-        "--annotation-path and --submission-file instead.)",
-    )
-    p.add_argument(
-        "--model",
-        action="append",
-        required=True,
-        metavar="NAME[=PATH]",
-        help="a registry key, or NAME=PATH_OR_HUB_ID (repeatable)",
-    )
-    p.add_argument(
-        "--pooling",
-        default=",".join(DEFAULT_POOLINGS),
-        help=f"comma-separated poolings: {', '.join(POOLINGS)} (default mean)",
-    )
-    p.add_argument("--tasks", required=True, help="comma-separated tasks or groups, or all")
-    p.add_argument("--tasks-file", action="append", help="user task file (repeatable)")
-    p.add_argument("--data-dir", help="data mirror (default: $ENCODER_EVAL_DATA_DIR or the Hub)")
-    p.add_argument("--results-dir", default="probe_results", help="where results go")
-    p.add_argument("--k-folds", type=int, default=DEFAULT_K_FOLDS)
-    p.add_argument("--seed", type=seed_arg, default=DEFAULT_SEED, help="the folds' seed")
-    p.add_argument("--max-seq-len", type=int, default=DEFAULT_MAX_SEQ_LEN)
-    p.add_argument(
-        "--precision",
-        type=precision_arg,
-        metavar="{" + ",".join(PRECISION_WORDS) + "}",
-        default="bf16",
-        help="forward pass under bf16 autocast (weights and outputs fp32; alias "
-        "bf16-autocast), fp32, or auto (fp32 on a CPU without native bf16, else bf16)",
-    )
-    p.add_argument("--batch-size", type=int, help="examples per forward pass")
-    p.add_argument(
-        "--device", default="auto", choices=DEVICES, help="auto picks a GPU when one is visible"
-    )
-    p.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="let the --model models run model-authored code (default: on only "
-        "for a registry row that says so, loaded from that row's Hub id)",
-    )
-    p.add_argument(
-        "--model-revision",
-        help="pin the model's Hub revision (commit sha; one "
-        "--model only; default: the registry row's pin, else the head)",
-    )
-    p.add_argument(
-        "--model-code-revision",
-        help="remote code: the revision of the code "
-        "repository the config's auto_map names (one --model only)",
-    )
-    p.add_argument(
-        "--require-code-revision",
-        action="store_true",
-        help="refuse remote code from another repository unless --model-code-revision pins it",
-    )
-    p.add_argument(
-        "--no-cache", action="store_true", help="do not read or write the embedding cache"
-    )
-    p.add_argument(
-        "--store-probes",
-        action="store_true",
-        help="also store each cell's probe as JSON data (load_probe)",
-    )
-    p.add_argument("--force", action="store_true", help="redo cells that are done")
-    p.add_argument(
-        "--record-model-path",
-        action="store_true",
-        help="write the model path "
-        "into the results (off: local paths and private repository names can be "
-        "sensitive)",
-    )
-    p.add_argument(
-        "--limit",
-        type=int,
-        metavar="N",
-        help="a smoke run: cut every split to N "
-        "examples (seeded, stratified; recorded; refused by summarize without "
-        "--allow-partial)",
-    )
-    return p
-
-
 def run_from_args(args) -> ProbeRun:
-    """Turn parsed flags into a checked `ProbeRun` (no model or data is loaded here)."""
+    """Turn parsed flags (`probe_flags.ProbeFlags`, parsed by `encoder_eval.probe`) into a checked
+    `ProbeRun` (no model or data is loaded here)."""
     from dataclasses import replace
 
     from encoder_eval.cells.embed import check_poolings  # imports torch: on use only
@@ -505,11 +408,6 @@ def resolved_precision(word: str, device: str) -> str:
     if note:
         _log(note)
     return precision
-
-
-@report_errors
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    return run_probe(run_from_args(build_parser(prog).parse_args(argv)))
 
 
 def run_probe(run: ProbeRun) -> int:

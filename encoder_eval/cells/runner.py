@@ -1,9 +1,9 @@
-"""One or several cells run from the `run` command's flags: the flags themselves
-(`build_parser`, which the plan also uses to check extra run arguments), the cells they
-describe (`plan_cells`: every name and path checked before any training), and running them
-(`run_cells`: one process, data and tokenisation paid once, a JSON per cell). The typed
-API, for callers that are not a command line (`track`): `unit_configs` makes the cells of
-one unit from a `train.CellConfig`, `run_configs` runs them and returns `run`'s exit code.
+"""One or several cells run from the `run` command's flags (declared in `cells/run_flags.py`,
+parsed by `encoder_eval.run`): the cells they describe (`plan_cells`: every name and path
+checked before any training), and running them (`run_cells`: one process, data and
+tokenisation paid once, a JSON per cell). The typed API, for callers that are not a
+command line (`track`): `unit_configs` makes the cells of one unit from a
+`cell_config.CellConfig`, `run_configs` runs them and returns `run`'s exit code.
 """
 
 from __future__ import annotations
@@ -25,22 +25,17 @@ from encoder_eval.core.errors import (
     EXIT_PREEMPTED,
     STOP_WORDS,
     STOPS,
-    ArgumentParser,
     HarnessError,
     Preempted,
     exit_code_for,
     raise_on_sigterm,
-    report_errors,
 )
 from encoder_eval.core.fileio import check_output_dir, check_output_file
 from encoder_eval.core.protocol import (
-    DEVICES,
     PHASE_SEEDS,
-    PHASES,
     check_seed,
     lr_key_for,
     nearest_grid_lr,
-    recipe_arguments,
     recipe_flag,
     recipe_from_args,
     recorded_precision,
@@ -55,11 +50,7 @@ from encoder_eval.core.results import (
 )
 from encoder_eval.data.limit import check_limit
 from encoder_eval.data.models import (
-    ATTENTIONS,
-    DECODER_DEFAULTS,
-    HEAD_POOLINGS,
     MODEL_REGISTRY,
-    all_modes,
     check_local_model,
     key_from_path,
     loader_settings,
@@ -71,189 +62,11 @@ from encoder_eval.data.revisions import dataset_revisions
 from encoder_eval.data.sources import data_provenance
 from encoder_eval.data.task_loading import load_task
 from encoder_eval.data.taskfile import register_task_files
-from encoder_eval.data.tasks import TASK_KNOBS, task_knobs
+from encoder_eval.data.tasks import task_knobs
 
 
 class CellsFailed(Exception):
     """Some cells of a multi-cell process crashed; the others ran and wrote their results."""
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(
-        prog="encoder-eval run",
-        description="Fine-tune one (model, task, learning rate, seed) cell under the fixed "
-        "protocol and write its result as one JSON file.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    g = p.add_argument_group("the cell")
-    g.add_argument(
-        "--model-path",
-        help="Hub id or local model directory (default: the registry's path for --model-key)",
-    )
-    g.add_argument(
-        "--model-key",
-        help="the model's name in results and file names: a registry "
-        f"key ({', '.join(MODEL_REGISTRY)}) or any name; derived from --model-path "
-        "when omitted",
-    )
-    g.add_argument(
-        "--task",
-        required=True,
-        help=f"task name: {', '.join(TASK_KNOBS)}, or a task defined in a --tasks-file",
-    )
-    g.add_argument(
-        "--tasks-file",
-        action="append",
-        metavar="FILE",
-        help="a task file (TOML or "
-        "YAML) defining tasks beyond the suite (repeatable; see docs/tasks.md, 'Adding "
-        "a task')",
-    )
-    g.add_argument(
-        "--mode",
-        choices=all_modes(),
-        help="auto: AutoModelForSequenceClassification; "
-        "liquid-bidir: encoder body + mean-pool linear head; decoder-adapted: a "
-        "decoder-only body (Llama, Qwen2, Gemma) + pooled linear head; or a loader "
-        "plug-in's mode (`encoder-eval list modes`) (default: the registry's mode, "
-        "else auto)",
-    )
-    g.add_argument(
-        "--attention",
-        choices=ATTENTIONS,
-        help="decoder-adapted: bidirectional (a "
-        "full padding-only mask) or causal (default: the registry's, else "
-        f"{DECODER_DEFAULTS['attention']})",
-    )
-    g.add_argument(
-        "--pooling",
-        choices=HEAD_POOLINGS,
-        help="decoder-adapted: what the head "
-        "reads: the mean, first or last real token's state, or a learned attention "
-        f"pooling (default: the registry's, else {DECODER_DEFAULTS['pooling']})",
-    )
-    g.add_argument(
-        "--head-dropout",
-        type=float,
-        help="decoder-adapted: dropout before the "
-        f"head (default: the registry's, else {DECODER_DEFAULTS['head_dropout']})",
-    )
-    g.add_argument(
-        "--body-dropout",
-        type=float,
-        help="decoder-adapted: the dropout of the body "
-        "(its attention, residual and embedding dropouts; the seed's ablation axis; "
-        "default: the registry's, else the checkpoint's own)",
-    )
-    g.add_argument(
-        "--lr",
-        required=True,
-        help="learning rate(s), comma-separated; protocol "
-        "values are the 10-point grid (encoder-eval sweep --show-grid)",
-    )
-    g.add_argument(
-        "--seed", required=True, help="seed(s), comma-separated (select 42-44, report 45-49)"
-    )
-    g.add_argument(
-        "--phase",
-        choices=PHASES,
-        default="report",
-        help="select: score dev only; report: also score the report split",
-    )
-    g = p.add_argument_group("the recipe (defaults are the protocol's)")
-    recipe_arguments(g)  # one flag per Recipe entry that has one (core/protocol.py)
-    g.add_argument(
-        "--allow-off-protocol",
-        action="store_true",
-        help="accept a learning rate "
-        "off the grid or a seed outside the phase's set (the result is marked "
-        "off-protocol)",
-    )
-    g = p.add_argument_group("inputs and outputs")
-    g.add_argument("--out-json", help="result file (one cell only)")
-    g.add_argument(
-        "--results-dir",
-        help="directory for results named {model}_{task}_{lrkey}_s{seed}.json (several cells)",
-    )
-    g.add_argument(
-        "--skip-existing", action="store_true", help="skip cells whose valid result already exists"
-    )
-    g.add_argument(
-        "--data-dir",
-        help="offline data mirror (<task>/<split>[.<lang>].jsonl); "
-        "default: $ENCODER_EVAL_DATA_DIR, else the Hub",
-    )
-    g.add_argument(
-        "--device",
-        choices=DEVICES,
-        default="auto",
-        help="auto picks a CUDA/ROCm GPU when one is visible",
-    )
-    g.add_argument(
-        "--model-revision",
-        help="pin the model's Hub revision (commit sha; "
-        "default: the registry row's pin, else the head)",
-    )
-    g.add_argument(
-        "--trust-remote-code",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="run model-authored code (default: on only for a registry row that "
-        "says so, loaded from that row's Hub id; else off)",
-    )
-    g.add_argument(
-        "--model-code-revision",
-        help="remote code: the revision of the code "
-        "repository the config's auto_map names (e.g. mGTE's Alibaba-NLP/new-impl); "
-        "default: the registry row's pin, else that repository's head, resolved to "
-        "a commit and recorded",
-    )
-    g.add_argument(
-        "--require-code-revision",
-        action="store_true",
-        help="refuse remote code from another repository unless --model-code-revision pins it",
-    )
-    g.add_argument(
-        "--record-model-path",
-        action="store_true",
-        help="write the model path into the result (off: paths can be private)",
-    )
-    g.add_argument(
-        "--save-predictions",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="write per-example report predictions beside a report result, for "
-        "`compare` (default: on; the file is X.predictions.json)",
-    )
-    g.add_argument(
-        "--cache-dir",
-        default="default",
-        help="tokenisation cache shared by the "
-        "cells of a sweep (default: $ENCODER_EVAL_CACHE_DIR or "
-        "~/.cache/encoder_eval/tokens)",
-    )
-    g.add_argument("--no-cache", action="store_true", help="tokenise without the cache")
-    g.add_argument(
-        "--progress",
-        choices=("bar", "quiet", "json"),
-        default="bar",
-        help="progress display: a bar, nothing, or JSON lines on stderr",
-    )
-    g.add_argument(
-        "--report-to",
-        default="none",
-        metavar="LIST",
-        help="send each cell's loss, LR and dev curves and its final scores to "
-        "experiment trackers: tensorboard, mlflow, wandb (comma-separated; default: "
-        "none; a failing tracker warns and never stops the cell)",
-    )
-    g.add_argument(
-        "--tracking-dir",
-        default=None,
-        metavar="DIR",
-        help="where tensorboard and offline wandb write (default: tracking/ beside the results)",
-    )
-    return p
 
 
 def _parse_list(text: str, kind, flag: str) -> list:
@@ -336,7 +149,7 @@ def plan_cells(args: argparse.Namespace) -> list:
         check_output_dir(args.results_dir, "--results-dir")
     recipe = recipe_from_args(args, mode=mode, **settings)
     # Imports torch and transformers (seconds): only once every check above has passed.
-    from encoder_eval.cells.train import CellConfig
+    from encoder_eval.cells.cell_config import CellConfig
 
     base = CellConfig(
         model_path=model_path,
@@ -388,14 +201,14 @@ def check_cell_values(
 
 
 def unit_configs(base, lrs: list[float], seeds: list[int], results_dir: str | None = None) -> list:
-    """The CellConfigs of one unit: `base` (a `train.CellConfig`) at every learning rate of
+    """The CellConfigs of one unit: `base` (a `cell_config.CellConfig`) at every learning rate of
     `lrs` and each of its `seeds`, LR by LR, each writing
     `results_dir/{model}_{task}_{lrkey}_s{seed}.json` (None: `base.out_json`, one cell).
     The typed entry of the cell API: `plan_cells` ends here, and `track` builds `base`
     itself; `run_configs` runs the list."""
     import dataclasses
 
-    from encoder_eval.cells.train import validate_out_path  # imports torch: on use only
+    from encoder_eval.cells.cell_config import validate_out_path  # imports torch: on use only
 
     if base.recipe.precision == "auto":  # a plan's request: resolved on this cell's device
         word, note = cpu.resolve_precision("auto", base.device)
@@ -547,15 +360,8 @@ _STOPPED_OUTSIDE_A_CELL = {
 }
 
 
-@report_errors
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    cells = plan_cells(args)  # bad input ends here, before torch is imported
-    return run_configs(cells, args.skip_existing, quiet=args.progress == "quiet")
-
-
 def run_configs(cells: list, skip_existing: bool = False, quiet: bool = False) -> int:
-    """Run typed cells (`train.CellConfig`s, from `plan_cells` or `unit_configs`) as the `run`
+    """Run typed cells (`cell_config.CellConfig`s, from `plan_cells` or `unit_configs`) as the `run`
     command does, and return its exit code: OK, INCOMPLETE when some crashed or were kept,
     PREEMPTED or INTERRUPTED after a stop signal (SIGTERM is turned into one for the run).
     `quiet` drops the per-cell lines."""

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 import numpy as np
 
 from encoder_eval.core.errors import ArgumentParser, HarnessError, unknown_name
+from encoder_eval.core.flags import add_flags, flag_meta, flag_of, flags_argv
 
 # Ten log-spaced learning rates from 1e-5 to 1e-4, rounded to three significant
 # digits; the rounded value is the canonical one (it is what goes on command lines).
@@ -94,9 +95,15 @@ def _entry(
 ):
     """A recipe entry: its default, its comparability scope, whether a value other than the
     protocol's marks a cell off-protocol (`checked`), and the `run` flag that sets it (with
-    its help and choices; `recipe_arguments` makes the flags from these)."""
-    meta = {"scope": scope, "checked": checked, "flag": flag, "help": help, "choices": choices}
-    return field(default=default, metadata=meta)
+    its help and choices; `recipe_arguments` makes the flags from these, `flags.add_flags`)."""
+    kwargs: dict = {"choices": choices} if choices else {}
+    if flag == "--precision":  # its words and alias (`precision_word`)
+        kwargs = {"type": precision_arg, "metavar": "{" + ",".join(PRECISIONS) + "}"}
+        kwargs["to_text"] = precision_word  # the word every command takes (bf16, not its alias)
+    elif flag and not choices and not isinstance(default, bool):
+        kwargs["metavar"] = "N" if flag == "--limit" else flag[2:].upper()
+    meta = {"scope": scope, "checked": checked, "choices": choices}
+    return field(default=default, metadata={**meta, **flag_meta(flag, help, **kwargs)})
 
 
 @dataclass(frozen=True)
@@ -150,7 +157,7 @@ class Recipe:
     # least `min_evals_when_capped` times when max_steps ends training early.
     eval_every_max: int = _entry(500)
     min_evals_when_capped: int = _entry(4)
-    # The evaluation batch asked for; None: by device (EVAL_BATCH_SIZE in train.py). A
+    # The evaluation batch asked for; None: by device (EVAL_BATCH_SIZE in cells/batching.py). A
     # different value changes predictions by bf16 rounding only, yet tables never mix them.
     eval_batch_size: int | None = _entry(
         None,
@@ -262,48 +269,15 @@ SPELLED_OUT: tuple[str, ...] = (
 )
 
 
-def _flag_type(entry) -> type:
-    """The Python type an entry's flag parses to, from its annotation (`int | None` -> int)."""
-    return {"float": float, "int": int, "str": str}[str(entry.type).split(" |")[0]]
-
-
 def recipe_arguments(group) -> None:
     """Add a flag for every recipe entry that has one to an argparse group, with the
     protocol's value as its default: `run`'s recipe flags are declared here only."""
-    for entry in fields(Recipe):
-        meta = entry.metadata
-        if meta["flag"] is None:
-            continue
-        dest = entry.name
-        if entry.type == "bool":
-            group.add_argument(
-                meta["flag"],
-                dest=dest,
-                action=argparse.BooleanOptionalAction,
-                default=entry.default,
-                help=meta["help"],
-            )
-            continue
-        if entry.name == "precision":  # its words and alias (`precision_word`)
-            kwargs = {"type": precision_arg, "metavar": "{" + ",".join(PRECISIONS) + "}"}
-            group.add_argument(
-                meta["flag"], dest=dest, default=entry.default, help=meta["help"], **kwargs
-            )
-            continue
-        kwargs = {"choices": meta["choices"]} if meta["choices"] else {"type": _flag_type(entry)}
-        if not meta["choices"]:
-            kwargs["metavar"] = "N" if entry.name == "limit" else meta["flag"][2:].upper()
-        group.add_argument(
-            meta["flag"], dest=dest, default=entry.default, help=meta["help"], **kwargs
-        )
+    add_flags(group, Recipe)
 
 
 def recipe_flag(name: str) -> str:
     """The `run` flag that sets recipe entry `name` (`batch_size` -> `--bsz`)."""
-    flag = next(e.metadata["flag"] for e in fields(Recipe) if e.name == name)
-    if flag is None:
-        raise ValueError(f"recipe entry {name!r} has no flag")
-    return flag
+    return flag_of(Recipe, name)
 
 
 def recipe_from_args(args: argparse.Namespace, **others) -> Recipe:
@@ -368,16 +342,7 @@ def changed_entries(recipe: Recipe, base: Recipe = PROTOCOL_RECIPE) -> tuple[str
 def recipe_argv(recipe: Recipe, names: tuple[str, ...] = SPELLED_OUT) -> list[str]:
     """The flags that set `names` of `recipe` on a `run` command line, in that order: the
     one serialiser of a recipe to argv (plans, launch scripts, experiment files)."""
-    argv: list[str] = []
-    for name in names:
-        flag, value = recipe_flag(name), getattr(recipe, name)
-        if name == "precision":
-            value = precision_word(value)  # the word every command takes (bf16, not its alias)
-        if isinstance(value, bool):
-            argv.append(flag if value else "--no-" + flag[2:])
-        elif value is not None:
-            argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-    return argv
+    return flags_argv(recipe, names)
 
 
 def signature(recipe: dict, scope: str = TABLE) -> dict:

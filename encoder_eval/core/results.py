@@ -392,7 +392,7 @@ def read_cell_result(path: str | os.PathLike) -> tuple[CellResult | None, str | 
 # SIGTERM resume states): readers pass over them without a word.
 # An experiment's inline task definitions, as the task file its cells read (experiment.py).
 TASKS_FILE_PREFIX = ".tasks-"
-# A cell's resume state, saved on a stop signal: `.resume-<result name>.pt` (train.py).
+# A cell's resume state, saved on a stop signal: `.resume-<result name>.pt` (cells/resume.py).
 RESUME_PREFIX, RESUME_SUFFIX = ".resume-", ".pt"
 OWN_HIDDEN_PREFIXES = (TMP_PREFIX, LOCK_PREFIX, RESUME_PREFIX, TASKS_FILE_PREFIX)
 # The subdirectory of a results directory that corrupt results are moved into (never read).

@@ -18,15 +18,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from encoder_eval.cells.probe_cell import (
+from encoder_eval.cells.probe_cell import result_path
+from encoder_eval.cells.probe_flags import (
     DEFAULT_MAX_SEQ_LEN,
     DEFAULT_POOLINGS,
-    result_path,
+    ProbeFlags,
+    probe_parser,
 )
-from encoder_eval.cells.probe_cell import build_parser as probe_flags
 from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED, ProbeConfig
-from encoder_eval.cells.runner import build_parser as run_flags
+from encoder_eval.cells.run_flags import RunFlags, run_parser
 from encoder_eval.core.errors import HarnessError, unknown_name
+from encoder_eval.core.flags import flags_argv
 from encoder_eval.core.protocol import (
     DEVICES,
     LR_GRID,
@@ -105,6 +107,17 @@ _RESERVED_PROBE_FLAGS = (
     "--model-revision",
     "--model-code-revision",
 )
+
+# What a unit's line spells out (`Plan.run_args`), in order: the `RunFlags` entries before and
+# after the recipe's (`Plan.recipe_args`), and a probe unit's `ProbeFlags` entries before and
+# after its settings (`PROBE_SETTINGS`). A None value, or a flag that is off, writes nothing.
+RUN_HEAD = ("model_key", "model_path", "mode", "task", "lr", "seed", "phase", "results_dir",
+            "skip_existing", "trust_remote_code", "model_revision", "model_code_revision")  # fmt: skip
+RUN_TAIL = ("device", "data_dir", "tasks_file", "allow_off_protocol", "progress", "report_to")
+PROBE_HEAD = ("model", "tasks", "pooling", "results_dir")
+PROBE_SETTINGS = ("k_folds", "seed", "max_seq_len", "precision", "limit")
+PROBE_TAIL = ("device", "trust_remote_code", "model_revision", "model_code_revision", "data_dir",
+              "tasks_file")  # fmt: skip
 
 # ----------------------------------------------------------------------------- parsing helpers
 
@@ -281,11 +294,6 @@ class Cell:
     def kind(self) -> str:
         return FINETUNE if self.pooling is None else PROBE
 
-    def pin_args(self) -> list[str]:
-        """The revision flags of this cell's model (none when nothing is pinned)."""
-        out = ["--model-revision", self.revision] if self.revision else []
-        return out + (["--model-code-revision", self.code_revision] if self.code_revision else [])
-
     @property
     def filename(self) -> str:
         if self.pooling is not None:
@@ -362,19 +370,7 @@ class Plan:
         spells out (`SPELLED_OUT`), then any other the plan changes (`--limit`,
         `--micro-batch`...); for a probe plan, the probe's settings and its limit."""
         if self.probe is not None:
-            p = self.probe
-            limit = self.recipe.limit
-            return [
-                "--k-folds",
-                str(p.k_folds),
-                "--seed",
-                str(p.seed),
-                "--max-seq-len",
-                str(self.max_seq_len),
-                "--precision",
-                p.precision,
-                *(["--limit", str(limit)] if limit is not None else []),
-            ]
+            return flags_argv(self._probe_flags(), PROBE_SETTINGS)
         others = tuple(n for n in changed_entries(self.recipe) if n not in SPELLED_OUT)
         return recipe_argv(self.recipe, SPELLED_OUT + others)
 
@@ -401,86 +397,92 @@ class Plan:
             or ({(c.lr, c.seed) for c in cells} != {(lr, s) for lr in lrs for s in seeds})
         ):
             raise ValueError("run_args takes the cells of one unit (LRs x seeds of one pair)")
-        args = [
-            "--model-key",
-            first.model,
-            "--model-path",
-            first.model_path,
-            "--mode",
-            first.mode,
-            "--task",
-            first.task,
-            "--lr",
-            ",".join(f"{lr:g}" for lr in lrs),
-            "--seed",
-            ",".join(map(str, seeds)),
-            "--phase",
-            self.phase,
-            "--results-dir",
-            self.results_dir,
-            "--skip-existing",
-            "--trust-remote-code" if first.trust_remote_code else "--no-trust-remote-code",
-            *first.pin_args(),
-            *self.recipe_args(),
-            "--device",
-            self.device,
-        ]
-        if self.data_dir:
-            args += ["--data-dir", self.data_dir]
-        for path in self.tasks_files:
-            args += ["--tasks-file", path]
-        if any(s not in PHASE_SEEDS[self.phase] for s in seeds):
-            args.append("--allow-off-protocol")  # run.py then marks the result off-protocol
+        flags = RunFlags(
+            model_key=first.model,
+            model_path=first.model_path,
+            mode=first.mode,
+            task=first.task,
+            lr=",".join(f"{lr:g}" for lr in lrs),
+            seed=",".join(map(str, seeds)),
+            phase=self.phase,
+            results_dir=self.results_dir,
+            skip_existing=True,
+            trust_remote_code=first.trust_remote_code,
+            model_revision=first.revision or None,
+            model_code_revision=first.code_revision or None,
+            device=self.device,
+            data_dir=self.data_dir or None,
+            tasks_file=self.tasks_files,
+            # run then marks the result off-protocol
+            allow_off_protocol=any(s not in PHASE_SEEDS[self.phase] for s in seeds),
+            progress="json",
+            report_to=self.report_to or None,
+        )
         # Each recipe flag is in recipe_args once, with its value, so a log or `ps` shows
         # the value the cell runs with; the extra arguments hold no recipe flag.
-        args += ["--progress", "json"]
-        if self.report_to:
-            args += ["--report-to", self.report_to]
-        return [*args, *self.extra_run_args]
+        return [
+            *flags_argv(flags, RUN_HEAD),
+            *self.recipe_args(),
+            *flags_argv(flags, RUN_TAIL),
+            *self.extra_run_args,
+        ]
 
     def cell_configs(self, unit: list[Cell]) -> list:
         """The checked configurations of one unit, exactly as its launch-script line makes
         them: `run_args(unit)` parsed by the cell command's parser and planned by the cell's
-        own planner (`runner.plan_cells`: `train.CellConfig`s; for a probe plan, one
+        own planner (`runner.plan_cells`: `cell_config.CellConfig`s; for a probe plan, one
         `probe_cell.ProbeRun`). How `track` runs a unit in process, so the cells a receipt
         reads are the ones a script would run. Imports torch."""
         argv = self.run_args(unit)
         if self.probe is not None:
             from encoder_eval.cells import probe_cell
 
-            return [probe_cell.run_from_args(probe_cell.build_parser().parse_args(argv))]
+            return [probe_cell.run_from_args(probe_parser().parse_args(argv))]
         from encoder_eval.cells import runner
 
-        return runner.plan_cells(runner.build_parser().parse_args(argv))
+        return runner.plan_cells(run_parser().parse_args(argv))
+
+    def _probe_flags(self, first: Cell | None = None, poolings: Sequence[str] = ()) -> ProbeFlags:
+        """A probe unit's flags: the plan's settings, and with `first` its cells' model,
+        task and `poolings`."""
+        p = self.probe
+        flags = ProbeFlags(
+            k_folds=p.k_folds,
+            seed=p.seed,
+            max_seq_len=self.max_seq_len,
+            precision=p.precision,
+            limit=self.recipe.limit,
+            results_dir=self.results_dir,
+            device=self.device,
+            data_dir=self.data_dir or None,
+            tasks_file=self.tasks_files,
+        )
+        if first is None:
+            return flags
+        # The mode suffix keeps a ':' in the path's last part from reading as one (the probe
+        # itself ignores the mode: it loads the encoder body).
+        return dataclasses.replace(
+            flags,
+            model=[f"{first.model}={first.model_path}:{first.mode}"],
+            tasks=first.task,
+            pooling=",".join(poolings),
+            trust_remote_code=first.trust_remote_code,
+            model_revision=first.revision or None,
+            model_code_revision=first.code_revision or None,
+        )
 
     def _probe_args(self, cells: list[Cell]) -> list[str]:
         first = cells[0]
         poolings = list(dict.fromkeys(c.pooling for c in cells))
         if any(c.pair != first.pair for c in cells) or len(poolings) != len(cells):
             raise ValueError("run_args takes the cells of one unit (poolings of one pair)")
-        # The mode suffix keeps a ':' in the path's last part from reading as one (the probe
-        # itself ignores the mode: it loads the encoder body).
-        args = [
-            "--model",
-            f"{first.model}={first.model_path}:{first.mode}",
-            "--tasks",
-            first.task,
-            "--pooling",
-            ",".join(poolings),
-            "--results-dir",
-            self.results_dir,
+        flags = self._probe_flags(first, poolings)
+        return [
+            *flags_argv(flags, PROBE_HEAD),
             *self.recipe_args(),
-            "--device",
-            self.device,
+            *flags_argv(flags, PROBE_TAIL),
+            *self.extra_run_args,
         ]
-        if first.trust_remote_code:
-            args.append("--trust-remote-code")
-        args += first.pin_args()
-        if self.data_dir:
-            args += ["--data-dir", self.data_dir]
-        for path in self.tasks_files:
-            args += ["--tasks-file", path]
-        return [*args, *self.extra_run_args]
 
     def units(self, cells: list[Cell] | None = None, group: str = "pair") -> list[list[Cell]]:
         """Split cells into units, each run by one process, in plan order.
@@ -616,16 +618,6 @@ def _check_run_inputs(
     return device, extra, None if data_dir is None else str(data_dir)
 
 
-def _run_parser() -> argparse.ArgumentParser:
-    """The fine-tune cell's own flags (`encoder-eval run`)."""
-    return run_flags()
-
-
-def _probe_parser() -> argparse.ArgumentParser:
-    """The probe cell's own flags (`encoder-eval probe`, model mode)."""
-    return probe_flags()
-
-
 def _refuse_reserved(
     extra: list[str], parser: argparse.ArgumentParser, reserved: tuple[str, ...], per: str
 ) -> None:
@@ -730,7 +722,7 @@ def build_plan(
                 "create it with encoder-eval select"
             )
     device, extra, data_dir = _check_run_inputs(
-        device, extra_run_args, data_dir, _RESERVED_RUN_FLAGS, "cell", _run_parser
+        device, extra_run_args, data_dir, _RESERVED_RUN_FLAGS, "cell", run_parser
     )
     from_extra = split_cell_flags(extra)[0]  # a split the extra arguments ask for
     if selection_split is None and "selection_split" in changed_entries(from_extra):
@@ -905,7 +897,7 @@ def build_probe_plan(
     if max_seq_len < 1:
         raise HarnessError("--max-seq-len must be at least 1")
     device, extra, data_dir = _check_run_inputs(
-        device, extra_run_args, data_dir, _RESERVED_PROBE_FLAGS, "unit", _probe_parser
+        device, extra_run_args, data_dir, _RESERVED_PROBE_FLAGS, "unit", probe_parser
     )
     # The probe's flags left a recipe flag other than --limit out (reserved or unknown).
     recipe, report_to, extra = _plan_recipe(

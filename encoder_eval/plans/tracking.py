@@ -23,7 +23,7 @@ from pathlib import Path
 from encoder_eval.cells.capability import AXES
 from encoder_eval.cells.capability import evaluate_checkpoint as score_suite
 from encoder_eval.cells.predictions import load_predictions, predictions_path
-from encoder_eval.cells.probe_cell import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
+from encoder_eval.cells.probe_flags import DEFAULT_MAX_SEQ_LEN, DEFAULT_POOLINGS
 from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED
 from encoder_eval.core import aggregate, cpu
 from encoder_eval.core.errors import EXIT_OK, HarnessError, report_errors, unknown_name
@@ -510,7 +510,7 @@ def _synthetic_task_results(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from encoder_eval.cells.train import resolve_device  # imports torch: on use only
+    from encoder_eval.cells.devices import resolve_device  # imports torch: on use only
 
     log(
         f"track: {checkpoint.id}: synthetic capability suite ({setup.n_examples} examples per axis)"
