@@ -217,7 +217,8 @@ def test_cli_several_lrs_and_seeds_in_one_process_match_single_runs(
 ):
     common = ["--model-path", str(tiny_models["bert"]), "--model-key", "tiny", "--task",
               "glue_rte", "--max-steps", "3", "--max-seq-len", "128", "--data-dir", str(small_mirror),
-              "--device", "cpu", "--progress", "quiet", "--phase", "select"]  # fmt: skip
+              "--device", "cpu", "--precision", "fp32", "--progress", "quiet",
+              "--phase", "select"]  # fmt: skip
     (tmp_path / "multi").mkdir()
     (tmp_path / "single").mkdir()
     run = [sys.executable, "-m", "encoder_eval.run"]
@@ -243,8 +244,8 @@ def test_a_crashing_cell_does_not_stop_the_others(tiny_models, small_mirror, tmp
     args = runner.build_parser().parse_args([
         "--model-path", str(tiny_models["bert"]), "--model-key", "tiny", "--task", "glue_rte",
         "--lr", "1e-4", "--seed", "42,43,44", "--max-steps", "2", "--max-seq-len", "128",
-        "--data-dir", str(small_mirror), "--device", "cpu", "--progress", "quiet",
-        "--phase", "select", "--results-dir", str(tmp_path),
+        "--data-dir", str(small_mirror), "--device", "cpu", "--precision", "fp32",
+        "--progress", "quiet", "--phase", "select", "--results-dir", str(tmp_path),
     ])  # fmt: skip
     real_run_cell = train.run_cell
 
