@@ -125,6 +125,7 @@ def pytest_addoption(parser) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
     """Under pytest-xdist (`make test` runs two workers), the tests that submit jobs to the
     one-node Slurm cluster run on one worker, one at a time, as they were written to: two
@@ -138,3 +139,17 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.xdist_group("slurm"))
         elif "protocol_run" in fixtures:
             item.add_marker(pytest.mark.xdist_group("protocol_run"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker sends the collected ids
+def pytest_collection_finish(session) -> None:
+    """Make `--dist loadgroup` group at all under pytest 9: pytest-xdist (3.8) marks a
+    test's group by appending `@group` to `item._nodeid`, which pytest 9 no longer reads
+    (`nodeid` comes from `item._id`), so every group was scattered over the workers. Where
+    xdist has set a different `_nodeid`, it becomes the id the scheduler sees."""
+    for item in session.items:
+        grouped = getattr(item, "_nodeid", None)
+        if isinstance(grouped, str) and grouped != item.nodeid:
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(grouped)
