@@ -145,7 +145,7 @@ def test_a_left_temporary_is_ignored_by_every_reader_and_removed_by_the_next_run
 
 # ----------------------------------------------------------------------------- the kill storm
 
-# 15 kills with --storm (make test, so CI; about 150 s here), QUICK_KILLS without: the
+# 15 kills with --storm (make test, so CI; about 110 CPU s here), QUICK_KILLS without: the
 # calibration rounds and two at random moments. Each run draws a new seed; EE_KILLS=60
 # storms longer.
 KILLS, QUICK_KILLS = 15, 5
@@ -292,7 +292,7 @@ def test_random_sigkills_of_a_sweep_never_publish_a_partial_result(
     storm_s = time.monotonic() - t0
 
     assert bad == [], bad
-    assert at_write >= min(kills_wanted, len(CALIBRATION))  # kills inside a result write happened
+    assert at_write >= min(kills_wanted, len(CALIBRATION))  # kills inside a result write
     before = {p.name: p.read_bytes() for p in result_files(rdir)}
     assert set(before) <= expected
     missing = expected - set(before)

@@ -32,7 +32,8 @@ MODEL, TASK, LR, SEED = "tiny", "glue_rte", "3.59e-05", 45
 # always lands inside the training loop. fp32: no test here checks precision, and bf16
 # autocast is emulated (slower) on a CPU without native bf16.
 CELL = ["--task", TASK, "--lr", LR, "--seed", SEED, "--max-steps", "60", "--epoch-cap", "100",
-        "--no-early-stop", "--max-seq-len", "128", "--device", "cpu", "--precision", "fp32"]  # fmt: skip
+        "--no-early-stop", "--max-seq-len", "128", "--device", "cpu",
+        "--precision", "fp32"]  # fmt: skip
 SAME = ("dev", "report")
 SAME_TRAINING = ("final_loss", "steps", "best_step", "epochs", "dev_history", "diverged_at_step")
 
