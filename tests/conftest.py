@@ -20,6 +20,10 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One torch thread in each pytest process, as in the cell processes tests start
+# (fault_helpers.env): two xdist workers on two cores with a thread per core each spin
+# against each other (tests/test_cell.py: 89 -> 63 CPU s on an idle 2-core machine).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 if "ENCODER_EVAL_CACHE_DIR" not in os.environ:  # keep the tests' token cache out of $HOME
     import tempfile
 
