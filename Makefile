@@ -55,10 +55,17 @@ endif
 # The test command CI runs (.ci/run). Tests never reach the Hub.
 # TEST_WORKERS pytest-xdist processes: most tests wait on the cell processes they start, so
 # two keep a 2-core CI machine busy (the Slurm tests stay on one worker, tests/conftest.py);
-# TEST_WORKERS=0 runs everything in one process.
+# TEST_WORKERS=0 runs everything in one process. --storm: the kill storm's every round
+# (tests/test_kills.py), where a plain pytest runs a few.
 TEST_WORKERS ?= 2
 test: install
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --storm
+
+# While developing: every test but the slow ones (whole pipelines, the kill storm) and the
+# Slurm ones; `make test` still runs them all.
+test-fast: install
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \
+	  -m "not slow and not storm and not slurm"
 
 lint: install
 	$(VENV)/bin/ruff check .

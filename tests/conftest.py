@@ -20,6 +20,10 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One torch thread in each pytest process, as in the cell processes tests start
+# (fault_helpers.env): two xdist workers on two cores with a thread per core each spin
+# against each other (tests/test_cell.py: 89 -> 63 CPU s on an idle 2-core machine).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 if "ENCODER_EVAL_CACHE_DIR" not in os.environ:  # keep the tests' token cache out of $HOME
     import tempfile
 
@@ -78,6 +82,16 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
     return build_all(tmp_path_factory.mktemp("models"), num_labels=None)
 
 
+@pytest.fixture(scope="session")
+def protocol_run(tmp_path_factory, tiny_models, small_mirror):
+    """One real protocol run (tests/protocol_run.py) that several tests read; the tests
+    that take it run on one xdist worker (`pytest_collection_modifyitems`), which builds it
+    once."""
+    from protocol_run import make_protocol_run
+
+    return make_protocol_run(tmp_path_factory.mktemp("protocol_run"), tiny_models, small_mirror)
+
+
 @pytest.fixture
 def task_registry():
     """The task registries as built in; tasks a test registers (task files) are removed after."""
@@ -107,10 +121,39 @@ def slurm():
         pytest.skip(problem)
 
 
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--storm",
+        action="store_true",
+        help="run the kill storm's every round (tests/test_kills.py; make test passes it)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
     """Under pytest-xdist (`make test` runs two workers), the tests that submit jobs to the
     one-node Slurm cluster run on one worker, one at a time, as they were written to: two
-    at once would queue behind each other's jobs and race their time limits."""
+    at once would queue behind each other's jobs and race their time limits. They carry the
+    `slurm` marker, so `-m "not slurm"` (make test-fast) leaves them out. The tests that
+    read the shared `protocol_run` run on one worker too, which builds it once."""
     for item in items:
-        if "slurm" in getattr(item, "fixturenames", ()) or item.get_closest_marker("slurm"):
+        fixtures = getattr(item, "fixturenames", ())
+        if "slurm" in fixtures or item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.slurm)
             item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif "protocol_run" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("protocol_run"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker sends the collected ids
+def pytest_collection_finish(session) -> None:
+    """Make `--dist loadgroup` group at all under pytest 9: pytest-xdist (3.8) marks a
+    test's group by appending `@group` to `item._nodeid`, which pytest 9 no longer reads
+    (`nodeid` comes from `item._id`), so every group was scattered over the workers. Where
+    xdist has set a different `_nodeid`, it becomes the id the scheduler sees."""
+    for item in session.items:
+        grouped = getattr(item, "_nodeid", None)
+        if isinstance(grouped, str) and grouped != item.nodeid:
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(grouped)

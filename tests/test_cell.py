@@ -23,7 +23,9 @@ from encoder_eval.core.results import result_filename, validate_result
 from encoder_eval.data.loaders import load_encoder, load_model
 from encoder_eval.data.task_loading import load_task
 
-SHORT = Recipe(max_steps=6, patience=3, max_seq_len=128)
+# fp32: these tests do not check precision (the bf16 ones below call autocast themselves),
+# and bf16 autocast is emulated, slower, on a CPU without native bf16.
+SHORT = Recipe(max_steps=6, patience=3, max_seq_len=128, precision="fp32")
 
 
 def cell(tmp_path, model_path, task="glue_rte", **kw) -> cell_config.CellConfig:
@@ -183,7 +185,8 @@ def test_same_cell_twice_gives_the_same_score(tiny_models, small_mirror, tmp_pat
 
 def test_diverging_loss_is_recorded_not_raised(tiny_models, small_mirror, tmp_path):
     cfg = cell(tmp_path, tiny_models["bert"], task="glue_stsb", data_dir=str(small_mirror),
-               lr=1e6, recipe=Recipe(max_steps=30, warmup_ratio=0.0, max_seq_len=128))  # fmt: skip
+               lr=1e6, recipe=Recipe(max_steps=30, warmup_ratio=0.0, max_seq_len=128,
+                                     precision="fp32"))  # fmt: skip
     result = train.run_cell(cfg)
     assert result["status"] == "diverged"
     assert isinstance(result["training"]["diverged_at_step"], int)
@@ -215,7 +218,8 @@ def test_cli_several_lrs_and_seeds_in_one_process_match_single_runs(
 ):
     common = ["--model-path", str(tiny_models["bert"]), "--model-key", "tiny", "--task",
               "glue_rte", "--max-steps", "3", "--max-seq-len", "128", "--data-dir", str(small_mirror),
-              "--device", "cpu", "--progress", "quiet", "--phase", "select"]  # fmt: skip
+              "--device", "cpu", "--precision", "fp32", "--progress", "quiet",
+              "--phase", "select"]  # fmt: skip
     (tmp_path / "multi").mkdir()
     (tmp_path / "single").mkdir()
     run = [sys.executable, "-m", "encoder_eval.run"]
@@ -241,8 +245,8 @@ def test_a_crashing_cell_does_not_stop_the_others(tiny_models, small_mirror, tmp
     args = run_command.build_parser().parse_args([
         "--model-path", str(tiny_models["bert"]), "--model-key", "tiny", "--task", "glue_rte",
         "--lr", "1e-4", "--seed", "42,43,44", "--max-steps", "2", "--max-seq-len", "128",
-        "--data-dir", str(small_mirror), "--device", "cpu", "--progress", "quiet",
-        "--phase", "select", "--results-dir", str(tmp_path),
+        "--data-dir", str(small_mirror), "--device", "cpu", "--precision", "fp32",
+        "--progress", "quiet", "--phase", "select", "--results-dir", str(tmp_path),
     ])  # fmt: skip
     real_run_cell = train.run_cell
 
@@ -261,7 +265,7 @@ def test_a_crashing_cell_does_not_stop_the_others(tiny_models, small_mirror, tmp
 def test_sigterm_saves_state_and_the_rerun_matches_an_uninterrupted_run(
     tiny_models, small_mirror, tmp_path, monkeypatch
 ):
-    recipe = Recipe(max_steps=12, patience=99, max_seq_len=128)
+    recipe = Recipe(max_steps=12, patience=99, max_seq_len=128, precision="fp32")
     ref = train.run_cell(cell(tmp_path / "ref", tiny_models["bert"], data_dir=str(small_mirror),
                               recipe=recipe, out_json=None))  # fmt: skip
     (tmp_path / "cut").mkdir()
@@ -330,14 +334,14 @@ def test_epochs_are_fractional_and_the_step_cap_is_not_an_early_stop(
     # 64 train rows = 2 steps an epoch; 3 steps = 1.5 epochs. The learning rate is too small to
     # change a prediction, so the dev score never improves after the first evaluation: the
     # third bad evaluation comes at the last allowed step, which is the cap, not patience.
-    recipe = Recipe(max_steps=3, patience=2, max_seq_len=128)
+    recipe = Recipe(max_steps=3, patience=2, max_seq_len=128, precision="fp32")
     cfg = cell(tmp_path, tiny_models["bert"], data_dir=str(small_mirror), recipe=recipe, lr=1e-12)
     t = train.run_cell(cfg)["training"]
     assert (t["steps"], t["steps_per_epoch"], t["epochs"]) == (3, 2, 1.5)
     assert [h["step"] for h in t["dev_history"]] == [1, 2, 3]
     assert t["early_stopped"] is False and t["stopped_by"] == "step_cap"
     # Evaluations at steps 2, 4, 6, 8: patience runs out at step 6, before the cap.
-    recipe = Recipe(max_steps=8, patience=2, max_seq_len=128)
+    recipe = Recipe(max_steps=8, patience=2, max_seq_len=128, precision="fp32")
     cfg = cell(tmp_path, tiny_models["bert"], data_dir=str(small_mirror), recipe=recipe, lr=1e-12)
     t = train.run_cell(cfg)["training"]
     assert t["early_stopped"] is True and t["stopped_by"] == "early_stop" and t["steps"] == 6
@@ -503,7 +507,7 @@ def test_the_best_checkpoint_follows_the_metric_direction(
 
     from encoder_eval.core import metrics
 
-    recipe = Recipe(max_steps=8, patience=99, max_seq_len=128)
+    recipe = Recipe(max_steps=8, patience=99, max_seq_len=128, precision="fp32")
     cfg = cell(tmp_path, tiny_models["bert"], task="glue_stsb", data_dir=str(small_mirror),
                recipe=recipe, out_json=None, lr=1e-3)  # fmt: skip
     for higher in (True, False):
@@ -526,7 +530,7 @@ def test_under_holdout_selection_dev_is_the_slice_alone(
     decides alone: each evaluation scores it, and nothing is left to score after training."""
     from encoder_eval.data.holdout import HOLDOUT_KEY
 
-    recipe = Recipe(max_steps=6, patience=3, max_seq_len=128, selection_split="holdout")
+    recipe = dataclasses.replace(SHORT, selection_split="holdout")
     data = load_task("seahorse", seahorse_mirror, with_test=False, selection_split="holdout")
     assert list(data[1]) == [HOLDOUT_KEY]
     loaded = load_model(str(tiny_models["bert"]), "auto", 1, "regression", max_seq_len=128)

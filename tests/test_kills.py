@@ -145,8 +145,10 @@ def test_a_left_temporary_is_ignored_by_every_reader_and_removed_by_the_next_run
 
 # ----------------------------------------------------------------------------- the kill storm
 
-# 15 kills a run (about 150 s here); each run draws a new seed, EE_KILLS=60 storms longer.
-KILLS = int(os.environ.get("EE_KILLS", "15"))
+# 15 kills with --storm (make test, so CI; about 110 CPU s here), QUICK_KILLS without: the
+# calibration rounds and two at random moments. Each run draws a new seed; EE_KILLS=60
+# storms longer.
+KILLS, QUICK_KILLS = 15, 5
 MODEL, TASKS, LR_KEYS, SEEDS = "tiny", ("glue_rte", "sg_cb"), ("lr03", "lr10"), (42, 43)
 N_CELLS = len(TASKS) * len(LR_KEYS) * len(SEEDS)
 KEEP_MISSING = 3  # cells the storm leaves unfinished, for the final re-run to complete
@@ -224,15 +226,18 @@ def _published_by(write_path: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.storm
 def test_random_sigkills_of_a_sweep_never_publish_a_partial_result(
-    tmp_path, tiny_models, small_mirror
+    tmp_path, tiny_models, small_mirror, request
 ):
-    """SIGKILL a sweep's run_all.sh KILLS times, at random moments drawn from how long its
-    result writes take on this machine (timed in the same run) and, on purpose, inside
-    result writes. Every round kills a live script, whatever the machine's speed: a
-    round's script always has more cells to write than the write it blocks at. No kill may
-    publish a partial result, and re-running the script completes exactly the missing
-    cells."""
+    """SIGKILL a sweep's run_all.sh KILLS times (QUICK_KILLS without --storm), at random
+    moments drawn from how long its result writes take on this machine (timed in the same
+    run) and, on purpose, inside result writes. Every round kills a live script, whatever
+    the machine's speed: a round's script always has more cells to write than the write it
+    blocks at. No kill may publish a partial result, and re-running the script completes
+    exactly the missing cells."""
+    default = KILLS if request.config.getoption("--storm") else QUICK_KILLS
+    kills_wanted = int(os.environ.get("EE_KILLS", str(default)))
     seed = int(os.environ.get("EE_KILL_SEED", str(time.time_ns() % 10**6)))
     print(f"\nkill storm seed {seed} (EE_KILL_SEED={seed} repeats the draws)")
     rng = random.Random(seed)
@@ -252,7 +257,7 @@ def test_random_sigkills_of_a_sweep_never_publish_a_partial_result(
     kills = at_write = timer_in_write = 0
     bad: list[str] = []
     t0 = time.monotonic()
-    for round_no in range(KILLS):
+    for round_no in range(kills_wanted):
         missing = N_CELLS - len(result_files(rdir))
         # A round publishes at most nth - 1 results, so KEEP_MISSING cells stay missing.
         top = min(MAX_NTH, missing - KEEP_MISSING + 1)
@@ -287,7 +292,7 @@ def test_random_sigkills_of_a_sweep_never_publish_a_partial_result(
     storm_s = time.monotonic() - t0
 
     assert bad == [], bad
-    assert at_write >= min(KILLS, len(CALIBRATION))  # kills inside a result write happened
+    assert at_write >= min(kills_wanted, len(CALIBRATION))  # kills inside a result write
     before = {p.name: p.read_bytes() for p in result_files(rdir)}
     assert set(before) <= expected
     missing = expected - set(before)

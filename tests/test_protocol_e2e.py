@@ -2,62 +2,41 @@
 
 sweep --phase select -> run_all.sh -> select -> sweep --phase report -> run_all.sh ->
 summarize, each as the user runs it (a subprocess), then the table's numbers are checked
-against mean ± sample std recomputed from the result JSONs.
+against mean ± sample std recomputed from the result JSONs. The run up to summarize is the
+session's shared `protocol_run` (tests/protocol_run.py), which test_report.py reads too.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-from pathlib import Path
 
 import pytest
 from fault_helpers import py, sh
+from protocol_run import LR_KEYS, MODELS, SELECT_SEEDS, TASKS
 from scipy import stats as sps
 
 from encoder_eval.core.results import load_results
 
-MODELS = {"tiny-bert": "bert", "tiny-xlmr": "xlm-roberta"}
-TASKS = ["glue_rte", "glue_sst2"]
-LR_KEYS = "lr03,lr10"
-SELECT_SEEDS = "42,43"
-REPORT_SEEDS = "45,46"
-SHRINK = ["--max-steps", "3", "--max-seq-len", "64", "--device", "cpu"]
-
-
-@pytest.fixture(scope="module")
-def tiny_pair(tmp_path_factory) -> dict[str, Path]:
-    from tiny_models import build_tiny_model
-
-    root = tmp_path_factory.mktemp("e2e_models")
-    return {
-        name: build_tiny_model(kind, root / name, num_labels=None) for name, kind in MODELS.items()
-    }
-
 
 @pytest.mark.slow
-def test_select_report_summarize_end_to_end(tmp_path, tiny_pair, small_mirror):
-    model_flags = [a for name, path in tiny_pair.items() for a in ("--model", f"{name}={path}")]
-    common = [*model_flags, "--tasks", ",".join(TASKS), "--data-dir", str(small_mirror), *SHRINK]
+def test_select_report_summarize_end_to_end(protocol_run):
+    root, common = protocol_run.root, protocol_run.common
+    pairs = len(MODELS) * len(TASKS)  # one unit, and one process, per (model, task)
+    select_cells = pairs * len(LR_KEYS.split(",")) * len(SELECT_SEEDS.split(","))
 
-    # 1. selection sweep
-    sh(py("encoder_eval.sweep", "--phase", "select", *common, "--lr-keys", LR_KEYS,
-          "--seeds", SELECT_SEEDS, "--out-dir", "runs/select", "--results-dir", "results/select"),
-       tmp_path)  # fmt: skip
-    run = sh(["bash", "runs/select/run_all.sh"], tmp_path)
-    # one process per (model, task): 2 LRs x 2 seeds in each
-    assert "[cells 16/16 done, units 4/4, failed 0] finished: 4 run" in run.stdout
-    assert len(list((tmp_path / "runs/select/logs").glob("*.log"))) == 4
+    # 1. selection sweep: one process per (model, task), 2 LRs x 2 seeds in each
+    assert (f"[cells {select_cells}/{select_cells} done, units {pairs}/{pairs}, failed 0] "
+            f"finished: {pairs} run") in protocol_run.select_stdout  # fmt: skip
+    assert len(list((root / "runs/select/logs").glob("*.log"))) == pairs
     status = sh(py("encoder_eval.status", "--phase", "select", *common, "--lr-keys", LR_KEYS,
-                   "--seeds", SELECT_SEEDS, "--results-dir", "results/select"), tmp_path)  # fmt: skip
-    assert "done         16" in status.stdout and "missing       0" in status.stdout
+                   "--seeds", SELECT_SEEDS, "--results-dir", "results/select"), root)  # fmt: skip
+    assert f"done         {select_cells}" in status.stdout and "missing       0" in status.stdout
 
     # 2. choose the LR per (model, task)
-    sh(py("encoder_eval.select", "--results-dir", "results/select", "--out", "selection.json",
-          "--lr-keys", LR_KEYS, "--seeds", SELECT_SEEDS), tmp_path)  # fmt: skip
-    selection = json.loads((tmp_path / "selection.json").read_text())
-    select_results = load_results(tmp_path / "results/select")
-    assert len(select_results) == 16
+    selection = json.loads((root / "selection.json").read_text())
+    select_results = load_results(root / "results/select")
+    assert len(select_results) == select_cells
     for name in MODELS:
         for task in TASKS:
             entry = selection["pairs"][name][task]
@@ -72,28 +51,24 @@ def test_select_report_summarize_end_to_end(tmp_path, tiny_pair, small_mirror):
             best = max(means.values())
             assert entry["lr_key"] == min(k for k, v in means.items() if v == pytest.approx(best))
 
-    # 3. reporting sweep at the selected LRs
-    sh(py("encoder_eval.sweep", "--phase", "report", "--selection", "selection.json", *common,
-          "--seeds", REPORT_SEEDS, "--out-dir", "runs/report", "--results-dir", "results/report"),
-       tmp_path)  # fmt: skip
-    run = sh(["bash", "runs/report/run_all.sh"], tmp_path)
-    assert "[cells 8/8 done, units 4/4, failed 0] finished: 4 run" in run.stdout
-    again = sh(["bash", "runs/report/run_all.sh"], tmp_path)
-    assert "finished: 0 run, 4 skipped" in again.stdout
+    # 3. reporting sweep at the selected LRs; a second run_all.sh finds every cell done
+    assert (f"[cells {2 * pairs}/{2 * pairs} done, units {pairs}/{pairs}, failed 0] "
+            f"finished: {pairs} run") in protocol_run.report_stdout  # fmt: skip
+    assert f"finished: 0 run, {pairs} skipped" in protocol_run.report_again_stdout
 
     # 4. the table: refused as a protocol table (shrunken), printed with --allow-partial
     refused = sh(py("encoder_eval.summarize", "--results-dir", "results/report",
-                    "--selection", "selection.json"), tmp_path, ok=(1,))  # fmt: skip
+                    "--selection", "selection.json"), root, ok=(1,))  # fmt: skip
     assert "[missing_seeds]" in refused.stderr and "[off_protocol]" in refused.stderr
     table = sh(py("encoder_eval.summarize", "--results-dir", "results/report",
-                  "--selection", "selection.json", "--allow-partial"), tmp_path).stdout  # fmt: skip
+                  "--selection", "selection.json", "--allow-partial"), root).stdout  # fmt: skip
     as_json = json.loads(sh(py("encoder_eval.summarize", "--results-dir", "results/report",
                                "--selection", "selection.json", "--allow-partial",
-                               "--format", "json"), tmp_path).stdout)  # fmt: skip
+                               "--format", "json"), root).stdout)  # fmt: skip
     assert "avg@2 instead of avg@5" in table
 
-    report = load_results(tmp_path / "results/report")
-    assert len(report) == 8
+    report = load_results(root / "results/report")
+    assert len(report) == 2 * pairs
     header = [c.strip() for c in table.splitlines()[0].strip("|").split("|")]
     assert header == ["Model", "SST-2* (acc)", "RTE* (acc)", "GLUE", "Average"]
     col = {"glue_sst2": 1, "glue_rte": 2}
@@ -110,7 +85,10 @@ def test_select_report_summarize_end_to_end(tmp_path, tiny_pair, small_mirror):
             assert len(scores) == 2
             mean, std = statistics.mean(scores), statistics.stdev(scores)
             task_means.append(mean)
-            low, high = sps.t.interval(0.95, 1, loc=mean, scale=std / 2**0.5)
+            # (a model that scores the same on both seeds has a zero-width interval)
+            low, high = (
+                sps.t.interval(0.95, 1, loc=mean, scale=std / 2**0.5) if std else (mean,) * 2
+            )
             low, high = max(low, 0.0), min(high, 1.0)  # cut to accuracy's range (issue 40 item 13)
             shown = cols[col[task]].replace("**", "").replace(" ≈", "")  # best / tied marks
             assert (

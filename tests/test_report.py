@@ -1,7 +1,9 @@
 """`encoder-eval report`: the HTML page of a results folder, opened in a real headless
 browser (Debian's Chromium, driven by selenium through /usr/bin/chromedriver; nothing is
 downloaded). The results come from the real pipeline at tiny scale: three tiny local
-models, two synthetic tasks, sweep -> run_all.sh -> select -> sweep -> run_all.sh.
+models, two tasks of the small mirror, sweep -> run_all.sh -> select -> sweep -> run_all.sh
+(the session's shared `protocol_run`, tests/protocol_run.py, which test_protocol_e2e.py
+checks step by step).
 
 The page must load without a console error and without fetching anything but itself, its
 table must hold the numbers `summarize --format json` prints, every figure must decode,
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from fault_helpers import env, py, sh
+from protocol_run import MODELS
 from result_helpers import make_result, make_selection, write_many
 
 from encoder_eval import report
@@ -32,16 +35,16 @@ from encoder_eval.reports.html import cell_anchor
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-MODELS = {"tiny-bert": "bert", "tiny-xlmr": "xlm-roberta", "tiny-deberta": "deberta-v2"}
-TASKS = "synthetic_sentiment,synthetic_nli"
 
 
-def _webdriver():
-    """A headless Chromium, or a skip (a failure under ENCODER_EVAL_REQUIRE_BROWSER=1)."""
+@pytest.fixture(scope="session")
+def browser() -> None:
+    """A skip (a failure under ENCODER_EVAL_REQUIRE_BROWSER=1) without Chromium, its driver
+    or selenium. Session-scoped like `protocol_run` and asked before it, so it runs first
+    and a skip starts no cell process."""
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not Path(p).exists()]
     try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
+        import selenium  # noqa: F401
     except ImportError:
         missing.append("selenium (pip install -e '.[dev]')")
     if missing:
@@ -49,6 +52,13 @@ def _webdriver():
         if os.environ.get("ENCODER_EVAL_REQUIRE_BROWSER") == "1":
             pytest.fail(f"ENCODER_EVAL_REQUIRE_BROWSER=1 but {why}")
         pytest.skip(why)
+
+
+def _webdriver():
+    """A headless Chromium (the `browser` fixture has checked that it is there)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -57,31 +67,6 @@ def _webdriver():
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     # An explicit driver path: selenium-manager is never asked to download one.
     return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
-
-
-@pytest.fixture(scope="module")
-def pipeline(tmp_path_factory) -> Path:
-    """A report folder made by the real pipeline: 3 tiny models x 2 synthetic tasks, 2 LRs
-    x 1 select seed, then report seeds 45,46 at the selected LR (3 steps a cell)."""
-    from tiny_models import build_tiny_model
-
-    root = tmp_path_factory.mktemp("report_pipeline")
-    flags = []
-    for name, kind in MODELS.items():
-        flags += ["--model", f"{name}={build_tiny_model(kind, root / 'models' / name, None)}"]
-    common = [*flags, "--tasks", TASKS, "--max-steps", "3", "--max-seq-len", "64",
-              "--device", "cpu", "--precision", "fp32"]  # fmt: skip
-    sh(py("encoder_eval.sweep", "--phase", "select", *common, "--lr-keys", "lr03,lr10",
-          "--seeds", "42", "--mode", "shell", "--out-dir", "runs/select",
-          "--results-dir", "results/select"), root)  # fmt: skip
-    sh(["bash", "runs/select/run_all.sh"], root, timeout=1200)
-    sh(py("encoder_eval.select", "--results-dir", "results/select", "--out", "selection.json"),
-       root)  # fmt: skip
-    sh(py("encoder_eval.sweep", "--phase", "report", "--selection", "selection.json",
-          "--seeds", "45,46", "--mode", "shell", "--out-dir", "runs/report",
-          "--results-dir", "results/report"), root)  # fmt: skip
-    sh(["bash", "runs/report/run_all.sh"], root, timeout=1200)
-    return root
 
 
 class _Resources(HTMLParser):
@@ -108,8 +93,8 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 @pytest.mark.slow
-def test_the_report_page_in_a_real_browser(pipeline, tmp_path):
-    rdir = str(pipeline / "results" / "report")
+def test_the_report_page_in_a_real_browser(browser, protocol_run, tmp_path):
+    rdir = str(protocol_run.root / "results" / "report")
     out = tmp_path / "report.html"
     cmd = [sys.executable, "-m", "encoder_eval", "report", "--results-dir", rdir, "--out",
            str(out)]  # fmt: skip
