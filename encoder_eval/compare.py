@@ -64,11 +64,8 @@ from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.comparison_cache import open_cache
 from encoder_eval.reports.table_loading import add_table_arguments, load_table
 from encoder_eval.reports.table_render import refusal
-from encoder_eval.reports.verdicts import (
-    add_statistics_arguments,
-    compare_table,
-    render,
-)
+from encoder_eval.reports.verdicts import add_statistics_arguments, compare_table
+from encoder_eval.reports.verdicts_render import render
 
 
 def build_parser() -> argparse.ArgumentParser:

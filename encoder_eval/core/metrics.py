@@ -343,7 +343,7 @@ def _one_blas_thread():
     """A context in which numpy's BLAS runs on one thread. The resampling's matrix
     products are small and many; OpenBLAS's worker threads spin while they wait, and on a
     shared machine one 13 x 151,674 x 70 product cost 0.71 s of CPU on two threads against
-    8.5 ms on one (bench/README.md, "Shared draw counts")."""
+    8.5 ms on one (measured in bench/README.md, under Shared draw counts)."""
     global _BLAS
     if _BLAS is None:
         from threadpoolctl import ThreadpoolController

@@ -44,7 +44,7 @@ from encoder_eval.reports.verdicts import (
     compare_table,
     included_cells,
 )
-from encoder_eval.reports.verdicts import footnotes as compare_footnotes
+from encoder_eval.reports.verdicts_render import footnotes as compare_footnotes
 
 # What a cell's provenance panel shows of each result file, in this order.
 PROVENANCE_SECTIONS = ("cell", "protocol", "recipe", "provenance", "training")
