@@ -64,7 +64,12 @@ from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.comparison_cache import open_cache
 from encoder_eval.reports.table_loading import add_table_arguments, load_table
 from encoder_eval.reports.table_render import refusal
-from encoder_eval.reports.verdicts import add_statistics_arguments, compare_table
+from encoder_eval.reports.verdicts import (
+    FULL_FLAGS,
+    VERDICT_FLAGS,
+    add_statistics_arguments,
+    compare_table,
+)
 from encoder_eval.reports.verdicts_render import render
 
 
@@ -80,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--reference", help="compare every other model with this one only")
     add_statistics_arguments(p, verdicts=True)
+    p.add_argument(
+        "--all-tests",
+        action="store_true",
+        help="also run the paired permutation test and ASO on every pair when several pairs "
+        "are compared (by default only a single pair gets them: the verdict reads neither, "
+        "and over 14 models they cost CPU-hours)",
+    )
     p.add_argument(
         "--format",
         choices=("markdown", "json", "csv", "latex"),
@@ -119,9 +131,11 @@ def main(argv: list[str] | None = None) -> int:
             )
         pairs = [(args.reference, m) for m in table.models if m != args.reference]
     n = len(pairs) if pairs is not None else len(table.models) * (len(table.models) - 1) // 2
+    full = n == 1 or args.all_tests
     print(
         f"compare: {n} pair(s) x {len(table.tasks)} task(s), {args.resamples} resamples, "
-        f"seed {args.seed}",
+        f"seed {args.seed}"
+        + ("" if full else "; no permutation test or ASO (several pairs: --all-tests)"),
         file=sys.stderr,
     )
     cmp = compare_table(
@@ -135,7 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         family=args.family,
         jobs=args.jobs,
         cache=open_cache(args.results_dir, enabled=not args.no_cache, warn=warn),
+        flags=FULL_FLAGS if full else VERDICT_FLAGS,
     )
+    if not full:
+        cmp.notes.append(
+            f"The paired permutation test and ASO were not run on these {n} pairs (the "
+            "verdict reads neither); --all-tests runs them, or compare one pair with --models."
+        )
     text = render(cmp, args.format)
     write_output(text, args.out)
     return EXIT_OK

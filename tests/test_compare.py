@@ -80,6 +80,30 @@ def test_compare_calls_a_weaker_model_worse_and_a_twin_not_distinguishable(rng, 
     assert len(csv_text.splitlines()) == 1 + 3 * len(TASKS)
 
 
+def test_several_pairs_skip_the_permutation_test_and_aso_unless_all_tests(rng, tmp_path, capsys):
+    """Over several pairs the diagnostics the verdict does not read are left out (and the
+    output says so); --all-tests and a single pair run them, with the same verdicts."""
+    rdir = tmp_path / "report"
+    write_models(rdir, rng, {"strong": 0.8, "weak": 0.7, "twin": 0.8})
+    base = ["--results-dir", str(rdir), "--selection", str(rdir / "selection.json"),
+            "--format", "json", "--resamples", "99"]  # fmt: skip
+    code, out, err = run(capsys, *base)
+    assert code == EXIT_OK, err
+    lean = json.loads(out)
+    assert "no permutation test or ASO" in err
+    assert any("--all-tests" in n for n in lean["footnotes"])
+    assert all(r["p_example"] is None and r["aso_a_over_b"] is None for r in lean["rows"])
+    assert all(r["boot_low"] is not None for r in lean["rows"])
+    full = json.loads(run(capsys, *base, "--all-tests")[1])
+    assert all(r["p_example"] is not None and r["aso_a_over_b"] is not None for r in full["rows"])
+    assert not any("--all-tests" in n for n in full["footnotes"])
+    for key, row in rows_by(full).items():
+        assert rows_by(lean)[key]["verdict"] == row["verdict"]
+        assert rows_by(lean)[key]["boot_low"] == row["boot_low"]
+    one = json.loads(run(capsys, *base, "--models", "strong,weak")[1])
+    assert all(r["p_example"] is not None for r in one["rows"])
+
+
 def test_every_statistic_matches_a_direct_computation(rng, tmp_path, capsys):
     rdir = tmp_path / "report"
     write_models(rdir, rng, {"a": 0.78, "b": 0.74})

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from encoder_eval import __version__
 from encoder_eval.core.results import LoadedResult
-from encoder_eval.reports.comparison_cache import ComparisonCache, RowFlags
+from encoder_eval.reports.comparison_cache import ComparisonCache
 from encoder_eval.reports.latex import Score
 from encoder_eval.reports.plots import plot_critical_difference, write_plots
 from encoder_eval.reports.probe_table import load_probe_results, probe_folder, probe_table
@@ -39,6 +39,7 @@ from encoder_eval.reports.table_loading import check_results_dirs, load_table
 from encoder_eval.reports.table_render import footnotes, refusal, table_grid
 from encoder_eval.reports.table_render import table_to_dict as table_dict
 from encoder_eval.reports.verdicts import (
+    VERDICT_FLAGS,
     Comparison,
     add_statistics,
     compare_table,
@@ -109,12 +110,6 @@ def _leaderboard(report: Report, table: Table, allow_partial: bool, workdir: Pat
         report.cd_plot = _png(path, "Critical difference: mean rank over tasks (Nemenyi)")
 
 
-# What the page's verdict tables show beside each verdict: the Welch and bootstrap
-# intervals. The paired permutation test and ASO are `compare`'s (asked for a pair at a
-# time): computing them for every pair of a 14-model table would take CPU-hours.
-REPORT_FLAGS = RowFlags(bootstrap=True, example_test=False, aso=False)
-
-
 def build_report(
     results_dir: str | Path | list,
     *,
@@ -166,7 +161,7 @@ def build_report(
                 family=family,
                 jobs=jobs,
                 cache=cache,
-                flags=REPORT_FLAGS,
+                flags=VERDICT_FLAGS,  # the page shows the bootstrap interval, not the rest
             )
         else:
             report.notes["compare"] = "compare needs at least two models"

@@ -105,6 +105,13 @@ class Comparison:
     family: str = "pair"
 
 
+# Which diagnostics beside the verdict a row holds: all of them (`compare` of one pair),
+# or the bootstrap interval only (the report's tables, `compare` of several pairs unless
+# --all-tests): the paired permutation test and ASO cost most of a row and the verdict
+# reads neither, so at 14 models (1,547 rows) they would take CPU-hours.
+FULL_FLAGS = RowFlags(bootstrap=True, example_test=True, aso=True)
+VERDICT_FLAGS = RowFlags(bootstrap=True, example_test=False, aso=False)
+
 # What a verdict's correction runs over (`--family`): each pair's tasks, or every row shown.
 FAMILIES = ("pair", "table")
 # For the marks of `summarize`: every pair of models on every task of the table (the
@@ -544,7 +551,7 @@ def compare_table(
         cells,
         n_resamples=n_resamples,
         seed=seed,
-        flags=flags or RowFlags(bootstrap=True, example_test=True, aso=True),
+        flags=flags or FULL_FLAGS,
         jobs=jobs,
         cache=cache,
     )
