@@ -453,9 +453,12 @@ def _weighted_ranks(
     resample that draws value j `weights[:, j]` times, without sorting per resample: `order`
     sorts the pool once, `last` is each run of equal values' last position in that order,
     `run_of` each value's run. A value's rank is the count drawn below its run plus (its
-    run's count + 1) / 2."""
-    upto = np.cumsum(weights[:, order], axis=1)[:, last]
-    run = np.diff(upto, axis=1, prepend=0.0)
+    run's count + 1) / 2. `weights` are integer counts: summed as int32 (exact, half the
+    memory traffic of floats), and a pool of distinct values skips the runs' gather."""
+    upto = np.cumsum(weights[:, order], axis=1, dtype=np.int32)
+    if last.size < order.size:
+        upto = upto[:, last]
+    run = np.diff(upto, axis=1, prepend=0)
     return (upto - (run - 1.0) / 2.0)[:, run_of]
 
 
@@ -488,15 +491,16 @@ def _spearman_batch(matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_
         value = np.full((rows, matrix.shape[0], n_lang), np.nan)
         present = np.zeros((rows, n_lang), dtype=bool)
         for code, (pool, gold_sort, pred_sorts) in enumerate(pools):
-            weights = drawn[:, pool].astype(float)
+            counts = drawn[:, pool].astype(np.int32)
+            weights = counts.astype(float)
             n = weights.sum(axis=1)
             present[:, code] = n > 0
             mid = ((n + 1.0) / 2.0)[:, None]  # the mean of any n average ranks
-            dg = _weighted_ranks(weights, *gold_sort) - mid
+            dg = _weighted_ranks(counts, *gold_sort) - mid
             wdg = weights * dg
             var_g = np.einsum("ij,ij->i", wdg, dg)
             for s, pred_sort in enumerate(pred_sorts):
-                dp = _weighted_ranks(weights, *pred_sort) - mid
+                dp = _weighted_ranks(counts, *pred_sort) - mid
                 var_p = np.einsum("ij,ij,ij->i", weights, dp, dp)
                 cov = np.einsum("ij,ij->i", wdg, dp)
                 defined = (n >= 2) & (var_p > 0) & (var_g > 0)  # 0: constant in the resample
