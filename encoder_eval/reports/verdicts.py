@@ -21,7 +21,7 @@ import numpy as np
 
 from encoder_eval.cells.predictions import PredictionsError, check_against_result, load_predictions
 from encoder_eval.cells.predictions import predictions_path as predictions_file
-from encoder_eval.core import stats
+from encoder_eval.core import heap, stats
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.metrics import metric_spec, resample_scorer, sign
 from encoder_eval.core.protocol import seed_arg
@@ -622,6 +622,8 @@ def compute_rows(
         else:
             keys[i] = key
     misses = list(keys)
+    if misses:
+        heap.keep_large_blocks()
     fresh = _compute([requests[i] for i in misses], table, cells, n_resamples, seed, flags, jobs)
     for i, row in zip(misses, fresh, strict=True):
         out[i] = _only(row, flags)
