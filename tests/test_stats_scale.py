@@ -346,3 +346,33 @@ def test_all_numbers_is_is_number_of_every_entry():
         assert all_ints(values) == all(
             isinstance(x, int) and not isinstance(x, bool) for x in values
         ), values
+
+
+@pytest.mark.parametrize("metric", ["accuracy", "f1", "macro_f1", "mcc", "spearman"])
+@pytest.mark.parametrize("n_langs", [1, 4])
+def test_swap_scorer_equals_the_stacked_index_scorer(metric, n_langs):
+    """`metrics.swap_scorer` (the permutation test's counts as one product per language)
+    gives exactly the scores of `resample_scorer` on [a | b] with the swapped columns."""
+    import numpy as np
+
+    from encoder_eval.core import metrics
+
+    seed = 20261204
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    n, k = 300, 3
+    if metric == "spearman":
+        labels, a, b = (rng.normal(size=s).round(1) for s in (n, (k, n), (k, n)))
+    else:
+        classes = 2 if metric in ("f1", "mcc") else 3
+        labels, a, b = (rng.integers(0, classes, s).astype(float) for s in (n, (k, n), (k, n)))
+    langs = np.array([f"l{i % n_langs}" for i in rng.permutation(n)])
+    euro = ("l1",)
+    stacked = metrics.resample_scorer(metric, np.concatenate([a, b], axis=1),
+                                      np.concatenate([labels, labels]),
+                                      np.concatenate([langs, langs]), euro)  # fmt: skip
+    swap = rng.integers(0, 2, (50, n))
+    got_a, got_b = metrics.swap_scorer(metric, a, b, labels, langs, euro)(swap)
+    own = np.arange(n)
+    assert np.array_equal(got_a, stacked(own + n * swap), equal_nan=True)
+    assert np.array_equal(got_b, stacked(own + n * (1 - swap)), equal_nan=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -367,6 +367,60 @@ def _headline(value: np.ndarray, present: np.ndarray, is_euro: np.ndarray | None
     return np.where((np.isnan(value) & chosen).any(axis=2), np.nan, mean)
 
 
+class _Indicators(NamedTuple):
+    """A classification metric's 0/1 columns per example, examples of one language side by
+    side (`order`, `spans`): per seed, right or wrong (accuracy: `width` 1) or the hits of
+    each of the `k` classes then its predictions (`width` 2k); `gold` the labels per class."""
+
+    order: np.ndarray
+    spans: list[tuple[int, int]]
+    columns: np.ndarray  # (examples, seeds * width), float32
+    gold: np.ndarray | None  # (examples, k), float32
+    positive: np.ndarray | None
+    width: int
+    k: int
+
+
+def _indicators(name: str, matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_lang: int):
+    n_cols = matrix.shape[1]
+    order = np.argsort(lang, kind="stable")  # columns of one language side by side
+    bounds = np.searchsorted(lang[order], np.arange(n_lang + 1))
+    spans = [(int(bounds[code]), int(bounds[code + 1])) for code in range(n_lang)]
+    if name == "accuracy":
+        columns = (matrix == labels)[:, order].T  # (columns, seeds): right or wrong
+        return _Indicators(
+            order, spans, np.ascontiguousarray(columns, np.float32), None, None, 1, 0
+        )
+    classes = np.unique(np.concatenate([labels.ravel(), matrix.ravel()]))
+    k = classes.size
+    true = np.searchsorted(classes, labels)[order]
+    pred = np.searchsorted(classes, matrix)[:, order]  # (seeds, columns)
+    said = pred[:, :, None] == np.arange(k)
+    hit = said & (pred == true)[:, :, None]
+    # (columns, seeds * 2k): per seed, the hits of each class, then its predictions
+    columns = np.concatenate([hit, said], axis=2).transpose(1, 0, 2).reshape(n_cols, -1)
+    gold = (true[:, None] == np.arange(k)).astype(np.float32)  # (columns, classes)
+    positive = np.flatnonzero(classes == 1)
+    return _Indicators(
+        order, spans, np.ascontiguousarray(columns, np.float32), gold, positive, 2 * k, k
+    )
+
+
+def _scores_from_made(
+    name: str, ind: _Indicators, made: np.ndarray, n: np.ndarray, t: np.ndarray | None
+) -> np.ndarray:
+    """(rows, seeds, languages) scores from per-language products `made` (rows, languages,
+    seeds * width), example counts `n` (rows, languages) and label counts `t` (rows or 1,
+    languages, k; accuracy: None)."""
+    rows, n_lang = made.shape[0], made.shape[1]
+    made = made.astype(np.float64).reshape(rows, n_lang, -1, ind.width).transpose(0, 2, 1, 3)
+    if name == "accuracy":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return made[..., 0] / n[:, None, :]
+    tp, p = made[..., : ind.k], made[..., ind.k :]
+    return _from_counts(name, tp, t.astype(np.float64)[:, None], p, ind.positive)
+
+
 def _confusion_batch(
     name: str, matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_lang: int
 ):
@@ -377,28 +431,10 @@ def _confusion_batch(
     per class, with the labels per class shared, for F1, macro-F1 and MCC. The counts are
     integers below 2**24, exact in float32 whatever the order of the sums, so the scores
     are the same as counting one resample at a time."""
-    n_seeds, n_cols = matrix.shape
-    order = np.argsort(lang, kind="stable")  # columns of one language side by side
-    position = np.empty_like(order)
-    position[order] = np.arange(n_cols)
-    bounds = np.searchsorted(lang[order], np.arange(n_lang + 1))
-    if name == "accuracy":
-        width, k, gold, positive = 1, 0, None, None
-        indicators = (matrix == labels)[:, order].T  # (columns, seeds): right or wrong
-    else:
-        classes = np.unique(np.concatenate([labels.ravel(), matrix.ravel()]))
-        k = classes.size
-        width = 2 * k
-        true = np.searchsorted(classes, labels)[order]
-        pred = np.searchsorted(classes, matrix)[:, order]  # (seeds, columns)
-        said = pred[:, :, None] == np.arange(k)
-        hit = said & (pred == true)[:, :, None]
-        # (columns, seeds * 2k): per seed, the hits of each class, then its predictions
-        indicators = np.concatenate([hit, said], axis=2).transpose(1, 0, 2).reshape(n_cols, -1)
-        gold = (true[:, None] == np.arange(k)).astype(np.float32)  # (columns, classes)
-        positive = np.flatnonzero(classes == 1)
-    indicators = np.ascontiguousarray(indicators, dtype=np.float32)
-    spans = [(int(bounds[code]), int(bounds[code + 1])) for code in range(n_lang)]
+    n_cols = matrix.shape[1]
+    ind = _indicators(name, matrix, labels, lang, n_lang)
+    position = np.empty_like(ind.order)
+    position[ind.order] = np.arange(n_cols)
 
     def per_language(index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = index.shape[0]
@@ -407,18 +443,79 @@ def _confusion_batch(
             minlength=rows * n_cols,
         ).reshape(rows, n_cols)
         weights = drawn.astype(np.float32)
-        n = np.stack([drawn[:, a:b].sum(axis=1) for a, b in spans], axis=1)  # (rows, langs)
-        made = np.stack([weights[:, a:b] @ indicators[a:b] for a, b in spans], axis=1)
-        made = made.astype(np.float64).reshape(rows, n_lang, n_seeds, width).transpose(0, 2, 1, 3)
-        if name == "accuracy":
-            with np.errstate(invalid="ignore", divide="ignore"):
-                return made[..., 0] / n[:, None, :], n > 0
-        t = np.stack([weights[:, a:b] @ gold[a:b] for a, b in spans], axis=1)  # (rows, langs, k)
-        tp, p = made[..., :k], made[..., k:]
-        scores = _from_counts(name, tp, t.astype(np.float64)[:, None], p, positive)
-        return scores, n > 0
+        n = np.stack([drawn[:, a:b].sum(axis=1) for a, b in ind.spans], axis=1)  # (rows, langs)
+        made = np.stack([weights[:, a:b] @ ind.columns[a:b] for a, b in ind.spans], axis=1)
+        t = None
+        if ind.gold is not None:  # (rows, langs, k)
+            t = np.stack([weights[:, a:b] @ ind.gold[a:b] for a, b in ind.spans], axis=1)
+        return _scores_from_made(name, ind, made, n, t), n > 0
 
     return per_language
+
+
+def swap_scorer(
+    name: str,
+    a: np.ndarray,
+    b: np.ndarray,
+    labels: np.ndarray,
+    languages: np.ndarray,
+    euro: tuple[str, ...],
+) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """The scores of the paired swap permutation test (`stats.paired_swap_permutation`):
+    the returned function maps a (resamples, examples) 0/1 swap matrix to A's and B's
+    (resamples, seeds) task scores with the swapped examples' predictions exchanged
+    (`a`, `b`: (seeds, examples)). A classification metric's per-language counts are A's
+    own plus the swap matrix times (B's indicators - A's), and B's own minus the same
+    product: one matrix product for both sides and no draw counts, exact as in
+    `resample_scorer`. Other metrics score [a | b] through `resample_scorer`."""
+    a, b, labels = np.atleast_2d(a), np.atleast_2d(b), np.asarray(labels)
+    n_ex, n_seeds = labels.size, a.shape[0]
+    if name not in ("accuracy", "f1", "macro_f1", "mcc"):
+        stacked = resample_scorer(
+            name,
+            np.concatenate([a, b], axis=1),
+            np.concatenate([labels, labels]),
+            np.concatenate([np.asarray(languages)] * 2),
+            euro,
+        )
+        own = np.arange(n_ex)
+
+        def by_index(swap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            swap = np.atleast_2d(swap).astype(np.int64)
+            return stacked(own + n_ex * swap), stacked(own + n_ex * (1 - swap))
+
+        return by_index
+    names, lang = np.unique(np.asarray(languages), return_inverse=True)
+    if a.shape != b.shape or a.shape[1:] != labels.shape or lang.shape != labels.shape:
+        raise ValueError(f"{a.shape} and {b.shape} predictions for {labels.shape} labels")
+    is_euro = np.isin(names, list(euro)) if euro else None
+    ind = _indicators(name, np.concatenate([a, b]), labels, lang, names.size)
+    half = n_seeds * ind.width
+    own_a, own_b = ind.columns[:, :half], ind.columns[:, half:]
+    change = np.ascontiguousarray(own_b - own_a)  # -1, 0 or 1
+    base_a = np.stack([own_a[s:e].sum(axis=0) for s, e in ind.spans])  # (langs, seeds * width)
+    base_b = np.stack([own_b[s:e].sum(axis=0) for s, e in ind.spans])
+    n = np.array([[e - s for s, e in ind.spans]], dtype=float)  # (1, langs)
+    t = None if ind.gold is None else np.stack([ind.gold[s:e].sum(axis=0) for s, e in ind.spans])
+    rows_per_batch = max(1, RESAMPLE_BATCH // max(n_ex, half * names.size))
+
+    def scores(swap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        swap = np.atleast_2d(swap)
+        out_a, out_b = np.empty((2, swap.shape[0], n_seeds))
+        with _one_blas_thread():
+            for start in range(0, swap.shape[0], rows_per_batch):
+                m = swap[start : start + rows_per_batch][:, ind.order].astype(np.float32)
+                moved = np.stack([m[:, s:e] @ change[s:e] for s, e in ind.spans], axis=1)
+                rows = m.shape[0]
+                counts_n = np.broadcast_to(n, (rows, names.size))
+                present = np.ones((rows, names.size), dtype=bool)
+                label_counts = None if t is None else t[None]
+                for made, out in ((base_a + moved, out_a), (base_b - moved, out_b)):
+                    value = _scores_from_made(name, ind, made, counts_n, label_counts)
+                    out[start : start + rows] = _headline(value, present, is_euro)
+        return out_a, out_b
+
+    return scores
 
 
 def _from_counts(

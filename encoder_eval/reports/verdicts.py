@@ -23,7 +23,7 @@ from encoder_eval.cells.predictions import PredictionsError, check_against_resul
 from encoder_eval.cells.predictions import predictions_path as predictions_file
 from encoder_eval.core import heap, stats
 from encoder_eval.core.errors import HarnessError
-from encoder_eval.core.metrics import metric_spec, resample_scorer, sign
+from encoder_eval.core.metrics import metric_spec, resample_scorer, sign, swap_scorer
 from encoder_eval.core.protocol import seed_arg
 from encoder_eval.core.results import LoadedResult
 from encoder_eval.data.tasks import task_knobs
@@ -279,18 +279,14 @@ def compare_cells(
         row.notes.append(f"the example-level test pairs the first {k} seeds of each model")
     labels, langs, euro = ea.labels, ea.languages, knobs.euro_languages
     if example_test:
-        stacked = np.concatenate([ea.matrix[:k], eb.matrix[:k]], axis=1)
-        swapped = resample_scorer(
-            knobs.metric,
-            stacked,
-            np.concatenate([labels, labels]),
-            np.concatenate([langs, langs]),
-            euro,
-        )
+        swap = swap_scorer(knobs.metric, ea.matrix[:k], eb.matrix[:k], labels, langs, euro)
+        n_ex = labels.size
 
         def diff_stat(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-            """A's minus B's seed-averaged score, each model's columns chosen by x and y."""
-            return direction * (seed_mean(swapped(x)) - seed_mean(swapped(y)))
+            """A's minus B's seed-averaged score, A's columns x of [a | b] and B's the rest:
+            an example is swapped where x points into b."""
+            swapped_a, swapped_b = swap(x >= n_ex)
+            return direction * (seed_mean(swapped_a) - seed_mean(swapped_b))
 
         test = stats.paired_swap_permutation(
             ea.matrix[:k],
