@@ -163,6 +163,27 @@ def test_lr_sensitivity_one_png_per_pair(tmp_path):
         assert np.abs(img[..., 0] - img[..., 2]).max() > 0.3
 
 
+def test_many_pairs_get_one_lr_overview_per_task(tmp_path):
+    """Past `max_lr_figures` (model, task) pairs, write_plots draws one figure per task with
+    every model's curve (a 14-model report drew 238 figures); at or under it, one per pair."""
+    select_dir = tmp_path / "select"
+    select_dir.mkdir()
+    results = sweep(models=("tiny-a", "tiny/b", "tiny-c"))
+    for data in results:
+        c = data["cell"]
+        write_json_atomic(select_dir / result_filename(c["model"], c["task"], c["lr"], c["seed"]),
+                          data)  # fmt: skip
+    selection_path = tmp_path / "selection.json"
+    selection_path.write_text(json.dumps(selection_for(results)), encoding="utf-8")
+    few = plots.write_plots(select_dir, None, selection_path, tmp_path / "a", max_lr_figures=5)
+    assert sorted(p.name for p in few) == ["lr_glue_rte.png", "lr_synthetic_parity.png"]
+    for path in few:
+        img = check_png(path)
+        assert np.abs(img[..., 0] - img[..., 2]).max() > 0.3  # coloured model curves
+    every = plots.write_plots(select_dir, None, selection_path, tmp_path / "b", max_lr_figures=6)
+    assert len(every) == 6 and all(p.name.startswith("lr_tiny") for p in every)
+
+
 def test_lr_sensitivity_without_selection_and_all_diverged(tmp_path):
     results = [make_result("m", "glue_stsb", "lr04", s, score=None) for s in SELECT_SEEDS]
     # a single LR with one seed that finished and one that diverged

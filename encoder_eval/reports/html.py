@@ -24,7 +24,7 @@ from encoder_eval import __version__
 from encoder_eval.core.results import LoadedResult
 from encoder_eval.reports.comparison_cache import ComparisonCache
 from encoder_eval.reports.latex import Score
-from encoder_eval.reports.plots import plot_critical_difference, write_plots
+from encoder_eval.reports.plots import MAX_LR_FIGURES, plot_critical_difference, write_plots
 from encoder_eval.reports.probe_table import load_probe_results, probe_folder, probe_table
 from encoder_eval.reports.ranking import (
     AGGREGATES,
@@ -185,6 +185,7 @@ def build_report(
                 Path(tmp) / "plots",
                 warn=warn,
                 selection=loaded.selection,
+                max_lr_figures=MAX_LR_FIGURES,
             )
             # The score chart first, then the learning-rate curves in file order.
             for path in sorted(written, key=lambda p: (p.name != "scores.png", p.name)):

@@ -294,6 +294,69 @@ def plot_lr_sensitivity(
     return written
 
 
+# Beyond this many (model, task) pairs a page shows one learning-rate figure per task (every
+# model's seed-mean curve, `plot_lr_overview`) instead of one per pair: 14 models x 17 tasks
+# drew 238 figures, 100 of a report's 120 CPU seconds and most of a 33 MB page.
+MAX_LR_FIGURES = 24
+
+
+def plot_lr_overview(
+    select_results: list[CellResult | dict], selection: dict | None, out_dir: Path
+) -> list[Path]:
+    """Write `lr_<task>.png` for every task of the select-phase results: per model, its
+    seed-mean dev score x100 against the learning rate (log scale), its selected learning
+    rate ringed. The per-pair figures (`plot_lr_sensitivity`) add each seed, the spread
+    and the diverged seeds. Returns the written paths, in task order."""
+    from matplotlib.ticker import NullFormatter, NullLocator
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    by_task: dict[str, dict[str, list[CellResult]]] = {}
+    for result in map(_as_result, select_results):
+        if result.cell.phase == "select":
+            by_task.setdefault(result.cell.task, {}).setdefault(result.cell.model, []).append(
+                result
+            )
+    written = []
+    for task, models in sorted(by_task.items()):
+        metric, _ = _task_info(task, [r for rs in models.values() for r in rs])
+        fig = _new_figure(9.5, 5.0)
+        ax = fig.add_subplot()
+        all_lrs: set[float] = set()
+        for colour, (model, results) in zip(
+            _model_colours(len(models)), sorted(models.items()), strict=True
+        ):
+            lr_of = {r.cell.lr_key: float(r.cell.lr) for r in results}
+            curve = {}
+            for (_, _, key), seeds in aggregate.group_by_lr_key(results, "dev").items():
+                mean = aggregate.seed_mean([score for _, score in seeds.finished])
+                curve[lr_of[key]] = math.nan if mean is None else SCORE_SCALE * mean
+            lrs = sorted(curve)
+            all_lrs |= set(lrs)
+            ax.plot(lrs, [curve[lr] for lr in lrs], "-o", color=colour, linewidth=1.5,
+                    markersize=3.5, label=model)  # fmt: skip
+            chosen_key, _ = selected_lr(selection, model, task)
+            if chosen_key in lr_of and not math.isnan(curve.get(lr_of[chosen_key], math.nan)):
+                ax.plot([lr_of[chosen_key]], [curve[lr_of[chosen_key]]], "o", markersize=9,
+                        markerfacecolor="none", markeredgecolor=colour, markeredgewidth=1.8)  # fmt: skip
+        ax.set_xscale("log")
+        ticks = sorted(all_lrs)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticks(ticks, [f"{lr:.2e}" for lr in ticks], rotation=35, ha="right",
+                      rotation_mode="anchor", fontsize=9)  # fmt: skip
+        ax.set_xlabel("learning rate (log scale)")
+        ax.set_ylabel(f"dev score x{SCORE_SCALE} ({metric}), mean over seeds")
+        ax.set_title(f"{task}: dev {metric} vs learning rate (ring: the selected LR)", pad=10)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        fig.tight_layout()
+        path = out_dir / f"lr_{safe_filename_part(task)}.png"
+        _save(fig, path, dpi=DPI)
+        written.append(path)
+    return written
+
+
 # --------------------------------------------------------------------------- final scores
 
 
@@ -745,6 +808,7 @@ def write_plots(
     warn: Callable[[str], None] | None = None,
     expected_n: int | None = None,
     selection: dict | None = None,
+    max_lr_figures: int | None = None,
 ) -> list[Path]:
     """Load select/report results and the selection, write every figure into `out_dir`
     (`expected_n`: the report seeds a score chart's bar averages without a `†`). Each
@@ -754,7 +818,9 @@ def write_plots(
 
     Bad result files are skipped with one warning each (`results.load_results`). The LR
     sensitivity plots need select results, the score chart report results; a part whose
-    input is missing is skipped with a warning. Returns the written paths.
+    input is missing is skipped with a warning. With `max_lr_figures`, more (model, task)
+    pairs than that get one overview figure per task (`plot_lr_overview`) instead of one
+    figure per pair. Returns the written paths.
     """
     import sys
 
@@ -776,7 +842,11 @@ def write_plots(
         found = list(cells.values())
         where = ", ".join(map(str, dirs))
         if phase == "select" and found:
-            written += plot_lr_sensitivity(found, selection, out_dir)
+            pairs = {(model, task) for model, task, _, _ in cells}
+            if max_lr_figures is not None and len(pairs) > max_lr_figures:
+                written += plot_lr_overview(found, selection, out_dir)
+            else:
+                written += plot_lr_sensitivity(found, selection, out_dir)
         elif phase == "select":
             warn(f"no select results under {where}: no learning-rate plots")
         elif found:
