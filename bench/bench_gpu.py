@@ -578,7 +578,7 @@ def run_pass(args, device, peak: float, train_lengths: list[int], eval_lengths: 
 
     import torch
 
-    from encoder_eval.cells import train
+    from encoder_eval.cells import batching, train
     from encoder_eval.core.protocol import Recipe
 
     n_batches = args.warmup + args.steps
@@ -605,8 +605,8 @@ def run_pass(args, device, peak: float, train_lengths: list[int], eval_lengths: 
             pad_id = config.pad_token_id
             enc = encoded(train_lengths, config.vocab_size, pad_id, args.seed, NUM_LABELS)
             enc_eval = encoded(eval_lengths, config.vocab_size, pad_id, args.seed + 1, NUM_LABELS)
-            batching = "random" if variant == "random_batches" else "length-grouped"
-            recipe = Recipe(batch_size=args.batch_size, batching=batching)
+            order = "random" if variant == "random_batches" else "length-grouped"
+            recipe = Recipe(batch_size=args.batch_size, batching=order)
             batches = batching._epoch_batches(enc, train.kind_for("single_label_classification"),
                                            recipe, random.Random(args.seed))[:n_batches]  # fmt: skip
             flops, n_nonemb = flops_per_example(model, config, model_type)
