@@ -37,13 +37,14 @@ PRIMITIVE_CACHE_CAPACITY = 32
 
 
 @functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's malloc_trim, or None where the C library has none (macOS, musl, Windows)."""
-    name = ctypes.util.find_library("c")
-    if not name:
+def _libc(name: str) -> Callable | None:
+    """The C library's function `name`, or None where it has none (glibc's malloc_trim and
+    mallopt: not on macOS, musl or Windows)."""
+    library = ctypes.util.find_library("c")
+    if not library:
         return None
     try:
-        return ctypes.CDLL(name).malloc_trim
+        return getattr(ctypes.CDLL(library), name)
     except (OSError, AttributeError):
         return None
 
@@ -56,24 +57,12 @@ LARGE_BLOCK_BYTES = 32 * 1024 * 1024
 KEPT_FREE_BYTES = 512 * 1024 * 1024
 
 
-@functools.cache
-def _mallopt() -> Callable[[int, int], int] | None:
-    """glibc's mallopt, or None where the C library has none."""
-    name = ctypes.util.find_library("c")
-    if not name:
-        return None
-    try:
-        return ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return None
-
-
 def keep_large_blocks() -> bool:
     """Serve blocks up to `LARGE_BLOCK_BYTES` from the heap and keep up to `KEPT_FREE_BYTES`
     of it free for reuse, for the many same-sized temporaries of the resampling; False
     where that is not possible here (not glibc). The peak resident memory is unchanged:
     what is kept is what the next batch takes again."""
-    mallopt = _mallopt()
+    mallopt = _libc("mallopt")
     if mallopt is None:
         return False
     return bool(
@@ -85,7 +74,7 @@ def keep_large_blocks() -> bool:
 def release_free_heap() -> bool:
     """Return the heap's free pages to the operating system; False where that is not
     possible here (not glibc)."""
-    trim = _malloc_trim()
+    trim = _libc("malloc_trim")
     if trim is None:
         return False
     trim(0)

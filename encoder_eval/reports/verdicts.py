@@ -351,32 +351,38 @@ def _replicates(
     key = ("replicates", model, task, n_resamples, seed)
     if key in examples:
         return examples[key]
-    knobs = task_knobs(task)
     chosen = [
         (m, peer)
         for m, peer in _peers(model, task, ex, cells, examples)
         if ("replicates", m, task, n_resamples, seed) not in examples
     ]
-    # every peer's seeds stacked in one scorer: one set of draw counts for them all
-    scorer = resample_scorer(
-        knobs.metric,
-        np.vstack([peer.matrix for _, peer in chosen]),
-        ex.labels,
-        ex.languages,
-        knobs.euro_languages,
-    )
     both = stats.example_replicates(
-        scorer,
+        _stacked_scorer(task, chosen, ex),
         ex.languages,
         n_resamples=n_resamples,
         seed=seed,
         vectorized=True,
     )
-    at = 0
-    for m, peer in chosen:
-        examples[("replicates", m, task, n_resamples, seed)] = both[:, at : at + len(peer.seeds)]
-        at += len(peer.seeds)
+    for m, columns in _columns_of(both, chosen).items():
+        examples[("replicates", m, task, n_resamples, seed)] = columns
     return examples[key]
+
+
+def _stacked_scorer(task: str, chosen: list[tuple[str, Examples]], ex: Examples):
+    """One `resample_scorer` over every chosen model's seeds stacked (they pair with `ex`):
+    one set of draw counts for them all."""
+    knobs = task_knobs(task)
+    matrix = np.vstack([peer.matrix for _, peer in chosen])
+    return resample_scorer(knobs.metric, matrix, ex.labels, ex.languages, knobs.euro_languages)
+
+
+def _columns_of(scored: np.ndarray, chosen: list[tuple[str, Examples]]) -> dict[str, np.ndarray]:
+    """Each chosen model's columns (its seeds) of a stacked scorer's output."""
+    out, at = {}, 0
+    for m, peer in chosen:
+        out[m] = scored[:, at : at + len(peer.seeds)]
+        at += len(peer.seeds)
+    return out
 
 
 def _peers(
@@ -416,22 +422,12 @@ def _bootstrap_scores(
     slots, scores = examples.get(key, (None, {}))
     if all(m in scores for m in models):
         return slots, scores
-    knobs = task_knobs(task)
     chosen = [(m, p) for m, p in _peers(models[0], task, ea, cells, examples) if m not in scores]
     if models[1] not in dict(chosen) and models[1] not in scores:
         chosen.append((models[1], eb))
-    scorer = resample_scorer(
-        knobs.metric,
-        np.vstack([p.matrix for _, p in chosen]),
-        ea.labels,
-        ea.languages,
-        knobs.euro_languages,
-    )
+    scorer = _stacked_scorer(task, chosen, ea)
     slots, scored = stats.two_level_draws(scorer, pattern, ea.languages, n_resamples, seed)
-    at = 0
-    for m, p in chosen:
-        scores[m] = scored[:, at : at + len(p.seeds)]
-        at += len(p.seeds)
+    scores.update(_columns_of(scored, chosen))
     examples[key] = (slots, scores)
     return slots, scores
 
