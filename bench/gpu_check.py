@@ -13,8 +13,9 @@ in order, each stage writing its figures as JSON under --out:
                training.oom_retries >= 1 and micro-batch x accumulation = 32     oom.json
   oom_tests    tests/test_oom.py with every cell the tests start moved to cuda (the pytest
                plugin bench/cuda_cells.py)                                     oom_tests.json
-  two_workers  a 4-cell select sweep (`--group cell`) run by `run_all.sh --gpus 0
-               --workers-per-gpu 2`: every result written, each cell's device     two_workers.json
+  two_workers  a 4-cell select sweep (`--group cell`) run by `run_all.sh --gpus 0`, then by
+               `run_all.sh --gpus 0 --workers-per-gpu 2`: every result written, each
+               cell's device, cells per hour of each and their ratio           two_workers.json
   bench_gpu    bench/bench_gpu.py with --time-budget-s the time left (at most
                --bench-budget-s); checks it ends within its budget               bench_gpu.json
   summary      every stage's status (ok, failed: why, skipped: why) and seconds summary.json
@@ -298,9 +299,12 @@ def stage_two_workers(args, out: Path, cuda: bool, device: str) -> dict:
     seeds = "42" if args.dry_run else "42,43"
     sweep = argparse.Namespace(tasks=TASK, lr_keys="lr06,lr08", seeds=seeds,
                                max_steps=args.steps, data_dir=args.data_dir)  # fmt: skip
+    one = ["--gpus", "0"] if cuda else ["--workers", "1"]
     flags = ["--gpus", "0", "--workers-per-gpu", "2"] if cuda else ["--workers", "2"]
     cells = 2 * len(seeds.split(","))
-    try:
+    try:  # the same cells with one worker first: the reference of the throughput gain
+        one_s = run_sweep(sweep, args.model_path, device, "cell", root, "k1", one,
+                          f"run_all.sh {' '.join(one)}", tuple(shared_flags(args)))  # fmt: skip
         seconds = run_sweep(sweep, args.model_path, device, "cell", root, "k2", flags,
                             f"run_all.sh {' '.join(flags)}",
                             tuple(shared_flags(args)))  # fmt: skip
@@ -311,7 +315,9 @@ def stage_two_workers(args, out: Path, cuda: bool, device: str) -> dict:
         per_cell[path.name] = figures(json.loads(path.read_text()))
     devices = sorted({c["hardware"]["device"].split(":")[0] for c in per_cell.values()})
     rec = {"flags": flags, "cells": cells, "seconds": seconds,
-           "cells_per_hour": 3600 * cells / seconds, "devices": devices, "per_cell": per_cell}  # fmt: skip
+           "cells_per_hour": 3600 * cells / seconds, "one_worker_seconds": one_s,
+           "one_worker_cells_per_hour": 3600 * cells / one_s, "speedup": one_s / seconds,
+           "devices": devices, "per_cell": per_cell}  # fmt: skip
     if devices != [device]:
         return {**rec, "status": f"failed: cells ran on {devices}, not {device}"}
     return {**rec, "status": "ok"}
@@ -325,7 +331,7 @@ def stage_bench_gpu(args, out: Path, cuda: bool, device: str, left: float) -> di
         cmd += ["--tiny", "--device", "cpu", "--steps", "1", "--models", "xlm-r-base",
                 "--variants", "harness", "--long-task", "none"]  # fmt: skip
     else:
-        cmd += ["--device", "cuda"]
+        cmd += ["--device", "cuda", "--tokenizer", args.model_path]
     log = out / "bench_gpu.log"
     t = time.perf_counter()
     # bench_gpu starts nothing after its budget; a run it started just before may finish.

@@ -49,6 +49,7 @@ def test_gpu_check_dry_run_runs_every_stage_on_the_cpu_and_writes_json(
     workers = json.loads((out / "two_workers.json").read_text())
     assert workers["flags"] == ["--workers", "2"] and workers["devices"] == ["cpu"]
     assert len(workers["per_cell"]) == workers["cells"] == 2
+    assert workers["one_worker_seconds"] > 0 and workers["speedup"] > 0
     assert all(c["status"] == "ok" and c["steps"] == 2 for c in workers["per_cell"].values())
     bench = json.loads((out / "bench_gpu.json").read_text())
     assert bench["skipped_for_time"] == [] and bench["wall_s"] <= bench["time_budget_s"] + 120

@@ -93,8 +93,10 @@ def test_out_of_memory_halves_the_micro_batch_and_eval_batch_and_changes_nothing
     # forward and backward, its second runs out of memory; evaluation fits 4 rows only.
     device = _Device(train_rows=8, train_passes=1, eval_rows=4)
     device.wrap(monkeypatch)
-    cfg = _cell(tmp_path, tiny_models, small_mirror, dataclasses.replace(SHORT, micro_batch=16),
-                "oom")  # fmt: skip
+    # The evaluation batch is set (16), not left to the device's default (128 on cuda), so
+    # the retries are the same wherever bench/gpu_check.py runs this test.
+    cfg = _cell(tmp_path, tiny_models, small_mirror, dataclasses.replace(
+        SHORT, micro_batch=16, eval_batch_size=16), "oom")  # fmt: skip
     result = train.run_cell(cfg)
 
     assert validate_result(read_json(cfg.out_json)) == []
