@@ -18,6 +18,12 @@ in order, each stage writing its figures as JSON under --out:
                cell's device, cells per hour of each and their ratio           two_workers.json
   bench_gpu    bench/bench_gpu.py with --time-budget-s the time left (at most
                --bench-budget-s); checks it ends within its budget               bench_gpu.json
+  speed        two cells in one process (seeds 42, 43), plain, with --pad-multiple 32 and
+               on cuda with --compile --pad-multiple 32: seconds a step of each cell, the
+               second cell's over the first's (what meeting every batch width
+               once more costs), each variant's first cell over the plain one's   speed.json
+               (last: with the default budget it runs only if time is left; alone:
+               --only environment,speed)
   summary      every stage's status (ok, failed: why, skipped: why) and seconds summary.json
 
 all within --budget-s (default 480: 8 minutes); a stage that would start with too little time
@@ -52,9 +58,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from common import default_data_dir, default_model_path, run_sweep  # noqa: E402
 
 TASK, LR, SEED = "glue_rte", 5.99e-05, 42  # lr08, a select seed
-STAGES = ("environment", "cell", "oom", "oom_tests", "two_workers", "bench_gpu")
+STAGES = ("environment", "cell", "oom", "oom_tests", "two_workers", "bench_gpu", "speed")
 # Seconds a stage is given at most (GPU run), and the least it needs to be worth starting.
-STAGE_LIMIT_S = {"cell": 150, "oom": 150, "oom_tests": 180, "two_workers": 180}
+STAGE_LIMIT_S = {"cell": 150, "oom": 150, "oom_tests": 180, "two_workers": 180, "speed": 150}
 MIN_START_S = 45
 
 
@@ -135,10 +141,10 @@ def shared_flags(args) -> list[str]:
     )
 
 
-def cell_args(args, device: str) -> list[str]:
-    """`encoder_eval.run` flags of the checked cell."""
+def cell_args(args, device: str, seeds: str = str(SEED)) -> list[str]:
+    """`encoder_eval.run` flags of the checked cell (of one cell a seed with `seeds`)."""
     return ["--model-key", "minilm", "--model-path", args.model_path, "--task", TASK,
-            "--lr", f"{LR:g}", "--seed", str(SEED), "--phase", "select", "--max-steps",
+            "--lr", f"{LR:g}", "--seed", seeds, "--phase", "select", "--max-steps",
             str(args.steps), "--data-dir", args.data_dir, "--device", device,
             "--progress", "quiet", *shared_flags(args)]  # fmt: skip
 
@@ -356,6 +362,42 @@ def stage_bench_gpu(args, out: Path, cuda: bool, device: str, left: float) -> di
     return {**rec, "status": "ok"}
 
 
+def stage_speed(args, out: Path, cuda: bool, device: str) -> dict:
+    """Where a cell's time goes on a GPU: two cells (seeds 42, 43) in one process, so the
+    second meets every batch width the first met, plain and with the speed settings
+    (`--pad-multiple 32`: a few widths; on cuda also `--compile`, CUDA graphs)."""
+    variants = {"plain": [], "buckets": ["--pad-multiple", "32"]}
+    if cuda:  # inductor on the CPU needs minutes of compiling: the dry run leaves it out
+        variants["compile_buckets"] = ["--compile", "--pad-multiple", "32"]
+    rec: dict = {"variants": {}}
+    for name, extra in variants.items():
+        folder = out / "speed" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "encoder_eval.run", *cell_args(args, device, "42,43"),
+               "--results-dir", str(folder), *extra]  # fmt: skip
+        t = time.perf_counter()
+        rc = run(cmd, folder / "log.txt", STAGE_LIMIT_S["speed"])
+        cells = [figures(json.loads(p.read_text()))
+                 for p in sorted(folder.glob("*_s4[23].json"))]  # fmt: skip
+        v = {"command": cmd, "exit_status": rc, "process_s": time.perf_counter() - t,
+             "cells": cells}  # fmt: skip
+        rec["variants"][name] = v
+        if rc != 0 or len(cells) != 2:
+            return {**rec, "status": f"failed: {name}: exit {rc}, {len(cells)} of 2 results",
+                    "log_tail": tail(folder / "log.txt")}  # fmt: skip
+        ran = {c["hardware"]["device"].split(":")[0] for c in cells}
+        if ran != {device} or any(c["status"] != "ok" for c in cells):
+            return {**rec, "status": f"failed: {name}: ran on {sorted(ran)} or a cell failed"}
+        first, second = (c["train_time_s"] / c["steps"] for c in cells)
+        v.update(first_cell_s_per_step=first, second_cell_s_per_step=second,
+                 second_over_first=second / first)  # fmt: skip
+    plain = rec["variants"]["plain"]["first_cell_s_per_step"]
+    rec["first_cell_s_per_step_vs_plain"] = {
+        name: v["first_cell_s_per_step"] / plain for name, v in rec["variants"].items()
+    }
+    return {**rec, "status": "ok"}
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -393,8 +435,10 @@ def main(argv=None) -> int:
             rec = stage_oom_tests(args, out, cuda, device)
         elif name == "two_workers":
             rec = stage_two_workers(args, out, cuda, device)
-        else:
+        elif name == "bench_gpu":
             rec = stage_bench_gpu(args, out, cuda, device, left)
+        else:
+            rec = stage_speed(args, out, cuda, device)
         rec["stage_s"] = round(time.perf_counter() - t, 2)
         (out / f"{name}.json").write_text(json.dumps(rec, indent=1, default=str))
         summary["stages"][name] = {"status": rec["status"], "seconds": rec["stage_s"]}

@@ -35,7 +35,8 @@ def test_gpu_check_dry_run_runs_every_stage_on_the_cpu_and_writes_json(
     assert summary["device"] == "cpu" and summary["dry_run"] is True
     status = {name: s["status"] for name, s in summary["stages"].items()}
     assert status == {"environment": "ok", "cell": "ok", "oom": "skipped: no cuda",
-                      "oom_tests": "skipped: no cuda", "two_workers": "ok", "bench_gpu": "ok"}  # fmt: skip
+                      "oom_tests": "skipped: no cuda", "two_workers": "ok", "bench_gpu": "ok",
+                      "speed": "ok"}  # fmt: skip
     for name in status:
         assert json.loads((out / f"{name}.json").read_text())["status"] == status[name]
 
@@ -56,6 +57,12 @@ def test_gpu_check_dry_run_runs_every_stage_on_the_cpu_and_writes_json(
     ratios = bench["ours_vs_trainer"]["xlm-r-base"]
     assert ratios["train_tokens_per_s"] > 0 and ratios["peak_memory_bytes"] > 0
     assert json.loads((out / "bench_gpu_report.json").read_text())["device_type"] == "cpu"
+    speed = json.loads((out / "speed.json").read_text())
+    assert set(speed["variants"]) == {"plain", "buckets"}  # no --compile on the CPU
+    for v in speed["variants"].values():
+        assert [c["steps"] for c in v["cells"]] == [2, 2]
+        assert v["second_over_first"] == v["second_cell_s_per_step"] / v["first_cell_s_per_step"]
+    assert speed["first_cell_s_per_step_vs_plain"]["plain"] == 1.0
 
 
 def test_gpu_check_without_a_gpu_and_without_dry_run_refuses_in_one_line(small_mirror, tmp_path):
