@@ -376,3 +376,65 @@ def test_swap_scorer_equals_the_stacked_index_scorer(metric, n_langs):
     own = np.arange(n)
     assert np.array_equal(got_a, stacked(own + n * swap), equal_nan=True)
     assert np.array_equal(got_b, stacked(own + n * (1 - swap)), equal_nan=True)
+    # The permutation test passes booleans; examples sorted by language make each
+    # language's columns one slice (no gather): the same scores.
+    bool_a, bool_b = metrics.swap_scorer(metric, a, b, labels, langs, euro)(swap.astype(bool))
+    assert np.array_equal(bool_a, got_a, equal_nan=True)
+    assert np.array_equal(bool_b, got_b, equal_nan=True)
+    by_lang = np.argsort(langs, kind="stable")
+    a, b, labels, langs = a[:, by_lang], b[:, by_lang], labels[by_lang], langs[by_lang]
+    stacked = metrics.resample_scorer(metric, np.concatenate([a, b], axis=1),
+                                      np.concatenate([labels, labels]),
+                                      np.concatenate([langs, langs]), euro)  # fmt: skip
+    got_a, got_b = metrics.swap_scorer(metric, a, b, labels, langs, euro)(swap.astype(bool))
+    assert np.array_equal(got_a, stacked(own + n * swap), equal_nan=True)
+    assert np.array_equal(got_b, stacked(own + n * (1 - swap)), equal_nan=True)
+
+
+@pytest.mark.parametrize("n", [8, 200])  # 2^8 <= 999: exact enumeration; 200: drawn swaps
+def test_permutation_on_swaps_equals_the_index_form(n):
+    """`paired_swap_permutation(on_swaps=True)` hands the statistic the swap matrix instead
+    of two index matrices: the same null distribution, so the same p-value, exact or
+    drawn."""
+    import numpy as np
+
+    from encoder_eval.core import metrics, stats
+
+    seed = 20261204
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, n)
+    a, b = rng.integers(0, 2, (3, n)), rng.integers(0, 2, (3, n))
+    langs = np.array(["en"] * n)
+    swap = metrics.swap_scorer("mcc", a, b, labels, langs, ())
+    stacked = metrics.resample_scorer("mcc", np.concatenate([a, b], axis=1),
+                                      np.concatenate([labels, labels]),
+                                      np.concatenate([langs, langs]), ())  # fmt: skip
+
+    def by_index(x, y):
+        return np.nanmean(stacked(x), axis=1) - np.nanmean(stacked(y), axis=1)
+
+    def by_swaps(swapped):
+        got_a, got_b = swap(swapped)
+        return np.nanmean(got_a, axis=1) - np.nanmean(got_b, axis=1)
+
+    want = stats.paired_swap_permutation(a, b, by_index, 999, seed=3, vectorized=True)
+    got = stats.paired_swap_permutation(a, b, by_swaps, 999, seed=3, on_swaps=True)
+    assert got == want
+
+
+def test_bootstrap_draws_of_consecutive_strata_equal_the_gathered_draws():
+    """`_draw_batches` adds a consecutive stratum's first index to the draw instead of
+    gathering it: the same example indices as indexing the stratum's members."""
+    import numpy as np
+
+    from encoder_eval.core import stats
+
+    members = [np.arange(0, 7), np.arange(7, 20), np.array([20, 22, 25])]
+    got = list(stats._draw_batches(np.random.default_rng(5), members, 30, n_seeds=(3,)))
+    rng = np.random.default_rng(5)
+    rows = []
+    for _ in range(30):
+        rng.integers(0, 3, size=3)
+        rows.append(np.concatenate([m[rng.integers(0, m.size, size=m.size)] for m in members]))
+    assert np.array_equal(np.concatenate([e for _, e in got]), np.array(rows))

@@ -435,11 +435,12 @@ def _confusion_batch(
     ind = _indicators(name, matrix, labels, lang, n_lang)
     position = np.empty_like(ind.order)
     position[ind.order] = np.arange(n_cols)
+    in_order = bool(np.array_equal(position, np.arange(n_cols)))  # sorted by language already
 
     def per_language(index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = index.shape[0]
         drawn = np.bincount(
-            (np.arange(rows)[:, None] * n_cols + position[index]).ravel(),
+            (np.arange(rows)[:, None] * n_cols + (index if in_order else position[index])).ravel(),
             minlength=rows * n_cols,
         ).reshape(rows, n_cols)
         weights = drawn.astype(np.float32)
@@ -470,6 +471,23 @@ def swap_scorer(
     `resample_scorer`. Other metrics score [a | b] through `resample_scorer`."""
     a, b, labels = np.atleast_2d(a), np.atleast_2d(b), np.asarray(labels)
     n_ex, n_seeds = labels.size, a.shape[0]
+    if name == "spearman":
+        names, lang = np.unique(np.asarray(languages), return_inverse=True)
+        is_euro = np.isin(names, list(euro)) if euro else None
+        per_language = _spearman_swap(a, b, labels, lang, names.size)
+        rows_per_batch = max(1, RESAMPLE_BATCH // max(2 * n_ex, n_seeds * names.size))
+
+        def spearman(swap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            swap = np.atleast_2d(swap)
+            out = np.empty((2, swap.shape[0], n_seeds))
+            for start in range(0, swap.shape[0], rows_per_batch):
+                part = swap[start : start + rows_per_batch]
+                for side in (0, 1):
+                    value, present = per_language(part, side)
+                    out[side, start : start + part.shape[0]] = _headline(value, present, is_euro)
+            return out[0], out[1]
+
+        return spearman
     if name not in ("accuracy", "f1", "macro_f1", "mcc"):
         stacked = resample_scorer(
             name,
@@ -543,42 +561,93 @@ def _from_counts(
         return np.where(defined, cov / np.where(scale > 0, scale, 1.0), np.nan)
 
 
-def _weighted_ranks(
-    weights: np.ndarray, order: np.ndarray, last: np.ndarray, run_of: np.ndarray
+def _centred_ranks(
+    counts: np.ndarray, n: np.ndarray, order: np.ndarray, last: np.ndarray, run_of: np.ndarray
 ) -> np.ndarray:
-    """Average ranks (scipy `rankdata`'s "average") of every pooled value within each
-    resample that draws value j `weights[:, j]` times, without sorting per resample: `order`
-    sorts the pool once, `last` is each run of equal values' last position in that order,
-    `run_of` each value's run. A value's rank is the count drawn below its run plus (its
-    run's count + 1) / 2. `weights` are integer counts: summed as int32 (exact, half the
-    memory traffic of floats), and a pool of distinct values skips the runs' gather."""
-    upto = np.cumsum(weights[:, order], axis=1, dtype=np.int32)
+    """Twice the centred average ranks (scipy `rankdata`'s "average", minus their mean
+    (n + 1) / 2), as int32, of every pooled value within each resample that draws value j
+    `counts[:, j]` times (`n`: the draws of each resample), without sorting per resample:
+    `order` sorts the pool once, `last` is each run of equal values' last position in that
+    order, `run_of` each value's run. A value's rank is the count drawn up to its run's end
+    minus (its run's count - 1) / 2, so twice the centred rank is 2 * upto - run - n: an
+    integer, so half of it is the rank minus the mean exactly, in fewer passes over
+    memory than in floats."""
+    drawn = counts[:, order]
+    upto = np.cumsum(drawn, axis=1, dtype=np.int32)
     if last.size < order.size:
         upto = upto[:, last]
-    run = np.diff(upto, axis=1, prepend=0)
-    return (upto - (run - 1.0) / 2.0)[:, run_of]
+        run = np.empty_like(upto)  # np.diff(upto, prepend=0) without its concatenated copy
+        run[:, 0] = upto[:, 0]
+        np.subtract(upto[:, 1:], upto[:, :-1], out=run[:, 1:])
+    else:  # every run is one value: its count is what was drawn of it
+        run = drawn
+    upto *= 2
+    upto -= run
+    upto -= n.astype(np.int32)[:, None]
+    return upto[:, run_of]
+
+
+def _spearman_sorting(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_centred_ranks`' view of one pool of values: its stable sort order, each run of
+    equal values' last position in that order, and each value's run."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    change = ordered[1:] != ordered[:-1]
+    run_of = np.empty(order.size, dtype=np.int64)
+    run_of[order] = np.concatenate([[0], np.cumsum(change)])
+    return order, np.flatnonzero(np.append(change, True)), run_of
+
+
+def _spearman_pools(matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_lang: int):
+    """Each language's columns (a slice where they are contiguous: no gather), with its
+    labels' and every seed's sorting."""
+    pools = []
+    for code in range(n_lang):
+        pool = _as_slice(np.flatnonzero(lang == code))
+        pools.append(
+            (pool, _spearman_sorting(labels[pool]), [_spearman_sorting(r[pool]) for r in matrix])
+        )
+    return pools
+
+
+def _as_slice(columns: np.ndarray) -> np.ndarray | slice:
+    """`columns` as a slice when they are a contiguous run (indexing then reads a view)."""
+    if columns.size and columns[-1] - columns[0] + 1 == columns.size:
+        return slice(int(columns[0]), int(columns[-1]) + 1)
+    return columns
+
+
+def _spearman_language(
+    counts: np.ndarray, gold_twice: np.ndarray, pred_sorts: list, value: np.ndarray, code: int
+) -> np.ndarray:
+    """Fill `value[:, s, code]` with each seed's Spearman on one language's pool, drawn
+    `counts` (rows, pool) times, whose labels' twice-centred ranks are `gold_twice` (rows or
+    1, pool; `_centred_ranks`); returns where the language was drawn at all."""
+    weights = counts.astype(float)
+    n = weights.sum(axis=1)
+    drawn = counts.sum(axis=1)
+    dg = np.multiply(np.broadcast_to(gold_twice, counts.shape), 0.5)
+    wdg = weights * dg
+    var_g = np.einsum("ij,ij->i", wdg, dg)
+    for s, pred_sort in enumerate(pred_sorts):
+        dp = np.multiply(_centred_ranks(counts, drawn, *pred_sort), 0.5)
+        var_p = np.einsum("ij,ij,ij->i", weights, dp, dp)
+        cov = np.einsum("ij,ij->i", wdg, dp)
+        defined = (n >= 2) & (var_p > 0) & (var_g > 0)  # 0: constant in the resample
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r = np.clip(cov / np.sqrt(var_p * var_g), -1.0, 1.0)
+        value[:, s, code] = np.where(defined, r, np.nan)
+    return n > 0
 
 
 def _spearman_batch(matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_lang: int):
     """The per-language scorer of Spearman (see `resample_scorer`): each language's pool of
     columns is sorted once per seed (and for the labels); a resample is the number of times
-    it draws each column, its ranks `_weighted_ranks`, its correlation the Pearson of the
+    it draws each column, its ranks `_centred_ranks`, its correlation the Pearson of the
     ranks weighted by those counts (the Pearson of the drawn multiset)."""
     matrix, labels = matrix.astype(float), labels.astype(float)
     n_cols = labels.size
-
-    def sorting(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        order = np.argsort(values, kind="stable")
-        ordered = values[order]
-        change = ordered[1:] != ordered[:-1]
-        run_of = np.empty(order.size, dtype=np.int64)
-        run_of[order] = np.concatenate([[0], np.cumsum(change)])
-        return order, np.flatnonzero(np.append(change, True)), run_of
-
-    pools = []
-    for code in range(n_lang):
-        pool = np.flatnonzero(lang == code)
-        pools.append((pool, sorting(labels[pool]), [sorting(row[pool]) for row in matrix]))
+    pools = _spearman_pools(matrix, labels, lang, n_lang)
 
     def per_language(index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = index.shape[0]
@@ -589,21 +658,42 @@ def _spearman_batch(matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_
         present = np.zeros((rows, n_lang), dtype=bool)
         for code, (pool, gold_sort, pred_sorts) in enumerate(pools):
             counts = drawn[:, pool].astype(np.int32)
-            weights = counts.astype(float)
-            n = weights.sum(axis=1)
-            present[:, code] = n > 0
-            mid = ((n + 1.0) / 2.0)[:, None]  # the mean of any n average ranks
-            dg = _weighted_ranks(counts, *gold_sort) - mid
-            wdg = weights * dg
-            var_g = np.einsum("ij,ij->i", wdg, dg)
-            for s, pred_sort in enumerate(pred_sorts):
-                dp = _weighted_ranks(counts, *pred_sort) - mid
-                var_p = np.einsum("ij,ij,ij->i", weights, dp, dp)
-                cov = np.einsum("ij,ij->i", wdg, dp)
-                defined = (n >= 2) & (var_p > 0) & (var_g > 0)  # 0: constant in the resample
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    r = np.clip(cov / np.sqrt(var_p * var_g), -1.0, 1.0)
-                value[:, s, code] = np.where(defined, r, np.nan)
+            gold = _centred_ranks(counts, counts.sum(axis=1), *gold_sort)
+            present[:, code] = _spearman_language(counts, gold, pred_sorts, value, code)
+        return value, present
+
+    return per_language
+
+
+def _spearman_swap(a: np.ndarray, b: np.ndarray, labels: np.ndarray, lang: np.ndarray,
+                   n_lang: int):  # fmt: skip
+    """The permutation test's Spearman (see `swap_scorer`), the same numbers as scoring
+    [a | b] at the swapped indices through `_spearman_batch`, cheaper: a swap draws every
+    example once, from a's half or from b's, so the draw counts are the swap matrix itself
+    (no `bincount`), and the labels' ranks are the same in every resample (both halves hold
+    the same labels, in the same runs) and are computed once."""
+    matrix = np.concatenate([a, b], axis=1).astype(float)
+    labels = np.asarray(labels, dtype=float)
+    pools = _spearman_pools(
+        matrix, np.concatenate([labels, labels]), np.concatenate([lang, lang]), n_lang
+    )
+    halves, gold = [], []
+    for code, (_, gold_sort, _) in enumerate(pools):
+        own = np.flatnonzero(lang == code)  # the pool is [own, own + n_ex]
+        halves.append(_as_slice(own))
+        unswapped = np.concatenate([np.ones(own.size, np.int32), np.zeros(own.size, np.int32)])
+        gold.append(_centred_ranks(unswapped[None], np.array([own.size]), *gold_sort))
+
+    def per_language(swap: np.ndarray, side: int) -> tuple[np.ndarray, np.ndarray]:
+        """Side 0: A's scores (a's column unless swapped), side 1: B's."""
+        rows = swap.shape[0]
+        value = np.full((rows, matrix.shape[0], n_lang), np.nan)
+        present = np.zeros((rows, n_lang), dtype=bool)
+        for code, (own, (_, _, pred_sorts)) in enumerate(zip(halves, pools, strict=True)):
+            moved = swap[:, own].astype(np.int32)
+            kept = 1 - moved
+            counts = np.concatenate([kept, moved] if side == 0 else [moved, kept], axis=1)
+            present[:, code] = _spearman_language(counts, gold[code], pred_sorts, value, code)
         return value, present
 
     return per_language

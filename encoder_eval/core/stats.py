@@ -306,6 +306,7 @@ def paired_swap_permutation(
     seed: int = 1234,
     *,
     vectorized: bool = False,
+    on_swaps: bool = False,
 ) -> TestResult:
     """Two-sided paired permutation test on whole examples for any task score: `a` and `b`
     are (seeds, examples) prediction matrices of two models on the same examples, and
@@ -321,7 +322,9 @@ def paired_swap_permutation(
     drawn here in batches, and so is its p-value; with `vectorized`, `statistic(x, y)`
     takes (resamples, n) column indices into the stacked matrix [a | b] (A's swapped
     matrix is its columns x, B's its columns y) and returns one difference per row, so a
-    batch is scored at once. An undefined observed difference (NaN) gives a NaN p-value
+    batch is scored at once. With `on_swaps`, `statistic(swap)` takes the (resamples, n)
+    boolean swap matrix itself (True: example j's A and B exchanged), which spares building
+    two index matrices per batch. An undefined observed difference (NaN) gives a NaN p-value
     (scipy would count no resample as extreme and return about 2 / (n_resamples + 1))."""
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim != 2 or a.shape != b.shape or a.size == 0:
@@ -336,6 +339,8 @@ def paired_swap_permutation(
     own = np.arange(n)
 
     def batch_stat(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if on_swaps:  # x: the swap matrix (A's columns pointing into b)
+            return np.asarray(statistic(x >= n), dtype=float)
         if vectorized:
             return np.asarray(statistic(x, y), dtype=float)
         return np.array(
@@ -350,8 +355,10 @@ def paired_swap_permutation(
     exact = n < 63 and 2**n <= n_resamples
     null_distribution = np.concatenate(
         [
-            batch_stat(own + n * first, own + n * (1 - first))
-            for first in _swaps(n, n_resamples, seed, exact)
+            np.asarray(statistic(first), dtype=float)
+            if on_swaps
+            else batch_stat(own + n * first, own + n * (1 - first))
+            for first in _swaps(n, n_resamples, seed, exact, as_bool=on_swaps)
         ]
     )
     adjustment = 0 if exact else 1
@@ -363,17 +370,19 @@ def paired_swap_permutation(
     return TestResult(test="paired permutation", statistic=observed, pvalue=pvalue, diff=observed)
 
 
-def _swaps(n: int, n_resamples: int, seed: int, exact: bool):
+def _swaps(n: int, n_resamples: int, seed: int, exact: bool, as_bool: bool = False):
     """Batches of (resamples, n) 0/1 matrices, 1 where example j's A and B are swapped:
     scipy `permutation_test`'s draws for permutation_type="samples" on two samples (every
     swap pattern in `itertools.product` order when exact; else `Generator.permuted` of
     [0, 1] per example, one after another). `permuted` shuffles a pair with one
     `next_uint32` and swaps it when the low bit is 0; `integers(0, 2**32, dtype=uint32)`
     reads the same `next_uint32` stream 25 times faster, so that is how it is drawn here
-    (tests/test_stats_scale.py checks the two agree, and the p-values against scipy's)."""
+    (tests/test_stats_scale.py checks the two agree, and the p-values against scipy's).
+    `as_bool`: the same matrices as booleans."""
     rows = max(1, RESAMPLE_ROWS // (2 * n))
+    kind = bool if as_bool else np.int64
     if exact:
-        patterns = np.array(list(itertools.product((0, 1), repeat=n)), dtype=np.int64)
+        patterns = np.array(list(itertools.product((0, 1), repeat=n)), dtype=kind)
         for start in range(0, patterns.shape[0], rows):
             yield patterns[start : start + rows]
         return
@@ -381,7 +390,8 @@ def _swaps(n: int, n_resamples: int, seed: int, exact: bool):
     for start in range(0, n_resamples, rows):
         count = min(rows, n_resamples - start)
         bits = rng.integers(0, 2**32, size=count * n, dtype=np.uint32)
-        yield (1 - (bits & 1)).astype(np.int64).reshape(count, n)
+        swapped = (bits & 1) == 0
+        yield (swapped if as_bool else swapped.astype(np.int64)).reshape(count, n)
 
 
 def two_level_bootstrap(
@@ -475,6 +485,8 @@ def _draw_batches(rng: np.random.Generator, members: list, n_resamples: int, n_s
     index matrix), each with one row per resample."""
     size = sum(m.size for m in members)
     rows = max(1, min(n_resamples, RESAMPLE_ROWS // max(1, size)))
+    # A stratum of consecutive examples (the usual case) is its first index plus the draw.
+    first = [int(m[0]) if m[-1] - m[0] + 1 == m.size else None for m in members]
     for start in range(0, n_resamples, rows):
         count = min(rows, n_resamples - start)
         seeds = [np.empty((count, k), dtype=np.int64) for k in n_seeds]
@@ -483,8 +495,12 @@ def _draw_batches(rng: np.random.Generator, members: list, n_resamples: int, n_s
             for drawn, k in zip(seeds, n_seeds, strict=True):
                 drawn[r] = rng.integers(0, k, size=k)
             at = 0
-            for m in members:
-                examples[r, at : at + m.size] = m[rng.integers(0, m.size, size=m.size)]
+            for m, m0 in zip(members, first, strict=True):
+                draw = rng.integers(0, m.size, size=m.size)
+                if m0 is None:
+                    examples[r, at : at + m.size] = m[draw]
+                else:
+                    np.add(draw, m0, out=examples[r, at : at + m.size])
                 at += m.size
         yield seeds, examples
 

@@ -280,12 +280,11 @@ def compare_cells(
     labels, langs, euro = ea.labels, ea.languages, knobs.euro_languages
     if example_test:
         swap = swap_scorer(knobs.metric, ea.matrix[:k], eb.matrix[:k], labels, langs, euro)
-        n_ex = labels.size
 
-        def diff_stat(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-            """A's minus B's seed-averaged score, A's columns x of [a | b] and B's the rest:
-            an example is swapped where x points into b."""
-            swapped_a, swapped_b = swap(x >= n_ex)
+        def diff_stat(swapped: np.ndarray) -> np.ndarray:
+            """A's minus B's seed-averaged score with the `swapped` examples' predictions
+            exchanged between the two."""
+            swapped_a, swapped_b = swap(swapped)
             return direction * (seed_mean(swapped_a) - seed_mean(swapped_b))
 
         test = stats.paired_swap_permutation(
@@ -294,7 +293,7 @@ def compare_cells(
             diff_stat,
             n_resamples=n_resamples,
             seed=seed,
-            vectorized=True,
+            on_swaps=True,
         )
         row.example_test = test.test
         row.p_example = None if math.isnan(test.pvalue) else test.pvalue
