@@ -482,8 +482,7 @@ def swap_scorer(
             out = np.empty((2, swap.shape[0], n_seeds))
             for start in range(0, swap.shape[0], rows_per_batch):
                 part = swap[start : start + rows_per_batch]
-                for side in (0, 1):
-                    value, present = per_language(part, side)
+                for side, (value, present) in enumerate(per_language(part)):
                     out[side, start : start + part.shape[0]] = _headline(value, present, is_euro)
             return out[0], out[1]
 
@@ -572,15 +571,25 @@ def _centred_ranks(
     minus (its run's count - 1) / 2, so twice the centred rank is 2 * upto - run - n: an
     integer, so half of it is the rank minus the mean exactly, in fewer passes over
     memory than in floats."""
+    return _centred(*_rank_counts(counts, order, last), n, run_of)
+
+
+def _rank_counts(counts: np.ndarray, order: np.ndarray, last: np.ndarray):
+    """Per run of equal values (`_centred_ranks`): the count drawn up to its end, and its
+    own count, both int32 (rows, runs)."""
     drawn = counts[:, order]
     upto = np.cumsum(drawn, axis=1, dtype=np.int32)
-    if last.size < order.size:
-        upto = upto[:, last]
-        run = np.empty_like(upto)  # np.diff(upto, prepend=0) without its concatenated copy
-        run[:, 0] = upto[:, 0]
-        np.subtract(upto[:, 1:], upto[:, :-1], out=run[:, 1:])
-    else:  # every run is one value: its count is what was drawn of it
-        run = drawn
+    if last.size == order.size:  # every run is one value: its count is what was drawn of it
+        return upto, drawn
+    upto = upto[:, last]
+    run = np.empty_like(upto)  # np.diff(upto, prepend=0) without its concatenated copy
+    run[:, 0] = upto[:, 0]
+    np.subtract(upto[:, 1:], upto[:, :-1], out=run[:, 1:])
+    return upto, run
+
+
+def _centred(upto: np.ndarray, run: np.ndarray, n: np.ndarray, run_of: np.ndarray) -> np.ndarray:
+    """2 * upto - run - n of each value's run (`_centred_ranks`); overwrites `upto`."""
     upto *= 2
     upto -= run
     upto -= n.astype(np.int32)[:, None]
@@ -618,19 +627,23 @@ def _as_slice(columns: np.ndarray) -> np.ndarray | slice:
 
 
 def _spearman_language(
-    counts: np.ndarray, gold_twice: np.ndarray, pred_sorts: list, value: np.ndarray, code: int
+    counts: np.ndarray,
+    gold_twice: np.ndarray,
+    pred_twice: Callable[[int], np.ndarray],
+    value: np.ndarray,
+    code: int,
 ) -> np.ndarray:
     """Fill `value[:, s, code]` with each seed's Spearman on one language's pool, drawn
     `counts` (rows, pool) times, whose labels' twice-centred ranks are `gold_twice` (rows or
-    1, pool; `_centred_ranks`); returns where the language was drawn at all."""
+    1, pool; `_centred_ranks`) and seed s's predictions' `pred_twice(s)`; returns where the
+    language was drawn at all."""
     weights = counts.astype(float)
     n = weights.sum(axis=1)
-    drawn = counts.sum(axis=1)
     dg = np.multiply(np.broadcast_to(gold_twice, counts.shape), 0.5)
     wdg = weights * dg
     var_g = np.einsum("ij,ij->i", wdg, dg)
-    for s, pred_sort in enumerate(pred_sorts):
-        dp = np.multiply(_centred_ranks(counts, drawn, *pred_sort), 0.5)
+    for s in range(value.shape[1]):
+        dp = np.multiply(pred_twice(s), 0.5)
         var_p = np.einsum("ij,ij,ij->i", weights, dp, dp)
         cov = np.einsum("ij,ij->i", wdg, dp)
         defined = (n >= 2) & (var_p > 0) & (var_g > 0)  # 0: constant in the resample
@@ -658,8 +671,13 @@ def _spearman_batch(matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_
         present = np.zeros((rows, n_lang), dtype=bool)
         for code, (pool, gold_sort, pred_sorts) in enumerate(pools):
             counts = drawn[:, pool].astype(np.int32)
-            gold = _centred_ranks(counts, counts.sum(axis=1), *gold_sort)
-            present[:, code] = _spearman_language(counts, gold, pred_sorts, value, code)
+            n = counts.sum(axis=1)
+            gold = _centred_ranks(counts, n, *gold_sort)
+
+            def pred(s: int, counts=counts, n=n, sorts=pred_sorts) -> np.ndarray:
+                return _centred_ranks(counts, n, *sorts[s])
+
+            present[:, code] = _spearman_language(counts, gold, pred, value, code)
         return value, present
 
     return per_language
@@ -677,24 +695,45 @@ def _spearman_swap(a: np.ndarray, b: np.ndarray, labels: np.ndarray, lang: np.nd
     pools = _spearman_pools(
         matrix, np.concatenate([labels, labels]), np.concatenate([lang, lang]), n_lang
     )
-    halves, gold = [], []
-    for code, (_, gold_sort, _) in enumerate(pools):
+    halves, gold, whole = [], [], []
+    for code, (_, gold_sort, pred_sorts) in enumerate(pools):
         own = np.flatnonzero(lang == code)  # the pool is [own, own + n_ex]
         halves.append(_as_slice(own))
         unswapped = np.concatenate([np.ones(own.size, np.int32), np.zeros(own.size, np.int32)])
         gold.append(_centred_ranks(unswapped[None], np.array([own.size]), *gold_sort))
+        # Each run's end and size when every column is drawn once: A's draws and B's add
+        # up to that, so B's counts per run are these minus A's.
+        ends = [(last + 1).astype(np.int32) for _, last, _ in pred_sorts]
+        whole.append([(end, np.diff(end, prepend=0).astype(np.int32)) for end in ends])
 
-    def per_language(swap: np.ndarray, side: int) -> tuple[np.ndarray, np.ndarray]:
-        """Side 0: A's scores (a's column unless swapped), side 1: B's."""
+    def per_language(swap: np.ndarray) -> tuple[tuple, tuple]:
+        """(A's value, present), (B's value, present): A reads a's column unless swapped."""
         rows = swap.shape[0]
-        value = np.full((rows, matrix.shape[0], n_lang), np.nan)
-        present = np.zeros((rows, n_lang), dtype=bool)
-        for code, (own, (_, _, pred_sorts)) in enumerate(zip(halves, pools, strict=True)):
+        out = [np.full((rows, matrix.shape[0], n_lang), np.nan) for _ in range(2)]
+        present = [np.zeros((rows, n_lang), dtype=bool) for _ in range(2)]
+        for code, (own, (_, _, sorts)) in enumerate(zip(halves, pools, strict=True)):
             moved = swap[:, own].astype(np.int32)
             kept = 1 - moved
-            counts = np.concatenate([kept, moved] if side == 0 else [moved, kept], axis=1)
-            present[:, code] = _spearman_language(counts, gold[code], pred_sorts, value, code)
-        return value, present
+            n = np.full(rows, kept.shape[1], dtype=np.int32)
+            counts_a = np.concatenate([kept, moved], axis=1)
+            for_b: dict = {}
+
+            def pred_a(s: int, counts=counts_a, n=n, code=code, sorts=sorts,
+                       for_b=for_b) -> np.ndarray:  # fmt: skip
+                order, last, run_of = sorts[s]
+                upto, run = _rank_counts(counts, order, last)
+                end, size = whole[code][s]
+                for_b[s] = (end - upto, size - run)  # before _centred overwrites upto
+                return _centred(upto, run, n, run_of)
+
+            def pred_b(s: int, n=n, sorts=sorts, for_b=for_b) -> np.ndarray:
+                return _centred(*for_b.pop(s), n, sorts[s][2])
+
+            present[0][:, code] = _spearman_language(counts_a, gold[code], pred_a, out[0], code)
+            present[1][:, code] = _spearman_language(
+                np.concatenate([moved, kept], axis=1), gold[code], pred_b, out[1], code
+            )
+        return (out[0], present[0]), (out[1], present[1])
 
     return per_language
 
