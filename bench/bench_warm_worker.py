@@ -13,8 +13,10 @@ writing the sweep included: the same for both), then the ratios (a)/(b). Each va
 `--repeats` times, alternating, and the medians are compared; the token cache is warmed
 first so neither pays for tokenising. The results of (a) and (b) are checked equal (the
 dev scores of every cell). Default: all-MiniLM-L6-v2 on glue_rte from ../shared/data,
-2 learning rates x 3 seeds, 2 steps per cell, `--precision auto` (fp32 on a CPU without
-native bf16), CPU. The last line is one JSON object.
+2 learning rates x 3 seeds, 2 steps per cell, `--limit 64` (every split cut to 64
+examples, so a cell's own work is short, as on a GPU; `--limit 0` for the whole splits),
+`--precision auto` (fp32 on a CPU without native bf16), CPU. The last line is one JSON
+object.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def main() -> int:
     add_sweep_arguments(p, tasks="glue_rte", lr_keys="lr03,lr06", seeds="42,43,44")
     p.set_defaults(max_steps=2)
     p.add_argument("--precision", default="auto")
+    p.add_argument("--limit", type=int, default=64, help="0: the whole splits")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
     p.add_argument("--repeats", type=int, default=1)
     args = p.parse_args()
@@ -54,7 +57,7 @@ def main() -> int:
     model = sweep_model(args)
     root = Path(tempfile.mkdtemp(prefix="bench-warm-"))
     warm_token_cache(args, model, args.device, root / "warm-cache")  # outside every measurement
-    flags = ("--precision", args.precision)
+    flags = ("--precision", args.precision) + (("--limit", str(args.limit)) if args.limit else ())
     runs: dict[str, list[tuple[float, float]]] = {"per_unit": [], "warm": []}
     load_before = os.getloadavg()[0]
     scores = {}
@@ -67,7 +70,8 @@ def main() -> int:
             scores[name] = _dev_scores(root / f"{name}{i}")
     if scores["per_unit"] != scores["warm"]:
         raise SystemExit("the warm worker's dev scores differ from one process per unit")
-    out: dict = {"cells": n_cells(args), "max_steps": args.max_steps, "device": args.device}
+    out: dict = {"cells": n_cells(args), "max_steps": args.max_steps, "limit": args.limit,
+                 "device": args.device}  # fmt: skip
     for name, values in runs.items():
         out[name] = {
             "wall_s": [round(w, 1) for w, _ in values],

@@ -130,7 +130,10 @@ def serve(requests: int = 0, replies: int = 1) -> int:
             if argv is None:
                 return 0
             code = _one_unit(head[0], head[1], argv)
-            reply.write(f"{code}\n")
+            try:
+                reply.write(f"{code}\n")
+            except OSError:  # the script is gone (SIGTERM to the whole job): so is the unit
+                return code
             if code in STOP_WORDS:
                 return code
     except STOPS as exc:

@@ -6,10 +6,15 @@ unit (tiny BERT, 3-step cells, `--group cell`).
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import time
 from pathlib import Path
 
-from fault_helpers import SHRINK, py, sh
+import pytest
+from fault_helpers import SHRINK, env, py, sh
 
 from encoder_eval.core.results import result_filename
 
@@ -76,6 +81,51 @@ def test_a_failing_unit_does_not_stop_the_warm_worker(tmp_path, tiny_models, sma
 
 def test_warm_is_refused_for_probe_scripts(tmp_path, tiny_models, small_mirror):
     script, _ = _sweep(tmp_path, tiny_models, small_mirror, "probe")
-    script.write_text(script.read_text().replace("MODULE=encoder_eval.run", "MODULE=encoder_eval.probe"))
+    script.write_text(
+        script.read_text().replace("MODULE=encoder_eval.run", "MODULE=encoder_eval.probe")
+    )
     proc = sh(["bash", str(script), "--warm"], tmp_path, ok=(2,))
     assert proc.stderr.startswith("error: --warm runs encoder_eval.run units"), proc.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_signal_saves_the_warm_workers_cell_and_stops_the_script(
+    tmp_path, tiny_models, small_mirror, sig
+):
+    """Ctrl-C (SIGINT to the foreground group) or Slurm's SIGTERM to every process: the
+    running cell saves its state, no next unit starts, and a rerun with --warm finishes."""
+    rdir, runs = tmp_path / "results", tmp_path / "runs"
+    sh(py("encoder_eval.sweep", "--phase", "select", "--model", f"{MODEL}={tiny_models['bert']}",
+          "--tasks", TASK, "--lr-keys", "lr03,lr06", "--seeds", "42", "--group", "lr",
+          "--max-steps", "40", "--max-seq-len", "128", "--device", "cpu", "--precision", "fp32",
+          "--data-dir", small_mirror, "--extra-run-args", "--epoch-cap 100 --no-early-stop",
+          "--out-dir", runs, "--results-dir", rdir), tmp_path)  # fmt: skip
+    script = runs / "run_all.sh"
+    first, second = (runs / "logs" / f"{MODEL}_{TASK}_{key}.log" for key in ("lr03", "lr06"))
+    proc = subprocess.Popen(["bash", str(script), "--warm"], cwd=tmp_path, env=env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while '"step": 4' not in (first.read_text() if first.exists() else ""):
+            assert time.monotonic() < deadline and proc.poll() is None, "the cell never started"
+            time.sleep(0.05)
+        os.killpg(proc.pid, sig)
+        out, err = proc.communicate(timeout=120)
+        deadline = time.monotonic() + 120  # the worker may outlive a SIGTERMed script briefly
+        word = "interrupted: " if sig == signal.SIGINT else "preempted: "
+        while word not in first.read_text():
+            assert time.monotonic() < deadline, first.read_text()[-2000:]
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130, out + err
+        assert err.strip().splitlines()[-1].startswith(f"interrupted during {MODEL}_{TASK}_lr03")
+    assert not second.exists() and "finished" not in out  # no next unit
+    name = result_filename(MODEL, TASK, LRS[0], 42)
+    assert (rdir / f".resume-{name}.pt").exists() and not (rdir / name).exists()
+    rerun = sh(["bash", str(script), "--warm"], tmp_path)
+    assert "finished: 2 run" in rerun.stdout, rerun.stdout
+    assert json.loads((rdir / name).read_text())["training"]["steps"] == 40

@@ -31,7 +31,7 @@ TOTAL_UNITS=__TOTAL_UNITS__
 __CONSTANTS__
 STATES=() N_DONE=0 HAVE=0 SEEN_OUTS=0 DONE_AT_START=() ALL_OUTS=()
 WORKERS=1 GPUS=() PER_GPU=1 WID=1 WPREFIX='' current='' UNIT_FD='' PREEMPTED=''
-WARM='' WARM_PID='' W_IN='' W_OUT=''
+WARM='' WARM_PID='' W_IN='' W_OUT='' SHOWER=''
 
 die() {
     echo "error: $*" >&2
@@ -225,12 +225,14 @@ start_warm() {
     exec {W_IN}>"$req" {W_OUT}<"$rep"
 }
 
-# stop_warm: close the warm process's requests (it exits after its unit) and wait for it.
+# stop_warm: close the warm process's requests (it exits after its unit) and wait for it,
+# and for the progress reader of its unit (whose last lines say what was saved).
 stop_warm() {
     if [ -z "$WARM_PID" ]; then return 0; fi
     exec {W_IN}>&- {W_OUT}<&-
     wait "$WARM_PID" 2>/dev/null
-    WARM_PID='' W_IN='' W_OUT=''
+    if [ -n "$SHOWER" ]; then wait "$SHOWER" 2>/dev/null; fi
+    WARM_PID='' W_IN='' W_OUT='' SHOWER=''
 }
 
 # warm_unit LOG RUN_ARGS...: run one unit in the warm process, its stdout appended to LOG
@@ -238,12 +240,12 @@ stop_warm() {
 # returns its exit code. A warm process that died (killed, out of memory) fails the unit
 # with its exit status, and the next unit starts a fresh one.
 warm_unit() {
-    local log=$1 fifo="$RUN_DIR/warm-progress.$WID" rc='' status shower fd
+    local log=$1 fifo="$RUN_DIR/warm-progress.$WID" rc='' status fd
     shift
     if [ -z "$WARM_PID" ]; then start_warm; fi
     [ -p "$fifo" ] || mkfifo "$fifo" || exit "$EXIT_INPUT_ERROR"
     show_progress "$log" <"$fifo" &
-    shower=$!
+    SHOWER=$!
     # In a subshell: a warm process that has just died (SIGTERM between units) ends the
     # subshell by SIGPIPE, not this script; the read below then finds its end.
     (printf '%s\0' "$log" "$fifo" "$#" "$@" >&"$W_IN") 2>/dev/null
@@ -255,7 +257,8 @@ warm_unit() {
     # opening it, opening the FIFO read-write here (never blocking) gives it that end.
     exec {fd}<>"$fifo"
     exec {fd}>&-
-    wait "$shower"
+    wait "$SHOWER"
+    SHOWER=''
     if ! [[ $rc =~ ^[0-9]+$ ]]; then # the warm process died during the unit
         exec {W_IN}>&- {W_OUT}<&-
         wait "$WARM_PID"
