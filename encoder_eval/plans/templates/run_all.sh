@@ -220,7 +220,11 @@ start_warm() {
     local req="$RUN_DIR/warm-req.$WID" rep="$RUN_DIR/warm-rep.$WID"
     rm -f "$req" "$rep"
     mkfifo "$req" "$rep" || exit "$EXIT_INPUT_ERROR"
-    "$PYTHON" -m encoder_eval.run --warm-worker <"$req" >"$rep" &
+    if [ -n "$UNIT_FD" ]; then # the unit lock is this script's: never held by the worker
+        "$PYTHON" -m encoder_eval.run --warm-worker <"$req" >"$rep" {UNIT_FD}>&- &
+    else
+        "$PYTHON" -m encoder_eval.run --warm-worker <"$req" >"$rep" &
+    fi
     WARM_PID=$!
     exec {W_IN}>"$req" {W_OUT}<"$rep"
 }
