@@ -26,10 +26,11 @@ load hits both alike) after one untimed warm-up cell (page cache and token cache
 
   split  the same cell in a fresh process started through `SPLIT_DRIVER`, which wraps the
          cell's own functions with timers (no profiler, so no overhead on the path) and
-         prints where the time to the first step goes: interpreter start, imports (ours,
-         torch, transformers and its tokenizer classes), checking the flags, the task data, the tokenizer, the model load (with the
-         model classes transformers imports lazily on first use), the token cache, the
-         first optimizer step, and what is left (set-up between them).
+         prints where the time to the first step goes: interpreter start; imports (ours,
+         torch, and transformers' auto classes, which pull in its generation utilities,
+         torch._dynamo and scikit-learn: a plain cell pays these at its first tokenizer
+         load); checking the flags; the task data; the tokenizer; the model load; the
+         token cache; the first optimizer step; and the set-up between them.
 
 Prints the median of each, the ratios cell/bare and cell/bare+model-class, and, last, one JSON object.
 Default: all-MiniLM-L6-v2 on glue_rte from ../shared/data, CPU.
@@ -88,7 +89,6 @@ parts = {"interpreter_start": t - born}
 import encoder_eval.run as run_cmd
 import encoder_eval.cells.runner as runner
 import encoder_eval.cells.train as train
-import encoder_eval.data.loaders as loaders
 from transformers import AutoTokenizer
 parts["imports"] = time.time() - t
 
