@@ -24,6 +24,14 @@ load hits both alike) after one untimed warm-up cell (page cache and token cache
          to the end of the first optimizer step; imports, task data, tokenizer, model,
          token cache lookup and the step itself are all inside it).
 
+  split  the same cell in a fresh process started through `SPLIT_DRIVER`, which wraps the
+         cell's own functions with timers (no profiler, so no overhead on the path) and
+         prints where the time to the first step goes: interpreter start; imports (ours,
+         torch, and transformers' auto classes, which pull in its generation utilities,
+         torch._dynamo and scikit-learn: a plain cell pays these at its first tokenizer
+         load); checking the flags; the task data; the tokenizer; the model load; the
+         token cache; the first optimizer step; and the set-up between them.
+
 Prints the median of each, the ratios cell/bare and cell/bare+model-class, and, last, one JSON object.
 Default: all-MiniLM-L6-v2 on glue_rte from ../shared/data, CPU.
 """
@@ -70,6 +78,88 @@ def _timed(py: str, code: str) -> tuple[float, float]:
     return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
+# Runs `encoder_eval.run` with timers around the parts of its path to the first step; prints
+# one JSON object of seconds on its last line. argv: the cell's `run` arguments.
+SPLIT_DRIVER = """
+import json, sys, time
+import psutil
+born = psutil.Process().create_time()
+t = time.time()
+parts = {"interpreter_start": t - born}
+import encoder_eval.run as run_cmd
+import encoder_eval.cells.runner as runner
+import encoder_eval.cells.train as train
+from transformers import AutoTokenizer
+parts["imports"] = time.time() - t
+
+def timed(owner, name, part, once=False):
+    real = getattr(owner, name)
+    def wrapper(*a, **k):
+        if once and part in parts:
+            return real(*a, **k)
+        t0 = time.time()
+        try:
+            return real(*a, **k)
+        finally:
+            parts[part] = parts.get(part, 0.0) + time.time() - t0
+    setattr(owner, name, wrapper)
+
+real_tok = AutoTokenizer.from_pretrained.__func__
+def tok(cls, *a, **k):
+    t0 = time.time()
+    try:
+        return real_tok(cls, *a, **k)
+    finally:
+        parts["tokenizer"] = parts.get("tokenizer", 0.0) + time.time() - t0
+AutoTokenizer.from_pretrained = classmethod(tok)
+for owner in (runner, train):
+    timed(owner, "load_task", "task_data")
+    timed(owner, "data_provenance", "data_provenance")
+timed(run_cmd, "plan_cells", "check_flags")
+marks = {}
+def mark(owner, name, key):
+    real = getattr(owner, name)
+    def wrapper(*a, **k):
+        marks.setdefault(key, time.time())
+        return real(*a, **k)
+    setattr(owner, name, wrapper)
+mark(train, "run_cell", "run_cell")
+mark(train, "_setup", "setup")
+mark(train, "_train", "train")
+mark(train, "_step_fitting_memory", "step")
+timed(train, "_setup", "cell_setup")
+timed(train, "load_model", "model_and_tokenizer")
+timed(train, "encode_cached", "token_cache")
+timed(train, "_step_fitting_memory", "first_step", once=True)
+code = run_cmd.main(sys.argv[1:])
+parts["model_load"] = parts.pop("model_and_tokenizer") - parts.get("tokenizer", 0.0)
+inner = ("tokenizer", "model_load", "token_cache", "task_data", "data_provenance")
+parts["setup_rest"] = parts.pop("cell_setup") - sum(parts.get(k, 0.0) for k in inner)
+out = json.load(open(sys.argv[sys.argv.index("--out-json") + 1]))
+total = out["training"]["process_start_to_first_step_s"]
+parts["before_cell"] = marks["run_cell"] - t - parts["imports"] - parts["check_flags"]
+parts["cell_entry"] = marks["setup"] - marks["run_cell"]
+parts["train_entry"] = marks["step"] - marks["train"]
+parts["other_setup"] = total - sum(parts.values())
+parts["total_to_first_step"] = total
+print(json.dumps({k: round(v, 3) for k, v in parts.items()}))
+sys.exit(code)
+"""
+PARTS = ("interpreter_start", "imports", "check_flags", "data_provenance", "task_data",
+         "tokenizer", "model_load", "token_cache", "setup_rest", "before_cell", "cell_entry", "train_entry", "first_step",
+         "other_setup",
+         "total_to_first_step")  # fmt: skip
+
+
+def _split(cmd: list[str], out: Path) -> dict[str, float]:
+    """The parts of one fresh cell process's start-up (`SPLIT_DRIVER`), in seconds."""
+    out.unlink(missing_ok=True)
+    argv = cmd[3:] + ["--out-json", str(out)]  # cmd is [python, -m, encoder_eval.run, ...]
+    proc = subprocess.run([cmd[0], "-c", SPLIT_DRIVER, *argv], cwd=REPO, check=True,
+                          capture_output=True, text=True)  # fmt: skip
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def _cell(cmd: list[str], out: Path) -> float:
     out.unlink(missing_ok=True)
     subprocess.run(cmd + ["--out-json", str(out)], cwd=REPO, check=True,
@@ -95,13 +185,14 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     _cell(cmd, root / "warm.json")  # warm-up: token cache and page cache, not timed
     _bare(py)
-    bare, bare_mc, cell, torch_only, harness = [], [], [], [], []
+    bare, bare_mc, cell, torch_only, harness, split = [], [], [], [], [], []
     for i in range(args.repeats):
         bare.append(_bare(py))
         bare_mc.append(_bare(py, BARE_MODEL_CLASS))
         torch_only.append(_timed(py, TORCH))
         harness.append(_timed(py, HARNESS))
         cell.append(_cell(cmd, root / f"cell{i}.json"))
+        split.append(_split(cmd, root / f"split{i}.json"))
     ours_wall = [h[0] - t[0] for h, t in zip(harness, torch_only, strict=True)]
     ours_cpu = [h[1] - t[1] for h, t in zip(harness, torch_only, strict=True)]
     out = {
@@ -121,6 +212,9 @@ def main() -> int:
             round(statistics.median(ours_wall), 3),
             round(statistics.median(ours_cpu), 3),
         ],
+        "split_median_s": {
+            k: round(statistics.median(x.get(k, 0.0) for x in split), 3) for k in PARTS
+        },
         "load_average_before_after": [load_before, os.getloadavg()[0]],
         "task": args.task,
         "device": args.device,
@@ -146,6 +240,8 @@ def main() -> int:
           f"{out['harness_import_median_wall_cpu_s'][1]:.2f} s CPU; beyond torch "
           f"{out['harness_over_torch_median_wall_cpu_s'][0]:.2f} s wall, "
           f"{out['harness_over_torch_median_wall_cpu_s'][1]:.2f} s CPU")  # fmt: skip
+    print("where the time to the first step goes (median s, fresh process): " + ", ".join(
+        f"{k} {v:.2f}" for k, v in out["split_median_s"].items()))  # fmt: skip
     print(f"ratio cell / bare: {out['ratio_cell_over_bare']}x (target <= 1.3x); "
           f"cell / bare+model-class: {out['ratio_cell_over_bare_plus_model_class']}x")  # fmt: skip
     print(json.dumps(out))

@@ -2,7 +2,7 @@
 # shellcheck disable=SC2034  # (template) the common.sh part inserted below reads these
 # shellcheck disable=SC2154  # (template) EXIT_*, DONE_STATES: set by __CONSTANTS__
 __HEADER__
-# Usage: bash run_all.sh [--workers N | --gpus LIST [--workers-per-gpu K]]
+# Usage: bash run_all.sh [--workers N | --gpus LIST [--workers-per-gpu K]] [--warm]
 #   (no flag)       one worker: the units in order, one process at a time
 #   --workers N     N workers at once; each unit (one encoder_eval.run or, for probes,
 #                   encoder_eval.probe process) is taken by exactly one of them
@@ -10,6 +10,10 @@ __HEADER__
 #                   (CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES)
 #   --workers-per-gpu K  with --gpus: K workers per listed GPU (K units at once on each;
 #                   small models use a few percent of a big GPU), e.g. --gpus 0 --workers-per-gpu 4
+#   --warm          each worker runs its units in one long-lived encoder_eval.run process
+#                   (python -m encoder_eval.run --warm-worker) instead of one process per
+#                   unit: the imports and start-up are paid once per worker; the same
+#                   results, skips, exit status and stop signals
 # Done cells are skipped and corrupt result files moved aside, so running it again fills
 # the gaps. Exit status: 0 all done; 1 some unit failed; 2 bad input; 130 Ctrl-C;
 # 75 SIGTERM stopped several workers, or a unit's process (a single worker is stopped by
@@ -27,6 +31,7 @@ TOTAL_UNITS=__TOTAL_UNITS__
 __CONSTANTS__
 STATES=() N_DONE=0 HAVE=0 SEEN_OUTS=0 DONE_AT_START=() ALL_OUTS=()
 WORKERS=1 GPUS=() PER_GPU=1 WID=1 WPREFIX='' current='' UNIT_FD='' PREEMPTED=''
+WARM='' WARM_PID='' W_IN='' W_OUT='' SHOWER=''
 
 die() {
     echo "error: $*" >&2
@@ -70,12 +75,19 @@ while [ "$#" -gt 0 ]; do
             seen_gpu[$gpu]=1
         done
         ;;
+    --warm)
+        if [ "$MODULE" != encoder_eval.run ]; then
+            die "--warm runs encoder_eval.run units; this script's units are $MODULE" \
+                "processes: run it without --warm"
+        fi
+        WARM=1
+        ;;
     -h | --help)
         sed -n '2,/^set -u$/{/^set -u$/d;s/^# \{0,1\}//;p;}' "$0"
         exit 0
         ;;
     *) die "unknown argument '$1'; valid: --workers N, --gpus LIST (e.g. --gpus 0,1)," \
-        "--workers-per-gpu K (with --gpus), --help" ;;
+        "--workers-per-gpu K (with --gpus), --warm, --help" ;;
     esac
     shift
 done
@@ -99,6 +111,7 @@ trap 'rm -rf "$RUN_DIR"' EXIT
 # exits 130, and this script then stops instead of going on to the next unit.
 interrupted() {
     trap - INT
+    stop_warm # a warm worker saves its cell first, as a unit's process would
     if [ -n "$WPREFIX" ]; then # a worker of several: the main script says how to resume
         echo "${WPREFIX}interrupted${current:+ during $current}" >&2
         exit "$EXIT_INTERRUPTED"
@@ -201,6 +214,65 @@ show_progress() {
     done
 }
 
+# start_warm: this worker's warm process (`python -m encoder_eval.run --warm-worker`),
+# fed requests on W_IN and answering exit codes on W_OUT (two FIFOs in RUN_DIR).
+start_warm() {
+    local req="$RUN_DIR/warm-req.$WID" rep="$RUN_DIR/warm-rep.$WID"
+    rm -f "$req" "$rep"
+    mkfifo "$req" "$rep" || exit "$EXIT_INPUT_ERROR"
+    if [ -n "$UNIT_FD" ]; then # the unit lock is this script's: never held by the worker
+        "$PYTHON" -m encoder_eval.run --warm-worker <"$req" >"$rep" {UNIT_FD}>&- &
+    else
+        "$PYTHON" -m encoder_eval.run --warm-worker <"$req" >"$rep" &
+    fi
+    WARM_PID=$!
+    exec {W_IN}>"$req" {W_OUT}<"$rep"
+}
+
+# stop_warm: close the warm process's requests (it exits after its unit) and wait for it,
+# and for the progress reader of its unit (whose last lines say what was saved).
+stop_warm() {
+    if [ -z "$WARM_PID" ]; then return 0; fi
+    exec {W_IN}>&- {W_OUT}<&-
+    wait "$WARM_PID" 2>/dev/null
+    if [ -n "$SHOWER" ]; then wait "$SHOWER" 2>/dev/null; fi
+    WARM_PID='' W_IN='' W_OUT='' SHOWER=''
+}
+
+# warm_unit LOG RUN_ARGS...: run one unit in the warm process, its stdout appended to LOG
+# and its stderr shown by show_progress (through a FIFO), as a unit's own process would;
+# returns its exit code. A warm process that died (killed, out of memory) fails the unit
+# with its exit status, and the next unit starts a fresh one.
+warm_unit() {
+    local log=$1 fifo="$RUN_DIR/warm-progress.$WID" rc='' status fd
+    shift
+    if [ -z "$WARM_PID" ]; then start_warm; fi
+    [ -p "$fifo" ] || mkfifo "$fifo" || exit "$EXIT_INPUT_ERROR"
+    show_progress "$log" <"$fifo" &
+    SHOWER=$!
+    # In a subshell: a warm process that has just died (SIGTERM between units) ends the
+    # subshell by SIGPIPE, not this script; the read below then finds its end.
+    (printf '%s\0' "$log" "$fifo" "$#" "$@" >&"$W_IN") 2>/dev/null
+    until read -r rc <&"$W_OUT"; do # a trapped signal interrupts read: read again
+        status=$?
+        if [ "$status" -le 128 ]; then break; fi
+    done
+    # The progress reader ends at the end of the unit's stderr; if the process died before
+    # opening it, opening the FIFO read-write here (never blocking) gives it that end.
+    exec {fd}<>"$fifo"
+    exec {fd}>&-
+    wait "$SHOWER"
+    SHOWER=''
+    if ! [[ $rc =~ ^[0-9]+$ ]]; then # the warm process died during the unit
+        exec {W_IN}>&- {W_OUT}<&-
+        wait "$WARM_PID"
+        rc=$?
+        WARM_PID='' W_IN='' W_OUT=''
+        if [ "$rc" -eq 0 ]; then rc=$EXIT_INCOMPLETE; fi
+    fi
+    return "$rc"
+}
+
 units() { # every unit of this script, in order
 __UNITS__
 }
@@ -250,8 +322,13 @@ unit() {
     current=$label
     say "starting $label ($((n - HAVE)) of $n cells to run), log: $log"
     # Appended, not truncated: a second runner of this script must not wipe this log.
-    { "$PYTHON" -m "$MODULE" "$@" 2>&1 >>"$log"; } | show_progress "$log"
-    rc=${PIPESTATUS[0]}
+    if [ -n "$WARM" ]; then
+        warm_unit "$log" "$@"
+        rc=$?
+    else
+        { "$PYTHON" -m "$MODULE" "$@" 2>&1 >>"$log"; } | show_progress "$log"
+        rc=${PIPESTATUS[0]}
+    fi
     release_unit_lock
     if [ "$rc" -eq "$EXIT_INTERRUPTED" ]; then interrupted; fi
     # SIGTERM to a worker of several, or to this unit's process alone (exit "$EXIT_PREEMPTED"): stop here.
@@ -286,6 +363,7 @@ worker() {
         PASS=deferred UNIT_INDEX=-1 SEEN_OUTS=0
         units
     fi
+    stop_warm
 }
 
 # stop_workers SIGNAL: pass Ctrl-C (INT) or SIGTERM on to every worker's process group

@@ -1,0 +1,99 @@
+"""Benchmark: N small cells run by `run_all.sh` one process per unit, against its warm worker.
+
+Writes the same select sweep twice with `python -m encoder_eval.sweep --mode shell --group
+cell` (one unit per cell) and runs:
+
+  (a) `bash run_all.sh`         one `python -m encoder_eval.run` process per unit (the
+                                reference: today's default);
+  (b) `bash run_all.sh --warm`  one long-lived `python -m encoder_eval.run --warm-worker`
+                                process that runs every unit in turn.
+
+For each: wall seconds and CPU seconds (user + system of every process the run started,
+writing the sweep included: the same for both), then the ratios (a)/(b). Each variant runs
+`--repeats` times, alternating, and the medians are compared; the token cache is warmed
+first so neither pays for tokenising. The results of (a) and (b) are checked equal (the
+dev scores of every cell). Default: all-MiniLM-L6-v2 on glue_rte from ../shared/data,
+2 learning rates x 3 seeds, 2 steps per cell, `--limit 64` (every split cut to 64
+examples, so a cell's own work is short, as on a GPU; `--limit 0` for the whole splits),
+`--precision auto` (fp32 on a CPU without native bf16), CPU. The last line is one JSON
+object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import add_sweep_arguments, n_cells, run_sweep, sweep_model, warm_token_cache  # noqa: E402
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _dev_scores(results: Path) -> dict[str, object]:
+    return {p.name: json.loads(p.read_text())["dev"] for p in sorted(results.glob("*.json"))}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    add_sweep_arguments(p, tasks="glue_rte", lr_keys="lr03,lr06", seeds="42,43,44")
+    p.set_defaults(max_steps=2)
+    p.add_argument("--precision", default="auto")
+    p.add_argument("--limit", type=int, default=64, help="0: the whole splits")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
+    p.add_argument("--repeats", type=int, default=1)
+    args = p.parse_args()
+
+    model = sweep_model(args)
+    root = Path(tempfile.mkdtemp(prefix="bench-warm-"))
+    warm_token_cache(args, model, args.device, root / "warm-cache")  # outside every measurement
+    flags = ("--precision", args.precision) + (("--limit", str(args.limit)) if args.limit else ())
+    runs: dict[str, list[tuple[float, float]]] = {"per_unit": [], "warm": []}
+    load_before = os.getloadavg()[0]
+    scores = {}
+    for i in range(args.repeats):
+        for name, run_all_flags in (("per_unit", []), ("warm", ["--warm"])):
+            cpu0 = _children_cpu()
+            wall = run_sweep(args, model, args.device, "cell", root, f"{name}{i}",
+                             run_all_flags, name, flags)  # fmt: skip
+            runs[name].append((wall, _children_cpu() - cpu0))
+            scores[name] = _dev_scores(root / f"{name}{i}")
+    if scores["per_unit"] != scores["warm"]:
+        raise SystemExit("the warm worker's dev scores differ from one process per unit")
+    out: dict = {"cells": n_cells(args), "max_steps": args.max_steps, "limit": args.limit,
+                 "device": args.device}  # fmt: skip
+    for name, values in runs.items():
+        out[name] = {
+            "wall_s": [round(w, 1) for w, _ in values],
+            "cpu_s": [round(c, 1) for _, c in values],
+            "wall_median_s": round(statistics.median(w for w, _ in values), 1),
+            "cpu_median_s": round(statistics.median(c for _, c in values), 1),
+        }
+    for kind in ("wall", "cpu"):
+        out[f"ratio_{kind}_per_unit_over_warm"] = round(
+            out["per_unit"][f"{kind}_median_s"] / out["warm"][f"{kind}_median_s"], 2
+        )
+    out["load_average_before_after"] = [load_before, os.getloadavg()[0]]
+    out["date_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    for name in runs:
+        v = out[name]
+        print(f"{name:9s} {out['cells']} cells: wall {v['wall_median_s']:7.1f} s, "
+              f"CPU {v['cpu_median_s']:7.1f} s")  # fmt: skip
+    print(f"one process per unit / warm worker: wall {out['ratio_wall_per_unit_over_warm']}x, "
+          f"CPU {out['ratio_cpu_per_unit_over_warm']}x (same dev scores)")  # fmt: skip
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

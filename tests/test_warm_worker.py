@@ -1,0 +1,131 @@
+"""`run_all.sh --warm`: each worker runs its units in one long-lived `encoder_eval.run
+--warm-worker` process, with the same result files, skips and failures as one process per
+unit (tiny BERT, 3-step cells, `--group cell`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from fault_helpers import SHRINK, env, py, sh
+
+from encoder_eval.core.results import result_filename
+
+MODEL, TASK, SEEDS = "tiny", "glue_rte", (42, 43)
+LRS = (1.67e-05, 1e-4)  # lr03, lr10
+
+
+def _sweep(tmp_path: Path, tiny_models, small_mirror, name: str) -> tuple[Path, Path]:
+    """A select sweep of 4 one-cell units; its run_all.sh and results folder."""
+    out, results = tmp_path / f"runs-{name}", tmp_path / f"results-{name}"
+    sh(py("encoder_eval.sweep", "--phase", "select", "--model", f"{MODEL}={tiny_models['bert']}",
+          "--tasks", TASK, "--lr-keys", "lr03,lr10", "--seeds", ",".join(map(str, SEEDS)),
+          "--data-dir", small_mirror, *SHRINK, "--precision", "fp32", "--out-dir", out,
+          "--results-dir", results, "--mode", "shell", "--group", "cell"), tmp_path)  # fmt: skip
+    return out / "run_all.sh", results
+
+
+def _scores(results: Path) -> dict[str, tuple]:
+    """Per result file: what training and scoring produced (no timings)."""
+    out = {}
+    for lr in LRS:
+        for seed in SEEDS:
+            name = result_filename(MODEL, TASK, lr, seed)
+            r = json.loads((results / name).read_text())
+            t = r["training"]
+            out[name] = (r["status"], r["dev"], r["report"], t["steps"], t.get("loss_curve"))
+    return out
+
+
+def test_warm_worker_matches_one_process_per_unit_and_skips_done_cells(
+    tmp_path, tiny_models, small_mirror
+):
+    cold, cold_results = _sweep(tmp_path, tiny_models, small_mirror, "cold")
+    warm, warm_results = _sweep(tmp_path, tiny_models, small_mirror, "warm")
+    sh(["bash", str(cold)], tmp_path)
+    ran = sh(["bash", str(warm), "--warm"], tmp_path)
+    assert "finished: 4 run, 0 skipped" in ran.stdout, ran.stdout
+    assert _scores(warm_results) == _scores(cold_results)  # bit for bit on the CPU
+    logs = sorted((warm.parent / "logs").glob("*.log"))
+    assert len(logs) == 4 and all(re.search(r"^ok: ", p.read_text(), re.M) for p in logs)
+
+    # Done cells are skipped; a missing one runs again, alone, in a warm process.
+    gone = warm_results / result_filename(MODEL, TASK, LRS[1], SEEDS[1])
+    kept = {p: p.stat().st_mtime_ns for p in warm_results.glob("*.json") if p != gone}
+    gone.unlink()
+    again = sh(["bash", str(warm), "--warm"], tmp_path)
+    assert "finished: 1 run, 3 skipped" in again.stdout, again.stdout
+    assert {p: p.stat().st_mtime_ns for p in kept} == kept
+    assert _scores(warm_results) == _scores(cold_results)
+
+
+def test_a_failing_unit_does_not_stop_the_warm_worker(tmp_path, tiny_models, small_mirror):
+    script, results = _sweep(tmp_path, tiny_models, small_mirror, "fail")
+    text = script.read_text()
+    # The first unit asks for an off-grid learning rate: `run` refuses it (exit 2).
+    first = re.search(r"--lr \S+", text)
+    script.write_text(text[: first.start()] + "--lr 0.5" + text[first.end() :])
+    proc = sh(["bash", str(script), "--warm"], tmp_path, ok=(1,))
+    assert "failed 1]" in proc.stdout and "finished: 4 run" in proc.stdout, proc.stdout
+    assert re.search(r"FAILED \S+ \(exit 2, 0 of 1 cells written\)", proc.stderr), proc.stderr
+    assert "--lr 0.5 is not on the protocol grid" in proc.stderr  # the log tail
+    assert len(list(results.glob("*.json"))) == 3
+
+
+def test_warm_is_refused_for_probe_scripts(tmp_path, tiny_models, small_mirror):
+    script, _ = _sweep(tmp_path, tiny_models, small_mirror, "probe")
+    script.write_text(
+        script.read_text().replace("MODULE=encoder_eval.run", "MODULE=encoder_eval.probe")
+    )
+    proc = sh(["bash", str(script), "--warm"], tmp_path, ok=(2,))
+    assert proc.stderr.startswith("error: --warm runs encoder_eval.run units"), proc.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_signal_saves_the_warm_workers_cell_and_stops_the_script(
+    tmp_path, tiny_models, small_mirror, sig
+):
+    """Ctrl-C (SIGINT to the foreground group) or Slurm's SIGTERM to every process: the
+    running cell saves its state, no next unit starts, and a rerun with --warm finishes."""
+    rdir, runs = tmp_path / "results", tmp_path / "runs"
+    sh(py("encoder_eval.sweep", "--phase", "select", "--model", f"{MODEL}={tiny_models['bert']}",
+          "--tasks", TASK, "--lr-keys", "lr03,lr06", "--seeds", "42", "--group", "lr",
+          "--max-steps", "40", "--max-seq-len", "128", "--device", "cpu", "--precision", "fp32",
+          "--data-dir", small_mirror, "--extra-run-args", "--epoch-cap 100 --no-early-stop",
+          "--out-dir", runs, "--results-dir", rdir), tmp_path)  # fmt: skip
+    script = runs / "run_all.sh"
+    first, second = (runs / "logs" / f"{MODEL}_{TASK}_{key}.log" for key in ("lr03", "lr06"))
+    proc = subprocess.Popen(["bash", str(script), "--warm"], cwd=tmp_path, env=env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while '"step": 4' not in (first.read_text() if first.exists() else ""):
+            assert time.monotonic() < deadline and proc.poll() is None, "the cell never started"
+            time.sleep(0.05)
+        os.killpg(proc.pid, sig)
+        out, err = proc.communicate(timeout=120)
+        deadline = time.monotonic() + 120  # the worker may outlive a SIGTERMed script briefly
+        word = "interrupted: " if sig == signal.SIGINT else "preempted: "
+        while word not in first.read_text():
+            assert time.monotonic() < deadline, first.read_text()[-2000:]
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130, out + err
+        assert err.strip().splitlines()[-1].startswith(f"interrupted during {MODEL}_{TASK}_lr03")
+    assert not second.exists() and "finished" not in out  # no next unit
+    name = result_filename(MODEL, TASK, LRS[0], 42)
+    assert (rdir / f".resume-{name}.pt").exists() and not (rdir / name).exists()
+    rerun = sh(["bash", str(script), "--warm"], tmp_path)
+    assert "finished: 2 run" in rerun.stdout, rerun.stdout
+    assert json.loads((rdir / name).read_text())["training"]["steps"] == 40
