@@ -168,6 +168,20 @@ def test_a_signal_between_cells_exits_with_its_code(
     assert "run the same command again" in err and '"step"' not in err
 
 
+def _cell_processes(pid: int) -> list[psutil.Process]:
+    """The `encoder_eval.run` processes under `pid`. The script's short-lived helpers (a
+    subshell, `date`) can end between the listing and the reading of their command line:
+    those are skipped, not an error (psutil raises ZombieProcess or NoSuchProcess)."""
+    found = []
+    for p in psutil.Process(pid).children(recursive=True):
+        try:
+            if "encoder_eval.run" in p.cmdline():
+                found.append(p)
+        except psutil.NoSuchProcess:  # ZombieProcess is one
+            continue
+    return found
+
+
 def test_sigterm_to_the_cell_process_alone_stops_run_all(tmp_path, tiny_models, small_mirror):
     """SIGTERM to a unit's process only (not to the script, e.g. `kill PID`): the cell
     saves its state and exits 75, and `run_all.sh` stops there with 75 instead of
@@ -188,8 +202,7 @@ def test_sigterm_to_the_cell_process_alone_stops_run_all(tmp_path, tiny_models, 
         while '"step": 4' not in (first.read_text() if first.exists() else ""):
             assert time.monotonic() < deadline and proc.poll() is None, "the cell never started"
             time.sleep(0.05)
-        (cell,) = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                   if "encoder_eval.run" in p.cmdline()]  # fmt: skip
+        (cell,) = _cell_processes(proc.pid)
         cell.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 120
         while proc.poll() is None:
