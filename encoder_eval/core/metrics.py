@@ -369,10 +369,11 @@ def _headline(value: np.ndarray, present: np.ndarray, is_euro: np.ndarray | None
 
 class _Indicators(NamedTuple):
     """A classification metric's 0/1 columns per example, examples of one language side by
-    side (`order`, `spans`): per seed, right or wrong (accuracy: `width` 1) or the hits of
-    each of the `k` classes then its predictions (`width` 2k); `gold` the labels per class."""
+    side (`order`, `spans`: `language_blocks`): per seed, right or wrong (accuracy: `width`
+    1) or the hits of each of the `k` classes then its predictions (`width` 2k); `gold` the
+    labels per class."""
 
-    order: np.ndarray
+    order: np.ndarray | None
     spans: list[tuple[int, int]]
     columns: np.ndarray  # (examples, seeds * width), float32
     gold: np.ndarray | None  # (examples, k), float32
@@ -381,20 +382,39 @@ class _Indicators(NamedTuple):
     k: int
 
 
+def language_blocks(lang: np.ndarray, n_lang: int) -> tuple[np.ndarray | None, list]:
+    """(order, spans): `order` puts the examples of each language code side by side (stable)
+    and `spans[code]` is that language's (start, end) in that order. When every language is
+    already one block (as `load_examples` reads them, file by file), `order` is None (the
+    examples as they are) and the spans are the blocks themselves: no column is gathered,
+    and a language's columns are the same, in the same order, either way."""
+    n_cols = lang.size
+    if n_cols and np.count_nonzero(lang[1:] != lang[:-1]) == np.unique(lang).size - 1:
+        starts = np.flatnonzero(np.r_[True, lang[1:] != lang[:-1]])
+        ends = np.r_[starts[1:], n_cols]
+        at = {int(lang[s]): (int(s), int(e)) for s, e in zip(starts, ends, strict=True)}
+        return None, [at.get(code, (0, 0)) for code in range(n_lang)]
+    order = np.argsort(lang, kind="stable")
+    bounds = np.searchsorted(lang[order], np.arange(n_lang + 1))
+    return order, [(int(bounds[code]), int(bounds[code + 1])) for code in range(n_lang)]
+
+
 def _indicators(name: str, matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_lang: int):
     n_cols = matrix.shape[1]
-    order = np.argsort(lang, kind="stable")  # columns of one language side by side
-    bounds = np.searchsorted(lang[order], np.arange(n_lang + 1))
-    spans = [(int(bounds[code]), int(bounds[code + 1])) for code in range(n_lang)]
+    order, spans = language_blocks(lang, n_lang)
+
+    def side_by_side(x: np.ndarray) -> np.ndarray:
+        return x if order is None else x[..., order]
+
     if name == "accuracy":
-        columns = (matrix == labels)[:, order].T  # (columns, seeds): right or wrong
+        columns = side_by_side(matrix == labels).T  # (columns, seeds): right or wrong
         return _Indicators(
             order, spans, np.ascontiguousarray(columns, np.float32), None, None, 1, 0
         )
     classes = np.unique(np.concatenate([labels.ravel(), matrix.ravel()]))
     k = classes.size
-    true = np.searchsorted(classes, labels)[order]
-    pred = np.searchsorted(classes, matrix)[:, order]  # (seeds, columns)
+    true = side_by_side(np.searchsorted(classes, labels))
+    pred = side_by_side(np.searchsorted(classes, matrix))  # (seeds, columns)
     said = pred[:, :, None] == np.arange(k)
     hit = said & (pred == true)[:, :, None]
     # (columns, seeds * 2k): per seed, the hits of each class, then its predictions
@@ -433,14 +453,17 @@ def _confusion_batch(
     are the same as counting one resample at a time."""
     n_cols = matrix.shape[1]
     ind = _indicators(name, matrix, labels, lang, n_lang)
-    position = np.empty_like(ind.order)
-    position[ind.order] = np.arange(n_cols)
-    in_order = bool(np.array_equal(position, np.arange(n_cols)))  # sorted by language already
+    position = None  # each example's column in `ind`'s order (None: its own)
+    if ind.order is not None:
+        position = np.empty_like(ind.order)
+        position[ind.order] = np.arange(n_cols)
 
     def per_language(index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = index.shape[0]
         drawn = np.bincount(
-            (np.arange(rows)[:, None] * n_cols + (index if in_order else position[index])).ravel(),
+            (
+                np.arange(rows)[:, None] * n_cols + (index if position is None else position[index])
+            ).ravel(),
             minlength=rows * n_cols,
         ).reshape(rows, n_cols)
         weights = drawn.astype(np.float32)
@@ -465,48 +488,47 @@ def swap_scorer(
     """The scores of the paired swap permutation test (`stats.paired_swap_permutation`):
     the returned function maps a (resamples, examples) 0/1 swap matrix to A's and B's
     (resamples, seeds) task scores with the swapped examples' predictions exchanged
-    (`a`, `b`: (seeds, examples)). A classification metric's per-language counts are A's
-    own plus the swap matrix times (B's indicators - A's), and B's own minus the same
-    product: one matrix product for both sides and no draw counts, exact as in
-    `resample_scorer`. Other metrics score [a | b] through `resample_scorer`."""
+    (`a`, `b`: (seeds, examples)): the scores `resample_scorer` gives on [a | b] at the
+    columns each side holds. A classification metric's per-language counts are A's own
+    plus the swap matrix times (B's indicators - A's), and B's own minus the same product:
+    one matrix product for both sides and no draw counts, exact as in `resample_scorer`.
+    Spearman: `_spearman_swap`."""
+    if metric_spec(name).granularity == "grouped":
+        raise ValueError(f"{name} is a per-query metric; resampling takes single examples")
     a, b, labels = np.atleast_2d(a), np.atleast_2d(b), np.asarray(labels)
     n_ex, n_seeds = labels.size, a.shape[0]
-    if name == "spearman":
-        names, lang = np.unique(np.asarray(languages), return_inverse=True)
-        is_euro = np.isin(names, list(euro)) if euro else None
-        per_language = _spearman_swap(a, b, labels, lang, names.size)
-        rows_per_batch = max(1, RESAMPLE_BATCH // max(2 * n_ex, n_seeds * names.size))
-
-        def spearman(swap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            swap = np.atleast_2d(swap)
-            out = np.empty((2, swap.shape[0], n_seeds))
-            for start in range(0, swap.shape[0], rows_per_batch):
-                part = swap[start : start + rows_per_batch]
-                for side, (value, present) in enumerate(per_language(part)):
-                    out[side, start : start + part.shape[0]] = _headline(value, present, is_euro)
-            return out[0], out[1]
-
-        return spearman
-    if name not in ("accuracy", "f1", "macro_f1", "mcc"):
-        stacked = resample_scorer(
-            name,
-            np.concatenate([a, b], axis=1),
-            np.concatenate([labels, labels]),
-            np.concatenate([np.asarray(languages)] * 2),
-            euro,
-        )
-        own = np.arange(n_ex)
-
-        def by_index(swap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            swap = np.atleast_2d(swap).astype(np.int64)
-            return stacked(own + n_ex * swap), stacked(own + n_ex * (1 - swap))
-
-        return by_index
     names, lang = np.unique(np.asarray(languages), return_inverse=True)
     if a.shape != b.shape or a.shape[1:] != labels.shape or lang.shape != labels.shape:
         raise ValueError(f"{a.shape} and {b.shape} predictions for {labels.shape} labels")
     is_euro = np.isin(names, list(euro)) if euro else None
-    ind = _indicators(name, np.concatenate([a, b]), labels, lang, names.size)
+    if name == "spearman":
+        per_language = _spearman_swap(a, b, labels, lang, names.size)
+        rows_per_batch = max(1, RESAMPLE_BATCH // (2 * n_ex))
+    else:
+        per_language, width = _confusion_swap(name, a, b, labels, lang, names.size)
+        rows_per_batch = max(1, RESAMPLE_BATCH // max(n_ex, n_seeds * width * names.size))
+
+    def scores(swap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        swap = np.atleast_2d(np.asarray(swap)).astype(bool, copy=False)
+        out_a, out_b = np.empty((2, swap.shape[0], n_seeds))
+        with _one_blas_thread():
+            for start in range(0, swap.shape[0], rows_per_batch):
+                values = per_language(swap[start : start + rows_per_batch])
+                present = np.ones((values[0].shape[0], names.size), dtype=bool)
+                for value, out in zip(values, (out_a, out_b), strict=True):
+                    out[start : start + value.shape[0]] = _headline(value, present, is_euro)
+        return out_a, out_b
+
+    return scores
+
+
+def _confusion_swap(
+    name: str, a: np.ndarray, b: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_lang: int
+):
+    """The per-language scorer of `swap_scorer` for a classification metric, and the
+    width of its indicator columns per seed."""
+    n_seeds = a.shape[0]
+    ind = _indicators(name, np.concatenate([a, b]), labels, lang, n_lang)
     half = n_seeds * ind.width
     own_a, own_b = ind.columns[:, :half], ind.columns[:, half:]
     change = np.ascontiguousarray(own_b - own_a)  # -1, 0 or 1
@@ -514,25 +536,18 @@ def swap_scorer(
     base_b = np.stack([own_b[s:e].sum(axis=0) for s, e in ind.spans])
     n = np.array([[e - s for s, e in ind.spans]], dtype=float)  # (1, langs)
     t = None if ind.gold is None else np.stack([ind.gold[s:e].sum(axis=0) for s, e in ind.spans])
-    rows_per_batch = max(1, RESAMPLE_BATCH // max(n_ex, half * names.size))
 
-    def scores(swap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        swap = np.atleast_2d(swap)
-        out_a, out_b = np.empty((2, swap.shape[0], n_seeds))
-        with _one_blas_thread():
-            for start in range(0, swap.shape[0], rows_per_batch):
-                m = swap[start : start + rows_per_batch][:, ind.order].astype(np.float32)
-                moved = np.stack([m[:, s:e] @ change[s:e] for s, e in ind.spans], axis=1)
-                rows = m.shape[0]
-                counts_n = np.broadcast_to(n, (rows, names.size))
-                present = np.ones((rows, names.size), dtype=bool)
-                label_counts = None if t is None else t[None]
-                for made, out in ((base_a + moved, out_a), (base_b - moved, out_b)):
-                    value = _scores_from_made(name, ind, made, counts_n, label_counts)
-                    out[start : start + rows] = _headline(value, present, is_euro)
-        return out_a, out_b
+    def per_language(swap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        m = (swap if ind.order is None else swap[:, ind.order]).astype(np.float32)
+        moved = np.stack([m[:, s:e] @ change[s:e] for s, e in ind.spans], axis=1)
+        counts_n = np.broadcast_to(n, (m.shape[0], n_lang))
+        label_counts = None if t is None else t[None]
+        return tuple(
+            _scores_from_made(name, ind, made, counts_n, label_counts)
+            for made in (base_a + moved, base_b - moved)
+        )
 
-    return scores
+    return per_language, ind.width
 
 
 def _from_counts(
@@ -560,45 +575,25 @@ def _from_counts(
         return np.where(defined, cov / np.where(scale > 0, scale, 1.0), np.nan)
 
 
-def _centred_ranks(
-    counts: np.ndarray, n: np.ndarray, order: np.ndarray, last: np.ndarray, run_of: np.ndarray
+def _weighted_ranks(
+    weights: np.ndarray, order: np.ndarray, last: np.ndarray, run_of: np.ndarray
 ) -> np.ndarray:
-    """Twice the centred average ranks (scipy `rankdata`'s "average", minus their mean
-    (n + 1) / 2), as int32, of every pooled value within each resample that draws value j
-    `counts[:, j]` times (`n`: the draws of each resample), without sorting per resample:
-    `order` sorts the pool once, `last` is each run of equal values' last position in that
-    order, `run_of` each value's run. A value's rank is the count drawn up to its run's end
-    minus (its run's count - 1) / 2, so twice the centred rank is 2 * upto - run - n: an
-    integer, so half of it is the rank minus the mean exactly, in fewer passes over
-    memory than in floats."""
-    return _centred(*_rank_counts(counts, order, last), n, run_of)
+    """Average ranks (scipy `rankdata`'s "average") of every pooled value within each
+    resample that draws value j `weights[:, j]` times, without sorting per resample: `order`
+    sorts the pool once, `last` is each run of equal values' last position in that order,
+    `run_of` each value's run. A value's rank is the count drawn below its run plus (its
+    run's count + 1) / 2. `weights` are integer counts: summed as int32 (exact, half the
+    memory traffic of floats), and a pool of distinct values skips the runs' gather."""
+    upto = np.cumsum(weights[:, order], axis=1, dtype=np.int32)
+    if last.size < order.size:
+        upto = upto[:, last]
+    run = np.diff(upto, axis=1, prepend=0)
+    return (upto - (run - 1.0) / 2.0)[:, run_of]
 
 
-def _rank_counts(counts: np.ndarray, order: np.ndarray, last: np.ndarray):
-    """Per run of equal values (`_centred_ranks`): the count drawn up to its end, and its
-    own count, both int32 (rows, runs)."""
-    drawn = counts[:, order]
-    upto = np.cumsum(drawn, axis=1, dtype=np.int32)
-    if last.size == order.size:  # every run is one value: its count is what was drawn of it
-        return upto, drawn
-    upto = upto[:, last]
-    run = np.empty_like(upto)  # np.diff(upto, prepend=0) without its concatenated copy
-    run[:, 0] = upto[:, 0]
-    np.subtract(upto[:, 1:], upto[:, :-1], out=run[:, 1:])
-    return upto, run
-
-
-def _centred(upto: np.ndarray, run: np.ndarray, n: np.ndarray, run_of: np.ndarray) -> np.ndarray:
-    """2 * upto - run - n of each value's run (`_centred_ranks`); overwrites `upto`."""
-    upto *= 2
-    upto -= run
-    upto -= n.astype(np.int32)[:, None]
-    return upto[:, run_of]
-
-
-def _spearman_sorting(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`_centred_ranks`' view of one pool of values: its stable sort order, each run of
-    equal values' last position in that order, and each value's run."""
+def _sorting(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(order, last, run_of) of `values` for `_weighted_ranks`: the stable sorting order,
+    each run of equal values' last position in it, and each value's run."""
     order = np.argsort(values, kind="stable")
     ordered = values[order]
     change = ordered[1:] != ordered[:-1]
@@ -607,60 +602,49 @@ def _spearman_sorting(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     return order, np.flatnonzero(np.append(change, True)), run_of
 
 
-def _spearman_pools(matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_lang: int):
-    """Each language's columns (a slice where they are contiguous: no gather), with its
-    labels' and every seed's sorting."""
-    pools = []
-    for code in range(n_lang):
-        pool = _as_slice(np.flatnonzero(lang == code))
-        pools.append(
-            (pool, _spearman_sorting(labels[pool]), [_spearman_sorting(r[pool]) for r in matrix])
-        )
-    return pools
+class _Runs(NamedTuple):
+    """A pool of values sorted once (`order`, stable) and its runs of equal values longer
+    than one: their first and last positions in that order (`starts`, `ends`), the
+    positions inside them (`tied`, ascending) and the run of each (`tied_run`, an index
+    into `starts`). A value alone in its run is ranked by a count; a longer run shares the
+    average rank of the picks in it."""
+
+    order: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    tied: np.ndarray
+    tied_run: np.ndarray
 
 
-def _as_slice(columns: np.ndarray) -> np.ndarray | slice:
-    """`columns` as a slice when they are a contiguous run (indexing then reads a view)."""
-    if columns.size and columns[-1] - columns[0] + 1 == columns.size:
-        return slice(int(columns[0]), int(columns[-1]) + 1)
-    return columns
-
-
-def _spearman_language(
-    counts: np.ndarray,
-    gold_twice: np.ndarray,
-    pred_twice: Callable[[int], np.ndarray],
-    value: np.ndarray,
-    code: int,
-) -> np.ndarray:
-    """Fill `value[:, s, code]` with each seed's Spearman on one language's pool, drawn
-    `counts` (rows, pool) times, whose labels' twice-centred ranks are `gold_twice` (rows or
-    1, pool; `_centred_ranks`) and seed s's predictions' `pred_twice(s)`; returns where the
-    language was drawn at all."""
-    weights = counts.astype(float)
-    n = weights.sum(axis=1)
-    dg = np.multiply(np.broadcast_to(gold_twice, counts.shape), 0.5)
-    wdg = weights * dg
-    var_g = np.einsum("ij,ij->i", wdg, dg)
-    for s in range(value.shape[1]):
-        dp = np.multiply(pred_twice(s), 0.5)
-        var_p = np.einsum("ij,ij,ij->i", weights, dp, dp)
-        cov = np.einsum("ij,ij->i", wdg, dp)
-        defined = (n >= 2) & (var_p > 0) & (var_g > 0)  # 0: constant in the resample
-        with np.errstate(invalid="ignore", divide="ignore"):
-            r = np.clip(cov / np.sqrt(var_p * var_g), -1.0, 1.0)
-        value[:, s, code] = np.where(defined, r, np.nan)
-    return n > 0
+def _runs(values: np.ndarray) -> _Runs:
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    run = np.concatenate([[0], np.cumsum(ordered[1:] != ordered[:-1])])
+    length = np.bincount(run)
+    multi = length > 1
+    ends = np.flatnonzero(np.append(run[1:] != run[:-1], True))[multi]
+    tied = np.flatnonzero(multi[run])
+    return _Runs(order, ends - length[multi] + 1, ends, tied, (np.cumsum(multi) - 1)[run[tied]])
 
 
 def _spearman_batch(matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_lang: int):
     """The per-language scorer of Spearman (see `resample_scorer`): each language's pool of
-    columns is sorted once per seed (and for the labels); a resample is the number of times
-    it draws each column, its ranks `_centred_ranks`, its correlation the Pearson of the
-    ranks weighted by those counts (the Pearson of the drawn multiset)."""
+    columns is sorted once per seed (`_runs`) and for the labels (`_sorting`); a resample
+    is the number of times it draws each column, its correlation the Pearson of the ranks
+    weighted by those counts (the Pearson of the drawn multiset). The gold ranks are
+    `_weighted_ranks`; a seed's, in its sorted order, are twice the count drawn up to a
+    value minus its own count, plus one (doubled: integers), and a run of equal values
+    shares its average. The sum of squared rank deviations is the tie formula (N^3 - N -
+    sum of (t^3 - t) over the runs' counts t) / 12, whose runs are each value's own count
+    (one sum per resample for every seed) but for the seed's longer runs. Ranks are half
+    integers and counts integers, so the sums are exact: the values are those of the
+    weighted Pearson of the ranks computed term by term, to the bit."""
     matrix, labels = matrix.astype(float), labels.astype(float)
     n_cols = labels.size
-    pools = _spearman_pools(matrix, labels, lang, n_lang)
+    pools = []
+    for code in range(n_lang):
+        pool = np.flatnonzero(lang == code)
+        pools.append((pool, _sorting(labels[pool]), [_runs(row[pool]) for row in matrix]))
 
     def per_language(index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = index.shape[0]
@@ -669,71 +653,163 @@ def _spearman_batch(matrix: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_
         ).reshape(rows, n_cols)
         value = np.full((rows, matrix.shape[0], n_lang), np.nan)
         present = np.zeros((rows, n_lang), dtype=bool)
-        for code, (pool, gold_sort, pred_sorts) in enumerate(pools):
+        for code, (pool, gold_sort, pred_runs) in enumerate(pools):
             counts = drawn[:, pool].astype(np.int32)
-            n = counts.sum(axis=1)
-            gold = _centred_ranks(counts, n, *gold_sort)
-
-            def pred(s: int, counts=counts, n=n, sorts=pred_sorts) -> np.ndarray:
-                return _centred_ranks(counts, n, *sorts[s])
-
-            present[:, code] = _spearman_language(counts, gold, pred, value, code)
+            weights = counts.astype(float)
+            n = weights.sum(axis=1)
+            present[:, code] = n > 0
+            dg = _weighted_ranks(counts, *gold_sort) - ((n + 1.0) / 2.0)[:, None]
+            wdg = weights * dg  # sums to 0 over a resample: the mean rank drops out of cov
+            var_g = np.einsum("ij,ij->i", wdg, dg)
+            cubes = counts.astype(np.int64) ** 3 - counts
+            own_ties = cubes.sum(axis=1).astype(float)  # every value its own run
+            for s, runs in enumerate(pred_runs):
+                drawn_sorted = counts[:, runs.order]
+                upto = np.cumsum(drawn_sorted, axis=1, dtype=np.int32)
+                rank2 = upto + upto
+                rank2 -= drawn_sorted
+                rank2 += 1
+                ties = own_ties
+                if runs.tied.size:
+                    before = np.where(runs.starts > 0, upto[:, runs.starts - 1], 0)
+                    count = upto[:, runs.ends] - before
+                    rank2[:, runs.tied] = (before + before + count + 1)[:, runs.tied_run]
+                    count = count.astype(np.int64)
+                    ties = (
+                        own_ties
+                        - cubes[:, runs.order[runs.tied]].sum(axis=1)
+                        + (count**3 - count).sum(axis=1)
+                    )
+                cov = np.einsum("ij,ij->i", wdg[:, runs.order], rank2.astype(float)) / 2.0
+                var_p = (n**3 - n - ties) / 12.0
+                defined = (n >= 2) & (var_p > 0) & (var_g > 0)  # 0: constant in the resample
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    r = np.clip(cov / np.sqrt(var_p * var_g), -1.0, 1.0)
+                value[:, s, code] = np.where(defined, r, np.nan)
         return value, present
 
     return per_language
 
 
-def _spearman_swap(a: np.ndarray, b: np.ndarray, labels: np.ndarray, lang: np.ndarray,
-                   n_lang: int):  # fmt: skip
-    """The permutation test's Spearman (see `swap_scorer`), the same numbers as scoring
-    [a | b] at the swapped indices through `_spearman_batch`, cheaper: a swap draws every
-    example once, from a's half or from b's, so the draw counts are the swap matrix itself
-    (no `bincount`), and the labels' ranks are the same in every resample (both halves hold
-    the same labels, in the same runs) and are computed once."""
-    matrix = np.concatenate([a, b], axis=1).astype(float)
-    labels = np.asarray(labels, dtype=float)
-    pools = _spearman_pools(
-        matrix, np.concatenate([labels, labels]), np.concatenate([lang, lang]), n_lang
+class _SwapPool(NamedTuple):
+    """One seed's 2n predictions of a language (A's n, then B's) sorted once (`_runs`), for
+    `_spearman_swap`: per sorted position its example (`example`) and whether it is B's
+    (`is_b`); the gold rank deviations there, zero in `g_single` inside runs longer than
+    one; those runs (`starts`, `ends`: positions; `length`; `gold`: their sum of the
+    deviations) and their positions (`tied`, each run starting at `tied_starts` within
+    it, deviations `g_tied`); and the part of B's covariance linear in the swap row
+    (`k_b` + swap row @ `lin`, over the n examples)."""
+
+    example: np.ndarray
+    is_b: np.ndarray
+    g_single: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    length: np.ndarray
+    gold: np.ndarray
+    tied: np.ndarray
+    tied_starts: np.ndarray
+    g_tied: np.ndarray
+    k_b: float
+    lin: np.ndarray
+
+
+def _swap_pool(va: np.ndarray, vb: np.ndarray, dg: np.ndarray) -> _SwapPool:
+    n = va.size
+    runs = _runs(np.concatenate([va, vb]))
+    g = dg[runs.order % n]
+    g_single = g.copy()
+    g_single[runs.tied] = 0.0
+    length = runs.ends - runs.starts + 1
+    position = np.arange(1, 2 * n + 1, dtype=float)
+    # wa @ h is what B's covariance reads of A's picks linearly: h = g (i + 1) + the sum of
+    # g over the positions from i on, both over single runs (see `_spearman_swap`)
+    h = g_single * position + np.cumsum(g_single[::-1])[::-1]
+    where = np.empty(2 * n, dtype=np.int64)
+    where[runs.order] = np.arange(2 * n)
+    h_a, h_b = h[where[:n]], h[where[n:]]
+    return _SwapPool(
+        example=runs.order % n,
+        is_b=runs.order >= n,
+        g_single=g_single,
+        starts=runs.starts,
+        ends=runs.ends,
+        length=length.astype(float),
+        gold=np.bincount(runs.tied_run, weights=g[runs.tied], minlength=length.size),
+        tied=runs.tied,
+        tied_starts=np.cumsum(length) - length,
+        g_tied=g[runs.tied],
+        k_b=float(g_single @ position) - float(h_a.sum()),
+        lin=h_b - h_a,
     )
-    halves, gold, whole = [], [], []
-    for code, (_, gold_sort, pred_sorts) in enumerate(pools):
-        own = np.flatnonzero(lang == code)  # the pool is [own, own + n_ex]
-        halves.append(_as_slice(own))
-        unswapped = np.concatenate([np.ones(own.size, np.int32), np.zeros(own.size, np.int32)])
-        gold.append(_centred_ranks(unswapped[None], np.array([own.size]), *gold_sort))
-        # Each run's end and size when every column is drawn once: A's draws and B's add
-        # up to that, so B's counts per run are these minus A's.
-        ends = [(last + 1).astype(np.int32) for _, last, _ in pred_sorts]
-        whole.append([(end, np.diff(end, prepend=0).astype(np.int32)) for end in ends])
 
-    def per_language(swap: np.ndarray) -> tuple[tuple, tuple]:
-        """(A's value, present), (B's value, present): A reads a's column unless swapped."""
+
+def _spearman_swap(a: np.ndarray, b: np.ndarray, labels: np.ndarray, lang: np.ndarray, n_lang: int):
+    """The per-language scorer of `swap_scorer` for Spearman: the values `_spearman_batch`
+    gives on [a | b] at the columns each side holds, without its draw counts or sorting.
+    Every example is on each side once, so the gold ranks never change (their deviations
+    `dg` from the mean rank, and their sum of squares, are computed once). Per seed, a
+    language's 2n predictions of A and B are sorted once (`_swap_pool`); a swap row picks
+    A's n of them (`wa`, 0/1 in that order) and B's are the rest, so A's rank of a value
+    alone in its run is the count `C` of A's picks up to it, and B's its position minus
+    that. A's covariance (the mean rank drops out: the deviations sum to 0) is then
+    sum(wa g C) over single runs, one matrix product; B's is linear in the swap row
+    (`lin`, one product for every seed) plus the same sum; a run of equal values takes the
+    average rank of the picks in it, and the sum of squared rank deviations is the tie
+    formula (n^3 - n - sum of (t^3 - t) over the runs' picks t) / 12. Ranks are half
+    integers, so every sum is exact and the values are `_spearman_batch`'s to the bit."""
+    a, b, labels = a.astype(float), b.astype(float), labels.astype(float)
+    n_seeds = a.shape[0]
+    pools = []
+    for code in range(n_lang):
+        pool = np.flatnonzero(lang == code)
+        n = pool.size
+        ones = np.ones((1, n), dtype=np.int32)
+        dg = _weighted_ranks(ones, *_sorting(labels[pool]))[0] - (n + 1.0) / 2.0
+        var_g = float(np.einsum("i,i->", dg, dg))
+        sides = [_swap_pool(a[s, pool], b[s, pool], dg) for s in range(n_seeds)]
+        lin = np.stack([side.lin for side in sides], axis=1)  # (n, seeds)
+        contiguous = pool.size and pool[-1] - pool[0] == n - 1
+        pools.append((slice(pool[0], pool[-1] + 1) if contiguous else pool, n, var_g, sides, lin))
+
+    def per_language(swap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = swap.shape[0]
-        out = [np.full((rows, matrix.shape[0], n_lang), np.nan) for _ in range(2)]
-        present = [np.zeros((rows, n_lang), dtype=bool) for _ in range(2)]
-        for code, (own, (_, _, sorts)) in enumerate(zip(halves, pools, strict=True)):
-            moved = swap[:, own].astype(np.int32)
-            kept = 1 - moved
-            n = np.full(rows, kept.shape[1], dtype=np.int32)
-            counts_a = np.concatenate([kept, moved], axis=1)
-            for_b: dict = {}
-
-            def pred_a(s: int, counts=counts_a, n=n, code=code, sorts=sorts,
-                       for_b=for_b) -> np.ndarray:  # fmt: skip
-                order, last, run_of = sorts[s]
-                upto, run = _rank_counts(counts, order, last)
-                end, size = whole[code][s]
-                for_b[s] = (end - upto, size - run)  # before _centred overwrites upto
-                return _centred(upto, run, n, run_of)
-
-            def pred_b(s: int, n=n, sorts=sorts, for_b=for_b) -> np.ndarray:
-                return _centred(*for_b.pop(s), n, sorts[s][2])
-
-            present[0][:, code] = _spearman_language(counts_a, gold[code], pred_a, out[0], code)
-            present[1][:, code] = _spearman_language(
-                np.concatenate([moved, kept], axis=1), gold[code], pred_b, out[1], code
-            )
-        return (out[0], present[0]), (out[1], present[1])
+        value_a = np.full((rows, n_seeds, n_lang), np.nan)
+        value_b = np.full((rows, n_seeds, n_lang), np.nan)
+        for code, (pool, n, var_g, sides, lin) in enumerate(pools):
+            w = swap[:, pool]
+            linear = w.astype(float) @ lin  # (rows, seeds)
+            small = np.int16 if n < 2**15 else np.int64  # counts up to n, exact
+            for s, side in enumerate(sides):
+                wa = w[:, side.example] == side.is_b  # A's picks, in sorted order
+                upto = np.cumsum(wa, axis=1, dtype=small)
+                before = np.where(side.starts > 0, upto[:, side.starts - 1], 0).astype(float)
+                count_a = upto[:, side.ends] - before  # A's picks per long run
+                sum_a = np.zeros((rows, side.starts.size))
+                if side.tied.size:
+                    sum_a = np.add.reduceat(
+                        wa[:, side.tied] * side.g_tied, side.tied_starts, axis=1
+                    )
+                np.multiply(upto, wa, out=upto)
+                single = upto.astype(float) @ side.g_single  # A's sum(wa g C), single runs
+                count_b = side.length - count_a
+                rank_a = before + (count_a + 1.0) / 2.0
+                rank_b = (side.starts - before) + (count_b + 1.0) / 2.0
+                cov_a = single + np.einsum("ij,ij->i", rank_a, sum_a)
+                cov_b = (
+                    side.k_b
+                    - linear[:, s]
+                    + single
+                    + np.einsum("ij,ij->i", rank_b, side.gold - sum_a)
+                )
+                for cov, count, value in ((cov_a, count_a, value_a), (cov_b, count_b, value_b)):
+                    ties = np.einsum("ij->i", count * count * count - count)
+                    var_p = (n**3 - n - ties) / 12.0
+                    defined = (n >= 2) & (var_p > 0) & (var_g > 0)
+                    with np.errstate(invalid="ignore", divide="ignore"):
+                        r = np.clip(cov / np.sqrt(var_p * var_g), -1.0, 1.0)
+                    value[:, s, code] = np.where(defined, r, np.nan)
+        return value_a, value_b
 
     return per_language
 

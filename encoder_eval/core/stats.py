@@ -322,9 +322,9 @@ def paired_swap_permutation(
     drawn here in batches, and so is its p-value; with `vectorized`, `statistic(x, y)`
     takes (resamples, n) column indices into the stacked matrix [a | b] (A's swapped
     matrix is its columns x, B's its columns y) and returns one difference per row, so a
-    batch is scored at once. With `on_swaps`, `statistic(swap)` takes the (resamples, n)
-    boolean swap matrix itself (True: example j's A and B exchanged), which spares building
-    two index matrices per batch. An undefined observed difference (NaN) gives a NaN p-value
+    batch is scored at once; with `on_swaps`, `statistic(swap)` takes the (resamples, n)
+    boolean swap matrix itself (True: that example's predictions exchanged; x is then
+    j + n * swap[:, j]) and returns one difference per row. An undefined observed difference (NaN) gives a NaN p-value
     (scipy would count no resample as extreme and return about 2 / (n_resamples + 1))."""
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim != 2 or a.shape != b.shape or a.size == 0:
@@ -338,28 +338,24 @@ def paired_swap_permutation(
     stacked = np.concatenate([a, b], axis=1)
     own = np.arange(n)
 
-    def batch_stat(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        if on_swaps:  # x: the swap matrix (A's columns pointing into b)
-            return np.asarray(statistic(x >= n), dtype=float)
+    def batch_stat(swap: np.ndarray) -> np.ndarray:
+        if on_swaps:
+            return np.asarray(statistic(swap), dtype=float)
+        x, y = own + n * swap, own + n * ~swap
         if vectorized:
             return np.asarray(statistic(x, y), dtype=float)
         return np.array(
             [statistic(stacked[:, xi], stacked[:, yi]) for xi, yi in zip(x, y, strict=True)]
         )
 
-    observed = float(batch_stat(own[None, :], own[None, :] + n)[0])
+    observed = float(batch_stat(np.zeros((1, n), dtype=bool))[0])
     if math.isnan(observed) or n < 2:  # undefined, or nothing to swap
         return TestResult(
             test="paired permutation", statistic=observed, pvalue=math.nan, diff=observed
         )
     exact = n < 63 and 2**n <= n_resamples
     null_distribution = np.concatenate(
-        [
-            np.asarray(statistic(first), dtype=float)
-            if on_swaps
-            else batch_stat(own + n * first, own + n * (1 - first))
-            for first in _swaps(n, n_resamples, seed, exact, as_bool=on_swaps)
-        ]
+        [batch_stat(swap) for swap in _swaps(n, n_resamples, seed, exact)]
     )
     adjustment = 0 if exact else 1
     total = null_distribution.size + adjustment
@@ -370,19 +366,17 @@ def paired_swap_permutation(
     return TestResult(test="paired permutation", statistic=observed, pvalue=pvalue, diff=observed)
 
 
-def _swaps(n: int, n_resamples: int, seed: int, exact: bool, as_bool: bool = False):
-    """Batches of (resamples, n) 0/1 matrices, 1 where example j's A and B are swapped:
+def _swaps(n: int, n_resamples: int, seed: int, exact: bool):
+    """Batches of (resamples, n) boolean matrices, True where example j's A and B are swapped:
     scipy `permutation_test`'s draws for permutation_type="samples" on two samples (every
     swap pattern in `itertools.product` order when exact; else `Generator.permuted` of
     [0, 1] per example, one after another). `permuted` shuffles a pair with one
     `next_uint32` and swaps it when the low bit is 0; `integers(0, 2**32, dtype=uint32)`
     reads the same `next_uint32` stream 25 times faster, so that is how it is drawn here
-    (tests/test_stats_scale.py checks the two agree, and the p-values against scipy's).
-    `as_bool`: the same matrices as booleans."""
+    (tests/test_stats_scale.py checks the two agree, and the p-values against scipy's)."""
     rows = max(1, RESAMPLE_ROWS // (2 * n))
-    kind = bool if as_bool else np.int64
     if exact:
-        patterns = np.array(list(itertools.product((0, 1), repeat=n)), dtype=kind)
+        patterns = np.array(list(itertools.product((False, True), repeat=n)), dtype=bool)
         for start in range(0, patterns.shape[0], rows):
             yield patterns[start : start + rows]
         return
@@ -390,8 +384,7 @@ def _swaps(n: int, n_resamples: int, seed: int, exact: bool, as_bool: bool = Fal
     for start in range(0, n_resamples, rows):
         count = min(rows, n_resamples - start)
         bits = rng.integers(0, 2**32, size=count * n, dtype=np.uint32)
-        swapped = (bits & 1) == 0
-        yield (swapped if as_bool else swapped.astype(np.int64)).reshape(count, n)
+        yield ((bits & 1) == 0).reshape(count, n)
 
 
 def two_level_bootstrap(
@@ -480,29 +473,56 @@ def percentile_interval(values: np.ndarray, confidence: float = 0.95) -> tuple[f
 def _draw_batches(rng: np.random.Generator, members: list, n_resamples: int, n_seeds=()):
     """Batches of bootstrap draws: per resample, `rng.integers` for each model's seeds
     (`n_seeds`), then for each stratum's examples (`members`), in that order, one resample
-    after another: the same calls as one resample at a time, so the same draws, held a
-    batch of about RESAMPLE_ROWS indices at once. Yields (seed index matrices, example
-    index matrix), each with one row per resample."""
+    after another: the same draws as those calls one resample at a time, held a batch of
+    about RESAMPLE_ROWS indices at once. Yields (seed index matrices, example index
+    matrix), each with one row per resample.
+
+    Bounded `integers` reads the generator's `next_uint32` stream one value (and, rarely,
+    a rejected one) per draw, whatever the call it is in, so calls with the same bound in
+    a row are made as one (`_same_bound_runs`): a batch of strata of one size is one call,
+    not one per resample and stratum (tests/test_stats_scale.py checks the draws against
+    the plain calls, and the generator's state after them)."""
     size = sum(m.size for m in members)
     rows = max(1, min(n_resamples, RESAMPLE_ROWS // max(1, size)))
-    # A stratum of consecutive examples (the usual case) is its first index plus the draw.
-    first = [int(m[0]) if m[-1] - m[0] + 1 == m.size else None for m in members]
+    bounds = [*n_seeds, *(m.size for m in members)]
+    width = sum(bounds)  # draws per resample
+    n_head = sum(n_seeds)
     for start in range(0, n_resamples, rows):
         count = min(rows, n_resamples - start)
-        seeds = [np.empty((count, k), dtype=np.int64) for k in n_seeds]
-        examples = np.empty((count, size), dtype=np.int64)
-        for r in range(count):
-            for drawn, k in zip(seeds, n_seeds, strict=True):
-                drawn[r] = rng.integers(0, k, size=k)
-            at = 0
-            for m, m0 in zip(members, first, strict=True):
-                draw = rng.integers(0, m.size, size=m.size)
-                if m0 is None:
-                    examples[r, at : at + m.size] = m[draw]
-                else:
-                    np.add(draw, m0, out=examples[r, at : at + m.size])
-                at += m.size
-        yield seeds, examples
+        drawn = np.empty(count * width, dtype=np.int64)
+        at = 0
+        for bound, length in _same_bound_runs(bounds, count):
+            drawn[at : at + length] = rng.integers(0, bound, size=length)
+            at += length
+        drawn = drawn.reshape(count, width)
+        seeds, at = [], 0
+        for k in n_seeds:
+            seeds.append(np.ascontiguousarray(drawn[:, at : at + k]))
+            at += k
+        examples = drawn[:, n_head:]
+        for m in members:  # each stratum's draws are positions in it: its members
+            part = examples[:, at - n_head : at - n_head + m.size]
+            if m[-1] - m[0] == m.size - 1:  # a block of examples: an offset
+                part += m[0]
+            else:
+                part[...] = m[part]
+            at += m.size
+        yield seeds, np.ascontiguousarray(examples)
+
+
+def _same_bound_runs(bounds: list[int], count: int):
+    """(bound, draws) of each run of one bound in `count` resamples that each draw
+    `bounds[i]` values below `bounds[i]`, in order: the calls `_draw_batches` makes."""
+    bound, length = None, 0
+    for _ in range(count):
+        for b in bounds:
+            if b != bound:
+                if length:
+                    yield bound, length
+                bound, length = b, 0
+            length += b
+    if length:
+        yield bound, length
 
 
 def example_variance(

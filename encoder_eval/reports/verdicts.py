@@ -282,8 +282,7 @@ def compare_cells(
         swap = swap_scorer(knobs.metric, ea.matrix[:k], eb.matrix[:k], labels, langs, euro)
 
         def diff_stat(swapped: np.ndarray) -> np.ndarray:
-            """A's minus B's seed-averaged score with the `swapped` examples' predictions
-            exchanged between the two."""
+            """A's minus B's seed-averaged score with the `swapped` examples exchanged."""
             swapped_a, swapped_b = swap(swapped)
             return direction * (seed_mean(swapped_a) - seed_mean(swapped_b))
 
