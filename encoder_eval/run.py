@@ -6,7 +6,7 @@ imports, data loading and tokenisation are paid once; each cell still writes its
 The flags are declared once, as dataclass fields: the cell's identity and paths
 (`cells/run_flags.py`, `RunFlags`) and the recipe (`core/protocol.py`, `Recipe`).
 
-`python -m encoder_eval.run --warm-worker` is the warm worker `run_all.sh --warm` starts:
+The module run with `--warm-worker` is the warm worker `run_all.sh --warm` starts:
 one long-lived process that runs unit after unit (`serve`), paying the imports once.
 """
 
@@ -111,7 +111,7 @@ def serve(requests: int = 0, replies: int = 1) -> int:
 
     Each request is NUL-terminated fields: the unit's stdout file, its stderr file (or
     pipe), the number of arguments, then `run`'s arguments; the reply is the exit code a
-    fresh `python -m encoder_eval.run ARGS` would have had, one line on `replies`. Every
+    fresh run process given ARGS would have had, one line on `replies`. Every
     cell is as in a fresh process: `train.run_cell` frees the previous cell's model,
     optimizer and device memory and seeds its RNGs, and the task data is loaded per unit.
     A unit stopped by Ctrl-C or SIGTERM (exit 130 or 75) ends the worker after its reply;

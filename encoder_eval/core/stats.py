@@ -324,8 +324,9 @@ def paired_swap_permutation(
     matrix is its columns x, B's its columns y) and returns one difference per row, so a
     batch is scored at once; with `on_swaps`, `statistic(swap)` takes the (resamples, n)
     boolean swap matrix itself (True: that example's predictions exchanged; x is then
-    j + n * swap[:, j]) and returns one difference per row. An undefined observed difference (NaN) gives a NaN p-value
-    (scipy would count no resample as extreme and return about 2 / (n_resamples + 1))."""
+    j + n * swap[:, j]) and returns one difference per row. An undefined observed
+    difference (NaN) gives a NaN p-value (scipy would count no resample as extreme and
+    return about 2 / (n_resamples + 1))."""
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim != 2 or a.shape != b.shape or a.size == 0:
         raise StatsInputError(
