@@ -12,7 +12,9 @@ For each: wall seconds and CPU seconds (user + system of every process the run s
 writing the sweep included: the same for both), then the ratios (a)/(b). Each variant runs
 `--repeats` times, alternating, and the medians are compared; the token cache is warmed
 first so neither pays for tokenising. The results of (a) and (b) are checked equal (the
-dev scores of every cell). Default: all-MiniLM-L6-v2 on glue_rte from ../shared/data,
+dev scores and final training loss of every cell) on the CPU; on a GPU, where a rerun of
+one cell differs in low bits, the largest differences are printed beside those between two
+runs of (a) (`--repeats 2`). Default: all-MiniLM-L6-v2 on glue_rte from ../shared/data,
 2 learning rates x 3 seeds, 2 steps per cell, `--limit 64` (every split cut to 64
 examples, so a cell's own work is short, as on a GPU; `--limit 0` for the whole splits),
 `--precision auto` (fp32 on a CPU without native bf16), CPU. The last line is one JSON
@@ -41,7 +43,24 @@ def _children_cpu() -> float:
 
 
 def _dev_scores(results: Path) -> dict[str, object]:
-    return {p.name: json.loads(p.read_text())["dev"] for p in sorted(results.glob("*.json"))}
+    """Each cell's dev scores and final training loss: the loss shows low-bit differences
+    that seldom flip a dev prediction."""
+    out: dict[str, object] = {}
+    for path in sorted(results.glob("*.json")):
+        r = json.loads(path.read_text())
+        out[path.name] = {**r["dev"], "final_loss": r["training"]["final_loss"]}
+    return out
+
+
+def _differences(a: dict[str, object], b: dict[str, object]) -> dict[str, float]:
+    """Largest absolute difference of each figure between two runs of the same cells."""
+    out: dict[str, float] = {}
+    for cell, dev in a.items():
+        for key, value in dev.items() if isinstance(dev, dict) else ():
+            other = b.get(cell, {}).get(key) if isinstance(b.get(cell), dict) else None
+            if isinstance(value, (int, float)) and isinstance(other, (int, float)):
+                out[key] = max(out.get(key, 0.0), abs(value - other))
+    return out
 
 
 def main() -> int:
@@ -60,16 +79,15 @@ def main() -> int:
     flags = ("--precision", args.precision) + (("--limit", str(args.limit)) if args.limit else ())
     runs: dict[str, list[tuple[float, float]]] = {"per_unit": [], "warm": []}
     load_before = os.getloadavg()[0]
-    scores = {}
+    scores: dict[str, list[dict[str, object]]] = {"per_unit": [], "warm": []}
     for i in range(args.repeats):
         for name, run_all_flags in (("per_unit", []), ("warm", ["--warm"])):
             cpu0 = _children_cpu()
             wall = run_sweep(args, model, args.device, "cell", root, f"{name}{i}",
                              run_all_flags, name, flags)  # fmt: skip
             runs[name].append((wall, _children_cpu() - cpu0))
-            scores[name] = _dev_scores(root / f"{name}{i}")
-    if scores["per_unit"] != scores["warm"]:
-        raise SystemExit("the warm worker's dev scores differ from one process per unit")
+            scores[name].append(_dev_scores(root / f"{name}{i}"))
+    same = scores["per_unit"][0] == scores["warm"][0]
     out: dict = {"cells": n_cells(args), "max_steps": args.max_steps, "limit": args.limit,
                  "device": args.device}  # fmt: skip
     for name, values in runs.items():
@@ -83,6 +101,12 @@ def main() -> int:
         out[f"ratio_{kind}_per_unit_over_warm"] = round(
             out["per_unit"][f"{kind}_median_s"] / out["warm"][f"{kind}_median_s"], 2
         )
+    out["same_dev_scores"] = same
+    if not same:  # on a GPU a rerun differs in low bits: compare with a rerun of the reference
+        out["dev_score_differences"] = {
+            "warm_vs_per_unit": _differences(scores["per_unit"][0], scores["warm"][0]),
+            "per_unit_rerun": _differences(scores["per_unit"][0], scores["per_unit"][-1]),
+        }
     out["load_average_before_after"] = [load_before, os.getloadavg()[0]]
     out["date_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     for name in runs:
@@ -90,8 +114,12 @@ def main() -> int:
         print(f"{name:9s} {out['cells']} cells: wall {v['wall_median_s']:7.1f} s, "
               f"CPU {v['cpu_median_s']:7.1f} s")  # fmt: skip
     print(f"one process per unit / warm worker: wall {out['ratio_wall_per_unit_over_warm']}x, "
-          f"CPU {out['ratio_cpu_per_unit_over_warm']}x (same dev scores)")  # fmt: skip
+          f"CPU {out['ratio_cpu_per_unit_over_warm']}x "
+          f"({'same' if same else 'different'} dev scores)")  # fmt: skip
     print(json.dumps(out))
+    if not same and args.device == "cpu":  # a cell is a function of its seed on the CPU
+        print("the warm worker's dev scores differ from one process per unit", file=sys.stderr)
+        return 1
     return 0
 
 
