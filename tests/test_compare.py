@@ -18,7 +18,7 @@ from statsmodels.stats.multitest import multipletests
 
 from encoder_eval import compare
 from encoder_eval.cells.predictions import predictions_path
-from encoder_eval.core import stats
+from encoder_eval.core import power_analysis, stats
 from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK
 from encoder_eval.reports import verdicts
 
@@ -149,14 +149,14 @@ def test_every_statistic_matches_a_direct_computation(rng, tmp_path, capsys):
         df = (ua + ub + vex) ** 2 / (ua**2 / 4 + ub**2 / 4)
         t = r["diff"] / np.sqrt(ua + ub + vex)
         assert r["p_combined"] == pytest.approx(2 * sps.t.sf(abs(t), df), rel=1e-9)
-        needed = stats.seeds_needed(r["diff"], std_a, std_b, alpha=0.05 / len(TASKS),
+        needed = power_analysis.seeds_needed(r["diff"], std_a, std_b, alpha=0.05 / len(TASKS),
                                     example_var=vex)  # fmt: skip
         if isinstance(needed, stats.Undefined):  # the test set's noise alone hides the difference
             needed = None
             assert any("more test examples" in n for n in r["notes"])
         assert r["seeds_needed"] == needed
         assert r["mdd_5"] == pytest.approx(
-            stats.min_detectable_difference(std_a, std_b, n=5, alpha=0.05 / len(TASKS),
+            power_analysis.min_detectable_difference(std_a, std_b, n=5, alpha=0.05 / len(TASKS),
                                             example_var=vex)
         )  # fmt: skip
         assert r["aso_a_over_b"] == stats.aso(per_seed["a"], per_seed["b"], seed=1234).eps_min
@@ -399,7 +399,7 @@ def test_seeds_needed_gives_80_percent_power_at_the_applied_alpha_and_correction
     assert abs(wins / n_sim - 0.8) <= 0.05
     mdd = rows[0].mdd_5
     assert mdd == pytest.approx(
-        stats.min_detectable_difference(std, std, n=5, alpha=alpha / n_tasks)
+        power_analysis.min_detectable_difference(std, std, n=5, alpha=alpha / n_tasks)
     )  # fmt: skip
 
 

@@ -1,4 +1,5 @@
-"""The package's shape: layers that import only downward, no import circle, commands as leaves.
+"""The package's shape: layers that import only downward, no import circle, commands as leaves,
+no module over 1,000 lines.
 
 The layers are `pyproject.toml`'s import-linter contract (commands > reports > plans > cells
 > data > core); these tests run it, and check with grimp's import graph (the one
@@ -96,3 +97,16 @@ def test_every_library_module_lives_in_a_layer(graph: grimp.ImportGraph) -> None
 
     for cmd in sorted(_commands(graph) - {"encoder_eval"}):
         assert callable(getattr(importlib.import_module(cmd), "main", None)), cmd
+
+
+MAX_MODULE_LINES = 1_000  # a module past this holds several concepts: split it along them
+
+
+def test_no_module_is_over_a_thousand_lines() -> None:
+    """One module a concept (issue 41): `docs/development.md` maps each to its facts."""
+    sizes = {
+        str(p.relative_to(REPO)): len(p.read_text(encoding="utf-8").splitlines())
+        for p in (REPO / "encoder_eval").rglob("*.py")
+    }
+    over = {path: n for path, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert not over, f"modules over {MAX_MODULE_LINES} lines (split them): {over}"

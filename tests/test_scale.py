@@ -14,7 +14,7 @@ import pytest
 import scale_grid
 
 from encoder_eval import report, summarize
-from encoder_eval.core import stats
+from encoder_eval.core import power_analysis
 from encoder_eval.core.errors import EXIT_OK
 from encoder_eval.data.models import MODEL_REGISTRY
 from encoder_eval.data.tasks import task_knobs
@@ -93,10 +93,10 @@ def test_power_search_at_the_full_table_family():
     spreads = [spread for _, spread, _ in traits.values()]
     assert max(spreads) / min(spreads) > 5
     family = len(list(combinations(MODEL_REGISTRY, 2))) * len(scale_grid.SUITE_TASKS)
-    level = stats.family_alpha(0.05, family)
+    level = power_analysis.family_alpha(0.05, family)
     for sd_a, sd_b in combinations(spreads, 2):
         for example_var in (1e-7, 1e-6, 1e-5, 1e-4, 1e-3):
-            mdd = stats.min_detectable_difference(
+            mdd = power_analysis.min_detectable_difference(
                 sd_a, sd_b, n=5, alpha=level, power=0.8, example_var=example_var
             )
             assert not isinstance(mdd, float) or mdd > 0  # a size, or a typed 'not reachable'

@@ -18,7 +18,7 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestIndPower
 from statsmodels.stats.weightstats import DescrStatsW
 
-from encoder_eval.core import stats
+from encoder_eval.core import power_analysis, stats
 from encoder_eval.core.errors import HarnessError
 
 
@@ -173,34 +173,38 @@ def test_correct_matches_statsmodels(rng):
 def test_seeds_needed_cohen_table_and_statsmodels():
     # Cohen (1988), two-sided alpha 0.05, power 0.8: d = 0.8 -> 26, d = 0.5 -> 64 per group,
     # and 393 for d = 0.2, where the exact 393.4 needs 394 seeds to reach 0.8.
-    assert stats.seeds_needed(0.8, 1.0, 1.0) == 26
-    assert stats.seeds_needed(0.5, 1.0, 1.0) == 64
-    assert stats.seeds_needed(0.2, 1.0, 1.0) == 394  # 393.4 rounded up: power is a floor
-    assert stats.seeds_needed(-0.5, 1.0, 1.0) == 64  # the direction does not matter
+    assert power_analysis.seeds_needed(0.8, 1.0, 1.0) == 26
+    assert power_analysis.seeds_needed(0.5, 1.0, 1.0) == 64
+    assert power_analysis.seeds_needed(0.2, 1.0, 1.0) == 394  # 393.4 rounded up: power is a floor
+    assert power_analysis.seeds_needed(-0.5, 1.0, 1.0) == 64  # the direction does not matter
     # the pooled std sqrt((3^2 + 1^2) / 2) = sqrt(5) is the effect-size denominator
     n = TTestIndPower().solve_power(effect_size=2 / 5**0.5, alpha=0.05, power=0.8)
-    assert stats.seeds_needed(2.0, 3.0, 1.0) == int(np.ceil(n))
-    assert stats.seeds_needed(50.0, 1.0, 1.0) == 2  # a huge effect: the fewest a t-test uses
+    assert power_analysis.seeds_needed(2.0, 3.0, 1.0) == int(np.ceil(n))
+    assert (
+        power_analysis.seeds_needed(50.0, 1.0, 1.0) == 2
+    )  # a huge effect: the fewest a t-test uses
 
 
 def test_legal_input_without_an_answer_is_a_typed_undefined():
     # legal input that leaves seeds needed or the MDD undefined returns the reason, never
     # raises (a table of many models must not crash on one row)
     for got, reason in (
-        (stats.seeds_needed(0.0, 1.0, 1.0), "difference of 0.0"),
-        (stats.seeds_needed(1.0, 0.0, 0.0), "both seed stds are 0"),
-        (stats.min_detectable_difference(0.0, 0.0), "both seed stds are 0"),
+        (power_analysis.seeds_needed(0.0, 1.0, 1.0), "difference of 0.0"),
+        (power_analysis.seeds_needed(1.0, 0.0, 0.0), "both seed stds are 0"),
+        (power_analysis.min_detectable_difference(0.0, 0.0), "both seed stds are 0"),
     ):
         assert isinstance(got, stats.Undefined) and reason in got.reason
 
 
 def test_min_detectable_difference_round_trips():
-    mdd = stats.min_detectable_difference(3.54, 2.90, n=5)
+    mdd = power_analysis.min_detectable_difference(3.54, 2.90, n=5)
     pooled = ((3.54**2 + 2.90**2) / 2) ** 0.5
     power = TTestIndPower().power(effect_size=mdd / pooled, nobs1=5, alpha=0.05)
     assert power == pytest.approx(0.8)
-    assert stats.seeds_needed(mdd * 1.0001, 3.54, 2.90) == 5
-    assert stats.min_detectable_difference(1, 1, n=10) < stats.min_detectable_difference(1, 1)
+    assert power_analysis.seeds_needed(mdd * 1.0001, 3.54, 2.90) == 5
+    assert power_analysis.min_detectable_difference(
+        1, 1, n=10
+    ) < power_analysis.min_detectable_difference(1, 1)
 
 
 # -- ASO --------------------------------------------------------------------------------
@@ -263,7 +267,7 @@ def test_welch_rejects_at_nominal_rate_under_null(rng):
 
 def test_welch_power_matches_seeds_needed(rng):
     n_sim, diff, std = 2000, 2.0, 1.5
-    n = stats.seeds_needed(diff, std, std, power=0.8)
+    n = power_analysis.seeds_needed(diff, std, std, power=0.8)
     predicted = TTestIndPower().power(effect_size=diff / std, nobs1=n, alpha=0.05)
     assert predicted >= 0.8
     a = rng.normal(diff, std, size=(n_sim, n))
@@ -342,9 +346,9 @@ def test_verdict_rules():
         (lambda: stats.correct([]), "at least 1"),
         (lambda: stats.correct([0.01], method="bonferroni"), "valid corrections: holm, fdr_bh"),
         (lambda: stats.correct([0.01, 1.2]), "[0, 1]"),
-        (lambda: stats.seeds_needed(1.0, -1.0, 1.0), ">= 0"),
-        (lambda: stats.seeds_needed(float("nan"), 1.0, 1.0), "finite"),
-        (lambda: stats.min_detectable_difference(1.0, 1.0, n=1), "at least 2 seeds"),
+        (lambda: power_analysis.seeds_needed(1.0, -1.0, 1.0), ">= 0"),
+        (lambda: power_analysis.seeds_needed(float("nan"), 1.0, 1.0), "finite"),
+        (lambda: power_analysis.min_detectable_difference(1.0, 1.0, n=1), "at least 2 seeds"),
         (lambda: stats.verdict(0.01, 1.0, alpha=0), "between 0 and 1"),
     ],
 )
@@ -483,10 +487,10 @@ def test_shared_example_variance_removes_the_per_example_seed_noise(rng):
 
 def test_combined_power_matches_seeds_needed(rng):
     n_sim, diff, std, vex = 2000, 2.0, 1.5, 0.3
-    n = stats.seeds_needed(diff, std, std, power=0.8, example_var=vex)
-    assert n > stats.seeds_needed(diff, std, std, power=0.8)  # the test set costs seeds
-    predicted = stats._combined_power(diff, std, std, n, vex, 0.05)
-    assert predicted >= 0.8 > stats._combined_power(diff, std, std, n - 1, vex, 0.05)
+    n = power_analysis.seeds_needed(diff, std, std, power=0.8, example_var=vex)
+    assert n > power_analysis.seeds_needed(diff, std, std, power=0.8)  # the test set costs seeds
+    predicted = power_analysis._combined_power(diff, std, std, n, vex, 0.05)
+    assert predicted >= 0.8 > power_analysis._combined_power(diff, std, std, n - 1, vex, 0.05)
     # the model the formula assumes: seed scores normal, plus one shared test-set draw of Δ
     draw = rng.normal(0.0, np.sqrt(vex), size=(n_sim, 1))
     a = rng.normal(diff, std, size=(n_sim, n)) + draw
@@ -494,7 +498,7 @@ def test_combined_power_matches_seeds_needed(rng):
     rate = np.mean([stats.combined_test(a[i], b[i], vex).pvalue <= 0.05 for i in range(n_sim)])
     low, high = band(n_sim, predicted)
     assert low <= rate <= high, f"n={n}: rate {rate} outside {low}..{high}"
-    mdd = stats.min_detectable_difference(std, std, n=5, example_var=vex)
-    assert stats._combined_power(mdd, std, std, 5, vex, 0.05) == pytest.approx(0.8)
-    hopeless = stats.seeds_needed(0.5, 1.0, 1.0, example_var=0.25)  # Δ is 1 test-set sd
+    mdd = power_analysis.min_detectable_difference(std, std, n=5, example_var=vex)
+    assert power_analysis._combined_power(mdd, std, std, 5, vex, 0.05) == pytest.approx(0.8)
+    hopeless = power_analysis.seeds_needed(0.5, 1.0, 1.0, example_var=0.25)  # Δ is 1 test-set sd
     assert isinstance(hopeless, stats.Undefined) and "more test examples" in hopeless.reason

@@ -22,7 +22,7 @@ from result_helpers import make_selection, write_cell_with_predictions
 from stats_helpers import seeded_rng
 from statsmodels.stats.power import TTestIndPower
 
-from encoder_eval.core import metrics, stats
+from encoder_eval.core import metrics, power_analysis, stats
 from encoder_eval.reports import verdicts
 from encoder_eval.reports.table_loading import load_table
 
@@ -39,14 +39,16 @@ def rng() -> np.random.Generator:
 
 def test_the_issue_case_is_found_by_widening_the_bracket():
     # raised "f(a) and f(b) must have different signs" from brentq before issue 37
-    alpha = stats.family_alpha(0.05, FULL_FAMILY)
-    mdd = stats.min_detectable_difference(0.01, 0.05, n=5, alpha=alpha, power=0.8,
+    alpha = power_analysis.family_alpha(0.05, FULL_FAMILY)
+    mdd = power_analysis.min_detectable_difference(0.01, 0.05, n=5, alpha=alpha, power=0.8,
                                           example_var=1e-6)  # fmt: skip
     assert isinstance(mdd, float) and mdd > 0
-    assert stats._combined_power(mdd, 0.01, 0.05, 5, 1e-6, alpha) == pytest.approx(0.8, abs=1e-9)
+    assert power_analysis._combined_power(mdd, 0.01, 0.05, 5, 1e-6, alpha) == pytest.approx(
+        0.8, abs=1e-9
+    )
     # statsmodels' solver returned an effect with 16 % power here, silently; the power of
     # the answer now is 80 % by statsmodels' own power function
-    mdd_t = stats.min_detectable_difference(0.01, 0.05, n=5, alpha=alpha)
+    mdd_t = power_analysis.min_detectable_difference(0.01, 0.05, n=5, alpha=alpha)
     pooled = math.sqrt((0.01**2 + 0.05**2) / 2)
     power = TTestIndPower().power(effect_size=mdd_t / pooled, nobs1=5, alpha=alpha)
     assert power == pytest.approx(0.8, abs=1e-9)
@@ -54,8 +56,8 @@ def test_the_issue_case_is_found_by_widening_the_bracket():
 
 def test_seeds_needed_is_the_fewest_seeds_with_the_power_at_a_tiny_alpha():
     # by statsmodels' power function, scanned one seed count at a time
-    alpha = stats.family_alpha(0.05, FULL_FAMILY)
-    n = stats.seeds_needed(0.01, 0.01, 0.05, alpha=alpha)
+    alpha = power_analysis.family_alpha(0.05, FULL_FAMILY)
+    n = power_analysis.seeds_needed(0.01, 0.01, 0.05, alpha=alpha)
     pooled = math.sqrt((0.01**2 + 0.05**2) / 2)
 
     def power(k: int) -> float:
@@ -101,27 +103,27 @@ def test_power_search_property(rng):
         std_b = std_a * float(10 ** rng.uniform(-2, 2)) * float(rng.random() > 0.05)
         vex = float(rng.choice([0.0, 10 ** rng.uniform(-10, 0)]))
         diff = float(rng.choice([-1, 1]) * 10 ** rng.uniform(-5, 0))
-        alpha = stats.family_alpha(0.05, int(rng.integers(1, FULL_FAMILY + 1)))
+        alpha = power_analysis.family_alpha(0.05, int(rng.integers(1, FULL_FAMILY + 1)))
         n = int(rng.choice([2, 3, 5, 10]))
         case = dict(std_a=std_a, std_b=std_b, alpha=alpha, example_var=vex)
 
         def power(k: int, d: float, case=case) -> float:
             sa, sb, v, level = case["std_a"], case["std_b"], case["example_var"], case["alpha"]
             if v > 0:
-                return stats._combined_power(d, sa, sb, k, v, level)
-            return stats._equal_n_power(abs(d) / math.sqrt((sa**2 + sb**2) / 2), k, level)
+                return power_analysis._combined_power(d, sa, sb, k, v, level)
+            return power_analysis._equal_n_power(abs(d) / math.sqrt((sa**2 + sb**2) / 2), k, level)
 
-        mdd = stats.min_detectable_difference(n=n, **case)
+        mdd = power_analysis.min_detectable_difference(n=n, **case)
         if isinstance(mdd, stats.Undefined):
             assert std_a == std_b == 0 and vex == 0, (case, mdd)
         else:
             assert mdd > 0 and math.isfinite(mdd), case
             assert power(n, mdd) == pytest.approx(0.8, abs=1e-6), case
-        needed = stats.seeds_needed(diff, **case)
+        needed = power_analysis.seeds_needed(diff, **case)
         if isinstance(needed, stats.Undefined):
             assert needed.reason, case
             if vex > 0:  # the test set's noise: even the cap of seeds falls short
-                assert power(stats.MAX_SEEDS, diff) < 0.8, case
+                assert power(power_analysis.MAX_SEEDS, diff) < 0.8, case
         else:
             assert needed >= 2 and power(needed, diff) >= 0.8, case
             assert needed == 2 or power(needed - 1, diff) < 0.8, case

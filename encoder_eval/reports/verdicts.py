@@ -21,7 +21,7 @@ import numpy as np
 
 from encoder_eval.cells.predictions import PredictionsError, check_against_result, load_predictions
 from encoder_eval.cells.predictions import predictions_path as predictions_file
-from encoder_eval.core import heap, stats
+from encoder_eval.core import heap, power_analysis, stats
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.metrics import metric_spec, resample_scorer, sign, swap_scorer
 from encoder_eval.core.protocol import seed_arg
@@ -435,10 +435,10 @@ def _power(row: Row, level: float) -> None:
     variance) at `level`, the alpha the family's correction applies to its first test."""
     vex = 0.0 if row.example_sd is None or row.p_combined is None else row.example_sd**2
     row.power_alpha = level
-    mdd = stats.min_detectable_difference(
+    mdd = power_analysis.min_detectable_difference(
         row.std_a, row.std_b, n=MDD_SEEDS, alpha=level, power=POWER, example_var=vex
     )
-    needed = stats.seeds_needed(
+    needed = power_analysis.seeds_needed(
         row.diff, row.std_a, row.std_b, alpha=level, power=POWER, example_var=vex
     )
     if isinstance(mdd, stats.Undefined):
@@ -498,7 +498,7 @@ def finish_rows(
                 continue
             r.family_size = size
             if power and (r.p_seed is not None or r.p_combined is not None):
-                _power(r, stats.family_alpha(alpha, max(1, size)))
+                _power(r, power_analysis.family_alpha(alpha, max(1, size)))
             if r.p_seed_adj is None:  # no seed varies: the seed variance is unknown
                 r.verdict = stats.NOT_DISTINGUISHABLE
                 continue
