@@ -9,7 +9,10 @@ cell` (one unit per cell) and runs:
                                 process that runs every unit in turn.
 
 For each: wall seconds and CPU seconds (user + system of every process the run started,
-writing the sweep included: the same for both), then the ratios (a)/(b). Each variant runs
+writing the sweep included: the same for both), the median start-up of a cell (its
+`training.process_start_to_first_step_s`, to the end of its first step: from the process's
+start in (a), from the unit's arrival in (b)) and what (b) saved each cell of it, then the
+ratios (a)/(b). Each variant runs
 `--repeats` times, alternating, and the medians are compared; the token cache is warmed
 first so neither pays for tokenising. The results of (a) and (b) are checked equal (the
 dev scores and final training loss of every cell) on the CPU; on a GPU, where a rerun of
@@ -52,6 +55,18 @@ def _dev_scores(results: Path) -> dict[str, object]:
     return out
 
 
+def _startups(results: Path) -> dict[str, float]:
+    """Each cell's `training.process_start_to_first_step_s` (to the end of its first step):
+    from its process's start, or in a warm worker from its unit's arrival (what that unit
+    paid)."""
+    out = {}
+    for path in sorted(results.glob("*.json")):
+        value = json.loads(path.read_text())["training"]["process_start_to_first_step_s"]
+        if value is not None:
+            out[path.name] = value
+    return out
+
+
 def _differences(a: dict[str, object], b: dict[str, object]) -> dict[str, float]:
     """Largest absolute difference of each figure between two runs of the same cells."""
     out: dict[str, float] = {}
@@ -78,6 +93,7 @@ def main() -> int:
     warm_token_cache(args, model, args.device, root / "warm-cache")  # outside every measurement
     flags = ("--precision", args.precision) + (("--limit", str(args.limit)) if args.limit else ())
     runs: dict[str, list[tuple[float, float]]] = {"per_unit": [], "warm": []}
+    startups: dict[str, list[dict[str, float]]] = {"per_unit": [], "warm": []}
     load_before = os.getloadavg()[0]
     scores: dict[str, list[dict[str, object]]] = {"per_unit": [], "warm": []}
     for i in range(args.repeats):
@@ -87,6 +103,7 @@ def main() -> int:
                              run_all_flags, name, flags)  # fmt: skip
             runs[name].append((wall, _children_cpu() - cpu0))
             scores[name].append(_dev_scores(root / f"{name}{i}"))
+            startups[name].append(_startups(root / f"{name}{i}"))
     same = scores["per_unit"][0] == scores["warm"][0]
     out: dict = {"cells": n_cells(args), "max_steps": args.max_steps, "limit": args.limit,
                  "device": args.device}  # fmt: skip
@@ -96,11 +113,23 @@ def main() -> int:
             "cpu_s": [round(c, 1) for _, c in values],
             "wall_median_s": round(statistics.median(w for w, _ in values), 1),
             "cpu_median_s": round(statistics.median(c for _, c in values), 1),
+            "startup_s": startups[name],
+            "startup_median_s": round(
+                statistics.median(v for run in startups[name] for v in run.values()), 2
+            ),
         }
     for kind in ("wall", "cpu"):
         out[f"ratio_{kind}_per_unit_over_warm"] = round(
             out["per_unit"][f"{kind}_median_s"] / out["warm"][f"{kind}_median_s"], 2
         )
+    # The same cell's start-up in both (first runs): what the warm worker saved it. The
+    # worker's first unit pays the imports like a fresh process; every later one is spared.
+    saved = sorted(
+        a - startups["warm"][0][cell]
+        for cell, a in startups["per_unit"][0].items()
+        if cell in startups["warm"][0]
+    )
+    out["startup_saved_s"] = [round(v, 2) for v in saved]
     out["same_dev_scores"] = same
     if not same:  # on a GPU a rerun differs in low bits: compare with a rerun of the reference
         out["dev_score_differences"] = {
@@ -112,7 +141,9 @@ def main() -> int:
     for name in runs:
         v = out[name]
         print(f"{name:9s} {out['cells']} cells: wall {v['wall_median_s']:7.1f} s, "
-              f"CPU {v['cpu_median_s']:7.1f} s")  # fmt: skip
+              f"CPU {v['cpu_median_s']:7.1f} s, a cell's start-up to its first step "
+              f"{v['startup_median_s']:.2f} s (median)")  # fmt: skip
+    print(f"start-up saved per cell by the warm worker (sorted): {out['startup_saved_s']} s")
     print(f"one process per unit / warm worker: wall {out['ratio_wall_per_unit_over_warm']}x, "
           f"CPU {out['ratio_cpu_per_unit_over_warm']}x "
           f"({'same' if same else 'different'} dev scores)")  # fmt: skip

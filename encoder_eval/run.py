@@ -86,6 +86,9 @@ def _one_unit(out_path: str, err_path: str, argv: list[str]) -> int:
         os.dup2(opened, fd)
         os.close(opened)
     cpu._WARNED.clear()  # each unit's log gets the warnings a fresh process prints
+    from encoder_eval.cells import devices  # torch: never on `run --help`'s path
+
+    devices.mark_unit_start()  # its start-up figure counts from here, not the worker's start
     try:
         return main(argv)
     except SystemExit as exc:  # argparse's refusal (its line is printed): exit 2

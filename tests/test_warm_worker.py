@@ -50,9 +50,18 @@ def test_warm_worker_matches_one_process_per_unit_and_skips_done_cells(
     cold, cold_results = _sweep(tmp_path, tiny_models, small_mirror, "cold")
     warm, warm_results = _sweep(tmp_path, tiny_models, small_mirror, "warm")
     sh(["bash", str(cold)], tmp_path)
+    started = time.monotonic()
     ran = sh(["bash", str(warm), "--warm"], tmp_path)
+    took = time.monotonic() - started
     assert "finished: 4 run, 0 skipped" in ran.stdout, ran.stdout
     assert _scores(warm_results) == _scores(cold_results)  # bit for bit on the CPU
+    # One worker runs the units one after another, and each unit's start-up figure counts
+    # from that unit's arrival: disjoint spans inside the run. Counted from the worker's
+    # start, the later units would each carry the imports and the earlier units again.
+    startups = [json.loads((warm_results / name).read_text())["training"]
+                ["process_start_to_first_step_s"] for name in _scores(warm_results)]  # fmt: skip
+    assert len(startups) == 4 and all(s is not None and s > 0 for s in startups), startups
+    assert sum(startups) <= took, (startups, took)
     logs = sorted((warm.parent / "logs").glob("*.log"))
     assert len(logs) == 4 and all(re.search(r"^ok: ", p.read_text(), re.M) for p in logs)
 

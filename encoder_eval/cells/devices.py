@@ -203,8 +203,21 @@ def _release_cached_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+_UNIT_START: list[float] = []  # set by a warm worker as each unit arrives (`mark_unit_start`)
+
+
+def mark_unit_start() -> None:
+    """From now on, `_seconds_since_process_start` counts from this moment: a warm worker
+    calls it as each unit arrives, so a unit's start-up figure is what that unit paid (in a
+    fresh process: its imports and set-up), not the worker's age."""
+    _UNIT_START[:] = [time.time()]
+
+
 def _seconds_since_process_start() -> float | None:
-    """Wall time since this process started (imports included), for start-up measurements."""
+    """Wall time since this process started (imports included), or in a warm worker since
+    the unit arrived: a cell's start-up before its first step, for start-up measurements."""
+    if _UNIT_START:
+        return round(time.time() - _UNIT_START[0], 3)
     try:
         import psutil
 
