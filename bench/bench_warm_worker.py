@@ -12,9 +12,8 @@ For each: wall seconds and CPU seconds (user + system of every process the run s
 writing the sweep included: the same for both), the median start-up of a cell (its
 `training.process_start_to_first_step_s`, to the end of its first step: from the process's
 start in (a), from the unit's arrival in (b)) and what (b) saved each cell of it, then the
-ratios (a)/(b). Each variant runs
-`--repeats` times, alternating, and the medians are compared; the token cache is warmed
-first so neither pays for tokenising. The results of (a) and (b) are checked equal (the
+ratios (a)/(b). Each variant runs `--repeats` times, alternating, and the medians are
+compared; the token cache is warmed first so neither pays for tokenising. The results of (a) and (b) are checked equal (the
 dev scores and final training loss of every cell) on the CPU; on a GPU, where a rerun of
 one cell differs in low bits, the largest differences are printed beside those between two
 runs of (a) (`--repeats 2`). Default: all-MiniLM-L6-v2 on glue_rte from ../shared/data,
