@@ -20,6 +20,7 @@ from encoder_eval.core.results import (
     RESUME_SUFFIX,
     lr_key,
 )
+from encoder_eval.core.schema import CellId
 
 # Which dev languages each evaluation during training scores: "deciding", those whose mean
 # decides early stopping and the best checkpoint (the rest are scored once, at the end, on
@@ -53,6 +54,11 @@ class CellConfig:
     dev_languages: str = "deciding"  # or "all" (DEV_LANGUAGES; benchmarks only)
     report_to: tuple[str, ...] = ()  # experiment trackers (`trackers.TRACKERS`); none by default
     tracking_dir: str | None = None  # their files; default: `tracking/` beside out_json
+
+    def cell_id(self) -> CellId:
+        """Which cell this is, as its result records it and trackers name its run."""
+        return CellId(model=self.model_key, task=self.task, lr=self.lr, lr_key=lr_key(self.lr),
+                      seed=self.seed, phase=self.phase)  # fmt: skip
 
 
 def _label(cfg: CellConfig) -> str:

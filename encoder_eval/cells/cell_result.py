@@ -33,10 +33,9 @@ from encoder_eval.cells.resume import _LoopState
 from encoder_eval.core import metrics
 from encoder_eval.core.protocol import off_protocol_reasons
 from encoder_eval.core.results import (
-    lr_key,
     write_json_atomic,
 )
-from encoder_eval.core.schema import CellId, CellResult, Protocol, ScoreSection, Training
+from encoder_eval.core.schema import CellResult, Protocol, ScoreSection, Training
 
 
 def _score_section(scores: dict, undefined: dict, euro: tuple[str, ...]) -> dict:
@@ -174,14 +173,7 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
         **cell.loaded.recorded,  # what the loader derived (decoder-adapted: pair separator, ...)
     }
     return CellResult(
-        cell=CellId(
-            model=cfg.model_key,
-            task=cfg.task,
-            lr=cfg.lr,
-            lr_key=lr_key(cfg.lr),
-            seed=cfg.seed,
-            phase=cfg.phase,
-        ),
+        cell=cfg.cell_id(),
         status=scored.status,
         metric=cell.knobs.metric,
         dev=ScoreSection.from_dict(scored.dev),

@@ -87,7 +87,6 @@ from encoder_eval.core.protocol import (
     signature,
     step_budget,
 )
-from encoder_eval.core.results import lr_key
 from encoder_eval.data import tokencache
 from encoder_eval.data.limit import limit_data
 from encoder_eval.data.loaders import LoadedModel, load_model
@@ -286,12 +285,7 @@ def _reporter(cfg: CellConfig) -> trackers.Reporter | None:
     recipe = cfg.recipe.to_dict()
     return trackers.reporter_for_cell(
         cfg.report_to,
-        model=cfg.model_key,
-        task=cfg.task,
-        lr=cfg.lr,
-        lr_key=lr_key(cfg.lr),
-        seed=cfg.seed,
-        phase=cfg.phase,
+        **cfg.cell_id().to_dict(),
         recipe=recipe,
         signature=signature(recipe),
         tracking_dir=tracking_dir(cfg),
