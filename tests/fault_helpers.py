@@ -14,6 +14,7 @@ import shlex
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,6 +99,15 @@ def sh(cmd: list[str], cwd: Path, ok=(0,), timeout: float = 600, **env_extra):
         f"{cmd[:4]} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
     )
     return proc
+
+
+def wait_until_started(log: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    """Wait until `log` shows a cell's fourth step, while `proc` (the script) still runs:
+    the moment the signal tests stop a cell that is really training."""
+    deadline = time.monotonic() + timeout
+    while '"step": 4' not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline and proc.poll() is None, "the cell never started"
+        time.sleep(0.05)
 
 
 def snapshot(root: Path) -> dict[str, str]:

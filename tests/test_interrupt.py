@@ -12,7 +12,7 @@ import time
 
 import psutil
 import pytest
-from fault_helpers import env, py, sh
+from fault_helpers import env, py, sh, wait_until_started
 
 from encoder_eval.core.protocol import LR_GRID
 from encoder_eval.core.results import cell_lock, result_filename
@@ -37,10 +37,7 @@ def test_ctrl_c_stops_run_all_at_the_running_unit_and_says_how_to_resume(
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)  # fmt: skip
     try:
-        deadline = time.monotonic() + 240
-        while '"step": 4' not in (first.read_text() if first.exists() else ""):
-            assert time.monotonic() < deadline and proc.poll() is None, "the cell never started"
-            time.sleep(0.05)
+        wait_until_started(first, proc)
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does to the foreground group
         out, err = proc.communicate(timeout=120)
     finally:
@@ -198,10 +195,7 @@ def test_sigterm_to_the_cell_process_alone_stops_run_all(tmp_path, tiny_models, 
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)  # fmt: skip
     try:
-        deadline = time.monotonic() + 240
-        while '"step": 4' not in (first.read_text() if first.exists() else ""):
-            assert time.monotonic() < deadline and proc.poll() is None, "the cell never started"
-            time.sleep(0.05)
+        wait_until_started(first, proc)
         (cell,) = _cell_processes(proc.pid)
         cell.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 120

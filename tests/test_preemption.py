@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from fault_helpers import env as run_env
-from fault_helpers import py, read_json, sh
+from fault_helpers import py, read_json, sh, wait_until_started
 from result_helpers import make_selection
 from test_cell import cell
 from test_sweep import _lines, fake_slurm  # noqa: F401  (fake_slurm is a fixture)
@@ -121,10 +121,7 @@ def test_sigterm_to_a_whole_run_all_sh_like_slurm_then_the_rerun_resumes(
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)  # fmt: skip
     try:
-        deadline = time.monotonic() + 240
-        while '"step": 4' not in (log.read_text() if log.exists() else ""):
-            assert time.monotonic() < deadline and proc.poll() is None, "the cell never started"
-            time.sleep(0.05)
+        wait_until_started(log, proc)
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=120)
         deadline = time.monotonic() + 120  # the cell process may outlive the script briefly

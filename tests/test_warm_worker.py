@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fault_helpers import SHRINK, env, py, sh
+from fault_helpers import SHRINK, env, py, sh, wait_until_started
 
 from encoder_eval.core.results import result_filename
 
@@ -115,10 +115,7 @@ def test_a_stop_signal_saves_the_warm_workers_cell_and_stops_the_script(
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)  # fmt: skip
     try:
-        deadline = time.monotonic() + 240
-        while '"step": 4' not in (first.read_text() if first.exists() else ""):
-            assert time.monotonic() < deadline and proc.poll() is None, "the cell never started"
-            time.sleep(0.05)
+        wait_until_started(first, proc)
         os.killpg(proc.pid, sig)
         out, err = proc.communicate(timeout=120)
         deadline = time.monotonic() + 120  # the worker may outlive a SIGTERMed script briefly
