@@ -13,14 +13,20 @@ one long-lived process that runs unit after unit (`serve`), paying the imports o
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 import os
 import signal
 import sys
+import time
 import traceback
+from dataclasses import asdict, dataclass
+from typing import NoReturn
 
 from encoder_eval.cells.run_flags import add_run_flags
-from encoder_eval.cells.runner import plan_cells, run_configs
-from encoder_eval.core import cpu
+from encoder_eval.cells.runner import plan_cells, resolve_model, run_configs
+from encoder_eval.core import process_state
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     STOP_WORDS,
@@ -75,22 +81,107 @@ class _Fields:
         return fields
 
 
-def _one_unit(out_path: str, err_path: str, argv: list[str]) -> int:
-    """Run `main(argv)` with stdout appended to `out_path` and stderr to `err_path` (the
-    unit's log and its progress pipe), as a fresh `run` process would; its exit code."""
+def unit_identity(argv: list[str]) -> tuple:
+    """What a unit brings into its process that no reset takes back: the trusted remote code
+    its model imports (none for most models) and its deterministic setting (cuBLAS reads its
+    workspace once). A warm worker runs a unit in its process only if the units before it
+    there had the same identity; otherwise in a fresh one. A unit whose flags do not parse
+    gets an identity of its own (it fails as it would in any process)."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            args = build_parser().parse_args(argv)
+        return (resolve_model(args).code_identity(), bool(args.deterministic))
+    except (SystemExit, Exception):  # noqa: BLE001 - refused later, in the unit, with its line
+        return ("unparsed", tuple(argv))
+
+
+def _imported_remote_code() -> bool:
+    """Whether this process has imported any Hub or local remote code (transformers puts it
+    under `transformers_modules`)."""
+    return any(name.split(".")[0] == "transformers_modules" for name in sys.modules)
+
+
+@dataclass
+class _Request:
+    """One unit to run: the unit's stdout file, its stderr file or pipe, `run`'s arguments,
+    when it arrived (`time.time()`), and why a fresh worker runs it (after a restart)."""
+
+    out: str
+    err: str
+    argv: list[str]
+    arrived: float
+    restarted_because: str | None = None
+
+
+# A worker that starts over (`_WarmWorker.restart`) hands its unit to the fresh process
+# through this variable: JSON of a `_Request`.
+PENDING_ENV = "ENCODER_EVAL_WARM_PENDING"
+
+
+class _WarmWorker:
+    """A warm worker's state: how many units this process ran, and their identity."""
+
+    def __init__(self, replies) -> None:
+        self.reply = replies
+        self.units = 0
+        self.identity: tuple | None = None  # of the units this process ran; None: none yet
+
+    def why_fresh(self, request: _Request) -> str | None:
+        """Why `request` must run in a fresh process (None: it may run here). Resets every
+        registered piece of process state first (`core/process_state.py`)."""
+        if self.units == 0:
+            return None
+        problems = process_state.reset_all()
+        if problems:
+            return "a reset did not take: " + "; ".join(problems)
+        identity = unit_identity(request.argv)
+        if identity != self.identity:
+            return "its remote code or deterministic setting differs from the earlier units'"
+        return None
+
+    def restart(self, request: _Request, why: str) -> NoReturn:
+        """Replace this process by a fresh warm worker (the same process id, pipes and
+        arguments) that runs `request` first."""
+        os.environ[PENDING_ENV] = json.dumps({**asdict(request), "restarted_because": why})
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.reply.flush()
+        os.dup2(self.reply.fileno(), 1)  # the replies on stdout again, as the script started us
+        os.execv(sys.executable, [sys.executable, "-m", "encoder_eval.run", WARM_FLAG])
+
+    def run(self, request: _Request) -> int:
+        """Run one unit here, as a fresh `run` process given its arguments would."""
+        identity = unit_identity(request.argv)
+        self.units += 1
+        code = _one_unit(request, self.units)
+        if self.identity is None:
+            self.identity = identity
+        if identity[0] is None and _imported_remote_code():  # remote code nobody declared
+            self.identity = ("remote code imported by", tuple(request.argv))
+        return code
+
+
+def _one_unit(request: _Request, unit: int) -> int:
+    """Run `main(argv)` with stdout appended to the request's `out` file and stderr to its
+    `err` (the unit's log and its progress pipe), as a fresh `run` process would; its exit
+    code. `unit` is its number in this worker process (1: the first)."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    for fd, path in ((1, out_path), (2, err_path)):
+    for fd, path in ((1, request.out), (2, request.err)):
         opened = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         os.dup2(opened, fd)
         os.close(opened)
-    cpu._WARNED.clear()  # each unit's log gets the warnings a fresh process prints
     from encoder_eval.cells import devices  # torch: never on `run --help`'s path
 
-    devices.mark_unit_start()  # its start-up figure counts from here, not the worker's start
+    devices.mark_unit_start(unit, request.arrived)  # start-up counts from its arrival
+    if request.restarted_because:
+        print(
+            f"note: warm worker: this unit runs in a fresh process ({request.restarted_because})",
+            file=sys.stderr,
+        )
     try:
-        return main(argv)
+        return main(request.argv)
     except SystemExit as exc:  # argparse's refusal (its line is printed): exit 2
         return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     except STOPS as exc:  # a stop signal before or after the cells (inside them: run_configs)
@@ -109,30 +200,61 @@ def _one_unit(out_path: str, err_path: str, argv: list[str]) -> int:
         os.close(saved[1])
 
 
+def _process_start() -> float:
+    """When this process started (`time.time()`), else now."""
+    try:
+        import psutil
+
+        return psutil.Process().create_time()
+    except Exception:  # noqa: BLE001
+        return time.time()
+
+
 def serve(requests: int = 0, replies: int = 1) -> int:
     """A warm worker: run units one after another in this process until `requests` ends.
 
     Each request is NUL-terminated fields: the unit's stdout file, its stderr file (or
     pipe), the number of arguments, then `run`'s arguments; the reply is the exit code a
-    fresh run process given ARGS would have had, one line on `replies`. Every
-    cell is as in a fresh process: `train.run_cell` frees the previous cell's model,
-    optimizer and device memory and seeds its RNGs, and the task data is loaded per unit.
+    fresh run process given ARGS would have had, one line on `replies`.
+    Every unit gets a fresh process's result: `train.run_cell` frees the previous cell's
+    model, optimizer and device memory and seeds its RNGs, the task data is loaded per unit,
+    and before each unit every piece of process state a unit may change is put back
+    (`core/process_state.py`, the reset contract). A unit that brings remote code or a
+    deterministic setting other than the earlier units', or one after a reset that did not
+    take, runs in a fresh process: this one replaces itself (same process id and pipes),
+    and the unit's log says so. Results record the unit's number in its process
+    (`training.warm_unit`) and the process id.
     A unit stopped by Ctrl-C or SIGTERM (exit 130 or 75) ends the worker after its reply;
     between units either signal ends it with the same code.
     """
     # Started in the background by a shell, this process ignores Ctrl-C: take it back.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, raise_on_sigterm)
+    pending = os.environ.pop(PENDING_ENV, None)
+    started = _process_start()
+    from encoder_eval.cells import train  # noqa: F401  - the imports every unit needs, now
+
+    process_state.snapshot_environment()  # what each unit starts from, after those imports
     reply = os.fdopen(os.dup(replies), "w", buffering=1)
     os.dup2(2, replies)  # stray output between units goes to stderr, never into the replies
     fields = _Fields(requests)
+    worker = _WarmWorker(reply)
     try:
         while True:
-            head = fields.take(3)
-            argv = fields.take(int(head[2])) if head is not None else None
-            if argv is None:
-                return 0
-            code = _one_unit(head[0], head[1], argv)
+            if pending is not None:
+                request, pending = _Request(**json.loads(pending)), None
+            else:
+                head = fields.take(3)
+                argv = fields.take(int(head[2])) if head is not None else None
+                if argv is None:
+                    return 0
+                # The first unit of a worker paid its start-up, as in a fresh process.
+                arrived = started if worker.units == 0 else time.time()
+                request = _Request(head[0], head[1], argv, arrived)
+            why = worker.why_fresh(request)
+            if why is not None:
+                worker.restart(request, why)
+            code = worker.run(request)
             try:
                 reply.write(f"{code}\n")
             except OSError:  # the script is gone (SIGTERM to the whole job): so is the unit

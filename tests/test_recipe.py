@@ -24,7 +24,7 @@ def test_every_recipe_entry_has_exactly_one_scope():
     )
     assert recipe_fields(MODEL) == ("mode", "attention", "pooling", "head_dropout",
                                     "body_dropout")  # fmt: skip
-    assert recipe_fields(CELL) == ("micro_batch", "pad_multiple", "compile")
+    assert recipe_fields(CELL) == ("micro_batch", "pad_multiple", "compile", "deterministic")
 
 
 def test_signature_ignores_per_cell_entries_and_keeps_table_ones():

@@ -40,8 +40,16 @@ def _scores(results: Path) -> dict[str, tuple]:
             name = result_filename(MODEL, TASK, lr, seed)
             r = json.loads((results / name).read_text())
             t = r["training"]
-            out[name] = (r["status"], r["dev"], r["report"], t["steps"], t.get("loss_curve"))
+            out[name] = (r["status"], r["dev"], r["report"], t["steps"], t["final_loss"],
+                         t["dev_history"], t["best_step"])  # fmt: skip
     return out
+
+
+def _workers(results: Path) -> tuple[set[int], list[int | None]]:
+    """The process ids that wrote the results, and each result's unit number in its warm
+    worker (None: a fresh process), in file order."""
+    records = [json.loads(p.read_text())["training"] for p in sorted(results.glob("*.json"))]
+    return {r["process_id"] for r in records}, [r.get("warm_unit") for r in records]
 
 
 def test_warm_worker_matches_one_process_per_unit_and_skips_done_cells(
@@ -55,6 +63,11 @@ def test_warm_worker_matches_one_process_per_unit_and_skips_done_cells(
     took = time.monotonic() - started
     assert "finished: 4 run, 0 skipped" in ran.stdout, ran.stdout
     assert _scores(warm_results) == _scores(cold_results)  # bit for bit on the CPU
+    # One warm process ran the four units, one after another; one process per unit without.
+    pids, units = _workers(warm_results)
+    assert len(pids) == 1 and sorted(units) == [1, 2, 3, 4], (pids, units)
+    pids, units = _workers(cold_results)
+    assert len(pids) == 4 and units == [None] * 4, (pids, units)
     # One worker runs the units one after another, and each unit's start-up figure counts
     # from that unit's arrival: disjoint spans inside the run. Counted from the worker's
     # start, the later units would each carry the imports and the earlier units again.

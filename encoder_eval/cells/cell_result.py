@@ -5,12 +5,11 @@ with what they supersede removed (`_write`)."""
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-
-import torch
 
 from encoder_eval.cells.cell_config import (
     CellConfig,
@@ -19,8 +18,9 @@ from encoder_eval.cells.cell_config import (
 )
 from encoder_eval.cells.cell_state import _Cell, _Trained
 from encoder_eval.cells.devices import (
-    _cpu_peak_rss,
     attn_implementation,
+    peak_memory,
+    warm_unit,
 )
 from encoder_eval.cells.kinds import Kind, beside_result
 from encoder_eval.cells.predictions import (
@@ -120,7 +120,6 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
     """The cell's result dict (schema v2, `results.validate_result`)."""
     cfg, recipe, st = cell.cfg, cell.cfg.recipe, trained.st
     device, train_time = cell.device, trained.train_time
-    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _cpu_peak_rss()
     kind_record, kind_reasons = cell.kind.record(cell.knobs, recipe, cell.enc_train, cell.enc_val)
     off = off_protocol_reasons(recipe, cfg.lr, cfg.seed, cfg.phase) + kind_reasons
     stopped_by = _stopped_by(trained.diverged_at, st.early_stopped, cell.max_steps, recipe)
@@ -146,7 +145,10 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
         time_to_first_step_s=None if first_step_s is None else round(first_step_s, 3),
         process_start_to_first_step_s=trained.process_first_step_s,
         train_tokens_per_s=round(st.real_tokens / train_time, 1) if train_time > 0 else None,
-        peak_memory_bytes=int(peak) if peak else None,
+        peak_memory_bytes=peak_memory(device),
+        peak_memory_scope=cell.peak_scope,
+        process_id=os.getpid(),
+        warm_unit=warm_unit(),
         oom_retries=st.oom_retries,
         micro_batch_used=micro_used,
         grad_accumulation_used=recipe.batch_size // micro_used,

@@ -70,6 +70,7 @@ class _Cell:
     knobs: TaskKnobs
     kind: Kind
     device: torch.device
+    peak_scope: str  # what peak_memory_bytes covers: "cell" or "process" (reset_peak_memory)
     eval_batch: int
     loaded: LoadedModel
     model: nn.Module

@@ -1,11 +1,17 @@
 """Where and how a cell's arithmetic runs: the device (`resolve_device`), bf16 on it
-(`check_bf16`), seeding, torch.compile (`compile_model`, `forget_compiled`), the random state
-and memory a retry puts back or frees, and the process's start-up time and peak memory."""
+(`check_bf16`), seeding, deterministic algorithms (`apply_deterministic`), torch.compile
+(`compile_model`, `forget_compiled`), the random state and memory a retry puts back or frees,
+the process's start-up time, and the cell's peak memory (`reset_peak_memory`, `peak_memory`).
+
+torch's process-wide switches (TF32, deterministic algorithms, cuDNN, the SDPA backends,
+the default dtype, grad mode, threads) are snapshotted when this module is first imported,
+before any cell, and put back between a warm worker's units (`core/process_state.py`)."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import random
 import sys
 import time
@@ -18,7 +24,7 @@ from encoder_eval.cells.cell_config import (
     CellConfig,
     _label,
 )
-from encoder_eval.core import cpu, heap
+from encoder_eval.core import cpu, heap, process_state
 from encoder_eval.core import device as gpu
 from encoder_eval.core.errors import HarnessError
 
@@ -74,6 +80,113 @@ def check_bf16(device: torch.device, precision: str) -> None:
 
 
 _WARNED_BF16: set[str] = set()  # the GPUs this process has warned for (one line each)
+process_state.set_clearer("no-native-bf16 GPU warnings (cells/devices.py)", _WARNED_BF16)
+
+
+# ---------------------------------------------------------- torch's process-wide switches
+# (getter, setter) per switch a unit, a loader plug-in or remote code may flip, and that
+# changes what a cell computes or how: put back between a warm worker's units.
+def _sdp(name: str) -> tuple:
+    cuda = torch.backends.cuda
+    enabled, enable = (
+        getattr(cuda, f"{name}_sdp_enabled", None),
+        getattr(cuda, f"enable_{name}_sdp", None),
+    )
+    return (enabled, enable) if enabled is not None and enable is not None else None
+
+
+_SWITCHES: dict[str, tuple] = {
+    "matmul TF32": (
+        lambda: torch.backends.cuda.matmul.allow_tf32,
+        lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v),
+    ),
+    "cuDNN TF32": (
+        lambda: torch.backends.cudnn.allow_tf32,
+        lambda v: setattr(torch.backends.cudnn, "allow_tf32", v),
+    ),
+    "float32 matmul precision": (
+        torch.get_float32_matmul_precision,
+        torch.set_float32_matmul_precision,
+    ),
+    "fp16 reduced-precision reduction": (
+        lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        lambda v: setattr(torch.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction", v),
+    ),
+    "bf16 reduced-precision reduction": (
+        lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        lambda v: setattr(torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", v),
+    ),
+    "deterministic algorithms": (
+        lambda: (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        ),
+        lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1]),
+    ),
+    "cuDNN enabled": (
+        lambda: torch.backends.cudnn.enabled,
+        lambda v: setattr(torch.backends.cudnn, "enabled", v),
+    ),
+    "cuDNN deterministic": (
+        lambda: torch.backends.cudnn.deterministic,
+        lambda v: setattr(torch.backends.cudnn, "deterministic", v),
+    ),
+    "cuDNN benchmark": (
+        lambda: torch.backends.cudnn.benchmark,
+        lambda v: setattr(torch.backends.cudnn, "benchmark", v),
+    ),
+    "default dtype": (torch.get_default_dtype, torch.set_default_dtype),
+    "grad mode": (torch.is_grad_enabled, torch.set_grad_enabled),
+    "anomaly detection": (torch.is_anomaly_enabled, torch.set_anomaly_enabled),
+    "intra-op threads": (torch.get_num_threads, torch.set_num_threads),
+    **{
+        f"SDPA {name} backend": pair
+        for name in ("flash", "mem_efficient", "math", "cudnn")
+        if (pair := _sdp(name)) is not None
+    },
+}
+
+
+def backend_switches() -> dict[str, object]:
+    """The current value of each of torch's process-wide switches this module watches."""
+    return {name: get() for name, (get, _) in _SWITCHES.items()}
+
+
+_FRESH_SWITCHES = backend_switches()  # as a fresh process has them, before any cell
+
+
+def _reset_switches() -> None:
+    now = backend_switches()
+    for name, (_, put) in _SWITCHES.items():
+        if now[name] != _FRESH_SWITCHES[name]:
+            put(_FRESH_SWITCHES[name])
+
+
+def _check_switches() -> str | None:
+    now = backend_switches()
+    differ = [f"{k} {now[k]!r} (fresh: {v!r})" for k, v in _FRESH_SWITCHES.items() if now[k] != v]
+    return f"torch switches differ: {'; '.join(differ)}" if differ else None
+
+
+process_state.register(
+    "torch backend switches (cells/devices.py)", _reset_switches, _check_switches
+)
+
+# What `--deterministic` sets (docs/cells.md, "Bit-for-bit reruns"): cuBLAS reads its
+# workspace setting when the process first uses it, so a warm worker runs a unit whose
+# setting differs from its earlier units' in a fresh process (`run.unit_identity`).
+CUBLAS_WORKSPACE = ("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def apply_deterministic(on: bool) -> None:
+    """`Recipe.deterministic`: deterministic algorithms (an operation without one raises),
+    cuDNN without autotuning, and cuBLAS's fixed workspace; off leaves torch's defaults."""
+    if not on:
+        return
+    os.environ.setdefault(*CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
 
 
 def attn_implementation(model: nn.Module) -> str | None:
@@ -204,13 +317,22 @@ def _release_cached_memory(device: torch.device) -> None:
 
 
 _UNIT_START: list[float] = []  # set by a warm worker as each unit arrives (`mark_unit_start`)
+_WARM_UNIT: list[int] = []  # the unit's number in its warm worker (1: the worker's first)
 
 
-def mark_unit_start() -> None:
-    """From now on, `_seconds_since_process_start` counts from this moment: a warm worker
-    calls it as each unit arrives, so a unit's start-up figure is what that unit paid (in a
-    fresh process: its imports and set-up), not the worker's age."""
-    _UNIT_START[:] = [time.time()]
+def mark_unit_start(unit: int, arrived: float | None = None) -> None:
+    """From now on, `_seconds_since_process_start` counts from the unit's arrival
+    (`arrived`, a `time.time()`; None: now): a warm worker calls it as each unit arrives,
+    so a unit's start-up figure is what that unit paid (in a fresh process: its imports and
+    set-up), not the worker's age. `unit` is the unit's number in this worker, which its
+    results record (`warm_unit`)."""
+    _UNIT_START[:] = [time.time() if arrived is None else arrived]
+    _WARM_UNIT[:] = [unit]
+
+
+def warm_unit() -> int | None:
+    """This unit's number in its warm worker (1, 2, ...), or None in a fresh process."""
+    return _WARM_UNIT[0] if _WARM_UNIT else None
 
 
 def _seconds_since_process_start() -> float | None:
@@ -234,3 +356,32 @@ def _cpu_peak_rss() -> int | None:
         return int(kb) * 1024 if sys.platform != "darwin" else int(kb)
     except Exception:
         return None
+
+
+# Writing 5 to /proc/self/clear_refs resets the process's peak resident memory (VmHWM, and
+# with it getrusage's ru_maxrss) to what it holds now: Linux only, and not in every sandbox.
+_CLEAR_REFS = "/proc/self/clear_refs"
+
+
+def reset_peak_memory(device: torch.device) -> str:
+    """Start the cell's peak-memory count now: CUDA's peak statistics, and on the CPU the
+    process's peak resident memory where Linux lets it be reset. Returns what the cell's
+    `peak_memory_bytes` will cover (`training.peak_memory_scope`): "cell", or "process" where
+    the CPU figure could not be reset (it then includes everything the process held before,
+    in a warm worker its earlier units)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return "cell"
+    try:
+        with open(_CLEAR_REFS, "w") as f:
+            f.write("5")
+    except OSError:
+        return "process"
+    return "cell"
+
+
+def peak_memory(device: torch.device) -> int | None:
+    """The peak memory since `reset_peak_memory`: CUDA's allocated bytes on a GPU, the
+    process's peak resident memory on the CPU."""
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _cpu_peak_rss()
+    return int(peak) if peak else None

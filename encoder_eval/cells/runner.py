@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from encoder_eval.cells.trackers import check_tracking_dir, parse_report_to
@@ -51,6 +52,7 @@ from encoder_eval.core.results import (
 from encoder_eval.data.limit import check_limit
 from encoder_eval.data.models import (
     MODEL_REGISTRY,
+    ModelEntry,
     check_local_model,
     key_from_path,
     loader_settings,
@@ -79,17 +81,27 @@ def _parse_list(text: str, kind, flag: str) -> list:
     return values
 
 
-def plan_cells(args: argparse.Namespace) -> list:
-    """Turn parsed flags into CellConfigs, checking every input before anything runs: names,
-    learning rates, seeds and output paths before torch is imported, so a typo is refused in
-    under a second (`tests/test_fast_refusal.py`)."""
-    register_task_files(args.tasks_file)  # first: the task names below may be defined there
-    task_knobs(args.task)
-    dataset_revisions()  # a malformed ENCODER_EVAL_DATASET_REVISIONS fails now, not after training
-    report_to = parse_report_to(args.report_to)
-    check_limit(args.limit)
-    if report_to and args.tracking_dir:
-        check_tracking_dir(args.tracking_dir)
+@dataclass(frozen=True)
+class ResolvedModel:
+    """The model a cell's flags name: its registry row (None for a path of one's own), path,
+    key, whether its remote code is trusted, and the revisions of its weights and code."""
+
+    entry: ModelEntry | None
+    path: str
+    key: str
+    trust: bool
+    revision: str | None
+    code_revision: str | None
+
+    def code_identity(self) -> tuple | None:
+        """The remote code a cell of this model imports into its process (None: none):
+        what a warm worker must not carry into a unit of another model
+        (`encoder_eval.run.unit_identity`)."""
+        return (self.path, self.revision, self.code_revision) if self.trust else None
+
+
+def resolve_model(args: argparse.Namespace) -> ResolvedModel:
+    """The model `run`'s parsed flags name, from the registry or a path (no torch)."""
     if args.model_path is None and args.model_key is None:
         raise HarnessError("give --model-path or a registry --model-key")
     entry = None
@@ -102,6 +114,33 @@ def plan_cells(args: argparse.Namespace) -> list:
     model_key = args.model_key or key_from_path(model_path)
     if entry is None and model_key in MODEL_REGISTRY:  # --model-path alone names a registry model
         entry = model_entry(model_key)
+    trust = args.trust_remote_code
+    if trust is None:  # the registry's word holds for its own Hub id only, never a name
+        trust = registry_trusts(model_key, model_path)
+    pinned = entry if entry is not None and entry.path == model_path else None
+    return ResolvedModel(
+        entry=entry,
+        path=model_path,
+        key=model_key,
+        trust=bool(trust),
+        revision=args.model_revision or (pinned.revision if pinned else None),
+        code_revision=args.model_code_revision or (pinned.code_revision if pinned else None),
+    )
+
+
+def plan_cells(args: argparse.Namespace) -> list:
+    """Turn parsed flags into CellConfigs, checking every input before anything runs: names,
+    learning rates, seeds and output paths before torch is imported, so a typo is refused in
+    under a second (`tests/test_fast_refusal.py`)."""
+    register_task_files(args.tasks_file)  # first: the task names below may be defined there
+    task_knobs(args.task)
+    dataset_revisions()  # a malformed ENCODER_EVAL_DATASET_REVISIONS fails now, not after training
+    report_to = parse_report_to(args.report_to)
+    check_limit(args.limit)
+    if report_to and args.tracking_dir:
+        check_tracking_dir(args.tracking_dir)
+    model = resolve_model(args)
+    entry, model_path, model_key = model.entry, model.path, model.key
     mode = args.mode or (entry.mode if entry else "auto")
     row = entry if entry and entry.mode == mode else None  # a row's settings go with its mode
     settings = loader_settings(
@@ -114,12 +153,7 @@ def plan_cells(args: argparse.Namespace) -> list:
         if args.body_dropout is not None
         else getattr(row, "body_dropout", None),
     )
-    trust = args.trust_remote_code
-    if trust is None:  # the registry's word holds for its own Hub id only, never a name
-        trust = registry_trusts(model_key, model_path)
-    pinned = entry if entry is not None and entry.path == model_path else None
-    revision = args.model_revision or (pinned.revision if pinned else None)
-    code_revision = args.model_code_revision or (pinned.code_revision if pinned else None)
+    trust, revision, code_revision = model.trust, model.revision, model.code_revision
     lrs = _parse_list(args.lr, float, "--lr")
     seeds = _parse_list(args.seed, int, "--seed")
     check_cell_values(lrs, seeds, args.phase, args.allow_off_protocol)

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from encoder_eval.core import process_state
 from encoder_eval.core.errors import HarnessError, unknown_name
 
 TRACKERS = ("tensorboard", "mlflow", "wandb")
@@ -224,6 +225,10 @@ _PREPARE: dict[str, Callable[[RunInfo], None]] = {
 # fails once is off for the rest of the process, so no later cell waits on it again.
 _PREPARED: set[tuple[str, str | None, str | None]] = set()
 DROPPED: dict[str, str] = {}
+# A warm worker's next unit prepares its trackers again and retries one that failed, with
+# its warning in that unit's log, as a fresh process would.
+process_state.set_clearer("prepared trackers (cells/trackers.py)", _PREPARED)
+process_state.set_clearer("dropped trackers (cells/trackers.py)", DROPPED)
 
 
 # ----------------------------------------------------------------------------- the reporter

@@ -54,10 +54,12 @@ from encoder_eval.cells.devices import (
     _rng_state,
     _seconds_since_process_start,
     _set_rng_state,
+    apply_deterministic,
     check_bf16,
     compile_model,
     forget_compiled,
     release_memory,
+    reset_peak_memory,
     resolve_device,
     seed_everything,
 )
@@ -302,6 +304,8 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     device = resolve_device(cfg.device)
     recipe = cfg.recipe
     check_bf16(device, recipe.precision)
+    apply_deterministic(recipe.deterministic)
+    peak_scope = reset_peak_memory(device)  # the cell's own peak, from its data and model on
     note = _Progress(cfg.progress, None, _label(cfg)).note  # what happens before step 1
     eval_batch = recipe.eval_batch_size or EVAL_BATCH_SIZE.get(device.type, EVAL_BATCH_SIZE["cuda"])
     t0 = time.perf_counter()
@@ -389,6 +393,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
         knobs=knobs,
         kind=kind,
         device=device,
+        peak_scope=peak_scope,
         eval_batch=eval_batch,
         loaded=loaded,
         model=model,
@@ -442,8 +447,6 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
     label = _label(cfg)
     progress = _Progress(cfg.progress, max_steps, label)
 
-    if cell.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(cell.device)
     model.train()
     st = _LoopState()
     resume_path = _resume_path(cfg.out_json)

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from encoder_eval.core import process_state
+
 # The /proc/cpuinfo flags of an x86 CPU with native bf16 arithmetic.
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 # What issue 29 measured on a CPU without them (AVX2 only): bf16 autocast against fp32.
@@ -22,6 +24,7 @@ REPORTED_SLOWDOWN = "5-8x"
 # A timed probe calls bf16 native when its matmul is at most this many times fp32's.
 _PROBE_RATIO = 2.0
 _WARNED: set[str] = set()  # the devices this process has warned for (one line each)
+process_state.set_clearer("slow-bf16 warnings (core/cpu.py)", _WARNED)
 
 
 def native_bf16_from_cpuinfo(text: str) -> bool | None:

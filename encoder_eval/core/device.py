@@ -18,6 +18,8 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 
+from encoder_eval.core import process_state
+
 # Out-of-memory errors that reach Python as a RuntimeError (or a torch.AcceleratorError),
 # by the words of their message: the caching allocator's own (CUDA, HIP), cuBLAS, hipBLAS
 # and cuDNN failing to allocate a workspace, and the runtime's error names.
@@ -120,6 +122,7 @@ def cpu_fallback_warning(why: str) -> str:
 
 
 _WARNED: set[str] = set()
+process_state.set_clearer("CPU-fallback warnings (core/device.py)", _WARNED)
 
 
 def warn_cpu_fallback(why: str | None) -> None:

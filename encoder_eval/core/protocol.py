@@ -235,6 +235,19 @@ class Recipe:
         "the same random numbers as without it",
     )
 
+    # Deterministic algorithms (torch.use_deterministic_algorithms, cuDNN without autotuning,
+    # CUBLAS_WORKSPACE_CONFIG=:4096:8): a GPU rerun then repeats bit for bit, at some speed.
+    # Which kernels run, not what is computed: free per cell, like compile.
+    deterministic: bool = _entry(
+        False,
+        scope=CELL,
+        checked=False,
+        flag="--deterministic",
+        help="deterministic algorithms (torch.use_deterministic_algorithms, cuDNN without "
+        "autotuning, CUBLAS_WORKSPACE_CONFIG=:4096:8), so that a GPU rerun repeats bit for "
+        "bit; slower on a GPU; an operation without a deterministic kernel stops the cell",
+    )
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from encoder_eval.core import process_state
 from encoder_eval.core.errors import HarnessError, one_line, quote
 from encoder_eval.core.fileio import (  # noqa: F401  (re-exported: the one atomic writer and its cleaner)
     FILE_MODE,
@@ -117,6 +118,7 @@ NO_FLOCK_ERRNOS = frozenset(
 )
 EXCL_SUFFIX = ".excl"  # `.lock-<result>.excl`: the lock file where flock is missing
 _noted_no_flock: set[str] = set()
+process_state.set_clearer("no-flock notes (core/results.py)", _noted_no_flock)
 
 
 def _note_no_flock(directory: Path) -> None:

@@ -195,6 +195,19 @@ class Training:
     process_start_to_first_step_s: float | None = None
     train_tokens_per_s: float | None = None
     peak_memory_bytes: int | None = None
+    # What peak_memory_bytes covers: "cell" (counted from the cell's start) or "process"
+    # (the CPU's peak resident memory could not be reset: everything the process held
+    # before); the process that ran the cell, and its unit's number in a warm worker
+    # (`run_all.sh --warm`; absent in a fresh process). Absent from older results.
+    peak_memory_scope: str | None = field(
+        default=None,
+        metadata={
+            **_rule(lambda x: x in (None, "cell", "process"), 'null, "cell" or "process"'),
+            "omitted_when_none": True,
+        },
+    )
+    process_id: int | None = _since(1)
+    warm_unit: int | None = _since(1)
     # Out of memory (CUDA): training steps retried with the micro-batch halved, the
     # micro-batch and gradient accumulation the last step ran with (the effective batch is
     # the recipe's throughout), evaluations rescored with the evaluation batch halved, and

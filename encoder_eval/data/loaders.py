@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from encoder_eval.core import provenance
+from encoder_eval.core import process_state, provenance
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.provenance import code_repositories, directory_content_hash
 from encoder_eval.data.models import (
@@ -39,6 +40,22 @@ from encoder_eval.data.models import (
 # Families whose position ids start after the padding index (pad_token_id + 1 slots are unusable).
 _OFFSET_POSITION_TYPES = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert"}
 _DECODER_HINTS = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+
+
+def _reset_transformers_logging() -> None:
+    """transformers' verbosity back to its default, and its warn-once caches emptied: a
+    warning one unit of a warm worker printed shows in the next unit's log too."""
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    if hf_logging is None:  # not imported yet: nothing to put back
+        return
+    hf_logging.set_verbosity(hf_logging._get_default_logging_level())
+    for once in ("warning_once", "info_once"):
+        cached = getattr(hf_logging, once, None)
+        if hasattr(cached, "cache_clear"):
+            cached.cache_clear()
+
+
+process_state.register("transformers logging (data/loaders.py)", _reset_transformers_logging)
 
 
 @dataclass

@@ -10,6 +10,7 @@ import os
 import re
 from pathlib import Path
 
+from encoder_eval.core import process_state
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.fileio import DamagedFile, parse_json
 from encoder_eval.data.tasks import TASK_KNOBS, TaskKnobs
@@ -67,6 +68,12 @@ def resolve_dataset_revision(repo: str, revision: str | None) -> str:
         raise HarnessError(
             f"cannot resolve {repo}@{revision or 'main'} to a commit ({type(exc).__name__}: {exc})"
         ) from None
+
+
+# A fresh process asks again: a branch may have moved between two units of a warm worker.
+process_state.register(
+    "resolved dataset revisions (data/revisions.py)", resolve_dataset_revision.cache_clear
+)
 
 
 def resolved_revision(knobs: TaskKnobs, task: str) -> str:

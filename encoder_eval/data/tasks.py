@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from encoder_eval.core import process_state
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.problems import RANKING, REGRESSION, SINGLE_LABEL
 from encoder_eval.data import marco_bm25
@@ -322,6 +323,17 @@ TASK_KNOBS: dict[str, TaskKnobs] = {
 }  # fmt: skip
 
 BUILTIN_TASKS = frozenset(TASK_KNOBS)  # the package's own; a task file cannot redefine them
+_BUILTIN_KNOBS = dict(TASK_KNOBS)
+
+
+def _forget_user_tasks() -> None:
+    """Put the registry back to the package's tasks: a user task file registers its tasks
+    for the process that read it, and a warm worker's next unit must not see them."""
+    TASK_KNOBS.clear()
+    TASK_KNOBS.update(_BUILTIN_KNOBS)
+
+
+process_state.register("user tasks in the task registry (data/tasks.py)", _forget_user_tasks)
 MULTILINGUAL_TASKS = tuple(k for k, v in TASK_KNOBS.items() if v.bucket == "multilingual")
 # Names `--tasks` accepts for several tasks at once; "all" is the 17-task suite (no synthetic,
 # no ranking).

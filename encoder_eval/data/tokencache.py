@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from encoder_eval.core import process_state
 from encoder_eval.core.fileio import (
     FILE_MODE,
     FileProblem,
@@ -67,6 +68,7 @@ def entry_mode() -> int:
 
 
 _warned: set[str] = set()
+process_state.set_clearer("token-cache warnings (data/tokencache.py)", _warned)
 
 
 def usable(cache_dir: str | os.PathLike, create: bool = False) -> bool:
