@@ -25,7 +25,12 @@ from dataclasses import asdict
 
 import numpy as np
 import pytest
-from fault_helpers import _drop_dac_capabilities, _permissions_problem, env
+from fault_helpers import (
+    _drop_dac_capabilities,
+    _permissions_problem,
+    env,
+    skip_without_permission_bits,
+)
 from result_helpers import make_selection, write_cell_with_predictions
 from stats_helpers import seeded_rng
 from statsmodels.stats.multitest import multipletests
@@ -47,9 +52,6 @@ def write_cell(rdir, rng, model: str, task: str, seed: int, skill: float, labels
     right = rng.random(N_EXAMPLES) < skill + rng.normal(0, 0.01)
     preds = [y if ok else 1 - y for y, ok in zip(labels, right, strict=True)]
     write_cell_with_predictions(rdir, model, task, "lr05", seed, preds, labels)
-
-
-REQUIRE_PERMISSIONS_ENV = "ENCODER_EVAL_REQUIRE_PERMISSIONS"  # "1" (CI): no skip below
 
 
 @pytest.fixture(autouse=True)
@@ -261,10 +263,9 @@ def require_permission_bits(tmp_path) -> None:
     locked = tmp_path / "probe"
     locked.mkdir(mode=0)
     locked.chmod(0)
-    if problem := _permissions_problem(locked):
-        if os.environ.get(REQUIRE_PERMISSIONS_ENV) == "1":
-            pytest.fail(f"{REQUIRE_PERMISSIONS_ENV}=1 but {problem}")
-        pytest.skip(f"permission bits do not stop this root: {problem}")
+    skip_without_permission_bits(
+        _permissions_problem(locked), "permission bits do not stop this root"
+    )
 
 
 def test_a_read_only_results_folder_or_cache_still_works(rdir, cache_dir, tmp_path, capsys):
