@@ -227,7 +227,11 @@ def _agrees_with_table(row: Row, table: Table) -> bool:
     """Whether a cached row's cheap fields are the table's (a check beside the cache's
     HMAC: a row that disagrees is recomputed)."""
     head = _row_head(row.model_a, row.model_b, row.task, table)
-    return all(getattr(row, f) == getattr(head, f) for f in HEAD_FIELDS)
+
+    def same(x: object, y: object) -> bool:  # NaN is NaN here
+        return x == y or (isinstance(x, float) and isinstance(y, float) and x != x and y != y)
+
+    return all(same(getattr(row, f), getattr(head, f)) for f in HEAD_FIELDS)
 
 
 def compare_cells(
