@@ -7,14 +7,15 @@ prints each one's CPU seconds (user + system of the child), wall seconds and the
 against (a), the reference run in the same script:
 
   (a) summarize --no-cache                   every mark's comparison computed, nothing kept
-  (b) summarize                              the same, the rows written to .stats-cache/
+  (b) summarize                              the same, the rows written to the cache
   (c) summarize --format json                a second render: every row read back
   (d) report                                 after summarize: compare's rows computed, the marks' read
   (e) report                                 again: every row read back
   (f) compare --format json --no-cache --jobs J   compare's rows over J processes (wall)
   (g) compare --format json --no-cache       the same on one process
 
-The last line is one JSON object. Nothing here runs under pytest.
+The cache is a fresh one in the temporary folder (`$ENCODER_EVAL_CACHE_DIR/comparisons/`),
+never the user's. The last line is one JSON object. Nothing here runs under pytest.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def main() -> None:
     tasks = args.tasks.split(",")
     with tempfile.TemporaryDirectory(prefix="bench-cache-") as tmp:
         rdir = Path(tmp) / "report"
+        os.environ["ENCODER_EVAL_CACHE_DIR"] = str(Path(tmp) / "user-cache")  # the children's
         write_folder(rdir, args.models, tasks, args.examples, args.seed)
         common = ["--results-dir", str(rdir), "--selection", str(Path(tmp) / "selection.json"),
                   "--resamples", str(args.resamples)]  # fmt: skip
@@ -119,7 +121,7 @@ def main() -> None:
             r = runs[name]
             ratio = r["cpu_s"] / runs["a"]["cpu_s"]
             print(f"({name}) {label:44} {r['cpu_s']:8.1f} {r['wall_s']:8.1f} {ratio:10.3f}")
-        entries = len(os.listdir(rdir / ".stats-cache"))
+        entries = len(list((Path(tmp) / "user-cache" / "comparisons").glob("*.json")))
         print(f"cache entries: {entries}; compare wall (g)/(f): "
               f"{runs['g']['wall_s'] / runs['f']['wall_s']:.2f}")  # fmt: skip
     print_json(rounded({"config": vars(args), "runs": runs, "cache_entries": entries}))

@@ -37,8 +37,9 @@ same refusals), one row holds:
   smallest difference five seeds detect at that level.
 
 Each row is computed on `--jobs N` processes (the same numbers whatever N) and kept in the
-first results directory's `.stats-cache/` (`reports/comparison_cache.py`), keyed by the
-content of its inputs, so a second run reads it back (`--no-cache`: neither read nor
+user's cache, `$ENCODER_EVAL_CACHE_DIR/comparisons/` (`reports/comparison_cache.py`; never
+the results folder), keyed by the content of its inputs and authenticated, so a second run
+reads it back and says on stderr how many rows it read (`--no-cache`: neither read nor
 written).
 
 EVALUATION_METHODOLOGY.md, section 10, says what each test assumes and why the verdict
@@ -61,7 +62,7 @@ from encoder_eval.core.errors import (
 )
 from encoder_eval.core.fileio import check_output_file, write_output
 from encoder_eval.plans.plan import split_csv
-from encoder_eval.reports.comparison_cache import open_cache
+from encoder_eval.reports.comparison_cache import open_cache, print_note
 from encoder_eval.reports.table_loading import add_table_arguments, load_table
 from encoder_eval.reports.table_render import refusal
 from encoder_eval.reports.verdicts import (
@@ -138,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         + ("" if full else "; no permutation test or ASO (several pairs: --all-tests)"),
         file=sys.stderr,
     )
+    cache = open_cache(enabled=not args.no_cache, warn=warn)
     cmp = compare_table(
         table,
         results,
@@ -148,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         family=args.family,
         jobs=args.jobs,
-        cache=open_cache(args.results_dir, enabled=not args.no_cache, warn=warn),
+        cache=cache,
         flags=FULL_FLAGS if full else VERDICT_FLAGS,
     )
     if not full:
@@ -157,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             "verdict reads neither); --all-tests runs them, or compare one pair with --models."
         )
     text = render(cmp, args.format)
+    print_note(cache)
     write_output(text, args.out)
     return EXIT_OK
 

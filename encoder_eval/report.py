@@ -24,8 +24,8 @@ The statistics flags are `summarize`'s and `compare`'s (one definition,
 `verdicts.add_statistics_arguments`): `--no-marks`, `--marks-family` for the table's marks;
 `--family` (default table), `--correction`, `--alpha` for the verdicts; `--resamples`,
 `--seed`, `--jobs N`, and `--no-cache` (the comparisons are otherwise read from and kept in
-the (first) results folder's `.stats-cache/`, so a report after `summarize` reuses its
-marks).
+the user's cache, `$ENCODER_EVAL_CACHE_DIR/comparisons/`, so a report after `summarize`
+reuses its marks).
 
 The table is refused as `summarize` refuses it (exit 1, each problem listed) unless
 `--allow-partial`, which shows the page with the problems in a banner and the footnotes.
@@ -48,7 +48,7 @@ from encoder_eval.core.errors import (
 )
 from encoder_eval.core.fileio import write_atomic
 from encoder_eval.plans.plan import split_csv
-from encoder_eval.reports.comparison_cache import open_cache
+from encoder_eval.reports.comparison_cache import open_cache, print_note
 from encoder_eval.reports.html import build_report, render_html
 from encoder_eval.reports.table_loading import add_table_arguments, check_results_dirs
 from encoder_eval.reports.table_render import refusal
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.out).absolute().parent.is_dir():
         raise HarnessError(f"--out {args.out}: its directory does not exist")
     warn = warn_once()
+    cache = open_cache(enabled=not args.no_cache, warn=warn)
     report = build_report(
         dirs,
         selection=args.selection,
@@ -103,10 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         correction=args.correction,
         alpha=args.alpha,
         jobs=args.jobs,
-        cache=open_cache(dirs, enabled=not args.no_cache, warn=warn),
+        cache=cache,
         title=args.title,
         warn=warn,
     )
+    print_note(cache)
     if refused := refusal(report.table, args.allow_partial, "report"):
         print(refused, file=sys.stderr)
         return EXIT_INCOMPLETE

@@ -18,7 +18,7 @@ of the report-split score over the report seeds 45-49 at the LR chosen in
 two-level bootstrap over seeds and report examples); nothing is picked here. Per task the
 best model is bold and `≈` marks each model `compare` calls not distinguishable from it
 (`--no-marks` skips the tests; the comparisons run on `--jobs N` processes and are kept in
-the (first) results folder's `.stats-cache/`, so another format reads them back:
+the user's cache, `$ENCODER_EVAL_CACHE_DIR/comparisons/`, so another format reads them back:
 `--no-cache` neither reads nor writes it). Scores are shown x100. Each task's column
 names its metric; tasks reported on dev (validation) are marked `*`. Bucket columns
 (Multilingual, GLUE, SuperGLUE, Ranking) average the model's task means within the bucket
@@ -87,7 +87,7 @@ from encoder_eval.core.errors import (
 from encoder_eval.core.fileio import check_output_dir, check_output_file, write_output
 from encoder_eval.plans.experiment import check_table_output
 from encoder_eval.plans.plan import split_csv
-from encoder_eval.reports.comparison_cache import open_cache
+from encoder_eval.reports.comparison_cache import open_cache, print_note
 from encoder_eval.reports.plots import write_plots
 from encoder_eval.reports.probe_table import load_probe_results, probe_folder, probe_table
 from encoder_eval.reports.table import CI_METHODS
@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     table = loaded.table
     refused = refusal(table, args.allow_partial)
+    cache = open_cache(enabled=not args.no_cache, warn=warn)
     if refused is None:
         add_statistics(
             table,
@@ -173,9 +174,10 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             marks_family=args.marks_family,
             jobs=args.jobs,
-            cache=open_cache(dirs, enabled=not args.no_cache, warn=warn),
+            cache=cache,
         )
     text = render(table, args.format)
+    print_note(cache)
     if note := loaded.seeds_note():
         print(note, file=sys.stderr)
     if refused is not None:

@@ -172,3 +172,20 @@ def _permissions_problem(locked: Path) -> str | None:
     except (OSError, subprocess.SubprocessError) as exc:
         return f"dropping CAP_DAC_OVERRIDE failed ({exc})"
     return None if probe.returncode == 0 else "root still reads a mode-000 directory"
+
+
+# "1" (.ci/run sets it: CI runs as root and can drop the override): a test that needs
+# permission bits to stop its commands fails where they cannot, instead of skipping.
+REQUIRE_PERMISSIONS_ENV = "ENCODER_EVAL_REQUIRE_PERMISSIONS"
+
+
+def skip_without_permission_bits(problem: str | None, why: str) -> None:
+    """Skip the test (`why: problem`) when `problem` (`_permissions_problem`) is not None;
+    a failure instead under ENCODER_EVAL_REQUIRE_PERMISSIONS=1."""
+    if problem is None:
+        return
+    import pytest
+
+    if os.environ.get(REQUIRE_PERMISSIONS_ENV) == "1":
+        pytest.fail(f"{REQUIRE_PERMISSIONS_ENV}=1 but {why}: {problem}")
+    pytest.skip(f"{why}: {problem}")

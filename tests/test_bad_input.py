@@ -21,6 +21,7 @@ from fault_helpers import (
     _drop_dac_capabilities,
     _permissions_problem,
     env,
+    skip_without_permission_bits,
     snapshot,
 )
 from result_helpers import make_result, write_result
@@ -387,8 +388,9 @@ def ctx(request, tmp_path, tiny_models, small_mirror):
         locked.chmod(0)
         problem = _permissions_problem(locked)
         locked.rmdir()
-        if problem:
-            pytest.skip(f"the tests run as root, whom permission bits do not stop: {problem}")
+        skip_without_permission_bits(
+            problem, "the tests run as root, whom permission bits do not stop"
+        )
         c.restricted = True
     yield c
     for p in tmp_path.rglob("*"):  # give pytest's clean-up its directories back

@@ -1,5 +1,7 @@
 """ENCODER_EVAL_REQUIRE_DATA=1 (set by .ci/run) makes a missing real-data mirror fail the
-tests that need it instead of skipping them, so CI cannot pass with those tests unrun.
+tests that need it instead of skipping them, so CI cannot pass with those tests unrun;
+ENCODER_EVAL_REQUIRE_PERMISSIONS=1 (set by .ci/run) does the same for the tests that need
+permission bits to stop their commands (`fault_helpers.skip_without_permission_bits`).
 
 A small pytest session is run on a mirror location that does not exist
 (ENCODER_EVAL_SHARED_DATA), through both ways tests reach the mirror: `shared_data()` of
@@ -63,3 +65,15 @@ def test_a_missing_mirror_fails_under_encoder_eval_require_data(tmp_path):
     assert re.search(r"\b1 failed, 1 error\b", out) and "skipped" not in out, out
     assert out.count("ENCODER_EVAL_REQUIRE_DATA=1 but the real-data mirror") >= 2, out
     assert "no-such-mirror is absent" in out
+
+
+def test_permission_bits_skip_unless_required(monkeypatch):
+    from fault_helpers import REQUIRE_PERMISSIONS_ENV, skip_without_permission_bits
+
+    skip_without_permission_bits(None, "never")  # nothing in the way: the test goes on
+    monkeypatch.delenv(REQUIRE_PERMISSIONS_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="why: root reads"):
+        skip_without_permission_bits("root reads", "why")
+    monkeypatch.setenv(REQUIRE_PERMISSIONS_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match="ENCODER_EVAL_REQUIRE_PERMISSIONS=1 but why"):
+        skip_without_permission_bits("root reads", "why")

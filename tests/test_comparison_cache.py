@@ -3,21 +3,34 @@ row back, a changed input recomputes exactly the rows it feeds, a corrupt entry 
 recomputed, a read-only results folder still works, `--jobs` changes nothing, compare's
 default family is the table, and `report` takes the marks and family flags.
 
+The cache cannot change a number (issue 50, item 1): it lives in the user's cache, never
+the results folder; after each attack (an edited entry with its checksum recomputed, in
+the old `.stats-cache/` or the user's cache; an entry that agrees with its HMAC and not
+with the table; a FIFO or a symlink to /dev/zero for an entry; a symlinked cache folder;
+thousands of stale entries) the printed output is `--no-cache`'s.
+
 The results are real result and predictions files (`result_helpers`), written without
 training; the count of computed rows is read from a spy that calls the real
 `compare_cells` (never from timing)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 
 import numpy as np
 import pytest
-from fault_helpers import _drop_dac_capabilities, _permissions_problem, env
+from fault_helpers import (
+    _drop_dac_capabilities,
+    _permissions_problem,
+    env,
+    skip_without_permission_bits,
+)
 from result_helpers import make_selection, write_cell_with_predictions
 from stats_helpers import seeded_rng
 from statsmodels.stats.multitest import multipletests
@@ -25,7 +38,7 @@ from statsmodels.stats.multitest import multipletests
 from encoder_eval import compare, report, summarize
 from encoder_eval.core.errors import EXIT_INPUT_ERROR, EXIT_OK
 from encoder_eval.core.results import STATS_CACHE_DIR, load_results
-from encoder_eval.reports import verdicts
+from encoder_eval.reports import comparison_cache, verdicts
 from encoder_eval.reports.comparison_cache import ComparisonCache, RowFlags
 from encoder_eval.reports.table_loading import load_table
 
@@ -39,6 +52,13 @@ def write_cell(rdir, rng, model: str, task: str, seed: int, skill: float, labels
     right = rng.random(N_EXAMPLES) < skill + rng.normal(0, 0.01)
     preds = [y if ok else 1 - y for y, ok in zip(labels, right, strict=True)]
     write_cell_with_predictions(rdir, model, task, "lr05", seed, preds, labels)
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    """This test's own user cache (`$ENCODER_EVAL_CACHE_DIR`): its comparisons folder."""
+    monkeypatch.setenv("ENCODER_EVAL_CACHE_DIR", str(tmp_path / "user-cache"))
+    return tmp_path / "user-cache" / comparison_cache.SUBDIR
 
 
 @pytest.fixture
@@ -75,9 +95,11 @@ def base(rdir) -> list[str]:
             "--resamples", RESAMPLES]  # fmt: skip
 
 
-def entries(rdir) -> list[str]:
-    folder = rdir / STATS_CACHE_DIR
-    return sorted(os.listdir(folder)) if folder.is_dir() else []
+def entries(folder) -> list[str]:
+    """The entries of a comparisons folder (not its key, not temporaries)."""
+    if not folder.is_dir():
+        return []
+    return sorted(n for n in os.listdir(folder) if comparison_cache.ENTRY_NAME.fullmatch(n))
 
 
 def marks_of(doc: dict) -> dict:
@@ -90,15 +112,19 @@ def page_table(path) -> dict:
     return json.loads(page[start : page.index("</script>", start)])
 
 
-def test_a_second_render_reads_every_comparison_back(rdir, computed, capsys):
+def test_a_second_render_reads_every_comparison_back(rdir, cache_dir, computed, capsys):
     assert summarize.main(base(rdir)) == EXIT_OK
-    assert "Bold: the task's best model" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "Bold: the task's best model" in out and "statistics cache" not in err
     first = len(computed)
     assert first == 3 * len(TASKS)  # the table family: every pair of the three on each task
-    assert len(entries(rdir)) == first
+    assert len(entries(cache_dir)) == first
+    assert not (rdir / STATS_CACHE_DIR).exists()  # nothing is written into a results folder
     assert summarize.main([*base(rdir), "--format", "json"]) == EXIT_OK
-    doc = json.loads(capsys.readouterr().out)
-    assert len(computed) == first  # nothing computed again
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert len(computed) == first  # nothing computed again, and stderr says so
+    assert f"note: 6 of 6 comparison row(s) read from the statistics cache {cache_dir} " in err
     assert summarize.main([*base(rdir), "--format", "json", "--no-cache"]) == EXIT_OK
     fresh = json.loads(capsys.readouterr().out)
     assert len(computed) == 2 * first and doc == fresh  # the cached marks are the fresh ones
@@ -127,7 +153,7 @@ def test_a_report_after_summarize_reuses_the_marks(rdir, computed, tmp_path, cap
 
 def _cache_run(rdir, seed: int = 1234, n_resamples: int = 49):
     loaded = load_table(rdir, str(rdir / "selection.json"))
-    cache = ComparisonCache(rdir / STATS_CACHE_DIR)
+    cache = comparison_cache.open_cache(warn=None)
     cmp = verdicts.compare_table(
         loaded.table, loaded.results, n_resamples=n_resamples, seed=seed, cache=cache
     )
@@ -165,13 +191,13 @@ def test_a_changed_input_recomputes_exactly_the_rows_it_feeds(rdir):
     assert _cache_run(rdir, n_resamples=59)[0].computed == 6
 
 
-def test_a_corrupt_entry_is_recomputed_never_trusted(rdir):
+def test_a_corrupt_entry_is_recomputed_never_trusted(rdir, cache_dir):
     _, first = _cache_run(rdir)
-    names = entries(rdir)
-    torn, edited = rdir / STATS_CACHE_DIR / names[0], rdir / STATS_CACHE_DIR / names[1]
+    names = entries(cache_dir)
+    torn, edited = cache_dir / names[0], cache_dir / names[1]
     torn.write_text(torn.read_text()[:50])
     doc = json.loads(edited.read_text())
-    doc["row"]["diff"] = 0.5  # valid JSON, a wrong number: the checksum refuses it
+    doc["row"]["diff"] = 0.5  # valid JSON, a wrong number: the HMAC refuses it
     edited.write_text(json.dumps(doc))
     cache, again = _cache_run(rdir)
     assert (cache.computed, cache.reused) == (2, 4)
@@ -183,12 +209,12 @@ def test_a_row_computed_with_more_serves_a_request_for_less(rdir):
     loaded = load_table(rdir, str(rdir / "selection.json"))
     cells = verdicts.included_cells(loaded.table, loaded.results)
     requests = [(a, b, t) for a, b in [("strong", "weak"), ("twin", "strong")] for t in TASKS]
-    cache = ComparisonCache(rdir / STATS_CACHE_DIR)
+    cache = comparison_cache.open_cache(warn=None)
     run = {"n_resamples": 49, "seed": 1234}
     full = verdicts.compute_rows(requests, loaded.table, cells, flags=RowFlags(), cache=cache,
                                  **run)  # fmt: skip
     less = RowFlags(bootstrap=False, example_test=False)
-    cache = ComparisonCache(rdir / STATS_CACHE_DIR)
+    cache = comparison_cache.open_cache(warn=None)
     served = verdicts.compute_rows(requests, loaded.table, cells, flags=less, cache=cache, **run)
     assert (cache.computed, cache.reused) == (0, 4)
     direct = verdicts.compute_rows(requests, loaded.table, cells, flags=less, **run)
@@ -196,7 +222,7 @@ def test_a_row_computed_with_more_serves_a_request_for_less(rdir):
     assert all(r.boot_low is None and r.p_example is None for r in served)
     assert all(r.boot_low is not None and r.p_example is not None for r in full)
     # the reverse does not hold: a lesser row never serves a fuller request
-    cache = ComparisonCache(rdir / STATS_CACHE_DIR)
+    cache = comparison_cache.open_cache(warn=None)
     verdicts.compute_rows(requests[:1], loaded.table, cells, flags=less, cache=cache,
                           **{**run, "seed": 5})  # fmt: skip
     verdicts.compute_rows(requests[:1], loaded.table, cells, flags=RowFlags(), cache=cache,
@@ -231,36 +257,223 @@ def summarize_without_root(args: list[str]) -> tuple[str, list[str], dict]:
     return proc.stdout, [line for line in lines if line.startswith("warning:")], json.loads(last)
 
 
-def test_a_read_only_results_folder_still_works(rdir, tmp_path, capsys):
+def require_permission_bits(tmp_path) -> None:
+    """Skip where root cannot be held to permission bits (its override cannot be dropped);
+    a failure instead under ENCODER_EVAL_REQUIRE_PERMISSIONS=1 (.ci/run sets it)."""
     locked = tmp_path / "probe"
     locked.mkdir(mode=0)
     locked.chmod(0)
-    if problem := _permissions_problem(locked):
-        pytest.skip(f"permission bits do not stop this root: {problem}")
+    skip_without_permission_bits(
+        _permissions_problem(locked), "permission bits do not stop this root"
+    )
+
+
+def test_a_read_only_results_folder_or_cache_still_works(rdir, cache_dir, tmp_path, capsys):
+    require_permission_bits(tmp_path)
     assert summarize.main([*base(rdir), "--no-cache"]) == EXIT_OK
     fresh = capsys.readouterr().out
     before = sorted(os.listdir(rdir))
+    # a read-only results folder: the cache is the user's, written and read as usual
     os.chmod(rdir, 0o555)
     try:
         out, warnings, run = summarize_without_root(base(rdir))
         assert run == {"code": EXIT_OK, "computed": 6} and out == fresh
-        assert [w for w in warnings if "statistics cache" in w] == [
-            f"warning: cannot write the statistics cache {rdir / STATS_CACHE_DIR} "
-            "(Permission denied); computing without it"
-        ]
+        assert not [w for w in warnings if "statistics cache" in w]
+        out, warnings, run = summarize_without_root(base(rdir))
+        assert run == {"code": EXIT_OK, "computed": 0} and out == fresh
         assert sorted(os.listdir(rdir)) == before  # nothing written
     finally:
         os.chmod(rdir, 0o755)
-    # a cache written earlier is read from a folder that became read-only, without a word
-    assert summarize.main(base(rdir)) == EXIT_OK
-    capsys.readouterr()
-    os.chmod(rdir, 0o555)
+    # a user cache that cannot be written: one warning, every row computed, the same numbers
+    for name in os.listdir(cache_dir):
+        os.unlink(cache_dir / name)
+    cache_dir.rmdir()
+    os.chmod(cache_dir.parent, 0o555)
     try:
         out, warnings, run = summarize_without_root(base(rdir))
-        assert run == {"code": EXIT_OK, "computed": 0} and out == fresh
-        assert not [w for w in warnings if "statistics cache" in w]
+        assert run == {"code": EXIT_OK, "computed": 6} and out == fresh
+        assert [w for w in warnings if "statistics cache" in w] == [
+            f"warning: cannot write the statistics cache {cache_dir} "
+            "(Permission denied); computing without it"
+        ]
     finally:
-        os.chmod(rdir, 0o755)
+        os.chmod(cache_dir.parent, 0o755)
+
+
+# ------------------------------------------------------------------ attacks (issue 50, item 1)
+
+
+def run_compare(rdir, capsys, *extra: str) -> tuple[str, str]:
+    """compare's JSON (every number of every row) and its stderr."""
+    assert compare.main([*base(rdir), "--format", "json", *extra]) == EXIT_OK
+    return capsys.readouterr()
+
+
+def forged(rdir, *, means: bool = True) -> list[tuple[str, dict]]:
+    """Each row compare computes here (as the cache names it, its key) with its verdict
+    turned around: every p-value 1e-6 and, with `means`, A's and B's means swapped."""
+    loaded = load_table(rdir, str(rdir / "selection.json"))
+    cells = verdicts.included_cells(loaded.table, loaded.results)
+    pairs = [("strong", "weak"), ("strong", "twin"), ("weak", "twin")]
+    requests = [(a, b, t) for a, b in pairs for t in TASKS]
+    run = {"n_resamples": int(RESAMPLES), "seed": verdicts.DEFAULT_SEED}
+    rows = verdicts.compute_rows(requests, loaded.table, cells, flags=RowFlags(), **run)
+    namer = ComparisonCache(os.devnull)  # key() only
+    out = []
+    for (a, b, task), row in zip(requests, rows, strict=True):
+        knobs = verdicts.task_knobs(task)
+        scoring = {"metric": knobs.metric, "euro": list(knobs.euro_languages)}
+        key = namer.key(a, b, task, scoring, loaded.table.cells, cells, **run)
+        doc = asdict(row)
+        for name in ("p_seed", "p_combined", "p_verdict", "p_example", "p_mcnemar"):
+            doc[name] = 1e-6
+        if means:
+            doc["mean_a"], doc["mean_b"], doc["diff"] = doc["mean_b"], doc["mean_a"], -doc["diff"]
+        out.append((key, doc))
+    return out
+
+
+def checksummed(key: str, bits: str, row: dict, schema: str) -> str:
+    """An entry as the old cache trusted it: its checksum a plain sha256 of the row."""
+    canonical = json.dumps(row, sort_keys=True, separators=(",", ":"), allow_nan=True).encode()
+    return json.dumps({"schema": schema, "stats_version": comparison_cache.STATS_VERSION,
+                       "key": key, "flags": bits, "row": row,
+                       "checksum": hashlib.sha256(canonical).hexdigest(),
+                       "mac": hashlib.sha256(canonical).hexdigest()})  # fmt: skip
+
+
+def test_an_edited_entry_with_its_checksum_recomputed_changes_no_number(rdir, cache_dir, capsys):
+    fresh, _ = run_compare(rdir, capsys, "--no-cache")
+    rows = forged(rdir)
+    # the attack on main: .stats-cache/ in the results folder, entries covering every request
+    old = rdir / STATS_CACHE_DIR
+    old.mkdir()
+    for key, row in rows:
+        (old / f"{key}.111.json").write_text(
+            checksummed(key, "111", row, "encoder-eval-stats-cache")
+        )
+    out, err = run_compare(rdir, capsys)
+    assert out == fresh and "statistics cache" not in err  # never read
+    assert {n.split(".")[0] for n in entries(cache_dir)} == {k for k, _ in rows}  # (the names)
+    # the same in the user's cache, by someone without its key: refused, recomputed, written over
+    for name in entries(cache_dir):
+        key, bits, _ = name.split(".")
+        row = dict(rows)[key]
+        (cache_dir / name).write_text(checksummed(key, bits, row, comparison_cache.CACHE_SCHEMA))
+    out, err = run_compare(rdir, capsys)
+    assert out == fresh
+    assert (
+        f"note: 0 of 6 comparison row(s) read from the statistics cache {cache_dir}; 6 entries not trusted and recomputed"
+        in err
+    )
+    out, err = run_compare(rdir, capsys)
+    assert out == fresh and "note: 6 of 6 comparison row(s) read" in err
+    # summarize and report read the same rows: the same marks as without the cache
+    assert summarize.main([*base(rdir), "--format", "json", "--no-cache"]) == EXIT_OK
+    table = capsys.readouterr().out
+    assert summarize.main([*base(rdir), "--format", "json"]) == EXIT_OK
+    assert capsys.readouterr().out == table
+
+
+def test_an_authenticated_entry_that_disagrees_with_the_table_is_recomputed(
+    rdir, cache_dir, capsys
+):
+    """A row the key vouches for (a leaked key, a bug) is still checked against the table:
+    its models, task, metric, seed counts and means."""
+    fresh, _ = run_compare(rdir, capsys, "--no-cache")
+    cache = comparison_cache.open_cache(warn=None)
+    for key, row in forged(rdir):
+        cache.put(key, RowFlags(bootstrap=True, example_test=False, aso=False), row)
+    assert len(entries(cache_dir)) == 6
+    out, err = run_compare(rdir, capsys)
+    assert out == fresh and "6 entries not trusted and recomputed" in err
+
+
+# compare in a child process whose address space is capped, so that a reader of /dev/zero
+# ends in a MemoryError instead of taking the machine's memory
+CAPPED_COMPARE = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+from encoder_eval import compare
+sys.exit(compare.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_fifo_or_dev_zero_entry_is_refused_unread(rdir, cache_dir, kind, capsys):
+    fresh, _ = run_compare(rdir, capsys, "--no-cache")
+    names = [f"{key}.111.json" for key, _ in forged(rdir)]
+    for folder in (rdir / STATS_CACHE_DIR, cache_dir):  # the old place and the user's cache
+        folder.mkdir(parents=True)
+        for name in names:
+            if kind == "fifo":
+                os.mkfifo(folder / name)
+            else:
+                os.symlink("/dev/zero", folder / name)
+    proc = subprocess.run(
+        [sys.executable, "-c", CAPPED_COMPARE, *base(rdir), "--format", "json"],
+        env=env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert proc.stdout == fresh
+    assert "6 entries not trusted and recomputed" in proc.stderr
+    # the next run prunes them (named like entries, not regular files) and reads its own rows
+    out, err = run_compare(rdir, capsys)
+    assert out == fresh and "note: 6 of 6 comparison row(s) read" in err
+    assert not any((cache_dir / name).exists() or (cache_dir / name).is_symlink()
+                   for name in names)  # fmt: skip
+
+
+def test_a_symlinked_cache_folder_is_refused(rdir, cache_dir, tmp_path, capsys):
+    fresh, _ = run_compare(rdir, capsys, "--no-cache")
+    # a folder someone else controls, with its own key and entries that key vouches for
+    theirs = tmp_path / "theirs"
+    planted = ComparisonCache(theirs)
+    for key, row in forged(rdir, means=False):  # p-values only: the table's checks pass
+        planted.put(key, RowFlags(), row)
+    before = sorted(os.listdir(theirs))
+    cache_dir.parent.mkdir()
+    cache_dir.symlink_to(theirs)
+    old = tmp_path / "old-target"  # and an old .stats-cache/ pointing elsewhere
+    old.mkdir()
+    (rdir / STATS_CACHE_DIR).symlink_to(old)
+    out, err = run_compare(rdir, capsys)
+    assert out == fresh
+    assert (
+        f"warning: not using the statistics cache {cache_dir}: it is a symbolic link (remove "
+        "it; the cache is made again); computing without it" in err
+    )
+    assert sorted(os.listdir(theirs)) == before and os.listdir(old) == []  # nothing written
+    # without the link, the user's own folder is made and used
+    cache_dir.unlink()
+    run_compare(rdir, capsys)
+    out, err = run_compare(rdir, capsys)
+    assert out == fresh and "note: 6 of 6 comparison row(s) read" in err
+    assert cache_dir.is_dir() and not cache_dir.is_symlink()
+    assert os.stat(cache_dir).st_mode & 0o777 == 0o700
+
+
+def test_old_entries_are_pruned_and_the_folder_capped(rdir, cache_dir, monkeypatch, capsys):
+    run_compare(rdir, capsys)  # six entries
+    kept = entries(cache_dir)
+    assert len(kept) == 6
+    month_ago = time.time() - (comparison_cache.MAX_AGE_DAYS + 1) * 86400
+    stale = [f"{i:064x}.111.json" for i in range(50)]
+    for name in stale:
+        (cache_dir / name).write_text("{}")
+        os.utime(cache_dir / name, (month_ago, month_ago))
+    for i, name in enumerate(kept):  # the used ones: newer, the first the oldest
+        os.utime(cache_dir / name, (time.time() - 100 + i, time.time() - 100 + i))
+    monkeypatch.setattr(comparison_cache, "MAX_ENTRIES", 4)
+    fresh, _ = run_compare(rdir, capsys, "--no-cache", "--seed", "7")
+    out, _ = run_compare(rdir, capsys, "--seed", "7")  # six new rows: the first write prunes
+    assert out == fresh
+    left = entries(cache_dir)
+    assert not set(stale) & set(left)  # unused past the age
+    assert set(kept) & set(left) == set(kept[2:])  # past the cap: the least recently used
+    assert len(left) == 4 + 6
+    out, err = run_compare(rdir, capsys, "--seed", "7")
+    assert out == fresh and "note: 6 of 6 comparison row(s) read" in err
 
 
 @pytest.mark.parametrize("command", ["compare", "summarize"])

@@ -17,7 +17,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from fault_helpers import _drop_dac_capabilities, _permissions_problem, env
+from fault_helpers import (
+    _drop_dac_capabilities,
+    _permissions_problem,
+    env,
+    skip_without_permission_bits,
+)
 from result_helpers import make_result, write_result
 
 from encoder_eval.core.errors import HarnessError
@@ -145,7 +150,7 @@ def test_a_teammates_result_this_user_cannot_read_stays_where_it_is(tmp_path):
     problem = _permissions_problem(path)
     if problem:
         path.chmod(0o644)
-        pytest.skip(f"permission bits cannot stop this test's commands: {problem}")
+    skip_without_permission_bits(problem, "permission bits cannot stop this test's commands")
     proc = subprocess.run([sys.executable, "-m", "encoder_eval.done", "--states", str(path)],
                           capture_output=True, env=env(), timeout=60,
                           preexec_fn=_drop_dac_capabilities)  # fmt: skip

@@ -26,6 +26,7 @@ import json
 import math
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 from result_helpers import make_selection, write_cell_with_predictions
@@ -225,15 +226,10 @@ def test_euroeval_records_are_eee_records_euroeval_reads_as_the_legacy_ones(repo
     table = json.loads(_run_summarize(capsys, report_dir))
     cells = {(r["model"], t): c for r in table["rows"] for t, c in r["cells"].items()}
     assert len(records) == len(legacy) == len(MODELS) * len(TASKS)
-    try:
-        import jsonschema
-    except ImportError:
-        jsonschema = None
     for rec, old in zip(records, legacy, strict=True):
         # The published schema, field by field.
         assert _validate(rec, SCHEMA) == [], _validate(rec, SCHEMA)
-        if jsonschema is not None:
-            jsonschema.validate(rec, SCHEMA)
+        jsonschema.validate(rec, SCHEMA)
         assert rec["schema_version"] == "0.2.1" == SCHEMA["version"]
         assert (
             rec["evaluation_id"] == f"{old['dataset']}/{old['model']}/" + rec["retrieved_timestamp"]

@@ -252,11 +252,15 @@ def test_out_may_not_replace_an_input_of_any_folder(two, command, capsys):
     assert (r1 / "experiment.toml").read_bytes() == before
 
 
-def test_comparison_cache_in_the_first_folder(two, capsys):
+def test_comparison_cache_in_no_results_folder(two, tmp_path, monkeypatch, capsys):
+    """The comparisons of a table over several folders are kept in the user's cache, never
+    in a results folder (issue 50: others may write those)."""
     r1, r2, _ = two
+    monkeypatch.setenv("ENCODER_EVAL_CACHE_DIR", str(tmp_path / "user-cache"))
     code, _, err = run(capsys, summarize, *both(two), "--resamples", "20")
     assert code == EXIT_OK, err
-    assert any((r1 / STATS_CACHE_DIR).iterdir()) and not (r2 / STATS_CACHE_DIR).exists()
+    assert any((tmp_path / "user-cache" / "comparisons").glob("*.json"))
+    assert not (r1 / STATS_CACHE_DIR).exists() and not (r2 / STATS_CACHE_DIR).exists()
 
 
 def test_twin_on_other_seeds_is_counted_as_such(two, capsys):

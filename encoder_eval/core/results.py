@@ -399,8 +399,9 @@ RESUME_PREFIX, RESUME_SUFFIX = ".resume-", ".pt"
 OWN_HIDDEN_PREFIXES = (TMP_PREFIX, LOCK_PREFIX, RESUME_PREFIX, TASKS_FILE_PREFIX)
 # The subdirectory of a results directory that corrupt results are moved into (never read).
 QUARANTINE_DIR = ".corrupt"
-# The subdirectory where `compare`, `summarize` and `report` keep computed comparisons
-# (`reports/comparison_cache.py`); never read as results.
+# The subdirectory where an older harness kept computed comparisons: passed over by every
+# reader and never read or written now (`reports/comparison_cache.py` keeps them in the
+# user's cache, where no one else writes).
 STATS_CACHE_DIR = ".stats-cache"
 # The experiment manifest a sweep writes into its results directory (encoder_eval.plans.experiment).
 EXPERIMENT_NAME = "experiment.toml"

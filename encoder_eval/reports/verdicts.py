@@ -204,6 +204,36 @@ def _majority_correct(ex: Examples) -> np.ndarray:
 # ----------------------------------------------------------------------------- one row
 
 
+def _row_head(model_a: str, model_b: str, task: str, table: Table) -> Row:
+    """A row's fields read straight off the table (models, task, metric, seed counts,
+    means): what `compare_cells` starts from, and what a cached row must agree with."""
+    sa, sb = table.cells.get((model_a, task)), table.cells.get((model_b, task))
+    return Row(
+        model_a,
+        model_b,
+        task,
+        task_knobs(task).metric,
+        0 if sa is None else len(sa.scores),
+        0 if sb is None else len(sb.scores),
+        sa.mean if sa else None,
+        sb.mean if sb else None,
+    )
+
+
+HEAD_FIELDS = ("model_a", "model_b", "task", "metric", "n_a", "n_b", "mean_a", "mean_b")
+
+
+def _agrees_with_table(row: Row, table: Table) -> bool:
+    """Whether a cached row's cheap fields are the table's (a check beside the cache's
+    HMAC: a row that disagrees is recomputed)."""
+    head = _row_head(row.model_a, row.model_b, row.task, table)
+
+    def same(x: object, y: object) -> bool:  # NaN is NaN here
+        return x == y or (isinstance(x, float) and isinstance(y, float) and x != x and y != y)
+
+    return all(same(getattr(row, f), getattr(head, f)) for f in HEAD_FIELDS)
+
+
 def compare_cells(
     model_a: str,
     model_b: str,
@@ -228,16 +258,7 @@ def compare_cells(
     sa, sb = table.cells.get((model_a, task)), table.cells.get((model_b, task))
     a_scores = [] if sa is None else [sa.scores[s] for s in sorted(sa.scores)]
     b_scores = [] if sb is None else [sb.scores[s] for s in sorted(sb.scores)]
-    row = Row(
-        model_a,
-        model_b,
-        task,
-        knobs.metric,
-        len(a_scores),
-        len(b_scores),
-        sa.mean if sa else None,
-        sb.mean if sb else None,
-    )
+    row = _row_head(model_a, model_b, task, table)
     if len(a_scores) < 2 or len(b_scores) < 2:
         row.notes.append(
             f"too few finished seeds for a seed-level test ({len(a_scores)} and "
@@ -606,11 +627,14 @@ def compute_rows(
             )
         hit = None if key is None else cache.get(key, flags)
         row = None if hit is None else _row_from(hit, flags)
-        if row is not None:
-            cache.reused += 1
-            out[i] = row
-        else:
-            keys[i] = key
+        if row is not None and (row.model_a, row.model_b, row.task) == (a, b, task):
+            if _agrees_with_table(row, table):
+                cache.reused += 1
+                out[i] = row
+                continue
+        if hit is not None and key is not None:
+            cache.reject(key)  # not a row, or not this table's: recomputed, written over
+        keys[i] = key
     misses = list(keys)
     if misses:
         heap.keep_large_blocks()
@@ -962,5 +986,6 @@ def add_statistics_arguments(
     p.add_argument(
         "--no-cache",
         action="store_true",
-        help="neither read nor write the comparisons kept in the results folder's .stats-cache/",
+        help="neither read nor write the comparisons kept in your cache "
+        "($ENCODER_EVAL_CACHE_DIR/comparisons/)",
     )
