@@ -3,6 +3,7 @@
 Usage::
 
     # EuroEval's "Every Eval Ever" records, one line per (model, task) of the table
+    # (`--format eee` is the same)
     encoder-eval export --format euroeval --results-dir results/report --out ours.jsonl
     # EuroEval's older BenchmarkResult records (what it read before 2026-03)
     encoder-eval export --format euroeval-legacy --results-dir results/report --out old.jsonl
@@ -65,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--format",
         choices=FORMATS,
         required=True,
-        help="euroeval: EuroEval's Every Eval Ever (EEE) records; euroeval-legacy: its "
+        help="euroeval (or eee): EuroEval's Every Eval Ever (EEE) records; euroeval-legacy: its "
         "older BenchmarkResult records; hub-eval-results: one .eval_results YAML file per "
         "task for a model's Hub page (--out DIR, --source-url); examples: one row per "
         "example, language and seed",
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             write_atomic(out / name, text)
             print(out / name)
         return EXIT_OK
-    if args.format == "euroeval":
+    if args.format in ("euroeval", "eee"):
         rows = eee_records(loaded.table, loaded.results)
     elif args.format == "euroeval-legacy":
         rows = euroeval_records(loaded.table, loaded.results)
