@@ -161,14 +161,14 @@ def _check(args: argparse.Namespace) -> dict | None:
         )
     benchmarks = check_hub_entry_arguments(args, bool(args.to_model), "--to-model")
     if args.benchmark_repo:
-        check_repo_id(args.benchmark_repo)
+        check_repo_id(args.benchmark_repo, "--benchmark-repo")
         if args.model or args.source_url or args.report or args.path_in_repo:
             raise HarnessError(
                 "--model, --source-url, --report and --path-in-repo are not for "
                 "--benchmark-repo (its card and eval.yaml go to the repository's root)"
             )
     elif args.to_model:
-        check_repo_id(args.to_model)
+        check_repo_id(args.to_model, "--to-model")
         check_source_url(args.source_url)
         flags = ("create", "private", "report", "path_in_repo")
         if given := [f"--{f.replace('_', '-')}" for f in flags if getattr(args, f)]:

@@ -413,6 +413,12 @@ def test_benchmark_repo_dry_run_and_refusals(bench_dir, capsys, hub):
     ]:
         assert push.main(["--benchmark-repo", "org/p", "--dry-run", *more]) == EXIT_INPUT_ERROR
         assert message in capsys.readouterr().err
+    for repo, more, message in [
+        ("org", [], "--benchmark-repo 'org' is not a Hub repository id"),
+        ("org/p", ["--private"], "--private sets the visibility"),
+    ]:
+        assert push.main(["--benchmark-repo", repo, "--dry-run", *more]) == EXIT_INPUT_ERROR
+        assert message in capsys.readouterr().err
     assert push.main(["--repo", "org/p", "--dry-run"]) == EXIT_INPUT_ERROR
     assert "push needs --results-dir" in capsys.readouterr().err
 

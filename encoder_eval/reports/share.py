@@ -102,11 +102,12 @@ class Staged:
 # ----------------------------------------------------------------------------- checks
 
 
-def check_repo_id(repo_id: str) -> None:
-    """Refuse anything but `org/name` (no bare name, no `--` or `..`, Hub characters)."""
+def check_repo_id(repo_id: str, flag: str = "--repo") -> None:
+    """Refuse anything but `org/name` (no bare name, no `--` or `..`, Hub characters);
+    the error names `flag`."""
     if not REPO_ID.fullmatch(repo_id) or "--" in repo_id or ".." in repo_id:
         raise HarnessError(
-            f"--repo {repo_id!r} is not a Hub repository id; give it as org/name "
+            f"{flag} {repo_id!r} is not a Hub repository id; give it as org/name "
             "(letters, digits, '-', '_', '.'; no '--' or '..')"
         )
 
