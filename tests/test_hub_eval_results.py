@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from pathlib import Path
 
 import huggingface_hub
@@ -366,6 +367,10 @@ def test_a_users_benchmark_map_adds_and_replaces_rows(bench_dir, capsys, tmp_pat
         code = export.main([*base, "--benchmark", bench, "--benchmark-map", str(table)])
         err = capsys.readouterr().err
         assert code == EXIT_INPUT_ERROR and message in err and err.startswith("error: "), err
+    fifo = tmp_path / "fifo.toml"  # read by the safe reader: refused unread, never waited on
+    os.mkfifo(fifo)
+    code = export.main([*base, "--benchmark", "mteb", "--benchmark-map", str(fifo)])
+    assert code == EXIT_INPUT_ERROR and "is not a regular file" in capsys.readouterr().err
     assert not (bench_dir / "o").exists()
 
 

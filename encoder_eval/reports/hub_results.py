@@ -23,14 +23,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import tomllib
 from collections.abc import Callable
-from pathlib import Path
 from typing import NamedTuple
 
 import yaml
 
 from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.fileio import FileProblem, read_toml
 from encoder_eval.core.metrics import metric_spec
 from encoder_eval.core.results import LoadedResult
 from encoder_eval.data.tasks import group_tasks, task_knobs
@@ -75,13 +74,13 @@ HUB_BENCHMARKS: dict[str, dict[str, dict[str, str]]] = {
         },
         "xnli": {
             "why": "MTEB's XNLI is a pair classification scored by average precision, not accuracy"
-        },  # fmt: skip
+        },
         "paws_x": {
             "why": "MTEB's PawsXPairClassification is scored by average precision, not accuracy"
-        },  # fmt: skip
+        },
         "glue_stsb": {
             "why": "MTEB's STSBenchmark scores the test split, ours GLUE's validation split"
-        },  # fmt: skip
+        },
     },
 }
 
@@ -107,10 +106,10 @@ def load_benchmark_map(path: str | os.PathLike | None) -> dict[str, dict[str, di
     }
     if path is None:
         return table
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise HarnessError(f"--benchmark-map {path}: {exc}") from None
+    try:  # a regular file of bounded size only: a FIFO or /dev/zero is refused unread
+        data = read_toml(path)
+    except FileProblem as exc:
+        raise HarnessError(f"--benchmark-map: {exc}") from None
     for name, rows in data.items():
         if not isinstance(rows, dict) or "/" in name:
             raise HarnessError(f"--benchmark-map {path}: [{name}] must be a table of task rows")
