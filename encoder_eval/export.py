@@ -3,10 +3,12 @@
 Usage::
 
     # EuroEval's "Every Eval Ever" records, one line per (model, task) of the table
+    # (`--format eee` is the same)
     encoder-eval export --format euroeval --results-dir results/report --out ours.jsonl
     # EuroEval's older BenchmarkResult records (what it read before 2026-03)
     encoder-eval export --format euroeval-legacy --results-dir results/report --out old.jsonl
     # the Hub's model-page results of one model: one YAML file per task in a folder
+    # (--benchmark mteb, or the protocol's benchmark dataset org/name: where entries point)
     encoder-eval export --format hub-eval-results --results-dir results/report \\
         --models my-encoder --source-url https://huggingface.co/datasets/me/results \\
         --out eval_results/
@@ -45,7 +47,14 @@ from encoder_eval.reports.export import (
     example_rows,
     to_jsonl,
 )
-from encoder_eval.reports.hub_results import check_source_url, hub_files, one_model
+from encoder_eval.reports.hub_results import (
+    add_hub_entry_arguments,
+    check_hub_entry_arguments,
+    check_source_url,
+    hub_files,
+    link_notes,
+    one_model,
+)
 from encoder_eval.reports.table_loading import (
     add_table_arguments,
     check_results_dirs,
@@ -65,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--format",
         choices=FORMATS,
         required=True,
-        help="euroeval: EuroEval's Every Eval Ever (EEE) records; euroeval-legacy: its "
+        help="euroeval (or eee): EuroEval's Every Eval Ever (EEE) records; euroeval-legacy: its "
         "older BenchmarkResult records; hub-eval-results: one .eval_results YAML file per "
         "task for a model's Hub page (--out DIR, --source-url); examples: one row per "
         "example, language and seed",
@@ -80,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="hub-eval-results: the https link each entry's source names (where the "
         "results can be read, e.g. the dataset repository of `push --repo`)",
     )
+    add_hub_entry_arguments(p, "hub-eval-results")
     return p
 
 
@@ -88,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     dirs = check_results_dirs(args.results_dir)
     hub = args.format == "hub-eval-results"
+    benchmarks = check_hub_entry_arguments(args, hub, "--format hub-eval-results")
     if hub:  # every output path before any work
         _check_hub_out(args, dirs)
     elif args.source_url:
@@ -108,14 +119,18 @@ def main(argv: list[str] | None = None) -> int:
     if hub:
         model = one_model(loaded.table, None)
         files = hub_files(loaded.table, loaded.results, model, source_url=args.source_url,
-                          results_dir=dirs, warn=warn_once())  # fmt: skip
+                          results_dir=dirs, warn=warn_once(), benchmark=args.benchmark,
+                          benchmark_map=benchmarks, source_user=args.source_user,
+                          source_org=args.source_org)  # fmt: skip
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
             write_atomic(out / name, text)
             print(out / name)
+        for line in link_notes(files, args.benchmark, benchmarks):
+            print(line, file=sys.stderr)
         return EXIT_OK
-    if args.format == "euroeval":
+    if args.format in ("euroeval", "eee"):
         rows = eee_records(loaded.table, loaded.results)
     elif args.format == "euroeval-legacy":
         rows = euroeval_records(loaded.table, loaded.results)

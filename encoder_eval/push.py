@@ -12,6 +12,8 @@ Usage::
     # the model's row as its Hub page's evaluation results: a pull request on the model
     encoder-eval push --results-dir results/report --to-model my-org/my-encoder \\
         --model my-encoder --source-url https://huggingface.co/datasets/my-org/encoder-results
+    # the protocol as a Hub benchmark dataset (card + eval.yaml naming the suite's tasks)
+    encoder-eval push --benchmark-repo my-org/encoder-eval-protocol --create --dry-run
 
 What goes up: the folder's results (with their predictions files), the selection, the
 `summarize` table as json, markdown and csv, optionally the `report` page, and a
@@ -19,7 +21,9 @@ manifest; local paths are replaced by `<redacted>` (docs/push.md lists where). T
 is refused as `summarize` refuses it (exit 1) unless `--allow-partial`. One commit, by
 `huggingface_hub` (the `push` extra). With `--to-model REPO`, the model's row goes instead
 as one `.eval_results/<task>.yaml` per task (`export --format hub-eval-results`) in one
-pull request on the model repository. The library is `encoder_eval.reports.share`.
+pull request on the model repository. With `--benchmark-repo REPO`, the dataset
+repository gets the protocol's benchmark card and `eval.yaml` (`hub_results.benchmark_files`;
+no results folder). The library is `encoder_eval.reports.share`.
 Exit status: 0 pushed (or staged, with --dry-run); 1 refused or the upload failed; 2 bad
 input (HF_HUB_OFFLINE set without --dry-run included).
 """
@@ -43,9 +47,13 @@ from encoder_eval.core.errors import (
 )
 from encoder_eval.plans.selection import load_selection
 from encoder_eval.reports.hub_results import (
+    add_hub_entry_arguments,
+    benchmark_files,
+    check_hub_entry_arguments,
     check_model_repo,
     check_source_url,
     hub_files,
+    link_notes,
     one_model,
 )
 from encoder_eval.reports.share import (
@@ -55,6 +63,7 @@ from encoder_eval.reports.share import (
     check_repo_id,
     hub_offline,
     stage_results,
+    upload_benchmark,
     upload_eval_results,
     upload_staged,
 )
@@ -79,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         results_dir="report-phase (or probe) result directory",
         filters=False,
         several=False,
+        required=False,
     )
     dest = p.add_mutually_exclusive_group(required=True)
     dest.add_argument("--repo", help="the dataset repository, as org/name")
@@ -87,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="REPO",
         help="instead: open a pull request on this model repository (org/name) adding "
         "the model's row as the Hub's evaluation results (.eval_results/<task>.yaml)",
+    )
+    dest.add_argument(
+        "--benchmark-repo",
+        metavar="REPO",
+        help="instead: write the protocol's benchmark dataset card (README.md) and "
+        "eval.yaml (the suite's tasks) to this dataset repository (org/name; --create to "
+        "make it); no --results-dir. The Hub links entries to it once it accepts it as a "
+        "Benchmark",
     )
     p.add_argument(
         "--model",
@@ -97,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --to-model: the https link each entry's source names (where the "
         "results can be read, e.g. the dataset repository of --repo)",
     )
+    add_hub_entry_arguments(p, "with --to-model")
     p.add_argument(
         "--path-in-repo", help="a folder of the repository to upload into (default: its root)"
     )
@@ -123,15 +142,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check(args: argparse.Namespace) -> None:
-    """Every refusal that needs no work, before any file is staged."""
-    one_results_dir(
-        args,
-        "push",
-        "push each folder on its own, each into its own --path-in-repo",
-    )
-    if args.to_model:
-        check_repo_id(args.to_model)
+def _check(args: argparse.Namespace) -> dict | None:
+    """Every refusal that needs no work, before any file is staged; returns the
+    benchmark table of --to-model's entries."""
+    if args.benchmark_repo:
+        if args.results_dir or args.selection or args.allow_partial:
+            raise HarnessError(
+                "--benchmark-repo writes the protocol's benchmark card and eval.yaml, from "
+                "no results: drop --results-dir, --selection and --allow-partial"
+            )
+    elif not args.results_dir:
+        raise HarnessError("push needs --results-dir (report-phase result directory)")
+    else:
+        one_results_dir(
+            args,
+            "push",
+            "push each folder on its own, each into its own --path-in-repo",
+        )
+    benchmarks = check_hub_entry_arguments(args, bool(args.to_model), "--to-model")
+    if args.benchmark_repo:
+        check_repo_id(args.benchmark_repo, "--benchmark-repo")
+        if args.model or args.source_url or args.report or args.path_in_repo:
+            raise HarnessError(
+                "--model, --source-url, --report and --path-in-repo are not for "
+                "--benchmark-repo (its card and eval.yaml go to the repository's root)"
+            )
+    elif args.to_model:
+        check_repo_id(args.to_model, "--to-model")
         check_source_url(args.source_url)
         flags = ("create", "private", "report", "path_in_repo")
         if given := [f"--{f.replace('_', '-')}" for f in flags if getattr(args, f)]:
@@ -150,7 +187,7 @@ def _check(args: argparse.Namespace) -> None:
             "(an existing repository keeps its visibility)"
         )
     if args.dry_run:
-        return
+        return benchmarks
     if hub_offline():
         raise HarnessError(
             "HF_HUB_OFFLINE is set: push uploads to the Hub; unset it, or pass --dry-run "
@@ -158,6 +195,7 @@ def _check(args: argparse.Namespace) -> None:
         )
     if importlib.util.find_spec("huggingface_hub") is None:
         raise HarnessError("push needs huggingface_hub: pip install 'encoder-eval-harness[push]'")
+    return benchmarks
 
 
 def _stage(args: argparse.Namespace, folder: str):
@@ -171,7 +209,37 @@ def _stage(args: argparse.Namespace, folder: str):
     )
 
 
-def _push_to_model(args: argparse.Namespace) -> int:
+def _push_benchmark(args: argparse.Namespace) -> int:
+    """`--benchmark-repo`: the protocol's benchmark card and eval.yaml, in one commit."""
+    files = benchmark_files()
+    where = f"datasets/{args.benchmark_repo}"
+    for name, text in files.items():
+        print(name)
+        if args.dry_run:
+            print("".join(f"    {line}\n" for line in text.splitlines()), end="")
+    note = (
+        f"the Hub links .eval_results entries with dataset.id {args.benchmark_repo} to a "
+        "leaderboard only once it accepts the dataset as a Benchmark (it validates "
+        "eval.yaml at push time; allow-listing is on request, docs/push.md)"
+    )
+    if args.dry_run:
+        print(f"dry run: nothing uploaded to {where}; {note}", file=sys.stderr)
+        return EXIT_OK
+    try:
+        url = upload_benchmark(files, args.benchmark_repo, revision=args.revision,
+                               commit_message=args.message, create=args.create,
+                               private=args.private, token=args.token)  # fmt: skip
+    except HarnessError:
+        raise
+    except Exception as exc:  # the Hub's and the network's errors: one line, no trace
+        print(f"error: the upload to {where} failed: {_hub_error(exc, args.token)}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_INCOMPLETE
+    print(f"pushed {len(files)} file(s) to {where}: {url}; {note}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _push_to_model(args: argparse.Namespace, benchmarks: dict | None) -> int:
     """`--to-model`: the model's row as `.eval_results/` files, in one pull request."""
     loaded = load_table(args.results_dir, args.selection, warn=warn_once())
     model = one_model(loaded.table, args.model)
@@ -182,12 +250,16 @@ def _push_to_model(args: argparse.Namespace) -> int:
         return EXIT_INCOMPLETE
     check_model_repo(table, loaded.results, model, args.to_model)
     files = hub_files(table, loaded.results, model, source_url=args.source_url,
-                      results_dir=args.results_dir, warn=warn_once())  # fmt: skip
+                      results_dir=args.results_dir, warn=warn_once(), benchmark=args.benchmark,
+                      benchmark_map=benchmarks, source_user=args.source_user,
+                      source_org=args.source_org)  # fmt: skip
     where = f"{args.to_model} (a pull request)"
     for name, text in files.items():
         print(f"{EVAL_RESULTS_DIR}/{name}")
         if args.dry_run:
             print("".join(f"    {line}\n" for line in text.splitlines()), end="")
+    for line in link_notes(files, args.benchmark, benchmarks):
+        print(line, file=sys.stderr)
     if args.dry_run:
         print(f"dry run: nothing uploaded to {where}", file=sys.stderr)
         return EXIT_OK
@@ -213,9 +285,11 @@ def _hub_error(exc: Exception, token: str | None) -> str:
 @report_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _check(args)
+    benchmarks = _check(args)
+    if args.benchmark_repo:
+        return _push_benchmark(args)
     if args.to_model:
-        return _push_to_model(args)
+        return _push_to_model(args, benchmarks)
     where = f"datasets/{args.repo}" + (f"/{args.path_in_repo}" if args.path_in_repo else "")
     with tempfile.TemporaryDirectory(prefix="encoder-eval-push-") as tmp:
         folder = tempfile.mkdtemp(prefix="encoder-eval-push-") if args.dry_run else tmp

@@ -17,6 +17,10 @@ the published schema and against how EuroEval reads them.
   `BenchmarkResult` fields of the legacy record of the same cell (`--format
   euroeval-legacy`), so the two formats say one thing.
 - The numbers are `summarize --format json`'s.
+- Every Eval Ever 0.3.0 (PyPI `every-eval-ever` 0.3.0, `every_eval_ever/schemas/
+  eval.schema.json`, vendored beside 0.2.1 as `eval.schema.0.3.0.json`): it requires
+  `model_info.additional_details.deployment_type` and `.model_availability`. The records
+  say 0.2.1 (what EuroEval writes) and are valid under both schemas.
 
 On main, `--format euroeval` wrote the legacy records, which `is_eee_record` refuses."""
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import jsonschema
@@ -35,6 +40,10 @@ from encoder_eval import export, summarize
 from encoder_eval.core.errors import EXIT_INPUT_ERROR, EXIT_OK
 
 SCHEMA = json.loads((Path(__file__).parent / "fixtures" / "eee" / "eval.schema.json").read_text())
+SCHEMA_030 = json.loads(
+    (Path(__file__).parent / "fixtures" / "eee" / "eval.schema.0.3.0.json").read_text()
+)
+SCHEMAS = {"0.2.1": SCHEMA, "0.3.0": SCHEMA_030}
 MODELS = ("enc-a", "enc-b")
 TASKS = ("glue_cola", "glue_rte", "xnli")  # mcc (range -1..1), accuracy, a multilingual task
 SEEDS = range(45, 50)
@@ -54,24 +63,28 @@ _TYPES = {
 }
 
 
-def _validate(value, schema: dict, where: str = "$") -> list[str]:
-    """The errors of `value` against `schema` (draft-07, the keywords of the EEE schema)."""
+def _validate(value, schema: dict, where: str = "$", root: dict | None = None) -> list[str]:
+    """The errors of `value` against `schema` (draft-07, the keywords of the EEE schemas),
+    `$ref`s resolved in `root` (default: `schema` itself at the top, else 0.2.1's)."""
     errors: list[str] = []
+    root = root if root is not None else (schema if "$defs" in schema else SCHEMA)
     unknown = set(schema) - _ANNOTATIONS - {
         "type", "required", "properties", "additionalProperties", "enum", "const", "oneOf",
-        "$ref", "if", "then", "else", "items", "minItems", "minimum", "maximum",
+        "$ref", "if", "then", "else", "items", "minItems", "minimum", "maximum", "pattern",
     }  # fmt: skip
     assert not unknown, f"the validator does not know {unknown} (at {where})"
     if "$ref" in schema:
         ref = schema["$ref"]
         assert ref.startswith("#/$defs/"), ref
-        errors += _validate(value, SCHEMA["$defs"][ref.removeprefix("#/$defs/")], where)
+        errors += _validate(value, root["$defs"][ref.removeprefix("#/$defs/")], where, root)
     if "type" in schema:
         types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
         if not any(_TYPES[t](value) for t in types):
             return [*errors, f"{where}: {value!r} is not {types}"]
     if "enum" in schema and value not in schema["enum"]:
         errors.append(f"{where}: {value!r} not in {schema['enum']}")
+    if "pattern" in schema and isinstance(value, str) and not re.search(schema["pattern"], value):
+        errors.append(f"{where}: {value!r} does not match {schema['pattern']!r}")
     if "const" in schema and value != schema["const"]:
         errors.append(f"{where}: {value!r} != {schema['const']!r}")
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -84,25 +97,25 @@ def _validate(value, schema: dict, where: str = "$") -> list[str]:
         props = schema.get("properties", {})
         for k, v in value.items():
             if k in props:
-                errors += _validate(v, props[k], f"{where}.{k}")
+                errors += _validate(v, props[k], f"{where}.{k}", root)
             elif schema.get("additionalProperties") is False:
                 errors.append(f"{where}: {k} is not allowed")
             elif isinstance(schema.get("additionalProperties"), dict):
-                errors += _validate(v, schema["additionalProperties"], f"{where}.{k}")
+                errors += _validate(v, schema["additionalProperties"], f"{where}.{k}", root)
     if isinstance(value, list):
         if len(value) < schema.get("minItems", 0):
             errors.append(f"{where}: fewer than {schema['minItems']} items")
         if "items" in schema:
             for i, v in enumerate(value):
-                errors += _validate(v, schema["items"], f"{where}[{i}]")
+                errors += _validate(v, schema["items"], f"{where}[{i}]", root)
     if "oneOf" in schema:
-        passing = sum(not _validate(value, s, where) for s in schema["oneOf"])
+        passing = sum(not _validate(value, s, where, root) for s in schema["oneOf"])
         if passing != 1:
             errors.append(f"{where}: matches {passing} of oneOf's schemas, not 1")
     if "if" in schema:
-        branch = "then" if not _validate(value, schema["if"], where) else "else"
+        branch = "then" if not _validate(value, schema["if"], where, root) else "else"
         if branch in schema:
-            errors += _validate(value, schema[branch], where)
+            errors += _validate(value, schema[branch], where, root)
     return errors
 
 
@@ -140,6 +153,46 @@ def test_the_validator_catches_what_the_schema_forbids():
         rec = json.loads(json.dumps(good))
         change(rec)
         assert _validate(rec, SCHEMA), name
+
+
+def _check_under_both_schemas(rec: dict) -> None:
+    """`rec` is valid under EEE 0.2.1 and 0.3.0: by the hand validator and by `jsonschema`
+    (the `dev` extra's)."""
+    import jsonschema
+
+    for version, schema in SCHEMAS.items():
+        assert _validate(rec, schema) == [], (version, _validate(rec, schema))
+        jsonschema.Draft7Validator(schema).validate(rec)
+
+
+def test_the_validator_knows_what_0_3_0_added():
+    """0.3.0 requires the two deployment details (enums) that 0.2.1 did not know: the hand
+    validator finds a record without them, or with another value, invalid under 0.3.0
+    only, as `jsonschema` does."""
+    import jsonschema
+
+    rec = {"schema_version": "0.2.1", "evaluation_id": "a/b/1", "retrieved_timestamp": "1",
+           "source_metadata": {"source_type": "evaluation_run", "source_organization_name":
+                               "x", "evaluator_relationship": "other"},
+           "model_info": {"name": "m", "id": "m", "additional_details": {
+               "deployment_type": "self_deployed", "model_availability": "unknown"}},
+           "eval_library": {"name": "l", "version": "1"},
+           "evaluation_results": [{"evaluation_name": "e", "source_data": {
+               "dataset_name": "d", "source_type": "hf_dataset"},
+               "metric_config": {"lower_is_better": False, "score_type": "continuous",
+                                 "min_score": 0, "max_score": 1},
+               "score_details": {"score": 1.0}}]}  # fmt: skip
+    for version, schema in SCHEMAS.items():
+        assert _validate(rec, schema) == [], version
+        jsonschema.Draft7Validator(schema).validate(rec)
+    for change in (lambda d: d.pop("deployment_type"), lambda d: d.pop("model_availability"),
+                   lambda d: d.update(deployment_type="local"),
+                   lambda d: d.update(model_availability="open")):  # fmt: skip
+        bad = json.loads(json.dumps(rec))
+        change(bad["model_info"]["additional_details"])
+        assert _validate(bad, SCHEMA) == []
+        assert _validate(bad, SCHEMA_030), bad
+        assert not jsonschema.Draft7Validator(SCHEMA_030).is_valid(bad)
 
 
 # ----------------------------------------------------------------------------- EuroEval's reader
@@ -235,6 +288,7 @@ def test_euroeval_records_are_eee_records_euroeval_reads_as_the_legacy_ones(repo
             rec["evaluation_id"] == f"{old['dataset']}/{old['model']}/" + rec["retrieved_timestamp"]
         )  # the schema's eval_name/model_id/retrieved_timestamp
         assert _is_eee_record(rec) and not _is_eee_record(old)
+        _check_under_both_schemas(rec)
         # EuroEval reads back what the legacy record says (its `from_dict` of either).
         got = _euroeval_reads(rec)
         key = next(k for k in old["results"]["total"] if k.startswith("test_") and
@@ -283,6 +337,26 @@ def test_euroeval_records_are_eee_records_euroeval_reads_as_the_legacy_ones(repo
     assert json.loads(xnli["configs"])["de"] == "de"
 
 
+def test_eee_is_the_euroeval_format_and_valid_under_0_2_1_and_0_3_0(report_dir, capsys):
+    """`--format eee` (the name docs use) writes the records of `--format euroeval`; each
+    says how the model ran (the harness loaded and ran it: self_deployed) and that the
+    weights' availability is not known to it, the two details EEE 0.3.0 requires, and is
+    valid under both schema versions."""
+    eee = _export(capsys, report_dir, "eee")
+    euroeval = _export(capsys, report_dir, "euroeval")
+    assert len(eee) == len(MODELS) * len(TASKS)
+    for a, b in zip(eee, euroeval, strict=True):
+        _check_under_both_schemas(a)
+        for rec in (a, b):
+            rec.pop("retrieved_timestamp")
+            rec.pop("evaluation_id")
+        assert a == b
+        details = a["model_info"]["additional_details"]
+        assert (details["deployment_type"], details["model_availability"]) == (
+            "self_deployed", "unknown")  # fmt: skip
+    assert SCHEMA_030["version"] == "0.3.0"
+
+
 def _run_summarize(capsys, report_dir) -> str:
     code = summarize.main(["--results-dir", str(report_dir), "--selection",
                            str(report_dir / "selection.json"), "--format", "json"])  # fmt: skip
@@ -301,6 +375,7 @@ def test_one_seed_has_no_interval_and_stays_valid(report_dir, capsys):
                       "--tasks", "glue_rte")  # fmt: skip
     (rec,) = records
     assert _validate(rec, SCHEMA) == []
+    _check_under_both_schemas(rec)
     unc = rec["evaluation_results"][0]["score_details"]["uncertainty"]
     assert unc == {"num_samples": 1}
     assert "test_accuracy_se" not in _euroeval_reads(rec)["total"]

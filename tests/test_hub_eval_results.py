@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from pathlib import Path
 
 import huggingface_hub
@@ -25,6 +26,7 @@ from encoder_eval import export, push, summarize
 from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK
 from encoder_eval.core.protocol import LR_GRID
 from encoder_eval.core.results import result_filename
+from encoder_eval.data.tasks import group_tasks
 
 SPEC_FULL, SPEC_REQUIRED = yaml.safe_load(
     (Path(__file__).parent / "fixtures" / "hub" / "eval_results.yaml").read_text()
@@ -187,8 +189,16 @@ def hub(monkeypatch):
         calls.append({"repo_id": repo_id, "files": files, **kw})
         return Info()
 
+    def create_repo(self, repo_id, repo_type=None, **kw):
+        hub_created.append((repo_id, repo_type))
+
+    hub_created.clear()
     monkeypatch.setattr(huggingface_hub.HfApi, "create_commit", create_commit)
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", create_repo)
     return calls
+
+
+hub_created: list[tuple] = []  # the fake Hub's create_repo calls (the `hub` fixture)
 
 
 def test_push_to_model_opens_one_pull_request_with_the_exported_files(report_dir, capsys, hub):
@@ -253,3 +263,231 @@ def test_push_to_model_refusals_and_no_local_path(report_dir, capsys, hub):
         assert str(report_dir) not in text and "[off_protocol]" in text
         (entry,) = yaml.safe_load(text)
         _check_entry(entry)
+
+
+# ----------------------------------------------------------------------------- benchmarks
+# The Hub links an entry to a leaderboard only when `dataset.id` is a Benchmark dataset and
+# `task_id` an id of its eval.yaml (the vendored spec's comments). Our tasks' own datasets
+# are not known to be Benchmarks: `--benchmark` points entries at a benchmark table's rows
+# (MTEB's), or at the protocol's own benchmark dataset (`push --benchmark-repo`).
+
+BENCH_TASKS = ("glue_cola", "amazon_reviews_multi", "xnli", "glue_stsb")
+
+
+@pytest.fixture
+def bench_dir(tmp_path):
+    """One model, four tasks: MCC below 0 on CoLA (predictions against the labels), an
+    MTEB row (Amazon reviews), MTEB rows that say why not (XNLI, STS-B)."""
+    rng = np.random.default_rng(9)
+    for task in BENCH_TASKS:
+        labels = rng.integers(0, 2, N).tolist()
+        if task == "glue_stsb":
+            labels = rng.uniform(0, 5, N).round(2).tolist()
+        for seed in SEEDS:
+            if task == "glue_cola":  # mostly wrong: MCC < 0
+                preds = [1 - y if rng.random() < 0.8 else y for y in labels]
+            elif task == "glue_stsb":
+                preds = [y + rng.normal(0, 1) for y in labels]
+            else:
+                preds = [y if rng.random() < 0.7 else 1 - y for y in labels]
+            write_cell_with_predictions(tmp_path / "report", "enc-a", task, "lr05", seed,
+                                        preds, labels)  # fmt: skip
+    sel = make_selection({("enc-a", t): "lr05" for t in BENCH_TASKS})
+    (tmp_path / "selection.json").write_text(json.dumps(sel))
+    return tmp_path
+
+
+def _export_hub(capsys, bench_dir, *more: str) -> tuple[dict[str, dict], str]:
+    out = bench_dir / "eval_results"
+    code = export.main(["--format", "hub-eval-results", *_common(bench_dir), "--source-url",
+                        URL, "--out", str(out), *more])  # fmt: skip
+    _, err = capsys.readouterr()
+    assert code == EXIT_OK, err
+    entries = {}
+    for path in sorted(out.iterdir()):
+        (entry,) = yaml.safe_load(path.read_text())
+        _check_entry(entry)
+        entries[path.stem] = entry
+    return entries, err
+
+
+def test_by_default_every_entry_is_said_not_to_link(bench_dir, capsys):
+    entries, err = _export_hub(capsys, bench_dir)
+    assert entries["glue_cola"]["dataset"] == {"id": "nyu-mll/glue", "task_id": "cola",
+                                               "revision": "sha-a"}  # fmt: skip
+    for task in BENCH_TASKS:
+        assert f"note: {task}.yaml (" in err
+    assert err.count("will not link to a leaderboard") == len(BENCH_TASKS)
+    assert "nyu-mll/glue is not known to be a Hub Benchmark" in err and "--benchmark" in err
+
+
+def test_mteb_rows_point_entries_at_mtebs_dataset_and_the_rest_say_why_not(bench_dir, capsys):
+    entries, err = _export_hub(capsys, bench_dir, "--benchmark", "mteb")
+    amazon = entries["amazon_reviews_multi"]
+    # MTEB's dataset and task id; our data's revision is not theirs: it moves to the notes.
+    assert amazon["dataset"] == {"id": "mteb/AmazonReviewsClassification",
+                                 "task_id": "AmazonReviewsClassification"}  # fmt: skip
+    assert "data mteb/AmazonReviewsClassification revision sha-a" in amazon["notes"]
+    assert "frozen embedding" in amazon["notes"]  # the row's note: not the same protocol
+    assert "note: amazon_reviews_multi.yaml links to mteb/AmazonReviewsClassification" in err
+    # No row, or a row that says why: the task's own dataset, and the reason printed.
+    assert entries["xnli"]["dataset"]["id"] == "facebook/xnli"
+    assert "note: xnli.yaml (facebook/xnli task xnli) will not link to a leaderboard: " \
+        "mteb has no task for xnli: MTEB's XNLI" in err  # fmt: skip
+    assert "glue_stsb.yaml (nyu-mll/glue task stsb) will not link" in err and "test split" in err
+    assert "glue_cola.yaml (nyu-mll/glue task cola) will not link to a leaderboard: mteb " \
+        "has no row for glue_cola (--benchmark-map adds one)" in err  # fmt: skip
+
+
+def test_a_users_benchmark_map_adds_and_replaces_rows(bench_dir, capsys, tmp_path):
+    table = tmp_path / "bench.toml"
+    table.write_text(
+        '[mteb.glue_cola]\ndataset = "org/cola-bench"\ntask_id = "cola_mcc"\n'
+        'note = "our split"\n'
+        '[mine.xnli]\ndataset = "org/xnli-bench"\ntask_id = "xnli_acc"\n'
+    )
+    entries, err = _export_hub(capsys, bench_dir, "--benchmark", "mteb",
+                               "--benchmark-map", str(table))  # fmt: skip
+    assert entries["glue_cola"]["dataset"] == {"id": "org/cola-bench", "task_id": "cola_mcc"}
+    assert "note: glue_cola.yaml links to org/cola-bench task cola_mcc: our split" in err
+    entries, _ = _export_hub(capsys, bench_dir, "--benchmark", "mine",
+                             "--benchmark-map", str(table))  # fmt: skip
+    assert entries["xnli"]["dataset"] == {"id": "org/xnli-bench", "task_id": "xnli_acc"}
+    assert entries["glue_cola"]["dataset"]["id"] == "nyu-mll/glue"
+    # A map that is not rows, a dataset that is not an id, an unknown name: refused.
+    base = ["--format", "hub-eval-results", *_common(bench_dir), "--source-url", URL,
+            "--out", str(bench_dir / "o")]  # fmt: skip
+    for text, bench, message in [
+        ('[mteb.glue_cola]\ndataset = "org/x"\n', "mteb", "needs dataset and task_id"),
+        ('[mteb.glue_cola]\ndataset = "x"\ntask_id = "t"\n', "mteb", "is not a Hub dataset id"),
+        ("[mteb\n", "mteb", "--benchmark-map"),
+        ("", "nope", "--benchmark 'nope' is neither a benchmark table"),
+    ]:
+        table.write_text(text)
+        code = export.main([*base, "--benchmark", bench, "--benchmark-map", str(table)])
+        err = capsys.readouterr().err
+        assert code == EXIT_INPUT_ERROR and message in err and err.startswith("error: "), err
+    fifo = tmp_path / "fifo.toml"  # read by the safe reader: refused unread, never waited on
+    os.mkfifo(fifo)
+    code = export.main([*base, "--benchmark", "mteb", "--benchmark-map", str(fifo)])
+    assert code == EXIT_INPUT_ERROR and "is not a regular file" in capsys.readouterr().err
+    assert not (bench_dir / "o").exists()
+
+
+def test_the_protocol_as_a_benchmark_its_eval_yaml_names_every_entrys_task_id(
+    bench_dir, capsys, hub
+):
+    """`push --benchmark-repo` writes the card and eval.yaml (the suite's 17 tasks); the
+    entries of `--benchmark ORG/NAME` point at that dataset with ids of that eval.yaml,
+    and say they link only once the Hub accepts it."""
+    repo = "org/encoder-eval-protocol"
+    code = push.main(["--benchmark-repo", repo, "--create", "--token", TOKEN])
+    stdout, err = capsys.readouterr()
+    assert code == EXIT_OK, err
+    (call,) = hub
+    assert call["repo_id"] == repo and call["repo_type"] == "dataset"
+    assert call.get("create_pr") in (None, False)
+    assert sorted(call["files"]) == ["README.md", "eval.yaml"]
+    eval_yaml = yaml.safe_load(call["files"]["eval.yaml"])
+    assert set(eval_yaml) == {"name", "description", "evaluation_framework", "tasks"}
+    ids = [t["id"] for t in eval_yaml["tasks"]]
+    assert ids == group_tasks("all") and len(ids) == 17
+    card = call["files"]["README.md"]
+    front = yaml.safe_load(card.split("---\n")[1])
+    assert "benchmark" in front["tags"]
+    assert all(f"| `{t}` |" in card for t in ids)
+    assert "only once it has accepted this dataset as a Benchmark" in card
+    assert "only once it accepts the dataset as a Benchmark" in err and TOKEN not in err
+    assert hub_created == [(repo, "dataset")]
+    entries, err = _export_hub(capsys, bench_dir, "--benchmark", repo)
+    for task, entry in entries.items():
+        assert entry["dataset"] == {"id": repo, "task_id": task} and task in ids
+        assert "data " in entry["notes"] and "revision sha-a" in entry["notes"]
+    assert err.count(f"links once the Hub accepts {repo} as a Benchmark") == len(BENCH_TASKS)
+
+
+def test_benchmark_repo_dry_run_and_refusals(bench_dir, capsys, hub):
+    code = push.main(["--benchmark-repo", "org/p", "--dry-run"])
+    stdout, err = capsys.readouterr()
+    assert code == EXIT_OK, err
+    assert "eval.yaml" in stdout and "    - id: glue_cola" in stdout and hub == []
+    for more, message in [
+        ([*_common(bench_dir)], "drop --results-dir"),
+        (["--source-url", URL], "not for --benchmark-repo"),
+        (["--benchmark", "mteb"], "--benchmark: for --to-model"),
+    ]:
+        assert push.main(["--benchmark-repo", "org/p", "--dry-run", *more]) == EXIT_INPUT_ERROR
+        assert message in capsys.readouterr().err
+    for repo, more, message in [
+        ("org", [], "--benchmark-repo 'org' is not a Hub repository id"),
+        ("org/p", ["--private"], "--private sets the visibility"),
+    ]:
+        assert push.main(["--benchmark-repo", repo, "--dry-run", *more]) == EXIT_INPUT_ERROR
+        assert message in capsys.readouterr().err
+    assert push.main(["--repo", "org/p", "--dry-run"]) == EXIT_INPUT_ERROR
+    assert "push needs --results-dir" in capsys.readouterr().err
+
+
+def test_signed_metrics_are_written_signed_with_their_range_and_said(bench_dir, capsys):
+    """MCC and Spearman run from -1 to 1: the value is the table's mean x100 as printed,
+    below 0 when it is; the notes give the range and the export says which value a
+    0-100 reader would refuse."""
+    entries, err = _export_hub(capsys, bench_dir)
+    cells = _cells(capsys, bench_dir)
+    cola = entries["glue_cola"]
+    assert cola["value"] == round(100 * cells[("enc-a", "glue_cola")]["mean"], 2) < 0
+    assert "MCC x100 (from -100 to 100)" in cola["notes"]
+    assert "Spearman x100 (from -100 to 100)" in entries["glue_stsb"]["notes"]
+    assert "(from" not in entries["xnli"]["notes"]
+    assert f"note: glue_cola.yaml: value {cola['value']} is below 0" in err
+    assert "xnli.yaml: value" not in err
+
+
+def test_source_user_and_org(bench_dir, capsys, hub):
+    entries, _ = _export_hub(capsys, bench_dir, "--source-user", "alice", "--source-org",
+                             "my-org")  # fmt: skip
+    for entry in entries.values():
+        assert entry["source"] == {"url": URL, "name": entry["source"]["name"],
+                                   "user": "alice", "org": "my-org"}  # fmt: skip
+    assert set(entries["xnli"]["source"]) <= set(SPEC_FULL["source"])
+    code = push.main([*_common(bench_dir), "--to-model", "org/enc-a", "--source-url", URL,
+                      "--source-org", "my-org", "--token", TOKEN])  # fmt: skip
+    assert code == EXIT_OK, capsys.readouterr().err
+    (call,) = hub
+    for text in call["files"].values():
+        (entry,) = yaml.safe_load(text)
+        assert entry["source"]["org"] == "my-org" and "user" not in entry["source"]
+    base = ["--results-dir", str(bench_dir / "report"), "--selection",
+            str(bench_dir / "selection.json")]  # fmt: skip
+    for args, message in [
+        (["--format", "hub-eval-results", "--source-url", URL, "--out", str(bench_dir / "o"),
+          "--source-user", "a/b"], "--source-user 'a/b' is not a Hub user or org name"),
+        (["--format", "euroeval", "--source-org", "x"], "--source-org: for --format hub-eval"),
+        (["--format", "eee", "--benchmark", "mteb"], "--benchmark: for --format hub-eval"),
+    ]:  # fmt: skip
+        assert export.main([*base, *args]) == EXIT_INPUT_ERROR
+        assert message in capsys.readouterr().err
+
+
+def test_huggingface_hubs_own_parser_reads_every_entry_back(bench_dir, capsys):
+    """An independent oracle: `huggingface_hub.parse_eval_result_entries` (with
+    `EvalResultEntry`, huggingface_hub >= 1.4) reads each file into the fields written,
+    and `eval_result_entries_to_yaml` writes back the same entry."""
+    hf = pytest.importorskip("huggingface_hub")
+    if not hasattr(hf, "parse_eval_result_entries"):
+        pytest.skip(
+            f"huggingface_hub {hf.__version__} has no parse_eval_result_entries (1.4.0 "
+            "added it; transformers 4.x pins huggingface_hub < 1.0)"
+        )
+    entries, _ = _export_hub(capsys, bench_dir, "--benchmark", "mteb", "--source-user", "alice",
+                             "--source-org", "my-org")  # fmt: skip
+    for task, entry in entries.items():
+        (parsed,) = hf.parse_eval_result_entries([entry])
+        assert isinstance(parsed, hf.EvalResultEntry)
+        assert (parsed.dataset_id, parsed.task_id, parsed.value) == (
+            entry["dataset"]["id"], entry["dataset"]["task_id"], entry["value"])  # fmt: skip
+        assert parsed.dataset_revision == entry["dataset"].get("revision")
+        assert (parsed.source_url, parsed.source_user, parsed.source_org) == (
+            URL, "alice", "my-org")  # fmt: skip
+        assert parsed.notes == entry["notes"] and parsed.date == entry["date"]
+        assert hf.eval_result_entries_to_yaml([parsed]) == [entry], task

@@ -33,9 +33,10 @@ from encoder_eval.plans.experiment import redact_data
 from encoder_eval.reports.table import Table
 from encoder_eval.reports.verdicts import included_cells
 
-# euroeval: EEE records (what EuroEval reads now); euroeval-legacy: its older
-# BenchmarkResult records; hub-eval-results: the Hub's `.eval_results/` YAML files.
-FORMATS = ("euroeval", "euroeval-legacy", "hub-eval-results", "examples")
+# euroeval: EEE records (what EuroEval reads now; `eee` is the same format by the name the
+# schema gives it); euroeval-legacy: its older BenchmarkResult records; hub-eval-results:
+# the Hub's `.eval_results/` YAML files.
+FORMATS = ("euroeval", "eee", "euroeval-legacy", "hub-eval-results", "examples")
 # EuroEval's task names (its `Task.name`) for our tasks that are one of its tasks; any
 # other task is exported under its problem type (single_label_classification, ...).
 EUROEVAL_TASKS = {
@@ -50,8 +51,16 @@ EUROEVAL_Z = 1.96
 UNKNOWN = -1  # an int field our results do not record (parameters, vocabulary size)
 # The EEE schema version EuroEval writes and reads (`EEE_SCHEMA_VERSION`, 0.2.1), and the
 # name this harness gives itself as the evaluation library of an EEE record.
+# The records are valid under 0.2.1 and 0.3.0 alike (0.3.0 requires two more strings in
+# `model_info.additional_details`, which 0.2.1 allows; EEE_MODEL_DEPLOYMENT).
 EEE_SCHEMA_VERSION = "0.2.1"
 HARNESS_NAME = "encoder-eval-harness"
+# EEE 0.3.0's two required model details. `deployment_type` says who controlled the
+# inference deployment: the harness loads the weights and runs them in its own process
+# (transformers), so "self_deployed". `model_availability` says whether the weights are
+# public: loading a checkpoint does not tell (a Hub id may be gated or private, a local
+# folder anything), so "unknown" (edit it if you publish the records and know).
+EEE_MODEL_DEPLOYMENT = {"deployment_type": "self_deployed", "model_availability": "unknown"}
 
 
 def model_name(results: list[LoadedResult], model: str) -> str:
@@ -190,7 +199,7 @@ def hub_revision(results: list[LoadedResult]) -> str | None:
 def eee_record(
     table: Table, model: str, task: str, results: list[LoadedResult], now: float
 ) -> dict:
-    """One "Every Eval Ever" record (schema 0.2.1) of a table cell, as EuroEval's
+    """One "Every Eval Ever" record (schema 0.2.1, valid under 0.3.0 too) of a table cell, as EuroEval's
     `BenchmarkResult.to_eee_dict` lays one out (src/euroeval/eee_utils.py), so that
     EuroEval's `from_eee_dict` reads back the `BenchmarkResult` fields of
     `euroeval_record`. Where EuroEval would write its own name or a null (which the
@@ -248,6 +257,7 @@ def eee_record(
                 "vocabulary_size": str(legacy["vocabulary_size"]),
                 "merge": "false",
                 "generative": "false",
+                **EEE_MODEL_DEPLOYMENT,
             },
         },
         "eval_library": {

@@ -102,11 +102,12 @@ class Staged:
 # ----------------------------------------------------------------------------- checks
 
 
-def check_repo_id(repo_id: str) -> None:
-    """Refuse anything but `org/name` (no bare name, no `--` or `..`, Hub characters)."""
+def check_repo_id(repo_id: str, flag: str = "--repo") -> None:
+    """Refuse anything but `org/name` (no bare name, no `--` or `..`, Hub characters);
+    the error names `flag`."""
     if not REPO_ID.fullmatch(repo_id) or "--" in repo_id or ".." in repo_id:
         raise HarnessError(
-            f"--repo {repo_id!r} is not a Hub repository id; give it as org/name "
+            f"{flag} {repo_id!r} is not a Hub repository id; give it as org/name "
             "(letters, digits, '-', '_', '.'; no '--' or '..')"
         )
 
@@ -446,3 +447,42 @@ def upload_eval_results(
         token=token,
     )
     return str(getattr(info, "pr_url", None) or getattr(info, "commit_url", None) or info)
+
+
+def upload_benchmark(
+    files: dict[str, str],
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    create: bool = False,
+    private: bool = False,
+    token: str | None = None,
+) -> str:
+    """Commit `files` (name -> text: the protocol's benchmark card and eval.yaml,
+    `hub_results.benchmark_files`) to the root of the dataset repository `repo_id`, in one
+    `HfApi.create_commit`; `create`: make the repository first (`private` its visibility).
+    Returns the commit's URL. `token` None: huggingface_hub's own."""
+    try:
+        from huggingface_hub import CommitOperationAdd, HfApi
+    except ImportError:
+        raise HarnessError(
+            "push needs huggingface_hub: pip install 'encoder-eval-harness[push]'"
+        ) from None
+
+    api = HfApi()
+    if create:
+        api.create_repo(repo_id, repo_type="dataset", exist_ok=True, private=private, token=token)
+    info = api.create_commit(
+        repo_id,
+        [
+            CommitOperationAdd(path_in_repo=name, path_or_fileobj=text.encode())
+            for name, text in files.items()
+        ],  # fmt: skip
+        commit_message=commit_message
+        or f"Add the encoder-eval protocol's benchmark card and eval.yaml ({__version__})",
+        repo_type="dataset",
+        revision=revision,
+        token=token,
+    )
+    return str(getattr(info, "commit_url", None) or info)

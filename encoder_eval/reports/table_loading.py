@@ -35,6 +35,7 @@ def add_table_arguments(
     results_dir: str = "report-phase result directory",
     filters: bool = True,
     several: bool = True,
+    required: bool = True,
 ) -> None:
     """The flags of every command that reads the report table of results folders
     (`load_table`): `--results-dir` and `--selection` (both repeatable:
@@ -42,11 +43,12 @@ def add_table_arguments(
     `allow_partial`, says what the command does despite problems). `filters=False`: no
     `--models`/`--tasks` (`push` shares the whole folder). `several=False`: the command
     reads one folder, and refuses a repeated flag (`one_results_dir`), never keeping the
-    last."""
+    last. `required=False`: the command checks `--results-dir` itself (`push
+    --benchmark-repo` reads no folder)."""
     p.add_argument(
         "--results-dir",
         action="append",
-        required=True,
+        required=required,
         help=results_dir + (" (repeatable: one table over several folders)" if several else ""),
     )
     p.add_argument(
