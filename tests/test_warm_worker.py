@@ -88,6 +88,23 @@ def test_warm_worker_matches_one_process_per_unit_and_skips_done_cells(
     assert _scores(warm_results) == _scores(cold_results)
 
 
+def test_gpu_plans_run_warm_by_default_and_no_warm_opts_out(tmp_path, tiny_models, small_mirror):
+    """`--gpus` runs each worker's units in one warm process unless `--no-warm` (the cells
+    here run on the CPU: `--gpus` only sets the GPU each worker sees)."""
+    script, results = _sweep(tmp_path, tiny_models, small_mirror, "gpus")
+    ran = sh(["bash", str(script), "--gpus", "0"], tmp_path)
+    assert "finished: 4 run, 0 skipped" in ran.stdout, ran.stdout
+    pids, units = _workers(results)
+    assert len(pids) == 1 and sorted(units) == [1, 2, 3, 4], (pids, units)
+    for p in results.glob("*.json"):
+        p.unlink()
+    sh(["bash", str(script), "--gpus", "0", "--no-warm"], tmp_path)
+    pids, units = _workers(results)
+    assert len(pids) == 4 and units == [None] * 4, (pids, units)
+    both = sh(["bash", str(script), "--warm", "--no-warm"], tmp_path, ok=(2,))
+    assert "give --warm or --no-warm, not both" in both.stderr
+
+
 def test_a_failing_unit_does_not_stop_the_warm_worker(tmp_path, tiny_models, small_mirror):
     script, results = _sweep(tmp_path, tiny_models, small_mirror, "fail")
     text = script.read_text()

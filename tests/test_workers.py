@@ -156,7 +156,8 @@ def test_gpus_gives_each_worker_its_own_gpu(tmp_path, fake):
         fi
         exec {shlex.quote(str(exe))} "$@"
     """)  # fmt: skip
-    proc = _run(script, wrapper, log, "--gpus", "2,5")
+    # The fake python runs one unit per process: --no-warm (GPU plans run warm by default).
+    proc = _run(script, wrapper, log, "--gpus", "2,5", "--no-warm")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "finished: 4 run, 0 skipped" in proc.stdout
     pairs = [line.split() for line in seen.read_text().splitlines()]
@@ -170,7 +171,7 @@ def test_gpus_gives_each_worker_its_own_gpu(tmp_path, fake):
     for p in (tmp_path / "res").glob("*.json"):
         p.unlink()
     seen.unlink()
-    proc = _run(script, wrapper, log, "--gpus", "GPU-1a2b")
+    proc = _run(script, wrapper, log, "--gpus", "GPU-1a2b", "--no-warm")
     assert proc.returncode == 0, proc.stderr
     assert set(seen.read_text().split()) == {"GPU-1a2b"}
 
@@ -199,7 +200,8 @@ def test_workers_per_gpu_runs_k_units_at_once_on_each_gpu(tmp_path, fake, gpus, 
         fi
         exec {shlex.quote(str(exe))} "$@"
     """)  # fmt: skip
-    proc = _run(script, wrapper, log, "--gpus", gpus, "--workers-per-gpu", str(per_gpu))
+    proc = _run(script, wrapper, log, "--gpus", gpus, "--workers-per-gpu", str(per_gpu),
+                "--no-warm")  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "finished: 4 run, 0 skipped" in proc.stdout and "alone on GPU" not in proc.stderr
     listed = gpus.split(",")

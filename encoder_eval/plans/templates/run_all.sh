@@ -2,7 +2,7 @@
 # shellcheck disable=SC2034  # (template) the common.sh part inserted below reads these
 # shellcheck disable=SC2154  # (template) EXIT_*, DONE_STATES: set by __CONSTANTS__
 __HEADER__
-# Usage: bash run_all.sh [--workers N | --gpus LIST [--workers-per-gpu K]] [--warm]
+# Usage: bash run_all.sh [--workers N | --gpus LIST [--workers-per-gpu K]] [--warm | --no-warm]
 #   (no flag)       one worker: the units in order, one process at a time
 #   --workers N     N workers at once; each unit (one encoder_eval.run or, for probes,
 #                   encoder_eval.probe process) is taken by exactly one of them
@@ -13,7 +13,8 @@ __HEADER__
 #   --warm          each worker runs its units in one long-lived encoder_eval.run process
 #                   (python -m encoder_eval.run --warm-worker) instead of one process per
 #                   unit: the imports and start-up are paid once per worker; the same
-#                   results, skips, exit status and stop signals
+#                   results, skips, exit status and stop signals. The default with --gpus
+#   --no-warm       one process per unit, also with --gpus
 # Done cells are skipped and corrupt result files moved aside, so running it again fills
 # the gaps. Exit status: 0 all done; 1 some unit failed; 2 bad input; 130 Ctrl-C;
 # 75 SIGTERM stopped several workers, or a unit's process (a single worker is stopped by
@@ -82,16 +83,23 @@ while [ "$#" -gt 0 ]; do
         fi
         WARM=1
         ;;
+    --no-warm) NO_WARM=1 ;;
     -h | --help)
         sed -n '2,/^set -u$/{/^set -u$/d;s/^# \{0,1\}//;p;}' "$0"
         exit 0
         ;;
     *) die "unknown argument '$1'; valid: --workers N, --gpus LIST (e.g. --gpus 0,1)," \
-        "--workers-per-gpu K (with --gpus), --warm, --help" ;;
+        "--workers-per-gpu K (with --gpus), --warm, --no-warm, --help" ;;
     esac
     shift
 done
+if [ -n "$WARM" ] && [ -n "${NO_WARM:-}" ]; then
+    die "give --warm or --no-warm, not both"
+fi
 if [ "${#GPUS[@]}" -gt 0 ]; then
+    # GPU plans run warm by default: a GPU process's start-up and first meeting with each
+    # batch width cost most (docs/slurm.md, "One warm process per worker").
+    if [ -z "${NO_WARM:-}" ] && [ "$MODULE" = encoder_eval.run ]; then WARM=1; fi
     if [ -n "${WORKERS_GIVEN:-}" ]; then
         die "give --workers or --gpus, not both (--gpus runs one worker per listed GPU," \
             "or --workers-per-gpu K of them)"
