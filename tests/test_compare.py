@@ -159,7 +159,8 @@ def test_every_statistic_matches_a_direct_computation(rng, tmp_path, capsys):
             power_analysis.min_detectable_difference(std_a, std_b, n=5, alpha=0.05 / len(TASKS),
                                             example_var=vex)
         )  # fmt: skip
-        assert r["aso_a_over_b"] == stats.aso(per_seed["a"], per_seed["b"], seed=1234).eps_min
+        aso = stats.aso(per_seed["a"], per_seed["b"], seed=stats.task_seed(1234, task))
+        assert r["aso_a_over_b"] == aso.eps_min
     for raw, adj in (("p_seed", "p_seed_adj"), ("p_example", "p_example_adj"),
                      ("p_combined", "p_combined_adj")):  # fmt: skip
         p = [rows[("a", "b", t)][raw] for t in TASKS]
@@ -359,6 +360,47 @@ def test_summarize_bootstrap_intervals_need_predictions(rng, tmp_path, capsys):
     predictions_path(rdir / "a_glue_rte_lr05_s47.json").unlink()
     assert summarize.main([*args, "--ci", "bootstrap"]) == EXIT_INPUT_ERROR
     assert "a/glue_rte: " in capsys.readouterr().err
+
+
+def test_task_seed_is_stable_and_differs_per_task_and_seed():
+    # a fixed value: the derivation must not change between processes or Python versions
+    assert stats.task_seed(1234, "glue_rte") == stats.task_seed(1234, "glue_rte")
+    assert stats.task_seed(1234, "glue_rte") == 14029296523216661363
+    seeds = {stats.task_seed(s, t) for s in (0, 1234) for t in ("glue_rte", "glue_sst2")}
+    assert len(seeds) == 4
+
+
+def test_each_task_draws_its_own_resamples(rng, tmp_path, capsys):
+    """Two tasks with one metric and identical predictions: with one stream for the whole
+    table their bootstrap intervals and p-values were equal (shared Monte-Carlo error);
+    each task's stream is its own, so they differ, by Monte-Carlo error only."""
+    from encoder_eval import summarize
+
+    rdir = tmp_path / "report"
+    tasks = ("glue_rte", "glue_sst2")  # both accuracy
+    labels = rng.integers(0, 2, N_EXAMPLES).tolist()
+    for model, p in (("a", 0.8), ("b", 0.75)):
+        for seed in REPORT:
+            right = rng.random(N_EXAMPLES) < p + rng.normal(0, 0.01)
+            preds = [y if ok else 1 - y for y, ok in zip(labels, right, strict=True)]
+            for task in tasks:
+                write_cell_with_predictions(rdir, model, task, "lr05", seed, preds, labels)
+    selection = make_selection({(m, t): "lr05" for m in "ab" for t in tasks})
+    (rdir / "selection.json").write_text(json.dumps(selection))
+    base = ["--results-dir", str(rdir), "--selection", str(rdir / "selection.json"),
+            "--format", "json", "--resamples", "199"]  # fmt: skip
+    code, out, err = run(capsys, *base, "--all-tests")
+    assert code == EXIT_OK, err
+    rows = rows_by(json.loads(out))
+    one, two = rows[("a", "b", "glue_rte")], rows[("a", "b", "glue_sst2")]
+    assert one["diff"] == two["diff"] and one["p_seed"] == two["p_seed"]  # same data
+    assert (one["boot_low"], one["boot_high"]) != (two["boot_low"], two["boot_high"])
+    assert one["example_sd"] != two["example_sd"]
+    assert one["boot_low"] == pytest.approx(two["boot_low"], abs=0.02)  # Monte-Carlo error only
+    assert summarize.main([*base[:-2], "--no-marks", "--ci", "bootstrap"]) == EXIT_OK
+    cells = json.loads(capsys.readouterr().out)["rows"][0]["cells"]
+    assert cells["glue_rte"]["mean"] == cells["glue_sst2"]["mean"]
+    assert cells["glue_rte"]["ci"] != cells["glue_sst2"]["ci"]
 
 
 # -- sizing and family-wise control ---------------------------------------------------
