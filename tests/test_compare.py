@@ -412,6 +412,17 @@ def _row(task: str, diff: float, p_seed: float | None, p_combined: float | None 
                        p_combined=p_combined, std_a=std, std_b=std)  # fmt: skip
 
 
+def test_a_seeds_needed_note_shows_scores_x100_as_the_table_does():
+    # Δ 0.01562 hidden by a test-set sd of 0.072: the note reads 1.562 and 7.2, on the
+    # table's scale, not the fractions the statistics compute on
+    row = _row("glue_rte", 0.01562, 0.3, 0.5, std=0.01)
+    row.example_sd = 0.072
+    verdicts._power(row, 0.05)
+    (note,) = [n for n in row.notes if n.startswith("seeds needed:")]
+    assert "detects 1.562: the test set's own noise (sd 7.2) hides it" in note, note
+    assert "0.01562" not in note and "0.072" not in note
+
+
 @pytest.mark.parametrize(("alpha", "n_tasks", "expected"), [(0.01, 1, 26), (0.05, 17, 32),
                                                              (0.01, 17, None)])  # fmt: skip
 def test_seeds_needed_gives_80_percent_power_at_the_applied_alpha_and_correction(

@@ -37,7 +37,7 @@ from encoder_eval.core.results import STATS_CACHE_DIR, LoadedResult
 
 # Bump it on ANY change to what `verdicts.compare_cells` computes or to the statistics it
 # calls (`core/stats.py`, `core/metrics.py` scoring): every cached row is then recomputed.
-STATS_VERSION = 3  # 3: each task's resampling from its own stream (stats.task_seed)
+STATS_VERSION = 3  # 3: each task's resampling its own stream (stats.task_seed); notes x100
 CACHE_SCHEMA = "encoder-eval-stats-cache"
 
 

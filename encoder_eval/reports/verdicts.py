@@ -440,8 +440,8 @@ def _power(row: Row, level: float) -> None:
         row.std_a, row.std_b, n=MDD_SEEDS, alpha=level, power=POWER, example_var=vex
     )
     needed = power_analysis.seeds_needed(
-        row.diff, row.std_a, row.std_b, alpha=level, power=POWER, example_var=vex
-    )
+        row.diff, row.std_a, row.std_b, alpha=level, power=POWER, example_var=vex, scale=100
+    )  # its reason's scores x100, as every table shows them
     if isinstance(mdd, stats.Undefined):
         row.notes.append(f"MDD@{MDD_SEEDS}: {mdd.reason}")
     else:
