@@ -413,6 +413,16 @@ def test_the_readme_says_what_make_install_installs():
     assert f'".[{extras}]"' in line, (extras, line)
 
 
+def test_the_readme_points_a_new_user_to_the_quick_tests_first():
+    """Issue 50: `make test` was the second command of the install block and nothing said
+    it takes 15+ minutes on two cores; `make test-fast` comes first, `make test` says so."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    fast = next(i for i, ln in enumerate(lines) if ln.startswith("make test-fast "))
+    full = next(i for i, ln in enumerate(lines) if ln.startswith("make test "))
+    assert fast < full and "minutes" in lines[full]
+    assert lines.index(next(ln for ln in lines if ln.startswith("make install "))) < fast
+
+
 def test_the_readme_demo_table_has_the_header_and_footnotes_summarize_prints(tmp_path, capsys):
     """The demo's table in the README has the header, the cell format (mean ± std
     [interval]) and the footnote lines `summarize` prints for the demo's tasks and seeds
