@@ -688,6 +688,25 @@ def check_table_output(
         )
 
 
+def check_outside_results(
+    out: str | os.PathLike | None,
+    results_dirs: str | os.PathLike | list[str],
+    flag: str = "--out",
+) -> None:
+    """Refuse an output (file or folder) of a table command that lies in one of its results
+    folders: those keep results only, and every later reader would warn about the file."""
+    if not out:
+        return
+    target = Path(out).resolve()
+    for folder in as_dir_list(results_dirs):
+        results = Path(folder).resolve()
+        if target == results or results in target.parents:
+            raise HarnessError(
+                f"{flag} {out} lies in --results-dir {folder}: a results folder keeps results "
+                "only (every later command would warn about the file); write it elsewhere"
+            )
+
+
 def as_dir_list(results_dirs: str | os.PathLike | list) -> list[str]:
     """The `--results-dir` folders as a list (one folder, or the repeated flag's list)."""
     if isinstance(results_dirs, (str, os.PathLike)):
@@ -944,6 +963,7 @@ __all__ = [
     "VERSION",
     "check_output_not_input",
     "as_dir_list",
+    "check_outside_results",
     "check_table_output",
     "check_unchanged",
     "differences",
