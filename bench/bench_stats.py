@@ -147,16 +147,17 @@ def run_reference(args, workload: str, resamples: int) -> dict:
     out = {}
     for task in SIZES:
         knobs = task_knobs(task)
+        seed = stats.task_seed(args.seed, task)  # each task's own stream, as compare_cells
         ea, eb = examples[(MODELS[0], task)][0], examples[(MODELS[1], task)][0]
         a = [table.cells[(MODELS[0], task)].scores[s] for s in ea.seeds]
         b = [table.cells[(MODELS[1], task)].scores[s] for s in eb.seeds]
         stats.welch(a, b)
         p = low = high = None
         if workload == "compare":
-            stats.aso(a, b, seed=args.seed), stats.aso(b, a, seed=args.seed)
+            stats.aso(a, b, seed=seed), stats.aso(b, a, seed=seed)
             _, p, reps, low, high = ref.example_statistics(
                 ea.matrix, eb.matrix, ea.labels, ea.languages, knobs.metric,
-                knobs.euro_languages, 1.0, resamples, args.seed,
+                knobs.euro_languages, 1.0, resamples, seed,
             )  # fmt: skip
         else:
             per_seed = ref.seed_scores(knobs.metric, knobs.euro_languages)
@@ -165,7 +166,7 @@ def run_reference(args, workload: str, resamples: int) -> dict:
                 lambda cols, both=both, per_seed=per_seed, ea=ea: per_seed(
                     both, ea.labels, ea.languages, cols
                 ),
-                ea.languages, max(2, resamples), args.seed,
+                ea.languages, max(2, resamples), seed,
             )  # fmt: skip
         vex = stats.shared_example_part(reps, SEEDS)
         if not math.isnan(vex):

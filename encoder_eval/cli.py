@@ -61,10 +61,14 @@ COMMANDS: dict[str, Command] = {
     "done": Command("encoder_eval.done", "exit 0 iff the given result files are done cells"),
     "report": Command("encoder_eval.report", "one self-contained HTML page of a results folder"),
     "export": Command(
-        "encoder_eval.export", "results in other tools' formats (EuroEval, one row per example)"
+        "encoder_eval.export",
+        "results in other tools' formats (EuroEval, one row per example, a model's Hub-page "
+        "eval results)",
     ),
     "push": Command(
-        "encoder_eval.push", "upload a results folder to a Hugging Face dataset repository"
+        "encoder_eval.push",
+        "upload a results folder to a Hugging Face dataset, or a model's scores to its Hub "
+        "page (--to-model, a pull request)",
     ),
     "demo": Command("encoder_eval.demo", "the whole protocol on MiniLM and synthetic tasks"),
     "list": Command(

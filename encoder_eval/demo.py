@@ -157,6 +157,8 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
     precision, note = choose_precision(args.precision, args.device)
     if note:
         log(note)
+    why = "the protocol's" if precision == "bf16" else "off-protocol, as the demo's cells are"
+    log(f"precision: {precision} (--precision {args.precision}; {why})")
     if precision == "fp32":
         shrink += ["--precision", "fp32"]
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

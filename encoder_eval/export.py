@@ -38,7 +38,7 @@ from encoder_eval.core.errors import (
     warn_once,
 )
 from encoder_eval.core.fileio import check_output_file, write_atomic, write_output
-from encoder_eval.plans.experiment import check_table_output
+from encoder_eval.plans.experiment import check_outside_results, check_table_output
 from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.export import (
     FORMATS,
@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.source_url:
         raise HarnessError("--source-url is for --format hub-eval-results")
     elif args.out:
+        check_outside_results(args.out, dirs)
         check_output_file(args.out, "--out")
         check_table_output(args.out, dirs, args.selection)
     loaded = load_table(
@@ -149,12 +150,7 @@ def _check_hub_out(args: argparse.Namespace, dirs: list[str]) -> None:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise HarnessError(f"--out {args.out} is not a folder (hub-eval-results writes several)")
-    for folder in dirs:
-        results = Path(folder).resolve()
-        if out.resolve() == results or results in out.resolve().parents:
-            raise HarnessError(
-                f"--out {args.out} lies in --results-dir {folder}; choose another folder"
-            )
+    check_outside_results(args.out, dirs)
 
 
 if __name__ == "__main__":

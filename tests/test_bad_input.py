@@ -192,6 +192,11 @@ CASES = {
                      r"--mode: invalid choice: 'bidirectional'.*--help"),
     "unknown-flag": (lambda c: c.cell("--learning-rate", "1e-5"),
                      r"unrecognized arguments: --learning-rate.*--help"),
+    "misspelt-flag": (lambda c: c.cell("--seeds", "45", drop=("--seed",)),
+                      r"arguments are required: --seed; --seeds: did you mean --seed\?.*--help"),
+    "misspelt-optional-flag": (lambda c: c.cell("--skip-exisiting"),
+                               r"unrecognized arguments: --skip-exisiting; --skip-exisiting: "
+                               r"did you mean --skip-existing\?.*--help"),
     "lr-off-grid": (lambda c: c.cell("--lr", "2e-05"),
                     r"--lr 2e-05 is not on the protocol grid \(the nearest grid value is "
                     r"2\.15e-05, lr04\); use a grid value or pass --allow-off-protocol"),

@@ -67,6 +67,15 @@ def test_no_arguments_prints_the_commands_and_exits_2(capsys):
     assert all(name in out for name in COMMANDS)
 
 
+def test_top_level_help_names_the_hub_exports(capsys):
+    # issue 50: nothing in `encoder-eval --help` said a model's scores can go to its Hub page
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    export, push = (next(ln for ln in out.splitlines() if ln.strip().startswith(w + " "))
+                    for w in ("export", "push"))  # fmt: skip
+    assert "Hub" in export and "--to-model" in push and "Hub page" in push
+
+
 def test_list_tasks_json_is_the_registry(capsys):
     assert main(["list", "tasks", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)

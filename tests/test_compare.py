@@ -159,7 +159,8 @@ def test_every_statistic_matches_a_direct_computation(rng, tmp_path, capsys):
             power_analysis.min_detectable_difference(std_a, std_b, n=5, alpha=0.05 / len(TASKS),
                                             example_var=vex)
         )  # fmt: skip
-        assert r["aso_a_over_b"] == stats.aso(per_seed["a"], per_seed["b"], seed=1234).eps_min
+        aso = stats.aso(per_seed["a"], per_seed["b"], seed=stats.task_seed(1234, task))
+        assert r["aso_a_over_b"] == aso.eps_min
     for raw, adj in (("p_seed", "p_seed_adj"), ("p_example", "p_example_adj"),
                      ("p_combined", "p_combined_adj")):  # fmt: skip
         p = [rows[("a", "b", t)][raw] for t in TASKS]
@@ -361,6 +362,47 @@ def test_summarize_bootstrap_intervals_need_predictions(rng, tmp_path, capsys):
     assert "a/glue_rte: " in capsys.readouterr().err
 
 
+def test_task_seed_is_stable_and_differs_per_task_and_seed():
+    # a fixed value: the derivation must not change between processes or Python versions
+    assert stats.task_seed(1234, "glue_rte") == stats.task_seed(1234, "glue_rte")
+    assert stats.task_seed(1234, "glue_rte") == 14029296523216661363
+    seeds = {stats.task_seed(s, t) for s in (0, 1234) for t in ("glue_rte", "glue_sst2")}
+    assert len(seeds) == 4
+
+
+def test_each_task_draws_its_own_resamples(rng, tmp_path, capsys):
+    """Two tasks with one metric and identical predictions: with one stream for the whole
+    table their bootstrap intervals and p-values were equal (shared Monte-Carlo error);
+    each task's stream is its own, so they differ, by Monte-Carlo error only."""
+    from encoder_eval import summarize
+
+    rdir = tmp_path / "report"
+    tasks = ("glue_rte", "glue_sst2")  # both accuracy
+    labels = rng.integers(0, 2, N_EXAMPLES).tolist()
+    for model, p in (("a", 0.8), ("b", 0.75)):
+        for seed in REPORT:
+            right = rng.random(N_EXAMPLES) < p + rng.normal(0, 0.01)
+            preds = [y if ok else 1 - y for y, ok in zip(labels, right, strict=True)]
+            for task in tasks:
+                write_cell_with_predictions(rdir, model, task, "lr05", seed, preds, labels)
+    selection = make_selection({(m, t): "lr05" for m in "ab" for t in tasks})
+    (rdir / "selection.json").write_text(json.dumps(selection))
+    base = ["--results-dir", str(rdir), "--selection", str(rdir / "selection.json"),
+            "--format", "json", "--resamples", "199"]  # fmt: skip
+    code, out, err = run(capsys, *base, "--all-tests")
+    assert code == EXIT_OK, err
+    rows = rows_by(json.loads(out))
+    one, two = rows[("a", "b", "glue_rte")], rows[("a", "b", "glue_sst2")]
+    assert one["diff"] == two["diff"] and one["p_seed"] == two["p_seed"]  # same data
+    assert (one["boot_low"], one["boot_high"]) != (two["boot_low"], two["boot_high"])
+    assert one["example_sd"] != two["example_sd"]
+    assert one["boot_low"] == pytest.approx(two["boot_low"], abs=0.02)  # Monte-Carlo error only
+    assert summarize.main([*base[:-2], "--no-marks", "--ci", "bootstrap"]) == EXIT_OK
+    cells = json.loads(capsys.readouterr().out)["rows"][0]["cells"]
+    assert cells["glue_rte"]["mean"] == cells["glue_sst2"]["mean"]
+    assert cells["glue_rte"]["ci"] != cells["glue_sst2"]["ci"]
+
+
 # -- sizing and family-wise control ---------------------------------------------------
 
 
@@ -368,6 +410,17 @@ def _row(task: str, diff: float, p_seed: float | None, p_combined: float | None 
          a: str = "a", b: str = "b", std: float | None = None) -> verdicts.Row:  # fmt: skip
     return verdicts.Row(a, b, task, "accuracy", 5, 5, 0.5 + diff, 0.5, diff=diff, p_seed=p_seed,
                        p_combined=p_combined, std_a=std, std_b=std)  # fmt: skip
+
+
+def test_a_seeds_needed_note_shows_scores_x100_as_the_table_does():
+    # Δ 0.01562 hidden by a test-set sd of 0.072: the note reads 1.562 and 7.2, on the
+    # table's scale, not the fractions the statistics compute on
+    row = _row("glue_rte", 0.01562, 0.3, 0.5, std=0.01)
+    row.example_sd = 0.072
+    verdicts._power(row, 0.05)
+    (note,) = [n for n in row.notes if n.startswith("seeds needed:")]
+    assert "detects 1.562: the test set's own noise (sd 7.2) hides it" in note, note
+    assert "0.01562" not in note and "0.072" not in note
 
 
 @pytest.mark.parametrize(("alpha", "n_tasks", "expected"), [(0.01, 1, 26), (0.05, 17, 32),

@@ -138,10 +138,39 @@ def test_summarize_skips_each_bad_file_once_and_refuses_the_incomplete_table(tmp
     proc = sh(py("encoder_eval.summarize", "--results-dir", rdir, "--selection", sel),
               tmp_path, ok=(1,))  # fmt: skip
     check_warnings(proc.stderr, rdir, expect)
-    assert "[missing_seeds] 3 report seed(s) are missing" in proc.stderr
+    # each bad seed named as `status` names it: corrupt, with why; none "missing"
+    assert "[missing_seeds] 3 report seed(s) have no done result (3 corrupt)" in proc.stderr
     for seed in (46, 47, 48):
-        assert f"m/glue_rte/lr06/s{seed}: missing" in proc.stderr
+        assert f"m/glue_rte/lr06/s{seed}: corrupt ({rdir / _name('lr06', seed)}: " in proc.stderr
+    assert ": missing" not in proc.stderr
     assert proc.stdout == ""
+
+
+def test_summarize_and_status_agree_on_corrupt_seeds_and_the_footnote_names_empty_cells(
+    tmp_path, capsys
+):
+    from encoder_eval import status, summarize
+
+    rdir = tmp_path / "report"
+    for seed in range(45, 50):
+        write_result(rdir, make_result(MODEL, TASK, "lr06", seed, "report", 0.6 + seed / 1000))
+        (rdir / result_filename("other", TASK, LR_GRID["lr06"], seed)).write_text("{torn")
+    (rdir / _name("lr06", 49)).write_text("")
+    sel = tmp_path / "selection.json"
+    sel.write_text(json.dumps(make_selection({(m, TASK): "lr06" for m in (MODEL, "other")})))
+    assert status.main(["--phase", "report", "--selection", str(sel), "--model", f"{MODEL}=org/m",
+                        "--model", "other=org/o", "--tasks", TASK, "--results-dir",
+                        str(rdir)]) == 1  # fmt: skip
+    assert re.search(r"corrupt\s+6\b", capsys.readouterr().out)
+    args = ["--results-dir", str(rdir), "--selection", str(sel), "--no-marks"]
+    assert summarize.main(args) == 1
+    err = capsys.readouterr().err
+    assert "6 report seed(s) have no done result (6 corrupt)" in err and ": missing" not in err
+    assert summarize.main([*args, "--allow-partial"]) == 0
+    out = capsys.readouterr().out
+    assert "avg@0" not in out
+    assert "† avg@4 instead of avg@5: m/glue_rte." in out
+    assert "— no finished report seed (see below): other/glue_rte." in out
 
 
 def test_summarize_with_plots_still_warns_once_per_file(tmp_path, report_dir, select_dir):

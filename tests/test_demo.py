@@ -207,3 +207,27 @@ def test_the_demo_runs_one_cell_process_per_task_with_a_share_of_the_cpus(tmp_pa
     with pytest.raises(HarnessError, match="stopped by the test"):
         demo.run_demo(args, log=lambda m: None)
     assert steps[1][1]["OMP_NUM_THREADS"] == "4"
+
+
+@pytest.mark.parametrize(("native", "word", "said"), [
+    (True, "auto", "precision: bf16 (--precision auto; the protocol's)"),
+    (False, "auto", "precision: fp32 (--precision auto; off-protocol"),
+    (False, "bf16", "precision: bf16 (--precision bf16; the protocol's)"),
+])  # fmt: skip
+def test_the_demo_says_which_precision_it_chose(tmp_path, monkeypatch, native, word, said):
+    """Issue 50: nothing said which precision the demo ran; its first lines now do."""
+    from encoder_eval import demo
+    from encoder_eval.core import cpu
+    from encoder_eval.core.errors import HarnessError
+
+    def stop(cmd, log, env=None):
+        raise HarnessError("stopped by the test")
+
+    monkeypatch.setattr(demo, "_run", stop)
+    monkeypatch.setattr(cpu, "cpu_native_bf16", lambda: native)
+    args = demo.build_parser().parse_args(["--out", str(tmp_path), "--model-path", "m",
+                                           "--precision", word])  # fmt: skip
+    lines: list[str] = []
+    with pytest.raises(HarnessError, match="stopped by the test"):
+        demo.run_demo(args, log=lines.append)
+    assert any(line.startswith(said) for line in lines), lines

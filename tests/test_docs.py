@@ -413,6 +413,33 @@ def test_the_readme_says_what_make_install_installs():
     assert f'".[{extras}]"' in line, (extras, line)
 
 
+def test_the_readme_points_a_new_user_to_the_quick_tests_first():
+    """Issue 50: `make test` was the second command of the install block and nothing said
+    it takes 15+ minutes on two cores; `make test-fast` comes first, `make test` says so."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    fast = next(i for i, ln in enumerate(lines) if ln.startswith("make test-fast "))
+    full = next(i for i, ln in enumerate(lines) if ln.startswith("make test "))
+    assert fast < full and "minutes" in lines[full]
+    assert lines.index(next(ln for ln in lines if ln.startswith("make install "))) < fast
+
+
+def test_what_the_readmes_commands_write_git_ignores():
+    """Issue 50: the README's smoke block wrote `smoke-selection.json` into the repository
+    root, where git saw it. Every output a README command names is ignored."""
+    outputs = ("--out", "--out-json", "--results-dir", "--out-dir", "--plots", "--plot")
+    named = []
+    for _, body in code_blocks(README.read_text(encoding="utf-8")):
+        for cmd in map(strip_env, shell_commands(body)):
+            if cmd and cmd[0] == "encoder-eval":
+                named += [cmd[i + 1] for i, a in enumerate(cmd[:-1]) if a in outputs]
+    assert "selection-smoke.json" in named and "report.html" in named
+    seen = [p for p in named if not p.startswith(("/", "$", "<", "~", "."))]
+    proc = subprocess.run(["git", "check-ignore", "--no-index", "--verbose", "--non-matching",
+                           *seen], cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    shown = [ln.split("\t")[-1] for ln in proc.stdout.splitlines() if ln.startswith("::")]
+    assert shown == [], f"README commands write where git does not ignore: {shown}"
+
+
 def test_the_readme_demo_table_has_the_header_and_footnotes_summarize_prints(tmp_path, capsys):
     """The demo's table in the README has the header, the cell format (mean ± std
     [interval]) and the footnote lines `summarize` prints for the demo's tasks and seeds

@@ -444,9 +444,26 @@ def test_status_and_summarize_of_the_report_phase_need_only_the_results_dir(tmp_
 
 
 def test_summarize_without_a_file_still_needs_the_selection(tmp_path, capsys):
-    (tmp_path / "r").mkdir()
-    assert summarize.main(["--results-dir", str(tmp_path / "r")]) == EXIT_INPUT_ERROR
-    assert "give --selection selection.json" in capsys.readouterr().err
+    rdir = tmp_path / "r"
+    write_result(rdir, make_result("m", "glue_rte", "lr06", 45, "report", 0.7))
+    assert summarize.main(["--results-dir", str(rdir)]) == EXIT_INPUT_ERROR
+    assert "give --selection selection.json (" in capsys.readouterr().err
+
+
+def test_summarize_names_an_empty_folder_and_a_select_folder(tmp_path, capsys):
+    # a new user's two mistakes: the folder is empty, or it is the select sweep's
+    (tmp_path / "empty").mkdir()
+    assert summarize.main(["--results-dir", str(tmp_path / "empty")]) == EXIT_INPUT_ERROR
+    err = capsys.readouterr().err
+    assert "holds no results and no experiment file" in err and "--selection" not in err
+    rdir, _ = select_sweep(tmp_path)
+    fill_select(rdir)
+    for extra in ([], ["--selection", str(run_select(tmp_path, rdir))]):
+        capsys.readouterr()
+        assert summarize.main(["--results-dir", str(rdir), *extra]) == EXIT_INPUT_ERROR
+        err = capsys.readouterr().err
+        assert f"says {rdir} holds select-phase results" in err
+        assert f"encoder-eval select --results-dir {rdir}" in err and "--phase report" in err
 
 
 # ----------------------------------------------------------------------------- a user's file

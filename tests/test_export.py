@@ -136,7 +136,7 @@ def test_euroeval_records_follow_the_published_schema_with_the_tables_numbers(re
 
 
 def test_examples_are_one_row_per_example_and_seed_from_the_predictions_files(report_dir, capsys):
-    out_file = report_dir / "examples.jsonl"
+    out_file = report_dir.parent / f"{report_dir.name}-examples.jsonl"  # outside the results
     code, _, err = _run(capsys, export, "--format", "examples", "--results-dir",
                         str(report_dir), "--selection", str(report_dir / "selection.json"),
                         "--out", str(out_file))  # fmt: skip
@@ -167,6 +167,17 @@ def test_export_refuses_a_table_with_problems_unless_allow_partial(report_dir, c
     rec = next(json.loads(x) for x in out.splitlines()
                if '"enc-a"' in x and '"glue_rte"' in x)  # fmt: skip
     assert len(rec["results"]["raw"]) == 4 and rec["encoder_eval"]["on_protocol"] is False
+
+
+@pytest.mark.parametrize("fmt", ["euroeval", "examples"])
+def test_export_refuses_an_output_in_a_results_folder(report_dir, capsys, fmt):
+    # issue 50: accepted, and every later command warned about the stray file
+    out = report_dir / "ours.jsonl"
+    args = ["--format", fmt, "--results-dir", str(report_dir), "--selection",
+            str(report_dir / "selection.json"), "--out", str(out)]  # fmt: skip
+    code, stdout, err = _run(capsys, export, *args)
+    assert code == EXIT_INPUT_ERROR and stdout == "" and not out.exists()
+    assert f"--out {out} lies in --results-dir {report_dir}: a results folder keeps" in err
 
 
 def test_examples_refuse_a_predictions_file_that_does_not_match_its_result(report_dir, capsys):

@@ -1,6 +1,7 @@
-"""A misspelt task or model, an off-grid learning rate or a missing model directory is
-refused before torch, transformers, scikit-learn, scipy or matplotlib is imported (issue 29,
-item 20): those imports cost seconds, so a typo used to wait 9-27 s for its one error line.
+"""A misspelt task or model, an off-grid learning rate, a missing model directory or data
+mirror is refused before torch, transformers, scikit-learn, scipy or matplotlib is
+imported (issue 29, item 20; issue 50): those imports cost seconds, so a typo used to wait
+9-27 s for its one error line.
 
 Each case runs `run` as a user would, in a subprocess, and reads that process's
 `sys.modules` at exit: what was imported, not how long it took (no timed test).
@@ -51,6 +52,9 @@ CASES = {
     "missing model directory": ([*CELL, "--model-path", "./no-such-model"],
                                 "model directory './no-such-model' does not exist; check "
                                 "--model-path"),
+    "missing data mirror": ([*CELL, "--data-dir", "no-such-mirror"],  # issue 50: was 4-14 s
+                            "the data mirror no-such-mirror (--data-dir, or "
+                            "ENCODER_EVAL_DATA_DIR) is not a folder"),
 }  # fmt: skip
 
 

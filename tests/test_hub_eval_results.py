@@ -137,7 +137,10 @@ def test_refusals_before_any_work(report_dir, capsys):
     base = ["--format", "hub-eval-results", *_common(report_dir)]
     cases = [
         ([*base, "--source-url", URL, "--out", str(report_dir / "o")], "has 2 (enc-a, enc-b)"),
-        ([*base, "--models", "enc-a", "--out", str(report_dir / "o")], "--source-url None"),
+        (
+            [*base, "--models", "enc-a", "--out", str(report_dir / "o")],
+            "give --source-url https://...: the link each entry names as its source",
+        ),  # fmt: skip
         (
             [
                 *base,
@@ -168,6 +171,7 @@ def test_refusals_before_any_work(report_dir, capsys):
         assert export.main(args) == EXIT_INPUT_ERROR, args
         err = capsys.readouterr().err
         assert message in err and err.startswith("error: "), err
+        assert "None" not in err  # issue 50: a missing link read `--source-url None`
     assert not (report_dir / "o").exists()
 
 
@@ -236,6 +240,9 @@ def test_push_to_model_refusals_and_no_local_path(report_dir, capsys, hub):
                           (["--model", "nope"], "nope")]:  # fmt: skip
         assert push.main([*base, *more]) == EXIT_INPUT_ERROR
         assert message in capsys.readouterr().err
+    assert push.main([*base[:-2], "--model", "enc-a"]) == EXIT_INPUT_ERROR  # no --source-url
+    err = capsys.readouterr().err
+    assert "give --source-url https://..." in err and "None" not in err
     # Cells that recorded another Hub model: their scores are not this model's.
     xnli = [report_dir / "report" / result_filename("enc-a", "xnli", LR_GRID["lr05"], seed)
             for seed in SEEDS]  # fmt: skip

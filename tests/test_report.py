@@ -261,3 +261,50 @@ def test_a_probe_table_from_real_probe_results(hostile_dir, tmp_path, capsys):
     page = out.read_text(encoding="utf-8")
     assert 'id="results-table"' in page and 'id="probe-table"' in page
     assert f'data-mean="{cell["mean"]!r}"' in page
+
+
+def test_many_models_get_a_heatmap_and_a_matrix_of_every_pair(tmp_path, capsys):
+    """Issue 50: at the protocol's size the score figure was 238 grouped bars and the
+    compare section 91 tables. Past a few models the page draws a models x tasks heatmap
+    in place of the bars, and leads the compare section with every pair's tally (row
+    better / column better / not distinguishable), the per-pair tables folded below."""
+    import base64
+    import re
+
+    tasks = ("glue_rte", "glue_mrpc")
+    skill = {f"m{i}": 0.5 + 0.05 * i for i in range(5)} | {"twin": 0.7}  # twin = m4
+    noise = (0.0, 0.004, -0.004, 0.008, -0.002)
+    sel = make_selection({(m, t): "lr06" for m in skill for t in tasks})
+    (tmp_path / "selection.json").write_text(json.dumps(sel))
+    write_many(tmp_path / "report", [
+        make_result(m, t, "lr06", seed, "report", p + e)
+        for m, p in skill.items() for t in tasks
+        for seed, e in zip(PHASE_SEEDS["report"], noise, strict=True)
+    ])  # fmt: skip
+    out = tmp_path / "r.html"
+    code = report.main(["--results-dir", str(tmp_path / "report"), "--selection",
+                        str(tmp_path / "selection.json"), "--out", str(out)])  # fmt: skip
+    assert code == EXIT_OK, capsys.readouterr().err
+    page = out.read_text(encoding="utf-8")
+    # the heatmap, full width, in place of the grouped bars
+    assert "Report scores (mean over seeds, 95 % t-interval)" not in page
+    (heat,) = re.findall(r'<figure class="wide"><img alt="([^"]*)" src="data:image/png;'
+                         r'base64,([^"]+)"', page)  # fmt: skip
+    assert "models x tasks" in heat[0]
+    png = tmp_path / "heat.png"
+    png.write_bytes(base64.b64decode(heat[1]))
+    width, height = _png_size(png)
+    assert width > 400 and height > 300
+    # the pair matrix first, then 15 folded pair tables
+    assert page.index('id="pair-matrix"') < page.index('class="verdicts"')
+    assert page.count('<details class="pair"') == 15 and "<h3>A = " not in page
+
+    def cell(row: str, col: str) -> str:
+        found = re.search(rf'<td class="[^"]*" data-col="{col}" title="{row} against {col}: '
+                          r'[^"]*"><a href="#pair-[^"]+">([^<]+)</a></td>', page)  # fmt: skip
+        assert found, (row, col)
+        return found.group(1)
+
+    assert cell("m4", "m0") == "2 / 0 / 0" and cell("m0", "m4") == "0 / 2 / 0"
+    assert cell("m4", "twin") == "0 / 0 / 2" == cell("twin", "m4")
+    assert 'title="m3 against m1: m3 better on 2 task(s), m1 better on 0' in page

@@ -61,7 +61,7 @@ from encoder_eval.data.models import (
     registry_trusts,
 )
 from encoder_eval.data.revisions import dataset_revisions
-from encoder_eval.data.sources import data_provenance
+from encoder_eval.data.sources import check_mirror, data_provenance
 from encoder_eval.data.task_loading import load_task
 from encoder_eval.data.taskfile import register_task_files
 from encoder_eval.data.tasks import task_knobs
@@ -134,6 +134,7 @@ def plan_cells(args: argparse.Namespace) -> list:
     under a second (`tests/test_fast_refusal.py`)."""
     register_task_files(args.tasks_file)  # first: the task names below may be defined there
     task_knobs(args.task)
+    check_mirror(args.data_dir, args.task)
     dataset_revisions()  # a malformed ENCODER_EVAL_DATASET_REVISIONS fails now, not after training
     report_to = parse_report_to(args.report_to)
     check_limit(args.limit)

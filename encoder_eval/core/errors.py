@@ -162,8 +162,32 @@ class ArgumentParser(argparse.ArgumentParser):
             kwargs["formatter_class"] = DefaultsHelpFormatter
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def flag_hints(self, argv: Iterable[object]) -> list[str]:
+        """`--seeds: did you mean --seed?` for each flag of `argv` this parser does not
+        know and has a close match for (`closest_name`, as for models and tasks)."""
+        known = [s for a in self._actions for s in a.option_strings if s.startswith("--")]
+        hints = []
+        for token in argv:
+            if not isinstance(token, str) or not token.startswith("--") or token == "--":
+                continue
+            flag = token.split("=", 1)[0]
+            if flag in known or len(flag) > 200:
+                continue
+            close = closest_name(flag[2:], [k[2:] for k in known])
+            if close and f"{flag}: did you mean --{close}?" not in hints:
+                hints.append(f"{flag}: did you mean --{close}?")
+        return hints
+
     def error(self, message: str):
-        self.exit(2, f"error: {one_line(message)}; run {self.prog} --help for the valid flags\n")
+        hints = "".join(f"; {h}" for h in self.flag_hints(getattr(self, "_given", ())))
+        self.exit(
+            2,
+            f"error: {one_line(message)}{hints}; run {self.prog} --help for the valid flags\n",
+        )
 
 
 def report_errors(main: Callable[..., int]) -> Callable[..., int]:

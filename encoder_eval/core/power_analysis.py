@@ -125,6 +125,8 @@ def seeds_needed(
     alpha: float = 0.05,
     power: float = 0.8,
     example_var: float = 0.0,
+    *,
+    scale: float = 1.0,
 ) -> int | Undefined:
     """Seeds per model a two-sided two-sample t-test needs to detect a true difference `diff`
     at level `alpha` with probability `power` (the power of statsmodels `TTestIndPower`,
@@ -132,7 +134,8 @@ def seeds_needed(
     std_b^2) / 2)); at least 2, the fewest a t-test can use. With a test-set variance
     `example_var` > 0 it is the power of `combined_test` instead, which more seeds cannot
     push past the test set's own noise. `Undefined` (with the reason) when no number of
-    seeds reaches that power, the difference is 0 or no seed varies."""
+    seeds reaches that power, the difference is 0 or no seed varies; its reason shows
+    scores times `scale` (the tables' x100: 100)."""
     check_level(alpha, "alpha")
     check_level(power, "power")
     pooled = _pooled_std(std_a, std_b)
@@ -152,8 +155,9 @@ def seeds_needed(
         )
         if n is None:
             return Undefined(
-                f"no number of seeds detects {abs(diff):.4g}: the test set's own noise (sd "
-                f"{math.sqrt(example_var):.3g}) hides it; it needs more test examples"
+                f"no number of seeds detects {scale * abs(diff):.4g}: the test set's own "
+                f"noise (sd {scale * math.sqrt(example_var):.3g}) hides it; it needs more test "
+                "examples"
             )
         return n
     if pooled == 0:
@@ -165,7 +169,7 @@ def seeds_needed(
         2 * (_z_sum(alpha, power) / effect) ** 2,
     )
     if n is None:  # not reached: the effect is below what any count of doubles can resolve
-        return Undefined(f"no number of seeds detects {abs(diff):.4g} at alpha {alpha:.3g}")
+        return Undefined(f"no number of seeds detects {scale * abs(diff):.4g} at alpha {alpha:.3g}")
     return n
 
 

@@ -14,6 +14,7 @@ EVALUATION_METHODOLOGY.md, "Comparing models: the statistics".
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import warnings
@@ -28,6 +29,17 @@ A_BETTER = "A better"
 B_BETTER = "B better"
 NOT_DISTINGUISHABLE = "not distinguishable"
 CORRECTIONS = ("holm", "fdr_bh")  # the first is the default
+
+
+def task_seed(seed: int, task: str) -> int:
+    """The resampling seed of one task: `seed` and the task key mixed by numpy's
+    SeedSequence (the key as the first 8 bytes of its sha256, stable across processes and
+    Python versions, unlike `hash()`). Each task draws its own stream, so a table's
+    Monte-Carlo errors are independent across its tasks; every pair of one task still
+    shares that task's draws."""
+    key = int.from_bytes(hashlib.sha256(task.encode("utf-8")).digest()[:8], "little")
+    state = np.random.SeedSequence([int(seed), key]).generate_state(1, dtype=np.uint64)
+    return int(state[0])
 
 
 class StatsInputError(HarnessError, ValueError):

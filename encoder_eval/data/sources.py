@@ -36,6 +36,26 @@ def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
     return Path(chosen) if chosen else None
 
 
+def mirror_not_a_folder(mirror: Path, task: str) -> HarnessError:
+    """The error for a mirror (`--data-dir` or ENCODER_EVAL_DATA_DIR) that is not a folder."""
+    return HarnessError(
+        f"the data mirror {mirror} (--data-dir, or ENCODER_EVAL_DATA_DIR) is not a folder; "
+        f"check the path: a mirror holds a folder per task, such as {mirror / task}{os.sep}"
+    )
+
+
+def check_mirror(data_dir: str | os.PathLike | None, task: str) -> None:
+    """Refuse a mirror that is not a folder when `task` would read it (not a synthetic task,
+    not one with its own `data_dir`): before any heavy import, so `run --data-dir TYPO`
+    answers in under a second (`tests/test_fast_refusal.py`)."""
+    mirror = resolve_data_dir(data_dir)
+    knobs = task_knobs(task)
+    if mirror is None or knobs.bucket == "synthetic" or knobs.data_dir is not None:
+        return
+    if not mirror.is_dir():
+        raise mirror_not_a_folder(mirror, task)
+
+
 def mirror_file(data_dir: Path, task: str, split: str, lang: str | None) -> Path:
     """Where a mirror keeps one split (of one language): `<task>/<split>[.<lang>].jsonl`."""
     return split_file(Path(data_dir) / task, split, lang)
@@ -167,11 +187,7 @@ def _read_mirror_file(path: Path, task: str, split: str) -> list[dict]:
         else:
             mirror = path.parent.parent
             if not mirror.is_dir():  # a misspelt --data-dir: say that, not what it lacks
-                raise HarnessError(
-                    f"the data mirror {mirror} (--data-dir, or ENCODER_EVAL_DATA_DIR) is not "
-                    f"a folder; check the path: a mirror holds a folder per task, such as "
-                    f"{mirror / task}{os.sep}"
-                )
+                raise mirror_not_a_folder(mirror, task)
             where = "the data mirror"
             fix = (
                 f"Write it with `encoder-eval prefetch --tasks {task} --out "

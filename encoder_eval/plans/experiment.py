@@ -688,6 +688,25 @@ def check_table_output(
         )
 
 
+def check_outside_results(
+    out: str | os.PathLike | None,
+    results_dirs: str | os.PathLike | list[str],
+    flag: str = "--out",
+) -> None:
+    """Refuse an output (file or folder) of a table command that lies in one of its results
+    folders: those keep results only, and every later reader would warn about the file."""
+    if not out:
+        return
+    target = Path(out).resolve()
+    for folder in as_dir_list(results_dirs):
+        results = Path(folder).resolve()
+        if target == results or results in target.parents:
+            raise HarnessError(
+                f"{flag} {out} lies in --results-dir {folder}: a results folder keeps results "
+                "only (every later command would warn about the file); write it elsewhere"
+            )
+
+
 def as_dir_list(results_dirs: str | os.PathLike | list) -> list[str]:
     """The `--results-dir` folders as a list (one folder, or the repeated flag's list)."""
     if isinstance(results_dirs, (str, os.PathLike)):
@@ -886,6 +905,16 @@ def select_expectations(
     )
 
 
+def _has_results(results_dir: str | os.PathLike) -> bool:
+    """Whether `results_dir` holds a file named like a cell's result (read or not)."""
+    try:
+        return any(
+            is_result_name(p) or is_probe_result_name(p) for p in Path(results_dir).iterdir()
+        )
+    except OSError:
+        return True  # unreadable: the reader that lists it says why
+
+
 def summarize_inputs(
     results_dir: str | os.PathLike, selection: str | None
 ) -> tuple[str, list[int] | None, str | None]:
@@ -893,10 +922,23 @@ def summarize_inputs(
     for `summarize --results-dir R`, from R's experiment file (a `selection` that contradicts
     it is refused). Without a file: (selection, None, None)."""
     exp, path = in_results_dir(results_dir)
+    if exp is not None and exp.phase == "select":
+        raise HarnessError(
+            f"{path} says {results_dir} holds select-phase results; the table is read from "
+            "the report phase's results directory: pick learning rates with `encoder-eval "
+            f"select --results-dir {results_dir} --out selection.json`, run the report sweep "
+            "(`encoder-eval sweep --phase report --selection selection.json ...`) and give "
+            "its --results-dir"
+        )
     record = exp.phases.get("report") if exp else None
     recorded = record.selection if record else None
     if selection is None:
         if recorded is None:
+            if exp is None and not _has_results(results_dir):
+                raise HarnessError(
+                    f"{results_dir} holds no results and no experiment file; give the report "
+                    "sweep's --results-dir (the folder its cells wrote, e.g. results/report)"
+                )
             why = "has no experiment file" if exp is None else "its experiment file names none"
             raise HarnessError(f"give --selection selection.json ({results_dir} {why})")
         selection = recorded
@@ -921,6 +963,7 @@ __all__ = [
     "VERSION",
     "check_output_not_input",
     "as_dir_list",
+    "check_outside_results",
     "check_table_output",
     "check_unchanged",
     "differences",

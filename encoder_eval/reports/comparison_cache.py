@@ -63,7 +63,7 @@ from encoder_eval.core.results import LoadedResult
 
 # Bump it on ANY change to what `verdicts.compare_cells` computes or to the statistics it
 # calls (`core/stats.py`, `core/metrics.py` scoring): every cached row is then recomputed.
-STATS_VERSION = 2
+STATS_VERSION = 3  # 3: each task's resampling its own stream (stats.task_seed); notes x100
 CACHE_SCHEMA = "encoder-eval-stats-cache/2"  # 2: HMAC-authenticated, in the user's cache
 SUBDIR = "comparisons"  # inside `tokencache.default_cache_dir()`
 KEY_NAME = ".hmac-key"

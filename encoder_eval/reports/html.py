@@ -16,13 +16,17 @@ import base64
 import html
 import json
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from encoder_eval import __version__
+from encoder_eval.core import stats
 from encoder_eval.core.results import LoadedResult
 from encoder_eval.reports.comparison_cache import ComparisonCache
+from encoder_eval.reports.heatmap import CAPTION as HEATMAP_CAPTION
+from encoder_eval.reports.heatmap import score_heatmap, wants_heatmap
 from encoder_eval.reports.latex import Score
 from encoder_eval.reports.plots import MAX_LR_FIGURES, plot_critical_difference, write_plots
 from encoder_eval.reports.probe_table import load_probe_results, probe_folder, probe_table
@@ -57,6 +61,7 @@ class Figure:
 
     caption: str
     png: bytes
+    wide: bool = False  # drawn for the section's whole width (the heatmap)
 
 
 @dataclass
@@ -77,8 +82,8 @@ class Report:
 # ----------------------------------------------------------------------------- gathering
 
 
-def _png(path: Path, caption: str) -> Figure:
-    return Figure(caption, Path(path).read_bytes())
+def _png(path: Path, caption: str, wide: bool = False) -> Figure:
+    return Figure(caption, Path(path).read_bytes(), wide)
 
 
 def _cell_results(
@@ -187,8 +192,15 @@ def build_report(
                 selection=loaded.selection,
                 max_lr_figures=MAX_LR_FIGURES,
             )
-            # The score chart first, then the learning-rate curves in file order.
+            # The score chart first, then the learning-rate curves in file order. Past a
+            # few models the chart is the models x tasks heatmap, not grouped bars.
+            heat = wants_heatmap(table)
+            if heat:
+                path = score_heatmap(table, Path(tmp) / "heatmap")
+                report.figures.append(_png(path, HEATMAP_CAPTION, wide=True))
             for path in sorted(written, key=lambda p: (p.name != "scores.png", p.name)):
+                if heat and path.name == "scores.png":
+                    continue
                 caption = (
                     "Report scores (mean over seeds, 95 % t-interval)"
                     if path.name == "scores.png"
@@ -245,6 +257,10 @@ ol.notes, ul.notes { color:var(--muted); font-size:13px; margin:12px 0 0; paddin
 figure { margin:0; border:1px solid var(--line); border-radius:6px; padding:8px;
          background:#fff; max-width:778px; }
 figure.small { max-width:458px; }
+figure.wide { max-width:100%; }
+table.pairs td { text-align:center; } table.pairs td.self { color:var(--muted); }
+table.pairs td.a-ahead { background:#e6f4ea; } table.pairs td.b-ahead { background:#fdecee; }
+table.pairs a { color:inherit; text-decoration:none; }
 figure img { display:block; max-width:100%; height:auto; }
 figcaption { color:var(--muted); font-size:13px; margin-top:4px; }
 .verdict-better { color:#116329; font-weight:700; }
@@ -287,7 +303,7 @@ def cell_anchor(model: str, task: str) -> str:
 
 def _img(fig: Figure, small: bool = False) -> str:
     data = base64.b64encode(fig.png).decode("ascii")
-    cls = ' class="small"' if small else ""
+    cls = ' class="wide"' if fig.wide else ' class="small"' if small else ""
     return (
         f'<figure{cls}><img alt="{_e(fig.caption)}" src="data:image/png;base64,{data}">'
         f"<figcaption>{_e(fig.caption)}</figcaption></figure>"
@@ -363,12 +379,76 @@ def _p(x: float | None) -> str:
     return "—" if x is None else ("<0.001" if x < 0.001 else f"{x:.3f}")
 
 
+PAIRS_SHOWN_OPEN = 3  # up to this many pairs each pair's table is open; past it, folded
+
+
+def pair_anchor(model_a: str, model_b: str) -> str:
+    """The id of a pair's verdicts (ASCII, so it is a valid URL fragment)."""
+    raw = f"{model_a}\x00{model_b}".encode()
+    return "pair-" + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _tally(rows: list) -> tuple[int, int, int, int]:
+    """(A better, B better, not distinguishable, not tested) over a pair's rows."""
+    count = Counter(r.verdict for r in rows)
+    a, b, same = count[stats.A_BETTER], count[stats.B_BETTER], count[stats.NOT_DISTINGUISHABLE]
+    return a, b, same, len(rows) - a - b - same
+
+
+def render_pair_matrix(by_pair: dict[tuple[str, str], list]) -> str:
+    """Every pair at a glance: per (row model, column model), the tasks where the row's
+    model is better / the column's is better / they are not distinguishable (each task's
+    verdict of the tables below), linking to that pair's table."""
+    models = list(dict.fromkeys(m for pair in by_pair for m in pair))
+    out = ['<div class="scroll"><table class="pairs" id="pair-matrix"><thead><tr>']
+    out.append("<th>row vs column</th>" + "".join(f"<th>{_e(m)}</th>" for m in models))
+    out.append("</tr></thead><tbody>")
+    for row in models:
+        out.append(f'<tr data-model="{_e(row)}"><td>{_e(row)}</td>')
+        for col in models:
+            pair = (row, col) if (row, col) in by_pair else (col, row)
+            if row == col or pair not in by_pair:
+                out.append('<td class="self">·</td>' if row == col else "<td></td>")
+                continue
+            a, b, same, untested = _tally(by_pair[pair])
+            ahead, behind = (a, b) if pair == (row, col) else (b, a)
+            text = f"{ahead} / {behind} / {same}" + (f" ({untested} n/t)" if untested else "")
+            title = (
+                f"{row} against {col}: {row} better on {ahead} task(s), {col} better on "
+                f"{behind}, not distinguishable on {same}"
+                + (f", {untested} not tested" if untested else "")
+            )
+            cls = "a-ahead" if ahead > behind else "b-ahead" if behind > ahead else ""
+            out.append(
+                f'<td class="{cls}" data-col="{_e(col)}" title="{_e(title)}">'
+                f'<a href="#{pair_anchor(*pair)}">{_e(text)}</a></td>'
+            )
+        out.append("</tr>")
+    out.append("</tbody></table></div>")
+    out.append(
+        _notes(
+            [
+                "Each cell: the row's model against the column's over the tasks, as tasks "
+                "where the row's is better / the column's is better / not distinguishable "
+                "(the verdicts below, corrected over their family); green: the row's model "
+                "ahead, red: behind; n/t: not tested (too few seeds). A cell links to its "
+                "pair's table."
+            ]
+        )
+    )
+    return "".join(out)
+
+
 def render_comparison(cmp: Comparison) -> str:
-    """compare's verdicts: one table per pair of models."""
+    """compare's verdicts: with three pairs or more a matrix of every pair's tally first,
+    then one table per pair (folded past `PAIRS_SHOWN_OPEN` pairs)."""
     by_pair: dict[tuple[str, str], list] = {}
     for r in cmp.rows:
         by_pair.setdefault((r.model_a, r.model_b), []).append(r)
     out = []
+    if len(by_pair) >= 3:
+        out.append(render_pair_matrix(by_pair))
+    fold = len(by_pair) > PAIRS_SHOWN_OPEN
     head = (
         "Task",
         "A",
@@ -380,7 +460,17 @@ def render_comparison(cmp: Comparison) -> str:
         "seeds needed",
     )
     for (a, b), rows in by_pair.items():
-        out.append(f"<h3>A = {_e(a)}, B = {_e(b)}</h3>")
+        if fold:
+            better_a, better_b, same, untested = _tally(rows)
+            out.append(
+                f'<details class="pair" id="{pair_anchor(a, b)}"><summary>A = {_e(a)}, '
+                f"B = {_e(b)}: A better on {better_a}, B better on {better_b}, not "
+                f"distinguishable on {same}"
+                + (f", {untested} not tested" if untested else "")
+                + "</summary>"
+            )
+        else:
+            out.append(f'<h3 id="{pair_anchor(a, b)}">A = {_e(a)}, B = {_e(b)}</h3>')
         out.append('<div class="scroll"><table class="verdicts"><thead><tr>')
         out += [f"<th>{_e(h)}</th>" for h in head]
         out.append("</tr></thead><tbody>")
@@ -400,6 +490,8 @@ def render_comparison(cmp: Comparison) -> str:
             )
         out.append("</tbody></table></div>")
         out.append(_notes([f"{r.task}: {n}" for r in rows for n in r.notes]))
+        if fold:
+            out.append("</details>")
     out.append(
         "<details><summary>How to read the verdicts</summary>"
         + _notes(compare_footnotes(cmp), "ol")

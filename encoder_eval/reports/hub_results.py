@@ -232,6 +232,12 @@ def hub_target(task: str, benchmark: str | None, table: dict | None = None) -> H
 def check_source_url(url: str | None) -> str:
     """The `source.url` of the entries: required (the Hub refuses a source without one),
     an https link, one line: it is published as given."""
+    if url is None:
+        raise HarnessError(
+            "give --source-url https://...: the link each entry names as its source, where "
+            "the results can be read (e.g. the dataset repository `push --repo` made, or a "
+            "paper); the Hub refuses an entry without one"
+        )
     if not url or not url.startswith("https://") or any(c.isspace() for c in url):
         raise HarnessError(
             f"--source-url {url!r} must be an https:// link to where the results can be "

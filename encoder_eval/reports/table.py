@@ -186,8 +186,14 @@ class Table:
         return math.fsum(means) / len(means)
 
     def partial_cells(self) -> list[CellStats]:
+        """The cells with a score over other than the expected seeds (`†`); a cell with no
+        score is `—`, not one of them (`empty_cells`)."""
         n = len(self.expected_seeds)
-        return [c for c in self.cells.values() if c.n != n]
+        return [c for c in self.cells.values() if c.n != n and c.mean is not None]
+
+    def empty_cells(self) -> list[CellStats]:
+        """The selected cells with no score (no finished seed or fold): shown as `—`."""
+        return [c for c in self.cells.values() if c.mean is None]
 
 
 def task_header(task: str) -> str:
@@ -322,8 +328,13 @@ def build_table(
     models: list[str] | None = None,
     tasks: list[str] | None = None,
     expected_seeds: list[int] | None = None,
+    unusable: dict[str, str] | None = None,
 ) -> Table:
-    """Aggregate report-phase results at each pair's selected LR and collect every problem."""
+    """Aggregate report-phase results at each pair's selected LR and collect every problem.
+    `unusable` names the result files that are there but not done results (file name ->
+    `status`'s word and why, `table_loading.unusable_files`): such a seed is listed as
+    that, not as missing."""
+    unusable = unusable or {}
     expected = list(expected_seeds or REPORT_SEEDS)
     results = [r for r in results if r.cell["phase"] == "report"]
     pairs_sel = selection.get("pairs", {})
@@ -414,8 +425,9 @@ def build_table(
                 if s not in stats.scores and s not in stats.diverged + stats.undefined
             ]
             for s in stats.missing:
+                name = result_filename(model, task, lr, s)
                 missing_cells.append(
-                    f"{model}/{task}/{key}/s{s}: missing ({result_filename(model, task, lr, s)})"
+                    f"{model}/{task}/{key}/s{s}: {unusable.get(name) or f'missing ({name})'}"
                 )
             cells[(model, task)] = stats
     if no_sel:
@@ -428,10 +440,16 @@ def build_table(
         )
     problems += _selection_problems(selection, selected)
     if missing_cells:
+        words = Counter(c.split(": ", 1)[1].split(" ", 1)[0] for c in missing_cells)
+        what = (
+            "are missing"
+            if set(words) == {"missing"}
+            else "have no done result ("
+            + ", ".join(f"{k} {w}" for w, k in sorted(words.items(), key=lambda x: x[0]))
+            + ")"
+        )
         problems.append(
-            Problem(
-                "missing_seeds", f"{len(missing_cells)} report seed(s) are missing", missing_cells
-            )
+            Problem("missing_seeds", f"{len(missing_cells)} report seed(s) {what}", missing_cells)
         )
     if wrong_lr:
         problems.append(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from encoder_eval.core.errors import HarnessError
-from encoder_eval.core.results import LoadedResult, load_results
+from encoder_eval.core.results import CORRUPT, KEPT, LoadedResult, load_results
 from encoder_eval.plans.experiment import (
     Experiment,
     as_dir_list,
@@ -110,6 +110,7 @@ class _Folder:
     results: list[LoadedResult]
     ran_seeds: list[int] | None
     select_dir: str | None
+    unusable: dict[str, str] = field(default_factory=dict)  # file name -> "corrupt (why)"
 
     def holds(self, alone: bool) -> list[str]:
         """The models this folder's table rows come from: those its experiment file names
@@ -168,16 +169,30 @@ class LoadedTable:
 def _read_folder(path: str, selection: str | None, warn: Callable[[str], None] | None) -> _Folder:
     selection_path, ran_seeds, select_dir = summarize_inputs(path, selection)
     experiment, experiment_path = in_results_dir(path)
+    states: dict[Path, tuple[str, dict | None, str | None]] = {}
+    results = load_results(path, warn=warn, phase="report", states=states)
     return _Folder(
         path,
         experiment,
         experiment_path,
         selection_path,
         load_selection(selection_path),
-        load_results(path, warn=warn, phase="report"),
+        results,
         ran_seeds,
         select_dir,
+        unusable_files(states),
     )
+
+
+def unusable_files(states: dict[Path, tuple[str, dict | None, str | None]]) -> dict[str, str]:
+    """Per result file name that is there but not a done result, `status`'s word for it
+    and why (`corrupt (...)`, `kept (...)`): the table names such a seed as `status` does,
+    not as missing."""
+    return {
+        path.name: f"{state} ({path}: {why})"
+        for path, (state, _, why) in states.items()
+        if state in (CORRUPT, KEPT)
+    }
 
 
 def _check_protocols(folders: list[_Folder]) -> None:
@@ -293,7 +308,11 @@ def load_table(
     _check_protocols(folders)
     results = _merge_results(folders)
     merged = _merge_selections(folders, models)
-    table = build_table(results, merged, models=models, tasks=tasks)
+    unusable: dict[str, str] = {}
+    for f in folders:
+        for name, why in f.unusable.items():
+            unusable.setdefault(name, why)
+    table = build_table(results, merged, models=models, tasks=tasks, unusable=unusable)
     return LoadedTable(
         table,
         results,

@@ -113,7 +113,12 @@ def _dagger_notes(table: Table) -> list[str]:
     for c in table.partial_cells():
         by_n[c.n].append(f"{c.model}/{c.task}")
     n = len(table.expected_seeds)
-    return [f"† avg@{k} instead of avg@{n}: {', '.join(by_n[k])}." for k in sorted(by_n)]
+    notes = [f"† avg@{k} instead of avg@{n}: {', '.join(by_n[k])}." for k in sorted(by_n)]
+    empty = [f"{c.model}/{c.task}" for c in table.empty_cells()]
+    if empty:
+        what = "fold" if table.kind == "probe" else "report seed"
+        notes.append(f"— no finished {what} (see below): {', '.join(empty)}.")
+    return notes
 
 
 def _cut_note(table: Table) -> list[str]:

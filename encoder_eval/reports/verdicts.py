@@ -266,6 +266,7 @@ def compare_cells(
         )
         return row
     direction = sign(knobs.metric)  # stats read "higher is better"
+    seed = stats.task_seed(seed, task)  # each task its own stream; its pairs share it
     welch = stats.welch(a_scores, b_scores)
     row.diff, row.p_seed = welch.diff, None if math.isnan(welch.pvalue) else welch.pvalue
     row.ci_low, row.ci_high = welch.low, welch.high
@@ -460,8 +461,8 @@ def _power(row: Row, level: float) -> None:
         row.std_a, row.std_b, n=MDD_SEEDS, alpha=level, power=POWER, example_var=vex
     )
     needed = power_analysis.seeds_needed(
-        row.diff, row.std_a, row.std_b, alpha=level, power=POWER, example_var=vex
-    )
+        row.diff, row.std_a, row.std_b, alpha=level, power=POWER, example_var=vex, scale=100
+    )  # its reason's scores x100, as every table shows them
     if isinstance(mdd, stats.Undefined):
         row.notes.append(f"MDD@{MDD_SEEDS}: {mdd.reason}")
     else:
@@ -614,7 +615,8 @@ def compute_rows(
 ) -> list[Row]:
     """`compare_cells` of each (A, B, task) in `requests`, in order: the rows `cache` holds
     are read, the others computed over `jobs` processes (each row's resampling is seeded by
-    `seed` alone, so the rows are the same whatever `jobs`) and kept in `cache`."""
+    `seed` and its task alone, `stats.task_seed`, so the rows are the same whatever `jobs`)
+    and kept in `cache`."""
     out: list[Row | None] = [None] * len(requests)
     keys: dict[int, str | None] = {}
     for i, (a, b, task) in enumerate(requests):
@@ -869,7 +871,7 @@ def bootstrap_intervals(
             [len(ex.seeds)],
             ex.languages,
             n_resamples=n_resamples,
-            seed=seed,
+            seed=stats.task_seed(seed, task),
             confidence=confidence,
             vectorized=True,
         )
