@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
+from fault_helpers import py, sh
 from result_helpers import make_result, write_many
 
 from encoder_eval import estimate
+from encoder_eval.core import gpu_share
 from encoder_eval.core.errors import HarnessError
-from encoder_eval.core.protocol import PROTOCOL_RECIPE
+from encoder_eval.core.gpu_share import GIB, measured_gain, workers_per_gpu
+from encoder_eval.core.protocol import LR_GRID, PROTOCOL_RECIPE
+from encoder_eval.core.results import load_results
+from encoder_eval.data.model_memory import MODEL_SIZES, training_memory_bytes
 from encoder_eval.data.tasks import TASK_KNOBS, group_tasks
 
 
@@ -43,11 +49,13 @@ def test_cost_is_measured_seconds_per_step_times_the_protocol_budget(tmp_path):
     assert m.cells == 3 and m.seconds_per_step == pytest.approx(225 / 450)
     # the share of the step cap comes from on-protocol cells only (a shrunken cap is no cap)
     assert m.budget_share == pytest.approx(0.5) and m.device == "CPU (Test CPU)"
-    upper, expected = m.hours(["glue_rte"])
+    upper, expected = m.hours(["glue_rte"], whole_cap=True), m.hours(["glue_rte"])
     assert upper == pytest.approx(35 * 1560 * 0.5 / 3600)
     assert expected == pytest.approx(upper / 2)
     assert costs["fast"].device == "Test GPU" and costs["fast"].budget_share == 1.0
-    assert costs["shrunk"].budget_share is None and costs["shrunk"].hours(["glue_rte"])[1] is None
+    shrunk = costs["shrunk"]  # no on-protocol cell: every cell at its whole cap
+    assert shrunk.budget_share is None
+    assert shrunk.hours(["glue_rte"]) == shrunk.hours(["glue_rte"], whole_cap=True)
     assert "| n/a |" in estimate.render([costs["shrunk"]], ["glue_rte"])
 
 
@@ -81,10 +89,103 @@ def test_estimate_says_when_its_cells_are_not_the_protocol_recipe(tmp_path, caps
                                 "precision=fp32 (protocol: bf16-autocast)")  # fmt: skip
     assert estimate.main(["--results-dir", str(tmp_path), "--tasks", "glue_rte"]) == 0
     out = capsys.readouterr().out
-    assert ("not the protocol recipe: 2 of m's 3 measured cell(s) on CPU (Test CPU) are "
+    assert ("unlike the protocol's cells: m on CPU (Test CPU): 2 of the 3 cell(s) are "
             "off-protocol (max_steps=40 (protocol: 10000); precision=fp32 (protocol: "
-            "bf16-autocast))") in out  # fmt: skip
+            "bf16-autocast)); they ran on a CPU: these are CPU-hours") in out  # fmt: skip
     assert estimate.main(["--results-dir", str(tmp_path), "--tasks", "glue_rte",
                           "--format", "json"]) == 0  # fmt: skip
     (row,) = json.loads(capsys.readouterr().out)["models"]
     assert row["off_protocol_cells"] == 2 and len(row["off_protocol_reasons"]) == 2
+
+
+def test_smoke_cells_are_priced_by_their_steps_not_their_dev_evaluations(
+    tmp_path, tiny_models, small_mirror, capsys
+):
+    """Issue 48 item 3, on real result files: two 4-step smoke cells in one process (a dev
+    evaluation after every step) price a protocol RTE cell from their training steps alone,
+    the protocol's 20 evaluations at their measured cost and the process's start-up; the
+    wall time with evaluations, which turned smoke cells into thousands of hours, is not the
+    step. The output says how the cells differ from the protocol's."""
+    sh(py("encoder_eval.run", "--model-path", tiny_models["bert"], "--model-key", "tiny",
+          "--task", "glue_rte", "--lr", str(LR_GRID["lr06"]), "--seed", "42,43",
+          "--phase", "select", "--max-steps", "4", "--max-seq-len", "64", "--precision", "fp32", "--device", "cpu",
+          "--data-dir", small_mirror, "--results-dir", tmp_path / "r", "--progress", "quiet"),
+       tmp_path)  # fmt: skip
+    cells = [r.data["training"] for r in load_results(tmp_path / "r")]
+    assert len(cells) == 2 and all(len(t["dev_history"]) == 4 for t in cells)
+    (c,) = estimate.measure([str(tmp_path / "r")])
+    steps = sum(t["steps"] for t in cells)
+    train = sum(t["train_time_s"] for t in cells)
+    dev = sum(t["dev_eval_time_s"] for t in cells)
+    assert c.seconds_per_step == pytest.approx((train - dev) / steps)
+    assert c.wall_seconds_per_step == pytest.approx(train / steps)
+    assert c.wall_seconds_per_step > c.seconds_per_step
+    assert c.task_eval_s["glue_rte"] == pytest.approx(dev / 8)
+    # start-up: the process's first cell (the second's count holds the first cell too)
+    assert c.startup_s == min(t["process_start_to_first_step_s"] for t in cells)
+    rte = c.task_cost("glue_rte")  # no on-protocol cell: the whole cap, 78 steps an epoch
+    assert (rte.steps, rte.evaluations) == (1560, 20) and rte.step_s_measured_on_task
+    secs = 1560 * c.seconds_per_step + 20 * c.task_eval_s["glue_rte"] + c.startup_s
+    assert c.hours(["glue_rte"]) == pytest.approx(35 * secs / 3600)
+    assert c.hours(["glue_rte"]) < 35 * 1560 * c.wall_seconds_per_step / 3600
+    # warm: the start-up once per worker, each cell its own set-up; one worker on a CPU
+    assert c.workers_per_gpu(80 * GIB) == 1
+    warm = 1560 * c.seconds_per_step + 20 * c.task_eval_s["glue_rte"] + c.setup_s
+    assert c.hours(["glue_rte"], fresh=False) == pytest.approx(35 * warm / 3600)
+    # SST-2, unmeasured: the model's step, its evaluations not counted (and said so)
+    sst2 = c.task_cost("glue_sst2")
+    assert not sst2.step_s_measured_on_task and sst2.eval_s is None
+    assert estimate.main(["--results-dir", str(tmp_path / "r"), "--tasks", "glue_rte,glue_sst2",
+                          "--format", "json"]) == 0  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["models"]
+    assert row["hours"] == pytest.approx(c.hours(["glue_rte", "glue_sst2"]), abs=0.06)
+    by_task = out["by_task"]["CPU (" + load_results(tmp_path / "r")[0].data["provenance"][
+        "hardware"]["cpu"] + ")"]  # fmt: skip
+    assert by_task["glue_rte"]["evaluations_counted"] is True
+    assert by_task["glue_sst2"]["evaluations_counted"] is False
+    notes = " ".join(row["unlike_protocol"])
+    assert "max_steps=4" in notes and "precision=fp32" in notes and "max_seq_len=64" in notes
+    assert "CPU-hours, not GPU-hours" in notes and "ran 4 steps on average" in notes
+    assert estimate.main(["--results-dir", str(tmp_path / "r"), "--tasks", "glue_rte"]) == 0
+    text = capsys.readouterr().out
+    assert "| glue_rte | 1,560 |" in text and "unlike the protocol's cells: tiny on CPU" in text
+
+
+def test_warm_workers_per_gpu_from_the_model_and_the_card(tmp_path):
+    """Issue 48 item 2: K from one worker's memory (parameters x 16 bytes plus activations
+    at the recipe's batch and length) and the card's; K workers' throughput is the measured
+    one (1.72x at K = 2 on an H200; no more assumed above)."""
+
+    def need(key):
+        return training_memory_bytes(MODEL_SIZES[key], 256, 32)
+
+    assert 6.4 * GIB < need("xlm-r-base") < 6.6 * GIB  # bench_gpu measured 6.1 GiB at RTE lengths
+    assert workers_per_gpu(need("all-minilm-l6-v2"), 80 * GIB) == 4  # capped: K > 4 untried
+    assert workers_per_gpu(need("xlm-r-large"), 80 * GIB) == 4
+    assert workers_per_gpu(need("xlm-r-large"), 40 * GIB) == 2
+    assert workers_per_gpu(need("xlm-r-large"), 24 * GIB) == 1
+    assert workers_per_gpu(need("xlm-r-xl"), 141 * GIB) == 1
+    assert workers_per_gpu(0, 80 * GIB) == 1  # size unknown: one worker
+    assert [measured_gain(k) for k in (1, 2, 3, 4)] == [1.0, 1.72, 1.72, 1.72]
+    assert gpu_share.card_memory_bytes("0", {"ENCODER_EVAL_GPU_MEMORY_GIB": "141"}) == 141 * GIB
+    with pytest.raises(ValueError, match="positive number of GiB"):
+        gpu_share.card_memory_bytes("0", {"ENCODER_EVAL_GPU_MEMORY_GIB": "lots"})
+    # estimate: a GPU cell of a registry model gets K for the card, and K's measured gain
+    r = make_result("xlm-r-base", "glue_rte", "lr06", 42, "select")
+    r["training"].update(
+        steps=100,
+        max_steps=100,
+        train_time_s=10.0,
+        dev_eval_time_s=0.0,
+        time_to_first_step_s=3.0,
+        process_start_to_first_step_s=15.0,
+    )
+    r["provenance"]["hardware"] = {"cpu": "Test CPU", "gpu": "Test GPU"}
+    write_many(tmp_path, [r])
+    (c,) = estimate.measure([str(tmp_path)])
+    assert c.workers_per_gpu(80 * GIB) == 4 and c.workers_per_gpu(10 * GIB) == 1
+    fresh, warm = c.hours(["glue_rte"]), c.hours(["glue_rte"], fresh=False, k=2)
+    assert fresh == pytest.approx(35 * (1560 * 0.1 + 15.0) / 3600)
+    assert warm == pytest.approx(35 * (1560 * 0.1 + 3.0) / 3600 / 1.72)
+    assert math.isclose(c.startup_s, 15.0) and math.isclose(c.setup_s, 3.0)
