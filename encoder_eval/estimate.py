@@ -1,6 +1,6 @@
 """`encoder-eval estimate`: the protocol's device-hours, from measured cells.
 
-A protocol cell's cost is built from three measured parts and the protocol's own counts:
+A protocol cell's cost is built from measured parts and the protocol's own counts:
 
 - **steps**: the task's step cap (`protocol.step_budget` on its full training split) times
   the share of it that measured on-protocol cells of the task (else of the model) ran before
@@ -8,7 +8,12 @@ A protocol cell's cost is built from three measured parts and the protocol's own
 - **seconds per step**: the cells' own training steps, `training.train_time_s` less the dev
   evaluations inside it (`training.dev_eval_time_s`), over `training.steps`, from cells of
   the task where there are some, else of the model; wall time with dev evaluations is not a
-  step's cost (a 4-step smoke cell evaluates dev after every step);
+  step's cost (a 4-step smoke cell evaluates dev after every step). The step comes from the
+  cells that ran after another in their process (`later_in_process`), whose batch widths
+  were mostly met before; all cells when none did;
+- **first meetings**: what a process's first cell paid per step beyond that
+  (`first_meeting_s`), a fresh process's cost of meeting a batch width, charged for at most
+  `max_seq_len` steps of each fresh cell (a warm worker's cells are not charged);
 - **dev evaluations**: the protocol's cadence on the task (`protocol.eval_interval`) times the
   measured seconds of one evaluation of that task (`dev_eval_time_s` over the evaluations in
   `dev_history`); a task no cell measured is counted without them, and the output says so;
@@ -96,10 +101,17 @@ class TaskCost:
     eval_s: float | None  # None: no measured cell of the task, evaluations not counted
     startup_s: float
     setup_s: float
+    first_meetings: int = 0  # batch widths a fresh process meets for the first time
+    first_meeting_s: float = 0.0  # what each costs beyond a warm step
 
     def seconds(self, fresh: bool) -> float:
+        """One cell: in a fresh process (start-up, every width met cold) or in a warm worker
+        (its own set-up; its widths met by the worker's earlier cells)."""
         evals = self.evaluations * (self.eval_s or 0.0)
-        return self.steps * self.step_s + evals + (self.startup_s if fresh else self.setup_s)
+        steps = self.steps * self.step_s + evals
+        if fresh:
+            return steps + self.startup_s + self.first_meetings * self.first_meeting_s
+        return steps + self.setup_s
 
 
 @dataclass(frozen=True)
@@ -126,6 +138,11 @@ class ModelCost:
     off_protocol: int = 0
     off_reasons: tuple[str, ...] = ()
     memory_bytes: int | None = None  # one training process at 256 tokens (model_memory)
+    # Cells that ran after another in their process (`later_in_process`): their steps met
+    # the batch widths warm and give `seconds_per_step`; a first cell's steps cost
+    # `first_meeting_s` more each, since each of its steps met a width for the first time.
+    later_cells: int = 0
+    first_meeting_s: float = 0.0
 
     def task_cost(self, task: str, whole_cap: bool = False) -> TaskCost:
         """One protocol cell of `task`: at the measured early-stopping point, or with
@@ -140,6 +157,9 @@ class ModelCost:
             eval_s=self.task_eval_s.get(task),
             startup_s=self.startup_s,
             setup_s=self.setup_s,
+            # at most one width per padded length: max_seq_len of them
+            first_meetings=min(math.ceil(steps), PROTOCOL_RECIPE.max_seq_len),
+            first_meeting_s=self.first_meeting_s,
         )
 
     def workers_per_gpu(self, card_bytes: int) -> int:
@@ -158,62 +178,146 @@ class ModelCost:
         return secs / 3600 / (1.0 if fresh else measured_gain(k))
 
 
-@dataclass
-class _Tally:
-    cells: int = 0
-    steps: int = 0
-    train_s: float = 0.0
-    step_s: float = 0.0
-    run: int = 0
-    caps: int = 0
-    off: int = 0
-    reasons: dict[str, None] = field(default_factory=dict)
-    setups: list[float] = field(default_factory=list)
-    task_steps: dict[str, list[float]] = field(default_factory=dict)  # [step s, steps]
-    task_evals: dict[str, list[float]] = field(default_factory=dict)  # [eval s, evaluations]
-    task_runs: dict[str, list[int]] = field(default_factory=dict)  # [run, caps] on protocol
-    task_startups: dict[str, float] = field(default_factory=dict)  # smallest per task
-    on_gpu: bool = False
+@dataclass(frozen=True)
+class _Measured:
+    """What one finished cell's result says about its costs."""
+
+    task: str
+    steps: int
+    train_s: float  # train_time_s: the loop, its dev evaluations in
+    step_s: float  # the loop less its dev evaluations
+    dev_s: float | None  # dev_eval_time_s, None for a --limit cell (its dev split is cut)
+    evaluations: int
+    startup_s: float | None  # process_start_to_first_step_s
+    setup_s: float | None  # time_to_first_step_s
+    wall_s: float | None
+    on_protocol: bool
+    cap: int
+    reasons: tuple[str, ...]
+
+    @property
+    def gap(self) -> float | None:
+        """Seconds between its process's start (a warm unit's arrival) and this cell's."""
+        if self.startup_s is None or self.setup_s is None:
+            return None
+        return self.startup_s - self.setup_s
 
 
-def _add(tally: _Tally, r) -> None:
-    t, task = r.data["training"], r.cell["task"]
+def _measured(r) -> _Measured:
+    t = r.data["training"]
     steps, train_s = int(t["steps"]), float(t["train_time_s"])
-    evals = len(t.get("dev_history") or [])
-    dev_s = min(float(t.get("dev_eval_time_s") or 0.0), train_s)
-    tally.cells += 1
-    tally.steps += steps
-    tally.train_s += train_s
-    tally.step_s += train_s - dev_s
-    acc = tally.task_steps.setdefault(task, [0.0, 0])
-    acc[0] += train_s - dev_s
-    acc[1] += steps
-    if evals and t.get("dev_eval_time_s") is not None and not r.data["recipe"].get("limit"):
-        acc = tally.task_evals.setdefault(task, [0.0, 0])  # a --limit cell's dev is cut
-        acc[0] += float(t["dev_eval_time_s"])
-        acc[1] += evals
-    start = t.get("process_start_to_first_step_s")
-    if start is not None:
-        tally.task_startups[task] = min(float(start), tally.task_startups.get(task, math.inf))
-    if t.get("time_to_first_step_s") is not None:
-        tally.setups.append(float(t["time_to_first_step_s"]))
-    if r.data["protocol"].get("on_protocol"):
-        cap = int(t.get("max_steps") or steps)
-        tally.run += steps
-        tally.caps += cap
-        acc = tally.task_runs.setdefault(task, [0, 0])
-        acc[0] += steps
-        acc[1] += cap
-    else:
-        tally.off += 1
-        why = r.data["protocol"].get("off_protocol_reasons") or ["off-protocol"]
-        tally.reasons.update(dict.fromkeys(why))
+    dev = t.get("dev_eval_time_s")
+    dev_s = min(float(dev or 0.0), train_s)
+    limited = bool(r.data["recipe"].get("limit"))
+    on = bool(r.data["protocol"].get("on_protocol"))
+    return _Measured(
+        task=r.cell["task"],
+        steps=steps,
+        train_s=train_s,
+        step_s=train_s - dev_s,
+        dev_s=None if dev is None or limited else float(dev),
+        evaluations=len(t.get("dev_history") or []),
+        startup_s=_float(t.get("process_start_to_first_step_s")),
+        setup_s=_float(t.get("time_to_first_step_s")),
+        wall_s=_float(t.get("wall_time_s")),
+        on_protocol=on,
+        cap=int(t.get("max_steps") or steps),
+        reasons=() if on else tuple(r.data["protocol"].get("off_protocol_reasons") or
+                                    ["off-protocol"]),
+    )  # fmt: skip
+
+
+def _float(value) -> float | None:
+    return None if value is None else float(value)
+
+
+def later_in_process(cells: list[_Measured]) -> list[bool]:
+    """Which cells ran after another cell in their process, so met their batch widths warm.
+
+    A cell's gap (`process_start_to_first_step_s` less `time_to_first_step_s`) is what its
+    process did before the cell began: a process's first cell waited only for the imports;
+    a later one also for at least one whole earlier cell. So a cell is later when its gap
+    exceeds the smallest gap (a first cell's imports) by at least (0.9 of) the shortest
+    cell (`wall_time_s`). A first cell whose imports took longer than that by more than the
+    shortest cell counts as later; a result without the timings counts as a first cell."""
+    gaps = [c.gap for c in cells if c.gap is not None]
+    walls = [c.wall_s for c in cells if c.wall_s is not None]
+    if not gaps or not walls:
+        return [False] * len(cells)
+    floor = min(gaps) + 0.9 * min(walls)
+    return [c.gap is not None and c.gap >= floor for c in cells]
+
+
+def _cost(model: str, device: str, on_gpu: bool, cells: list[_Measured]) -> ModelCost:
+    """A model's costs on one device from its measured cells (see the module docstring)."""
+    later = later_in_process(cells)
+    warm = [c for c, w in zip(cells, later, strict=True) if w]
+    cold = [c for c, w in zip(cells, later, strict=True) if not w]
+    basis = warm or cells  # without a later cell, steps carry their first meetings
+
+    def per_step(group: list[_Measured]) -> float:
+        return sum(c.step_s for c in group) / sum(c.steps for c in group)
+
+    step = per_step(basis)
+    tasks = dict.fromkeys(c.task for c in cells)
+    task_step = {}
+    for task in tasks:
+        of_task = [c for c in basis if c.task == task]
+        if of_task:
+            task_step[task] = per_step(of_task)
+    first_meeting = 0.0
+    if warm and cold:  # what a cold step costs beyond a warm one
+        extra = sum(c.step_s - c.steps * task_step.get(c.task, step) for c in cold)
+        first_meeting = max(0.0, extra / sum(c.steps for c in cold))
+    evals: dict[str, list[float]] = {}
+    for c in cells:
+        if c.evaluations and c.dev_s is not None:
+            acc = evals.setdefault(c.task, [0.0, 0])
+            acc[0] += c.dev_s
+            acc[1] += c.evaluations
+    # start-up: per task the smallest (a process's first cell), the median over tasks
+    startups = []
+    for task in tasks:
+        of_task = [c.startup_s for c in cells if c.task == task and c.startup_s is not None]
+        if of_task:
+            startups.append(min(of_task))
+    setups = [c.setup_s for c in cells if c.setup_s is not None]
+    on = [c for c in cells if c.on_protocol]
+    runs = {t: (sum(c.steps for c in on if c.task == t), sum(c.cap for c in on if c.task == t))
+            for t in tasks}  # fmt: skip
+    size = model_size(model)
+    recipe = PROTOCOL_RECIPE
+    memory = None
+    if size is not None:
+        memory = training_memory_bytes(size, recipe.max_seq_len, recipe.batch_size)
+    reasons = dict.fromkeys(r for c in cells for r in c.reasons)
+    return ModelCost(
+        model=model,
+        device=device,
+        on_gpu=on_gpu,
+        cells=len(cells),
+        steps=sum(c.steps for c in cells),
+        seconds_per_step=step,
+        wall_seconds_per_step=sum(c.train_s for c in cells) / sum(c.steps for c in cells),
+        budget_share=sum(c.steps for c in on) / sum(c.cap for c in on) if on else None,
+        startup_s=statistics.median(startups) if startups else 0.0,
+        setup_s=statistics.median(setups) if setups else 0.0,
+        task_step_s=task_step,
+        task_eval_s={t: s / n for t, (s, n) in evals.items() if n},
+        task_share={t: run / cap for t, (run, cap) in runs.items() if cap},
+        off_protocol=len(cells) - len(on),
+        off_reasons=tuple(reasons),
+        memory_bytes=memory,
+        later_cells=len(warm),
+        first_meeting_s=first_meeting,
+    )
 
 
 def measure(results_dirs: list[str], warn=None) -> list[ModelCost]:
     """Per (model, device): what a step, an evaluation and a start-up of the finished cells
     cost, and how much of their step cap the on-protocol ones ran."""
-    tallies: dict[tuple[str, str], _Tally] = {}
+    groups: dict[tuple[str, str], list[_Measured]] = {}
+    gpu: dict[tuple[str, str], bool] = {}
     for directory in results_dirs:
         if not Path(directory).is_dir():
             raise HarnessError(f"--results-dir {directory} is not a directory")
@@ -223,41 +327,9 @@ def measure(results_dirs: list[str], warn=None) -> list[ModelCost]:
                 continue
             hw = r.data["provenance"].get("hardware") or {}
             device = hw.get("gpu") or f"CPU ({hw.get('cpu') or 'unknown'})"
-            tally = tallies.setdefault((r.cell["model"], device), _Tally())
-            tally.on_gpu = bool(hw.get("gpu"))
-            _add(tally, r)
-    out = []
-    for (model, device), t in sorted(tallies.items()):
-        size = model_size(model)
-        memory = (
-            None
-            if size is None
-            else training_memory_bytes(
-                size, PROTOCOL_RECIPE.max_seq_len, PROTOCOL_RECIPE.batch_size
-            )
-        )
-        startups = list(t.task_startups.values())
-        out.append(
-            ModelCost(
-                model=model,
-                device=device,
-                on_gpu=t.on_gpu,
-                cells=t.cells,
-                steps=t.steps,
-                seconds_per_step=t.step_s / t.steps,
-                wall_seconds_per_step=t.train_s / t.steps,
-                budget_share=t.run / t.caps if t.caps else None,
-                startup_s=statistics.median(startups) if startups else 0.0,
-                setup_s=statistics.median(t.setups) if t.setups else 0.0,
-                task_step_s={k: s / n for k, (s, n) in t.task_steps.items() if n},
-                task_eval_s={k: s / n for k, (s, n) in t.task_evals.items() if n},
-                task_share={k: run / cap for k, (run, cap) in t.task_runs.items() if cap},
-                off_protocol=t.off,
-                off_reasons=tuple(t.reasons),
-                memory_bytes=memory,
-            )
-        )
-    return out
+            groups.setdefault((r.cell["model"], device), []).append(_measured(r))
+            gpu[(r.cell["model"], device)] = bool(hw.get("gpu"))
+    return [_cost(m, d, gpu[(m, d)], cells) for (m, d), cells in sorted(groups.items())]
 
 
 def unlike_protocol(c: ModelCost) -> list[str]:
@@ -270,12 +342,18 @@ def unlike_protocol(c: ModelCost) -> list[str]:
         )
     if not c.on_gpu:
         notes.append("they ran on a CPU: these are CPU-hours, not GPU-hours")
+    if not c.later_cells:
+        notes.append(
+            "no cell ran after another in its process, so s/step holds each step's first "
+            "meeting with its batch width, which a protocol cell pays for at most "
+            f"{PROTOCOL_RECIPE.max_seq_len} of its steps (on an H200 a fresh process's first "
+            "cell stepped 5.1x slower than its second): run two cells in one process "
+            "(`--seed 42,43`) to separate them"
+        )
     if c.steps / c.cells < SHORT_CELL_STEPS:
         notes.append(
-            f"they ran {c.steps / c.cells:.0f} steps on average: in a fresh process a cell "
-            "meets each batch width for the first time, which weighs more in a short cell "
-            "than in a protocol cell of thousands of steps (on an H200 a fresh process's "
-            "first cell stepped 5.1x slower than its second)"
+            f"they ran {c.steps / c.cells:.0f} steps on average, against hundreds to "
+            "thousands in a protocol cell"
         )
     if c.budget_share is None:
         notes.append("no cell ran on protocol, so no early-stopping point: each cell is "
@@ -296,6 +374,8 @@ def _rows(costs: list[ModelCost], tasks: list[str], card_bytes: int) -> list[dic
                 "wall_seconds_per_step": round(c.wall_seconds_per_step, 4),
                 "seconds_per_dev_evaluation": {t: round(s, 3) for t, s in c.task_eval_s.items()},
                 "startup_s": round(c.startup_s, 2),
+                "cells_after_another_in_process": c.later_cells,
+                "first_meeting_s": round(c.first_meeting_s, 4),
                 "cell_setup_s": round(c.setup_s, 2),
                 "budget_share": None if c.budget_share is None else round(c.budget_share, 3),
                 "workers_per_gpu": k,
@@ -370,13 +450,15 @@ def render(
         f"{len(tasks)} task(s), {CELLS_PER_PAIR} cells per (model, task), at most {total:,} "
         f"optimizer steps per model; warm workers: K per {card_gib:g} GiB GPU",
         "",
-        "| model | device | cells | s/step | s/step with dev evals | start-up s | budget run "
+        "| model | device | cells (after another) | s/step | s/step with dev evals "
+        "| 1st meeting s | start-up s | budget run "
         "| K | hours, a process per cell | hours, warm, K per GPU | hours, upper bound |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     lines += [
-        f"| {r['model']} | {r['device']} | {r['measured_cells']} | {r['seconds_per_step']:.4f} "
-        f"| {r['wall_seconds_per_step']:.4f} | {r['startup_s']:.1f} "
+        f"| {r['model']} | {r['device']} | {r['measured_cells']} "
+        f"({r['cells_after_another_in_process']}) | {r['seconds_per_step']:.4f} "
+        f"| {r['wall_seconds_per_step']:.4f} | {r['first_meeting_s']:.4f} | {r['startup_s']:.1f} "
         f"| {_show(r['budget_share'], '{:.0%}')} | {r['workers_per_gpu']} "
         f"| {r['hours']:,.1f} | {r['hours_warm']:,.1f} | {r['hours_upper_bound']:,.1f} |"
         for r in rows
@@ -401,13 +483,17 @@ def render(
     lines += [
         "",
         "s/step: the cells' training steps alone (train_time_s less dev_eval_time_s, over "
-        "steps); a cell: its step cap times the share the on-protocol cells ran before early "
-        "stopping (budget run; the whole cap without one), plus the protocol's dev "
-        "evaluations at the measured seconds of one, plus start-up: per cell in a fresh "
-        "process (start-up s), per worker when warm, each warm cell paying its own set-up. "
-        "K: warm workers per GPU that fit the card (core/gpu_share.py); their throughput "
-        "is the one measured for K = 2 on an H200 (1.72x one worker's; K > 2 not measured, "
-        "no more assumed). Upper bound: every cell at its cap, one process per cell.",
+        "steps), from the cells that ran after another in their process (batch widths mostly "
+        "met before; all cells when none did); 1st meeting s: what a step of a process's first cell "
+        "cost beyond that, paid by a fresh process for each new batch width (at most "
+        f"{PROTOCOL_RECIPE.max_seq_len} a cell). A cell: its step cap times the share the "
+        "on-protocol cells ran before early stopping (budget run; the whole cap without one), "
+        "plus the protocol's dev evaluations at the measured seconds of one, plus start-up: "
+        "per cell in a fresh process (start-up s, and its first meetings), per worker when "
+        "warm, each warm cell paying its own set-up. K: warm workers per GPU that fit the "
+        "card (core/gpu_share.py); their throughput is the one measured for K = 2 on an H200 "
+        "(1.72x one worker's; K > 2 not measured, no more assumed). Upper bound: every cell "
+        "at its cap, one process per cell.",
     ]
     for c in costs:
         notes = unlike_protocol(c)

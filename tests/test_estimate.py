@@ -102,35 +102,48 @@ def test_smoke_cells_are_priced_by_their_steps_not_their_dev_evaluations(
     tmp_path, tiny_models, small_mirror, capsys
 ):
     """Issue 48 item 3, on real result files: two 4-step smoke cells in one process (a dev
-    evaluation after every step) price a protocol RTE cell from their training steps alone,
-    the protocol's 20 evaluations at their measured cost and the process's start-up; the
-    wall time with evaluations, which turned smoke cells into thousands of hours, is not the
-    step. The output says how the cells differ from the protocol's."""
+    evaluation after every step) price a protocol RTE cell from their training steps alone
+    (the second cell's, whose batch widths the first met; what the first paid beyond that
+    is each fresh cell's first meetings), the protocol's 20 evaluations at their measured
+    cost and the process's start-up; the wall time with evaluations, which turned smoke
+    cells into thousands of hours, is not the step. The output says how the cells differ
+    from the protocol's."""
     sh(py("encoder_eval.run", "--model-path", tiny_models["bert"], "--model-key", "tiny",
           "--task", "glue_rte", "--lr", str(LR_GRID["lr06"]), "--seed", "42,43",
-          "--phase", "select", "--max-steps", "4", "--max-seq-len", "64", "--precision", "fp32", "--device", "cpu",
-          "--data-dir", small_mirror, "--results-dir", tmp_path / "r", "--progress", "quiet"),
-       tmp_path)  # fmt: skip
-    cells = [r.data["training"] for r in load_results(tmp_path / "r")]
-    assert len(cells) == 2 and all(len(t["dev_history"]) == 4 for t in cells)
+          "--phase", "select", "--max-steps", "4", "--max-seq-len", "64", "--precision", "fp32",
+          "--device", "cpu", "--data-dir", small_mirror, "--results-dir", tmp_path / "r",
+          "--progress", "quiet"), tmp_path)  # fmt: skip
+    first, second = [r.data["training"] for r in load_results(tmp_path / "r")]  # s42, s43
+    assert all(len(t["dev_history"]) == 4 and t["steps"] == 4 for t in (first, second))
+    # the second cell's process had run the first before it: its start-up holds it
+    assert estimate.later_in_process(
+        [estimate._measured(r) for r in load_results(tmp_path / "r")]) == [False, True]  # fmt: skip
     (c,) = estimate.measure([str(tmp_path / "r")])
-    steps = sum(t["steps"] for t in cells)
-    train = sum(t["train_time_s"] for t in cells)
-    dev = sum(t["dev_eval_time_s"] for t in cells)
-    assert c.seconds_per_step == pytest.approx((train - dev) / steps)
-    assert c.wall_seconds_per_step == pytest.approx(train / steps)
-    assert c.wall_seconds_per_step > c.seconds_per_step
+    assert c.later_cells == 1
+
+    def step(t):
+        return (t["train_time_s"] - t["dev_eval_time_s"]) / t["steps"]
+
+    assert c.seconds_per_step == pytest.approx(step(second))
+    assert c.first_meeting_s == pytest.approx(max(0.0, step(first) - step(second)))
+    train = first["train_time_s"] + second["train_time_s"]
+    assert c.wall_seconds_per_step == pytest.approx(train / 8)
+    dev = first["dev_eval_time_s"] + second["dev_eval_time_s"]
     assert c.task_eval_s["glue_rte"] == pytest.approx(dev / 8)
     # start-up: the process's first cell (the second's count holds the first cell too)
-    assert c.startup_s == min(t["process_start_to_first_step_s"] for t in cells)
+    assert c.startup_s == first["process_start_to_first_step_s"]
     rte = c.task_cost("glue_rte")  # no on-protocol cell: the whole cap, 78 steps an epoch
-    assert (rte.steps, rte.evaluations) == (1560, 20) and rte.step_s_measured_on_task
-    secs = 1560 * c.seconds_per_step + 20 * c.task_eval_s["glue_rte"] + c.startup_s
+    assert (rte.steps, rte.evaluations, rte.first_meetings) == (1560, 20, 256)
+    assert rte.step_s_measured_on_task
+    evals = 20 * c.task_eval_s["glue_rte"]
+    secs = 1560 * c.seconds_per_step + evals + c.startup_s + 256 * c.first_meeting_s
     assert c.hours(["glue_rte"]) == pytest.approx(35 * secs / 3600)
     assert c.hours(["glue_rte"]) < 35 * 1560 * c.wall_seconds_per_step / 3600
-    # warm: the start-up once per worker, each cell its own set-up; one worker on a CPU
+    # warm: the start-up once per worker, each cell its own set-up, widths met before it;
+    # one worker on a CPU
     assert c.workers_per_gpu(80 * GIB) == 1
-    warm = 1560 * c.seconds_per_step + 20 * c.task_eval_s["glue_rte"] + c.setup_s
+    setup = (first["time_to_first_step_s"] + second["time_to_first_step_s"]) / 2
+    warm = 1560 * c.seconds_per_step + evals + setup
     assert c.hours(["glue_rte"], fresh=False) == pytest.approx(35 * warm / 3600)
     # SST-2, unmeasured: the model's step, its evaluations not counted (and said so)
     sst2 = c.task_cost("glue_sst2")
@@ -147,6 +160,7 @@ def test_smoke_cells_are_priced_by_their_steps_not_their_dev_evaluations(
     notes = " ".join(row["unlike_protocol"])
     assert "max_steps=4" in notes and "precision=fp32" in notes and "max_seq_len=64" in notes
     assert "CPU-hours, not GPU-hours" in notes and "ran 4 steps on average" in notes
+    assert "no cell ran after another in its process" not in notes
     assert estimate.main(["--results-dir", str(tmp_path / "r"), "--tasks", "glue_rte"]) == 0
     text = capsys.readouterr().out
     assert "| glue_rte | 1,560 |" in text and "unlike the protocol's cells: tiny on CPU" in text
@@ -189,3 +203,37 @@ def test_warm_workers_per_gpu_from_the_model_and_the_card(tmp_path):
     assert fresh == pytest.approx(35 * (1560 * 0.1 + 15.0) / 3600)
     assert warm == pytest.approx(35 * (1560 * 0.1 + 3.0) / 3600 / 1.72)
     assert math.isclose(c.startup_s, 15.0) and math.isclose(c.setup_s, 3.0)
+
+
+def test_a_process_first_cell_pays_first_meetings_that_later_cells_do_not(tmp_path):
+    """The H200's speed stage (bench/README.md): one process, two 80-step MiniLM RTE cells,
+    the first at 0.368 s a step (each batch width met for the first time), the second at
+    0.072 s. A protocol cell steps at 0.072 s; a fresh process pays 0.296 s more for each of
+    at most 256 widths, a warm worker's cell does not; with one cell per process the steps
+    cannot be told apart, and the output says so."""
+
+    def cell(seed, train_s, setup_s, gap_s):
+        r = make_result("all-minilm-l6-v2", "glue_rte", "lr06", seed, "select")
+        r["training"].update(steps=80, max_steps=80, train_time_s=train_s, dev_eval_time_s=0.0,
+                             time_to_first_step_s=setup_s, wall_time_s=setup_s + train_s,
+                             process_start_to_first_step_s=gap_s + setup_s)  # fmt: skip
+        r["provenance"]["hardware"] = {"cpu": "Test CPU", "gpu": "NVIDIA H200"}
+        return r
+
+    first = cell(42, 0.368 * 80, 12.8, 3.1)
+    write_many(tmp_path / "both", [first, cell(43, 0.072 * 80, 0.68, 3.1 + 12.8 + 29.44)])
+    (c,) = estimate.measure([str(tmp_path / "both")])
+    assert (c.later_cells, c.startup_s) == (1, pytest.approx(15.9))
+    assert c.seconds_per_step == pytest.approx(0.072)
+    assert c.first_meeting_s == pytest.approx(0.296)
+    fresh = 1560 * 0.072 + 256 * 0.296 + 15.9
+    assert c.hours(["glue_rte"]) == pytest.approx(35 * fresh / 3600)
+    warm = 1560 * 0.072 + (12.8 + 0.68) / 2
+    assert c.hours(["glue_rte"], fresh=False) == pytest.approx(35 * warm / 3600)
+    assert c.workers_per_gpu(141 * GIB) == 4
+    assert c.hours(["glue_rte"], fresh=False, k=4) == pytest.approx(35 * warm / 3600 / 1.72)
+    write_many(tmp_path / "one", [first])
+    (alone,) = estimate.measure([str(tmp_path / "one")])
+    assert alone.later_cells == 0 and alone.seconds_per_step == pytest.approx(0.368)
+    assert "no cell ran after another in its process" in " ".join(
+        estimate.unlike_protocol(alone))  # fmt: skip
