@@ -291,6 +291,17 @@ def test_bad_worker_flags_are_refused(fake, args, message):
     assert _calls(log) == [] and proc.stdout == ""
 
 
+def test_a_bad_card_memory_is_refused(fake):
+    """`--gpus` without `--workers-per-gpu` reads ENCODER_EVAL_GPU_MEMORY_GIB: a value that
+    is not a positive number stops the script before any unit, with one error line."""
+    script, exe, log = fake
+    proc = _run(script, exe, log, "--gpus", "0", ENCODER_EVAL_GPU_MEMORY_GIB="lots")
+    assert proc.returncode == 2 and _calls(log) == [] and proc.stdout == ""
+    assert proc.stderr == (
+        "error: ENCODER_EVAL_GPU_MEMORY_GIB='lots' must be a positive number of GiB\n"
+    )
+
+
 def test_help_lists_the_flags(fake):
     script, exe, log = fake
     proc = _run(script, exe, log, "--help")
