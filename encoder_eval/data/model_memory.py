@@ -50,14 +50,17 @@ MODEL_SIZES: dict[str, ModelSize] = {
 
 
 def size_from_config(path: str | Path) -> ModelSize | None:
-    """A model directory's size from its `config.json` (embeddings plus, per layer, the
-    attention's 4 h^2 and the MLP's 2 h x intermediate); None without a readable one."""
+    """A model directory's size from its `config.json` (token and learned position
+    embeddings plus, per layer, the attention's 4 h^2 and the MLP's 2 h x intermediate; a
+    gated MLP's third matrix is not counted); None without a readable one."""
     try:
         cfg = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
         hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
         inter = int(cfg.get("intermediate_size") or 4 * hidden)
         vocab = int(cfg.get("vocab_size") or 0)
-        positions = int(cfg.get("max_position_embeddings") or 0)
+        # learned position embeddings, unless the model rotates (RoPE: no table)
+        rotary = any("rope" in key for key in cfg)
+        positions = 0 if rotary else int(cfg.get("max_position_embeddings") or 0)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     params = (vocab + positions) * hidden + layers * (4 * hidden * hidden + 2 * hidden * inter)
