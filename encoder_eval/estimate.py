@@ -162,10 +162,14 @@ class ModelCost:
             first_meeting_s=self.first_meeting_s,
         )
 
-    def workers_per_gpu(self, card_bytes: int) -> int:
-        """K warm workers per GPU for this model on a card of `card_bytes` (1 on a CPU, or
-        when the model's size is unknown)."""
-        if not self.on_gpu or self.memory_bytes is None:
+    def workers_per_gpu(self, card_bytes: int, given: int | None = None) -> int:
+        """K warm workers per GPU for this model on a card of `card_bytes` (`given` when
+        set; 1 on a CPU, or when the model's size is unknown)."""
+        if not self.on_gpu:
+            return 1
+        if given is not None:
+            return given
+        if self.memory_bytes is None:
             return 1
         return workers_per_gpu(self.memory_bytes, card_bytes)
 
@@ -361,10 +365,10 @@ def unlike_protocol(c: ModelCost) -> list[str]:
     return notes
 
 
-def _rows(costs: list[ModelCost], tasks: list[str], card_bytes: int) -> list[dict]:
+def _rows(costs: list[ModelCost], tasks: list[str], card_bytes: int, k_given) -> list[dict]:
     rows = []
     for c in costs:
-        k = c.workers_per_gpu(card_bytes)
+        k = c.workers_per_gpu(card_bytes, k_given)
         rows.append(
             {
                 "model": c.model,
@@ -393,11 +397,11 @@ def _rows(costs: list[ModelCost], tasks: list[str], card_bytes: int) -> list[dic
     return rows
 
 
-def _by_task(costs: list[ModelCost], tasks: list[str], card_bytes: int) -> dict:
+def _by_task(costs: list[ModelCost], tasks: list[str], card_bytes: int, k_given) -> dict:
     """Per device, per task: the hours of every model measured on that device, summed."""
     out: dict[str, dict[str, dict]] = {}
     for c in costs:
-        k = c.workers_per_gpu(card_bytes)
+        k = c.workers_per_gpu(card_bytes, k_given)
         per = out.setdefault(c.device, {})
         for task in tasks:
             tc = c.task_cost(task)
@@ -417,11 +421,12 @@ def render(
     tasks: list[str],
     fmt: str = "markdown",
     card_gib: float = DEFAULT_CARD_GIB,
+    workers: int | None = None,
 ) -> str:
     """The estimate as markdown tables or JSON."""
     card_bytes = int(card_gib * GIB)
-    rows = _rows(costs, tasks, card_bytes)
-    by_task = _by_task(costs, tasks, card_bytes)
+    rows = _rows(costs, tasks, card_bytes, workers)
+    by_task = _by_task(costs, tasks, card_bytes, workers)
     totals = {
         device: {
             "hours": round(sum(r["hours"] for r in per.values()), 1),
@@ -439,6 +444,7 @@ def render(
                 "cells_per_pair": CELLS_PER_PAIR,
                 "step_caps": {t: cell_step_cap(t) for t in tasks},
                 "card_memory_gib": card_gib,
+                "workers_per_gpu_given": workers,
                 "models": rows,
                 "by_task": by_task,
                 "total": totals,
@@ -448,7 +454,8 @@ def render(
     total = CELLS_PER_PAIR * sum(cell_step_cap(t) for t in tasks)
     lines = [
         f"{len(tasks)} task(s), {CELLS_PER_PAIR} cells per (model, task), at most {total:,} "
-        f"optimizer steps per model; warm workers: K per {card_gib:g} GiB GPU",
+        "optimizer steps per model; warm workers: "
+        + (f"K = {workers} per GPU" if workers else f"K per {card_gib:g} GiB GPU"),
         "",
         "| model | device | cells (after another) | s/step | s/step with dev evals "
         "| 1st meeting s | start-up s | budget run "
@@ -522,6 +529,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", default="all", help="tasks or groups to estimate (default: all)")
     p.add_argument("--format", choices=("markdown", "json"), default="markdown")
     p.add_argument(
+        "--workers-per-gpu",
+        type=int,
+        default=None,
+        metavar="K",
+        help="warm workers per GPU for the warm figure (default: as many as fit "
+        "--gpu-memory-gib, at most 4, as run_all.sh --gpus chooses)",
+    )
+    p.add_argument(
         "--gpu-memory-gib",
         type=float,
         default=DEFAULT_CARD_GIB,
@@ -540,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
         cell_step_cap(task)  # a task without a known size fails before anything is read
     if not args.gpu_memory_gib > 0:
         raise HarnessError(f"--gpu-memory-gib {args.gpu_memory_gib:g} must be positive")
+    if args.workers_per_gpu is not None and args.workers_per_gpu < 1:
+        raise HarnessError(f"--workers-per-gpu {args.workers_per_gpu} must be at least 1")
     costs = measure(args.results_dir)
     if not costs:
         print(
@@ -548,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_INCOMPLETE
-    print(render(costs, tasks, args.format, args.gpu_memory_gib))
+    print(render(costs, tasks, args.format, args.gpu_memory_gib, args.workers_per_gpu))
     return EXIT_OK
 
 

@@ -206,7 +206,7 @@ def test_warm_workers_per_gpu_from_the_model_and_the_card(tmp_path):
     assert math.isclose(c.startup_s, 15.0) and math.isclose(c.setup_s, 3.0)
 
 
-def test_a_process_first_cell_pays_first_meetings_that_later_cells_do_not(tmp_path):
+def test_a_process_first_cell_pays_first_meetings_that_later_cells_do_not(tmp_path, capsys):
     """The H200's speed stage (bench/README.md): one process, two 80-step MiniLM RTE cells,
     the first at 0.368 s a step (each batch width met for the first time), the second at
     0.072 s. A protocol cell steps at 0.072 s; a fresh process pays 0.296 s more for each of
@@ -233,6 +233,16 @@ def test_a_process_first_cell_pays_first_meetings_that_later_cells_do_not(tmp_pa
     assert c.hours(["glue_rte"], fresh=False) == pytest.approx(35 * warm / 3600)
     assert c.workers_per_gpu(141 * GIB) == 4
     assert c.hours(["glue_rte"], fresh=False, k=4) == pytest.approx(35 * warm / 3600 / 1.72)
+    both = ["--results-dir", str(tmp_path / "both"), "--tasks", "glue_rte", "--format", "json"]
+    assert estimate.main([*both, "--gpu-memory-gib", "141"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["models"]
+    assert row["workers_per_gpu"] == 4 and row["cells_after_another_in_process"] == 1
+    assert estimate.main([*both, "--workers-per-gpu", "2"]) == 0  # K given
+    (row,) = json.loads(capsys.readouterr().out)["models"]
+    assert row["workers_per_gpu"] == 2
+    assert row["hours_warm"] == round(c.hours(["glue_rte"], fresh=False, k=2), 1)
+    assert estimate.main([*both, "--workers-per-gpu", "0"]) == 2
+    assert "--workers-per-gpu 0 must be at least 1" in capsys.readouterr().err
     write_many(tmp_path / "one", [first])
     (alone,) = estimate.measure([str(tmp_path / "one")])
     assert alone.later_cells == 0 and alone.seconds_per_step == pytest.approx(0.368)
