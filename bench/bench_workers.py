@@ -43,7 +43,8 @@ def main() -> int:
     if args.gpu is None:
         variants = {"one": ["--workers", "1"], "k": ["--workers", str(args.workers)]}
     else:
-        variants = {"one": ["--gpus", args.gpu],
+        # --workers-per-gpu 1: without it --gpus picks K from the card's memory
+        variants = {"one": ["--gpus", args.gpu, "--workers-per-gpu", "1"],
                     "k": ["--gpus", args.gpu, "--workers-per-gpu", str(args.workers)]}  # fmt: skip
     out: dict = {"cells": n_cells(args), "device": device, "k": args.workers,
                  "load_average_before": os.getloadavg()[0]}  # fmt: skip

@@ -308,7 +308,8 @@ def stage_two_workers(args, out: Path, cuda: bool, device: str) -> dict:
     seeds = "42" if args.dry_run else "42,43"
     sweep = argparse.Namespace(tasks=TASK, lr_keys="lr06,lr08", seeds=seeds,
                                max_steps=args.steps, data_dir=args.data_dir)  # fmt: skip
-    one = ["--gpus", "0"] if cuda else ["--workers", "1"]
+    # --workers-per-gpu 1: without it --gpus picks K from the card's memory
+    one = ["--gpus", "0", "--workers-per-gpu", "1"] if cuda else ["--workers", "1"]
     flags = ["--gpus", "0", "--workers-per-gpu", "2"] if cuda else ["--workers", "2"]
     cells = 2 * len(seeds.split(","))
     try:  # the same cells with one worker first: the reference of the throughput gain

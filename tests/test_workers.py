@@ -183,9 +183,54 @@ def test_workers_per_gpu_runs_k_units_at_once_on_each_gpu(tmp_path, fake, gpus, 
     until K processes on its GPU have arrived, so the 4 units only finish if K run at once
     there (one at a time, the first would wait alone and give up: exit 9, a failed unit)."""
     script, exe, log = fake
-    seen, barrier = tmp_path / "gpus.txt", tmp_path / "barrier"
+    seen = tmp_path / "gpus.txt"
+    wrapper = _barrier_python(tmp_path, exe, seen, per_gpu)
+    proc = _run(script, wrapper, log, "--gpus", gpus, "--workers-per-gpu", str(per_gpu),
+                "--no-warm")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "finished: 4 run, 0 skipped" in proc.stdout and "alone on GPU" not in proc.stderr
+    listed = gpus.split(",")
+    pairs = [line.split() for line in seen.read_text().splitlines()]
+    assert len(pairs) == 4 and all(cuda == hip and cuda in listed for cuda, hip in pairs)
+    # K units per GPU, each on one worker: worker k sees GPU (k-1) mod len(listed).
+    assert collections.Counter(cuda for cuda, _ in pairs) == {g: per_gpu for g in listed}
+    starts = re.findall(r"^\[w(\d+)\] .* starting ", proc.stdout, re.M)
+    assert sorted(map(int, starts)) == [1, 2, 3, 4]
+    assert collections.Counter(cuda for cuda, _ in pairs) == collections.Counter(
+        listed[(int(w) - 1) % len(listed)] for w in starts)  # fmt: skip
+
+
+@pytest.mark.parametrize("card_gib, k", [(80, 4), (10, 1)])
+def test_gpus_choose_workers_per_gpu_from_the_model_and_the_card(tmp_path, card_gib, k):
+    """Issue 48 item 2: without --workers-per-gpu, `--gpus` runs as many workers on each GPU
+    as fit its memory: XLM-R base needs about 6.5 GiB a worker (sweep writes it into the
+    script), so an 80 GiB card takes 4 at once (the barrier lets the units finish only if
+    4 run together on GPU 7) and a 10 GiB card one. The card's memory comes from
+    ENCODER_EVAL_GPU_MEMORY_GIB here, from nvidia-smi on a GPU machine."""
+    exe = _exe(tmp_path / "python", FAKE_PYTHON.format(python=sys.executable, tests=TESTS))
+    log, seen = tmp_path / "calls.jsonl", tmp_path / "gpus.txt"
+    plan = sweep.build_plan("select", results_dir=tmp_path / "res", models=["xlm-r-base"],
+                            tasks=["glue_rte", "glue_sst2"], lr_keys=["lr03", "lr06"],
+                            seeds=[42])  # fmt: skip
+    script = sweep.emit_shell(plan, tmp_path / "runs", group="lr").script
+    wrapper = _barrier_python(tmp_path, exe, seen, k)
+    proc = _run(script, wrapper, log, "--gpus", "7", "--no-warm",
+                ENCODER_EVAL_GPU_MEMORY_GIB=str(card_gib))  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "finished: 4 run, 0 skipped" in proc.stdout and "alone on GPU" not in proc.stderr
+    assert (f"{k} worker(s) per GPU: 6.5 GiB a worker (+ 1 GiB a process) on a {card_gib} GiB "
+            "card (GPU 7), at most 4; --workers-per-gpu K overrides") in proc.stderr  # fmt: skip
+    assert seen.read_text().split() == ["7"] * 8
+    starts = re.findall(r"^\[w(\d+)\] .* starting ", proc.stdout, re.M)
+    assert sorted(map(int, starts)) == ([1, 2, 3, 4] if k == 4 else [])  # one: no prefix
+
+
+def _barrier_python(tmp_path: Path, exe: Path, seen: Path, per_gpu: int) -> Path:
+    """A python whose `encoder_eval.run` processes record the GPU they see, then wait until
+    `per_gpu` of them have arrived on that GPU (exit 9 after a minute alone)."""
+    barrier = tmp_path / "barrier"
     barrier.mkdir()
-    wrapper = _exe(tmp_path / "python-gpu", f"""
+    return _exe(tmp_path / "python-gpu", f"""
         #!/bin/bash
         if [ "$2" = encoder_eval.run ]; then
             printf '%s\\n' "$CUDA_VISIBLE_DEVICES $HIP_VISIBLE_DEVICES" >>{shlex.quote(str(seen))}
@@ -200,19 +245,6 @@ def test_workers_per_gpu_runs_k_units_at_once_on_each_gpu(tmp_path, fake, gpus, 
         fi
         exec {shlex.quote(str(exe))} "$@"
     """)  # fmt: skip
-    proc = _run(script, wrapper, log, "--gpus", gpus, "--workers-per-gpu", str(per_gpu),
-                "--no-warm")  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "finished: 4 run, 0 skipped" in proc.stdout and "alone on GPU" not in proc.stderr
-    listed = gpus.split(",")
-    pairs = [line.split() for line in seen.read_text().splitlines()]
-    assert len(pairs) == 4 and all(cuda == hip and cuda in listed for cuda, hip in pairs)
-    # K units per GPU, each on one worker: worker k sees GPU (k-1) mod len(listed).
-    assert collections.Counter(cuda for cuda, _ in pairs) == {g: per_gpu for g in listed}
-    starts = re.findall(r"^\[w(\d+)\] .* starting ", proc.stdout, re.M)
-    assert sorted(map(int, starts)) == [1, 2, 3, 4]
-    assert collections.Counter(cuda for cuda, _ in pairs) == collections.Counter(
-        listed[(int(w) - 1) % len(listed)] for w in starts)  # fmt: skip
 
 
 def test_a_unit_another_runner_holds_comes_last(tmp_path, fake):
@@ -260,6 +292,17 @@ def test_bad_worker_flags_are_refused(fake, args, message):
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]  # one line
     assert proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
     assert _calls(log) == [] and proc.stdout == ""
+
+
+def test_a_bad_card_memory_is_refused(fake):
+    """`--gpus` without `--workers-per-gpu` reads ENCODER_EVAL_GPU_MEMORY_GIB: a value that
+    is not a positive number stops the script before any unit, with one error line."""
+    script, exe, log = fake
+    proc = _run(script, exe, log, "--gpus", "0", ENCODER_EVAL_GPU_MEMORY_GIB="lots")
+    assert proc.returncode == 2 and _calls(log) == [] and proc.stdout == ""
+    assert proc.stderr == (
+        "error: ENCODER_EVAL_GPU_MEMORY_GIB='lots' must be a positive number of GiB\n"
+    )
 
 
 def test_help_lists_the_flags(fake):

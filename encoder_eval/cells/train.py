@@ -84,8 +84,8 @@ from encoder_eval.core.errors import HarnessError, Preempted, unknown_name
 from encoder_eval.core.errors import Interrupted as Interrupted  # re-exported for older imports
 from encoder_eval.core.progress import progress_line
 from encoder_eval.core.protocol import (
-    PROTOCOL_RECIPE,
     Recipe,
+    eval_interval,
     signature,
     step_budget,
 )
@@ -131,14 +131,6 @@ def _lr_lambda(warmup: int, total: int):
         return max(0.0, (total - step) / max(1, total - warmup))
 
     return f
-
-
-def eval_interval(steps_per_epoch: int, max_steps: int, recipe: Recipe = PROTOCOL_RECIPE) -> int:
-    """Dev evaluation cadence: once an epoch, but at least every `recipe.eval_every_max` steps
-    on large tasks, and at least `recipe.min_evals_when_capped` times when max_steps ends
-    training early."""
-    cap_every = math.ceil(max_steps / recipe.min_evals_when_capped)
-    return max(1, min(steps_per_epoch, recipe.eval_every_max, cap_every))
 
 
 # ----------------------------------------------------------------------------- the cell

@@ -382,6 +382,14 @@ def step_budget(n_train: int, recipe: Recipe = PROTOCOL_RECIPE) -> tuple[int, in
     return steps_per_epoch, min(recipe.max_steps, recipe.epoch_cap * steps_per_epoch)
 
 
+def eval_interval(steps_per_epoch: int, max_steps: int, recipe: Recipe = PROTOCOL_RECIPE) -> int:
+    """Dev evaluation cadence: once an epoch, but at least every `recipe.eval_every_max` steps
+    on large tasks, and at least `recipe.min_evals_when_capped` times when max_steps ends
+    training early."""
+    cap_every = math.ceil(max_steps / recipe.min_evals_when_capped)
+    return max(1, min(steps_per_epoch, recipe.eval_every_max, cap_every))
+
+
 def check_seed(seed: int, flag: str = "--seed") -> int:
     """`seed` if every random generator a cell seeds accepts it (0 .. MAX_SEED), else a
     HarnessError now, instead of a crash inside each cell."""

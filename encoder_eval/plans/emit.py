@@ -35,6 +35,7 @@ from encoder_eval.core.fileio import (
 )
 from encoder_eval.core.progress import shell_patterns
 from encoder_eval.core.results import CORRUPT, DONE_STATES, QUARANTINE_DIR
+from encoder_eval.data.model_memory import model_size, training_memory_bytes
 from encoder_eval.plans.plan import GROUPS, PROBE, Cell, Plan
 
 __all__ = ["Emitted", "emit", "emit_shell", "emit_slurm", "emit_slurm_array"]
@@ -354,6 +355,22 @@ def _cells_or_all(plan: Plan, cells: list[Cell] | None) -> list[Cell]:
     return cells
 
 
+def worker_memory_bytes(plan: Plan, cells: list[Cell]) -> int:
+    """GPU memory one worker of the plan needs: its largest model's training process at the
+    recipe's batch and length (`data/model_memory.py`); 0 when a model's size is unknown or
+    the plan probes. `run_all.sh --gpus` chooses K workers per GPU from it at run time
+    (`core/gpu_share.py`)."""
+    if plan.probe is not None:
+        return 0
+    needs = []
+    for name, path in sorted({(c.model, c.model_path) for c in cells}):
+        size = model_size(name, path)
+        if size is None:
+            return 0
+        needs.append(training_memory_bytes(size, plan.recipe.max_seq_len, plan.recipe.batch_size))
+    return max(needs, default=0)
+
+
 def emit_shell(
     plan: Plan,
     out_dir: str | os.PathLike,
@@ -376,9 +393,9 @@ def emit_shell(
     stops it before the next unit with one line saying how to resume, and exit status 130.
     The interpreter is `$PYTHON` when set, else the Python that wrote the script.
 
-    `bash run_all.sh --workers N` runs N workers at once (`--gpus 0,1` one per GPU, with
-    CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES set to it; `--workers-per-gpu K` K per
-    GPU): each unit goes to the first
+    `bash run_all.sh --workers N` runs N workers at once (`--gpus 0,1` on each GPU as many
+    as fit its memory, `worker_memory_bytes`, with CUDA_VISIBLE_DEVICES and
+    HIP_VISIBLE_DEVICES set to it; `--workers-per-gpu K` K per GPU): each unit goes to the first
     worker that claims it, so no unit runs twice in one run of the script. A worker holds a
     non-blocking `flock` on `out_dir/locks/<unit>.lock` while its unit runs; a unit whose
     lock another runner holds (a second run_all.sh) is left for after the others, and then
@@ -412,6 +429,7 @@ def emit_shell(
             "RERUN": "bash " + shlex.quote(str(script)),
             "TOTAL_CELLS": len(cells),
             "TOTAL_UNITS": len(units),
+            "WORKER_BYTES": worker_memory_bytes(plan, cells),
         },
         code={
             "HEADER": _header(plan, f"run every cell, one process per {_GROUP_WORDS[group]}"),

@@ -6,10 +6,12 @@ __HEADER__
 #   (no flag)       one worker: the units in order, one process at a time
 #   --workers N     N workers at once; each unit (one encoder_eval.run or, for probes,
 #                   encoder_eval.probe process) is taken by exactly one of them
-#   --gpus 0,1,2,3  one worker per listed GPU, its processes seeing only that GPU
+#   --gpus 0,1,2,3  workers on each listed GPU (see below), its processes seeing only that GPU
 #                   (CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES)
 #   --workers-per-gpu K  with --gpus: K workers per listed GPU (K units at once on each;
-#                   small models use a few percent of a big GPU), e.g. --gpus 0 --workers-per-gpu 4
+#                   small models use a few percent of a big GPU), e.g. --gpus 0 --workers-per-gpu 4;
+#                   without it, as many as fit the first GPU's memory, at most 4 (the plan's
+#                   largest model; ENCODER_EVAL_GPU_MEMORY_GIB=N gives the card's memory)
 #   --warm          each worker runs its units in one long-lived encoder_eval.run process
 #                   (python -m encoder_eval.run --warm-worker) instead of one process per
 #                   unit: the imports and start-up are paid once per worker; the same
@@ -29,6 +31,7 @@ RESULTS_DIR=__RESULTS_DIR__
 RERUN=__RERUN__
 TOTAL_CELLS=__TOTAL_CELLS__
 TOTAL_UNITS=__TOTAL_UNITS__
+WORKER_BYTES=__WORKER_BYTES__ # one worker's GPU memory, for --gpus without --workers-per-gpu
 __CONSTANTS__
 STATES=() N_DONE=0 HAVE=0 SEEN_OUTS=0 DONE_AT_START=() ALL_OUTS=()
 WORKERS=1 GPUS=() PER_GPU=1 WID=1 WPREFIX='' current='' UNIT_FD='' PREEMPTED=''
@@ -103,6 +106,10 @@ if [ "${#GPUS[@]}" -gt 0 ]; then
     if [ -n "${WORKERS_GIVEN:-}" ]; then
         die "give --workers or --gpus, not both (--gpus runs one worker per listed GPU," \
             "or --workers-per-gpu K of them)"
+    fi
+    if [ -z "${PER_GPU_GIVEN:-}" ]; then # K from a worker's memory and the card's
+        PER_GPU=$("$PYTHON" -m encoder_eval.core.gpu_share --need-bytes "$WORKER_BYTES" \
+            --gpu "${GPUS[0]}") || exit "$EXIT_INPUT_ERROR"
     fi
     WORKERS=$((${#GPUS[@]} * PER_GPU))
 elif [ -n "${PER_GPU_GIVEN:-}" ]; then
