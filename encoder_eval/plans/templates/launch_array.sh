@@ -16,6 +16,14 @@ DEFAULT_MAX_ARRAY_SIZE=__DEFAULT_MAX_ARRAY_SIZE__
 ROWS_COMMENT=__ROWS_COMMENT__ # the job comment names its rows file (encoder-eval status reads it)
 STATES=() N_DONE=0
 
+# Up front: this script submits Slurm jobs, so sbatch must be here (not bash's 127 later).
+if ! command -v sbatch >/dev/null 2>&1; then
+    echo "error: sbatch is not on PATH: this script submits Slurm jobs; run it on a Slurm" \
+        "login node (or load Slurm's module), or run the cells here with a --mode shell" \
+        "sweep's run_all.sh" >&2
+    exit "$EXIT_INPUT_ERROR"
+fi
+
 check_failed() {
     check_error "$1"
     exit "$EXIT_INPUT_ERROR"

@@ -10,6 +10,14 @@ PHASE=__PHASE__
 __CONSTANTS__
 STATES=() N_DONE=0 HAVE=0 SEEN_OUTS=0 DONE_AT_START=() ALL_OUTS=()
 
+# Up front: this script submits Slurm jobs, so sbatch must be here (not bash's 127 later).
+if ! command -v sbatch >/dev/null 2>&1; then
+    echo "error: sbatch is not on PATH: this script submits Slurm jobs; run it on a Slurm" \
+        "login node (or load Slurm's module), or run the cells here with a --mode shell" \
+        "sweep's run_all.sh" >&2
+    exit "$EXIT_INPUT_ERROR"
+fi
+
 check_failed() {
     check_error "$1"
     exit "$EXIT_INPUT_ERROR"

@@ -3,6 +3,7 @@
 # shellcheck disable=SC2154  # (template) EXIT_*, DONE_STATES: set by __CONSTANTS__
 __HEADER__
 # Usage: bash run_all.sh [--workers N | --gpus LIST [--workers-per-gpu K]] [--warm | --no-warm]
+#                         [--stopped-timeout SECONDS]
 #   (no flag)       one worker: the units in order, one process at a time
 #   --workers N     N workers at once; each unit (one encoder_eval.run or, for probes,
 #                   encoder_eval.probe process) is taken by exactly one of them
@@ -17,10 +18,16 @@ __HEADER__
 #                   unit: the imports and start-up are paid once per worker; the same
 #                   results, skips, exit status and stop signals. The default with --gpus
 #   --no-warm       one process per unit, also with --gpus
+#   --stopped-timeout SECONDS  (default 300; 0: never) a warm worker stopped (SIGSTOP, state
+#                   T) for this long while this script runs is killed and its unit fails;
+#                   the next unit starts a fresh worker. Stopping the whole job (Ctrl-Z,
+#                   scontrol suspend) stops this script too and is never counted
 # Done cells are skipped and corrupt result files moved aside, so running it again fills
-# the gaps. Exit status: 0 all done; 1 some unit failed; 2 bad input; 130 Ctrl-C;
-# 75 SIGTERM stopped several workers, or a unit's process (a single worker is stopped by
-# it at once); no unit starts after either signal.
+# the gaps. Exit status: 0 every cell of this script is done; 1 some unit failed or some
+# cell is not done (e.g. the run's temporary folder was removed mid-run), its last line
+# naming the cells not done; 2 bad input; 130 Ctrl-C; 75 SIGTERM stopped several workers,
+# or a unit's process (a single worker is stopped by it at once); no unit starts after
+# either signal.
 set -u
 PYTHON=${PYTHON:-__PYTHON__}
 PHASE=__PHASE__
@@ -35,7 +42,7 @@ WORKER_BYTES=__WORKER_BYTES__ # one worker's GPU memory, for --gpus without --wo
 __CONSTANTS__
 STATES=() N_DONE=0 HAVE=0 SEEN_OUTS=0 DONE_AT_START=() ALL_OUTS=()
 WORKERS=1 GPUS=() PER_GPU=1 WID=1 WPREFIX='' current='' UNIT_FD='' PREEMPTED=''
-WARM='' WARM_PID='' W_IN='' W_OUT='' SHOWER=''
+WARM='' WARM_PID='' W_IN='' W_OUT='' SHOWER='' STOPPED_TIMEOUT=300 LOST=''
 
 die() {
     echo "error: $*" >&2
@@ -44,7 +51,7 @@ die() {
 
 while [ "$#" -gt 0 ]; do
     case $1 in
-    --workers | --gpus | --workers-per-gpu)
+    --workers | --gpus | --workers-per-gpu | --stopped-timeout)
         if [ "$#" -lt 2 ]; then die "$1 needs a value, e.g. --workers 4 or --gpus 0,1"; fi
         set -- "$1=$2" "${@:3}"
         continue
@@ -79,6 +86,14 @@ while [ "$#" -gt 0 ]; do
             seen_gpu[$gpu]=1
         done
         ;;
+    --stopped-timeout=*)
+        STOPPED_TIMEOUT=${1#*=}
+        if ! [[ $STOPPED_TIMEOUT =~ ^[0-9]{1,7}$ ]]; then
+            die "--stopped-timeout '$STOPPED_TIMEOUT' must be whole seconds, 0 for never," \
+                "e.g. --stopped-timeout 600"
+        fi
+        STOPPED_TIMEOUT=$((10#$STOPPED_TIMEOUT))
+        ;;
     --warm)
         if [ "$MODULE" != encoder_eval.run ]; then
             die "--warm runs encoder_eval.run units; this script's units are $MODULE" \
@@ -92,7 +107,8 @@ while [ "$#" -gt 0 ]; do
         exit 0
         ;;
     *) die "unknown argument '$1'; valid: --workers N, --gpus LIST (e.g. --gpus 0,1)," \
-        "--workers-per-gpu K (with --gpus), --warm, --no-warm, --help" ;;
+        "--workers-per-gpu K (with --gpus), --warm, --no-warm, --stopped-timeout SECONDS," \
+        "--help" ;;
     esac
     shift
 done
@@ -146,7 +162,28 @@ check_failed() {
 __COMMON__
 
 # What happened, one line per event, shared by the workers (each line is one append).
-record() { printf '%s\n' "$*" >>"$RUN_DIR/events"; }
+record() { printf '%s\n' "$*" 2>/dev/null >>"$RUN_DIR/events" || run_dir_lost; }
+
+# run_dir_lost [LABEL]: RUN_DIR is gone or not writable (a tmp purge, a job epilogue):
+# units can no longer be claimed, so this worker starts none after it (another worker may
+# still hold one); said once. The end of the script names every cell not done.
+run_dir_lost() {
+    if [ -z "$LOST" ]; then
+        echo "${WPREFIX}error: the run's temporary folder $RUN_DIR is gone or not writable" \
+            "(a tmp purge or a job epilogue?)${1:+ before $1 could be claimed}; this worker" \
+            "starts no further unit" >&2
+    fi
+    LOST=1
+}
+
+# claim LABEL: take unit UNIT_INDEX for this worker, the first to claim it (mkdir is
+# atomic); fails if another worker took it, or, setting LOST, if it cannot be claimed.
+claim() {
+    mkdir "$RUN_DIR/claim.$UNIT_INDEX" 2>/dev/null && return 0
+    if [ -d "$RUN_DIR/claim.$UNIT_INDEX" ]; then return 1; fi
+    run_dir_lost "$1"
+    return 1
+}
 
 # counts: C_CELLS (done: DONE_BASE, those done at the first pass, plus the cells each
 # finished unit added), C_UNITS (finished), C_RUN, C_SKIPPED, C_FAILED, FAILED_UNITS.
@@ -159,7 +196,7 @@ counts() {
         ran) C_CELLS=$((C_CELLS + arg)) C_UNITS=$((C_UNITS + 1)) C_RUN=$((C_RUN + 1)) ;;
         failed) C_FAILED=$((C_FAILED + 1)) FAILED_UNITS+=("$arg") ;;
         esac
-    done <"$RUN_DIR/events"
+    done < <(cat "$RUN_DIR/events" 2>/dev/null)
 }
 
 say() {
@@ -234,7 +271,10 @@ show_progress() {
 start_warm() {
     local req="$RUN_DIR/warm-req.$WID" rep="$RUN_DIR/warm-rep.$WID"
     rm -f "$req" "$rep"
-    mkfifo "$req" "$rep" || exit "$EXIT_INPUT_ERROR"
+    if ! mkfifo "$req" "$rep" 2>/dev/null; then
+        run_dir_lost
+        return 1
+    fi
     if [ -n "$UNIT_FD" ]; then # the unit lock is this script's: never held by the worker
         "$PYTHON" -m encoder_eval.run --warm-worker <"$req" >"$rep" {UNIT_FD}>&- &
     else
@@ -249,33 +289,75 @@ start_warm() {
 stop_warm() {
     if [ -z "$WARM_PID" ]; then return 0; fi
     exec {W_IN}>&- {W_OUT}<&-
+    kill -CONT "$WARM_PID" 2>/dev/null # a stopped worker handles its signal, then exits
     wait "$WARM_PID" 2>/dev/null
     if [ -n "$SHOWER" ]; then wait "$SHOWER" 2>/dev/null; fi
     WARM_PID='' W_IN='' W_OUT='' SHOWER=''
 }
 
+# proc_state PID: the one-letter state of process PID (R, S, D, T when stopped, ...).
+proc_state() {
+    local stat
+    if [ -r "/proc/$1/stat" ]; then
+        IFS= read -r -d '' stat 2>/dev/null <"/proc/$1/stat"
+        stat=${stat##*) } # after the command name, which may hold anything
+        echo "${stat%% *}"
+    else
+        stat=$(ps -o stat= -p "$1" 2>/dev/null) || return 0
+        stat=${stat#"${stat%%[! ]*}"}
+        echo "${stat:0:1}"
+    fi
+}
+
+# watch_warm SINCE: the watchdog, run each time the wait for the warm process's reply times
+# out (every few seconds): prints when the process was first seen stopped (SIGSTOP), or
+# nothing when it is not stopped; past --stopped-timeout it kills the process (which fails
+# its unit) with a line saying why.
+watch_warm() {
+    if [ "$(proc_state "$WARM_PID")" != T ]; then return 0; fi
+    local since=${1:-$SECONDS}
+    if [ $((SECONDS - since)) -ge "$STOPPED_TIMEOUT" ]; then
+        echo "${WPREFIX}warm worker (pid $WARM_PID) of $current was stopped (SIGSTOP) for" \
+            "$((SECONDS - since))s, past --stopped-timeout $STOPPED_TIMEOUT: killed it" >&2
+        kill -KILL "$WARM_PID" 2>/dev/null
+    fi
+    echo "$since"
+}
+
 # warm_unit LOG RUN_ARGS...: run one unit in the warm process, its stdout appended to LOG
 # and its stderr shown by show_progress (through a FIFO), as a unit's own process would;
 # returns its exit code. A warm process that died (killed, out of memory) fails the unit
-# with its exit status, and the next unit starts a fresh one.
+# with its exit status, and the next unit starts a fresh one; so does one stopped past
+# --stopped-timeout (watch_warm).
 warm_unit() {
-    local log=$1 fifo="$RUN_DIR/warm-progress.$WID" rc='' status fd
+    local log=$1 fifo="$RUN_DIR/warm-progress.$WID" rc='' status fd stopped='' wait_for=()
     shift
-    if [ -z "$WARM_PID" ]; then start_warm; fi
-    [ -p "$fifo" ] || mkfifo "$fifo" || exit "$EXIT_INPUT_ERROR"
+    if [ -z "$WARM_PID" ]; then start_warm || return "$EXIT_INCOMPLETE"; fi
+    if ! [ -p "$fifo" ] && ! mkfifo "$fifo" 2>/dev/null; then
+        run_dir_lost
+        return "$EXIT_INCOMPLETE"
+    fi
     show_progress "$log" <"$fifo" &
     SHOWER=$!
     # In a subshell: a warm process that has just died (SIGTERM between units) ends the
     # subshell by SIGPIPE, not this script; the read below then finds its end.
     (printf '%s\0' "$log" "$fifo" "$#" "$@" >&"$W_IN") 2>/dev/null
-    until read -r rc <&"$W_OUT"; do # a trapped signal interrupts read: read again
-        status=$?
+    if [ "$STOPPED_TIMEOUT" -gt 0 ]; then # wake up every few seconds for the watchdog
+        wait_for=(-t "$((STOPPED_TIMEOUT < 10 ? 1 : 5))")
+    fi
+    until read -r ${wait_for[@]+"${wait_for[@]}"} rc <&"$W_OUT"; do
+        status=$? # past 128: timed out, or a trapped signal interrupted it: read again
         if [ "$status" -le 128 ]; then break; fi
+        if [ "$STOPPED_TIMEOUT" -gt 0 ]; then stopped=$(watch_warm "$stopped"); fi
     done
     # The progress reader ends at the end of the unit's stderr; if the process died before
     # opening it, opening the FIFO read-write here (never blocking) gives it that end.
-    exec {fd}<>"$fifo"
-    exec {fd}>&-
+    if [ -p "$fifo" ]; then
+        exec {fd}<>"$fifo"
+        exec {fd}>&-
+    elif ! [[ $rc =~ ^[0-9]+$ ]]; then # the FIFO is gone (RUN_DIR removed): stop the reader
+        kill -KILL "$SHOWER" 2>/dev/null
+    fi
     wait "$SHOWER"
     SHOWER=''
     if ! [[ $rc =~ ^[0-9]+$ ]]; then # the warm process died during the unit
@@ -312,9 +394,10 @@ unit() {
     UNIT_INDEX=$((UNIT_INDEX + 1))
     done_at_start "$n"
     start=$HAVE # counted in DONE_BASE: the events below add the cells done since
+    if [ -n "$LOST" ]; then return 0; fi # no unit can be claimed: the end names the cells
     if [ "$PASS" = claim ]; then
-        # Each unit goes to the first worker of this script to claim it (mkdir is atomic).
-        mkdir "$RUN_DIR/claim.$UNIT_INDEX" 2>/dev/null || return 0
+        # Each unit goes to the first worker of this script to claim it.
+        claim "$label" || return 0
     else
         case " ${DEFERRED[*]} " in *" $UNIT_INDEX "*) ;; *) return 0 ;; esac
     fi
@@ -403,7 +486,7 @@ else
         (
             set +m
             WID=$k
-            trap 'echo "$?" >"$RUN_DIR/rc.$WID"' EXIT
+            trap 'echo "$?" 2>/dev/null >"$RUN_DIR/rc.$WID"' EXIT
             trap interrupted INT
             trap 'PREEMPTED=1' TERM
             WPREFIX="[w$k] "
@@ -436,10 +519,31 @@ else
     if grep -qx "$EXIT_INPUT_ERROR" "$RUN_DIR"/rc.* 2>/dev/null; then exit "$EXIT_INPUT_ERROR"; fi
 fi
 
+# The end: every result file checked again, so the exit status says whether every cell is
+# done, whatever the workers recorded (a lost RUN_DIR loses their events).
 counts
-echo "[cells $C_CELLS/$TOTAL_CELLS done, units $C_UNITS/$TOTAL_UNITS, failed $C_FAILED]" \
-    "finished: $C_RUN run, $C_SKIPPED skipped (already done)"
+check ${ALL_OUTS[@]+"${ALL_OUTS[@]}"}
+NOT_DONE=()
+for ((i = 0; i < ${#ALL_OUTS[@]}; i++)); do
+    if ! is_done "${STATES[i]:-}"; then
+        name=${ALL_OUTS[i]##*/}
+        NOT_DONE+=("${name%.json}")
+    fi
+done
+if [ -n "$LOST" ] || ! [ -f "$RUN_DIR/events" ]; then # the units' events went with it
+    echo "[cells $N_DONE/$TOTAL_CELLS done] stopped early: the run's temporary folder" \
+        "$RUN_DIR was lost (not counted: which units ran or failed)"
+else
+    echo "[cells $N_DONE/$TOTAL_CELLS done, units $C_UNITS/$TOTAL_UNITS, failed $C_FAILED]" \
+        "finished: $C_RUN run, $C_SKIPPED skipped (already done)"
+fi
 if [ "$C_FAILED" -gt 0 ]; then
     echo "failed units: ${FAILED_UNITS[*]} (logs in $LOG_DIR); re-run this script to retry them" >&2
+fi
+if [ "${#NOT_DONE[@]}" -gt 0 ]; then
+    more=''
+    if [ "${#NOT_DONE[@]}" -gt 20 ]; then more=" and $((${#NOT_DONE[@]} - 20)) more"; fi
+    echo "not done: ${#NOT_DONE[@]} of ${#ALL_OUTS[@]} cells: ${NOT_DONE[*]:0:20}$more" >&2
     exit "$EXIT_INCOMPLETE"
 fi
+if [ "$C_FAILED" -gt 0 ]; then exit "$EXIT_INCOMPLETE"; fi
