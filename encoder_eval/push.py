@@ -41,6 +41,7 @@ from encoder_eval.core.errors import (
     EXIT_OK,
     ArgumentParser,
     HarnessError,
+    network_problem,
     one_line,
     report_errors,
     warn_once,
@@ -277,8 +278,23 @@ def _push_to_model(args: argparse.Namespace, benchmarks: dict | None) -> int:
 
 
 def _hub_error(exc: Exception, token: str | None) -> str:
-    """A Hub or network error as one line, with the token never in it."""
-    message = one_line(f"{type(exc).__name__}: {exc}")
+    """A Hub or network error as one line, with the token never in it; a Hub that cannot be
+    reached says so, where it was looked for and why, without the client's exception."""
+    reason = network_problem(exc)
+    if reason == "OfflineModeIsEnabled":  # TRANSFORMERS_OFFLINE, which huggingface_hub reads
+        message = (
+            "huggingface_hub is in offline mode (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is "
+            "set): unset it, or pass --dry-run to stage and list the files only"
+        )
+    elif reason is not None:
+        from huggingface_hub import constants
+
+        message = (
+            f"cannot reach the Hub at {constants.ENDPOINT} ({reason}); check the network "
+            "(and HF_ENDPOINT, if set), then run the same command again"
+        )
+    else:
+        message = one_line(f"{type(exc).__name__}: {exc}")
     return message.replace(token, "<token>") if token else message
 
 

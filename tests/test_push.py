@@ -8,7 +8,10 @@ command's."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import huggingface_hub
@@ -253,6 +256,30 @@ def test_a_failed_upload_is_one_line_without_the_token(folder, hub, monkeypatch,
     err = capsys.readouterr().err
     assert "error: the upload to datasets/org/name failed: RuntimeError: 401" in err
     assert TOKEN not in err and "<token>" in err
+
+
+@pytest.mark.parametrize("target", ["dataset", "model"])
+def test_an_unreachable_hub_is_one_line_naming_it(folder, tmp_path, target):
+    """No network (the Hub's endpoint refuses connections): one `error:` line saying the
+    Hub cannot be reached, where and why, exit 1; not the HTTP client's exception. A real
+    `push` process, its real upload call, pointed at a closed port."""
+    where = (["--repo", "org/name", "--create"] if target == "dataset" else
+             ["--to-model", "org/enc-a", "--model", "enc-a",
+              "--source-url", "https://huggingface.co/datasets/org/results"])  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_TOKEN=TOKEN, HF_HUB_ETAG_TIMEOUT="5",
+               HF_HUB_DOWNLOAD_TIMEOUT="5")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "encoder_eval", "push", "--results-dir",
+                           str(folder["report"]), "--selection", str(folder["selection"]),
+                           *where], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == EXIT_INCOMPLETE, proc.stderr
+    # a warning about the fixture's corrupt result first, then the one error line
+    (line,) = [x for x in proc.stderr.splitlines() if not x.startswith("warning: ")]
+    assert line.startswith("error: the ") and " failed: cannot reach the Hub at " in line, line
+    assert "http://127.0.0.1:9 (Connection refused)" in line and "HF_ENDPOINT" in line, line
+    for raw in ("ConnectionError", "MaxRetryError", "HTTPConnection", "Request ID", TOKEN):
+        assert raw not in line, line
 
 
 def test_redact_paths_names_each_field_it_replaced():

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import functools
+import re
 import reprlib
+import socket
 import sys
 from collections.abc import Callable, Iterable
 
@@ -93,6 +95,51 @@ def one_line(message: object, limit: int = MESSAGE_LIMIT) -> str:
     if len(text) > limit:
         text = f"{text[: limit - 40]}... ({len(text) - limit + 40} more characters cut)"
     return text
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    """The exception types of a network that cannot be reached: the standard library's,
+    and those of the HTTP clients `huggingface_hub` uses (requests; httpx from 1.0)."""
+    kinds: list[type[BaseException]] = [ConnectionError, TimeoutError, socket.gaierror]
+    try:
+        import requests
+
+        kinds += [requests.exceptions.ConnectionError, requests.exceptions.Timeout]
+    except ImportError:
+        pass
+    try:
+        import httpx
+
+        kinds.append(httpx.TransportError)
+    except ImportError:
+        pass
+    return tuple(kinds)
+
+
+_ERRNO_TEXT = re.compile(r"\[Errno -?\d+\] ([^'\"()\]\[]+)")
+
+
+def network_problem(exc: BaseException) -> str | None:
+    """Why the network could not be reached, in a few words ("Connection refused", "Name or
+    service not known", "timed out"), when `exc` (or an exception it was raised from) is a
+    network error; None for any other error (an HTTP answer such as 401 or 404 included)."""
+    kinds = _network_errors()
+    chain, seen, cur = [], set(), exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    if not any(isinstance(e, kinds) for e in chain):
+        return None
+    for e in chain:
+        if isinstance(e, OSError) and e.strerror:
+            return e.strerror
+    found = _ERRNO_TEXT.search(" ".join(str(e) for e in chain))
+    if found:
+        return found.group(1).strip()
+    if any("timeout" in type(e).__name__.lower() or isinstance(e, TimeoutError) for e in chain):
+        return "timed out"
+    return type(exc).__name__
 
 
 def unknown_name(kind: str, name: str, valid: Iterable[str], fix: str = "") -> HarnessError:
