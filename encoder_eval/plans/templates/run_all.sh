@@ -358,7 +358,7 @@ warm_unit() {
     elif ! [[ $rc =~ ^[0-9]+$ ]]; then # the FIFO is gone (RUN_DIR removed): stop the reader
         kill -KILL "$SHOWER" 2>/dev/null
     fi
-    wait "$SHOWER"
+    { wait "$SHOWER"; } 2>/dev/null # (bash would report the reader killed above)
     SHOWER=''
     if ! [[ $rc =~ ^[0-9]+$ ]]; then # the warm process died during the unit
         exec {W_IN}>&- {W_OUT}<&-
