@@ -274,8 +274,8 @@ def test_an_unreachable_hub_is_one_line_naming_it(folder, tmp_path, target):
                            *where], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert proc.returncode == EXIT_INCOMPLETE, proc.stderr
-    # a warning about the fixture's corrupt result first, then the one error line
-    (line,) = [x for x in proc.stderr.splitlines() if not x.startswith("warning: ")]
+    # the fixture's corrupt result's warning and the leaderboard note first, then one error line
+    (line,) = [x for x in proc.stderr.splitlines() if not x.startswith(("warning: ", "note: "))]
     assert line.startswith("error: the ") and " failed: cannot reach the Hub at " in line, line
     assert "http://127.0.0.1:9 (Connection refused)" in line and "HF_ENDPOINT" in line, line
     for raw in ("ConnectionError", "MaxRetryError", "HTTPConnection", "Request ID", TOKEN):
