@@ -167,11 +167,20 @@ def _one_unit(request: _Request, unit: int) -> int:
     code. `unit` is its number in this worker process (1: the first)."""
     sys.stdout.flush()
     sys.stderr.flush()
+    opened: list[int] = []
+    try:  # both before either replaces the worker's own output
+        for path in (request.out, request.err):
+            opened.append(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666))
+    except OSError as exc:  # the run's folder is gone (a tmp purge): the unit fails, not us
+        for fd in opened:
+            os.close(fd)
+        print(f"error: warm worker: cannot open the unit's output ({exc}); the unit did not "
+              "run", file=sys.stderr, flush=True)  # fmt: skip
+        return EXIT_INCOMPLETE
     saved = os.dup(1), os.dup(2)
-    for fd, path in ((1, request.out), (2, request.err)):
-        opened = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-        os.dup2(opened, fd)
-        os.close(opened)
+    for fd, opened_fd in zip((1, 2), opened, strict=True):
+        os.dup2(opened_fd, fd)
+        os.close(opened_fd)
     from encoder_eval.cells import devices  # torch: never on `run --help`'s path
 
     devices.mark_unit_start(unit, request.arrived)  # start-up counts from its arrival

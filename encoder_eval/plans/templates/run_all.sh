@@ -355,7 +355,7 @@ warm_unit() {
     if [ -p "$fifo" ]; then
         exec {fd}<>"$fifo"
         exec {fd}>&-
-    elif ! [[ $rc =~ ^[0-9]+$ ]]; then # the FIFO is gone (RUN_DIR removed): stop the reader
+    else # the FIFO is gone (RUN_DIR removed): no writer will ever open it, stop the reader
         kill -KILL "$SHOWER" 2>/dev/null
     fi
     { wait "$SHOWER"; } 2>/dev/null # (bash would report the reader killed above)
