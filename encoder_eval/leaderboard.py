@@ -63,7 +63,11 @@ from encoder_eval.reports.ranking import (
     notes,
     render,
 )
-from encoder_eval.reports.table_loading import add_table_arguments, check_results_dirs, load_table
+from encoder_eval.reports.table_loading import (
+    add_table_arguments,
+    check_results_dirs,
+    table_of_args,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,13 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             tasks=split_csv(args.tasks) or None,
         )
     else:
-        loaded = load_table(
-            dirs,
-            args.selection,
-            models=split_csv(args.models) or None,
-            tasks=split_csv(args.tasks) or None,
-            warn=warn,
-        )
+        loaded = table_of_args(args, warn, dirs)
         table, note = loaded.table, loaded.seeds_note()
     if note:
         print(note, file=sys.stderr)
