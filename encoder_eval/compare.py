@@ -55,7 +55,6 @@ import sys
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
-    ArgumentParser,
     HarnessError,
     report_errors,
     warn_once,
@@ -64,23 +63,20 @@ from encoder_eval.core.fileio import check_output_file, write_output
 from encoder_eval.reports.comparison_cache import print_note
 from encoder_eval.reports.stats_settings import add_statistics_arguments
 from encoder_eval.reports.table_loading import (
-    add_table_arguments,
     open_statistics,
     print_refusal,
     table_of_args,
+    table_parser,
 )
 from encoder_eval.reports.verdicts import FULL_FLAGS, VERDICT_FLAGS, compare_table
 from encoder_eval.reports.verdicts_render import render
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(
-        prog="encoder-eval compare",
-        description="Per task and pair of models: the difference with its intervals, seed- and "
+    p = table_parser(
+        "compare",
+        "Per task and pair of models: the difference with its intervals, seed- and "
         "example-level tests corrected across tasks, the verdict and the seeds needed.",
-    )
-    add_table_arguments(
-        p,
         allow_partial="compare despite the table's problems (listed as notes)",
     )
     p.add_argument("--reference", help="compare every other model with this one only")

@@ -41,7 +41,6 @@ from pathlib import Path
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
-    ArgumentParser,
     HarnessError,
     report_errors,
     warn_once,
@@ -52,21 +51,18 @@ from encoder_eval.reports.comparison_cache import print_note
 from encoder_eval.reports.html import build_report, render_html
 from encoder_eval.reports.stats_settings import add_statistics_arguments
 from encoder_eval.reports.table_loading import (
-    add_table_arguments,
     check_results_dirs,
     open_statistics,
     print_refusal,
+    table_parser,
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(
-        prog="encoder-eval report",
-        description="Write one self-contained HTML page: the table with footnotes, figures, "
+    p = table_parser(
+        "report",
+        "Write one self-contained HTML page: the table with footnotes, figures, "
         "compare's verdicts, the leaderboard and each cell's provenance.",
-    )
-    add_table_arguments(
-        p,
         results_dir="report-phase (or probe) result directory",
         allow_partial="write the page despite the table's problems (shown in a banner)",
     )

@@ -79,7 +79,6 @@ from pathlib import Path
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
-    ArgumentParser,
     HarnessError,
     report_errors,
     warn_once,
@@ -92,23 +91,20 @@ from encoder_eval.reports.plots import write_plots
 from encoder_eval.reports.probe_table import load_probe_results, probe_folder, probe_table
 from encoder_eval.reports.stats_settings import add_statistics_arguments
 from encoder_eval.reports.table_loading import (
-    add_table_arguments,
     check_results_dirs,
     open_statistics,
     table_of_args,
+    table_parser,
 )
 from encoder_eval.reports.table_render import FORMATS, footnotes, refusal, render
 from encoder_eval.reports.verdicts import add_statistics
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(
-        prog="encoder-eval summarize",
-        description="Tabulate mean ± std over the report seeds at each pair's selected LR; "
+    p = table_parser(
+        "summarize",
+        "Tabulate mean ± std over the report seeds at each pair's selected LR; "
         "refuses incomplete or non-comparable tables unless --allow-partial.",
-    )
-    add_table_arguments(
-        p,
         results_dir="report-phase (or probe) result directory",
         allow_partial="print despite problems; footnotes give real seed counts and problems",
     )

@@ -2,7 +2,8 @@
 (`reports/table.py`): `load_table` and what it refuses across folders (other protocols, a
 cell in two folders with other contents, a model selected otherwise), and the opening every
 command that reads a table shares (`summarize`, `compare`, `leaderboard`, `report`,
-`export`, `push`): its flags (`add_table_arguments`, `one_results_dir`), the table of those
+`export`, `push`): its parser and flags (`table_parser`, `add_table_arguments`,
+`one_results_dir`), the table of those
 flags (`table_of_args`), the refusal (`print_refusal`), and for the commands that compute
 statistics their settings, cache and heap (`open_statistics`).
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from encoder_eval.core import heap
-from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.errors import ArgumentParser, HarnessError
 from encoder_eval.core.results import CORRUPT, KEPT, LoadedResult, load_results
 from encoder_eval.plans.experiment import (
     Experiment,
@@ -35,6 +36,14 @@ from encoder_eval.reports.comparison_cache import ComparisonCache, open_cache
 from encoder_eval.reports.stats_settings import StatsSettings
 from encoder_eval.reports.table import Table, build_table
 from encoder_eval.reports.table_render import refusal
+
+
+def table_parser(command: str, description: str, **table_arguments) -> ArgumentParser:
+    """The parser of `encoder-eval COMMAND` for a command that reads a table, the table's
+    flags first (`add_table_arguments` with `table_arguments`)."""
+    p = ArgumentParser(prog=f"encoder-eval {command}", description=description)
+    add_table_arguments(p, **table_arguments)
+    return p
 
 
 def add_table_arguments(
