@@ -55,33 +55,28 @@ import sys
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
-    ArgumentParser,
     HarnessError,
     report_errors,
     warn_once,
 )
 from encoder_eval.core.fileio import check_output_file, write_output
-from encoder_eval.plans.plan import split_csv
-from encoder_eval.reports.comparison_cache import open_cache, print_note
-from encoder_eval.reports.table_loading import add_table_arguments, load_table
-from encoder_eval.reports.table_render import refusal
-from encoder_eval.reports.verdicts import (
-    FULL_FLAGS,
-    VERDICT_FLAGS,
-    add_statistics_arguments,
-    compare_table,
+from encoder_eval.reports.comparison_cache import print_note
+from encoder_eval.reports.stats_settings import add_statistics_arguments
+from encoder_eval.reports.table_loading import (
+    open_statistics,
+    print_refusal,
+    table_of_args,
+    table_parser,
 )
+from encoder_eval.reports.verdicts import FULL_FLAGS, VERDICT_FLAGS, compare_table
 from encoder_eval.reports.verdicts_render import render
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(
-        prog="encoder-eval compare",
-        description="Per task and pair of models: the difference with its intervals, seed- and "
+    p = table_parser(
+        "compare",
+        "Per task and pair of models: the difference with its intervals, seed- and "
         "example-level tests corrected across tasks, the verdict and the seeds needed.",
-    )
-    add_table_arguments(
-        p,
         allow_partial="compare despite the table's problems (listed as notes)",
     )
     p.add_argument("--reference", help="compare every other model with this one only")
@@ -110,16 +105,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.out:  # before any work
         check_output_file(args.out, "--out")
-    loaded = load_table(
-        args.results_dir,
-        args.selection,
-        models=split_csv(args.models) or None,
-        tasks=split_csv(args.tasks) or None,
-        warn=warn,
-    )
+    loaded = table_of_args(args, warn)
     table, results = loaded.table, loaded.results
-    if refused := refusal(table, args.allow_partial, "compare"):
-        print(refused, file=sys.stderr)
+    if print_refusal(table, args.allow_partial, "compare"):
         return EXIT_INCOMPLETE
     if len(table.models) < 2:
         raise HarnessError(f"compare needs at least two models; found {table.models}")
@@ -134,24 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     n = len(pairs) if pairs is not None else len(table.models) * (len(table.models) - 1) // 2
     full = n == 1 or args.all_tests
     print(
-        f"compare: {n} pair(s) x {len(table.tasks)} task(s), {args.resamples} resamples, "
+        f"compare: {n} pair(s) x {len(table.tasks)} task(s), {args.n_resamples} resamples, "
         f"seed {args.seed}"
         + ("" if full else "; no permutation test or ASO (several pairs: --all-tests)"),
         file=sys.stderr,
     )
-    cache = open_cache(enabled=not args.no_cache, warn=warn)
+    settings, cache = open_statistics(args, warn)
     cmp = compare_table(
-        table,
-        results,
-        pairs=pairs,
-        alpha=args.alpha,
-        correction=args.correction,
-        n_resamples=args.resamples,
-        seed=args.seed,
-        family=args.family,
-        jobs=args.jobs,
-        cache=cache,
-        flags=FULL_FLAGS if full else VERDICT_FLAGS,
+        table, results, settings, cache, pairs=pairs, flags=FULL_FLAGS if full else VERDICT_FLAGS
     )
     if not full:
         cmp.notes.append(

@@ -39,7 +39,6 @@ from encoder_eval.core.errors import (
 )
 from encoder_eval.core.fileio import check_output_file, write_atomic, write_output
 from encoder_eval.plans.experiment import check_outside_results, check_table_output
-from encoder_eval.plans.plan import split_csv
 from encoder_eval.reports.export import (
     FORMATS,
     eee_records,
@@ -58,9 +57,9 @@ from encoder_eval.reports.hub_results import (
 from encoder_eval.reports.table_loading import (
     add_table_arguments,
     check_results_dirs,
-    load_table,
+    print_refusal,
+    table_of_args,
 )
-from encoder_eval.reports.table_render import refusal
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,15 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         check_outside_results(args.out, dirs)
         check_output_file(args.out, "--out")
         check_table_output(args.out, dirs, args.selection)
-    loaded = load_table(
-        dirs,
-        args.selection,
-        models=split_csv(args.models) or None,
-        tasks=split_csv(args.tasks) or None,
-        warn=warn_once(),
-    )
-    if refused := refusal(loaded.table, args.allow_partial, "export"):
-        print(refused, file=sys.stderr)
+    loaded = table_of_args(args, warn_once(), dirs)
+    if print_refusal(loaded.table, args.allow_partial, "export"):
         return EXIT_INCOMPLETE
     if hub:
         model = one_model(loaded.table, None)

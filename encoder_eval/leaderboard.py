@@ -45,7 +45,6 @@ from pathlib import Path
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
-    ArgumentParser,
     HarnessError,
     report_errors,
     warn_once,
@@ -63,18 +62,19 @@ from encoder_eval.reports.ranking import (
     notes,
     render,
 )
-from encoder_eval.reports.table_loading import add_table_arguments, check_results_dirs, load_table
+from encoder_eval.reports.table_loading import (
+    check_results_dirs,
+    table_of_args,
+    table_parser,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(
-        prog="encoder-eval leaderboard",
-        description="Rank models across the tasks of the report table: mean score, mean "
+    p = table_parser(
+        "leaderboard",
+        "Rank models across the tasks of the report table: mean score, mean "
         "rank, Borda count and NeuCo-Bench's std-weighted rank, each with a bootstrap "
         "interval on the position; Friedman/Nemenyi critical difference.",
-    )
-    add_table_arguments(
-        p,
         results_dir="report-phase (or probe) result directory",
         allow_partial="drop models missing a task "
         "and turn the table's problems into notes (all said under the table)",
@@ -127,13 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             tasks=split_csv(args.tasks) or None,
         )
     else:
-        loaded = load_table(
-            dirs,
-            args.selection,
-            models=split_csv(args.models) or None,
-            tasks=split_csv(args.tasks) or None,
-            warn=warn,
-        )
+        loaded = table_of_args(args, warn, dirs)
         table, note = loaded.table, loaded.seeds_note()
     if note:
         print(note, file=sys.stderr)

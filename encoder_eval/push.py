@@ -36,6 +36,7 @@ import shutil
 import sys
 import tempfile
 
+from encoder_eval.core import heap
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -71,8 +72,9 @@ from encoder_eval.reports.share import (
 from encoder_eval.reports.table import build_table
 from encoder_eval.reports.table_loading import (
     add_table_arguments,
-    load_table,
     one_results_dir,
+    print_refusal,
+    table_of_args,
 )
 from encoder_eval.reports.table_render import format_refusal
 
@@ -242,12 +244,11 @@ def _push_benchmark(args: argparse.Namespace) -> int:
 
 def _push_to_model(args: argparse.Namespace, benchmarks: dict | None) -> int:
     """`--to-model`: the model's row as `.eval_results/` files, in one pull request."""
-    loaded = load_table(args.results_dir, args.selection, warn=warn_once())
+    loaded = table_of_args(args, warn_once())
     model = one_model(loaded.table, args.model)
     # The model's row alone: another model's problems do not hold this one back.
     table = build_table(loaded.results, load_selection(loaded.selection_path), models=[model])
-    if table.problems and not args.allow_partial:
-        print(format_refusal(table, "push"), file=sys.stderr)
+    if print_refusal(table, args.allow_partial, "push"):
         return EXIT_INCOMPLETE
     check_model_repo(table, loaded.results, model, args.to_model)
     files = hub_files(table, loaded.results, model, source_url=args.source_url,
@@ -307,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.to_model:
         return _push_to_model(args, benchmarks)
     where = f"datasets/{args.repo}" + (f"/{args.path_in_repo}" if args.path_in_repo else "")
+    heap.keep_large_blocks()  # the staged table's marks resample (core/heap.py)
     with tempfile.TemporaryDirectory(prefix="encoder-eval-push-") as tmp:
         folder = tempfile.mkdtemp(prefix="encoder-eval-push-") if args.dry_run else tmp
         try:

@@ -21,7 +21,7 @@ network when viewed: CSS inline, figures as data URIs, no external script. The t
 json (`summarize --format json`) is embedded in the element `#table-data`.
 
 The statistics flags are `summarize`'s and `compare`'s (one definition,
-`verdicts.add_statistics_arguments`): `--no-marks`, `--marks-family` for the table's marks;
+`stats_settings.StatsSettings`): `--no-marks`, `--marks-family` for the table's marks;
 `--family` (default table), `--correction`, `--alpha` for the verdicts; `--resamples`,
 `--seed`, `--jobs N`, and `--no-cache` (the comparisons are otherwise read from and kept in
 the user's cache, `$ENCODER_EVAL_CACHE_DIR/comparisons/`, so a report after `summarize`
@@ -41,28 +41,28 @@ from pathlib import Path
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
-    ArgumentParser,
     HarnessError,
     report_errors,
     warn_once,
 )
 from encoder_eval.core.fileio import write_atomic
 from encoder_eval.plans.plan import split_csv
-from encoder_eval.reports.comparison_cache import open_cache, print_note
+from encoder_eval.reports.comparison_cache import print_note
 from encoder_eval.reports.html import build_report, render_html
-from encoder_eval.reports.table_loading import add_table_arguments, check_results_dirs
-from encoder_eval.reports.table_render import refusal
-from encoder_eval.reports.verdicts import add_statistics_arguments
+from encoder_eval.reports.stats_settings import add_statistics_arguments
+from encoder_eval.reports.table_loading import (
+    check_results_dirs,
+    open_statistics,
+    print_refusal,
+    table_parser,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(
-        prog="encoder-eval report",
-        description="Write one self-contained HTML page: the table with footnotes, figures, "
+    p = table_parser(
+        "report",
+        "Write one self-contained HTML page: the table with footnotes, figures, "
         "compare's verdicts, the leaderboard and each cell's provenance.",
-    )
-    add_table_arguments(
-        p,
         results_dir="report-phase (or probe) result directory",
         allow_partial="write the page despite the table's problems (shown in a banner)",
     )
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.out).absolute().parent.is_dir():
         raise HarnessError(f"--out {args.out}: its directory does not exist")
     warn = warn_once()
-    cache = open_cache(enabled=not args.no_cache, warn=warn)
+    settings, cache = open_statistics(args, warn)
     report = build_report(
         dirs,
         selection=args.selection,
@@ -96,21 +96,13 @@ def main(argv: list[str] | None = None) -> int:
         models=split_csv(args.models) or None,
         tasks=split_csv(args.tasks) or None,
         allow_partial=args.allow_partial,
-        resamples=args.resamples,
-        seed=args.seed,
-        marks=not args.no_marks,
-        marks_family=args.marks_family,
-        family=args.family,
-        correction=args.correction,
-        alpha=args.alpha,
-        jobs=args.jobs,
+        settings=settings,
         cache=cache,
         title=args.title,
         warn=warn,
     )
     print_note(cache)
-    if refused := refusal(report.table, args.allow_partial, "report"):
-        print(refused, file=sys.stderr)
+    if print_refusal(report.table, args.allow_partial, "report"):
         return EXIT_INCOMPLETE
     write_atomic(args.out, render_html(report))
     print(f"wrote {args.out}", file=sys.stderr)

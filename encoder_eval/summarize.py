@@ -79,7 +79,6 @@ from pathlib import Path
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_OK,
-    ArgumentParser,
     HarnessError,
     report_errors,
     warn_once,
@@ -87,27 +86,25 @@ from encoder_eval.core.errors import (
 from encoder_eval.core.fileio import check_output_dir, check_output_file, write_output
 from encoder_eval.plans.experiment import check_table_output
 from encoder_eval.plans.plan import split_csv
-from encoder_eval.reports.comparison_cache import open_cache, print_note
+from encoder_eval.reports.comparison_cache import print_note
 from encoder_eval.reports.plots import write_plots
 from encoder_eval.reports.probe_table import load_probe_results, probe_folder, probe_table
-from encoder_eval.reports.table import CI_METHODS
+from encoder_eval.reports.stats_settings import add_statistics_arguments
 from encoder_eval.reports.table_loading import (
-    add_table_arguments,
     check_results_dirs,
-    load_table,
+    open_statistics,
+    table_of_args,
+    table_parser,
 )
 from encoder_eval.reports.table_render import FORMATS, footnotes, refusal, render
-from encoder_eval.reports.verdicts import add_statistics, add_statistics_arguments
+from encoder_eval.reports.verdicts import add_statistics
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(
-        prog="encoder-eval summarize",
-        description="Tabulate mean ± std over the report seeds at each pair's selected LR; "
+    p = table_parser(
+        "summarize",
+        "Tabulate mean ± std over the report seeds at each pair's selected LR; "
         "refuses incomplete or non-comparable tables unless --allow-partial.",
-    )
-    add_table_arguments(
-        p,
         results_dir="report-phase (or probe) result directory",
         allow_partial="print despite problems; footnotes give real seed counts and problems",
     )
@@ -118,15 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="latex: a booktabs table for a paper (needs booktabs, graphicx)",
     )
     p.add_argument("--out", help="write the table here instead of stdout")
-    p.add_argument(
-        "--ci",
-        choices=CI_METHODS,
-        default="t",
-        help="each cell's 95 %% interval: "
-        "t over seeds (default), or a two-level bootstrap over seeds and report "
-        "examples (needs the cells' predictions files)",
-    )
-    add_statistics_arguments(p, marks=True)
+    add_statistics_arguments(p, ci=True, marks=True)
     p.add_argument(
         "--plots",
         metavar="DIR",
@@ -154,28 +143,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if probes := probe_folder(dirs):
         return _main_probe(args, probes, warn)
-    loaded = load_table(
-        args.results_dir,
-        args.selection,
-        models=split_csv(args.models) or None,
-        tasks=split_csv(args.tasks) or None,
-        warn=warn,
-    )
+    loaded = table_of_args(args, warn)
     table = loaded.table
     refused = refusal(table, args.allow_partial)
-    cache = open_cache(enabled=not args.no_cache, warn=warn)
+    settings, cache = open_statistics(args, warn)
     if refused is None:
-        add_statistics(
-            table,
-            loaded.results,
-            ci=args.ci,
-            marks=not args.no_marks,
-            n_resamples=args.resamples,
-            seed=args.seed,
-            marks_family=args.marks_family,
-            jobs=args.jobs,
-            cache=cache,
-        )
+        add_statistics(table, loaded.results, settings, cache)
     text = render(table, args.format)
     print_note(cache)
     if note := loaded.seeds_note():

@@ -25,7 +25,7 @@ from encoder_eval.core.errors import (
     unknown_name,
 )
 from encoder_eval.core.fileio import FileProblem, parse_json
-from encoder_eval.core.protocol import DEVICES, PRECISIONS, precision_word, seed_arg
+from encoder_eval.core.protocol import PRECISIONS, precision_word, seed_arg
 from encoder_eval.core.receipt import (
     EVAL_KINDS,
     Receipt,
@@ -36,7 +36,7 @@ from encoder_eval.core.receipt import (
     read_receipt,
     receipt_path,
 )
-from encoder_eval.plans.arguments import add_emit_arguments
+from encoder_eval.plans.arguments import add_cell_place_arguments, add_emit_arguments
 from encoder_eval.plans.emit import emit
 from encoder_eval.plans.plan import parse_seeds, split_csv
 from encoder_eval.plans.tracking import (
@@ -98,8 +98,9 @@ def _add_setup_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--selection-model", help="finetune: whose LRs in --selection to use")
     g.add_argument("--seeds", help="finetune: report seeds (default 45-49)")
     g.add_argument("--max-steps", type=int, help="finetune: step cap (shrunken: off-protocol)")
-    g.add_argument("--data-dir", help="task data mirror (default: the harness's)")
-    g.add_argument("--device", choices=DEVICES, help="device for the cells")
+    add_cell_place_arguments(
+        g, data_dir="task data mirror (default: the harness's)", device="device for the cells"
+    )
     g.add_argument(
         "--no-cache",
         action="store_true",

@@ -40,6 +40,7 @@ from encoder_eval.core.errors import EXIT_INPUT_ERROR, EXIT_OK
 from encoder_eval.core.results import STATS_CACHE_DIR, load_results
 from encoder_eval.reports import comparison_cache, verdicts
 from encoder_eval.reports.comparison_cache import ComparisonCache, RowFlags
+from encoder_eval.reports.stats_settings import StatsSettings
 from encoder_eval.reports.table_loading import load_table
 
 TASKS = ("glue_rte", "glue_mrpc")  # accuracy and F1
@@ -154,9 +155,8 @@ def test_a_report_after_summarize_reuses_the_marks(rdir, computed, tmp_path, cap
 def _cache_run(rdir, seed: int = 1234, n_resamples: int = 49):
     loaded = load_table(rdir, str(rdir / "selection.json"))
     cache = comparison_cache.open_cache(warn=None)
-    cmp = verdicts.compare_table(
-        loaded.table, loaded.results, n_resamples=n_resamples, seed=seed, cache=cache
-    )
+    settings = StatsSettings(n_resamples=n_resamples, seed=seed)
+    cmp = verdicts.compare_table(loaded.table, loaded.results, settings, cache)
     return cache, cmp
 
 
@@ -210,23 +210,21 @@ def test_a_row_computed_with_more_serves_a_request_for_less(rdir):
     cells = verdicts.included_cells(loaded.table, loaded.results)
     requests = [(a, b, t) for a, b in [("strong", "weak"), ("twin", "strong")] for t in TASKS]
     cache = comparison_cache.open_cache(warn=None)
-    run = {"n_resamples": 49, "seed": 1234}
-    full = verdicts.compute_rows(requests, loaded.table, cells, flags=RowFlags(), cache=cache,
-                                 **run)  # fmt: skip
+    run = StatsSettings(n_resamples=49, seed=1234)
+    full = verdicts.compute_rows(requests, loaded.table, cells, run, flags=RowFlags(), cache=cache)
     less = RowFlags(bootstrap=False, example_test=False)
     cache = comparison_cache.open_cache(warn=None)
-    served = verdicts.compute_rows(requests, loaded.table, cells, flags=less, cache=cache, **run)
+    served = verdicts.compute_rows(requests, loaded.table, cells, run, flags=less, cache=cache)
     assert (cache.computed, cache.reused) == (0, 4)
-    direct = verdicts.compute_rows(requests, loaded.table, cells, flags=less, **run)
+    direct = verdicts.compute_rows(requests, loaded.table, cells, run, flags=less)
     assert [asdict(r) for r in served] == [asdict(r) for r in direct]
     assert all(r.boot_low is None and r.p_example is None for r in served)
     assert all(r.boot_low is not None and r.p_example is not None for r in full)
     # the reverse does not hold: a lesser row never serves a fuller request
     cache = comparison_cache.open_cache(warn=None)
-    verdicts.compute_rows(requests[:1], loaded.table, cells, flags=less, cache=cache,
-                          **{**run, "seed": 5})  # fmt: skip
-    verdicts.compute_rows(requests[:1], loaded.table, cells, flags=RowFlags(), cache=cache,
-                          **{**run, "seed": 5})  # fmt: skip
+    other = StatsSettings(n_resamples=49, seed=5)
+    verdicts.compute_rows(requests[:1], loaded.table, cells, other, flags=less, cache=cache)
+    verdicts.compute_rows(requests[:1], loaded.table, cells, other, flags=RowFlags(), cache=cache)
     assert cache.computed == 2
 
 
@@ -316,14 +314,14 @@ def forged(rdir, *, means: bool = True) -> list[tuple[str, dict]]:
     cells = verdicts.included_cells(loaded.table, loaded.results)
     pairs = [("strong", "weak"), ("strong", "twin"), ("weak", "twin")]
     requests = [(a, b, t) for a, b in pairs for t in TASKS]
-    run = {"n_resamples": int(RESAMPLES), "seed": verdicts.DEFAULT_SEED}
-    rows = verdicts.compute_rows(requests, loaded.table, cells, flags=RowFlags(), **run)
+    run = StatsSettings(n_resamples=int(RESAMPLES), seed=verdicts.DEFAULT_SEED)
+    rows = verdicts.compute_rows(requests, loaded.table, cells, run, flags=RowFlags())
     namer = ComparisonCache(os.devnull)  # key() only
     out = []
     for (a, b, task), row in zip(requests, rows, strict=True):
         knobs = verdicts.task_knobs(task)
         scoring = {"metric": knobs.metric, "euro": list(knobs.euro_languages)}
-        key = namer.key(a, b, task, scoring, loaded.table.cells, cells, **run)
+        key = namer.key(a, b, task, scoring, loaded.table.cells, cells, run)
         doc = asdict(row)
         for name in ("p_seed", "p_combined", "p_verdict", "p_example", "p_mcnemar"):
             doc[name] = 1e-6

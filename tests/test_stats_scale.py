@@ -24,6 +24,7 @@ from statsmodels.stats.power import TTestIndPower
 
 from encoder_eval.core import metrics, power_analysis, stats
 from encoder_eval.reports import verdicts
+from encoder_eval.reports.stats_settings import StatsSettings
 from encoder_eval.reports.table_loading import load_table
 
 FULL_FAMILY = 91 * 17  # every pair of 14 models on 17 tasks: summarize's default marks
@@ -316,7 +317,7 @@ def test_compare_cells_equals_the_loop_end_to_end(rng, tmp_path):
     (rdir / "selection.json").write_text(json.dumps(selection))
     loaded = load_table(rdir, str(rdir / "selection.json"), warn=lambda *_: None)
     table, results = loaded.table, loaded.results
-    cmp = verdicts.compare_table(table, results, n_resamples=99, seed=11)
+    cmp = verdicts.compare_table(table, results, StatsSettings(n_resamples=99, seed=11))
     cells = verdicts.included_cells(table, results)
     assert len(cmp.rows) == 3 * len(tasks)
     for row in cmp.rows:

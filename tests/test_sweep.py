@@ -549,7 +549,7 @@ def test_slurm_one_sbatch_per_missing_cell_with_the_contract(tmp_path, fake_slur
                             extra_models=[f"{evil}={model_dir}"], tasks=["glue_rte"],
                             lr_keys=["lr03", "lr06"], seeds=[42], max_steps=4,
                             data_dir=tmp_path, device="cpu")  # fmt: skip
-    emitted = sweep.emit_slurm(plan, tmp_path / "runs", tpl, requeue=True)
+    emitted = sweep.emit_slurm(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl, requeue=True))
     assert (tmp_path / "runs" / "template.sh").read_text() == tpl.read_text()
     # One cell is already done: it is not submitted.
     mark_done(plan, plan.cells[0])
@@ -614,7 +614,7 @@ def test_slurm_does_not_resubmit_queued_cells(tmp_path, fake_slurm):
     env, tpl = fake_slurm
     plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
                             tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42, 43])  # fmt: skip
-    emitted = sweep.emit_slurm(plan, tmp_path / "runs", tpl, group="cell")
+    emitted = sweep.emit_slurm(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl, group="cell"))
     queue = tmp_path / "queue.txt"
     queue.write_text(sweep._job_name(plan, plan.cells[:1]) + "\n")
     proc = subprocess.run(["bash", str(emitted.script)], env={**env, "FAKE_QUEUE": str(queue)},
@@ -633,7 +633,7 @@ def test_slurm_array_chunks_to_max_array_size(tmp_path, fake_slurm):
     plan = sweep.build_plan("select", results_dir=tmp_path / "res",
                             extra_models=[f"{evil}={model_dir}"], tasks=["glue_rte", "glue_sst2"],
                             lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
-    emitted = sweep.emit_slurm_array(plan, tmp_path / "runs", tpl, group="cell")
+    emitted = sweep.emit_slurm_array(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl, group="cell"))
     manifest = (tmp_path / "runs" / "manifest.tsv").read_text().splitlines()
     assert len(manifest) == 1 + 8 and manifest[0].startswith("N\tOUT_JSON_1..N\tOUT_JSON\tMODEL\t")
     array = (tmp_path / "runs" / "array.sh").read_text()
@@ -725,7 +725,7 @@ def test_slurm_array_task_skips_a_done_cell(tmp_path, fake_slurm):
     env, tpl = fake_slurm
     plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
                             tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42])  # fmt: skip
-    sweep.emit_slurm_array(plan, tmp_path / "runs", tpl)
+    sweep.emit_slurm_array(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl))
     rows = tmp_path / "rows.txt"
     rows.write_text("0\n")
     mark_done(plan, plan.cells[0])
@@ -742,7 +742,7 @@ def test_slurm_array_task_runs_a_cell_whose_result_is_corrupt(tmp_path, fake_slu
     env, tpl = fake_slurm
     plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
                             tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42])  # fmt: skip
-    sweep.emit_slurm_array(plan, tmp_path / "runs", tpl)
+    sweep.emit_slurm_array(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl))
     rows = tmp_path / "rows.txt"
     rows.write_text("0\n")
     out = Path(plan.out_json(plan.cells[0]))
@@ -763,7 +763,7 @@ def test_slurm_array_refuses_while_its_jobs_are_queued(tmp_path, fake_slurm):
     env, tpl = fake_slurm
     plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
                             tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42])  # fmt: skip
-    emitted = sweep.emit_slurm_array(plan, tmp_path / "runs", tpl)
+    emitted = sweep.emit_slurm_array(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl))
     queue = tmp_path / "queue.txt"
     queue.write_text("12345\n")  # squeue -n NAME -o %i prints job ids
     proc = subprocess.run(["bash", str(emitted.script)], env={**env, "FAKE_QUEUE": str(queue)},
@@ -777,7 +777,7 @@ def test_slurm_array_refuses_values_with_newlines(tmp_path, fake_slurm):
     plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a\nb=org/a"],
                             tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42])  # fmt: skip
     with pytest.raises(HarnessError, match="use --mode slurm"):
-        sweep.emit_slurm_array(plan, tmp_path / "runs", tpl)
+        sweep.emit_slurm_array(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl))
     assert not (tmp_path / "runs").exists()
 
 

@@ -65,13 +65,17 @@ def add_flags(
     parser: Any,
     cls: type,
     fill: dict[str, Callable[[Any], None]] | None = None,
+    names: Sequence[str] | None = None,
 ) -> None:
     """Add a flag for every flag field of dataclass `cls` to `parser` (a parser or an
     argument group), in field order, each under its group (created on first use). `fill`:
     for a group title, a function that adds flags declared elsewhere at that group's start
-    (run's recipe group starts with the recipe's flags)."""
+    (run's recipe group starts with the recipe's flags). `names`: only these fields' flags
+    (still in field order; a command that takes some of a dataclass's flags)."""
     groups: dict[str, Any] = {}
     for entry in _flag_fields(cls):
+        if names is not None and entry.name not in names:
+            continue
         title = entry.metadata[GROUP]
         target = parser
         if title is not None:

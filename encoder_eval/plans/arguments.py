@@ -132,14 +132,25 @@ def add_plan_arguments(p: argparse.ArgumentParser, phases: tuple[str, ...] = PHA
     )
     g = p.add_argument_group("where")
     g.add_argument("--results-dir", help="result JSON directory (default: results/<phase>)")
-    g.add_argument("--data-dir", help="offline data mirror passed to every cell")
-    g.add_argument("--device", choices=DEVICES, help="passed to every cell (default: auto)")
+    add_cell_place_arguments(g)
     g.add_argument(
         "--extra-run-args",
         default="",
         help="more encoder-eval run flags for every "
         "cell, as one shell-quoted string, e.g. '--micro-batch 8'",
     )
+
+
+def add_cell_place_arguments(
+    g: argparse._ArgumentGroup | argparse.ArgumentParser,
+    data_dir: str = "offline data mirror passed to every cell",
+    device: str = "passed to every cell (default: auto)",
+) -> None:
+    """`--data-dir` and `--device` of a command that passes them on to the cells it plans
+    (`sweep`, `track`), declared once: not given, None (the cell's own default, or what
+    the experiment file says); `data_dir` and `device` are their help."""
+    g.add_argument("--data-dir", help=data_dir)
+    g.add_argument("--device", choices=DEVICES, help=device)
 
 
 # The probe phase's own flags (dest, flag), and the fine-tune flags it refuses.

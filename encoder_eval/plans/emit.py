@@ -38,7 +38,7 @@ from encoder_eval.core.results import CORRUPT, DONE_STATES, QUARANTINE_DIR
 from encoder_eval.data.model_memory import model_size, training_memory_bytes
 from encoder_eval.plans.plan import GROUPS, PROBE, Cell, Plan
 
-__all__ = ["Emitted", "emit", "emit_shell", "emit_slurm", "emit_slurm_array"]
+__all__ = ["Emitted", "SlurmLaunch", "emit", "emit_shell", "emit_slurm", "emit_slurm_array"]
 
 EMIT_MODES = ("shell", "slurm", "slurm-array")
 # Cells one process runs, by mode: on a cluster the seeds of one (model, task, LR), so a job
@@ -509,17 +509,33 @@ def _sbatch_path(path: Path) -> str:
     return str(path).replace("%", "%%")
 
 
+@dataclass(frozen=True)
+class SlurmLaunch:
+    """What `emit_slurm` and `emit_slurm_array` write a plan's launch with: your sbatch
+    `template`, the `cells` (default: every cell of the plan), `requeue` (`sbatch
+    --requeue`), the `group` of cells one job runs (`Plan.units`), the `python` that checks
+    done cells (default: this one) and `known`, the cells' states already read by result
+    file (`results.cell_state`)."""
+
+    template: str | os.PathLike | None
+    cells: list[Cell] | None = None
+    requeue: bool = False
+    group: str = DEFAULT_GROUP["slurm"]
+    python: str | None = None
+    known: dict[str, str] | None = None
+
+    def parts(self) -> tuple:
+        """(template, requeue, group, python, known)."""
+        return self.template, self.requeue, self.group, self.python, self.known
+
+
 def emit_slurm(
     plan: Plan,
     out_dir: str | os.PathLike,
-    template: str | os.PathLike | None,
-    cells: list[Cell] | None = None,
-    requeue: bool = False,
-    group: str = DEFAULT_GROUP["slurm"],
-    python: str | None = None,
-    known: dict[str, str] | None = None,
+    launch: SlurmLaunch,
 ) -> Emitted:
-    """Write `out_dir/launch.sh`: one `sbatch` per unit not done, each running your template.
+    """Write `out_dir/launch.sh`: one `sbatch` per unit not done, each running your template
+    (`launch`: the template and the other settings, `SlurmLaunch`).
 
     A unit (`Plan.units`, `--group`) is by default ("lr") the seeds of one (model, task,
     LR), run by one process; "cell" makes it one cell, "pair" every cell of one (model,
@@ -596,7 +612,8 @@ def emit_slurm(
     the unit's result files (one per pooling), ``SEED`` is the folds' seed,
     ``RECIPE_ARGS`` the probe's settings, and ``LR``, ``LR_KEY`` and ``MAX_STEPS`` are empty.
     """
-    cells = _cells_or_all(plan, cells)
+    template, requeue, group, python, known = launch.parts()
+    cells = _cells_or_all(plan, launch.cells)
     text = _read_template(template, need_bash=False, module=plan.module)
     out = _prepare_out_dir(plan, out_dir)
     tpl = out / "template.sh"
@@ -646,14 +663,10 @@ def _split_template_header(text: str) -> tuple[str, str]:
 def emit_slurm_array(
     plan: Plan,
     out_dir: str | os.PathLike,
-    template: str | os.PathLike | None,
-    cells: list[Cell] | None = None,
-    requeue: bool = False,
-    group: str = DEFAULT_GROUP["slurm"],
-    python: str | None = None,
-    known: dict[str, str] | None = None,
+    launch: SlurmLaunch,
 ) -> Emitted:
-    """Write a cells manifest, an array job script and `launch.sh` for one array job per phase.
+    """Write a cells manifest, an array job script and `launch.sh` for one array job per phase
+    (`launch`: the template and the other settings, `SlurmLaunch`).
 
     * `out_dir/manifest.tsv`: a header line, then one unit per line (one array task: by
       default the seeds of one (model, task, LR) run by one process; `--group cell|pair`
@@ -679,7 +692,8 @@ def emit_slurm_array(
       every cell is done. `EE_ARRAY_CHUNK=N` lowers the chunk size;
       `EE_ARRAY_THROTTLE=N` adds Slurm's `%N` limit on simultaneously running tasks.
     """
-    cells = _cells_or_all(plan, cells)
+    template, requeue, group, python, known = launch.parts()
+    cells = _cells_or_all(plan, launch.cells)
     text = _read_template(template, need_bash=True, module=plan.module)
     out = _prepare_out_dir(plan, out_dir)
     rows = []
@@ -769,10 +783,12 @@ def emit(
             raise HarnessError("--slurm-template and --requeue are for --mode slurm/slurm-array")
         emitted = emit_shell(plan, out_dir, cells, python=python, group=group, known=known)
     elif mode == "slurm":
-        emitted = emit_slurm(plan, out_dir, template, cells, requeue, group, python, known)
+        launch = SlurmLaunch(template, cells, requeue, group, python, known)
+        emitted = emit_slurm(plan, out_dir, launch)
         emitted.max_array_size = cluster_max_array_size()
     else:
-        emitted = emit_slurm_array(plan, out_dir, template, cells, requeue, group, python, known)
+        launch = SlurmLaunch(template, cells, requeue, group, python, known)
+        emitted = emit_slurm_array(plan, out_dir, launch)
     emitted.remote_code = remote_code_models(plan.cells if cells is None else cells)
     return emitted
 

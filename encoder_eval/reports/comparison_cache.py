@@ -19,7 +19,9 @@ the same content):
   floating-point numbers), the task's metric and its language rule;
 * per model, its table cell (LR key, per-seed scores) and each included report cell: file
   name, seed, the result's content and the bytes of its predictions file;
-* `n_resamples`, `seed`, STATS_VERSION and the numpy, scipy and statsmodels versions.
+* the settings a row is computed from (`StatsSettings.row_inputs`: `n_resamples`, `seed`;
+  the correction, its family and level act after it), STATS_VERSION and the numpy, scipy
+  and statsmodels versions.
 
 The flags that change what is computed (bootstrap interval, example-level test, ASO) end
 the file name; an entry computed with more serves a request for less. An entry is trusted
@@ -60,6 +62,7 @@ from encoder_eval.core.fileio import (
     write_atomic,
 )
 from encoder_eval.core.results import LoadedResult
+from encoder_eval.reports.stats_settings import StatsSettings
 
 # Bump it on ANY change to what `verdicts.compare_cells` computes or to the statistics it
 # calls (`core/stats.py`, `core/metrics.py` scoring): every cached row is then recomputed.
@@ -192,12 +195,11 @@ class ComparisonCache:
         metric: dict,
         table_cells: dict,
         cells: dict[tuple[str, str], list[LoadedResult]],
-        *,
-        n_resamples: int,
-        seed: int,
+        settings: StatsSettings,
     ) -> str | None:
-        """The entry name of (A, B, task) under these inputs; None when one cannot be read.
-        `metric` describes how the task is scored (its metric and language rule)."""
+        """The entry name of (A, B, task) under these inputs and `settings` (what of them a
+        row is computed from, `row_inputs`); None when one cannot be read. `metric`
+        describes how the task is scored (its metric and language rule)."""
         sides = [
             self._side(m, task, table_cells.get((m, task)), cells.get((m, task), []))
             for m in (model_a, model_b)
@@ -211,8 +213,7 @@ class ComparisonCache:
             "metric": metric,
             "a": sides[0],
             "b": sides[1],
-            "n_resamples": n_resamples,
-            "seed": seed,
+            **settings.row_inputs(),  # n_resamples, seed: the names the key has always had
         }
         return _sha256(_canonical(material))
 
@@ -438,7 +439,7 @@ class ComparisonCache:
 
 def open_cache(
     *,
-    enabled: bool = True,
+    enabled: bool = True,  # StatsSettings.cache (--no-cache)
     warn: Callable[[str], None] | None,
     directory: str | os.PathLike | None = None,
 ) -> ComparisonCache | None:

@@ -18,7 +18,7 @@ import json
 import tempfile
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from encoder_eval import __version__
@@ -38,6 +38,7 @@ from encoder_eval.reports.ranking import (
     format_aggregate,
 )
 from encoder_eval.reports.ranking import notes as leaderboard_notes
+from encoder_eval.reports.stats_settings import DEFAULTS, StatsSettings
 from encoder_eval.reports.table import Table
 from encoder_eval.reports.table_loading import check_results_dirs, load_table
 from encoder_eval.reports.table_render import footnotes, refusal, table_grid
@@ -124,23 +125,16 @@ def build_report(
     models: list[str] | None = None,
     tasks: list[str] | None = None,
     allow_partial: bool = False,
-    resamples: int = 999,
-    seed: int = 1234,
-    marks: bool = True,
-    marks_family: str = "table",
-    family: str = "table",
-    correction: str = "holm",
-    alpha: float = 0.05,
-    jobs: int = 1,
+    settings: StatsSettings = DEFAULTS,
     cache: ComparisonCache | None = None,
     title: str | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> Report:
     """Read a report-phase results folder (or a folder of probe results) and compute every
     section. The caller checks `report.table.problems` first: a table with problems is
-    refused unless `allow_partial`, as `summarize` refuses it. `marks`, `marks_family`
-    are `summarize`'s; `family`, `correction`, `alpha` are `compare`'s; the comparisons
-    run on `jobs` processes and are read from / kept in `cache`. `results_dir`: a folder,
+    refused unless `allow_partial`, as `summarize` refuses it. `settings`: the marks as
+    `summarize` makes them, the verdicts as `compare` makes them (`StatsSettings`); the
+    comparisons are read from / kept in `cache`. `results_dir`: a folder,
     or several (one table over them, `table_loading.load_table`; fine-tuned report results only)."""
     dirs = check_results_dirs(results_dir)
     title = title or f"encoder-eval report: {', '.join(Path(d).name for d in dirs)}"
@@ -159,27 +153,13 @@ def build_report(
             report.comparison = compare_table(
                 table,
                 results,
-                alpha=alpha,
-                correction=correction,
-                n_resamples=resamples,
-                seed=seed,
-                family=family,
-                jobs=jobs,
-                cache=cache,
+                settings,
+                cache,
                 flags=VERDICT_FLAGS,  # the page shows the bootstrap interval, not the rest
             )
         else:
             report.notes["compare"] = "compare needs at least two models"
-        add_statistics(
-            table,
-            results,
-            marks=marks,
-            n_resamples=resamples,
-            seed=seed,
-            marks_family=marks_family,
-            jobs=jobs,
-            cache=cache,
-        )
+        add_statistics(table, results, replace(settings, ci="t"), cache)
         report.cells = _cell_results(table, results)
         with tempfile.TemporaryDirectory(prefix="encoder-eval-report-") as tmp:
             select_dirs = [select_results_dir] if select_results_dir else loaded.select_dirs

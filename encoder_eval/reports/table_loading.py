@@ -1,7 +1,11 @@
 """Reading one or several report-phase results folders into one `Table`
 (`reports/table.py`): `load_table` and what it refuses across folders (other protocols, a
-cell in two folders with other contents, a model selected otherwise), and the argparse
-helpers of every command that reads a table (`add_table_arguments`, `one_results_dir`).
+cell in two folders with other contents, a model selected otherwise), and the opening every
+command that reads a table shares (`summarize`, `compare`, `leaderboard`, `report`,
+`export`, `push`): its parser and flags (`table_parser`, `add_table_arguments`,
+`one_results_dir`), the table of those
+flags (`table_of_args`), the refusal (`print_refusal`), and for the commands that compute
+statistics their settings, cache and heap (`open_statistics`).
 """
 
 from __future__ import annotations
@@ -9,11 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from encoder_eval.core.errors import HarnessError
+from encoder_eval.core import heap
+from encoder_eval.core.errors import ArgumentParser, HarnessError
 from encoder_eval.core.results import CORRUPT, KEPT, LoadedResult, load_results
 from encoder_eval.plans.experiment import (
     Experiment,
@@ -24,8 +30,20 @@ from encoder_eval.plans.experiment import (
     protocol_differences,
     summarize_inputs,
 )
+from encoder_eval.plans.plan import split_csv
 from encoder_eval.plans.selection import load_selection
+from encoder_eval.reports.comparison_cache import ComparisonCache, open_cache
+from encoder_eval.reports.stats_settings import StatsSettings
 from encoder_eval.reports.table import Table, build_table
+from encoder_eval.reports.table_render import refusal
+
+
+def table_parser(command: str, description: str, **table_arguments) -> ArgumentParser:
+    """The parser of `encoder-eval COMMAND` for a command that reads a table, the table's
+    flags first (`add_table_arguments` with `table_arguments`)."""
+    p = ArgumentParser(prog=f"encoder-eval {command}", description=description)
+    add_table_arguments(p, **table_arguments)
+    return p
 
 
 def add_table_arguments(
@@ -322,3 +340,40 @@ def load_table(
         list(dict.fromkeys(f.select_dir for f in folders if f.select_dir)),
         dirs,
     )
+
+
+def table_of_args(
+    args: argparse.Namespace,
+    warn: Callable[[str], None] | None,
+    dirs: list[str] | None = None,
+) -> LoadedTable:
+    """`load_table` of the flags `add_table_arguments` added (`dirs`: the checked
+    `--results-dir` folders, when the command checked them already)."""
+    return load_table(
+        args.results_dir if dirs is None else dirs,
+        args.selection,
+        models=split_csv(getattr(args, "models", None)) or None,
+        tasks=split_csv(getattr(args, "tasks", None)) or None,
+        warn=warn,
+    )
+
+
+def print_refusal(table: Table, allow_partial: bool, command: str = "summarize") -> bool:
+    """Print `command`'s refusal of `table` on stderr (`table_render.refusal`); True when
+    the table was refused (the command then exits `EXIT_INCOMPLETE`)."""
+    if (refused := refusal(table, allow_partial, command)) is None:
+        return False
+    print(refused, file=sys.stderr)
+    return True
+
+
+def open_statistics(
+    args: argparse.Namespace, warn: Callable[[str], None] | None
+) -> tuple[StatsSettings, ComparisonCache | None]:
+    """A statistics command's settings (`StatsSettings` of its flags) and the user's
+    comparison cache they name (None with `--no-cache`). It also keeps large blocks in
+    this process's heap for the resampling (`heap.keep_large_blocks`): the process's malloc
+    settings are the command's choice, made here at its start, never a library call's."""
+    heap.keep_large_blocks()
+    settings = StatsSettings.from_args(args)
+    return settings, open_cache(enabled=settings.cache, warn=warn)

@@ -8,7 +8,6 @@ statistics are EVALUATION_METHODOLOGY.md section 10; the command is `encoder_eva
 
 from __future__ import annotations
 
-import argparse
 import math
 import multiprocessing
 import sys
@@ -21,18 +20,25 @@ import numpy as np
 
 from encoder_eval.cells.predictions import PredictionsError, check_against_result, load_predictions
 from encoder_eval.cells.predictions import predictions_path as predictions_file
-from encoder_eval.core import heap, power_analysis, stats
+from encoder_eval.core import power_analysis, stats
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.metrics import metric_spec, resample_scorer, sign, swap_scorer
-from encoder_eval.core.protocol import seed_arg
 from encoder_eval.core.results import LoadedResult
 from encoder_eval.data.tasks import task_knobs
 from encoder_eval.reports.comparison_cache import ComparisonCache, RowFlags
+from encoder_eval.reports.stats_settings import (
+    DEFAULT_ALPHA,
+    DEFAULT_CORRECTION,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    DEFAULTS,
+    FAMILIES,
+    MARK_FAMILIES,
+    StatsSettings,
+)
 from encoder_eval.reports.table import CI_METHODS, Table
 
 COMPARE_SCHEMA = "encoder-eval-compare"
-DEFAULT_RESAMPLES = 999
-DEFAULT_SEED = 1234
 POWER = 0.8
 MDD_SEEDS = 5  # the protocol's report seeds
 NOT_TESTED = "not tested"  # the verdict of a row with too few seeds for any test
@@ -111,12 +117,6 @@ class Comparison:
 # reads neither, so at 14 models (1,547 rows) they would take CPU-hours.
 FULL_FLAGS = RowFlags(bootstrap=True, example_test=True, aso=True)
 VERDICT_FLAGS = RowFlags(bootstrap=True, example_test=False, aso=False)
-
-# What a verdict's correction runs over (`--family`): each pair's tasks, or every row shown.
-FAMILIES = ("pair", "table")
-# For the marks of `summarize`: every pair of models on every task of the table (the
-# default), or the seed's per-task comparisons of the best with the others only.
-MARK_FAMILIES = ("table", "task")
 
 
 # ----------------------------------------------------------------------------- examples
@@ -534,42 +534,32 @@ def finish_rows(
 def compare_table(
     table: Table,
     results: list[LoadedResult],
+    settings: StatsSettings = DEFAULTS,
+    cache: ComparisonCache | None = None,
     *,
     pairs: list[tuple[str, str]] | None = None,
-    alpha: float = 0.05,
-    correction: str = "holm",
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-    family: str = "table",
-    jobs: int = 1,
-    cache: ComparisonCache | None = None,
     flags: RowFlags | None = None,
 ) -> Comparison:
     """Compare every pair of the table's models (or `pairs`) on every task; each verdict is
-    corrected within its `family` (FAMILIES; by default every row shown). The rows are
-    computed over `jobs` processes and read from / kept in `cache` (`compute_rows`);
-    `flags` says which diagnostics beside the verdict they hold (default: all)."""
+    corrected within its `settings.family` (FAMILIES; by default every row shown) by
+    `settings.correction` at `settings.alpha`. The rows are computed over `settings.jobs`
+    processes and read from / kept in `cache` (`compute_rows`); `flags` says which
+    diagnostics beside the verdict they hold (default: all)."""
+    alpha, correction = settings.alpha, settings.correction
     stats.correct([0.5], correction, alpha)  # refuses an unknown correction or a bad alpha
-    key = family_key(family)
+    key = family_key(settings.family)
     if pairs is None:
         pairs = [(a, b) for i, a in enumerate(table.models) for b in table.models[i + 1 :]]
     if not pairs:
         raise HarnessError("compare needs at least two models; give --models a,b")
     cells = included_cells(table, results)
     requests = [(a, b, t) for a, b in pairs for t in table.tasks]
-    rows = compute_rows(
-        requests,
-        table,
-        cells,
-        n_resamples=n_resamples,
-        seed=seed,
-        flags=flags or FULL_FLAGS,
-        jobs=jobs,
-        cache=cache,
-    )
+    rows = compute_rows(requests, table, cells, settings, flags=flags or FULL_FLAGS, cache=cache)
     finish_rows(rows, alpha, correction, family_of=key)
     notes = [f"Not a protocol table: {p.message} [{p.rule}]." for p in table.problems]
-    return Comparison(rows, alpha, correction, n_resamples, seed, notes, family)
+    return Comparison(
+        rows, alpha, correction, settings.n_resamples, settings.seed, notes, settings.family
+    )
 
 
 # What each flag of `RowFlags` adds to a row: left None when the flag is off.
@@ -606,17 +596,17 @@ def compute_rows(
     requests: list[tuple[str, str, str]],
     table: Table,
     cells: dict[tuple[str, str], list[LoadedResult]],
+    settings: StatsSettings,
     *,
-    n_resamples: int,
-    seed: int,
     flags: RowFlags,
-    jobs: int = 1,
     cache: ComparisonCache | None = None,
 ) -> list[Row]:
     """`compare_cells` of each (A, B, task) in `requests`, in order: the rows `cache` holds
-    are read, the others computed over `jobs` processes (each row's resampling is seeded by
-    `seed` and its task alone, `stats.task_seed`, so the rows are the same whatever `jobs`)
-    and kept in `cache`."""
+    are read, the others computed over `settings.jobs` processes (each row's resampling is
+    seeded by `settings.seed` and its task alone, `stats.task_seed`, so the rows are the
+    same whatever the jobs) and kept in `cache`. The commands keep large blocks in the heap
+    for the resampling (`core/heap.py`, `table_loading.open_table_command`)."""
+    n_resamples, seed = settings.n_resamples, settings.seed
     out: list[Row | None] = [None] * len(requests)
     keys: dict[int, str | None] = {}
     for i, (a, b, task) in enumerate(requests):
@@ -624,9 +614,7 @@ def compute_rows(
         if cache is not None:
             knobs = task_knobs(task)
             scoring = {"metric": knobs.metric, "euro": list(knobs.euro_languages)}
-            key = cache.key(
-                a, b, task, scoring, table.cells, cells, n_resamples=n_resamples, seed=seed
-            )
+            key = cache.key(a, b, task, scoring, table.cells, cells, settings)
         hit = None if key is None else cache.get(key, flags)
         row = None if hit is None else _row_from(hit, flags)
         if row is not None and (row.model_a, row.model_b, row.task) == (a, b, task):
@@ -638,9 +626,9 @@ def compute_rows(
             cache.reject(key)  # not a row, or not this table's: recomputed, written over
         keys[i] = key
     misses = list(keys)
-    if misses:
-        heap.keep_large_blocks()
-    fresh = _compute([requests[i] for i in misses], table, cells, n_resamples, seed, flags, jobs)
+    fresh = _compute(
+        [requests[i] for i in misses], table, cells, n_resamples, seed, flags, settings.jobs
+    )
     for i, row in zip(misses, fresh, strict=True):
         out[i] = _only(row, flags)
         if cache is not None:
@@ -786,13 +774,7 @@ def mark_family_key(family: str) -> Callable[[Row], object]:
 def best_marks(
     table: Table,
     results: list[LoadedResult],
-    *,
-    alpha: float = 0.05,
-    correction: str = "holm",
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-    family: str = "table",
-    jobs: int = 1,
+    settings: StatsSettings = DEFAULTS,
     cache: ComparisonCache | None = None,
 ) -> dict[str, TaskMarks]:
     """For each task with two or more scored models: the best model by seed mean (in the
@@ -802,8 +784,12 @@ def best_marks(
     chance that any mark of the table is a false difference stays at most alpha although
     the best is picked by its mean; with "task", the seed's rule, only the best against each
     other model, corrected across that task's comparisons (it does not control the choice of
-    the best: among equal models some loses its ≈ more often than alpha). The rows are
-    computed over `jobs` processes and read from / kept in `cache` (`compute_rows`)."""
+    the best: among equal models some loses its ≈ more often than alpha). `family` is
+    `settings.marks_family`; alpha and the correction are `DEFAULT_ALPHA` and
+    `DEFAULT_CORRECTION` whatever `settings.alpha` and `settings.correction` (the verdicts'
+    level, `compare`'s and `report`'s --alpha and --correction). The rows are computed over
+    `settings.jobs` processes and read from / kept in `cache` (`compute_rows`)."""
+    family = settings.marks_family
     key = mark_family_key(family)
     cells = included_cells(table, results)
     marks: dict[str, TaskMarks] = {}
@@ -824,13 +810,11 @@ def best_marks(
         requests,
         table,
         cells,
-        n_resamples=n_resamples,
-        seed=seed,
+        settings,
         flags=RowFlags(bootstrap=False, example_test=False, aso=False),  # never read by marks
-        jobs=jobs,
         cache=cache,
     )
-    finish_rows(rows, alpha, correction, family_of=key)
+    finish_rows(rows, DEFAULT_ALPHA, DEFAULT_CORRECTION, family_of=key)
     for r in rows:
         if r.model_a != marks[r.task].best:
             continue
@@ -892,102 +876,21 @@ def bootstrap_intervals(
 def add_statistics(
     table: Table,
     results: list[LoadedResult],
-    *,
-    ci: str = "t",
-    marks: bool = True,
-    n_resamples: int = 999,
-    seed: int = 1234,
-    marks_family: str = "table",
-    jobs: int = 1,
+    settings: StatsSettings = DEFAULTS,
     cache: ComparisonCache | None = None,
 ) -> None:
-    """Set the table's interval method (bootstrap intervals computed here) and, with
-    `marks`, each task's best model and those not distinguishable from it
-    (`best_marks`, corrected over `marks_family`, over `jobs` processes, rows read from
-    and kept in `cache`)."""
+    """Set the table's interval method (`settings.ci`; bootstrap intervals computed here)
+    and, with `settings.marks`, each task's best model and those not distinguishable from
+    it (`best_marks`, corrected over `settings.marks_family`, over `settings.jobs`
+    processes, rows read from and kept in `cache`)."""
+    ci = settings.ci
     if ci not in CI_METHODS:
         raise HarnessError(f"--ci {ci!r} must be one of {', '.join(CI_METHODS)}")
     table.ci_method = ci
     if ci == "bootstrap":
-        table.bootstrap = bootstrap_intervals(table, results, n_resamples=n_resamples, seed=seed)
-    if marks:
-        table.marks = best_marks(
-            table,
-            results,
-            n_resamples=n_resamples,
-            seed=seed,
-            family=marks_family,
-            jobs=jobs,
-            cache=cache,
+        table.bootstrap = bootstrap_intervals(
+            table, results, n_resamples=settings.n_resamples, seed=settings.seed
         )
-        table.marks_family = marks_family
-
-
-def _jobs(text: str) -> int:
-    """argparse `type=` for `--jobs`: a whole number of processes, at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1 or more)")
-    return value
-
-
-def add_statistics_arguments(
-    p: argparse.ArgumentParser, *, marks: bool = False, verdicts: bool = False
-) -> None:
-    """The statistics flags of `summarize`, `compare` and `report`, defined once: with
-    `marks`, the table's marks (`--no-marks`, `--marks-family`); with `verdicts`, compare's
-    family, correction and alpha; always the resampling (`--resamples`, `--seed`) and how
-    the comparisons run (`--jobs`, `--no-cache`)."""
-    if marks:
-        p.add_argument(
-            "--no-marks",
-            action="store_true",
-            help="do not mark each task's best "
-            "model and those not distinguishable from it (skips the tests)",
-        )
-        p.add_argument(
-            "--marks-family",
-            choices=MARK_FAMILIES,
-            default="table",
-            help="what the marks are corrected over: table (every pair of models on "
-            "every task, the default: any false mark at most 5 %%) or task (the "
-            "best against the others of each task only)",
-        )
-    if verdicts:
-        p.add_argument(
-            "--family",
-            choices=FAMILIES,
-            default="table",
-            help="what each verdict is corrected over: table (every row shown, the "
-            "default: bounds any false verdict in the output) or pair (each pair's tasks)",
-        )
-        p.add_argument(
-            "--correction",
-            choices=stats.CORRECTIONS,
-            default="holm",
-            help="multiple-comparison correction within the family (default: holm)",
-        )
-        p.add_argument("--alpha", type=float, default=0.05, help="the verdicts' level")
-    p.add_argument(
-        "--resamples",
-        type=int,
-        default=DEFAULT_RESAMPLES,
-        help=f"permutations and bootstrap replicates per statistic (default {DEFAULT_RESAMPLES})",
-    )
-    p.add_argument("--seed", type=seed_arg, default=DEFAULT_SEED, help="seed of the resampling")
-    p.add_argument(
-        "--jobs",
-        type=_jobs,
-        default=1,
-        help="processes the comparisons run on (default 1; the numbers are the same "
-        "whatever the number)",
-    )
-    p.add_argument(
-        "--no-cache",
-        action="store_true",
-        help="neither read nor write the comparisons kept in your cache "
-        "($ENCODER_EVAL_CACHE_DIR/comparisons/)",
-    )
+    if settings.marks:
+        table.marks = best_marks(table, results, settings, cache)
+        table.marks_family = settings.marks_family
