@@ -170,6 +170,12 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
         # Which attention kernels ran (sdpa, eager, flash_attention_2): a table never mixes
         # them within one model silently (`comparability.cell_setup`).
         "attn_implementation": attn_implementation(cell.model),
+        # The SDPA kernel torch chose for the first training forward (flash, mem_efficient,
+        # cudnn, math; eager: no SDPA call; None: compiled, or no step ran), compared as
+        # attn_implementation is, and the cuDNN attention variables in force (a CUDA cell
+        # sets TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1 unless the user set it: `cells/attention.py`).
+        "attn_backend": cell.attn_backend[0] if cell.attn_backend else None,
+        "attn_environment": cell.attn_environment,
         # torch.compile's mode when `compile` is on (reduce-overhead: CUDA graphs), else None.
         "compile_mode": cell.compile_mode,
         **cell.loaded.recorded,  # what the loader derived (decoder-adapted: pair separator, ...)

@@ -90,6 +90,10 @@ class _Cell:
     t0: float
     shapes: Shapes = field(default_factory=Shapes)  # bucketed widths, CUDA graphs
     compile_mode: str | None = None  # torch.compile's mode (`Recipe.compile`), else None
+    # The SDPA kernel of the first training forward (`attention.observe_backend`; empty until
+    # it ran, and with --compile), and the cuDNN attention variables in force.
+    attn_backend: list[str] = field(default_factory=list)
+    attn_environment: dict[str, str] = field(default_factory=dict)
     dev_eval_seconds: float = 0.0  # time spent scoring dev, in the loop and at the end
     reporter: trackers.Reporter | None = None  # --report-to: the cell's tracker runs
 

@@ -21,6 +21,7 @@ import math
 import random
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ import torch
 from torch import nn
 
 from encoder_eval.cells import trackers
+from encoder_eval.cells.attention import apply_sdpa_environment, observe_backend
 from encoder_eval.cells.batching import (
     EVAL_BATCH_SIZE,
     Shapes,
@@ -305,6 +307,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     recipe = cfg.recipe
     check_bf16(device, recipe.precision)
     apply_deterministic(recipe.deterministic)
+    attn_environment = apply_sdpa_environment(device)  # before the first CUDA attention
     peak_scope = reset_peak_memory(device)  # the cell's own peak, from its data and model on
     note = _Progress(cfg.progress, None, _label(cfg)).note  # what happens before step 1
     eval_batch = recipe.eval_batch_size or EVAL_BATCH_SIZE.get(device.type, EVAL_BATCH_SIZE["cuda"])
@@ -413,6 +416,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
         t0=t0,
         shapes=Shapes(recipe.pad_multiple, max_len, graphs=compile_mode == "reduce-overhead"),
         compile_mode=compile_mode,
+        attn_environment=attn_environment,
     )
 
 
@@ -555,7 +559,9 @@ def _accumulate(
             kind.collate_units(enc, sub, cell.pad_id, cell.device), enc, cell.pad_id
         )
         cell.shapes.step_begin()
-        loss = kind.train_step(cell.model, batch, len(sub) / len(idx), in_precision)
+        watch = not cell.attn_backend and cell.compile_mode is None  # the first forward
+        with observe_backend(cell.model, cell.attn_backend) if watch else nullcontext():
+            loss = kind.train_step(cell.model, batch, len(sub) / len(idx), in_precision)
         step_loss = loss if step_loss is None else step_loss + loss
         tokens += sum(enc.lengths[i] for u in sub for i in kind.members(u))
     return step_loss, tokens
