@@ -178,6 +178,9 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
         "attn_environment": cell.attn_environment,
         # torch.compile's mode when `compile` is on (reduce-overhead: CUDA graphs), else None.
         "compile_mode": cell.compile_mode,
+        # --graph-step: graphs captured, batch shapes met, and why it fell back to eager
+        # steps (null: it did not); None when off.
+        "graph_step_run": cell.graph.record() if cell.graph is not None else cell.graph_run,
         **cell.loaded.recorded,  # what the loader derived (decoder-adapted: pair separator, ...)
     }
     return CellResult(

@@ -1,0 +1,144 @@
+"""`--graph-step` (issue 49, item 2) where a CPU can check it: the setting falls back to eager
+steps on the CPU with one line and the cell equals a plain eager cell bit for bit, and the
+graph step's device-agnostic pieces (the mask form without a host sync, static input
+buffers, capturable fused AdamW with the learning rate a tensor, the step function) run
+eagerly give the eager step's numbers bit for bit. The capture itself needs a GPU
+(bench/gpu_check.py's `graph` stage)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from encoder_eval.cells import batching, cell_config, devices, graph_step, train
+from encoder_eval.cells.encoding import Encoded, autocast
+from encoder_eval.cells.kinds import KINDS
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.core.protocol import Recipe, recipe_fields
+from encoder_eval.core.results import result_filename
+from encoder_eval.data.loaders import load_model
+
+CPU = torch.device("cpu")
+
+
+def _cell(root, tiny_models, small_mirror, name: str, **recipe) -> cell_config.CellConfig:
+    (root / name).mkdir()
+    base = Recipe(max_steps=6, patience=3, max_seq_len=128, precision="fp32", pad_multiple=32)
+    return cell_config.CellConfig(
+        model_path=str(tiny_models["bert"]), task="glue_rte", lr=1e-4, seed=45, model_key="tiny",
+        recipe=dataclasses.replace(base, **recipe), device="cpu", progress="quiet",
+        data_dir=str(small_mirror),
+        out_json=str(root / name / result_filename("tiny", "glue_rte", 1e-4, 45)),
+    )  # fmt: skip
+
+
+def test_on_the_cpu_the_graph_step_falls_back_in_one_line_and_equals_eager_bit_for_bit(
+    tiny_models, small_mirror, tmp_path, capfd
+):
+    eager = train.run_cell(_cell(tmp_path, tiny_models, small_mirror, "eager"))
+    capfd.readouterr()
+    graphed = train.run_cell(_cell(tmp_path, tiny_models, small_mirror, "graph", graph_step=True))
+    lines = [line for line in capfd.readouterr().err.splitlines() if "graph-step" in line]
+    assert lines == [
+        "warning: tiny/glue_rte/lr10/s45: --graph-step: no CUDA graphs on cpu; eager "
+        "steps (recorded in recipe.graph_step_run)"
+    ]
+    assert graphed["recipe"]["graph_step"] is True and eager["recipe"]["graph_step"] is False
+    assert graphed["recipe"]["graph_step_run"] == {
+        "graphs": 0, "shapes": 0, "fallback": "no CUDA graphs on cpu"}  # fmt: skip
+    assert eager["recipe"]["graph_step_run"] is None
+    for key in ("dev", "report"):
+        assert graphed[key] == eager[key]
+    for key in ("dev_history", "final_loss", "steps", "best_step"):
+        assert graphed["training"][key] == eager["training"][key], key
+    assert "graph_step" in recipe_fields("cell")
+
+
+def test_graph_step_and_compile_together_are_refused(tiny_models, small_mirror, tmp_path):
+    cfg = _cell(tmp_path, tiny_models, small_mirror, "both", graph_step=True, compile=True)
+    with pytest.raises(HarnessError, match="--graph-step and --compile"):
+        train.run_cell(cfg)
+
+
+def test_where_the_graph_step_cannot_run_it_says_why(tiny_models):
+    model = torch.nn.Linear(2, 2)
+    assert graph_step.unavailable(CPU, KINDS["classification"], model) == "no CUDA graphs on cpu"
+    if torch.cuda.is_available():
+        assert graph_step.unavailable(torch.device("cuda"), KINDS["ranking"], model)
+
+
+def _batches(seed: int, widths: list[int], rows: int = 8) -> list[dict]:
+    """Padded batches of `rows` rows (the widest `w`, random shorter rows), labels 0/1."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for w in widths:
+        lengths = torch.randint(3, w + 1, (rows,), generator=g)
+        lengths[0] = w
+        mask = (torch.arange(w)[None] < lengths[:, None]).long()
+        ids = torch.randint(5, 90, (rows, w), generator=g) * mask
+        enc = Encoded({"input_ids": ids.tolist(), "attention_mask": mask.tolist()},
+                      [0] * rows, lengths.tolist())  # fmt: skip
+        batch = {"input_ids": ids, "attention_mask": mask,
+                 "labels": torch.randint(0, 2, (rows,), generator=g)}  # fmt: skip
+        out.append(batching.Shapes(32, 128).pad(batch, enc, 0))
+    return out
+
+
+def _model(tiny_models, family):
+    devices.seed_everything(7)
+    model = load_model(str(tiny_models[family]), "auto", 2, "single_label_classification",
+                       max_seq_len=128, model_label=family).model  # fmt: skip
+    return model.train()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-autocast"])
+@pytest.mark.parametrize("family", ["bert", "xlm-roberta", "modernbert"])
+def test_the_step_function_through_static_buffers_is_the_eager_step_bit_for_bit(
+    tiny_models, family, precision
+):
+    """Six steps over three bucket widths (each met twice: its static buffers refilled),
+    dropout on: the eager loop's step (`build_optimizer`, float learning rate, 2-D mask,
+    autocast's weight cache) against the graph step's pieces run eagerly (capturable fused
+    AdamW, the rate a tensor the scheduler fills, the 3-D mask where the body takes it,
+    static buffers, no cache): the same losses, weights and optimizer state, to the bit."""
+    recipe = Recipe(precision=precision)
+    kind = KINDS["classification"]
+    eager_model, graph_model = _model(tiny_models, family), _model(tiny_models, family)
+    eager_opt = train.build_optimizer(eager_model, recipe, 1e-4)
+    graph_opt = graph_step.graph_optimizer(
+        train._param_groups(graph_model, recipe.weight_decay), recipe, 1e-4, CPU
+    )
+    schedule = train._lr_lambda(2, 6)
+    eager_sched = torch.optim.lr_scheduler.LambdaLR(eager_opt, schedule)
+    graph_sched = torch.optim.lr_scheduler.LambdaLR(graph_opt, schedule)
+    step = graph_step.step_function(kind, graph_model, graph_opt,
+                                    lambda: autocast(CPU, precision, cache=False))  # fmt: skip
+    statics: dict = {}
+    widths = [20, 40, 70, 40, 20, 70]
+    for i, batch in enumerate(_batches(3, widths)):
+        assert batch["input_ids"].shape[1] in (32, 64, 96)
+        rng = torch.get_rng_state()
+        eager_opt.zero_grad(set_to_none=True)
+        a = kind.train_step(eager_model, dict(batch), 1.0, lambda: autocast(CPU, precision))
+        eager_opt.step()
+        eager_sched.step()
+        torch.set_rng_state(rng)
+        shaped = graph_step.graph_mask(graph_model, batch)
+        static = statics.setdefault(shaped["input_ids"].shape, graph_step.StaticBatch.like(shaped))
+        graph_opt.zero_grad(set_to_none=True)
+        b = step(static.fill(shaped))
+        graph_sched.step()
+        assert torch.equal(a, b), (i, a, b)
+        for p, q in zip(eager_model.parameters(), graph_model.parameters(), strict=True):
+            assert torch.equal(p, q), i
+    assert len(statics) == 3
+    if family in ("bert", "xlm-roberta"):  # the form without transformers' host sync
+        assert shaped["attention_mask"].dim() == 3
+    rate = graph_opt.param_groups[0]["lr"]
+    assert isinstance(rate, torch.Tensor) and rate.item() == eager_opt.param_groups[0]["lr"]
+    for p, q in zip(eager_model.parameters(), graph_model.parameters(), strict=True):
+        s, t = eager_opt.state[p], graph_opt.state[q]
+        assert torch.equal(s["exp_avg"], t["exp_avg"])
+        assert torch.equal(s["exp_avg_sq"], t["exp_avg_sq"])
