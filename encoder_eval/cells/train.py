@@ -636,7 +636,8 @@ def _step_fitting_memory(
     rng = _rng_state(cell.device)
     while True:
         micro = st.micro or cell.micro
-        optimizer.zero_grad(set_to_none=True)
+        # The graph step keeps the gradients at their addresses (`graph_step`): zeroed there.
+        optimizer.zero_grad(set_to_none=cell.graph is None)
         in_optimizer = False
         try:
             graphed = _graph_attempt(cell, idx, micro)
@@ -668,8 +669,11 @@ def _step_fitting_memory(
                 )
                 raise
         # Outside the except block, so the failed attempt's graph (held by the traceback) is
-        # already freed; its gradients go now.
+        # already freed; its gradients go now (and with them the addresses a graph step's
+        # graphs write to: it runs eagerly from here on).
         optimizer.zero_grad(set_to_none=True)
+        if cell.graph is not None and cell.graph.fallback is None:
+            cell.graph.give_up("out of memory: micro-batches from here on")
         _release_cached_memory(cell.device)
         _set_rng_state(cell.device, rng)
         st.micro = _smaller_divisor(cell.cfg.recipe.batch_size, min(micro, len(idx)) // 2)
