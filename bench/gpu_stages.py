@@ -170,6 +170,10 @@ def stage_cells_per_hour(h, args, out: Path, cuda: bool, device: str, left: floa
         cell: {n: cells[cell]["dev"] for n, cells in ok.items() if cell in cells}
         for cell in sorted({c for cells in ok.values() for c in cells})
     }
+    # One model's cells must record one attention kernel, or a table refuses to mix them
+    # (`comparability`): more than one here means the kernel changes with the batch width.
+    rec["attn_backends"] = sorted({str(c["attn_backend"]) for cells in ok.values()
+                                   for c in cells.values()})  # fmt: skip
     failed = [n for n, v in rec["variants"].items() if v["status"].startswith("failed")]
     rec["status"] = f"failed: {', '.join(failed)}" if failed else "ok"
     if rec["variants"]["seed_default"].get("status") != "ok" and not failed:

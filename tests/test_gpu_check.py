@@ -115,6 +115,7 @@ def test_gpu_check_dry_run_runs_issue_49s_stages_in_order_of_importance(
         assert cell["warm_unit"] == 1 and cell["steps"] == 2
     assert all(c["graph_step_run"] is None for c in base["cells"].values())
     assert set(cph["dev_by_cell"]) == set(base["cells"]) and len(base["cells"]) == 2
+    assert len(cph["attn_backends"]) == 1  # one kernel for every cell of the model
 
     warm = json.loads((out / "warm_fresh.json").read_text())
     runs = warm["runs"]

@@ -11,9 +11,9 @@ that calls no SDPA records its attention implementation (`eager`, `flash_attenti
 compiled model (`--compile`) None: its kernels are inductor's.
 
 `sdpa_environment` is what a cell sets before its first CUDA step where it applies:
-`TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1` (pytorch/pytorch PR #155958, in torch 2.9: cuDNN's
-attention reuses one execution plan across sequence lengths instead of building one per
-(batch, length)). Unmeasured on our cells; PR #190388's discussion says it covers the
+`TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1` (pytorch/pytorch PR #155958, merged 2025-08-15, so
+torch 2.9 and newer: cuDNN's attention reuses one execution plan across sequence lengths
+instead of building one per (batch, length)). Unmeasured on our cells; PR #190388's discussion says it covers the
 no-bias BSHD case, so masked batches may still build per width (docs/cells.md).
 """
 
