@@ -30,6 +30,7 @@ the step function through static buffers is the eager step bit for bit
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -189,7 +190,9 @@ class GraphStep:
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             loss = self.step(shape.static.fill(batch))
-        torch.cuda.current_stream(self.device).wait_stream(side)
+        current = torch.cuda.current_stream(self.device)
+        current.wait_stream(side)
+        loss.record_stream(current)  # read on the current stream: not reused before that
         return loss
 
     def _capture(self, shape: _Shape, batch: dict) -> torch.Tensor | None:
@@ -201,7 +204,8 @@ class GraphStep:
             with torch.cuda.graph(graph, pool=self.pool):
                 loss = self.step(static)
         except Exception as exc:  # nothing captured ran: the weights and state are as before
-            _set_rng_state(self.device, rng)
+            with contextlib.suppress(Exception):  # the random state the step starts from
+                _set_rng_state(self.device, rng)
             self.give_up(
                 f"capturing failed ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
             )
@@ -213,7 +217,7 @@ class GraphStep:
         return loss.clone()
 
     def record(self) -> dict:
-        """What the result records (`training.graph_step`)."""
+        """What the result records (`recipe.graph_step_run`)."""
         return {
             "graphs": self.captured,
             "shapes": len(self.shapes),
