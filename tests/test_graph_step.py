@@ -7,6 +7,7 @@ eagerly give the eager step's numbers bit for bit. The capture itself needs a GP
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import pytest
@@ -142,3 +143,106 @@ def test_the_step_function_through_static_buffers_is_the_eager_step_bit_for_bit(
         s, t = eager_opt.state[p], graph_opt.state[q]
         assert torch.equal(s["exp_avg"], t["exp_avg"])
         assert torch.equal(s["exp_avg_sq"], t["exp_avg_sq"])
+
+
+class _SimulatedGraphs:
+    """CUDA graphs stood in for on the CPU: a capture records the step's static batch and runs
+    nothing (as a real capture runs no kernel); a replay runs the step on it and writes its
+    loss into the captured output. Streams are no-ops. What it checks is `GraphStep`'s own
+    bookkeeping: warm-up, capture, replay, static buffers, gradients kept, the fallback."""
+
+    def __init__(self, monkeypatch, fail_capture: bool = False):
+        self.capturing, self.fail, self.calls = False, fail_capture, []
+        sim = self
+
+        class Stream:
+            def __init__(self, *a, **k):
+                pass
+
+            def wait_stream(self, other):
+                pass
+
+        class Graph:
+            def replay(self):
+                sim.calls.append("replay")
+                self.out.copy_(sim.real(self.static))
+
+            def pool(self):
+                return ("pool",)
+
+        @contextlib.contextmanager
+        def graph(g, pool=None):
+            if sim.fail:
+                raise RuntimeError("operation not permitted when stream is capturing")
+            sim.capturing, sim.current = True, g
+            try:
+                yield
+            finally:
+                sim.capturing = False
+
+        monkeypatch.setattr(torch.cuda, "Stream", Stream)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: Stream())
+        monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+        monkeypatch.setattr(torch.cuda, "graph", graph)
+
+    def wrap(self, step: graph_step.GraphStep) -> None:
+        self.real = step.step
+
+        def stepped(static):
+            if self.capturing:
+                self.calls.append("capture")
+                g = self.current
+                g.static, g.out = static, torch.zeros(())
+                return g.out
+            self.calls.append("eager")
+            return self.real(static)
+
+        step.step = stepped
+
+
+@pytest.mark.parametrize("fail_capture", [False, True])
+def test_graph_steps_bookkeeping_gives_the_eager_steps_numbers(
+    tiny_models, monkeypatch, capfd, fail_capture
+):
+    """Eight steps over three shapes through `GraphStep.run` with graphs simulated on the
+    CPU: a shape's first step runs eagerly, its second is captured and replayed, the rest
+    replayed; losses and weights equal the eager loop's to the bit. A capture that fails
+    falls back to eager steps for the rest, in one line, and still equals them."""
+    sim = _SimulatedGraphs(monkeypatch, fail_capture)
+    recipe, kind, precision = Recipe(), KINDS["classification"], "fp32"
+    eager_model, graph_model = _model(tiny_models, "bert"), _model(tiny_models, "bert")
+    eager_opt = train.build_optimizer(eager_model, recipe, 1e-4)
+    graph_opt = graph_step.graph_optimizer(
+        train._param_groups(graph_model, recipe.weight_decay), recipe, 1e-4, CPU
+    )
+    step = graph_step.GraphStep(kind, graph_model, graph_opt,
+                                lambda: autocast(CPU, precision, cache=False), CPU, "tiny")  # fmt: skip
+    sim.wrap(step)
+    for i, batch in enumerate(_batches(5, [20, 40, 20, 70, 20, 40, 40, 70])):
+        rng = torch.get_rng_state()
+        eager_opt.zero_grad(set_to_none=True)
+        a = kind.train_step(eager_model, dict(batch), 1.0, lambda: autocast(CPU, precision))
+        eager_opt.step()
+        torch.set_rng_state(rng)
+        b = step.run(dict(batch)) if step.active(8, 8) else None  # as `train._graph_attempt`
+        if b is None:  # fell back: the caller's eager step, on the graph step's optimizer
+            graph_opt.zero_grad(set_to_none=False)
+            b = kind.train_step(graph_model, dict(batch), 1.0, lambda: autocast(CPU, precision))
+            graph_opt.step()
+        assert torch.equal(a, b), i
+        for p, q in zip(eager_model.parameters(), graph_model.parameters(), strict=True):
+            assert torch.equal(p, q), i
+    lines = [x for x in capfd.readouterr().err.splitlines() if "graph step off" in x]
+    if fail_capture:
+        assert sim.calls == ["eager", "eager"]  # the two warm-ups before the failed capture
+        assert step.record() == {"graphs": 0, "shapes": 2, "fallback": step.fallback}
+        assert step.fallback.startswith("capturing failed (RuntimeError: operation not")
+        assert lines == [f"warning: tiny: graph step off, eager steps from here on: "
+                         f"{step.fallback}"]  # fmt: skip
+        assert not step.active(8, 8)
+    else:
+        assert sim.calls == ["eager", "eager", "capture", "replay", "eager", "replay",
+                             "capture", "replay", "replay", "capture", "replay"]  # fmt: skip
+        assert step.record() == {"graphs": 3, "shapes": 3, "fallback": None}
+        assert lines == []

@@ -192,7 +192,8 @@ class GraphStep:
             loss = self.step(shape.static.fill(batch))
         current = torch.cuda.current_stream(self.device)
         current.wait_stream(side)
-        loss.record_stream(current)  # read on the current stream: not reused before that
+        if loss.is_cuda:  # read on the current stream: not reused before that
+            loss.record_stream(current)
         return loss
 
     def _capture(self, shape: _Shape, batch: dict) -> torch.Tensor | None:
