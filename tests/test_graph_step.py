@@ -246,3 +246,33 @@ def test_graph_steps_bookkeeping_gives_the_eager_steps_numbers(
                              "capture", "replay", "replay", "capture", "replay"]  # fmt: skip
         assert step.record() == {"graphs": 3, "shapes": 3, "fallback": None}
         assert lines == []
+
+
+def test_a_cell_through_the_simulated_graph_step_equals_the_eager_cell(
+    tiny_models, small_mirror, tmp_path, monkeypatch
+):
+    """The training loop's use of the graph step (`train._graph_setup`, `_graph_attempt`:
+    its optimizer, the learning rate a tensor, gradients kept, the first forward's kernel
+    watched) on the CPU with CUDA graphs simulated: the same scores, losses and dev history
+    as the eager cell, to the bit; what ran is recorded."""
+    eager = train.run_cell(_cell(tmp_path, tiny_models, small_mirror, "eager"))
+    sim = _SimulatedGraphs(monkeypatch)
+    made = []
+    post_init = graph_step.GraphStep.__post_init__
+
+    def wrapped(self):
+        post_init(self)
+        sim.wrap(self)
+        made.append(self)
+
+    monkeypatch.setattr(graph_step.GraphStep, "__post_init__", wrapped)
+    monkeypatch.setattr(graph_step, "unavailable", lambda *a: None)
+    graphed = train.run_cell(_cell(tmp_path, tiny_models, small_mirror, "graph", graph_step=True))
+    assert len(made) == 1 and "replay" in sim.calls and "capture" in sim.calls
+    run = graphed["recipe"]["graph_step_run"]
+    assert run["fallback"] is None and run["graphs"] >= 1 and run["shapes"] >= run["graphs"]
+    for key in ("dev", "report"):
+        assert graphed[key] == eager[key]
+    for key in ("dev_history", "final_loss", "steps", "best_step"):
+        assert graphed["training"][key] == eager["training"][key], key
+    assert graphed["recipe"]["attn_backend"] == eager["recipe"]["attn_backend"]
