@@ -276,3 +276,18 @@ def test_a_cell_through_the_simulated_graph_step_equals_the_eager_cell(
     for key in ("dev_history", "final_loss", "steps", "best_step"):
         assert graphed["training"][key] == eager["training"][key], key
     assert graphed["recipe"]["attn_backend"] == eager["recipe"]["attn_backend"]
+
+
+def test_a_resume_states_float_learning_rate_becomes_a_tensor_again():
+    """A resume state (from a cell with or without the setting) puts floats back into the
+    optimizer's groups; a float would be baked into a capture, so `hold_lr` makes each one a
+    tensor again, of the same value."""
+    model = torch.nn.Linear(3, 2)
+    opt = graph_step.graph_optimizer(train._param_groups(model, 0.1), Recipe(), 1e-4, CPU)
+    step = graph_step.GraphStep(KINDS["classification"], model, opt, lambda: None, CPU, "t")
+    for group, value in zip(opt.param_groups, (3e-5, 2e-5), strict=True):
+        group["lr"] = value
+    step.hold_lr()
+    rates = [g["lr"] for g in opt.param_groups]
+    assert all(isinstance(r, torch.Tensor) and r.dtype == torch.float64 for r in rates)
+    assert [r.item() for r in rates] == [3e-5, 2e-5]
