@@ -20,7 +20,7 @@ widths a few buckets) and replayed with the batch copied into its static input b
 
 Any failure to capture (an operation that syncs, an unsupported kernel, out of memory while
 capturing) falls back to the eager step for the rest of the cell with one line saying so,
-recorded in `training.graph_step`; so does a device without CUDA graphs (the CPU), a kind
+recorded in `recipe.graph_step_run`; so does a device without CUDA graphs (the CPU), a kind
 whose step is not one forward of the whole batch, and a step that needs gradient
 accumulation (a micro-batch smaller than the batch). The pieces that are not CUDA
 (`graph_mask`, `graph_optimizer`, `StaticBatch`, `step_function`) run on the CPU, where
