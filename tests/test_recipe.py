@@ -24,7 +24,9 @@ def test_every_recipe_entry_has_exactly_one_scope():
     )
     assert recipe_fields(MODEL) == ("mode", "attention", "pooling", "head_dropout",
                                     "body_dropout")  # fmt: skip
-    assert recipe_fields(CELL) == ("micro_batch", "pad_multiple", "compile", "deterministic")
+    assert recipe_fields(CELL) == (
+        "micro_batch", "pad_multiple", "compile", "graph_step", "deterministic"
+    )  # fmt: skip
 
 
 def test_signature_ignores_per_cell_entries_and_keeps_table_ones():

@@ -18,14 +18,14 @@ import stat
 import pytest
 import torch
 
-from encoder_eval.cells import batching, cell_config, train
+from encoder_eval.cells import batching, cell_config, devices, train
 from encoder_eval.cells.encoding import encode
 from encoder_eval.cells.kinds import KINDS
 from encoder_eval.core import comparability
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.protocol import Recipe, recipe_fields
 from encoder_eval.core.results import result_filename
-from encoder_eval.data.loaders import load_model
+from encoder_eval.data.loaders import LoadedModel, load_model
 from encoder_eval.data.task_loading import load_task
 
 FP32 = Recipe(max_steps=6, patience=3, max_seq_len=128, precision="fp32")
@@ -52,6 +52,20 @@ def _cell(root, tiny_models, small_mirror, name: str, **recipe) -> cell_config.C
         data_dir=str(small_mirror), out_json=str(root / name / result_filename(
             "tiny", "glue_rte", 1e-4, 45)),
     )  # fmt: skip
+
+
+def _watched(models: dict, widths: list) -> LoadedModel:
+    """The tiny BERT of `models` loaded as a cell loads it, with a forward pre-hook that
+    appends the width of every batch the model is given to `widths`; its head seeded as the
+    cell would seed it."""
+    devices.seed_everything(45)
+    loaded = load_model(str(models["bert"]), "auto", 2, "single_label_classification",
+                        max_seq_len=128, model_label="tiny")  # fmt: skip
+    loaded.model.register_forward_pre_hook(
+        lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape[-1]),
+        with_kwargs=True,
+    )
+    return loaded
 
 
 def test_bucket_width_rounds_up_to_the_multiple_within_the_cap():
@@ -95,8 +109,17 @@ def test_a_bucketed_cell_trains_and_scores_as_one_padded_to_its_longest_rows(
     """Six fp32 steps, their dev evaluations and the report split, with and without
     --pad-multiple 32 (no dropout: see `undropped`): the same scores, losses equal to float
     noise; the setting is recorded, and it is a cell entry, so the two cells compare."""
-    plain = train.run_cell(_cell(tmp_path, undropped, small_mirror, "plain"))
-    bucketed = train.run_cell(_cell(tmp_path, undropped, small_mirror, "b32", pad_multiple=32))
+    plain_widths, bucket_widths = [], []
+    plain = train.run_cell(_cell(tmp_path, undropped, small_mirror, "plain"),
+                           loaded=_watched(undropped, plain_widths))  # fmt: skip
+    bucketed = train.run_cell(_cell(tmp_path, undropped, small_mirror, "b32", pad_multiple=32),
+                              loaded=_watched(undropped, bucket_widths))  # fmt: skip
+    # The widths the model saw (training and evaluation): a multiple of 32 or the cap with
+    # the setting, the batches' own widths without it (so a setting cut off before it
+    # reaches the cell fails here).
+    assert bucket_widths and all(w % 32 == 0 or w == 128 for w in bucket_widths), bucket_widths
+    assert any(w % 32 for w in plain_widths), plain_widths
+    assert len(set(bucket_widths)) < len(set(plain_widths))
     assert bucketed["recipe"]["pad_multiple"] == 32 and plain["recipe"]["pad_multiple"] is None
     assert bucketed["dev"] == plain["dev"]
     assert bucketed["report"] == plain["report"]
@@ -122,7 +145,12 @@ def test_a_compiled_cell_on_the_cpu_scores_as_the_eager_one(tiny_models, small_m
     for a, b in zip(eager["training"]["dev_history"], compiled["training"]["dev_history"],
                     strict=True):  # fmt: skip
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-4)
-    assert comparability.cell_setup(compiled) == comparability.cell_setup(eager)
+    # A compiled cell runs inductor's kernels: no SDPA backend recorded, so it compares on
+    # the rest (`comparability.RECORDED_LATER`).
+    assert compiled["recipe"]["attn_backend"] is None and eager["recipe"]["attn_backend"]
+    setups = comparability.cell_setup(compiled), comparability.cell_setup(eager)
+    assert comparability.setup_differences(*setups, "has") == []
+    assert comparability.setup_differences(*setups[::-1], "has") == []
 
 
 def test_compile_without_a_cpp_compiler_is_a_one_line_error(tiny_models, small_mirror, tmp_path):

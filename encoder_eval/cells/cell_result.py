@@ -170,8 +170,17 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
         # Which attention kernels ran (sdpa, eager, flash_attention_2): a table never mixes
         # them within one model silently (`comparability.cell_setup`).
         "attn_implementation": attn_implementation(cell.model),
+        # The SDPA kernel torch chose for the first training forward (flash, mem_efficient,
+        # cudnn, math; eager: no SDPA call; None: compiled, or no step ran), compared as
+        # attn_implementation is, and the cuDNN attention variables in force (a CUDA cell
+        # sets TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1 unless the user set it: `cells/attention.py`).
+        "attn_backend": cell.attn_backend[0] if cell.attn_backend else None,
+        "attn_environment": cell.attn_environment,
         # torch.compile's mode when `compile` is on (reduce-overhead: CUDA graphs), else None.
         "compile_mode": cell.compile_mode,
+        # --graph-step: graphs captured, batch shapes met, and why it fell back to eager
+        # steps (null: it did not); None when off.
+        "graph_step_run": cell.graph.record() if cell.graph is not None else cell.graph_run,
         **cell.loaded.recorded,  # what the loader derived (decoder-adapted: pair separator, ...)
     }
     return CellResult(

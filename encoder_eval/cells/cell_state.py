@@ -24,6 +24,7 @@ from encoder_eval.cells.cell_config import (
 )
 from encoder_eval.cells.devices import _release_cached_memory
 from encoder_eval.cells.encoding import Encoded, autocast
+from encoder_eval.cells.graph_step import GraphStep
 from encoder_eval.cells.kinds import Kind
 from encoder_eval.cells.resume import _LoopState
 from encoder_eval.core import device as gpu
@@ -90,6 +91,14 @@ class _Cell:
     t0: float
     shapes: Shapes = field(default_factory=Shapes)  # bucketed widths, CUDA graphs
     compile_mode: str | None = None  # torch.compile's mode (`Recipe.compile`), else None
+    # The SDPA kernel of the first training forward (`attention.observe_backend`; empty until
+    # it ran, and with --compile), and the cuDNN attention variables in force.
+    attn_backend: list[str] = field(default_factory=list)
+    attn_environment: dict[str, str] = field(default_factory=dict)
+    # --graph-step: the cell's graph step (None: off, or fallen back before its first step),
+    # and what the result records of it (`recipe.graph_step_run`).
+    graph: GraphStep | None = None
+    graph_run: dict | None = None
     dev_eval_seconds: float = 0.0  # time spent scoring dev, in the loop and at the end
     reporter: trackers.Reporter | None = None  # --report-to: the cell's tracker runs
 

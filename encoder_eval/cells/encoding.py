@@ -116,8 +116,10 @@ def encode_cached(
     return enc
 
 
-def autocast(device: torch.device, precision: str):
-    """bf16 autocast on `device`, or none for fp32: the one place precision becomes a context."""
+def autocast(device: torch.device, precision: str, cache: bool = True):
+    """bf16 autocast on `device`, or none for fp32: the one place precision becomes a context.
+    `cache` False: no cache of cast weights (a CUDA graph's capture needs it off; the same
+    numbers)."""
     if precision == "fp32":
         return torch.autocast(device.type, enabled=False)
-    return torch.autocast(device.type, dtype=torch.bfloat16)
+    return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache)

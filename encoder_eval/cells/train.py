@@ -21,13 +21,15 @@ import math
 import random
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from encoder_eval.cells import trackers
+from encoder_eval.cells import graph_step, trackers
+from encoder_eval.cells.attention import apply_sdpa_environment, observe_backend
 from encoder_eval.cells.batching import (
     EVAL_BATCH_SIZE,
     Shapes,
@@ -297,6 +299,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     recipe = cfg.recipe
     check_bf16(device, recipe.precision)
     apply_deterministic(recipe.deterministic)
+    attn_environment = apply_sdpa_environment(device)  # before the first CUDA attention
     peak_scope = reset_peak_memory(device)  # the cell's own peak, from its data and model on
     note = _Progress(cfg.progress, None, _label(cfg)).note  # what happens before step 1
     eval_batch = recipe.eval_batch_size or EVAL_BATCH_SIZE.get(device.type, EVAL_BATCH_SIZE["cuda"])
@@ -344,6 +347,10 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
                 f"--pad-multiple needs an attention mask to hide the padding, and {cfg.model_key}"
                 f"'s inputs are {', '.join(loaded.input_names)}: run it without --pad-multiple"
             )
+    if recipe.graph_step and recipe.compile:
+        raise HarnessError(
+            "--graph-step and --compile are two ways to replay CUDA graphs: use one of them"
+        )
     compile_mode = compile_model(model, device) if recipe.compile else None
     cpu.warn_slow_bf16(device.type, recipe.precision)  # before the first step
     prov = {
@@ -405,6 +412,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
         t0=t0,
         shapes=Shapes(recipe.pad_multiple, max_len, graphs=compile_mode == "reduce-overhead"),
         compile_mode=compile_mode,
+        attn_environment=attn_environment,
     )
 
 
@@ -433,8 +441,10 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
     stop signal, save a resumable state (with --out-json) and raise Preempted/Interrupted."""
     cfg, recipe, model, kind = cell.cfg, cell.cfg.recipe, cell.model, cell.kind
     enc_train, max_steps = cell.enc_train, cell.max_steps
-    optimizer = build_optimizer(model, recipe, cfg.lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cell.warmup, max_steps))
+    optimizer = _graph_setup(cell) if recipe.graph_step else None
+    optimizer = optimizer or build_optimizer(model, recipe, cfg.lr)
+    schedule = _lr_lambda(cell.warmup, max_steps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     data_rng = random.Random(cfg.seed)
     label = _label(cfg)
     progress = _Progress(cfg.progress, max_steps, label)
@@ -445,6 +455,8 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
     signature = _signature(cfg, cell.loaded.revision)
     if resume_path is not None and resume_path.exists():
         st = _restore(resume_path, signature, model, optimizer, scheduler, data_rng, st, label)
+        if cell.graph is not None:
+            cell.graph.hold_lr()
     diverged_at = None
     pending: list[_Pending] = []
     in_precision = lambda: autocast(cell.device, recipe.precision)  # noqa: E731
@@ -477,6 +489,8 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
             st.epoch += 1
         idx = st.batches.pop(0)
         lr = scheduler.get_last_lr()[0]
+        if isinstance(lr, torch.Tensor):  # the graph step's device tensor: not read back
+            lr = cfg.lr * schedule(st.step)
         step_loss = _step_fitting_memory(cell, st, idx, optimizer, in_precision, label)
         scheduler.step()
         st.step += 1
@@ -533,6 +547,49 @@ def _read_losses(
     return diverged_at
 
 
+def _graph_setup(cell: _Cell) -> torch.optim.Optimizer | None:
+    """--graph-step: the cell's `GraphStep` and its optimizer (capturable fused AdamW, the
+    learning rate a device tensor); None where it cannot run (`graph_step.unavailable`: the
+    cell runs eagerly, bit for bit as without the setting, saying so in one line)."""
+    cfg, recipe = cell.cfg, cell.cfg.recipe
+    why = graph_step.unavailable(cell.device, cell.kind, cell.model)
+    if why is not None:
+        cell.graph_run = {"graphs": 0, "shapes": 0, "fallback": why}
+        print(
+            f"warning: {_label(cfg)}: --graph-step: {why}; eager steps (recorded in "
+            "recipe.graph_step_run)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    groups = _param_groups(cell.model, recipe.weight_decay)
+    optimizer = graph_step.graph_optimizer(groups, recipe, cfg.lr, cell.device)
+    in_precision = lambda: autocast(cell.device, recipe.precision, cache=False)  # noqa: E731
+    cell.graph = graph_step.GraphStep(
+        cell.kind, cell.model, optimizer, in_precision, cell.device, _label(cfg)
+    )
+    return optimizer
+
+
+def _graph_attempt(cell: _Cell, idx: list, micro: int) -> tuple[torch.Tensor, int] | None:
+    """The step of the batch `idx` through the cell's graph step (`GraphStep.run`), with its
+    real tokens; None where it does not run (off, fallen back, accumulation): the eager step
+    then runs."""
+    graph = cell.graph
+    if graph is None or not graph.active(len(idx), micro):
+        return None
+    kind, enc = cell.kind, cell.enc_train
+    batch = cell.shapes.pad(
+        kind.collate_units(enc, idx, cell.pad_id, cell.device), enc, cell.pad_id
+    )
+    watch = not cell.attn_backend  # the first step: a shape's first meeting runs eagerly
+    with observe_backend(cell.model, cell.attn_backend) if watch else nullcontext():
+        loss = graph.run(batch)
+    if loss is None:
+        return None
+    return loss, sum(enc.lengths[i] for u in idx for i in kind.members(u))
+
+
 def _accumulate(
     cell: _Cell, idx: list, micro: int, in_precision: Autocast
 ) -> tuple[torch.Tensor, int]:
@@ -547,7 +604,9 @@ def _accumulate(
             kind.collate_units(enc, sub, cell.pad_id, cell.device), enc, cell.pad_id
         )
         cell.shapes.step_begin()
-        loss = kind.train_step(cell.model, batch, len(sub) / len(idx), in_precision)
+        watch = not cell.attn_backend and cell.compile_mode is None  # the first forward
+        with observe_backend(cell.model, cell.attn_backend) if watch else nullcontext():
+            loss = kind.train_step(cell.model, batch, len(sub) / len(idx), in_precision)
         step_loss = loss if step_loss is None else step_loss + loss
         tokens += sum(enc.lengths[i] for u in sub for i in kind.members(u))
     return step_loss, tokens
@@ -569,9 +628,14 @@ def _step_fitting_memory(
     rng = _rng_state(cell.device)
     while True:
         micro = st.micro or cell.micro
-        optimizer.zero_grad(set_to_none=True)
+        # The graph step keeps the gradients at their addresses (`graph_step`): zeroed there.
+        optimizer.zero_grad(set_to_none=cell.graph is None)
         in_optimizer = False
         try:
+            graphed = _graph_attempt(cell, idx, micro)
+            if graphed is not None:
+                st.real_tokens += graphed[1]
+                return graphed[0]
             step_loss, tokens = _accumulate(cell, idx, micro, in_precision)
             in_optimizer = True
             optimizer.step()
@@ -597,8 +661,11 @@ def _step_fitting_memory(
                 )
                 raise
         # Outside the except block, so the failed attempt's graph (held by the traceback) is
-        # already freed; its gradients go now.
+        # already freed; its gradients go now (and with them the addresses a graph step's
+        # graphs write to: it runs eagerly from here on).
         optimizer.zero_grad(set_to_none=True)
+        if cell.graph is not None and cell.graph.fallback is None:
+            cell.graph.give_up("out of memory: micro-batches from here on")
         _release_cached_memory(cell.device)
         _set_rng_state(cell.device, rng)
         st.micro = _smaller_divisor(cell.cfg.recipe.batch_size, min(micro, len(idx)) // 2)

@@ -23,7 +23,7 @@ PROBE_SETUP_KEYS = ("k_folds", "seed", "standardize")
 RECEIPT_FREE_KEYS = ("lr_source",)
 # Setup entries that results written before they were recorded lack: compared only between
 # two setups that both record them (`setup_differences`).
-RECORDED_LATER = ("attn_implementation",)
+RECORDED_LATER = ("attn_implementation", "attn_backend")
 
 
 def recipe_signature(data: dict) -> dict:
@@ -47,11 +47,13 @@ def cell_setup(data: dict) -> dict:
     recipe = data.get("recipe") or {}
     provenance = data.get("provenance") or {}
     attention = recipe.get("attn_implementation")  # (`RECORDED_LATER`)
+    backend = recipe.get("attn_backend")  # (`RECORDED_LATER`; None: compiled, or unknown)
     return {
         "model_revision": provenance.get("model_revision"),
         "mode": loader_label(recipe),  # the mode, with the decoder-adapted settings
         "trust_remote_code": provenance.get("trust_remote_code"),
         **({} if attention is None else {"attn_implementation": attention}),
+        **({} if backend is None else {"attn_backend": backend}),
         "selection_split": recipe.get("selection_split"),
         "data_identity": data_identity(provenance),
         "recipe": recipe_signature(data),

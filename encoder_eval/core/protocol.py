@@ -235,6 +235,18 @@ class Recipe:
         "the same random numbers as without it",
     )
 
+    # One CUDA graph of the whole training step per batch shape, without torch.compile
+    # (cells/graph_step.py): the same arithmetic, replayed; eager where it cannot run.
+    graph_step: bool = _entry(
+        False,
+        scope=CELL,
+        checked=False,
+        flag="--graph-step",
+        help="a speed setting: capture one CUDA graph of the whole training step per batch "
+        "shape (best with --pad-multiple 32) and replay it; falls back to eager steps, "
+        "saying so in one line, where it cannot (the CPU, a failed capture)",
+    )
+
     # Deterministic algorithms (torch.use_deterministic_algorithms, cuDNN without autotuning,
     # CUBLAS_WORKSPACE_CONFIG=:4096:8): a GPU rerun then repeats bit for bit, at some speed.
     # Which kernels run, not what is computed: free per cell, like compile.

@@ -434,9 +434,10 @@ def validate_result(obj: Any) -> list[str]:
             f"recipe.selection_split is {quote(obj['recipe'].get('selection_split'))}, "
             f"expected one of {SELECTION_SPLITS}"
         )
-    attention = obj["recipe"].get("attn_implementation")  # absent before issue 38
-    if attention is not None and not isinstance(attention, str):
-        errors.append(f"recipe.attn_implementation is {quote(attention)}, not a string or null")
+    for key in ("attn_implementation", "attn_backend"):  # absent before issues 38 and 49
+        attention = obj["recipe"].get(key)
+        if attention is not None and not isinstance(attention, str):
+            errors.append(f"recipe.{key} is {quote(attention)}, not a string or null")
     data = obj["provenance"].get("data")
     if not isinstance(data, dict) or not isinstance(data.get("identity"), str):
         errors.append("provenance.data.identity missing (the data source the cell read)")

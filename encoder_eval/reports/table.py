@@ -227,6 +227,7 @@ def _recipe_problems(cells: list[LoadedResult]) -> list[Problem]:
     by_loader: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     by_data: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     by_attn: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    by_backend: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for c in cells:
         setup = cell_setup(c.data)
         sig = dict(setup["recipe"])
@@ -240,6 +241,8 @@ def _recipe_problems(cells: list[LoadedResult]) -> list[Problem]:
         by_data[c.cell["task"]][setup["data_identity"]].append(c)
         if "attn_implementation" in setup:  # (results that predate it do not record it)
             by_attn[c.cell["model"]][setup["attn_implementation"]].append(c)
+        if "attn_backend" in setup:  # (nor this, before issue 49)
+            by_backend[c.cell["model"]][setup["attn_backend"]].append(c)
     if len(by_precision) > 1:
         problems.append(_group_disagreement("precision", "precision", by_precision))
     if len(by_split) > 1:
@@ -259,6 +262,7 @@ def _recipe_problems(cells: list[LoadedResult]) -> list[Problem]:
         ("model_revision", "{}'s model revision", by_rev),
         ("loader", "{}'s loader", by_loader),
         ("loader", "{}'s attention implementation", by_attn),
+        ("loader", "{}'s attention kernel (SDPA backend)", by_backend),
         ("data_identity", "{}'s data", by_data),
     ):
         for name, groups in per.items():
