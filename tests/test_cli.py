@@ -157,6 +157,7 @@ PYTHON_M_ALLOWED = {
     "encoder_eval/plans/emit.py": "docstrings of the scripts and the Slurm template contract",
     "encoder_eval/plans/plan.py": "a unit's arguments, as the scripts pass them",
     "encoder_eval/sweep.py": "the run line a probe sweep's Slurm template needs",
+    "encoder_eval/core/gpu_share.py": "what run_all.sh --gpus runs to pick K (no console script)",
 }
 
 
