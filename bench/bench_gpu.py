@@ -9,7 +9,7 @@ the harness's `decoder-adapted` mode builds it (`loaders.PooledClassifier`): the
 parameter count and matmul shapes, not EuroBERT's own code.
 
 Each run is the protocol's cell step: fp32 master weights, bf16 autocast, batch 32,
-sequences truncated to 256 tokens, the harness's own pieces (`batching._epoch_batches`,
+sequences truncated to 256 tokens, the harness's own pieces (`batching.epoch_batches`,
 `kinds.Kind.collate_units` and `train_step`, `train.build_optimizer`, the linear schedule,
 `loaders.output_layer_in_fp32`, `cell_state.predict`). Token ids are random; their lengths are
 real: texts sampled from a task of the data mirror (`--task`, default glue_rte; pairs
@@ -621,7 +621,7 @@ def run_pass(args, device, peak: float, train_lengths: list[int], eval_lengths: 
             enc_eval = encoded(eval_lengths, config.vocab_size, pad_id, args.seed + 1, NUM_LABELS)
             order = "random" if variant == "random_batches" else "length-grouped"
             recipe = Recipe(batch_size=args.batch_size, batching=order)
-            batches = batching._epoch_batches(enc, train.kind_for("single_label_classification"),
+            batches = batching.epoch_batches(enc, train.kind_for("single_label_classification"),
                                            recipe, random.Random(args.seed))[:n_batches]  # fmt: skip
             flops, n_nonemb = flops_per_example(model, config, model_type)
             if who == "ours":
@@ -682,7 +682,7 @@ def warm_shapes(args, name: str, device, train_lengths: list[int], eval_lengths:
     batches = []
     for order in ("length-grouped", "random"):
         recipe = Recipe(batch_size=args.batch_size, batching=order)
-        batches += batching._epoch_batches(enc, train.kind_for("single_label_classification"),
+        batches += batching.epoch_batches(enc, train.kind_for("single_label_classification"),
                                            recipe, random.Random(args.seed))[: args.warmup + args.steps]  # fmt: skip
     run_ours(model, enc, enc_eval, batches, device, "harness", len(batches) - 1, args.lr, pad_id)
     del model

@@ -12,7 +12,7 @@ What a step then costs is nearly all host work: Python, dispatch, autocast casts
 call, the loop's bookkeeping.
 
 Six configurations, each on the same batches (the cell's own first-epoch batches, captured
-from `train._epoch_batches`, token ids and all), bf16 autocast (--precision), AdamW with the recipe's
+from `train.epoch_batches`, token ids and all), bf16 autocast (--precision), AdamW with the recipe's
 settings, no gradient clipping (the recipe clips nothing, so Trainer gets max_grad_norm=0):
 
   ours     `encoder_eval.cells.train.run_cell(CellConfig(...))` as users get it: phase select,
@@ -186,7 +186,7 @@ def run_ours(args, ckpt: Path, clock: StepClock, capture: dict | None,
     from encoder_eval.cells import cell_config, train
     from encoder_eval.core.protocol import Recipe
 
-    real = train._epoch_batches
+    real = train.epoch_batches
     speed = {k: args.pad_multiple if k == "pad_multiple" else v for k, v in OURS[config].items()}
 
     def recording(enc, kind, recipe, rng):
@@ -201,12 +201,12 @@ def run_ours(args, ckpt: Path, clock: StepClock, capture: dict | None,
                            recipe=Recipe(max_steps=args.steps, early_stop=False,
                                          precision=args.precision, **speed),
                            data_dir=args.data_dir, device="cpu", progress="quiet")  # fmt: skip
-    train._epoch_batches = recording
+    train.epoch_batches = recording
     try:
         with clock.running():
             result = train.run_cell(cfg)
     finally:
-        train._epoch_batches = real
+        train.epoch_batches = real
     evaluated = {h["step"] for h in result["training"]["dev_history"]}
     return clock.step_times(args.skip, evaluated), {
         "steps": result["training"]["steps"],

@@ -3,7 +3,7 @@
 
 Each configuration runs in a fresh process (so its peak resident memory, `ru_maxrss`, is its
 own) on the same training batches: the first --steps batches of the cell's first epoch,
-drawn as the cell draws them (`batching._epoch_batches` with `random.Random(--seed)`): 32
+drawn as the cell draws them (`batching.epoch_batches` with `random.Random(--seed)`): 32
 query groups a step, each one relevant passage and up to 35 sampled negatives. The ms_marco
 mirror holds 20 BM25 candidates a query; so that a group has the protocol's 36 pairs
 (1,152 a step), --group-size 36 (the default) runs every configuration on a copy of the
@@ -99,7 +99,7 @@ def _setup(args):
     enc = kinds.with_rank_columns(
         encoding.encode(tok, train_split, recipe.max_seq_len, names), train_split
     )
-    batches = batching._epoch_batches(enc, kind, recipe, random.Random(args.seed))[: args.steps]
+    batches = batching.epoch_batches(enc, kind, recipe, random.Random(args.seed))[: args.steps]
     return data, recipe, kind, enc, batches
 
 

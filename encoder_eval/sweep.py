@@ -61,7 +61,6 @@ import sys
 from encoder_eval.core.errors import EXIT_OK, ArgumentParser, report_errors
 from encoder_eval.core.protocol import PHASES, PROBE_PHASE, SWEEP_PHASES
 from encoder_eval.data.models import MODEL_REGISTRY
-from encoder_eval.plans import emit as _emit
 from encoder_eval.plans import experiment, sweep_config
 from encoder_eval.plans.arguments import (
     add_emit_arguments,
@@ -125,13 +124,6 @@ __all__ = [
     "resolve_tasks",
     "split_csv",
 ]
-
-
-# Internals the tests reach (`sweep._job_name`, `sweep._split_template_header`).
-_job_name = _emit._job_name
-
-
-_split_template_header = _emit._split_template_header
 
 
 def build_parser() -> argparse.ArgumentParser:

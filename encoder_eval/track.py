@@ -46,7 +46,7 @@ from encoder_eval.plans.tracking import (
     evaluate_checkpoint,
     read_checkpoints,
 )
-from encoder_eval.plans.tracking import _check_dir as _check_dir
+from encoder_eval.plans.tracking import check_checkpoint_dir as check_checkpoint_dir
 from encoder_eval.reports.tracking import (
     DEFAULT_HORIZON,
     DEFAULT_NOISE_ALPHA,
@@ -216,7 +216,7 @@ def _receipt_target(args: argparse.Namespace) -> Checkpoint:
         else:
             others = load_receipts(args.out_dir)
             index = others[-1].checkpoint_index + 1 if others else 0
-    return Checkpoint(cid, _check_dir(cid, path), index)
+    return Checkpoint(cid, check_checkpoint_dir(cid, path), index)
 
 
 def build_parser() -> ArgumentParser:

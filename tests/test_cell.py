@@ -123,7 +123,7 @@ def test_autocast_bf16_activations_with_fp32_weights_and_state(tiny_models, smal
     train_split = load_task("glue_rte", small_mirror)[0]
     enc = encoding.encode(loaded.tokenizer, train_split, 64, loaded.input_names)
     kind = KINDS["classification"]
-    batch = batching._collate(enc, list(range(8)), loaded.tokenizer.pad_token_id, "cpu", kind)
+    batch = batching.collate_batch(enc, list(range(8)), loaded.tokenizer.pad_token_id, "cpu", kind)
     labels = batch.pop("labels")
     optimizer = train.build_optimizer(model, Recipe(), 1e-4)
     with encoding.autocast(torch.device("cpu"), "bf16-autocast"):
@@ -147,7 +147,7 @@ def test_output_layer_runs_in_fp32_so_regression_predictions_are_not_rounded(tin
     with torch.no_grad():
         loaded.model.classifier.bias.fill_(2.5)  # bf16 would round outputs here to 1/64 steps
     with encoding.autocast(torch.device("cpu"), "bf16-autocast"):
-        batch = batching._collate(enc, list(range(40)), loaded.tokenizer.pad_token_id, "cpu",
+        batch = batching.collate_batch(enc, list(range(40)), loaded.tokenizer.pad_token_id, "cpu",
                                KINDS["regression"])  # fmt: skip
         batch.pop("labels")
         logits = loaded.model(**batch).logits
@@ -272,7 +272,7 @@ def test_sigterm_saves_state_and_the_rerun_matches_an_uninterrupted_run(
     cfg = cell(tmp_path / "cut", tiny_models["bert"], data_dir=str(small_mirror), recipe=recipe,
                out_json=str(tmp_path / "cut" / "cell.json"))  # fmt: skip
     calls = {"n": 0}
-    real_collate = cell_state._collate
+    real_collate = cell_state.collate_batch
 
     def collate_then_sigterm(*args, **kwargs):
         calls["n"] += 1
@@ -280,10 +280,10 @@ def test_sigterm_saves_state_and_the_rerun_matches_an_uninterrupted_run(
             os.kill(os.getpid(), signal.SIGTERM)
         return real_collate(*args, **kwargs)
 
-    monkeypatch.setattr(cell_state, "_collate", collate_then_sigterm)
+    monkeypatch.setattr(cell_state, "collate_batch", collate_then_sigterm)
     with pytest.raises(train.Preempted):
         train.run_cell(cfg)
-    monkeypatch.setattr(cell_state, "_collate", real_collate)
+    monkeypatch.setattr(cell_state, "collate_batch", real_collate)
     assert not (tmp_path / "cut" / "cell.json").exists()
     resume = tmp_path / "cut" / ".resume-cell.json.pt"
     assert resume.exists()

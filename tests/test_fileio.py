@@ -101,8 +101,8 @@ KILLED_WRITER = textwrap.dedent(
         tokencache.store(directory, "k" * 64, {"input_ids": [[1, 2]]}, [0])
     elif kind == "plot":
         from encoder_eval.reports import plots
-        fig = plots._new_figure(2, 2)
-        plots._save(fig, directory / "scores.png")
+        fig = plots.new_figure(2, 2)
+        plots.save_png(fig, directory / "scores.png")
     """
 )
 

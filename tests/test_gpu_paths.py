@@ -347,7 +347,7 @@ def test_evaluation_runs_its_widest_batch_first_and_keeps_the_split_order(
 
 def test_the_best_weights_are_copied_into_the_earlier_copy(tiny_models):
     model = load_model(str(tiny_models["bert"]), "auto", 2, "single_label_classification").model
-    st = resume._LoopState()
+    st = resume.LoopState()
     train.keep_best_weights(st, model.state_dict())
     first = {k: v.data_ptr() for k, v in st.best_state.items()}
     with torch.no_grad():

@@ -59,9 +59,9 @@ def test_ctrl_c_stops_run_all_at_the_running_unit_and_says_how_to_resume(
 def test_the_first_stop_signal_is_acknowledged_at_once_and_only_once(capfd):
     """A slow step may take minutes to end: the first signal is answered on stderr when it
     arrives, not when the state is saved; a second one adds nothing."""
-    from encoder_eval.cells.resume import _stop_requests
+    from encoder_eval.cells.resume import stop_requests
 
-    with _stop_requests() as stop:
+    with stop_requests() as stop:
         os.kill(os.getpid(), signal.SIGINT)  # a real signal to this process's handler
         assert stop.signal == signal.SIGINT
         assert capfd.readouterr().err == (

@@ -8,6 +8,7 @@ import-linter builds, imports inside functions included) what the contract canno
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -110,3 +111,70 @@ def test_no_module_is_over_a_thousand_lines() -> None:
     }
     over = {path: n for path, n in sizes.items() if n > MAX_MODULE_LINES}
     assert not over, f"modules over {MAX_MODULE_LINES} lines (split them): {over}"
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_imports(root: Path) -> list[str]:
+    """Every use of another module's private name in the package under `root`: `from
+    encoder_eval.x import _y`, and `x._y` where `x` names an imported encoder_eval module
+    (`import encoder_eval.x as x`, `from encoder_eval import x`); dunder names are public."""
+    package = root / "encoder_eval"
+
+    def module_of(path: Path) -> str:
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    def is_module(name: str) -> bool:
+        rel = Path(*name.split("."))
+        return (root / rel).with_suffix(".py").is_file() or (root / rel / "__init__.py").is_file()
+
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        here = module_of(path)
+        package_of_here = here if path.name == "__init__.py" else here.rpartition(".")[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names: dict[str, str] = {}  # local name -> the encoder_eval module it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                source = node.module or ""
+                if node.level:
+                    base = package_of_here.split(".")[
+                        : len(package_of_here.split(".")) - node.level + 1
+                    ]
+                    source = ".".join(base + ([source] if source else []))
+                if source.split(".")[0] != "encoder_eval":
+                    continue
+                for alias in node.names:
+                    if _is_private(alias.name) and source != here:
+                        found.append(
+                            f"{path.relative_to(root)}:{node.lineno}: {source}.{alias.name}"
+                        )
+                    if is_module(f"{source}.{alias.name}"):
+                        names[alias.asname or alias.name] = f"{source}.{alias.name}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "encoder_eval":
+                        bound = alias.asname or alias.name.split(".")[0]
+                        names[bound] = alias.name if alias.asname else "encoder_eval"
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and _is_private(node.attr)):
+                continue
+            chain, value = [], node.value
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in names:
+                owner = ".".join([names[value.id], *reversed(chain)])
+                if owner != here and is_module(owner):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {owner}.{node.attr}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    """A name with a leading underscore is its module's own (issue 51): what another module
+    needs is public, with a docstring saying what it is, so a module's private names can
+    change without reading the rest of the package. Tests may still reach private names."""
+    assert private_imports(REPO) == []

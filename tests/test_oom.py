@@ -143,8 +143,8 @@ def test_out_of_memory_at_a_micro_batch_of_1_re_raises_saying_so(
 
 
 def test_the_halved_micro_batch_still_divides_the_effective_batch():
-    assert batching._smaller_divisor(32, 16) == 16
-    assert batching._smaller_divisor(24, 6) == 6
-    assert batching._smaller_divisor(24, 5) == 4  # 24 / 5 would leave a remainder
-    assert batching._smaller_divisor(7, 3) == 1
-    assert batching._smaller_divisor(32, 0) == 1
+    assert batching.smaller_divisor(32, 16) == 16
+    assert batching.smaller_divisor(24, 6) == 6
+    assert batching.smaller_divisor(24, 5) == 4  # 24 / 5 would leave a remainder
+    assert batching.smaller_divisor(7, 3) == 1
+    assert batching.smaller_divisor(32, 0) == 1

@@ -415,7 +415,7 @@ def test_the_lr_plots_show_dev_scores_x100_as_the_table(tmp_path, monkeypatch):
     """Issue 40 item 15: the LR plot's y axis is the dev score x100, labelled as the score
     chart's ("as in the table"), not the raw 0.385-0.415."""
     figures = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path, **kw: figures.append(fig))
+    monkeypatch.setattr(plots, "save_png", lambda fig, path, **kw: figures.append(fig))
     results = [make_result("m", "glue_rte", key, seed, "select", score)
                for key, base in (("lr03", 0.385), ("lr06", 0.41))
                for seed, score in zip(SELECT_SEEDS, (base, base + 0.005, base - 0.005), strict=True)]  # fmt: skip

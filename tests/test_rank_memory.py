@@ -159,7 +159,7 @@ def test_a_ranking_cell_forwards_bounded_pieces(tiny_bert, rank_mirror, monkeypa
     split = load_task("ms_marco", rank_mirror)[0]
     enc = kinds.with_rank_columns(encoding.encode(loaded.tokenizer, split, MAX_LEN,
                                                loaded.input_names), split)  # fmt: skip
-    drawn = batching._epoch_batches(enc, kind, recipe, random.Random(45))[:2]
+    drawn = batching.epoch_batches(enc, kind, recipe, random.Random(45))[:2]
     assert sum(rows for rows, _ in shapes) == sum(len(u) for b in drawn for u in b)
 
 

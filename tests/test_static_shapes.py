@@ -91,8 +91,8 @@ def test_bucket_padding_leaves_every_real_logit_as_it_was(family, tiny_models, s
                if enc.lengths[by_length[k + 7]] % 32 and enc.lengths[by_length[k]] < 100)  # fmt: skip
     kind = KINDS["classification"]
     shapes = batching.Shapes(32, 128)
-    plain = batching._collate(enc, idx, tok.pad_token_id, "cpu", kind)
-    bucketed = batching._collate(enc, idx, tok.pad_token_id, "cpu", kind, shapes)
+    plain = batching.collate_batch(enc, idx, tok.pad_token_id, "cpu", kind)
+    bucketed = batching.collate_batch(enc, idx, tok.pad_token_id, "cpu", kind, shapes)
     width = plain["input_ids"].shape[1]
     assert bucketed["input_ids"].shape[1] == batching.bucket_width(width, 32, 128) > width
     assert (bucketed["input_ids"][:, width:] == tok.pad_token_id).all()

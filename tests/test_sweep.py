@@ -24,7 +24,7 @@ from encoder_eval.core.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
 from encoder_eval.core.results import result_filename
 from encoder_eval.data import models
 from encoder_eval.data.tasks import MULTILINGUAL_TASKS
-from encoder_eval.plans import selection
+from encoder_eval.plans import emit, selection
 
 RECIPE = ["--weight-decay", "0.1", "--adam-beta2", "0.95", "--early-stop", "--patience", "3",
           "--epoch-cap", "20", "--bsz", "32"]  # fmt: skip
@@ -616,7 +616,7 @@ def test_slurm_does_not_resubmit_queued_cells(tmp_path, fake_slurm):
                             tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42, 43])  # fmt: skip
     emitted = sweep.emit_slurm(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl, group="cell"))
     queue = tmp_path / "queue.txt"
-    queue.write_text(sweep._job_name(plan, plan.cells[:1]) + "\n")
+    queue.write_text(emit.slurm_job_name(plan, plan.cells[:1]) + "\n")
     proc = subprocess.run(["bash", str(emitted.script)], env={**env, "FAKE_QUEUE": str(queue)},
                           capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
     assert "submitted 1 job(s); 0 cell(s) already done; 1 cell(s) already queued" in proc.stdout
@@ -784,7 +784,7 @@ def test_slurm_array_refuses_values_with_newlines(tmp_path, fake_slurm):
 def test_example_template_follows_the_contract():
     text = (Path(__file__).resolve().parents[1] / "examples" / "slurm_template.sh").read_text()
     assert text.startswith("#!/bin/bash") and 'python -m encoder_eval.run "$@"' in text
-    head, body = sweep._split_template_header(text)
+    head, body = emit.split_template_header(text)
     assert "#SBATCH --gres=gpu:1" in head and body.lstrip().startswith("set -euo pipefail")
 
 

@@ -1,5 +1,5 @@
 """How a cell forms its batches: one epoch of training batches (length-grouped or random,
-`train_batches`, `_epoch_batches`), a batch's tensors (`_collate`), their widths bucketed for a
+`train_batches`, `epoch_batches`), a batch's tensors (`collate_batch`), their widths bucketed for a
 compiled model (`Shapes`, `bucket_width`), the evaluation batch by device and the micro-batch
 an out-of-memory retry falls back to."""
 
@@ -16,7 +16,7 @@ from encoder_eval.cells.kinds import Kind
 from encoder_eval.core.protocol import Recipe
 
 
-def _collate(
+def collate_batch(
     enc: Encoded, idx: list[int], pad_id: int, device, kind: Kind, shapes: Shapes | None = None
 ) -> dict:
     """The batch of examples `idx` for `kind` (the one call `predict` batches through, so a
@@ -94,13 +94,13 @@ def train_batches(lengths: list[int], batch_size: int, rng: random.Random, group
 EVAL_BATCH_SIZE = {"cuda": 128, "cpu": 16}
 
 
-def _smaller_divisor(batch_size: int, most: int) -> int:
+def smaller_divisor(batch_size: int, most: int) -> int:
     """The largest divisor of `batch_size` that is at most `most` (at least 1): a micro-batch
     that still cuts every full batch evenly."""
     return next(d for d in range(max(1, most), 0, -1) if batch_size % d == 0)
 
 
-def _epoch_batches(enc: Encoded, kind: Kind, recipe: Recipe, rng: random.Random) -> list[list]:
+def epoch_batches(enc: Encoded, kind: Kind, recipe: Recipe, rng: random.Random) -> list[list]:
     """One epoch of training batches of the kind's units (examples, or query groups), each
     batch `recipe.batch_size` units, length-grouped by a unit's tokens unless the recipe
     says random; deterministic given `rng`."""

@@ -61,11 +61,14 @@ class CellConfig:
                       seed=self.seed, phase=self.phase)  # fmt: skip
 
 
-def _label(cfg: CellConfig) -> str:
+def cell_label(cfg: CellConfig) -> str:
+    """The cell's name in messages (`model/task/lr key/s<seed>`), one spelling in every line."""
     return f"{cfg.model_key}/{cfg.task}/{lr_key(cfg.lr)}/s{cfg.seed}"
 
 
-def _resume_path(out_json: str | None) -> Path | None:
+def resume_state_path(out_json: str | None) -> Path | None:
+    """Where a stopped cell saves its state beside its result file (None without one), so a
+    rerun of the same command finds it."""
     if not out_json:
         return None
     path = Path(out_json)
@@ -96,7 +99,7 @@ def derived_names(out_json: str | os.PathLike) -> dict[str, str]:
         "result": path,
         "predictions": predictions_path(path),
         **beside_result(path),  # a ranking cell's TREC run
-        "resume state": _resume_path(path),
+        "resume state": resume_state_path(path),
     }
     names = {what: p.name for what, p in files.items()}
     names["lock"] = f"{LOCK_PREFIX}{path.name}"

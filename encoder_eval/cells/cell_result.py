@@ -1,6 +1,6 @@
 """A trained cell's scores and its result: the best weights restored, dev completed and the
-report split scored (`_score`), the result dict (`_result`, schema v2) and its files written
-with what they supersede removed (`_write`)."""
+report split scored (`score_trained`), the result dict (`build_result`, schema v2) and its
+files written with what they supersede removed (`write_cell_result`)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 
 from encoder_eval.cells.cell_config import (
     CellConfig,
-    _label,
-    _resume_path,
+    cell_label,
+    resume_state_path,
 )
-from encoder_eval.cells.cell_state import _Cell, _Trained
+from encoder_eval.cells.cell_state import ResolvedCell, Trained
 from encoder_eval.cells.devices import (
     attn_implementation,
     peak_memory,
@@ -29,7 +29,7 @@ from encoder_eval.cells.predictions import (
     write_predictions,
 )
 from encoder_eval.cells.predictions import from_cell as predictions_from_cell
-from encoder_eval.cells.resume import _LoopState
+from encoder_eval.cells.resume import LoopState
 from encoder_eval.core import metrics
 from encoder_eval.core.protocol import off_protocol_reasons
 from encoder_eval.core.results import (
@@ -49,17 +49,19 @@ def _score_section(scores: dict, undefined: dict, euro: tuple[str, ...]) -> dict
 
 
 @dataclass
-class _Scores:
+class CellScores:
+    """A trained cell's scores (`score_trained`), what `build_result` writes into the result."""
+
     status: str  # ok | diverged
     dev: dict | None
     report: dict | None
     predictions: dict[str, dict]  # report split, per language: predictions and labels
 
 
-def _score(cell: _Cell, trained: _Trained) -> _Scores:
+def score_trained(cell: ResolvedCell, trained: Trained) -> CellScores:
     """Restore the best weights, complete the dev scores and score the report split."""
     if trained.diverged_at is not None:
-        return _Scores("diverged", None, None, {})
+        return CellScores("diverged", None, None, {})
     knobs, euro, kind = cell.knobs, cell.knobs.euro_languages, cell.kind
     *dev_scores, dev_preds = _final_dev_scores(cell, trained.st)
     dev = {
@@ -85,15 +87,15 @@ def _score(cell: _Cell, trained: _Trained) -> _Scores:
     for name, section in (("dev", dev), ("report", report)):
         for lang, why in (section or {}).get("undefined", {}).items():
             print(
-                f"warning: {_label(cell.cfg)}: {knobs.metric} is undefined on the {name} "
+                f"warning: {cell_label(cell.cfg)}: {knobs.metric} is undefined on the {name} "
                 f"split ({lang}: {why}); recorded as undefined, not as 0",
                 file=sys.stderr,
             )
-    return _Scores("ok", dev, report, predictions)
+    return CellScores("ok", dev, report, predictions)
 
 
 def _final_dev_scores(
-    cell: _Cell, st: _LoopState
+    cell: ResolvedCell, st: LoopState
 ) -> tuple[dict[str, float | None], dict[str, str], dict[str, list]]:
     """Every dev language's score (and predictions) on the weights the cell keeps: the best
     evaluation's (restored here), else the last one's. The languages that evaluation scored
@@ -116,7 +118,7 @@ def _final_dev_scores(
     )
 
 
-def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
+def build_result(cell: ResolvedCell, trained: Trained, scored: CellScores) -> dict:
     """The cell's result dict (schema v2, `results.validate_result`)."""
     cfg, recipe, st = cell.cfg, cell.cfg.recipe, trained.st
     device, train_time = cell.device, trained.train_time
@@ -198,7 +200,7 @@ def _result(cell: _Cell, trained: _Trained, scored: _Scores) -> dict:
     ).to_dict()
 
 
-def _write(cfg: CellConfig, kind: Kind, result: dict, predictions: dict) -> None:
+def write_cell_result(cfg: CellConfig, kind: Kind, result: dict, predictions: dict) -> None:
     """Write the report predictions (unless turned off), then the result, and only then
     remove what the result supersedes: a predictions or TREC file of an earlier run that
     was not rewritten (so no file beside the result describes another run), and the resume
@@ -215,7 +217,7 @@ def _write(cfg: CellConfig, kind: Kind, result: dict, predictions: dict) -> None
             rewritten.add(pred_path)
             rewritten.update(kind.write_files(cfg.out_json, preds))
         except PredictionsError as exc:  # e.g. a non-finite regression output: keep the result
-            print(f"warning: {_label(cfg)}: predictions not written: {exc}", file=sys.stderr)
+            print(f"warning: {cell_label(cfg)}: predictions not written: {exc}", file=sys.stderr)
     try:
         write_json_atomic(cfg.out_json, result)
     except BaseException:  # no result: nothing of this run stays beside it ("nothing written")
@@ -225,7 +227,7 @@ def _write(cfg: CellConfig, kind: Kind, result: dict, predictions: dict) -> None
     for stale in (pred_path, *beside_result(cfg.out_json).values()):
         if stale not in rewritten:
             stale.unlink(missing_ok=True)
-    resume_path = _resume_path(cfg.out_json)
+    resume_path = resume_state_path(cfg.out_json)
     if resume_path is not None:
         resume_path.unlink(missing_ok=True)
 
@@ -239,7 +241,7 @@ def _stopped_by(diverged_at: int | None, early_stopped: bool, max_steps: int, re
     return "step_cap" if max_steps == recipe.max_steps else "epoch_cap"
 
 
-def _final_metrics(result: dict) -> dict[str, float | None]:
+def final_metrics(result: dict) -> dict[str, float | None]:
     """The scores a tracker shows as the cell's outcome: dev and report means, per language."""
     out: dict[str, float | None] = {}
     for name in ("dev", "report"):

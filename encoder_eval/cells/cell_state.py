@@ -1,7 +1,7 @@
 """A cell between its setup and its result: what it resolved before its first step
-(`_Cell`: task, device, model, tokenised splits, schedule, and its dev scorer, which retries
+(`ResolvedCell`: task, device, model, tokenised splits, schedule, and its dev scorer, which retries
 an evaluation out of memory at a smaller batch), the evaluation forward pass (`predict`),
-and what the training loop hands on to scoring (`_Trained`)."""
+and what the training loop hands on to scoring (`Trained`)."""
 
 from __future__ import annotations
 
@@ -16,17 +16,17 @@ from torch import nn
 from encoder_eval.cells import trackers
 from encoder_eval.cells.batching import (
     Shapes,
-    _collate,
+    collate_batch,
 )
 from encoder_eval.cells.cell_config import (
     CellConfig,
-    _label,
+    cell_label,
 )
-from encoder_eval.cells.devices import _release_cached_memory
+from encoder_eval.cells.devices import release_cached_memory
 from encoder_eval.cells.encoding import Encoded, autocast
 from encoder_eval.cells.graph_step import GraphStep
 from encoder_eval.cells.kinds import Kind
-from encoder_eval.cells.resume import _LoopState
+from encoder_eval.cells.resume import LoopState
 from encoder_eval.core import device as gpu
 from encoder_eval.data.loaders import LoadedModel
 from encoder_eval.data.tasks import TaskKnobs
@@ -51,7 +51,7 @@ def predict(
     preds: list = [None] * len(order)
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
-        batch = _collate(enc, idx, pad_id, device, kind, shapes)
+        batch = collate_batch(enc, idx, pad_id, device, kind, shapes)
         batch.pop("labels")
         if shapes is not None:
             shapes.step_begin()
@@ -64,7 +64,7 @@ def predict(
 
 
 @dataclass
-class _Cell:
+class ResolvedCell:
     """Everything a cell resolves before its first step (`_setup`), and the dev scorer."""
 
     cfg: CellConfig
@@ -130,16 +130,16 @@ class _Cell:
                     raise
                 if min(size, len(enc.labels)) <= 1:
                     exc.add_note(
-                        f"{_label(self.cfg)}: out of memory in evaluation with a batch "
+                        f"{cell_label(self.cfg)}: out of memory in evaluation with a batch "
                         "of 1: this model does not fit this device at this sequence "
                         "length; use a device with more memory"
                     )
                     raise
-            _release_cached_memory(self.device)  # outside the except block: the graph is freed
+            release_cached_memory(self.device)  # outside the except block: the graph is freed
             self.eval_batch_used = max(1, min(size, len(enc.labels)) // 2)
             self.eval_oom_retries += 1
             print(
-                f"warning: {_label(self.cfg)}: out of memory in evaluation with a batch of "
+                f"warning: {cell_label(self.cfg)}: out of memory in evaluation with a batch of "
                 f"{size}; scoring the split again with {self.eval_batch_used} (recorded in "
                 "training.eval_oom_retries)",
                 file=sys.stderr,
@@ -158,10 +158,10 @@ class _Cell:
 
 
 @dataclass
-class _Trained:
+class Trained:
     """What the training loop hands to scoring and the result."""
 
-    st: _LoopState
+    st: LoopState
     diverged_at: int | None
     train_time: float
     first_step_s: float | None

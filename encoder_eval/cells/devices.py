@@ -22,7 +22,7 @@ from torch import nn
 
 from encoder_eval.cells.cell_config import (
     CellConfig,
-    _label,
+    cell_label,
 )
 from encoder_eval.core import cpu, heap, process_state
 from encoder_eval.core import device as gpu
@@ -265,7 +265,7 @@ def forget_compiled() -> None:
 
 
 @contextlib.contextmanager
-def _compile_failures(cfg: CellConfig):
+def compile_failures(cfg: CellConfig):
     """Turn a failure of torch.compile (tracing or building kernels, at the first step or at
     a new shape) into a one-line error that names the way out; never a silent fall back to
     the uncompiled model."""
@@ -281,7 +281,7 @@ def _compile_failures(cfg: CellConfig):
             raise
         text = " ".join(str(exc).split())[:300] or "no message"
         raise HarnessError(
-            f"{_label(cfg)}: torch.compile failed ({type(exc).__name__}: {text}); the cell "
+            f"{cell_label(cfg)}: torch.compile failed ({type(exc).__name__}: {text}); the cell "
             "stopped and wrote no result: run it without --compile (the same scores within "
             "float noise)"
         ) from exc
@@ -297,19 +297,21 @@ def release_memory() -> None:
     heap.release_free_heap()
 
 
-def _rng_state(device: torch.device) -> tuple:
+def device_rng_state(device: torch.device) -> tuple:
     """The random state a step draws from (dropout): the CPU generator's, and the device's."""
     cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
     return torch.get_rng_state(), cuda
 
 
-def _set_rng_state(device: torch.device, state: tuple) -> None:
+def set_device_rng_state(device: torch.device, state: tuple) -> None:
+    """Put back a `device_rng_state`, so a step retried (out of memory) or captured in a graph
+    draws the dropout masks the first attempt drew."""
     torch.set_rng_state(state[0])
     if state[1] is not None:
         torch.cuda.set_rng_state(state[1], device)
 
 
-def _release_cached_memory(device: torch.device) -> None:
+def release_cached_memory(device: torch.device) -> None:
     """Hand the caching allocator's free blocks back after an out-of-memory error, so a
     retry at a smaller batch starts from unfragmented memory."""
     if device.type == "cuda":
@@ -321,7 +323,7 @@ _WARM_UNIT: list[int] = []  # the unit's number in its warm worker (1: the worke
 
 
 def mark_unit_start(unit: int, arrived: float | None = None) -> None:
-    """From now on, `_seconds_since_process_start` counts from the unit's arrival
+    """From now on, `seconds_since_process_start` counts from the unit's arrival
     (`arrived`, a `time.time()`; None: now): a warm worker calls it as each unit arrives,
     so a unit's start-up figure is what that unit paid (in a fresh process: its imports and
     set-up), not the worker's age. `unit` is the unit's number in this worker, which its
@@ -335,7 +337,7 @@ def warm_unit() -> int | None:
     return _WARM_UNIT[0] if _WARM_UNIT else None
 
 
-def _seconds_since_process_start() -> float | None:
+def seconds_since_process_start() -> float | None:
     """Wall time since this process started (imports included), or in a warm worker since
     the unit arrived: a cell's start-up before its first step, for start-up measurements."""
     if _UNIT_START:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from encoder_eval.cells.devices import _rng_state, _set_rng_state
+from encoder_eval.cells.devices import device_rng_state, set_device_rng_state
 from encoder_eval.cells.kinds import Autocast, Kind
 from encoder_eval.core.protocol import Recipe
 
@@ -198,7 +198,7 @@ class GraphStep:
 
     def _capture(self, shape: _Shape, batch: dict) -> torch.Tensor | None:
         """Capture this shape's step, then replay it (the step itself); None on failure."""
-        rng = _rng_state(self.device)
+        rng = device_rng_state(self.device)
         static = shape.static.fill(batch)
         graph = torch.cuda.CUDAGraph()
         try:
@@ -206,7 +206,7 @@ class GraphStep:
                 loss = self.step(static)
         except Exception as exc:  # nothing captured ran: the weights and state are as before
             with contextlib.suppress(Exception):  # the random state the step starts from
-                _set_rng_state(self.device, rng)
+                set_device_rng_state(self.device, rng)
             self.give_up(
                 f"capturing failed ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
             )

@@ -1,6 +1,6 @@
-"""Preemption: the training loop's state (`_LoopState`), stop signals turned into a flag
-the loop checks (`_stop_requests`), and the resumable state saved on SIGTERM or Ctrl-C and
-restored when the same cell runs again (`_save_resume`, `_restore`)."""
+"""Preemption: the training loop's state (`LoopState`), stop signals turned into a flag
+the loop checks (`stop_requests`), and the resumable state saved on SIGTERM or Ctrl-C and
+restored when the same cell runs again (`save_resume`, `restore_resume`)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from encoder_eval.core.progress import stop_line
 
 
 @dataclass
-class _LoopState:
+class LoopState:
     """Everything the training loop carries from one step to the next (saved on SIGTERM)."""
 
     step: int = 0
@@ -50,15 +50,17 @@ class _LoopState:
     oom_retries: int = 0  # training steps retried with a smaller micro-batch (out of memory)
 
 
-class _StopFlag:
+class StopFlag:
+    """The stop signal `stop_requests` caught, checked by the loop between steps."""
+
     signal: int | None = None  # the first stop signal received
 
 
 @contextlib.contextmanager
-def _stop_requests():
+def stop_requests():
     """Turn SIGTERM and SIGINT into a flag the loop checks between steps (main thread only),
     so a preempted or interrupted cell saves its state instead of losing its progress."""
-    flag = _StopFlag()
+    flag = StopFlag()
     if threading.current_thread() is not threading.main_thread():
         yield flag
         return
@@ -69,7 +71,7 @@ def _stop_requests():
             # Said at once: the running step (or evaluation) may take minutes to end. A raw
             # write: a handler may run while the main thread is inside a print to stderr.
             # run_all.sh shows this line of a cell's stderr (`progress.stop_line`).
-            os.write(2, (stop_line(_stop_kind(signum)[1]) + "\n").encode())
+            os.write(2, (stop_line(stop_reason(signum)[1]) + "\n").encode())
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -79,13 +81,14 @@ def _stop_requests():
             signal.signal(sig, old)
 
 
-def _stop_kind(signum: int) -> tuple[type, str]:
+def stop_reason(signum: int) -> tuple[type, str]:
+    """The exception a stop signal ends the cell with (its exit code) and its words in messages."""
     if signum == signal.SIGINT:
         return Interrupted, "Ctrl-C (SIGINT)"
     return Preempted, "SIGTERM"
 
 
-def _signature(cfg: CellConfig, revision: str) -> dict:
+def resume_signature(cfg: CellConfig, revision: str) -> dict:
     """What must match for a saved state to be resumed: the cell, recipe and model revision."""
     return {
         "model": cfg.model_key,
@@ -99,8 +102,8 @@ def _signature(cfg: CellConfig, revision: str) -> dict:
     }
 
 
-def _save_resume(path: Path, signature, st, model, optimizer, scheduler, data_rng) -> None:
-    """Save the loop's state as tensors and plain values only, so that `_restore` loads it
+def save_resume(path: Path, signature, st, model, optimizer, scheduler, data_rng) -> None:
+    """Save the loop's state as tensors and plain values only, so that `restore_resume` loads it
     with `weights_only=True` (no pickled objects, no code): numpy's generator state becomes
     a list."""
     name, keys, pos, has_gauss, gauss = np.random.get_state()
@@ -120,9 +123,9 @@ def _save_resume(path: Path, signature, st, model, optimizer, scheduler, data_rn
         torch.save(state, handle)
 
 
-def _restore(
+def restore_resume(
     path: Path, signature, model, optimizer, scheduler, data_rng, st, label: str
-) -> _LoopState:
+) -> LoopState:
     """Load a saved state into the live objects (`weights_only`: tensors and plain values,
     never code); a state of another cell, or an unreadable or older-format one, is ignored."""
     try:
@@ -145,6 +148,6 @@ def _restore(
     torch.set_rng_state(state["torch_rng"])
     if state["cuda_rng"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda_rng"])
-    restored = _LoopState(**state["loop"])
+    restored = LoopState(**state["loop"])
     print(f"{label}: resuming at step {restored.step} from {path}", file=sys.stderr, flush=True)
     return restored

@@ -5,12 +5,13 @@ protocol is visible in one place: fp32 master weights, bf16 autocast for the for
 pass, AdamW with the shared recipe, linear warmup and decay, evaluation on dev at a
 fixed cadence, early stopping, best weights restored in memory, then the report split.
 `run_cell` runs four parts in turn: `_setup` (task, device, data, model, tokenisation and
-provenance, all before the first step), `_train` (the loop, here), `_score` (dev and report
-sections) and `_result` (the result dict; both in `cell_result.py`). Beside it: the cell's
+provenance, all before the first step: a `ResolvedCell`), `_train` (the loop, here: a
+`Trained`), `score_trained` (dev and report sections) and `build_result` (the result dict;
+both in `cell_result.py`). Beside it, each through its public names: the cell's
 configuration and file names (`cell_config.py`), what it resolved before its first step and
 the evaluation forward pass (`cell_state.py`), device, precision and compile helpers
-(`devices.py`), batches and their shapes (`batching.py`), and the state a stop signal saves
-and a rerun resumes (`resume.py`). What differs between kinds of cell (batching,
+(`devices.py`), batches and their shapes (`batching.py`), and the loop's state (`LoopState`)
+with what a stop signal saves and a rerun resumes (`resume.py`). What differs between kinds of cell (batching,
 loss, predictions, scoring, what the predictions file and the files beside the result
 hold) comes from the cell's `kinds.Kind`; the loop has no branch per kind.
 """
@@ -33,48 +34,48 @@ from encoder_eval.cells.attention import apply_sdpa_environment, observe_backend
 from encoder_eval.cells.batching import (
     EVAL_BATCH_SIZE,
     Shapes,
-    _epoch_batches,
-    _smaller_divisor,
+    epoch_batches,
+    smaller_divisor,
 )
 from encoder_eval.cells.cell_config import (
     DEV_LANGUAGES,
     CellConfig,
-    _label,
-    _resume_path,
+    cell_label,
+    resume_state_path,
     validate_out_path,
 )
 from encoder_eval.cells.cell_result import (
-    _final_metrics,
-    _result,
-    _score,
-    _write,
+    build_result,
+    final_metrics,
+    score_trained,
+    write_cell_result,
 )
-from encoder_eval.cells.cell_state import _Cell, _Trained
+from encoder_eval.cells.cell_state import ResolvedCell, Trained
 from encoder_eval.cells.devices import (
-    _compile_failures,
-    _release_cached_memory,
-    _rng_state,
-    _seconds_since_process_start,
-    _set_rng_state,
     apply_deterministic,
     check_bf16,
+    compile_failures,
     compile_model,
+    device_rng_state,
     forget_compiled,
+    release_cached_memory,
     release_memory,
     reset_peak_memory,
     resolve_device,
+    seconds_since_process_start,
     seed_everything,
+    set_device_rng_state,
 )
 from encoder_eval.cells.encoding import Encoded, autocast, encode_cached
 from encoder_eval.cells.kinds import Autocast, kind_for
 from encoder_eval.cells.resume import (
-    _LoopState,
-    _restore,
-    _save_resume,
-    _signature,
-    _stop_kind,
-    _stop_requests,
-    _StopFlag,
+    LoopState,
+    StopFlag,
+    restore_resume,
+    resume_signature,
+    save_resume,
+    stop_reason,
+    stop_requests,
 )
 from encoder_eval.core import cpu, heap, metrics, provenance
 from encoder_eval.core import device as gpu
@@ -224,8 +225,8 @@ def run_cell(
 def _run_cell_stoppable(
     cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | None
 ) -> dict:
-    """`run_cell` under `_stop_requests`: a stop signal becomes Preempted or Interrupted."""
-    with _stop_requests() as stop:
+    """`run_cell` under `stop_requests`: a stop signal becomes Preempted or Interrupted."""
+    with stop_requests() as stop:
         try:
             result = _run_cell(cfg, loaded, data, data_prov, stop)
         except Preempted:
@@ -233,17 +234,17 @@ def _run_cell_stoppable(
         except Exception as exc:
             if stop.signal is None:
                 raise
-            kind, how = _stop_kind(stop.signal)
+            kind, how = stop_reason(stop.signal)
             why = " ".join(f"{type(exc).__name__}: {exc}".split())
             raise kind(
-                f"{_label(cfg)}: stopped by {how}, but the cell could not be saved "
+                f"{cell_label(cfg)}: stopped by {how}, but the cell could not be saved "
                 f"({why}); nothing new was saved for it; run the same command again "
                 "once that is fixed"
             ) from exc
         if stop.signal is not None:
-            kind, how = _stop_kind(stop.signal)
+            kind, how = stop_reason(stop.signal)
             raise kind(
-                f"{_label(cfg)}: {how} arrived after training; the result is written "
+                f"{cell_label(cfg)}: {how} arrived after training; the result is written "
                 f"to {cfg.out_json}; run the same command again for any remaining "
                 "cells"
             )
@@ -251,22 +252,22 @@ def _run_cell_stoppable(
 
 
 def _run_cell(
-    cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | None, stop: _StopFlag
+    cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | None, stop: StopFlag
 ) -> dict:
     cell = _setup(cfg, loaded, data, data_prov)
     cell.reporter = _reporter(cfg)
     try:
-        with _compile_failures(cfg):
+        with compile_failures(cfg):
             trained = _train(cell, stop)
-            scored = _score(cell, trained)
-        result = _result(cell, trained, scored)
-        _write(cfg, cell.kind, result, scored.predictions)
+            scored = score_trained(cell, trained)
+        result = build_result(cell, trained, scored)
+        write_cell_result(cfg, cell.kind, result, scored.predictions)
     except BaseException:
         if cell.reporter is not None:
             cell.reporter.finish({}, status="failed")
         raise
     if cell.reporter is not None:
-        cell.reporter.finish(_final_metrics(result), status=result["status"])
+        cell.reporter.finish(final_metrics(result), status=result["status"])
     return result
 
 
@@ -288,7 +289,9 @@ def _reporter(cfg: CellConfig) -> trackers.Reporter | None:
     )
 
 
-def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | None) -> _Cell:
+def _setup(
+    cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | None
+) -> ResolvedCell:
     """Resolve the task, device, data, model, tokenisation, schedule and provenance."""
     if cfg.dev_languages not in DEV_LANGUAGES:
         raise unknown_name("dev_languages setting", cfg.dev_languages, DEV_LANGUAGES)
@@ -301,7 +304,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
     apply_deterministic(recipe.deterministic)
     attn_environment = apply_sdpa_environment(device)  # before the first CUDA attention
     peak_scope = reset_peak_memory(device)  # the cell's own peak, from its data and model on
-    note = _Progress(cfg.progress, None, _label(cfg)).note  # what happens before step 1
+    note = _Progress(cfg.progress, None, cell_label(cfg)).note  # what happens before step 1
     eval_batch = recipe.eval_batch_size or EVAL_BATCH_SIZE.get(device.type, EVAL_BATCH_SIZE["cuda"])
     t0 = time.perf_counter()
     # Where the data comes from is resolved before it is read (for the Hub, the commit that
@@ -387,7 +390,7 @@ def _setup(cfg: CellConfig, loaded: LoadedModel | None, data, data_prov: dict | 
         raise HarnessError(f"--micro-batch {micro} must divide the batch size {recipe.batch_size}")
     steps_per_epoch, max_steps = step_budget(kind.count_units(enc_train), recipe)
     deciding = metrics.deciding_languages(list(enc_val), knobs.euro_languages)
-    return _Cell(
+    return ResolvedCell(
         cfg=cfg,
         knobs=knobs,
         kind=kind,
@@ -436,7 +439,7 @@ class _Pending:
     lr: float
 
 
-def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
+def _train(cell: ResolvedCell, stop: StopFlag) -> Trained:
     """Fine-tune with dev evaluations on the deciding languages and early stopping; on a
     stop signal, save a resumable state (with --out-json) and raise Preempted/Interrupted."""
     cfg, recipe, model, kind = cell.cfg, cell.cfg.recipe, cell.model, cell.kind
@@ -446,15 +449,17 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
     schedule = _lr_lambda(cell.warmup, max_steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     data_rng = random.Random(cfg.seed)
-    label = _label(cfg)
+    label = cell_label(cfg)
     progress = _Progress(cfg.progress, max_steps, label)
 
     model.train()
-    st = _LoopState()
-    resume_path = _resume_path(cfg.out_json)
-    signature = _signature(cfg, cell.loaded.revision)
+    st = LoopState()
+    resume_path = resume_state_path(cfg.out_json)
+    signature = resume_signature(cfg, cell.loaded.revision)
     if resume_path is not None and resume_path.exists():
-        st = _restore(resume_path, signature, model, optimizer, scheduler, data_rng, st, label)
+        st = restore_resume(
+            resume_path, signature, model, optimizer, scheduler, data_rng, st, label
+        )
         if cell.graph is not None:
             cell.graph.hold_lr()
     diverged_at = None
@@ -472,20 +477,20 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
             if diverged_at is not None:
                 break
             progress.close()
-            stop_kind, how = _stop_kind(stop.signal)
+            stop_kind, how = stop_reason(stop.signal)
             if resume_path is None:
                 raise stop_kind(
                     f"{label}: stopped by {how} at step {st.step}; no --out-json, "
                     "so no state was saved"
                 )
             st.train_time_before += time.perf_counter() - t_train
-            _save_resume(resume_path, signature, st, model, optimizer, scheduler, data_rng)
+            save_resume(resume_path, signature, st, model, optimizer, scheduler, data_rng)
             raise stop_kind(
                 f"{label}: stopped by {how} at step {st.step}; state saved to "
                 f"{resume_path}; run the cell again to resume (the same command)"
             )
         if not st.batches:
-            st.batches = _epoch_batches(enc_train, kind, recipe, data_rng)
+            st.batches = epoch_batches(enc_train, kind, recipe, data_rng)
             st.epoch += 1
         idx = st.batches.pop(0)
         lr = scheduler.get_last_lr()[0]
@@ -503,7 +508,7 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
                 break
         if first_step_s is None:
             first_step_s = time.perf_counter() - cell.t0
-            process_first_step_s = _seconds_since_process_start()
+            process_first_step_s = seconds_since_process_start()
             progress.note(f"step 1 done, loss {st.last_loss:.4f}", step=st.step)
         if evaluated:
             dev_mean = _evaluate(cell, st)
@@ -519,11 +524,11 @@ def _train(cell: _Cell, stop: _StopFlag) -> _Trained:
     # The gradients go now, not with the optimizer: scoring needs none of them.
     optimizer.zero_grad(set_to_none=True)
     train_time = st.train_time_before + time.perf_counter() - t_train
-    return _Trained(st, diverged_at, train_time, first_step_s, process_first_step_s)
+    return Trained(st, diverged_at, train_time, first_step_s, process_first_step_s)
 
 
 def _read_losses(
-    cell: _Cell, st: _LoopState, pending: list[_Pending], progress: _Progress
+    cell: ResolvedCell, st: LoopState, pending: list[_Pending], progress: _Progress
 ) -> int | None:
     """Read the losses of the `pending` steps on the host (one wait for the device), send
     them to the trackers, and empty the list. A loss that is not finite ends training at
@@ -547,7 +552,7 @@ def _read_losses(
     return diverged_at
 
 
-def _graph_setup(cell: _Cell) -> torch.optim.Optimizer | None:
+def _graph_setup(cell: ResolvedCell) -> torch.optim.Optimizer | None:
     """--graph-step: the cell's `GraphStep` and its optimizer (capturable fused AdamW, the
     learning rate a device tensor); None where it cannot run (`graph_step.unavailable`: the
     cell runs eagerly, bit for bit as without the setting, saying so in one line)."""
@@ -556,7 +561,7 @@ def _graph_setup(cell: _Cell) -> torch.optim.Optimizer | None:
     if why is not None:
         cell.graph_run = {"graphs": 0, "shapes": 0, "fallback": why}
         print(
-            f"warning: {_label(cfg)}: --graph-step: {why}; eager steps (recorded in "
+            f"warning: {cell_label(cfg)}: --graph-step: {why}; eager steps (recorded in "
             "recipe.graph_step_run)",
             file=sys.stderr,
             flush=True,
@@ -566,12 +571,12 @@ def _graph_setup(cell: _Cell) -> torch.optim.Optimizer | None:
     optimizer = graph_step.graph_optimizer(groups, recipe, cfg.lr, cell.device)
     in_precision = lambda: autocast(cell.device, recipe.precision, cache=False)  # noqa: E731
     cell.graph = graph_step.GraphStep(
-        cell.kind, cell.model, optimizer, in_precision, cell.device, _label(cfg)
+        cell.kind, cell.model, optimizer, in_precision, cell.device, cell_label(cfg)
     )
     return optimizer
 
 
-def _graph_attempt(cell: _Cell, idx: list, micro: int) -> tuple[torch.Tensor, int] | None:
+def _graph_attempt(cell: ResolvedCell, idx: list, micro: int) -> tuple[torch.Tensor, int] | None:
     """The step of the batch `idx` through the cell's graph step (`GraphStep.run`), with its
     real tokens; None where it does not run (off, fallen back, accumulation): the eager step
     then runs."""
@@ -591,7 +596,7 @@ def _graph_attempt(cell: _Cell, idx: list, micro: int) -> tuple[torch.Tensor, in
 
 
 def _accumulate(
-    cell: _Cell, idx: list, micro: int, in_precision: Autocast
+    cell: ResolvedCell, idx: list, micro: int, in_precision: Autocast
 ) -> tuple[torch.Tensor, int]:
     """Forward, loss and backward of the batch of units `idx` in micro-batches of `micro`
     units, each backed by its share of the batch loss so the gradients add up to the batch's;
@@ -613,7 +618,7 @@ def _accumulate(
 
 
 def _step_fitting_memory(
-    cell: _Cell, st: _LoopState, idx: list, optimizer, in_precision: Autocast, label: str
+    cell: ResolvedCell, st: LoopState, idx: list, optimizer, in_precision: Autocast, label: str
 ) -> torch.Tensor:
     """One step: accumulated gradients (`_accumulate`) and the optimizer's update; returns
     the loss, on the device. Out of memory (`device.is_out_of_memory`), in the forward, the
@@ -625,7 +630,7 @@ def _step_fitting_memory(
     recorded (`training.oom_retries`, `training.micro_batch_used`). Out of memory at a
     micro-batch of 1, or in an optimizer step that had already updated some weights,
     re-raises, saying so."""
-    rng = _rng_state(cell.device)
+    rng = device_rng_state(cell.device)
     while True:
         micro = st.micro or cell.micro
         # The graph step keeps the gradients at their addresses (`graph_step`): zeroed there.
@@ -666,9 +671,9 @@ def _step_fitting_memory(
         optimizer.zero_grad(set_to_none=True)
         if cell.graph is not None and cell.graph.fallback is None:
             cell.graph.give_up("out of memory: micro-batches from here on")
-        _release_cached_memory(cell.device)
-        _set_rng_state(cell.device, rng)
-        st.micro = _smaller_divisor(cell.cfg.recipe.batch_size, min(micro, len(idx)) // 2)
+        release_cached_memory(cell.device)
+        set_device_rng_state(cell.device, rng)
+        st.micro = smaller_divisor(cell.cfg.recipe.batch_size, min(micro, len(idx)) // 2)
         st.oom_retries += 1
         print(
             f"warning: {label}: out of memory {where}at step {st.step + 1} with a micro-batch "
@@ -689,7 +694,7 @@ def _optimizer_advanced(optimizer: torch.optim.Optimizer, steps_done: int) -> bo
     )
 
 
-def _evaluate(cell: _Cell, st: _LoopState) -> float | None:
+def _evaluate(cell: ResolvedCell, st: LoopState) -> float | None:
     """One dev evaluation during training: score the deciding languages, record it, keep the
     weights when it is a new best, and count patience; returns the dev mean."""
     per_lang, undefined = cell.dev_scores(cell.loop_languages)
@@ -714,7 +719,7 @@ def _evaluate(cell: _Cell, st: _LoopState) -> float | None:
     return dev_mean
 
 
-def keep_best_weights(st: _LoopState, state: dict[str, torch.Tensor]) -> None:
+def keep_best_weights(st: LoopState, state: dict[str, torch.Tensor]) -> None:
     """Keep a host-memory copy of the weights `state` as `st.best_state`: written into the
     tensors of the earlier copy when it has the same entries, else made after the earlier
     copy is let go, so host memory never holds two copies of the model (28 GB for XLM-R XL,

@@ -247,7 +247,7 @@ def job_prefix(plan: Plan) -> str:
     return f"ee-{plan.phase}-{_short_hash(plan.results_dir)}-"
 
 
-def _job_name(plan: Plan, cells: list[Cell]) -> str:
+def slurm_job_name(plan: Plan, cells: list[Cell]) -> str:
     """`ee-<phase>-<hash of the results dir>-<unit>`: unique across sweeps, readable in squeue.
 
     A one-cell job is named for its result file; a job of several cells (or a probe job,
@@ -622,7 +622,7 @@ def emit_slurm(
     units_words = []
     for i, unit_cells in enumerate(units):
         env = _unit_env(plan, unit_cells)
-        words = ["unit", _job_name(plan, unit_cells), _sbatch_path(logs) + "/%x-%j.out"]
+        words = ["unit", slurm_job_name(plan, unit_cells), _sbatch_path(logs) + "/%x-%j.out"]
         words.append(_slurm_comment(f"{UNIT_COMMENT}{i}:{out / UNITS_FILE}"))
         words += [str(len(unit_cells)), *(plan.out_json(c) for c in unit_cells)]
         words += [f"{k}={v}" for k, v in env.items()]
@@ -647,7 +647,7 @@ def emit_slurm(
     return Emitted("slurm", script, len(cells), n_done, len(units), files, corrupt, group)
 
 
-def _split_template_header(text: str) -> tuple[str, str]:
+def split_template_header(text: str) -> tuple[str, str]:
     """Split at the first line that is neither blank nor a comment (where sbatch stops
     reading #SBATCH directives), so inserted code never hides a directive."""
     lines = text.splitlines(keepends=True)
@@ -712,7 +712,7 @@ def emit_slurm_array(
         rows.append("\t".join(values))
     manifest = out / "manifest.tsv"
     array = out / "array.sh"
-    head, rest = _split_template_header(text)
+    head, rest = split_template_header(text)
     python = python or sys.executable
     preamble = _fill(
         "array_preamble.sh", words={"PYTHON": python}, code={"VARIABLES": " ".join(SLURM_VARIABLES)}

@@ -438,7 +438,7 @@ def _read_models(r: _Reader, value: Any) -> dict[str, ModelSpec]:
             if "code_revision" in entry
             else default.code_revision,
         )
-        if row is not None and not _registry_row(name, spec):
+        if row is not None and not loads_registry_row(name, spec):
             differs = [
                 f"{k} {quote(getattr(spec, k))} (registry: {quote(getattr(default, k))})"
                 for k in _MODEL_FIELDS[:3]
@@ -565,7 +565,7 @@ def register_tasks(exp: Experiment, source: str) -> None:
         taskfile.register_task_rows(exp.task_rows, source)
 
 
-def _task_keys(names: list[str], source: str | None = None) -> list[str]:
+def task_keys(names: list[str], source: str | None = None) -> list[str]:
     """Task keys of a list of keys and group names (unknown names raise with the valid ones,
     naming `source`, the file the names were read from, when given)."""
     try:
@@ -580,7 +580,7 @@ def _task_keys(names: list[str], source: str | None = None) -> list[str]:
 
 
 @dataclass(frozen=True)
-class _Fact:
+class Fact:
     """One flag that an experiment can fill: its attribute, flag, and how values compare."""
 
     attr: str
@@ -619,15 +619,15 @@ class _Fact:
 
 
 # The facts a report phase inherits from its select phase (and status from its results).
-_SELECT_FACTS = (
-    _Fact("max_steps", "--max-steps", PROTOCOL_RECIPE.max_steps),
-    _Fact("max_seq_len", "--max-seq-len", PROTOCOL_RECIPE.max_seq_len),
-    _Fact("data_dir", "--data-dir"),
-    _Fact("device", "--device", "auto"),
-    _Fact("selection_split", "--selection-split", PROTOCOL_RECIPE.selection_split),
-    _Fact("extra_run_args", "--extra-run-args", []),
+SELECT_FACTS = (
+    Fact("max_steps", "--max-steps", PROTOCOL_RECIPE.max_steps),
+    Fact("max_seq_len", "--max-seq-len", PROTOCOL_RECIPE.max_seq_len),
+    Fact("data_dir", "--data-dir"),
+    Fact("device", "--device", "auto"),
+    Fact("selection_split", "--selection-split", PROTOCOL_RECIPE.selection_split),
+    Fact("extra_run_args", "--extra-run-args", []),
 )
-_LR_KEYS = _Fact("lr_keys", "--lr-keys", list(LR_GRID))
+LR_KEYS_FACT = Fact("lr_keys", "--lr-keys", list(LR_GRID))
 
 
 def _canonical_extra(argv: list[str] | tuple[str, ...]) -> list[str]:
@@ -636,18 +636,22 @@ def _canonical_extra(argv: list[str] | tuple[str, ...]) -> list[str]:
     return canonical_cell_flags(list(argv))
 
 
-def _seeds_fact(phase: str) -> _Fact:
-    return _Fact("seeds", "--seeds", list(PHASE_SEEDS[phase]))
+def seeds_fact(phase: str) -> Fact:
+    """The `--seeds` fact of `phase`, its default the phase's protocol seeds (`sweep_config`
+    fills and checks it)."""
+    return Fact("seeds", "--seeds", list(PHASE_SEEDS[phase]))
 
 
-def _registry_spec(name: str) -> ModelSpec | None:
+def registry_spec(name: str) -> ModelSpec | None:
+    """Registry model `name` as an experiment records a model (None: not in the registry), so
+    an experiment's models and the registry's compare as one type."""
     row = MODEL_REGISTRY.get(name)
     return ModelSpec.of(as_entry(row)) if row else None
 
 
-def _registry_row(name: str, spec: ModelSpec) -> bool:
+def loads_registry_row(name: str, spec: ModelSpec) -> bool:
     """Whether `spec` loads registry model `name` as its row does (pins may differ)."""
-    row = _registry_spec(name)
+    row = registry_spec(name)
     return row is not None and (row.path, row.mode, row.trust_remote_code) == (
         spec.path,
         spec.mode,
@@ -655,7 +659,9 @@ def _registry_row(name: str, spec: ModelSpec) -> bool:
     )
 
 
-def _refuse(flag_text: str, inherited: str, where: str, fix: str) -> HarnessError:
+def contradiction(flag_text: str, inherited: str, where: str, fix: str) -> HarnessError:
+    """The error for a flag that contradicts an experiment file: both values and the fix named,
+    worded alike wherever a written experiment is checked."""
     return HarnessError(f"{flag_text} contradicts {where} ({inherited}); drop it: {fix}")
 
 
@@ -786,7 +792,7 @@ def check_output_not_input(
     )
 
 
-def _task_rows_file(rows: dict[str, dict], results_dir: str | os.PathLike) -> Path:
+def task_rows_file(rows: dict[str, dict], results_dir: str | os.PathLike) -> Path:
     """Write an experiment's inline task definitions as a task file in `results_dir` (named
     by its content), so every cell process reads them with `run --tasks-file`."""
     absolute = {}
@@ -802,7 +808,7 @@ def _task_rows_file(rows: dict[str, dict], results_dir: str | os.PathLike) -> Pa
     return path.absolute()
 
 
-def _manifests(plan, out_dir: str | os.PathLike) -> list[Path]:
+def manifest_paths(plan, out_dir: str | os.PathLike) -> list[Path]:
     """Where a sweep records its experiment: its results directory and its script folder."""
     folders = dict.fromkeys((Path(plan.results_dir), Path(out_dir).absolute()))
     return [folder / EXPERIMENT_NAME for folder in folders]
@@ -836,7 +842,7 @@ def check_unchanged(plan, out_dir: str | os.PathLike, exp: Experiment) -> None:
     """Refuse a sweep whose experiment differs from the one already recorded where it would
     write (another grid, seeds, steps...): its results would mix with, and be counted as
     done by, results of another recipe. `sweep --force` overwrites instead."""
-    for path in _manifests(plan, out_dir):
+    for path in manifest_paths(plan, out_dir):
         if not path.is_file():
             continue
         changed = differences(load(path), exp)
@@ -872,28 +878,28 @@ def select_expectations(
         )
     register_tasks(exp, str(path))
     fix = "select reads what the sweep ran from its experiment file"
-    for fact, have in ((_LR_KEYS, lr_keys), (_seeds_fact("select"), seeds)):
+    for fact, have in ((LR_KEYS_FACT, lr_keys), (seeds_fact("select"), seeds)):
         want = fact.get(exp, "select")
         # More than the sweep ran (cells `status --emit` added) is fine: whatever is missing
         # is refused as missing. Less would choose over part of what ran, silently.
         if have is not None and set(fact.default if want is None else want) - set(have):
-            raise _refuse(
+            raise contradiction(
                 f"{fact.flag} {fact.show(have)}", f"{fact.attr} {fact.show(want)}", str(path), fix
             )
     if models is not None and exp.models:
         for name in models:
             if name not in exp.models:
-                raise _refuse(
+                raise contradiction(
                     f"--models {','.join(models)}",
                     f"its models: {', '.join(exp.models)}",
                     str(path),
                     fix,
                 )
-    known = _task_keys(exp.tasks, str(path))
+    known = task_keys(exp.tasks, str(path))
     if tasks is not None and known:
         for name in tasks:
             if name not in known:
-                raise _refuse(
+                raise contradiction(
                     f"--tasks {','.join(tasks)}", f"its tasks: {', '.join(known)}", str(path), fix
                 )
     return (
@@ -943,7 +949,7 @@ def summarize_inputs(
             raise HarnessError(f"give --selection selection.json ({results_dir} {why})")
         selection = recorded
     elif recorded is not None and Path(selection).resolve() != Path(recorded).resolve():
-        raise _refuse(
+        raise contradiction(
             f"--selection {selection}",
             f"the report sweep ran from {recorded}",
             str(path),

@@ -17,24 +17,24 @@ from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.protocol import LR_GRID, PHASE_SEEDS, PROBE_PHASE
 from encoder_eval.data.models import MODEL_REGISTRY, parse_model_spec, registry_trusts
 from encoder_eval.plans.experiment import (
-    _LR_KEYS,
-    _SELECT_FACTS,
+    LR_KEYS_FACT,
     REDACTED,
+    SELECT_FACTS,
     Experiment,
+    Fact,
     ModelSpec,
     PhaseRecord,
-    _Fact,
-    _manifests,
-    _refuse,
-    _registry_row,
-    _registry_spec,
-    _seeds_fact,
-    _task_keys,
-    _task_rows_file,
+    contradiction,
     from_selection,
     in_results_dir,
     load,
+    loads_registry_row,
+    manifest_paths,
     register_tasks,
+    registry_spec,
+    seeds_fact,
+    task_keys,
+    task_rows_file,
     write,
 )
 from encoder_eval.plans.plan import parse_lr_keys, parse_seeds, split_csv
@@ -92,7 +92,7 @@ def _set_models(args: argparse.Namespace, models: dict[str, ModelSpec], source: 
             "code from that repository, and a file cannot grant that; if you trust it, pass "
             f"--trust-remote-code {names} (else drop the model)"
         )
-    added = {n: m for n, m in models.items() if not _registry_row(n, m)}
+    added = {n: m for n, m in models.items() if not loads_registry_row(n, m)}
     args.models = ",".join(models)
     args.model = [f"{n}={m.path}:{m.mode}" for n, m in added.items()]
     args.model_pins = {
@@ -115,7 +115,7 @@ def _inherit(
     where: str,
     fix: str,
     given: dict[str, str],
-    facts: tuple[_Fact, ...],
+    facts: tuple[Fact, ...],
 ) -> None:
     """Fill unset flags from `exp` and refuse given ones that differ (named by `given`)."""
     for fact in facts:
@@ -132,7 +132,7 @@ def _inherit(
                 setattr(args, fact.attr, fact.to_args(want))
             continue
         if (fact.default if want is None else want) != have:
-            raise _refuse(
+            raise contradiction(
                 given.get(fact.attr, f"{fact.flag} {fact.show(have)}"), fact.show(want), where, fix
             )
 
@@ -181,7 +181,7 @@ def _inherit_pairs(
             for name, spec in requested.items():
                 if name not in exp.models:
                     flag = f"--model {name}=..." if spec is not None else f"--models {args.models}"
-                    raise _refuse(
+                    raise contradiction(
                         given.get("models", flag),
                         f"its models: {', '.join(exp.models)}",
                         where,
@@ -192,7 +192,7 @@ def _inherit_pairs(
                     chosen[name] = dataclasses.replace(m, path=spec.path)
                     continue
                 if spec is not None and (spec.path, spec.mode) != (m.path, m.mode):
-                    raise _refuse(
+                    raise contradiction(
                         f"--model {name}={spec.path}:{spec.mode}",
                         f"{name}={m.path}:{m.mode}",
                         where,
@@ -201,11 +201,11 @@ def _inherit_pairs(
                 chosen[name] = exp.models[name]
         _set_models(args, chosen, where)
     if exp.tasks:
-        known = _task_keys(exp.tasks, where)
+        known = task_keys(exp.tasks, where)
         asked = split_csv(args.tasks)
-        for name in _task_keys(asked):
+        for name in task_keys(asked):
             if name not in known:
-                raise _refuse(
+                raise contradiction(
                     given.get("tasks", f"--tasks {args.tasks}"),
                     f"its tasks: {', '.join(known)}",
                     where,
@@ -221,13 +221,13 @@ def _fill(
     phase: str | None,
     source: str,
     given: dict[str, str],
-    facts: tuple[_Fact, ...],
+    facts: tuple[Fact, ...],
 ) -> None:
     """Fill the flags the user left unset (`facts`, and the cells: LR keys, seeds, models,
     tasks) from `exp`; flags given win. `given` learns where each filled value came from."""
     cells = [
-        *([_LR_KEYS] if phase == "select" else []),
-        *([_seeds_fact(phase)] if phase in PHASE_SEEDS else []),
+        *([LR_KEYS_FACT] if phase == "select" else []),
+        *([seeds_fact(phase)] if phase in PHASE_SEEDS else []),
     ]
     for fact in (*facts, *cells):
         want = fact.get(exp, phase)
@@ -241,13 +241,13 @@ def _fill(
     elif exp.models and any(n in exp.models for n, m in requested.items() if m is None):
         chosen = {}
         for name, spec in requested.items():  # --models names the file's models too
-            spec = spec or exp.models.get(name) or _registry_spec(name)
+            spec = spec or exp.models.get(name) or registry_spec(name)
             if spec is None:
                 raise unknown_name("model", name, {*exp.models, *MODEL_REGISTRY})
             chosen[name] = spec
         _set_models(args, chosen, source)
     if exp.tasks and not args.tasks:
-        args.tasks = ",".join(_task_keys(exp.tasks, source))
+        args.tasks = ",".join(task_keys(exp.tasks, source))
         given["tasks"] = f"tasks of {source}"
 
 
@@ -336,7 +336,7 @@ def _fill_draft(args: argparse.Namespace, results_manifest: bool) -> None:
         if args.phase is None:
             args.phase = own.phase
         elif results_manifest and own.phase not in (None, args.phase):
-            raise _refuse(
+            raise contradiction(
                 f"--phase {args.phase}",
                 own.phase,
                 str(path),
@@ -359,12 +359,12 @@ def _fill_draft(args: argparse.Namespace, results_manifest: bool) -> None:
                 args.phase,
                 where=str(path),
                 given=given,
-                facts=_SELECT_FACTS,
+                facts=SELECT_FACTS,
                 fix="the cells status emits run as the sweep's did",
             )
             _fill(args, own, args.phase, str(path), given, facts=())
         else:
-            _fill(args, own, args.phase, str(path), given, facts=_SELECT_FACTS)
+            _fill(args, own, args.phase, str(path), given, facts=SELECT_FACTS)
     inherited = None
     if args.phase == "report" and args.selection is not None:
         inherited = from_selection(load_selection(args.selection), args.selection)
@@ -378,7 +378,7 @@ def _fill_draft(args: argparse.Namespace, results_manifest: bool) -> None:
                 "report",
                 where="the select phase",
                 given=given,
-                facts=_SELECT_FACTS,
+                facts=SELECT_FACTS,
                 fix=fix,
             )
             _inherit_pairs(args, inherited, where="the select phase", fix=fix, given=given)
@@ -399,7 +399,7 @@ def _fill_draft(args: argparse.Namespace, results_manifest: bool) -> None:
         }
         if rows:
             phase_dir = args.results_dir or os.path.join("results", args.phase or "select")
-            files.append(str(_task_rows_file(rows, phase_dir)))
+            files.append(str(task_rows_file(rows, phase_dir)))
         args.tasks_file = list(dict.fromkeys([*(args.tasks_file or []), *files]))
 
 
@@ -474,10 +474,10 @@ def write_for_plan(
     """Write what `plan` runs (`for_plan`, or `exp`) as `experiment.toml` into its results
     directory and `out_dir`; returns the files written."""
     exp = for_plan(plan, out_dir, cfg) if exp is None else exp
-    for path in _manifests(plan, out_dir):
+    for path in manifest_paths(plan, out_dir):
         path.parent.mkdir(parents=True, exist_ok=True)
         write(exp, path)
-    return _manifests(plan, out_dir)
+    return manifest_paths(plan, out_dir)
 
 
 __all__ = ["SweepConfig", "check_consent", "for_plan", "resolve", "write_for_plan"]

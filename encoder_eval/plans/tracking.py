@@ -62,7 +62,9 @@ class Checkpoint:
     metadata: dict = field(default_factory=dict)
 
 
-def _check_dir(cid: str, path: str) -> str:
+def check_checkpoint_dir(cid: str, path: str) -> str:
+    """A checkpoint's folder as an absolute path, refused (naming checkpoint `cid`) unless it
+    is a directory, so a bad ladder line fails before any checkpoint is evaluated."""
     full = os.path.abspath(os.path.expanduser(path))
     if not os.path.isdir(full):
         raise HarnessError(
@@ -101,7 +103,7 @@ def read_checkpoints(source: str | os.PathLike) -> list[Checkpoint]:
         cid, path = check_checkpoint_id(parts[0].strip()), parts[1].strip()
         if not os.path.isabs(os.path.expanduser(path)):
             path = str(src.parent / path)
-        out.append(Checkpoint(cid, _check_dir(cid, path), len(out)))
+        out.append(Checkpoint(cid, check_checkpoint_dir(cid, path), len(out)))
     if not out:
         raise HarnessError(f"--checkpoints {source}: no checkpoints listed")
     dupes = sorted({c.id for c in out if [d.id for d in out].count(c.id) > 1})

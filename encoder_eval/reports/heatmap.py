@@ -16,7 +16,7 @@ from pathlib import Path
 
 from encoder_eval.core.metrics import sign
 from encoder_eval.data.tasks import TASK_KNOBS, task_label
-from encoder_eval.reports.plots import DPI, SCORE_SCALE, _new_figure, _save
+from encoder_eval.reports.plots import DPI, SCORE_SCALE, new_figure, save_png
 from encoder_eval.reports.table import Table
 
 HEATMAP_MODELS = 4  # more models than this: the report's score figure is the heatmap
@@ -69,7 +69,7 @@ def score_heatmap(table: Table, out_dir: Path) -> Path:
         grid[models.index(m), tasks.index(t)] = value
     width = min(30.0, 3.0 + 0.95 * len(tasks))
     height = min(24.0, 1.9 + 0.42 * len(models))
-    fig = _new_figure(width, height)
+    fig = new_figure(width, height)
     ax = fig.add_subplot()
     cmap = colormaps["viridis"].with_extremes(bad="0.88")
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
@@ -121,7 +121,7 @@ def score_heatmap(table: Table, out_dir: Path) -> Path:
     fig.tight_layout()
     path = Path(out_dir) / "scores_heatmap.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    _save(fig, path, dpi=DPI)
+    save_png(fig, path, dpi=DPI)
     return path
 
 

@@ -49,7 +49,7 @@ def _as_result(result) -> CellResult:
     return CellResult.from_dict(result)
 
 
-def _save(fig, path: Path, **kwargs) -> None:
+def save_png(fig, path: Path, **kwargs) -> None:
     """Write a figure as PNG atomically: a reader never sees a half-drawn file."""
     with atomic_open(path, "wb") as handle:
         fig.savefig(handle, format="png", **kwargs)
@@ -109,7 +109,8 @@ def _task_order(tasks: Iterable[str]) -> list[str]:
     return sorted(set(tasks), key=lambda t: (0, known.index(t), t) if t in known else (1, 0, t))
 
 
-def _new_figure(width: float, height: float):
+def new_figure(width: float, height: float):
+    """A figure drawn off screen (Agg, no pyplot state), so plotting works without a display."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -164,7 +165,7 @@ def plot_lr_sensitivity(
         if chosen_key in lr_of:
             chosen_lr = lr_of[chosen_key]  # the line sits on the data point of its key
 
-        fig = _new_figure(9.5, 5.0)
+        fig = new_figure(9.5, 5.0)
         ax = fig.add_subplot()
         lrs = sorted(points)
         means, lows, highs = [], [], []
@@ -289,7 +290,7 @@ def plot_lr_sensitivity(
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
         fig.tight_layout()
         path = out_dir / f"lr_{safe_filename_part(model)}_{safe_filename_part(task)}.png"
-        _save(fig, path, dpi=DPI)
+        save_png(fig, path, dpi=DPI)
         written.append(path)
     return written
 
@@ -320,7 +321,7 @@ def plot_lr_overview(
     written = []
     for task, models in sorted(by_task.items()):
         metric, _ = _task_info(task, [r for rs in models.values() for r in rs])
-        fig = _new_figure(9.5, 5.0)
+        fig = new_figure(9.5, 5.0)
         ax = fig.add_subplot()
         all_lrs: set[float] = set()
         for colour, (model, results) in zip(
@@ -352,7 +353,7 @@ def plot_lr_overview(
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
         fig.tight_layout()
         path = out_dir / f"lr_{safe_filename_part(task)}.png"
-        _save(fig, path, dpi=DPI)
+        save_png(fig, path, dpi=DPI)
         written.append(path)
     return written
 
@@ -429,7 +430,7 @@ def plot_final_scores(
     out_dir.mkdir(parents=True, exist_ok=True)
     fig = score_figure(report_results, selection, expected_n)
     path = out_dir / "scores.png"
-    _save(fig, path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
+    save_png(fig, path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
     return path
 
 
@@ -463,7 +464,7 @@ def score_figure(
     bar_width = group_width / n_models
     # Wider with every task (about 1 inch for four models), within limits a screen can show.
     width = min(26.0, max(7.0, 3.0 + len(tasks) * max(0.75, 0.16 * n_models + 0.3)))
-    fig = _new_figure(width, 5.5 if width < 14 else 6.5)
+    fig = new_figure(width, 5.5 if width < 14 else 6.5)
     ax = fig.add_subplot()
 
     any_validation = False
@@ -649,7 +650,7 @@ def plot_critical_difference(result, out_dir: Path) -> Path:
     left = order[: (k + 1) // 2]  # the better half is labelled on the left
     right = order[(k + 1) // 2 :]
     n_rows = max(len(left), len(right))
-    fig = _new_figure(8.0, 2.2 + 0.32 * n_rows + 0.18 * len(result.cliques))
+    fig = new_figure(8.0, 2.2 + 0.32 * n_rows + 0.18 * len(result.cliques))
     ax = fig.add_subplot()
     ax.set_axis_off()
     lo, hi = 1, k
@@ -707,7 +708,7 @@ def plot_critical_difference(result, out_dir: Path) -> Path:
     ax.set_title(f"Mean rank over {result.n_tasks} tasks (1 = best)\n{verdict}", fontsize=10)
     fig.tight_layout()
     path = out_dir / "cd.png"
-    _save(fig, path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
+    save_png(fig, path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
     return path
 
 
@@ -719,7 +720,7 @@ def plot_regression_scatter(
 ) -> Path:
     """Write a PNG scatter of true against predicted values, one colour per fold, of the
     (labels, predictions) pairs given (a probe's held-out rows), with the identity line."""
-    fig = _new_figure(5.5, 5.0)
+    fig = new_figure(5.5, 5.0)
     ax = fig.add_subplot()
     colours = _model_colours(len(folds))
     everything = []
@@ -736,7 +737,7 @@ def plot_regression_scatter(
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _save(fig, path, dpi=DPI)
+    save_png(fig, path, dpi=DPI)
     return path
 
 
@@ -758,7 +759,7 @@ def plot_confusion_matrix(
     over the (labels, predictions) pairs given, a probe's held-out rows of each fold)."""
     counts = confusion_counts(folds, classes)
     side = 2.5 + 0.5 * len(classes)
-    fig = _new_figure(side + 1.0, side)
+    fig = new_figure(side + 1.0, side)
     ax = fig.add_subplot()
     image = ax.imshow(counts, cmap="Blues")
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
@@ -783,7 +784,7 @@ def plot_confusion_matrix(
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _save(fig, path, dpi=DPI)
+    save_png(fig, path, dpi=DPI)
     return path
 
 

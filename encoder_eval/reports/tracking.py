@@ -35,7 +35,7 @@ from pathlib import Path
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.fileio import write_json_atomic, write_output
 from encoder_eval.core.receipt import SCHEMA_VERSION, Receipt, TaskResult, TrackSetup
-from encoder_eval.reports.plots import _new_figure, _save
+from encoder_eval.reports.plots import new_figure, save_png
 
 REPORT_SCHEMA = "encoder-eval-regression"
 REFERENCES = ("best", "prior")
@@ -344,7 +344,7 @@ def plot_tracks(
         xs = [r.checkpoint_index for r, _ in pts]
         ys = [100 * t.score for _, t in pts]
         sd = [100 * (t.details.get("std") or 0.0) for _, t in pts]
-        fig = _new_figure(max(4.0, 0.9 * len(xs) + 2), 3.2)
+        fig = new_figure(max(4.0, 0.9 * len(xs) + 2), 3.2)
         ax = fig.add_subplot(1, 1, 1)
         ax.fill_between(
             xs,
@@ -376,7 +376,7 @@ def plot_tracks(
         ax.legend(fontsize=7)
         fig.tight_layout()
         path = out / f"track_{task}.png"
-        _save(fig, path)
+        save_png(fig, path)
         paths.append(path)
     return paths
 
