@@ -8,6 +8,7 @@ import shlex
 
 import pytest
 from conftest import REPO
+from spec_helpers import spec_args, unit_argvs
 
 from encoder_eval import sweep
 from encoder_eval.core.protocol import PROTOCOL_RECIPE, SPELLED_OUT, recipe_flag
@@ -17,12 +18,8 @@ from encoder_eval.plans.plan import build_plan, split_cell_flags
 
 
 def _unit_argvs(script: str) -> list[list[str]]:
-    """The `encoder_eval.run` arguments of each `unit NAME ... -- ARGS` line of a script."""
-    return [
-        shlex.split(line.split(" -- ", 1)[1])
-        for line in script.splitlines()
-        if line.startswith("unit ") and "--model-key" in line
-    ]
+    """The `encoder_eval.run` arguments of each `unit NAME ... -- --spec FILE` line."""
+    return unit_argvs(script)
 
 
 def _count(argv: list[str], flag: str) -> int:
@@ -65,7 +62,7 @@ def test_launch_sh_units_and_their_template_variables_carry_one_precision(tmp_pa
     for line in lines:
         words = shlex.split(line)
         env = dict(w.split("=", 1) for w in words[: words.index("--")] if "=" in w)
-        for argv in (words[words.index("--") + 1 :], shlex.split(env["RUN_ARGS"]),
+        for argv in (spec_args(words[words.index("--") + 1 :]), shlex.split(env["RUN_ARGS"]),
                      shlex.split(env["RECIPE_ARGS"])):  # fmt: skip
             assert _count(argv, "--precision") == 1, argv
             assert argv[argv.index("--precision") + 1] == "fp32"
@@ -113,9 +110,8 @@ def test_precision_and_limit_given_to_a_sweep_are_on_every_line_once_with_their_
     assert sweep.main(_select(tmp_path, *flags)) == 0
     script = "launch.sh" if mode == "slurm" else "run_all.sh"
     lines = [w for w in _unit_lines((tmp_path / "runs" / script).read_text()) if "--" in w]
-    lines = [w for w in lines if "--model-key" in w]
     assert len(lines) == 2  # one unit per LR
-    argvs = [w[w.index("--") + 1 :] for w in lines]
+    argvs = [spec_args(w[w.index("--") + 1 :]) for w in lines]
     if mode == "slurm":
         for words in lines:
             env = dict(w.split("=", 1) for w in words[: words.index("--")] if "=" in w)

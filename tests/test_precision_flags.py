@@ -3,9 +3,8 @@ every cell, is recorded in experiment.toml, and the shrunken-sweep note names fp
 
 from __future__ import annotations
 
-import shlex
-
 import pytest
+from spec_helpers import unit_argvs
 
 from encoder_eval import demo, sweep, track
 from encoder_eval.core import cpu
@@ -18,10 +17,7 @@ def _cell_precisions(run_all: str) -> list[str]:
     """The --precision each `encoder_eval.run` unit of a run_all.sh (its `unit NAME ... --
     ARGS` lines) ends up with (the last one given wins, as in argparse)."""
     found = []
-    for line in run_all.splitlines():
-        if not line.startswith("unit ") or "--model-key" not in line:
-            continue
-        argv = shlex.split(line.split(" -- ", 1)[1])
+    for argv in unit_argvs(run_all):
         found.append([argv[i + 1] for i, a in enumerate(argv) if a == "--precision"][-1])
     return found
 

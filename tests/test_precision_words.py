@@ -4,9 +4,8 @@ bf16 (`cpu.resolve_precision`; the capability is injected at `cpu.cpu_native_bf1
 
 from __future__ import annotations
 
-import shlex
-
 import pytest
+from spec_helpers import unit_argvs
 
 from encoder_eval import demo, sweep, track
 from encoder_eval import probe as probe_command
@@ -56,8 +55,7 @@ def test_every_command_takes_the_same_words(tmp_path, given, word, no_native_bf1
     assert sweep.main(["--phase", "select", "--model", "a=org/a", "--tasks", "glue_rte",
                        "--lr-keys", "lr06", "--seeds", "42", "--precision", given,
                        "--results-dir", str(tmp_path / "res"), "--out-dir", str(out)]) == 0  # fmt: skip
-    [line] = [ln for ln in (out / "run_all.sh").read_text().splitlines() if "--model-key" in ln]
-    argv = shlex.split(line.split(" -- ", 1)[1])
+    [argv] = unit_argvs((out / "run_all.sh").read_text())
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--precision"] == [word]
     # track: a receipt records what ran (auto resolved; bf16 recorded as None, as always)
     setup = track.build_setup("finetune", ["glue_rte"], lr_key="lr06", precision=given)

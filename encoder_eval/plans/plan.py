@@ -27,6 +27,7 @@ from encoder_eval.cells.probe_flags import (
 )
 from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED, ProbeConfig
 from encoder_eval.cells.run_flags import RunFlags, run_parser
+from encoder_eval.cells.unit_spec import FINETUNE, MODULES, PROBE, PROBE_SETTINGS, UnitSpec
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.flags import flags_argv
 from encoder_eval.core.protocol import (
@@ -63,9 +64,7 @@ from encoder_eval.data.tasks import resolve_task_names
 
 __all__ = ["Cell", "Plan", "ProbeSettings", "build_plan", "build_probe_plan"]
 
-# The module a unit's process runs, by the plan's kind of cell.
-FINETUNE, PROBE = "finetune", "probe"
-MODULES = {FINETUNE: "encoder_eval.run", PROBE: "encoder_eval.probe"}
+# The module a unit's process runs, by the plan's kind of cell: `unit_spec.MODULES`.
 # How many cells share one `encoder_eval.run` process (see `Plan.units`).
 GROUPS = ("pair", "lr", "cell")
 # Flags that define a cell's identity, or what code and weights it runs (remote code needs
@@ -107,17 +106,6 @@ _RESERVED_PROBE_FLAGS = (
     "--model-revision",
     "--model-code-revision",
 )
-
-# What a unit's line spells out (`Plan.run_args`), in order: the `RunFlags` entries before and
-# after the recipe's (`Plan.recipe_args`), and a probe unit's `ProbeFlags` entries before and
-# after its settings (`PROBE_SETTINGS`). A None value, or a flag that is off, writes nothing.
-RUN_HEAD = ("model_key", "model_path", "mode", "task", "lr", "seed", "phase", "results_dir",
-            "skip_existing", "trust_remote_code", "model_revision", "model_code_revision")  # fmt: skip
-RUN_TAIL = ("device", "data_dir", "tasks_file", "allow_off_protocol", "progress", "report_to")
-PROBE_HEAD = ("model", "tasks", "pooling", "results_dir")
-PROBE_SETTINGS = ("k_folds", "seed", "max_seq_len", "precision", "limit")
-PROBE_TAIL = ("device", "trust_remote_code", "model_revision", "model_code_revision", "data_dir",
-              "tasks_file")  # fmt: skip
 
 # ----------------------------------------------------------------------------- parsing helpers
 
@@ -379,15 +367,20 @@ class Plan:
         sets beyond the protocol and beyond the file's own fields (`TYPED_ENTRIES`)."""
         return cell_flags(self.recipe, self.report_to, self.extra_run_args, TYPED_ENTRIES)
 
-    def run_args(self, cells: list[Cell]) -> list[str]:
-        """Arguments of `python -m encoder_eval.run` for the cells of one unit.
+    def unit_spec(self, cells: list[Cell]) -> UnitSpec:
+        """The spec of one unit (`cells/unit_spec.py`): what its process runs, typed.
 
         A unit is every (LR, seed) combination of its LRs and seeds for one (model, task):
         the process runs them LR by LR, each LR's seeds in order (see `Plan.units`). For a
-        probe plan, `encoder_eval.probe`'s arguments for the poolings of one (model, task).
-        """
+        probe plan, every pooling of one (model, task). The plan's extra run arguments (flags
+        it does not model) are set on it as the cell command's parser reads them."""
         if self.probe is not None:
-            return self._probe_args(cells)
+            first = cells[0]
+            poolings = list(dict.fromkeys(c.pooling for c in cells))
+            if any(c.pair != first.pair for c in cells) or len(poolings) != len(cells):
+                raise ValueError("unit_spec takes the cells of one unit (poolings of one pair)")
+            spec = UnitSpec(PROBE, self._probe_flags(first, poolings))
+            return spec.with_extra(self.extra_run_args)
         first = cells[0]
         lrs = list(dict.fromkeys(c.lr for c in cells))
         seeds = list(dict.fromkeys(c.seed for c in cells))
@@ -396,7 +389,7 @@ class Plan:
             or len(cells) != len(lrs) * len(seeds)
             or ({(c.lr, c.seed) for c in cells} != {(lr, s) for lr in lrs for s in seeds})
         ):
-            raise ValueError("run_args takes the cells of one unit (LRs x seeds of one pair)")
+            raise ValueError("unit_spec takes the cells of one unit (LRs x seeds of one pair)")
         flags = RunFlags(
             model_key=first.model,
             model_path=first.model_path,
@@ -412,35 +405,27 @@ class Plan:
             model_code_revision=first.code_revision or None,
             device=self.device,
             data_dir=self.data_dir or None,
-            tasks_file=self.tasks_files,
+            tasks_file=list(self.tasks_files) or None,
             # run then marks the result off-protocol
             allow_off_protocol=any(s not in PHASE_SEEDS[self.phase] for s in seeds),
             progress="json",
-            report_to=self.report_to or None,
+            report_to=self.report_to or "none",
         )
-        # Each recipe flag is in recipe_args once, with its value, so a log or `ps` shows
-        # the value the cell runs with; the extra arguments hold no recipe flag.
-        return [
-            *flags_argv(flags, RUN_HEAD),
-            *self.recipe_args(),
-            *flags_argv(flags, RUN_TAIL),
-            *self.extra_run_args,
-        ]
+        return UnitSpec(FINETUNE, flags, self.recipe).with_extra(self.extra_run_args)
+
+    def run_args(self, cells: list[Cell]) -> list[str]:
+        """Arguments of `python -m encoder_eval.run` (for a probe plan `encoder_eval.probe`)
+        that run one unit by hand: its spec's command line (`UnitSpec.argv`), each recipe
+        flag once, with its value, so a log or `ps` shows what the cell runs with."""
+        return self.unit_spec(cells).argv()
 
     def cell_configs(self, unit: list[Cell]) -> list:
-        """The checked configurations of one unit, exactly as its launch-script line makes
-        them: `run_args(unit)` parsed by the cell command's parser and planned by the cell's
-        own planner (`runner.plan_cells`: `cell_config.CellConfig`s; for a probe plan, one
-        `probe_cell.ProbeRun`). How `track` runs a unit in process, so the cells a receipt
-        reads are the ones a script would run. Imports torch."""
-        argv = self.run_args(unit)
-        if self.probe is not None:
-            from encoder_eval.cells import probe_cell
-
-            return [probe_cell.run_from_args(probe_parser().parse_args(argv))]
-        from encoder_eval.cells import runner
-
-        return runner.plan_cells(run_parser().parse_args(argv))
+        """The checked configurations of one unit, exactly as its launch script runs them:
+        its spec (`unit_spec`) planned by the cell's own planner (`runner.plan_cells`:
+        `cell_config.CellConfig`s; for a probe plan, one `probe_cell.ProbeRun`). How `track`
+        runs a unit in process, so the cells a receipt reads are the ones a script would
+        run. Imports torch."""
+        return spec_configs(self.unit_spec(unit))
 
     def _probe_flags(self, first: Cell | None = None, poolings: Sequence[str] = ()) -> ProbeFlags:
         """A probe unit's flags: the plan's settings, and with `first` its cells' model,
@@ -455,7 +440,7 @@ class Plan:
             results_dir=self.results_dir,
             device=self.device,
             data_dir=self.data_dir or None,
-            tasks_file=self.tasks_files,
+            tasks_file=list(self.tasks_files) or None,
         )
         if first is None:
             return flags
@@ -470,19 +455,6 @@ class Plan:
             model_revision=first.revision or None,
             model_code_revision=first.code_revision or None,
         )
-
-    def _probe_args(self, cells: list[Cell]) -> list[str]:
-        first = cells[0]
-        poolings = list(dict.fromkeys(c.pooling for c in cells))
-        if any(c.pair != first.pair for c in cells) or len(poolings) != len(cells):
-            raise ValueError("run_args takes the cells of one unit (poolings of one pair)")
-        flags = self._probe_flags(first, poolings)
-        return [
-            *flags_argv(flags, PROBE_HEAD),
-            *self.recipe_args(),
-            *flags_argv(flags, PROBE_TAIL),
-            *self.extra_run_args,
-        ]
 
     def units(self, cells: list[Cell] | None = None, group: str = "pair") -> list[list[Cell]]:
         """Split cells into units, each run by one process, in plan order.
@@ -527,6 +499,18 @@ class Plan:
     def cell_status(self, cell: Cell) -> tuple[str, dict | None, str | None]:
         """`cell_state`'s (state, data, why) of one cell of this plan (either kind)."""
         return cell_state(self.out_json(cell), self.phase, model=cell.model, task=cell.task)
+
+
+def spec_configs(spec: UnitSpec) -> list:
+    """The checked configurations a unit's spec runs (`runner.plan_cells` for a fine-tune
+    unit, one `probe_cell.ProbeRun` for a probe unit), from its values. Imports torch."""
+    if spec.kind == PROBE:
+        from encoder_eval.cells import probe_cell
+
+        return [probe_cell.run_from_args(spec.namespace())]
+    from encoder_eval.cells import runner
+
+    return runner.plan_cells(spec.namespace())
 
 
 def check_file_names(cells: list[Cell]) -> None:

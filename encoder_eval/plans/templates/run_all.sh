@@ -254,7 +254,7 @@ stop_warm() {
     WARM_PID='' W_IN='' W_OUT='' SHOWER=''
 }
 
-# warm_unit LOG RUN_ARGS...: run one unit in the warm process, its stdout appended to LOG
+# warm_unit LOG SPEC: run one unit (its spec file) in the warm process, its stdout appended to LOG
 # and its stderr shown by show_progress (through a FIFO), as a unit's own process would;
 # returns its exit code. A warm process that died (killed, out of memory) fails the unit
 # with its exit status, and the next unit starts a fresh one.
@@ -267,7 +267,7 @@ warm_unit() {
     SHOWER=$!
     # In a subshell: a warm process that has just died (SIGTERM between units) ends the
     # subshell by SIGPIPE, not this script; the read below then finds its end.
-    (printf '%s\0' "$log" "$fifo" "$#" "$@" >&"$W_IN") 2>/dev/null
+    (printf '%s\0' "$log" "$fifo" "$1" >&"$W_IN") 2>/dev/null
     until read -r rc <&"$W_OUT"; do # a trapped signal interrupts read: read again
         status=$?
         if [ "$status" -le 128 ]; then break; fi
@@ -301,7 +301,7 @@ for s in ${DONE_AT_START[@]+"${DONE_AT_START[@]}"}; do
     if is_done "$s"; then DONE_BASE=$((DONE_BASE + 1)); fi
 done
 
-# The second pass, by each worker: unit LABEL N OUT_1..OUT_N -- RUN_ARGS...
+# The second pass, by each worker: unit LABEL N OUT_1..OUT_N -- --spec FILE
 unit() {
     local label=$1 n=$2
     shift 2
@@ -338,7 +338,7 @@ unit() {
     say "starting $label ($((n - HAVE)) of $n cells to run), log: $log"
     # Appended, not truncated: a second runner of this script must not wipe this log.
     if [ -n "$WARM" ]; then
-        warm_unit "$log" "$@"
+        warm_unit "$log" "$2" # the unit's spec file: -- --spec FILE
         rc=$?
     else
         { "$PYTHON" -m "$MODULE" "$@" 2>&1 >>"$log"; } | show_progress "$log"
