@@ -43,7 +43,8 @@ def test_every_command_takes_the_same_words(tmp_path, given, word, no_native_bf1
     # run: the recipe records bf16 as results always have, auto until the cell resolves it
     args = run_command.build_parser().parse_args([*RUN, "--precision", given])
     recorded = {"bf16": "bf16-autocast"}.get(word, word)
-    assert recipe_from_args(args).precision == recorded
+    assert recipe_from_args(args).precision == word  # one type (`Precision`)
+    assert recipe_from_args(args).to_dict()["precision"] == recorded
     # probe: the word, resolved on its device when auto
     args = probe_command.build_parser().parse_args(
         ["--model", "m=org/m", "--tasks", "glue_rte", "--precision", given, "--device", "cpu"]
@@ -92,4 +93,4 @@ def test_a_run_cell_resolves_auto_on_its_device(tmp_path, no_native_bf16, capsys
         [*RUN, "--device", "cpu", "--out-json", str(tmp_path / "c.json")]
     )
     [cell] = runner.plan_cells(args)
-    assert cell.recipe.precision == "bf16-autocast"  # the default stays the protocol's
+    assert cell.recipe.to_dict()["precision"] == "bf16-autocast"  # the protocol's, recorded

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from encoder_eval.core.protocol import Precision
 from encoder_eval.data import tokencache
 
 
@@ -118,6 +119,6 @@ def encode_cached(
 
 def autocast(device: torch.device, precision: str):
     """bf16 autocast on `device`, or none for fp32: the one place precision becomes a context."""
-    if precision == "fp32":
+    if Precision.of(precision) is Precision.FP32:
         return torch.autocast(device.type, enabled=False)
     return torch.autocast(device.type, dtype=torch.bfloat16)

@@ -17,10 +17,10 @@ from encoder_eval.core.protocol import (
     LR_GRID,
     PHASE_SEEDS,
     PHASES,
-    PRECISIONS,
     PROBE_PHASE,
     PROTOCOL_RECIPE,
     SELECTION_SPLITS,
+    add_precision_argument,
     check_seed,
     recipe_argv,
 )
@@ -169,9 +169,9 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--seed", help="the folds' seed (default 42); for select/report the same as --seeds"
     )
-    g.add_argument(
-        "--precision",
-        metavar="{" + ",".join(PRECISIONS) + "}",
+    add_precision_argument(
+        g,
+        None,
         help="every cell's precision: bf16 (default; autocast, the protocol's; alias "
         "bf16-autocast), fp32 (faster on a CPU without native bf16; a fine-tuning cell in "
         "fp32 is off-protocol) or auto (each cell picks fp32 on a CPU without native bf16)",
