@@ -103,7 +103,9 @@ def full_experiment() -> Experiment:
         data_dir="/data/mirror",
         device="cpu",
         selection_split="holdout",
-        extra_run_args=["--micro-batch", "8"],
+        recipe_entries={"micro_batch": 8, "precision": "fp32", "compile": True},
+        report_to="mlflow",
+        extra_run_args=["--tracking-dir", "/t"],
         phases={
             "select": PhaseRecord("/r/select", "/runs/select"),
             "report": PhaseRecord("/r/report", "/runs/report", "/sel.json"),
@@ -146,7 +148,7 @@ def write_file(tmp_path: Path, text: str) -> Path:
         (
             "[recipe]\nmax_step = 4\n",
             r"recipe: unknown field 'max_step'\. Did you mean "
-            r"'max_steps'\? Valid fields: max_seq_len, max_steps",
+            r"'max_steps'\? Valid fields: adam_beta2, batch_size, ",
         ),
         (
             "[recipe]\nmax_steps = 'four'\n",

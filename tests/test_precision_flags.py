@@ -39,7 +39,8 @@ def test_sweep_precision_fp32_reaches_every_cell_is_recorded_and_noted(tmp_path,
     precisions = _cell_precisions((tmp_path / "runs" / "run_all.sh").read_text())
     assert precisions == ["fp32"] * 8  # 2 models x 2 tasks x 2 LRs x 1 seed, one unit each
     recorded = experiment.load(tmp_path / "res" / EXPERIMENT_NAME)
-    assert recorded.extra_run_args == ["--precision", "fp32"]
+    assert recorded.recipe_entries == {"precision": "fp32"}  # typed, in [recipe]
+    assert recorded.extra_run_args == []
     # the same sweep again is the same experiment (the flag is not doubled)
     assert sweep.main(_select(tmp_path, *flags)) == 0
 

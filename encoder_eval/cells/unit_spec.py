@@ -27,11 +27,11 @@ from encoder_eval.core.fileio import read_bytes, write_atomic
 from encoder_eval.core.flags import flag_values, flags_argv
 from encoder_eval.core.protocol import (
     SPELLED_OUT,
+    Precision,
     Recipe,
     changed_entries,
     recipe_argv,
     recipe_from_args,
-    recorded_precision,
 )
 
 # The kinds of unit and the module that runs each.
@@ -183,10 +183,7 @@ class UnitSpec:
         recipe = self.recipe
         if recipe is not None:
             names = {f.name for f in fields(Recipe)}
-            values = {k: v for k, v in given.items() if k in names}
-            if "precision" in values:
-                values["precision"] = recorded_precision(values["precision"])
-            recipe = replace(recipe, **values)
+            recipe = replace(recipe, **{k: v for k, v in given.items() if k in names})
         return replace(self, flags=flags, recipe=recipe)
 
 
@@ -200,6 +197,29 @@ def spec_argv(argv: list[str]) -> str | None:
     if len(argv) == 2 and argv[0] == SPEC_FLAG:
         return argv[1]
     raise HarnessError(f"{SPEC_FLAG} FILE runs a unit as its spec says; give no other flag")
+
+
+def cell_flag_values(
+    argv: list[str], kind: str = FINETUNE
+) -> tuple[dict[str, Any], str | None, list[str]]:
+    """Cell flags given as text (`sweep --extra-run-args`, an older experiment file's
+    `extra_run_args`) read by the cell command's own parser, once: the recipe entries they
+    set (typed values), their `--report-to` (None: not given), and the flags the harness
+    does not model, in one spelling (`flags_argv`, field order). A flag that does not parse
+    raises HarnessError. For a probe unit (`kind` PROBE) the probe's flags: its `--limit`
+    is the recipe's."""
+    if kind == PROBE:
+        given = _given(probe_parser(), list(argv)) if argv else {}
+        recipe = {"limit": given.pop("limit")} if "limit" in given else {}
+        return recipe, None, flags_argv(ProbeFlags(**given), tuple(given))
+    given = _given(run_parser(), list(argv)) if argv else {}
+    recipe_names = {e.name for e in fields(Recipe) if e.metadata.get("flag")}
+    recipe = {k: v for k, v in given.items() if k in recipe_names}
+    if "precision" in recipe:
+        recipe["precision"] = Precision.of(recipe["precision"])
+    report_to = given.get("report_to")
+    rest = {k: v for k, v in given.items() if k not in recipe_names and k != "report_to"}
+    return recipe, report_to, flags_argv(RunFlags(**rest), tuple(rest))
 
 
 def _changed_flags(flags: RunFlags | ProbeFlags) -> tuple[str, ...]:

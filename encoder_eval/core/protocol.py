@@ -10,11 +10,11 @@ import argparse
 import enum
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
-from encoder_eval.core.errors import ArgumentParser, HarnessError, unknown_name
+from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.flags import add_flags, flag_meta, flag_of, flags_argv
 
 # Ten log-spaced learning rates from 1e-5 to 1e-4, rounded to three significant
@@ -348,48 +348,6 @@ def recipe_from_args(args: argparse.Namespace, **others) -> Recipe:
     entries without a flag (the loader's mode and settings)."""
     flagged = {e.name: getattr(args, e.name) for e in fields(Recipe) if e.metadata["flag"]}
     return Recipe(**flagged, **others)
-
-
-def recipe_from_argv(argv: list[str], base: Recipe = PROTOCOL_RECIPE) -> tuple[Recipe, list[str]]:
-    """`base` with the recipe flags of `argv` applied (the last one wins, as in argparse;
-    `--flag=value` or `--flag value`), and the other arguments of `argv`, in order: how a
-    plan reads the recipe entries out of a user's extra run arguments. A bad value raises
-    HarnessError naming the flag."""
-    known: dict[str, tuple[str, bool]] = {}
-    for entry in fields(Recipe):
-        flag = entry.metadata["flag"]
-        if flag is None:
-            continue
-        is_bool = entry.type == "bool"
-        known[flag] = (entry.name, is_bool)
-        if is_bool:
-            known["--no-" + flag[2:]] = (entry.name, True)
-    given: dict[str, list[str]] = {}
-    rest: list[str] = []
-    i = 0
-    while i < len(argv):
-        key, eq, value = argv[i].partition("=")
-        name, is_bool = known.get(key, (None, False))
-        if name is not None and (is_bool or eq or i + 1 < len(argv)):
-            given[name] = [key] if is_bool else [key, value if eq else argv[i + 1]]
-            i += 1 if is_bool or eq else 2
-        else:
-            rest.append(argv[i])
-            i += 1
-    if not given:
-        return base, rest
-    parser = ArgumentParser(prog="the recipe flags", add_help=False)
-    recipe_arguments(parser)
-
-    def fail(message: str):
-        raise HarnessError(f"{' '.join(a for v in given.values() for a in v)}: {message}")
-
-    parser.error = fail  # type: ignore[method-assign]
-    parsed = parser.parse_args([a for v in given.values() for a in v])
-    values = {name: getattr(parsed, name) for name in given}
-    if "precision" in values:
-        values["precision"] = recorded_precision(values["precision"])
-    return replace(base, **values), rest
 
 
 def changed_entries(recipe: Recipe, base: Recipe = PROTOCOL_RECIPE) -> tuple[str, ...]:

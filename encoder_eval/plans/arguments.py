@@ -217,7 +217,7 @@ def _flags_given(args: argparse.Namespace, flags: tuple) -> list[str]:
 def _extra_args(args: argparse.Namespace, given_extra: tuple[str, ...] | None = None) -> list[str]:
     """--extra-run-args as a list (`given_extra`, else shell-split from `args`); the cell
     flags the sweep takes directly (--limit, --precision, --report-to) go to the plan as
-    values, which it merges with these (`plan.split_cell_flags`)."""
+    values, which it merges with these (`unit_spec.cell_flag_values`)."""
     if given_extra is not None:
         return list(given_extra)
     try:

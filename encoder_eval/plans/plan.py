@@ -27,7 +27,14 @@ from encoder_eval.cells.probe_flags import (
 )
 from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED, ProbeConfig
 from encoder_eval.cells.run_flags import RunFlags, run_parser
-from encoder_eval.cells.unit_spec import FINETUNE, MODULES, PROBE, PROBE_SETTINGS, UnitSpec
+from encoder_eval.cells.unit_spec import (
+    FINETUNE,
+    MODULES,
+    PROBE,
+    PROBE_SETTINGS,
+    UnitSpec,
+    cell_flag_values,
+)
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.flags import flags_argv
 from encoder_eval.core.protocol import (
@@ -39,6 +46,7 @@ from encoder_eval.core.protocol import (
     PROTOCOL_RECIPE,
     SELECTION_SPLITS,
     SPELLED_OUT,
+    Precision,
     Recipe,
     changed_entries,
     check_seed,
@@ -46,8 +54,6 @@ from encoder_eval.core.protocol import (
     lr_key_for,
     precision_word,
     recipe_argv,
-    recipe_from_argv,
-    recorded_precision,
 )
 from encoder_eval.core.results import cell_state, result_filename
 from encoder_eval.data.limit import check_limit
@@ -137,29 +143,10 @@ def parse_seeds(text: str | None, flag: str = "--seeds") -> list[int] | None:
     return seeds
 
 
-# The recipe entries an experiment file records as its own fields (`[recipe]`, and
-# `selection_split`), not among its extra run arguments (`Plan.cell_flags`).
+# The recipe entries an experiment file records as its own fields (`recipe.max_steps`,
+# `recipe.max_seq_len`, `selection_split`); the others are its `[recipe]` entries
+# (`Plan.recipe_entries`).
 TYPED_ENTRIES = ("max_steps", "max_seq_len", "selection_split")
-
-
-def split_cell_flags(
-    argv: Sequence[str], base: Recipe = PROTOCOL_RECIPE
-) -> tuple[Recipe, str | None, list[str]]:
-    """Cell flags (`--extra-run-args`, an experiment's `extra_run_args`) read as values: the
-    recipe they set over `base` (`protocol.recipe_from_argv`), their `--report-to` (None:
-    not given; the last one wins), and the flags the harness does not model, in order."""
-    recipe, rest = recipe_from_argv(list(argv), base)
-    report_to, others = None, []
-    i = 0
-    while i < len(rest):
-        key, eq, value = rest[i].partition("=")
-        if key == "--report-to" and (eq or i + 1 < len(rest)):
-            report_to = value if eq else rest[i + 1]
-            i += 1 if eq else 2
-            continue
-        others.append(rest[i])
-        i += 1
-    return recipe, report_to, others
 
 
 def cell_flags(
@@ -177,8 +164,9 @@ def cell_flags(
 
 def canonical_cell_flags(argv: Sequence[str]) -> list[str]:
     """`argv` (extra run arguments) in `cell_flags`' one spelling and order, so that two
-    experiment files that say the same thing compare equal however the flags were given."""
-    return cell_flags(*split_cell_flags(argv))
+    flag lists that say the same thing compare equal however the flags were given."""
+    recipe, report_to, rest = cell_flag_values(list(argv))
+    return cell_flags(dataclasses.replace(PROTOCOL_RECIPE, **recipe), report_to, rest)
 
 
 def parse_lr_keys(text: str | None) -> list[str] | None:
@@ -362,10 +350,15 @@ class Plan:
         others = tuple(n for n in changed_entries(self.recipe) if n not in SPELLED_OUT)
         return recipe_argv(self.recipe, SPELLED_OUT + others)
 
-    def cell_flags(self) -> list[str]:
-        """The cell flags an experiment file records as `extra_run_args`: what the plan
-        sets beyond the protocol and beyond the file's own fields (`TYPED_ENTRIES`)."""
-        return cell_flags(self.recipe, self.report_to, self.extra_run_args, TYPED_ENTRIES)
+    def recipe_entries(self) -> dict:
+        """The recipe entries an experiment file records in `[recipe]` beyond its own
+        fields (`TYPED_ENTRIES`): those that differ from the protocol, typed, a precision
+        as its word."""
+        return {
+            name: getattr(self.recipe, name)
+            for name in changed_entries(self.recipe)
+            if name not in TYPED_ENTRIES
+        }
 
     def unit_spec(self, cells: list[Cell]) -> UnitSpec:
         """The spec of one unit (`cells/unit_spec.py`): what its process runs, typed.
@@ -673,7 +666,7 @@ def build_plan(
     cell's run reads them too. `trust_remote_code`: the models the user lets run remote code
     (`resolve_models`); `pins`: per-model (weights, code) revisions. `max_steps`,
     `max_seq_len`, `limit`, `precision` (a word of `protocol.PRECISIONS`) and `report_to`
-    join what `extra_run_args` sets (`split_cell_flags`), which they may not contradict.
+    join what `extra_run_args` sets (`unit_spec.cell_flag_values`), which they may not contradict.
     """
     if phase not in PHASES:
         raise HarnessError(f"--phase {phase!r} must be select or report")
@@ -708,7 +701,7 @@ def build_plan(
     device, extra, data_dir = _check_run_inputs(
         device, extra_run_args, data_dir, _RESERVED_RUN_FLAGS, "cell", run_parser
     )
-    from_extra = split_cell_flags(extra)[0]  # a split the extra arguments ask for
+    from_extra = dataclasses.replace(PROTOCOL_RECIPE, **cell_flag_values(extra)[0])
     if selection_split is None and "selection_split" in changed_entries(from_extra):
         selection_split = from_extra.selection_split
     selection_split = _selection_split(phase, selection, selection_split)
@@ -763,20 +756,21 @@ def build_plan(
 
 
 def _plan_recipe(
-    extra: list[str], *, report_to: str | None, **given: object
+    extra: list[str], *, report_to: str | None, kind: str = FINETUNE, **given: object
 ) -> tuple[Recipe, str | None, list[str]]:
     """The plan's recipe, `--report-to` and remaining extra arguments: what `extra` sets
-    (`split_cell_flags`), with the entries `given` by the sweep's own flags (None: not
-    given; a precision word is recorded as `recorded_precision` says), each checked; a
-    given value that contradicts the extra arguments' is refused."""
-    recipe, extra_report_to, rest = split_cell_flags(extra)
+    (`unit_spec.cell_flag_values`), with the entries `given` by the sweep's own flags (None:
+    not given), each checked; a given value that contradicts the extra arguments' is
+    refused."""
+    values, extra_report_to, rest = cell_flag_values(extra, kind)
+    recipe = dataclasses.replace(PROTOCOL_RECIPE, **values)
     from_extra = set(changed_entries(recipe))
     values: dict[str, object] = {}
     for name, value in given.items():
         if value is None:
             continue
         if name == "precision":
-            value = recorded_precision(str(value))
+            value = Precision.of(str(value))
         had = getattr(recipe, name)
         if name in from_extra and had != value:
             flag = recipe_argv(recipe, (name,))
@@ -885,7 +879,7 @@ def build_probe_plan(
     )
     # The probe's flags left a recipe flag other than --limit out (reserved or unknown).
     recipe, report_to, extra = _plan_recipe(
-        extra, max_seq_len=max_seq_len, limit=limit, report_to=report_to
+        extra, max_seq_len=max_seq_len, limit=limit, report_to=report_to, kind=PROBE
     )
     if report_to:
         raise HarnessError("--report-to is for fine-tuning phases; a probe cell has no curves")
