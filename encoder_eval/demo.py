@@ -32,7 +32,13 @@ from encoder_eval.core.errors import (
     report_errors,
 )
 from encoder_eval.core.fileio import write_atomic
-from encoder_eval.core.protocol import DEVICES, PHASES, Precision, add_precision_argument
+from encoder_eval.core.protocol import (
+    DEVICES,
+    PHASES,
+    PRECISION_FLAG,
+    Precision,
+    add_precision_argument,
+)
 from encoder_eval.data.models import packaged_model
 
 DEMO_TASKS = "synthetic_sentiment,synthetic_nli,synthetic_rating"
@@ -158,7 +164,7 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
     why = "the protocol's" if precision == "bf16" else "off-protocol, as the demo's cells are"
     log(f"precision: {precision} (--precision {args.precision}; {why})")
     if Precision.of(precision) is Precision.FP32:
-        shrink += ["--precision", Precision.FP32.value]
+        shrink += [PRECISION_FLAG, Precision.FP32.value]
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     workers, threads = plan_workers(len(args.tasks.split(",")), cpus or 1, args.workers)
     # The cells' threads (torch reads OMP_NUM_THREADS), unless the user chose them.

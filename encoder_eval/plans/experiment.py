@@ -91,6 +91,7 @@ from encoder_eval.data.models import (
 )
 from encoder_eval.data.tasks import TASK_KNOBS, resolve_task_names
 from encoder_eval.plans.plan import canonical_cell_flags, cell_flags
+from encoder_eval.plans.redaction import REDACTED, redact_data, redact_text  # noqa: F401
 
 VERSION = 1
 _FIELDS = (
@@ -143,67 +144,6 @@ class ModelSpec:
             entry.revision,
             entry.code_revision,
         )
-
-
-# What a selection shared with `select --redact-paths` holds instead of a local path; the
-# report sweep of whoever receives it asks for their own (`--model NAME=PATH`, `--data-dir`).
-REDACTED = "<redacted>"
-
-# What `redact_text` replaces inside any string written to a shared file:
-# - a link (`scheme://...`: file://, sqlite:///, http://a-host:5000 ...) unless it points at
-#   one of `PUBLIC_HOSTS`;
-# - an absolute path, a home path (`~/x`, `~alice/x`) or an explicitly relative one
-#   (`./x`, `../x`), wherever it stands (`--flag=/x`, `mirror:/x`, "cannot open /x: ...");
-# - `user@host:path` (scp's spelling), a relative path of three or more parts
-#   (`results/select/x.json`: a Hub id has two).
-PUBLIC_HOSTS = ("huggingface.co", "hf.co")
-_C = r"[^\s\"'<>,;()\[\]{}]"  # a character of a path
-_END = r"[^\s\"'<>,;()\[\]{}.:]"  # its last one (a sentence's '.' or ':' is not)
-_PRIVATE = re.compile(
-    r"(?P<link>(?<![\w+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]*)"  # scheme://...
-    rf"|(?<![\w.-])[\w.-]+@[\w.-]+:(?:{_C}*{_END})?"  # user@host:path
-    rf"|(?<![\w.~/-])(?:~[\w.-]*|\.\.?)?/{_C}*{_END}"  # /x, ~/x, ~u/x, ./x, ../x
-    r"|(?<![\w.~/-])~[\w.-]*(?![\w/])"  # ~ or ~user alone
-    r"|(?<![\w.~/:@-])[\w.-]+(?:/[\w.-]+){2,}/?"  # a/b/c
-)
-
-
-def _keep_public(match: re.Match) -> str:
-    link = match.group("link")
-    if link and link.lower().startswith("https://"):
-        host = link.split("://", 1)[1].split("/", 1)[0].rsplit("@", 1)[-1].split(":", 1)[0]
-        if host.lower() in PUBLIC_HOSTS:
-            return link
-    return REDACTED
-
-
-def redact_text(text: str) -> str:
-    """`text` with every local path and private link in it replaced by `REDACTED` (the
-    rules above `PUBLIC_HOSTS`); Hub ids (`org/name`), public Hub links and plain words
-    stay. The one rule for what a shared file may not carry: `select --redact-paths`,
-    `push` and `export` all use it."""
-    return _PRIVATE.sub(_keep_public, text)
-
-
-def redact_data(data: Any, fields: tuple[str, ...] = (), where: str = "") -> tuple[Any, list[str]]:
-    """`data` (plain JSON) with `redact_text` applied to every string, and the strings of
-    the dotted `fields` (`provenance.model_path`, `notes[0]`) replaced whole. Returns the
-    copy and the names of the fields changed."""
-    changed: list[str] = []
-
-    def walk(value: Any, name: str) -> Any:
-        if isinstance(value, dict):
-            return {k: walk(v, f"{name}.{k}" if name else str(k)) for k, v in value.items()}
-        if isinstance(value, list):
-            return [walk(v, f"{name}[{i}]") for i, v in enumerate(value)]
-        if isinstance(value, str) and value != REDACTED:
-            clean = REDACTED if name in fields else redact_text(value)
-            if clean != value:
-                changed.append(name)
-            return clean
-        return value
-
-    return walk(data, where), changed
 
 
 @dataclass(frozen=True)
@@ -465,13 +405,15 @@ def _toml_entry(value: Any) -> Any:
 def _read_extra_run_args(r: _Reader, exp: Experiment, argv: list[str]) -> None:
     """`extra_run_args` as a file holds it: the flags the harness does not model; in a file
     written before the recipe was typed, also recipe entries and `--report-to`, which are
-    read into their own fields here (the cell command's parser reads them)."""
+    read into their own fields here (the cell command's parser reads them). A list that
+    parser cannot read (a flag of a newer harness, a redacted value) stays as given."""
     from encoder_eval.cells.unit_spec import cell_flag_values
 
     try:
         values, report_to, rest = cell_flag_values(argv)
-    except HarnessError as exc:
-        raise r.fail("extra_run_args", str(exc)) from None
+    except HarnessError:
+        exp.extra_run_args = argv
+        return
     for name, value in values.items():
         if name in _OWN_RECIPE_FIELDS or name == "selection_split":
             if getattr(exp, name) is None:

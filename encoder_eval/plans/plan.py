@@ -42,6 +42,7 @@ from encoder_eval.core.protocol import (
     LR_GRID,
     PHASE_SEEDS,
     PHASES,
+    PRECISION_FLAG,
     PROBE_PHASE,
     PROTOCOL_RECIPE,
     SELECTION_SPLITS,
@@ -103,7 +104,7 @@ _RESERVED_PROBE_FLAGS = (
     "--k-folds",
     "--seed",
     "--max-seq-len",
-    "--precision",
+    PRECISION_FLAG,
     "--device",
     "--data-dir",
     "--tasks-file",
@@ -164,8 +165,12 @@ def cell_flags(
 
 def canonical_cell_flags(argv: Sequence[str]) -> list[str]:
     """`argv` (extra run arguments) in `cell_flags`' one spelling and order, so that two
-    flag lists that say the same thing compare equal however the flags were given."""
-    recipe, report_to, rest = cell_flag_values(list(argv))
+    flag lists that say the same thing compare equal however the flags were given (a list
+    `run`'s parser cannot read, as given)."""
+    try:
+        recipe, report_to, rest = cell_flag_values(list(argv))
+    except HarnessError:
+        return list(argv)
     return cell_flags(dataclasses.replace(PROTOCOL_RECIPE, **recipe), report_to, rest)
 
 
