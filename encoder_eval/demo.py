@@ -32,7 +32,13 @@ from encoder_eval.core.errors import (
     report_errors,
 )
 from encoder_eval.core.fileio import write_atomic
-from encoder_eval.core.protocol import DEVICES, PHASES, PRECISIONS, precision_arg
+from encoder_eval.core.protocol import (
+    DEVICES,
+    PHASES,
+    PRECISION_FLAG,
+    Precision,
+    add_precision_argument,
+)
 from encoder_eval.data.models import packaged_model
 
 DEMO_TASKS = "synthetic_sentiment,synthetic_nli,synthetic_rating"
@@ -68,11 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
         "the CPUs + 1, at least 2, each with an equal share of the CPUs' threads",
     )
     p.add_argument("--device", default="cpu", choices=DEVICES)
-    p.add_argument(
-        "--precision",
-        default="auto",
-        type=precision_arg,
-        metavar="{" + ",".join(PRECISIONS) + "}",
+    add_precision_argument(
+        p,
+        "auto",
         help="auto: fp32 on a CPU without native bf16 (5-8x faster there), else "
         "bf16, the protocol's",
     )
@@ -159,8 +163,8 @@ def run_demo(args: argparse.Namespace, log=print) -> Path:
         log(note)
     why = "the protocol's" if precision == "bf16" else "off-protocol, as the demo's cells are"
     log(f"precision: {precision} (--precision {args.precision}; {why})")
-    if precision == "fp32":
-        shrink += ["--precision", "fp32"]
+    if Precision.of(precision) is Precision.FP32:
+        shrink += [PRECISION_FLAG, Precision.FP32.value]
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     workers, threads = plan_workers(len(args.tasks.split(",")), cpus or 1, args.workers)
     # The cells' threads (torch reads OMP_NUM_THREADS), unless the user chose them.

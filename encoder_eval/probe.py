@@ -12,7 +12,8 @@ import sys
 
 from encoder_eval.cells.probe_cell import run_from_args, run_probe
 from encoder_eval.cells.probe_flags import add_probe_flags
-from encoder_eval.core.errors import ArgumentParser, report_errors
+from encoder_eval.cells.unit_spec import PROBE, SPEC_FLAG, UnitSpec, spec_argv
+from encoder_eval.core.errors import ArgumentParser, HarnessError, report_errors
 from encoder_eval.reports.neuco import main as neuco_main
 
 NEUCO_FLAGS = ("--annotation-path", "--annotation_path", "--submission-file", "--submission_file")
@@ -28,13 +29,33 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         "--annotation-path and --submission-file instead.)",
     )
     add_probe_flags(parser)
+    parser.add_argument(
+        SPEC_FLAG,
+        metavar="FILE",
+        help="run the probe unit a spec file holds (what `sweep --phase probe` writes beside "
+        "its script), given alone",
+    )
     return parser
+
+
+def unit_spec(argv: list[str], prog: str | None = None) -> UnitSpec:
+    """The probe unit `argv` describes: the spec file of `--spec FILE`, or the flags parsed
+    into the same object."""
+    path = spec_argv(argv)
+    if path is not None:
+        spec = UnitSpec.read(path)
+        if spec.kind != PROBE:
+            raise HarnessError(f"{SPEC_FLAG} {path} is a {spec.kind} unit; run it with its module")
+        print(f"spec {path}: {spec.summary()}", flush=True)
+        return spec
+    return UnitSpec.from_args(build_parser(prog).parse_args(argv), PROBE)
 
 
 @report_errors
 def model_main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """The model mode: probe each model's own embeddings on registered tasks."""
-    return run_probe(run_from_args(build_parser(prog).parse_args(argv)))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return run_probe(run_from_args(unit_spec(argv, prog).namespace()))
 
 
 def main(argv: list[str] | None = None) -> int:

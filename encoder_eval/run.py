@@ -13,8 +13,6 @@ one long-lived process that runs unit after unit (`serve`), paying the imports o
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import signal
@@ -26,12 +24,14 @@ from typing import NoReturn
 
 from encoder_eval.cells.run_flags import add_run_flags
 from encoder_eval.cells.runner import plan_cells, resolve_model, run_configs
+from encoder_eval.cells.unit_spec import FINETUNE, SPEC_FLAG, UnitSpec, spec_argv
 from encoder_eval.core import process_state
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     STOP_WORDS,
     STOPS,
     ArgumentParser,
+    HarnessError,
     exit_code_for,
     raise_on_sigterm,
     report_errors,
@@ -49,12 +49,33 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_run_flags(parser)
+    parser.add_argument(
+        SPEC_FLAG,
+        metavar="FILE",
+        help="run the unit a spec file holds (what `sweep` writes beside its script, one per "
+        "unit), given alone: its identity, recipe and paths",
+    )
     return parser
+
+
+def unit_spec(argv: list[str] | None = None) -> UnitSpec:
+    """The unit `run`'s arguments describe: the spec file of `--spec FILE`, or the flags
+    parsed into the same object (`UnitSpec.from_args`)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    path = spec_argv(argv)
+    if path is not None:
+        spec = UnitSpec.read(path)
+        if spec.kind != FINETUNE:
+            raise HarnessError(f"{SPEC_FLAG} {path} is a {spec.kind} unit; run it with its module")
+        print(f"spec {path}: {spec.summary()}", flush=True)
+        return spec
+    return UnitSpec.from_args(build_parser().parse_args(argv))
 
 
 @report_errors
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    spec = unit_spec(argv)
+    args = spec.namespace()
     cells = plan_cells(args)  # bad input ends here, before torch is imported
     return run_configs(cells, args.skip_existing, quiet=args.progress == "quiet")
 
@@ -81,18 +102,18 @@ class _Fields:
         return fields
 
 
-def unit_identity(argv: list[str]) -> tuple:
-    """What a unit brings into its process that no reset takes back: the trusted remote code
-    its model imports (none for most models) and its deterministic setting (cuBLAS reads its
-    workspace once). A warm worker runs a unit in its process only if the units before it
-    there had the same identity; otherwise in a fresh one. A unit whose flags do not parse
-    gets an identity of its own (it fails as it would in any process)."""
+def unit_identity(spec_path: str) -> tuple:
+    """What a unit brings into its process that no reset takes back, read from its spec:
+    the trusted remote code its model imports (none for most models) and its deterministic
+    setting (cuBLAS reads its workspace once). A warm worker runs a unit in its process only
+    if the units before it there had the same identity; otherwise in a fresh one. A unit
+    whose spec does not read gets an identity of its own (it fails as it would in any
+    process)."""
     try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            args = build_parser().parse_args(argv)
-        return (resolve_model(args).code_identity(), bool(args.deterministic))
-    except (SystemExit, Exception):  # noqa: BLE001 - refused later, in the unit, with its line
-        return ("unparsed", tuple(argv))
+        spec = UnitSpec.read(spec_path)
+        return (resolve_model(spec.namespace()).code_identity(), bool(spec.recipe.deterministic))
+    except Exception:  # noqa: BLE001 - refused later, in the unit, with its line
+        return ("unreadable", spec_path)
 
 
 def _imported_remote_code() -> bool:
@@ -103,12 +124,12 @@ def _imported_remote_code() -> bool:
 
 @dataclass
 class _Request:
-    """One unit to run: the unit's stdout file, its stderr file or pipe, `run`'s arguments,
+    """One unit to run: the unit's stdout file, its stderr file or pipe, its spec file,
     when it arrived (`time.time()`), and why a fresh worker runs it (after a restart)."""
 
     out: str
     err: str
-    argv: list[str]
+    spec: str
     arrived: float
     restarted_because: str | None = None
 
@@ -134,7 +155,7 @@ class _WarmWorker:
         problems = process_state.reset_all()
         if problems:
             return "a reset did not take: " + "; ".join(problems)
-        identity = unit_identity(request.argv)
+        identity = unit_identity(request.spec)
         if identity != self.identity:
             return "its remote code or deterministic setting differs from the earlier units'"
         return None
@@ -151,18 +172,18 @@ class _WarmWorker:
 
     def run(self, request: _Request) -> int:
         """Run one unit here, as a fresh `run` process given its arguments would."""
-        identity = unit_identity(request.argv)
+        identity = unit_identity(request.spec)
         self.units += 1
         code = _one_unit(request, self.units)
         if self.identity is None:
             self.identity = identity
         if identity[0] is None and _imported_remote_code():  # remote code nobody declared
-            self.identity = ("remote code imported by", tuple(request.argv))
+            self.identity = ("remote code imported by", request.spec)
         return code
 
 
 def _one_unit(request: _Request, unit: int) -> int:
-    """Run `main(argv)` with stdout appended to the request's `out` file and stderr to its
+    """Run `main(["--spec", SPEC])` with stdout appended to the request's `out` file and stderr to its
     `err` (the unit's log and its progress pipe), as a fresh `run` process would; its exit
     code. `unit` is its number in this worker process (1: the first)."""
     sys.stdout.flush()
@@ -190,7 +211,7 @@ def _one_unit(request: _Request, unit: int) -> int:
             file=sys.stderr,
         )
     try:
-        return main(request.argv)
+        return main([SPEC_FLAG, request.spec])
     except SystemExit as exc:  # argparse's refusal (its line is printed): exit 2
         return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     except STOPS as exc:  # a stop signal before or after the cells (inside them: run_configs)
@@ -222,9 +243,9 @@ def _process_start() -> float:
 def serve(requests: int = 0, replies: int = 1) -> int:
     """A warm worker: run units one after another in this process until `requests` ends.
 
-    Each request is NUL-terminated fields: the unit's stdout file, its stderr file (or
-    pipe), the number of arguments, then `run`'s arguments; the reply is the exit code a
-    fresh run process given ARGS would have had, one line on `replies`.
+    Each request is three NUL-terminated fields: the unit's stdout file, its stderr file
+    (or pipe) and its spec file (`cells/unit_spec.py`); the reply is the exit code a fresh
+    `run --spec FILE` process would have had, one line on `replies`.
     Every unit gets a fresh process's result: `train.run_cell` frees the previous cell's
     model, optimizer and device memory and seeds its RNGs, the task data is loaded per unit,
     and before each unit every piece of process state a unit may change is put back
@@ -254,12 +275,11 @@ def serve(requests: int = 0, replies: int = 1) -> int:
                 request, pending = _Request(**json.loads(pending)), None
             else:
                 head = fields.take(3)
-                argv = fields.take(int(head[2])) if head is not None else None
-                if argv is None:
+                if head is None:
                     return 0
                 # The first unit of a worker paid its start-up, as in a fresh process.
                 arrived = started if worker.units == 0 else time.time()
-                request = _Request(head[0], head[1], argv, arrived)
+                request = _Request(head[0], head[1], head[2], arrived)
             why = worker.why_fresh(request)
             if why is not None:
                 worker.restart(request, why)

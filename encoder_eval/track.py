@@ -25,7 +25,7 @@ from encoder_eval.core.errors import (
     unknown_name,
 )
 from encoder_eval.core.fileio import FileProblem, parse_json
-from encoder_eval.core.protocol import PRECISIONS, precision_word, seed_arg
+from encoder_eval.core.protocol import add_precision_argument, precision_word, seed_arg
 from encoder_eval.core.receipt import (
     EVAL_KINDS,
     Receipt,
@@ -86,9 +86,9 @@ def _add_setup_arguments(p: argparse.ArgumentParser) -> None:
         help="probe: the folds' seed (default 42); "
         "synthetic: the seed of the suite's samples (default 0)",
     )
-    g.add_argument(
-        "--precision",
-        metavar="{" + ",".join(PRECISIONS) + "}",
+    add_precision_argument(
+        g,
+        None,
         help="probe, finetune: bf16 (default; autocast; alias bf16-autocast), fp32 "
         "(faster on a CPU without native bf16; a fine-tuned cell in fp32 is "
         "off-protocol) or auto (fp32 on a CPU without native bf16, else bf16)",

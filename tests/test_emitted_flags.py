@@ -8,21 +8,19 @@ import shlex
 
 import pytest
 from conftest import REPO
+from spec_helpers import spec_args, unit_argvs
 
 from encoder_eval import sweep
+from encoder_eval.cells.unit_spec import cell_flag_values
 from encoder_eval.core.protocol import PROTOCOL_RECIPE, SPELLED_OUT, recipe_flag
 from encoder_eval.core.results import EXPERIMENT_NAME
 from encoder_eval.plans import experiment
-from encoder_eval.plans.plan import build_plan, split_cell_flags
+from encoder_eval.plans.plan import build_plan
 
 
 def _unit_argvs(script: str) -> list[list[str]]:
-    """The `encoder_eval.run` arguments of each `unit NAME ... -- ARGS` line of a script."""
-    return [
-        shlex.split(line.split(" -- ", 1)[1])
-        for line in script.splitlines()
-        if line.startswith("unit ") and "--model-key" in line
-    ]
+    """The `encoder_eval.run` arguments of each `unit NAME ... -- --spec FILE` line."""
+    return unit_argvs(script)
 
 
 def _count(argv: list[str], flag: str) -> int:
@@ -65,7 +63,7 @@ def test_launch_sh_units_and_their_template_variables_carry_one_precision(tmp_pa
     for line in lines:
         words = shlex.split(line)
         env = dict(w.split("=", 1) for w in words[: words.index("--")] if "=" in w)
-        for argv in (words[words.index("--") + 1 :], shlex.split(env["RUN_ARGS"]),
+        for argv in (spec_args(words[words.index("--") + 1 :]), shlex.split(env["RUN_ARGS"]),
                      shlex.split(env["RECIPE_ARGS"])):  # fmt: skip
             assert _count(argv, "--precision") == 1, argv
             assert argv[argv.index("--precision") + 1] == "fp32"
@@ -86,10 +84,10 @@ def test_recipe_args_take_the_extra_values_and_run_args_keep_the_other_extras(tm
     argv = plan.run_args(unit)
     assert _count(argv, "--precision") == 1 and _count(argv, "--micro-batch") == 1
     assert argv[-1] == "--no-cache"
-    recipe, report_to, rest = split_cell_flags(
+    recipe, report_to, rest = cell_flag_values(
         ["--bsz=8", "--report-to", "mlflow", "--early-stop", "--tracking-dir", "t"]
     )
-    assert (recipe.batch_size, recipe.early_stop, report_to) == (8, True, "mlflow")
+    assert (recipe["batch_size"], recipe["early_stop"], report_to) == (8, True, "mlflow")
     assert rest == ["--tracking-dir", "t"]
 
 
@@ -113,9 +111,8 @@ def test_precision_and_limit_given_to_a_sweep_are_on_every_line_once_with_their_
     assert sweep.main(_select(tmp_path, *flags)) == 0
     script = "launch.sh" if mode == "slurm" else "run_all.sh"
     lines = [w for w in _unit_lines((tmp_path / "runs" / script).read_text()) if "--" in w]
-    lines = [w for w in lines if "--model-key" in w]
     assert len(lines) == 2  # one unit per LR
-    argvs = [w[w.index("--") + 1 :] for w in lines]
+    argvs = [spec_args(w[w.index("--") + 1 :]) for w in lines]
     if mode == "slurm":
         for words in lines:
             env = dict(w.split("=", 1) for w in words[: words.index("--")] if "=" in w)
@@ -126,21 +123,25 @@ def test_precision_and_limit_given_to_a_sweep_are_on_every_line_once_with_their_
             assert argv[argv.index(flag) + 1] == value
     for argv in argvs[: len(lines)]:
         assert _count(argv, "--report-to") == 1
-    recorded = experiment.load(tmp_path / "res" / EXPERIMENT_NAME).extra_run_args
-    assert recorded == ["--precision", "fp32", "--limit", "16", "--report-to", "tensorboard"]
+    recorded = experiment.load(tmp_path / "res" / EXPERIMENT_NAME)
+    assert recorded.extra_run_args == []  # no recipe entry as an argv string
+    assert recorded.recipe_entries == {"precision": "fp32", "limit": 16}
+    assert recorded.report_to == "tensorboard"
 
 
 def test_an_experiment_recorded_in_another_flag_order_is_the_same_experiment(tmp_path, capsys):
-    """An experiment.toml whose extra_run_args list the same flags in another order (as the
-    harness wrote them before the plan carried the recipe) is the same experiment; another
-    value is still refused."""
+    """An experiment.toml written before the recipe was typed, its recipe entries in
+    extra_run_args in another order, is the same experiment; another value is still
+    refused."""
     flags = ["--precision", "fp32", "--limit", "16"]
     assert sweep.main(_select(tmp_path, *flags)) == 0
     for path in (tmp_path / "res" / EXPERIMENT_NAME, tmp_path / "runs" / EXPERIMENT_NAME):
         exp = experiment.load(path)
+        exp.recipe_entries = {}
         exp.extra_run_args = ["--limit", "16", "--precision", "fp32"]
         experiment.write(exp, path)
+        assert experiment.load(path).recipe_entries == {"limit": 16, "precision": "fp32"}
     assert sweep.main(_select(tmp_path, *flags)) == 0
     capsys.readouterr()
     assert sweep.main(_select(tmp_path, "--precision", "fp32", "--limit", "8")) != 0
-    assert "records another experiment (extra_run_args:" in capsys.readouterr().err
+    assert "records another experiment (recipe.limit: 16 -> 8" in capsys.readouterr().err

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from fault_helpers import sh
 from result_helpers import make_result, make_selection, write_result
+from spec_helpers import spec_args, unit_argvs
 
 from encoder_eval import select, status, summarize, sweep
 from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR, EXIT_OK, HarnessError
@@ -37,7 +38,7 @@ def unit_args(script: Path) -> list[list[str]]:
     for line in script.read_text().splitlines():
         if line.startswith("unit "):
             words = shlex.split(line)
-            units.append(words[words.index("--") + 1 :])
+            units.append(spec_args(words[words.index("--") + 1 :]))
     assert units, f"no unit lines in {script}"
     return units
 
@@ -102,7 +103,9 @@ def full_experiment() -> Experiment:
         data_dir="/data/mirror",
         device="cpu",
         selection_split="holdout",
-        extra_run_args=["--micro-batch", "8"],
+        recipe_entries={"micro_batch": 8, "precision": "fp32", "compile": True},
+        report_to="mlflow",
+        extra_run_args=["--tracking-dir", "/t"],
         phases={
             "select": PhaseRecord("/r/select", "/runs/select"),
             "report": PhaseRecord("/r/report", "/runs/report", "/sel.json"),
@@ -145,7 +148,7 @@ def write_file(tmp_path: Path, text: str) -> Path:
         (
             "[recipe]\nmax_step = 4\n",
             r"recipe: unknown field 'max_step'\. Did you mean "
-            r"'max_steps'\? Valid fields: max_seq_len, max_steps",
+            r"'max_steps'\? Valid fields: adam_beta2, batch_size, ",
         ),
         (
             "[recipe]\nmax_steps = 'four'\n",
@@ -534,10 +537,11 @@ def test_inline_task_definitions_are_registered_and_planned(tmp_path, task_regis
     assert sweep.main(argv) == 0
     assert TASK_KNOBS["glue_wnli"].metric == "accuracy"
     script = (tmp_path / "o" / "run_all.sh").read_text(encoding="utf-8")
-    assert "glue_wnli" in script and "glue_rte" in script
+    units = "\n".join(shlex.join(argv) for argv in unit_argvs(script))
+    assert "glue_wnli" in units and "glue_rte" in units
     # every cell process gets the inline definition as a task file in the results directory
     (rows_file,) = (tmp_path / "r").glob(".tasks-*.toml")
-    assert str(rows_file) in script
+    assert str(rows_file) in units
     from encoder_eval.data.taskfile import read_task_file
 
     assert read_task_file(rows_file)["glue_wnli"]["hf_config"] == "wnli"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from fault_helpers import SHRINK, env, py, read_json, result_files, sh
+from spec_helpers import spec_args
 from test_sweep import _lines, fake_slurm, hostile  # noqa: F401  (fake_slurm is a fixture)
 
 from encoder_eval import sweep
@@ -92,12 +93,13 @@ def test_slurm_scripts_get_hostile_directories_verbatim(tmp_path, fake_slurm, mo
     log_dir = str(out / "logs").replace("%", "%%")  # sbatch expands % in --output
     assert sub["opts"]["output"].startswith(log_dir + "/%x-%")
     (job,) = _lines(env_["FAKE_JOBS"])
-    assert job["argv"] == plan.run_args(plan.cells)
+    argv = spec_args(job["argv"])  # "$@": the unit's spec file, verbatim
+    assert argv == plan.run_args(plan.cells)
     assert job["env"]["DATA_DIR"] == str(data) and job["env"]["RESULTS_DIR"] == str(rdir)
     assert job["env"]["MODEL_PATH"] == str(model_dir) and job["env"]["MODEL"] == EVIL
     assert job["env"]["OUT_JSON"] == str(rdir / plan.cells[0].filename)
-    assert shlex.split(job["env"]["RUN_ARGS"]) == job["argv"]
-    assert job["argv"][job["argv"].index("--model-revision") + 1] == f"c {EVIL}"
+    assert shlex.split(job["env"]["RUN_ARGS"]) == argv
+    assert argv[argv.index("--model-revision") + 1] == f"c {EVIL}"
     no_canary(tmp_path)
 
 

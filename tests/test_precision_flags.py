@@ -3,9 +3,8 @@ every cell, is recorded in experiment.toml, and the shrunken-sweep note names fp
 
 from __future__ import annotations
 
-import shlex
-
 import pytest
+from spec_helpers import unit_argvs
 
 from encoder_eval import demo, sweep, track
 from encoder_eval.core import cpu
@@ -18,10 +17,7 @@ def _cell_precisions(run_all: str) -> list[str]:
     """The --precision each `encoder_eval.run` unit of a run_all.sh (its `unit NAME ... --
     ARGS` lines) ends up with (the last one given wins, as in argparse)."""
     found = []
-    for line in run_all.splitlines():
-        if not line.startswith("unit ") or "--model-key" not in line:
-            continue
-        argv = shlex.split(line.split(" -- ", 1)[1])
+    for argv in unit_argvs(run_all):
         found.append([argv[i + 1] for i, a in enumerate(argv) if a == "--precision"][-1])
     return found
 
@@ -43,7 +39,8 @@ def test_sweep_precision_fp32_reaches_every_cell_is_recorded_and_noted(tmp_path,
     precisions = _cell_precisions((tmp_path / "runs" / "run_all.sh").read_text())
     assert precisions == ["fp32"] * 8  # 2 models x 2 tasks x 2 LRs x 1 seed, one unit each
     recorded = experiment.load(tmp_path / "res" / EXPERIMENT_NAME)
-    assert recorded.extra_run_args == ["--precision", "fp32"]
+    assert recorded.recipe_entries == {"precision": "fp32"}  # typed, in [recipe]
+    assert recorded.extra_run_args == []
     # the same sweep again is the same experiment (the flag is not doubled)
     assert sweep.main(_select(tmp_path, *flags)) == 0
 
@@ -65,8 +62,13 @@ def test_sweep_precision_bf16_is_the_protocol(tmp_path, capsys, value):
      "--precision bf16 contradicts --precision fp32"),
 ])  # fmt: skip
 def test_sweep_precision_refusals(tmp_path, capsys, flags, message):
-    assert sweep.main(_select(tmp_path, *flags)) == EXIT_INPUT_ERROR
-    assert capsys.readouterr().err.startswith(f"error: {message}")
+    try:
+        code = sweep.main(_select(tmp_path, *flags))
+    except SystemExit as exc:  # the flag's own parser refuses an unknown word
+        code = exc.code
+    assert code == EXIT_INPUT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "runs").exists()
 
 

@@ -4,9 +4,8 @@ bf16 (`cpu.resolve_precision`; the capability is injected at `cpu.cpu_native_bf1
 
 from __future__ import annotations
 
-import shlex
-
 import pytest
+from spec_helpers import unit_argvs
 
 from encoder_eval import demo, sweep, track
 from encoder_eval import probe as probe_command
@@ -44,7 +43,8 @@ def test_every_command_takes_the_same_words(tmp_path, given, word, no_native_bf1
     # run: the recipe records bf16 as results always have, auto until the cell resolves it
     args = run_command.build_parser().parse_args([*RUN, "--precision", given])
     recorded = {"bf16": "bf16-autocast"}.get(word, word)
-    assert recipe_from_args(args).precision == recorded
+    assert recipe_from_args(args).precision == word  # one type (`Precision`)
+    assert recipe_from_args(args).to_dict()["precision"] == recorded
     # probe: the word, resolved on its device when auto
     args = probe_command.build_parser().parse_args(
         ["--model", "m=org/m", "--tasks", "glue_rte", "--precision", given, "--device", "cpu"]
@@ -56,8 +56,7 @@ def test_every_command_takes_the_same_words(tmp_path, given, word, no_native_bf1
     assert sweep.main(["--phase", "select", "--model", "a=org/a", "--tasks", "glue_rte",
                        "--lr-keys", "lr06", "--seeds", "42", "--precision", given,
                        "--results-dir", str(tmp_path / "res"), "--out-dir", str(out)]) == 0  # fmt: skip
-    [line] = [ln for ln in (out / "run_all.sh").read_text().splitlines() if "--model-key" in ln]
-    argv = shlex.split(line.split(" -- ", 1)[1])
+    [argv] = unit_argvs((out / "run_all.sh").read_text())
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--precision"] == [word]
     # track: a receipt records what ran (auto resolved; bf16 recorded as None, as always)
     setup = track.build_setup("finetune", ["glue_rte"], lr_key="lr06", precision=given)
@@ -94,4 +93,4 @@ def test_a_run_cell_resolves_auto_on_its_device(tmp_path, no_native_bf16, capsys
         [*RUN, "--device", "cpu", "--out-json", str(tmp_path / "c.json")]
     )
     [cell] = runner.plan_cells(args)
-    assert cell.recipe.precision == "bf16-autocast"  # the default stays the protocol's
+    assert cell.recipe.to_dict()["precision"] == "bf16-autocast"  # the protocol's, recorded

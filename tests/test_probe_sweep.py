@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from fault_helpers import py, sh
+from spec_helpers import spec_args, unit_argvs
 
 from encoder_eval import probe as probe_command
 from encoder_eval import sweep
@@ -151,7 +152,8 @@ def test_seed_still_abbreviates_seeds_for_the_fine_tuning_phases(tmp_path, capsy
                        "--lr-keys", "lr03", "--seed", "42,43", "--out-dir", str(out),
                        "--results-dir", str(tmp_path / "res")])  # fmt: skip
     assert code == 0, capsys.readouterr().err
-    assert "--seed 42,43 " in (out / "run_all.sh").read_text()
+    [argv] = unit_argvs((out / "run_all.sh").read_text())
+    assert "--seed 42,43 " in shlex.join(argv)
 
 
 def test_cli_writes_the_probe_script_and_no_experiment_manifest(tmp_path, capsys):
@@ -164,7 +166,8 @@ def test_cli_writes_the_probe_script_and_no_experiment_manifest(tmp_path, capsys
     assert "4 cell(s) (0 already done, 4 to run) in 2 process(es), one per (model, task)" in stdout
     text = (out / "run_all.sh").read_text()
     assert "MODULE=encoder_eval.probe" in text and "PHASE=probe" in text
-    assert "--pooling mean,last" in text and "--k-folds 4" in text
+    units = " ".join(shlex.join(argv) for argv in unit_argvs(text))
+    assert "--pooling mean,last" in units and "--k-folds 4" in units
     assert not (res / "experiment.toml").exists() and not (out / "experiment.toml").exists()
 
 
@@ -204,7 +207,8 @@ if sys.argv[1:3] != ["-m", "encoder_eval.probe"]:
 sys.path.insert(0, {tests!r})
 from test_probe_sweep import probe_record
 from encoder_eval.cells.probe_cell import result_path
-argv = sys.argv[1:]
+from spec_helpers import spec_args
+argv = [*sys.argv[1:3], *spec_args(sys.argv[3:])]  # a unit runs from its spec file
 with open(os.environ["FAKE_LOG"], "a") as f:
     f.write(json.dumps(argv) + "\\n")
 get = lambda flag: argv[argv.index(flag) + 1]
@@ -325,7 +329,8 @@ def test_an_array_task_runs_its_probe_unit_and_skips_it_once_done(tmp_path):
     proc = subprocess.run(["bash", *array], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     unit = plan.units()[2]
-    assert seen.read_bytes().split(b"\0")[:-1] == [a.encode() for a in plan.run_args(unit)]
+    seen_args = [a.decode() for a in seen.read_bytes().split(b"\0")[:-1]]
+    assert spec_args(seen_args) == plan.run_args(unit)
     seen.unlink()
     Path(plan.results_dir).mkdir(exist_ok=True)
     mark_done(plan, *unit)

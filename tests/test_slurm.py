@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from fault_helpers import py, sh
 from scipy import stats as sps
+from spec_helpers import spec_args
 
 from encoder_eval.core.results import load_results
 
@@ -117,7 +118,8 @@ def test_contract_values_arrive_verbatim_and_are_never_executed(tmp_path):
             f"the job wrote nothing; logs: {[p.read_text() for p in (out / 'logs').glob('*')]}"
         )
         args = files["args"].read_bytes().split(b"\0")[:-1]
-        assert [a.decode() for a in args] == plan.run_args(plan.cells), jid
+        # "$@" is the unit's spec file, which holds exactly the unit's arguments
+        assert spec_args([a.decode() for a in args]) == plan.run_args(plan.cells), jid
         assert files["model"].read_text() == name
         assert files["path"].read_text() == str(model_dir)
         assert shlex.split(files["runargs"].read_text()) == plan.run_args(plan.cells)

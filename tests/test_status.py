@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 from result_helpers import make_result, write_result
+from spec_helpers import unit_argvs
 
 from encoder_eval import status
 from encoder_eval.core.protocol import LR_GRID
@@ -94,7 +96,7 @@ def test_emit_writes_a_script_for_only_the_missing_cells(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "1 cell(s) (0 already done, 1 to run)" in out
     script = (emit_dir / "run_all.sh").read_text()
-    units = [line for line in script.splitlines() if line.startswith("unit ")]
+    units = [shlex.join(argv) for argv in unit_argvs(script)]
     assert len(units) == 1
     assert "--seed 43" in units[0] and f"--lr {LR_GRID['lr06']:g}" in units[0]
 

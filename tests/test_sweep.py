@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from result_helpers import make_result, write_result
+from spec_helpers import spec_args
 
 from encoder_eval import sweep
 from encoder_eval.core.errors import HarnessError
@@ -270,7 +271,8 @@ if sys.argv[1:3] != ["-m", "encoder_eval.run"]:
 sys.path.insert(0, {tests!r})
 from result_helpers import make_result, write_result
 from encoder_eval.core.protocol import lr_key_for
-argv = sys.argv[1:]
+from spec_helpers import spec_args
+argv = [*sys.argv[1:3], *spec_args(sys.argv[3:])]  # a unit runs from its spec file
 with open(os.environ["FAKE_LOG"], "a") as f:
     f.write(json.dumps(argv) + "\\n")
 args = argv[2:]
@@ -564,7 +566,7 @@ def test_slurm_one_sbatch_per_missing_cell_with_the_contract(tmp_path, fake_slur
     assert sub["opts"]["output"].endswith("/logs/%x-%j.out")
     (job,) = _lines(env["FAKE_JOBS"])
     cell = plan.cells[1]
-    assert job["argv"] == plan.run_args([cell])  # "$@" is exactly the run arguments
+    assert spec_args(job["argv"]) == plan.run_args([cell])  # "$@" is exactly the run arguments
     assert job["env"]["MODEL"] == evil and job["env"]["MODEL_PATH"] == str(model_dir)
     assert job["env"]["OUT_JSON"] == plan.out_json(cell)
     assert (job["env"]["LR"], job["env"]["LR_KEY"], job["env"]["SEED"]) == (
@@ -578,7 +580,7 @@ def test_slurm_one_sbatch_per_missing_cell_with_the_contract(tmp_path, fake_slur
     assert "--weight-decay 0.1 --adam-beta2 0.95" in job["env"]["RECIPE_ARGS"]
     import shlex
 
-    assert shlex.split(job["env"]["RUN_ARGS"]) == job["argv"]
+    assert shlex.split(job["env"]["RUN_ARGS"]) == spec_args(job["argv"])
     assert not canary.exists()
     # Launching again submits nothing.
     proc = subprocess.run(
@@ -653,7 +655,7 @@ def test_slurm_array_chunks_to_max_array_size(tmp_path, fake_slurm):
     by_out = {j["env"]["OUT_JSON"]: j for j in jobs}
     for cell in plan.cells[2:]:
         job = by_out[plan.out_json(cell)]
-        assert job["argv"] == plan.run_args([cell])
+        assert spec_args(job["argv"]) == plan.run_args([cell])
         assert job["env"]["MODEL"] == evil and job["env"]["SEED"] == str(cell.seed)
         assert job["env"]["DATA_DIR"] == ""
     assert not canary.exists()
@@ -680,8 +682,8 @@ def test_slurm_group_pair_runs_one_job_per_pair(tmp_path, fake_slurm):
     assert "submitted 1 job(s); 5 cell(s) already done" in proc.stdout
     (job,) = _lines(env["FAKE_JOBS"])
     rte = plan.cells[:4]
-    assert job["argv"] == plan.run_args(rte)
-    assert has_flags(job["argv"], ["--lr", "1.67e-05,3.59e-05", "--seed", "42,43"])
+    assert spec_args(job["argv"]) == plan.run_args(rte)
+    assert has_flags(spec_args(job["argv"]), ["--lr", "1.67e-05,3.59e-05", "--seed", "42,43"])
     assert (job["env"]["LR"], job["env"]["LR_KEY"], job["env"]["SEED"]) == (
         "1.67e-05,3.59e-05", "lr03,lr06", "42,43")  # fmt: skip
     assert job["env"]["N_CELLS"] == "4"
@@ -706,7 +708,7 @@ def test_slurm_array_group_lr_rows_are_units(tmp_path, fake_slurm):
     assert ("submitted 1 array task(s) (1 cell(s) to run) in 1 array job(s) of at most 1001; "
             "3 cell(s) already done") in proc.stdout  # fmt: skip
     (job,) = _lines(env["FAKE_JOBS"])
-    assert job["argv"] == plan.run_args(plan.cells[:2])
+    assert spec_args(job["argv"]) == plan.run_args(plan.cells[:2])
     assert job["env"]["SEED"] == "42,43" and job["env"]["N_CELLS"] == "2"
     # The array task itself exits early once every cell of its unit is done.
     mark_done(plan, plan.cells[1])

@@ -21,6 +21,9 @@ from pathlib import Path
 import pytest
 from fault_helpers import REPO, SHRINK, env
 
+from encoder_eval import run as run_command
+from encoder_eval.cells.unit_spec import UnitSpec
+
 pytestmark = pytest.mark.slow
 
 # Appended to the remote-code model's modeling file: at import, the process's gelu becomes
@@ -112,7 +115,8 @@ def _fresh(argv: list[str], log: Path, environment: dict) -> int:
 
 
 def _warm(units: list[tuple[str, list[str]]], logs: Path, environment: dict) -> list[int]:
-    """Run the units in one warm worker through its request protocol; their exit codes."""
+    """Run the units in one warm worker through its request protocol (one spec file per
+    unit, as run_all.sh sends them); their exit codes."""
     worker = subprocess.Popen(
         [sys.executable, "-m", "encoder_eval.run", "--warm-worker"], cwd=REPO, env=environment,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -121,7 +125,8 @@ def _warm(units: list[tuple[str, list[str]]], logs: Path, environment: dict) -> 
     try:
         for name, argv in units:
             log = str(logs / f"{name}.log")
-            fields = [log, log, str(len(argv)), *argv]
+            spec = UnitSpec.from_args(run_command.build_parser().parse_args(argv))
+            fields = [log, log, str(spec.write(logs / f"{name}.spec.json"))]
             worker.stdin.write(b"".join(os.fsencode(f) + b"\0" for f in fields))
             worker.stdin.flush()
             codes.append(int(worker.stdout.readline()))

@@ -107,10 +107,11 @@ def test_gpu_plans_run_warm_by_default_and_no_warm_opts_out(tmp_path, tiny_model
 
 def test_a_failing_unit_does_not_stop_the_warm_worker(tmp_path, tiny_models, small_mirror):
     script, results = _sweep(tmp_path, tiny_models, small_mirror, "fail")
-    text = script.read_text()
     # The first unit asks for an off-grid learning rate: `run` refuses it (exit 2).
-    first = re.search(r"--lr \S+", text)
-    script.write_text(text[: first.start()] + "--lr 0.5" + text[first.end() :])
+    spec_file = Path(re.search(r"--spec (\S+)", script.read_text()).group(1))
+    spec = json.loads(spec_file.read_text())
+    spec["flags"]["lr"] = "0.5"
+    spec_file.write_text(json.dumps(spec))
     proc = sh(["bash", str(script), "--warm"], tmp_path, ok=(1,))
     assert "failed 1]" in proc.stdout and "finished: 4 run" in proc.stdout, proc.stdout
     assert re.search(r"FAILED \S+ \(exit 2, 0 of 1 cells written\)", proc.stderr), proc.stderr

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from encoder_eval.core.protocol import Precision
 from encoder_eval.data import tokencache
 
 
@@ -120,6 +121,6 @@ def autocast(device: torch.device, precision: str, cache: bool = True):
     """bf16 autocast on `device`, or none for fp32: the one place precision becomes a context.
     `cache` False: no cache of cast weights (a CUDA graph's capture needs it off; the same
     numbers)."""
-    if precision == "fp32":
+    if Precision.of(precision) is Precision.FP32:
         return torch.autocast(device.type, enabled=False)
     return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache)

@@ -8,13 +8,12 @@ from `ProbeFlags` instances (`flags_argv`). Nothing here imports torch.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED
 from encoder_eval.core.errors import ArgumentParser
 from encoder_eval.core.flags import add_flags, flag_field
-from encoder_eval.core.protocol import DEVICES, precision_arg, seed_arg
-from encoder_eval.core.protocol import PRECISIONS as PRECISION_WORDS
+from encoder_eval.core.protocol import DEVICES, Precision, precision_flag, seed_arg
 from encoder_eval.data.models import FIXED_POOLINGS
 
 # What a probe run writes and reads by default (`probe_cell.ProbeRun` holds the same).
@@ -54,13 +53,12 @@ class ProbeFlags:
     k_folds: int = flag_field(DEFAULT_K_FOLDS, "--k-folds")
     seed: int = flag_field(DEFAULT_SEED, "--seed", type=seed_arg, help="the folds' seed")
     max_seq_len: int = flag_field(DEFAULT_MAX_SEQ_LEN, "--max-seq-len")
-    precision: str = flag_field(
-        "bf16",
-        "--precision",
-        type=precision_arg,
-        metavar="{" + ",".join(PRECISION_WORDS) + "}",
-        help="forward pass under bf16 autocast (weights and outputs fp32; alias "
-        "bf16-autocast), fp32, or auto (fp32 on a CPU without native bf16, else bf16)",
+    precision: str = field(
+        default=Precision.BF16.value,
+        metadata=precision_flag(
+            "forward pass under bf16 autocast (weights and outputs fp32; alias "
+            "bf16-autocast), fp32, or auto (fp32 on a CPU without native bf16, else bf16)"
+        ),
     )
     batch_size: int | None = flag_field(None, "--batch-size", help="examples per forward pass")
     device: str = flag_field(

@@ -34,12 +34,12 @@ from encoder_eval.core.errors import (
 from encoder_eval.core.fileio import check_output_dir, check_output_file
 from encoder_eval.core.protocol import (
     PHASE_SEEDS,
+    Precision,
     check_seed,
     lr_key_for,
     nearest_grid_lr,
     recipe_flag,
     recipe_from_args,
-    recorded_precision,
 )
 from encoder_eval.core.results import (
     DONE_STATES,
@@ -245,11 +245,11 @@ def unit_configs(base, lrs: list[float], seeds: list[int], results_dir: str | No
 
     from encoder_eval.cells.cell_config import validate_out_path  # imports torch: on use only
 
-    if base.recipe.precision == "auto":  # a plan's request: resolved on this cell's device
-        word, note = cpu.resolve_precision("auto", base.device)
+    if base.recipe.precision is Precision.AUTO:  # a plan's request: resolved on this device
+        word, note = cpu.resolve_precision(Precision.AUTO, base.device)
         if note:
             print(note, file=sys.stderr, flush=True)
-        recipe = dataclasses.replace(base.recipe, precision=recorded_precision(word))
+        recipe = dataclasses.replace(base.recipe, precision=Precision.of(word))
         base = dataclasses.replace(base, recipe=recipe)
     path_flag = "--results-dir" if results_dir else "--out-json"
     cells = []

@@ -73,8 +73,10 @@ def cpu_native_bf16() -> bool:
 
 
 def is_bf16(precision: str) -> bool:
-    """Whether a precision setting (run's `bf16-autocast`, probe's `bf16`) runs bf16."""
-    return precision.startswith("bf16")
+    """Whether a precision (a `Precision`, a word, or what a result records) runs bf16."""
+    from encoder_eval.core.protocol import Precision
+
+    return Precision.of(precision) is Precision.BF16
 
 
 def slow_bf16_warning(device_type: str, precision: str) -> str | None:
@@ -101,10 +103,10 @@ def resolve_precision(word: str, device: str) -> tuple[str, str | None]:
     or cpu), bf16 or fp32, and the note saying why when auto chose fp32: auto is fp32 on a
     CPU without native bf16 (`cpu_native_bf16`), else bf16. Every command resolves its
     word here (`run`, `probe`, `track`, `demo`; a `sweep` passes auto on to its cells)."""
-    from encoder_eval.core.protocol import precision_word
+    from encoder_eval.core.protocol import Precision
 
-    word = precision_word(word)
-    if word != "auto":
+    word = Precision.of(word).value
+    if word != Precision.AUTO:
         return word, None
     if device == "auto":
         import torch

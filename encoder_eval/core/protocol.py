@@ -7,13 +7,14 @@ Everything a cell must share with every other cell of a table lives here, so tha
 from __future__ import annotations
 
 import argparse
+import enum
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
-from encoder_eval.core.errors import ArgumentParser, HarnessError, unknown_name
+from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.flags import add_flags, flag_meta, flag_of, flags_argv
 
 # Ten log-spaced learning rates from 1e-5 to 1e-4, rounded to three significant
@@ -47,35 +48,81 @@ RANK_OBJECTIVES: tuple[str, ...] = ("listwise", "pointwise")
 
 # The precision words every command takes (`--precision`): auto (fp32 on a CPU without native
 # bf16, else bf16: `cpu.resolve_precision`), bf16 (autocast, the protocol's) and fp32;
-# `bf16-autocast`, run's older name for bf16, is accepted as its alias.
-PRECISIONS: tuple[str, ...] = ("auto", "bf16", "fp32")
+# `bf16-autocast`, run's older name for bf16 (and what fine-tune results record), is accepted
+# as its alias.
+class Precision(enum.StrEnum):
+    """The one precision type: what a plan asks for (AUTO, resolved by each cell on its own
+    device) or a cell runs (BF16: autocast; FP32). Written as the strings results have
+    always recorded only at the result boundary (`recorded`): a fine-tune recipe's
+    "bf16-autocast", a probe's "bf16", "fp32"."""
+
+    AUTO = "auto"
+    BF16 = "bf16"
+    FP32 = "fp32"
+
+    @classmethod
+    def of(cls, value: str | Precision) -> Precision:
+        """The precision a word, alias or recorded string names; HarnessError naming the
+        valid words otherwise."""
+        word = PRECISION_ALIASES.get(str(value), str(value))
+        try:
+            return cls(word)
+        except ValueError:
+            raise unknown_name("precision", str(value), PRECISIONS) from None
+
+    def recorded(self, kind: str = "finetune") -> str:
+        """How a result of `kind` (finetune or probe) records this precision."""
+        return RECORDED_BF16 if self is Precision.BF16 and kind == "finetune" else self.value
+
+
+PRECISIONS: tuple[str, ...] = tuple(p.value for p in Precision)
 PRECISION_ALIASES: dict[str, str] = {"bf16-autocast": "bf16"}
 # How a fine-tune result's recipe records bf16 (what every result has recorded).
 RECORDED_BF16 = "bf16-autocast"
+PRECISION_FLAG = "--precision"
+PRECISION_METAVAR = "{" + ",".join(PRECISIONS) + "}"
 
 
 def precision_word(text: str) -> str:
     """The precision word `text` names (auto, bf16 or fp32; an alias becomes its word);
     HarnessError naming the valid words otherwise."""
-    word = PRECISION_ALIASES.get(text, text)
-    if word not in PRECISIONS:
-        raise unknown_name("precision", text, PRECISIONS)
-    return word
+    return Precision.of(text).value
 
 
-def precision_arg(text: str) -> str:
-    """argparse `type=` for `--precision`: the word it names (`precision_word`)."""
+def precision_arg(text: str) -> Precision:
+    """argparse `type=` for `--precision`: the precision it names (`Precision.of`)."""
     try:
-        return precision_word(text)
+        return Precision.of(text)
     except HarnessError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def precision_flag(help: str, group: str | None = None) -> dict:
+    """The field metadata of `--precision` (`flags.flag_meta`): the flag every command
+    declares through this one function (the recipe, the probe's flags, sweep, track, demo),
+    its words and alias, and how a value is written back (the word)."""
+    return flag_meta(
+        PRECISION_FLAG,
+        help,
+        group=group,
+        to_text=precision_word,
+        type=precision_arg,
+        metavar=PRECISION_METAVAR,
+    )
+
+
+def add_precision_argument(parser, default: str | None, help: str) -> None:
+    """`--precision` on a command's own parser (sweep, track, demo), declared as
+    `precision_flag` declares it."""
+    meta = precision_flag(help)
+    parser.add_argument(
+        PRECISION_FLAG, dest="precision", default=default, help=help, **meta["argparse"]
+    )
+
+
 def recorded_precision(word: str) -> str:
-    """The value a fine-tune recipe holds for a precision word: `RECORDED_BF16` for bf16,
-    the word itself for fp32 and auto (a plan's request, resolved by the cell)."""
-    word = precision_word(word)
-    return RECORDED_BF16 if word == "bf16" else word
+    """The value a fine-tune result records for a precision word (`Precision.recorded`)."""
+    return Precision.of(word).recorded()
 
 
 # How far a recipe entry must agree between cells that share a table (its `scope`):
@@ -97,13 +144,11 @@ def _entry(
     protocol's marks a cell off-protocol (`checked`), and the `run` flag that sets it (with
     its help and choices; `recipe_arguments` makes the flags from these, `flags.add_flags`)."""
     kwargs: dict = {"choices": choices} if choices else {}
-    if flag == "--precision":  # its words and alias (`precision_word`)
-        kwargs = {"type": precision_arg, "metavar": "{" + ",".join(PRECISIONS) + "}"}
-        kwargs["to_text"] = precision_word  # the word every command takes (bf16, not its alias)
-    elif flag and not choices and not isinstance(default, bool):
+    if flag and not choices and not isinstance(default, bool):
         kwargs["metavar"] = "N" if flag == "--limit" else flag[2:].upper()
     meta = {"scope": scope, "checked": checked, "choices": choices}
-    return field(default=default, metadata={**meta, **flag_meta(flag, help, **kwargs)})
+    flagged = precision_flag(help) if flag == PRECISION_FLAG else flag_meta(flag, help, **kwargs)
+    return field(default=default, metadata={**meta, **flagged})
 
 
 @dataclass(frozen=True)
@@ -128,14 +173,13 @@ class Recipe:
         True, flag="--early-stop", help="stop after --patience dev evaluations without improvement"
     )
     max_seq_len: int = _entry(256, flag="--max-seq-len", help="truncation length")
-    # Recorded as "bf16-autocast" or "fp32" (`recorded_precision`); "auto" only in a plan,
+    # A `Precision`, recorded as "bf16-autocast" or "fp32" (`to_dict`); AUTO only in a plan,
     # where the cell resolves it on its own device (`cpu.resolve_precision`).
-    precision: str = _entry(
-        "bf16-autocast",
-        flag="--precision",
+    precision: Precision = _entry(
+        Precision.BF16,
+        flag=PRECISION_FLAG,
         help="auto: fp32 on a CPU without native bf16, else bf16; bf16 (alias bf16-autocast): "
         "autocast, the protocol's; fp32 marks the cell off-protocol",
-        choices=("auto", "bf16", "fp32"),
     )
     # A variant, not a departure: see SELECTION_SPLITS.
     selection_split: str = _entry(
@@ -260,8 +304,14 @@ class Recipe:
         "bit; slower on a GPU; an operation without a deterministic kernel stops the cell",
     )
 
+    def __post_init__(self) -> None:
+        # A word, alias or recorded string (a result's, a spec's) becomes the one type.
+        object.__setattr__(self, "precision", Precision.of(self.precision))
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The recipe as a result records it: precision as results always have
+        (`Precision.recorded`), every other entry as is."""
+        return {**asdict(self), "precision": self.precision.recorded()}
 
 
 PROTOCOL_RECIPE = Recipe()
@@ -309,50 +359,7 @@ def recipe_from_args(args: argparse.Namespace, **others) -> Recipe:
     """The Recipe a namespace parsed with `recipe_arguments` describes; `others` sets the
     entries without a flag (the loader's mode and settings)."""
     flagged = {e.name: getattr(args, e.name) for e in fields(Recipe) if e.metadata["flag"]}
-    flagged["precision"] = recorded_precision(flagged["precision"])
     return Recipe(**flagged, **others)
-
-
-def recipe_from_argv(argv: list[str], base: Recipe = PROTOCOL_RECIPE) -> tuple[Recipe, list[str]]:
-    """`base` with the recipe flags of `argv` applied (the last one wins, as in argparse;
-    `--flag=value` or `--flag value`), and the other arguments of `argv`, in order: how a
-    plan reads the recipe entries out of a user's extra run arguments. A bad value raises
-    HarnessError naming the flag."""
-    known: dict[str, tuple[str, bool]] = {}
-    for entry in fields(Recipe):
-        flag = entry.metadata["flag"]
-        if flag is None:
-            continue
-        is_bool = entry.type == "bool"
-        known[flag] = (entry.name, is_bool)
-        if is_bool:
-            known["--no-" + flag[2:]] = (entry.name, True)
-    given: dict[str, list[str]] = {}
-    rest: list[str] = []
-    i = 0
-    while i < len(argv):
-        key, eq, value = argv[i].partition("=")
-        name, is_bool = known.get(key, (None, False))
-        if name is not None and (is_bool or eq or i + 1 < len(argv)):
-            given[name] = [key] if is_bool else [key, value if eq else argv[i + 1]]
-            i += 1 if is_bool or eq else 2
-        else:
-            rest.append(argv[i])
-            i += 1
-    if not given:
-        return base, rest
-    parser = ArgumentParser(prog="the recipe flags", add_help=False)
-    recipe_arguments(parser)
-
-    def fail(message: str):
-        raise HarnessError(f"{' '.join(a for v in given.values() for a in v)}: {message}")
-
-    parser.error = fail  # type: ignore[method-assign]
-    parsed = parser.parse_args([a for v in given.values() for a in v])
-    values = {name: getattr(parsed, name) for name in given}
-    if "precision" in values:
-        values["precision"] = recorded_precision(values["precision"])
-    return replace(base, **values), rest
 
 
 def changed_entries(recipe: Recipe, base: Recipe = PROTOCOL_RECIPE) -> tuple[str, ...]:
@@ -447,8 +454,9 @@ def lr_for_key(key: str) -> float:
 def off_protocol_reasons(recipe: Recipe, lr: float, seed: int, phase: str) -> list[str]:
     """List every way a cell departs from the protocol (empty list: on protocol)."""
     reasons = []
+    recorded, protocol = recipe.to_dict(), PROTOCOL_RECIPE.to_dict()  # as results name them
     for entry in fields(Recipe):
-        expected, got = getattr(PROTOCOL_RECIPE, entry.name), getattr(recipe, entry.name)
+        expected, got = protocol[entry.name], recorded[entry.name]
         if entry.name == "limit" and got is not None:
             reasons.append(f"limit={got}: a smoke run, every split cut to {got} examples")
         elif entry.metadata["checked"] and got != expected:

@@ -17,10 +17,10 @@ from encoder_eval.core.protocol import (
     LR_GRID,
     PHASE_SEEDS,
     PHASES,
-    PRECISIONS,
     PROBE_PHASE,
     PROTOCOL_RECIPE,
     SELECTION_SPLITS,
+    add_precision_argument,
     check_seed,
     recipe_argv,
 )
@@ -180,9 +180,9 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--seed", help="the folds' seed (default 42); for select/report the same as --seeds"
     )
-    g.add_argument(
-        "--precision",
-        metavar="{" + ",".join(PRECISIONS) + "}",
+    add_precision_argument(
+        g,
+        None,
         help="every cell's precision: bf16 (default; autocast, the protocol's; alias "
         "bf16-autocast), fp32 (faster on a CPU without native bf16; a fine-tuning cell in "
         "fp32 is off-protocol) or auto (each cell picks fp32 on a CPU without native bf16)",
@@ -228,7 +228,7 @@ def _flags_given(args: argparse.Namespace, flags: tuple) -> list[str]:
 def _extra_args(args: argparse.Namespace, given_extra: tuple[str, ...] | None = None) -> list[str]:
     """--extra-run-args as a list (`given_extra`, else shell-split from `args`); the cell
     flags the sweep takes directly (--limit, --precision, --report-to) go to the plan as
-    values, which it merges with these (`plan.split_cell_flags`)."""
+    values, which it merges with these (`unit_spec.cell_flag_values`)."""
     if given_extra is not None:
         return list(given_extra)
     try:

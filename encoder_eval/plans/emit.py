@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from encoder_eval.cells.unit_spec import SPEC_FLAG, UnitSpec
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
     EXIT_INPUT_ERROR,
@@ -49,6 +50,7 @@ DEFAULT_MAX_ARRAY_SIZE = 1001
 # Where a Slurm job's cells are written down, in its comment (`queue.py` reads them back):
 # `ee-unit:<i>:<UNITS_FILE>` for a job of --mode slurm, `ee-rows:<rows file>` for an array.
 UNITS_FILE = "units.json"
+SPECS_DIR = "specs"  # one spec file per unit (`cells/unit_spec.py`), beside the script
 UNIT_COMMENT, ROWS_COMMENT = "ee-unit:", "ee-rows:"
 SLURM_COMMENT_MAX = 1024  # sbatch refuses a longer --comment
 # Exported to a Slurm template, in this order (manifest columns after N and the N result files).
@@ -291,6 +293,25 @@ def _unit_env(plan: Plan, cells: list[Cell]) -> dict[str, str]:
     }
 
 
+def _spec_args(
+    plan: Plan, cells: list[Cell], out: Path, label: str, specs: dict[Path, UnitSpec]
+) -> list[str]:
+    """The arguments that run a unit from its spec file, `out/specs/<label>.json` (`--spec
+    FILE`; the process prints the spec's summary into the unit's log); the spec
+    (`Plan.unit_spec`) is added to `specs`, which `_write_specs` writes with the script."""
+    path = out / SPECS_DIR / f"{label}.json"
+    specs[path] = plan.unit_spec(cells)
+    return [SPEC_FLAG, str(path)]
+
+
+def _write_specs(specs: dict[Path, UnitSpec]) -> None:
+    for path, spec in specs.items():
+        try:
+            spec.write(path)
+        except OSError as exc:
+            raise HarnessError(f"cannot write {path}: {exc.strerror}") from None
+
+
 def _slurm_comment(text: str) -> str:
     """`text` as a job's `--comment`, refused (HarnessError) when sbatch would refuse it or
     squeue could not print it on one line."""
@@ -411,12 +432,13 @@ def emit_shell(
     cells = _cells_or_all(plan, cells)
     out = _prepare_out_dir(plan, out_dir)
     units = plan.units(cells, group)
+    specs: dict[Path, UnitSpec] = {}
     script = out / "run_all.sh"
     units_words = []
     for unit_cells in units:
         words = ["unit", _unit_label(unit_cells, group), str(len(unit_cells))]
         words += [plan.out_json(c) for c in unit_cells]
-        units_words.append([*words, "--", *plan.run_args(unit_cells)])
+        units_words.append([*words, "--", *_spec_args(plan, unit_cells, out, words[1], specs)])
     body = _fill(
         "run_all.sh",
         words={
@@ -438,6 +460,7 @@ def emit_shell(
         },
     )
     _make_dirs(plan, out)
+    _write_specs(specs)
     _write_script(script, body)
     n_done, corrupt = _states(plan, cells, known)
     return Emitted("shell", script, len(cells), n_done, len(units), [script], corrupt, group)
@@ -619,6 +642,7 @@ def emit_slurm(
     tpl = out / "template.sh"
     logs = out / "logs"
     units = plan.units(cells, group)
+    specs: dict[Path, UnitSpec] = {}
     units_words = []
     for i, unit_cells in enumerate(units):
         env = _unit_env(plan, unit_cells)
@@ -626,7 +650,8 @@ def emit_slurm(
         words.append(_slurm_comment(f"{UNIT_COMMENT}{i}:{out / UNITS_FILE}"))
         words += [str(len(unit_cells)), *(plan.out_json(c) for c in unit_cells)]
         words += [f"{k}={v}" for k, v in env.items()]
-        units_words.append([*words, "--", *plan.run_args(unit_cells)])
+        label = _unit_label(unit_cells, group)
+        units_words.append([*words, "--", *_spec_args(plan, unit_cells, out, label, specs)])
     launch = _fill(
         "launch_slurm.sh",
         words={"TEMPLATE": tpl, "PYTHON": python or sys.executable, "PHASE": plan.phase},
@@ -638,6 +663,7 @@ def emit_slurm(
         },
     )
     _make_dirs(plan, out)
+    _write_specs(specs)
     _write_script(tpl, text)
     units_file = _write_units(out, plan, units)
     script = out / "launch.sh"
@@ -698,11 +724,12 @@ def emit_slurm_array(
     out = _prepare_out_dir(plan, out_dir)
     rows = []
     units = plan.units(cells, group)
+    specs: dict[Path, UnitSpec] = {}
     for unit_cells in units:
         env = _unit_env(plan, unit_cells)
         outs = [plan.out_json(c) for c in unit_cells]
         values = [str(len(outs)), *outs, *(env[k] for k in SLURM_VARIABLES)]
-        values += plan.run_args(unit_cells)
+        values += _spec_args(plan, unit_cells, out, _unit_label(unit_cells, group), specs)
         for v in values:
             if "\t" in v or "\n" in v or "\r" in v:
                 raise HarnessError(
@@ -743,6 +770,7 @@ def emit_slurm_array(
         },
     )
     _make_dirs(plan, out)
+    _write_specs(specs)
     header = "\t".join(["N", "OUT_JSON_1..N", *SLURM_VARIABLES, "RUN_ARG..."])
     write_atomic(manifest, header + "\n" + "".join(r + "\n" for r in rows))
     _write_script(array, head + preamble + rest)

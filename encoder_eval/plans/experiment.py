@@ -2,8 +2,11 @@
 
 A sweep writes `experiment.toml` (`results.EXPERIMENT_NAME`) into its results directory and
 beside its scripts: the models (path, loader mode, trust_remote_code), the tasks, the LR
-keys and seeds, the recipe overrides (`max_steps`, `max_seq_len`), the data directory, the
-device, the selection split and, per phase, where it ran. `select`, the report sweep,
+keys and seeds, the recipe entries that differ from the protocol (`[recipe]`, typed:
+`max_steps`, `max_seq_len`, `precision`, `limit`, ...), `report_to`, the data directory, the
+device, the selection split, the cell flags the harness does not model (`extra_run_args`)
+and, per phase, where it ran. Files written before the recipe was typed held its entries in
+`extra_run_args`; they are read into `[recipe]` (`unit_spec.cell_flag_values`). `select`, the report sweep,
 `status` and `summarize` read it, so the shrinking flags are given once. A user may write
 the file first and pass it with `sweep --experiment FILE`::
 
@@ -23,6 +26,7 @@ the file first and pass it with `sweep --experiment FILE`::
     [recipe]
     max_steps = 40
     max_seq_len = 128
+    precision = "fp32"      # any recipe entry that has a `run` flag, typed
 
 A model table may also pin `revision` (the weights' commit) and `code_revision` (the code
 another repository holds, when its config's `auto_map` names one). Its `trust_remote_code`
@@ -68,6 +72,8 @@ from encoder_eval.core.protocol import (
     PHASES,
     PROTOCOL_RECIPE,
     SELECTION_SPLITS,
+    Precision,
+    Recipe,
 )
 from encoder_eval.core.results import (
     EXPERIMENT_NAME,
@@ -84,7 +90,8 @@ from encoder_eval.data.models import (
     check_model_name,
 )
 from encoder_eval.data.tasks import TASK_KNOBS, resolve_task_names
-from encoder_eval.plans.plan import canonical_cell_flags
+from encoder_eval.plans.plan import canonical_cell_flags, cell_flags
+from encoder_eval.plans.redaction import REDACTED, redact_data, redact_text  # noqa: F401
 
 VERSION = 1
 _FIELDS = (
@@ -99,11 +106,19 @@ _FIELDS = (
     "data_dir",
     "device",
     "selection_split",
+    "report_to",
     "extra_run_args",
     "phases",
 )
 _MODEL_FIELDS = ("path", "mode", "trust_remote_code", "revision", "code_revision")
-_RECIPE_FIELDS = ("max_steps", "max_seq_len")
+# `[recipe]`: every recipe entry with a `run` flag but the selection split (its own field);
+# max_steps and max_seq_len are the Experiment's own attributes, the others `recipe_entries`.
+_RECIPE_FIELDS = tuple(
+    e.name
+    for e in dataclasses.fields(Recipe)
+    if e.metadata.get("flag") and e.name != "selection_split"
+)
+_OWN_RECIPE_FIELDS = ("max_steps", "max_seq_len")
 _PHASE_FIELDS = ("results_dir", "out_dir", "selection")
 
 
@@ -129,67 +144,6 @@ class ModelSpec:
             entry.revision,
             entry.code_revision,
         )
-
-
-# What a selection shared with `select --redact-paths` holds instead of a local path; the
-# report sweep of whoever receives it asks for their own (`--model NAME=PATH`, `--data-dir`).
-REDACTED = "<redacted>"
-
-# What `redact_text` replaces inside any string written to a shared file:
-# - a link (`scheme://...`: file://, sqlite:///, http://a-host:5000 ...) unless it points at
-#   one of `PUBLIC_HOSTS`;
-# - an absolute path, a home path (`~/x`, `~alice/x`) or an explicitly relative one
-#   (`./x`, `../x`), wherever it stands (`--flag=/x`, `mirror:/x`, "cannot open /x: ...");
-# - `user@host:path` (scp's spelling), a relative path of three or more parts
-#   (`results/select/x.json`: a Hub id has two).
-PUBLIC_HOSTS = ("huggingface.co", "hf.co")
-_C = r"[^\s\"'<>,;()\[\]{}]"  # a character of a path
-_END = r"[^\s\"'<>,;()\[\]{}.:]"  # its last one (a sentence's '.' or ':' is not)
-_PRIVATE = re.compile(
-    r"(?P<link>(?<![\w+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]*)"  # scheme://...
-    rf"|(?<![\w.-])[\w.-]+@[\w.-]+:(?:{_C}*{_END})?"  # user@host:path
-    rf"|(?<![\w.~/-])(?:~[\w.-]*|\.\.?)?/{_C}*{_END}"  # /x, ~/x, ~u/x, ./x, ../x
-    r"|(?<![\w.~/-])~[\w.-]*(?![\w/])"  # ~ or ~user alone
-    r"|(?<![\w.~/:@-])[\w.-]+(?:/[\w.-]+){2,}/?"  # a/b/c
-)
-
-
-def _keep_public(match: re.Match) -> str:
-    link = match.group("link")
-    if link and link.lower().startswith("https://"):
-        host = link.split("://", 1)[1].split("/", 1)[0].rsplit("@", 1)[-1].split(":", 1)[0]
-        if host.lower() in PUBLIC_HOSTS:
-            return link
-    return REDACTED
-
-
-def redact_text(text: str) -> str:
-    """`text` with every local path and private link in it replaced by `REDACTED` (the
-    rules above `PUBLIC_HOSTS`); Hub ids (`org/name`), public Hub links and plain words
-    stay. The one rule for what a shared file may not carry: `select --redact-paths`,
-    `push` and `export` all use it."""
-    return _PRIVATE.sub(_keep_public, text)
-
-
-def redact_data(data: Any, fields: tuple[str, ...] = (), where: str = "") -> tuple[Any, list[str]]:
-    """`data` (plain JSON) with `redact_text` applied to every string, and the strings of
-    the dotted `fields` (`provenance.model_path`, `notes[0]`) replaced whole. Returns the
-    copy and the names of the fields changed."""
-    changed: list[str] = []
-
-    def walk(value: Any, name: str) -> Any:
-        if isinstance(value, dict):
-            return {k: walk(v, f"{name}.{k}" if name else str(k)) for k, v in value.items()}
-        if isinstance(value, list):
-            return [walk(v, f"{name}[{i}]") for i, v in enumerate(value)]
-        if isinstance(value, str) and value != REDACTED:
-            clean = REDACTED if name in fields else redact_text(value)
-            if clean != value:
-                changed.append(name)
-            return clean
-        return value
-
-    return walk(data, where), changed
 
 
 @dataclass(frozen=True)
@@ -219,10 +173,20 @@ class Experiment:
     data_dir: str | None = None
     device: str | None = None
     selection_split: str | None = None
+    # The other recipe entries that differ from the protocol, typed (precision as its word).
+    recipe_entries: dict[str, Any] = field(default_factory=dict)
+    report_to: str | None = None  # `run --report-to` for every cell
+    # Cell flags the harness does not model (no recipe entry, no --report-to).
     extra_run_args: list[str] = field(default_factory=list)
     phases: dict[str, PhaseRecord] = field(default_factory=dict)
     phase: str | None = None  # the phase of the sweep that wrote the file (None: user-written)
     version: int = VERSION
+
+    def cell_flags(self) -> list[str]:
+        """The cell flags this experiment sets beyond its own fields, in their one spelling
+        (`plan.cell_flags`): its recipe entries, `--report-to`, then `extra_run_args`."""
+        recipe = dataclasses.replace(PROTOCOL_RECIPE, **self.recipe_entries)
+        return cell_flags(recipe, self.report_to, self.extra_run_args)
 
     def redacted(self) -> Experiment:
         """This experiment without local paths (model directories, the data directory, task
@@ -255,7 +219,7 @@ class Experiment:
         out["tasks_files"] = list(self.tasks_files)
         if self.lr_keys is not None:
             out["lr_keys"] = list(self.lr_keys)
-        for name in ("data_dir", "device", "selection_split"):
+        for name in ("data_dir", "device", "selection_split", "report_to"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         out["extra_run_args"] = list(self.extra_run_args)
@@ -270,7 +234,8 @@ class Experiment:
         }
         out["seeds"] = {p: list(s) for p, s in self.seeds.items()}
         out["recipe"] = {
-            k: getattr(self, k) for k in _RECIPE_FIELDS if getattr(self, k) is not None
+            **{k: getattr(self, k) for k in _OWN_RECIPE_FIELDS if getattr(self, k) is not None},
+            **{k: _toml_entry(v) for k, v in self.recipe_entries.items() if v is not None},
         }
         out["phases"] = {
             p: {k: v for k in _PHASE_FIELDS if (v := getattr(r, k)) is not None}
@@ -385,7 +350,10 @@ def from_dict(data: dict, source: str, base_dir: Path | None = None) -> Experime
     recipe = r.table(data.get("recipe", {}), "recipe")
     r.known(recipe, _RECIPE_FIELDS, "recipe: ")
     for name, value in recipe.items():
-        setattr(exp, name, r.integer(value, f"recipe.{name}", 1))
+        if name in _OWN_RECIPE_FIELDS:
+            setattr(exp, name, r.integer(value, f"recipe.{name}", 1))
+        else:
+            exp.recipe_entries[name] = _recipe_value(r, name, value)
     if "data_dir" in data:
         exp.data_dir = r.path(data["data_dir"], "data_dir")
     if "device" in data:
@@ -396,7 +364,9 @@ def from_dict(data: dict, source: str, base_dir: Path | None = None) -> Experime
         value = data["extra_run_args"]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise r.fail("extra_run_args", f"must be a list of strings, got {quote(value)}")
-        exp.extra_run_args = list(value)
+        _read_extra_run_args(r, exp, list(value))
+    if "report_to" in data:
+        exp.report_to = r.string(data["report_to"], "report_to")
     phases = r.table(data.get("phases", {}), "phases")
     r.known(phases, PHASES, "phases: ")
     for phase, record in phases.items():
@@ -406,6 +376,53 @@ def from_dict(data: dict, source: str, base_dir: Path | None = None) -> Experime
             **{k: r.path(v, f"phases.{phase}.{k}") for k, v in record.items()}
         )
     return exp
+
+
+def _recipe_value(r: _Reader, name: str, value: Any) -> Any:
+    """A `[recipe]` entry checked against its recipe field: its type, its choices, and the
+    value the Recipe takes (HarnessError naming the file and the entry otherwise)."""
+    where = f"recipe.{name}"
+    entry = next(e for e in dataclasses.fields(Recipe) if e.name == name)
+    kind = str(entry.type).split(" |")[0]
+    if kind == "Precision":
+        return r.string(value, where, tuple(p.value for p in Precision))
+    if kind == "bool":
+        return r.boolean(value, where)
+    if kind == "int":
+        return r.integer(value, where, 1)
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise r.fail(where, f"must be a number, got {quote(value)}")
+        return float(value)
+    return r.string(value, where, entry.metadata.get("choices"))
+
+
+def _toml_entry(value: Any) -> Any:
+    """A recipe entry's value as the file holds it (a precision as its word)."""
+    return value.value if isinstance(value, Precision) else value
+
+
+def _read_extra_run_args(r: _Reader, exp: Experiment, argv: list[str]) -> None:
+    """`extra_run_args` as a file holds it: the flags the harness does not model; in a file
+    written before the recipe was typed, also recipe entries and `--report-to`, which are
+    read into their own fields here (the cell command's parser reads them). A list that
+    parser cannot read (a flag of a newer harness, a redacted value) stays as given."""
+    from encoder_eval.cells.unit_spec import cell_flag_values
+
+    try:
+        values, report_to, rest = cell_flag_values(argv)
+    except HarnessError:
+        exp.extra_run_args = argv
+        return
+    for name, value in values.items():
+        if name in _OWN_RECIPE_FIELDS or name == "selection_split":
+            if getattr(exp, name) is None:
+                setattr(exp, name, value)
+        else:
+            exp.recipe_entries.setdefault(name, _toml_entry(value))
+    if report_to is not None and exp.report_to is None:
+        exp.report_to = report_to
+    exp.extra_run_args = rest
 
 
 def _read_models(r: _Reader, value: Any) -> dict[str, ModelSpec]:
@@ -590,8 +607,8 @@ class Fact:
     def get(self, exp: Experiment, phase: str) -> Any:
         if self.attr == "seeds":
             return exp.seeds.get(phase)
-        if self.attr == "extra_run_args":
-            return _canonical_extra(exp.extra_run_args)
+        if self.attr == "extra_run_args":  # the cell flags the experiment sets, in one spelling
+            return exp.cell_flags()
         return getattr(exp, self.attr)
 
     def from_args(self, args: argparse.Namespace) -> Any:

@@ -27,6 +27,14 @@ from encoder_eval.cells.probe_flags import (
 )
 from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED, ProbeConfig
 from encoder_eval.cells.run_flags import RunFlags, run_parser
+from encoder_eval.cells.unit_spec import (
+    FINETUNE,
+    MODULES,
+    PROBE,
+    PROBE_SETTINGS,
+    UnitSpec,
+    cell_flag_values,
+)
 from encoder_eval.core.errors import HarnessError, unknown_name
 from encoder_eval.core.flags import flags_argv
 from encoder_eval.core.protocol import (
@@ -34,10 +42,12 @@ from encoder_eval.core.protocol import (
     LR_GRID,
     PHASE_SEEDS,
     PHASES,
+    PRECISION_FLAG,
     PROBE_PHASE,
     PROTOCOL_RECIPE,
     SELECTION_SPLITS,
     SPELLED_OUT,
+    Precision,
     Recipe,
     changed_entries,
     check_seed,
@@ -45,8 +55,6 @@ from encoder_eval.core.protocol import (
     lr_key_for,
     precision_word,
     recipe_argv,
-    recipe_from_argv,
-    recorded_precision,
 )
 from encoder_eval.core.results import cell_state, result_filename
 from encoder_eval.data.limit import check_limit
@@ -63,9 +71,7 @@ from encoder_eval.data.tasks import resolve_task_names
 
 __all__ = ["Cell", "Plan", "ProbeSettings", "build_plan", "build_probe_plan"]
 
-# The module a unit's process runs, by the plan's kind of cell.
-FINETUNE, PROBE = "finetune", "probe"
-MODULES = {FINETUNE: "encoder_eval.run", PROBE: "encoder_eval.probe"}
+# The module a unit's process runs, by the plan's kind of cell: `unit_spec.MODULES`.
 # How many cells share one `encoder_eval.run` process (see `Plan.units`).
 GROUPS = ("pair", "lr", "cell")
 # Flags that define a cell's identity, or what code and weights it runs (remote code needs
@@ -98,7 +104,7 @@ _RESERVED_PROBE_FLAGS = (
     "--k-folds",
     "--seed",
     "--max-seq-len",
-    "--precision",
+    PRECISION_FLAG,
     "--device",
     "--data-dir",
     "--tasks-file",
@@ -107,17 +113,6 @@ _RESERVED_PROBE_FLAGS = (
     "--model-revision",
     "--model-code-revision",
 )
-
-# What a unit's line spells out (`Plan.run_args`), in order: the `RunFlags` entries before and
-# after the recipe's (`Plan.recipe_args`), and a probe unit's `ProbeFlags` entries before and
-# after its settings (`PROBE_SETTINGS`). A None value, or a flag that is off, writes nothing.
-RUN_HEAD = ("model_key", "model_path", "mode", "task", "lr", "seed", "phase", "results_dir",
-            "skip_existing", "trust_remote_code", "model_revision", "model_code_revision")  # fmt: skip
-RUN_TAIL = ("device", "data_dir", "tasks_file", "allow_off_protocol", "progress", "report_to")
-PROBE_HEAD = ("model", "tasks", "pooling", "results_dir")
-PROBE_SETTINGS = ("k_folds", "seed", "max_seq_len", "precision", "limit")
-PROBE_TAIL = ("device", "trust_remote_code", "model_revision", "model_code_revision", "data_dir",
-              "tasks_file")  # fmt: skip
 
 # ----------------------------------------------------------------------------- parsing helpers
 
@@ -149,29 +144,10 @@ def parse_seeds(text: str | None, flag: str = "--seeds") -> list[int] | None:
     return seeds
 
 
-# The recipe entries an experiment file records as its own fields (`[recipe]`, and
-# `selection_split`), not among its extra run arguments (`Plan.cell_flags`).
+# The recipe entries an experiment file records as its own fields (`recipe.max_steps`,
+# `recipe.max_seq_len`, `selection_split`); the others are its `[recipe]` entries
+# (`Plan.recipe_entries`).
 TYPED_ENTRIES = ("max_steps", "max_seq_len", "selection_split")
-
-
-def split_cell_flags(
-    argv: Sequence[str], base: Recipe = PROTOCOL_RECIPE
-) -> tuple[Recipe, str | None, list[str]]:
-    """Cell flags (`--extra-run-args`, an experiment's `extra_run_args`) read as values: the
-    recipe they set over `base` (`protocol.recipe_from_argv`), their `--report-to` (None:
-    not given; the last one wins), and the flags the harness does not model, in order."""
-    recipe, rest = recipe_from_argv(list(argv), base)
-    report_to, others = None, []
-    i = 0
-    while i < len(rest):
-        key, eq, value = rest[i].partition("=")
-        if key == "--report-to" and (eq or i + 1 < len(rest)):
-            report_to = value if eq else rest[i + 1]
-            i += 1 if eq else 2
-            continue
-        others.append(rest[i])
-        i += 1
-    return recipe, report_to, others
 
 
 def cell_flags(
@@ -189,8 +165,13 @@ def cell_flags(
 
 def canonical_cell_flags(argv: Sequence[str]) -> list[str]:
     """`argv` (extra run arguments) in `cell_flags`' one spelling and order, so that two
-    experiment files that say the same thing compare equal however the flags were given."""
-    return cell_flags(*split_cell_flags(argv))
+    flag lists that say the same thing compare equal however the flags were given (a list
+    `run`'s parser cannot read, as given)."""
+    try:
+        recipe, report_to, rest = cell_flag_values(list(argv))
+    except HarnessError:
+        return list(argv)
+    return cell_flags(dataclasses.replace(PROTOCOL_RECIPE, **recipe), report_to, rest)
 
 
 def parse_lr_keys(text: str | None) -> list[str] | None:
@@ -374,20 +355,30 @@ class Plan:
         others = tuple(n for n in changed_entries(self.recipe) if n not in SPELLED_OUT)
         return recipe_argv(self.recipe, SPELLED_OUT + others)
 
-    def cell_flags(self) -> list[str]:
-        """The cell flags an experiment file records as `extra_run_args`: what the plan
-        sets beyond the protocol and beyond the file's own fields (`TYPED_ENTRIES`)."""
-        return cell_flags(self.recipe, self.report_to, self.extra_run_args, TYPED_ENTRIES)
+    def recipe_entries(self) -> dict:
+        """The recipe entries an experiment file records in `[recipe]` beyond its own
+        fields (`TYPED_ENTRIES`): those that differ from the protocol, typed, a precision
+        as its word."""
+        return {
+            name: getattr(self.recipe, name)
+            for name in changed_entries(self.recipe)
+            if name not in TYPED_ENTRIES
+        }
 
-    def run_args(self, cells: list[Cell]) -> list[str]:
-        """Arguments of `python -m encoder_eval.run` for the cells of one unit.
+    def unit_spec(self, cells: list[Cell]) -> UnitSpec:
+        """The spec of one unit (`cells/unit_spec.py`): what its process runs, typed.
 
         A unit is every (LR, seed) combination of its LRs and seeds for one (model, task):
         the process runs them LR by LR, each LR's seeds in order (see `Plan.units`). For a
-        probe plan, `encoder_eval.probe`'s arguments for the poolings of one (model, task).
-        """
+        probe plan, every pooling of one (model, task). The plan's extra run arguments (flags
+        it does not model) are set on it as the cell command's parser reads them."""
         if self.probe is not None:
-            return self._probe_args(cells)
+            first = cells[0]
+            poolings = list(dict.fromkeys(c.pooling for c in cells))
+            if any(c.pair != first.pair for c in cells) or len(poolings) != len(cells):
+                raise ValueError("unit_spec takes the cells of one unit (poolings of one pair)")
+            spec = UnitSpec(PROBE, self._probe_flags(first, poolings))
+            return spec.with_extra(self.extra_run_args)
         first = cells[0]
         lrs = list(dict.fromkeys(c.lr for c in cells))
         seeds = list(dict.fromkeys(c.seed for c in cells))
@@ -396,7 +387,7 @@ class Plan:
             or len(cells) != len(lrs) * len(seeds)
             or ({(c.lr, c.seed) for c in cells} != {(lr, s) for lr in lrs for s in seeds})
         ):
-            raise ValueError("run_args takes the cells of one unit (LRs x seeds of one pair)")
+            raise ValueError("unit_spec takes the cells of one unit (LRs x seeds of one pair)")
         flags = RunFlags(
             model_key=first.model,
             model_path=first.model_path,
@@ -412,35 +403,27 @@ class Plan:
             model_code_revision=first.code_revision or None,
             device=self.device,
             data_dir=self.data_dir or None,
-            tasks_file=self.tasks_files,
+            tasks_file=list(self.tasks_files) or None,
             # run then marks the result off-protocol
             allow_off_protocol=any(s not in PHASE_SEEDS[self.phase] for s in seeds),
             progress="json",
-            report_to=self.report_to or None,
+            report_to=self.report_to or "none",
         )
-        # Each recipe flag is in recipe_args once, with its value, so a log or `ps` shows
-        # the value the cell runs with; the extra arguments hold no recipe flag.
-        return [
-            *flags_argv(flags, RUN_HEAD),
-            *self.recipe_args(),
-            *flags_argv(flags, RUN_TAIL),
-            *self.extra_run_args,
-        ]
+        return UnitSpec(FINETUNE, flags, self.recipe).with_extra(self.extra_run_args)
+
+    def run_args(self, cells: list[Cell]) -> list[str]:
+        """Arguments of `python -m encoder_eval.run` (for a probe plan `encoder_eval.probe`)
+        that run one unit by hand: its spec's command line (`UnitSpec.argv`), each recipe
+        flag once, with its value, so a log or `ps` shows what the cell runs with."""
+        return self.unit_spec(cells).argv()
 
     def cell_configs(self, unit: list[Cell]) -> list:
-        """The checked configurations of one unit, exactly as its launch-script line makes
-        them: `run_args(unit)` parsed by the cell command's parser and planned by the cell's
-        own planner (`runner.plan_cells`: `cell_config.CellConfig`s; for a probe plan, one
-        `probe_cell.ProbeRun`). How `track` runs a unit in process, so the cells a receipt
-        reads are the ones a script would run. Imports torch."""
-        argv = self.run_args(unit)
-        if self.probe is not None:
-            from encoder_eval.cells import probe_cell
-
-            return [probe_cell.run_from_args(probe_parser().parse_args(argv))]
-        from encoder_eval.cells import runner
-
-        return runner.plan_cells(run_parser().parse_args(argv))
+        """The checked configurations of one unit, exactly as its launch script runs them:
+        its spec (`unit_spec`) planned by the cell's own planner (`runner.plan_cells`:
+        `cell_config.CellConfig`s; for a probe plan, one `probe_cell.ProbeRun`). How `track`
+        runs a unit in process, so the cells a receipt reads are the ones a script would
+        run. Imports torch."""
+        return spec_configs(self.unit_spec(unit))
 
     def _probe_flags(self, first: Cell | None = None, poolings: Sequence[str] = ()) -> ProbeFlags:
         """A probe unit's flags: the plan's settings, and with `first` its cells' model,
@@ -455,7 +438,7 @@ class Plan:
             results_dir=self.results_dir,
             device=self.device,
             data_dir=self.data_dir or None,
-            tasks_file=self.tasks_files,
+            tasks_file=list(self.tasks_files) or None,
         )
         if first is None:
             return flags
@@ -470,19 +453,6 @@ class Plan:
             model_revision=first.revision or None,
             model_code_revision=first.code_revision or None,
         )
-
-    def _probe_args(self, cells: list[Cell]) -> list[str]:
-        first = cells[0]
-        poolings = list(dict.fromkeys(c.pooling for c in cells))
-        if any(c.pair != first.pair for c in cells) or len(poolings) != len(cells):
-            raise ValueError("run_args takes the cells of one unit (poolings of one pair)")
-        flags = self._probe_flags(first, poolings)
-        return [
-            *flags_argv(flags, PROBE_HEAD),
-            *self.recipe_args(),
-            *flags_argv(flags, PROBE_TAIL),
-            *self.extra_run_args,
-        ]
 
     def units(self, cells: list[Cell] | None = None, group: str = "pair") -> list[list[Cell]]:
         """Split cells into units, each run by one process, in plan order.
@@ -527,6 +497,18 @@ class Plan:
     def cell_status(self, cell: Cell) -> tuple[str, dict | None, str | None]:
         """`cell_state`'s (state, data, why) of one cell of this plan (either kind)."""
         return cell_state(self.out_json(cell), self.phase, model=cell.model, task=cell.task)
+
+
+def spec_configs(spec: UnitSpec) -> list:
+    """The checked configurations a unit's spec runs (`runner.plan_cells` for a fine-tune
+    unit, one `probe_cell.ProbeRun` for a probe unit), from its values. Imports torch."""
+    if spec.kind == PROBE:
+        from encoder_eval.cells import probe_cell
+
+        return [probe_cell.run_from_args(spec.namespace())]
+    from encoder_eval.cells import runner
+
+    return runner.plan_cells(spec.namespace())
 
 
 def check_file_names(cells: list[Cell]) -> None:
@@ -689,7 +671,7 @@ def build_plan(
     cell's run reads them too. `trust_remote_code`: the models the user lets run remote code
     (`resolve_models`); `pins`: per-model (weights, code) revisions. `max_steps`,
     `max_seq_len`, `limit`, `precision` (a word of `protocol.PRECISIONS`) and `report_to`
-    join what `extra_run_args` sets (`split_cell_flags`), which they may not contradict.
+    join what `extra_run_args` sets (`unit_spec.cell_flag_values`), which they may not contradict.
     """
     if phase not in PHASES:
         raise HarnessError(f"--phase {phase!r} must be select or report")
@@ -724,7 +706,7 @@ def build_plan(
     device, extra, data_dir = _check_run_inputs(
         device, extra_run_args, data_dir, _RESERVED_RUN_FLAGS, "cell", run_parser
     )
-    from_extra = split_cell_flags(extra)[0]  # a split the extra arguments ask for
+    from_extra = dataclasses.replace(PROTOCOL_RECIPE, **cell_flag_values(extra)[0])
     if selection_split is None and "selection_split" in changed_entries(from_extra):
         selection_split = from_extra.selection_split
     selection_split = _selection_split(phase, selection, selection_split)
@@ -779,20 +761,21 @@ def build_plan(
 
 
 def _plan_recipe(
-    extra: list[str], *, report_to: str | None, **given: object
+    extra: list[str], *, report_to: str | None, kind: str = FINETUNE, **given: object
 ) -> tuple[Recipe, str | None, list[str]]:
     """The plan's recipe, `--report-to` and remaining extra arguments: what `extra` sets
-    (`split_cell_flags`), with the entries `given` by the sweep's own flags (None: not
-    given; a precision word is recorded as `recorded_precision` says), each checked; a
-    given value that contradicts the extra arguments' is refused."""
-    recipe, extra_report_to, rest = split_cell_flags(extra)
+    (`unit_spec.cell_flag_values`), with the entries `given` by the sweep's own flags (None:
+    not given), each checked; a given value that contradicts the extra arguments' is
+    refused."""
+    values, extra_report_to, rest = cell_flag_values(extra, kind)
+    recipe = dataclasses.replace(PROTOCOL_RECIPE, **values)
     from_extra = set(changed_entries(recipe))
     values: dict[str, object] = {}
     for name, value in given.items():
         if value is None:
             continue
         if name == "precision":
-            value = recorded_precision(str(value))
+            value = Precision.of(str(value))
         had = getattr(recipe, name)
         if name in from_extra and had != value:
             flag = recipe_argv(recipe, (name,))
@@ -901,7 +884,7 @@ def build_probe_plan(
     )
     # The probe's flags left a recipe flag other than --limit out (reserved or unknown).
     recipe, report_to, extra = _plan_recipe(
-        extra, max_seq_len=max_seq_len, limit=limit, report_to=report_to
+        extra, max_seq_len=max_seq_len, limit=limit, report_to=report_to, kind=PROBE
     )
     if report_to:
         raise HarnessError("--report-to is for fine-tuning phases; a probe cell has no curves")

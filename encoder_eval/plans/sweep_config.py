@@ -462,7 +462,9 @@ def for_plan(plan, out_dir: str | os.PathLike, cfg: SweepConfig) -> Experiment:
         data_dir=plan.data_dir,
         device=plan.device,
         selection_split=plan.selection_split,
-        extra_run_args=plan.cell_flags(),
+        recipe_entries=plan.recipe_entries(),
+        report_to=plan.report_to or None,
+        extra_run_args=list(plan.extra_run_args),
         phases=phases,
         phase=plan.phase,
     )

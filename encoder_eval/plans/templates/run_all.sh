@@ -324,7 +324,7 @@ watch_warm() {
     echo "$since"
 }
 
-# warm_unit LOG RUN_ARGS...: run one unit in the warm process, its stdout appended to LOG
+# warm_unit LOG SPEC: run one unit (its spec file) in the warm process, its stdout appended to LOG
 # and its stderr shown by show_progress (through a FIFO), as a unit's own process would;
 # returns its exit code. A warm process that died (killed, out of memory) fails the unit
 # with its exit status, and the next unit starts a fresh one; so does one stopped past
@@ -341,7 +341,7 @@ warm_unit() {
     SHOWER=$!
     # In a subshell: a warm process that has just died (SIGTERM between units) ends the
     # subshell by SIGPIPE, not this script; the read below then finds its end.
-    (printf '%s\0' "$log" "$fifo" "$#" "$@" >&"$W_IN") 2>/dev/null
+    (printf '%s\0' "$log" "$fifo" "$1" >&"$W_IN") 2>/dev/null
     if [ "$STOPPED_TIMEOUT" -gt 0 ]; then # wake up every few seconds for the watchdog
         wait_for=(-t "$((STOPPED_TIMEOUT < 10 ? 1 : 5))")
     fi
@@ -383,7 +383,7 @@ for s in ${DONE_AT_START[@]+"${DONE_AT_START[@]}"}; do
     if is_done "$s"; then DONE_BASE=$((DONE_BASE + 1)); fi
 done
 
-# The second pass, by each worker: unit LABEL N OUT_1..OUT_N -- RUN_ARGS...
+# The second pass, by each worker: unit LABEL N OUT_1..OUT_N -- --spec FILE
 unit() {
     local label=$1 n=$2
     shift 2
@@ -421,7 +421,7 @@ unit() {
     say "starting $label ($((n - HAVE)) of $n cells to run), log: $log"
     # Appended, not truncated: a second runner of this script must not wipe this log.
     if [ -n "$WARM" ]; then
-        warm_unit "$log" "$@"
+        warm_unit "$log" "$2" # the unit's spec file: -- --spec FILE
         rc=$?
     else
         { "$PYTHON" -m "$MODULE" "$@" 2>&1 >>"$log"; } | show_progress "$log"

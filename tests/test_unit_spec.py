@@ -1,0 +1,82 @@
+"""A unit of work is one typed object from `sweep` to the cell (issue 51, item 1): the spec a
+sweep writes per unit round-trips through JSON, and runs with exactly the values its command
+line would have given the cell (the same namespace), so no result changes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from encoder_eval import run, sweep
+from encoder_eval.cells.probe_flags import probe_parser
+from encoder_eval.cells.run_flags import run_parser
+from encoder_eval.cells.unit_spec import PROBE, UnitSpec, spec_argv
+from encoder_eval.core.errors import HarnessError
+from encoder_eval.plans.plan import build_plan, build_probe_plan
+
+
+def _plans(tmp_path):
+    select = build_plan(
+        "select", results_dir=tmp_path / "r", models=["a"], extra_models=["a=org/a"],
+        tasks=["glue_rte"], lr_keys=["lr03", "lr06"], seeds=[42, 43], max_steps=5,
+        precision="fp32", limit=16,
+        extra_run_args=["--pad-multiple", "32", "--no-save-predictions", "--report-to",
+                        "tensorboard", "--tracking-dir", str(tmp_path / "t")],
+    )  # fmt: skip
+    report = build_plan(
+        "report", results_dir=tmp_path / "r2", models=["a"], extra_models=["a=org/a"],
+        tasks=["glue_rte", "glue_sst2"], seeds=[45], precision="auto",
+        selection={"pairs": {"a": {t: {"lr_key": "lr03", "lr": 1.67e-05}
+                                   for t in ("glue_rte", "glue_sst2")}}},
+    )  # fmt: skip
+    probe = build_probe_plan(
+        results_dir=tmp_path / "p", models=["a"], extra_models=["a=org/a"],
+        tasks=["glue_rte"], poolings=["mean", "first"], limit=32, precision="fp32",
+        extra_run_args=["--batch-size", "8", "--store-probes"],
+    )  # fmt: skip
+    return [select, report, probe]
+
+
+def test_a_spec_runs_the_values_its_command_line_parses_to_and_round_trips(tmp_path):
+    for plan in _plans(tmp_path):
+        for unit in plan.units():
+            spec = plan.unit_spec(unit)
+            parser = probe_parser() if spec.kind == PROBE else run_parser()
+            assert vars(parser.parse_args(spec.argv())) == vars(spec.namespace())
+            again = UnitSpec.from_json(spec.to_json())
+            assert again == spec
+            assert vars(again.namespace()) == vars(spec.namespace())
+            # the command line, parsed, is the same object
+            parsed = UnitSpec.from_args(parser.parse_args(spec.argv()), spec.kind)
+            assert parsed == spec
+
+
+def test_sweep_writes_one_spec_per_unit_and_its_lines_run_them(tmp_path):
+    out = tmp_path / "runs"
+    assert sweep.main(["--phase", "select", "--model", "a=org/a", "--tasks", "glue_rte,glue_sst2",
+                       "--lr-keys", "lr03", "--seeds", "42", "--precision", "fp32",
+                       "--results-dir", str(tmp_path / "res"), "--out-dir", str(out)]) == 0  # fmt: skip
+    lines = [ln for ln in (out / "run_all.sh").read_text().splitlines() if ln.startswith("unit ")]
+    assert len(lines) == 2
+    for line in lines:
+        flag, path = line.split(" -- ", 1)[1].split()
+        assert flag == "--spec" and Path(path).parent == out / "specs"
+        spec = UnitSpec.read(path)
+        assert spec.recipe.precision == "fp32" and spec.flags.model_key == "a"
+    assert sorted(p.name for p in (out / "specs").iterdir()) == [
+        "a_glue_rte_lr03.json",
+        "a_glue_sst2_lr03.json",
+    ]
+
+
+def test_spec_refusals(tmp_path, capsys):
+    with pytest.raises(HarnessError, match="give no other flag"):
+        spec_argv(["--spec", "x.json", "--task", "glue_rte"])
+    assert spec_argv(["--spec=x.json"]) == "x.json"
+    assert spec_argv(["--task", "glue_rte"]) is None
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"spec_version": 1, "kind": "finetune", "flags": {"tsk": "x"}}))
+    assert run.main(["--spec", str(bad)]) == 2
+    assert "unknown entry flags.tsk" in capsys.readouterr().err
