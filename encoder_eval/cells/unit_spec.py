@@ -1,7 +1,7 @@
 """A unit of work as one typed, serialisable object (`UnitSpec`): what one `encoder_eval.run`
 (or, for probes, `encoder_eval.probe`) process runs. `sweep` writes one spec file per unit
-beside its script (`plans/emit.py`), and the unit runs from it (`python -m encoder_eval.run
---spec FILE`); a cell run by hand from flags is parsed into the same object
+beside its script (`plans/emit.py`), and the unit runs from it (the `run` module with
+`--spec FILE`); a cell run by hand from flags is parsed into the same object
 (`UnitSpec.from_args`). `to_json` / `from_json` round-trip it, as run_glue's argument
 dataclasses do: the flags' dataclasses keep their metadata (`core/flags.py`; the recipe's
 comparability scope, `core/protocol.py`), and the cell planners read the spec's `namespace()`,
