@@ -22,3 +22,12 @@ def unit_argvs(script: str) -> list[list[str]]:
         for line in script.splitlines()
         if line.startswith("unit ") and " -- " in line
     ]
+
+
+def script_with_units(path) -> str:
+    """A generated script's text followed by each unit's command line (one per line), for
+    tests that check what the script runs by searching its text."""
+    from pathlib import Path
+
+    text = Path(path).read_text()
+    return text + "\n" + "\n".join(shlex.join(argv) for argv in unit_argvs(text)) + "\n"

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 from collections import Counter
 
 import pytest
 from conftest import REPO, read_json
 from result_helpers import make_result, make_selection, write_many
+from spec_helpers import script_with_units
 
 from encoder_eval import summarize
 from encoder_eval.core.protocol import PHASE_SEEDS
@@ -115,9 +117,10 @@ def test_a_limited_sweep_with_trackers_runs_end_to_end(tiny_models, small_mirror
         "--limit", "12", "--report-to", "tensorboard", "--data-dir", str(small_mirror),
         "--device", "cpu", "--results-dir", str(res), "--out-dir", str(runs),
     ]) == 0  # fmt: skip
-    script = (runs / "run_all.sh").read_text()
+    script = script_with_units(runs / "run_all.sh")
     assert "--limit 12" in script and "--report-to tensorboard" in script
-    assert "--limit" in (res / "experiment.toml").read_text()
+    recorded = tomllib.loads((res / "experiment.toml").read_text())
+    assert recorded["recipe"]["limit"] == 12  # typed, not an argv string
     proc = subprocess.run(["bash", str(runs / "run_all.sh")], capture_output=True, text=True,
                           cwd=tmp_path, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr

@@ -8,6 +8,7 @@ import json
 
 import pytest
 from result_helpers import make_result, write_many
+from spec_helpers import script_with_units
 
 from encoder_eval import probe, select, sweep
 from encoder_eval.core.errors import HarnessError
@@ -72,5 +73,5 @@ def test_a_redacted_selection_holds_no_local_path_and_the_reader_supplies_theirs
     assert sweep.main(report + mine) == 2
     assert "give your own: --data-dir DIR" in capsys.readouterr().err
     assert sweep.main(report + mine + ["--data-dir", str(small_mirror)]) == 0
-    script = (tmp_path / "runs_report" / "run_all.sh").read_text()
+    script = script_with_units(tmp_path / "runs_report" / "run_all.sh")
     assert str(tiny_models["bert"]) in script and str(small_mirror) in script

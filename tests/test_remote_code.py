@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 from fault_helpers import SHRINK, py, read_json, sh
+from spec_helpers import script_with_units
 
 from encoder_eval import probe as probe_command
 from encoder_eval import run as run_command
@@ -64,7 +65,7 @@ def test_a_shared_selection_cannot_turn_on_remote_code(tmp_path, capsys):
     # The user's own word turns it on, and the script's writer says which model runs code.
     rc, out, err = sweep_main(capsys, *common, "--trust-remote-code", "evil")
     assert rc == 0, err
-    script = (tmp_path / "runs" / "run_all.sh").read_text()
+    script = script_with_units(tmp_path / "runs" / "run_all.sh")
     assert "--trust-remote-code" in script and EVIL in script
     assert re.search(r"remote code: 1 model\(s\) will run code from their repositories: evil "
                      rf"\({EVIL}, unpinned\)", out), out  # fmt: skip
@@ -266,7 +267,7 @@ def test_pins_reach_every_cell_from_a_file_and_the_registry(tmp_path, capsys, mo
     rc, out, err = sweep_main(capsys, "--experiment", exp, "--phase", "select", "--results-dir",
                               tmp_path / "r", "--out-dir", tmp_path / "runs")  # fmt: skip
     assert rc == 0, err
-    script = (tmp_path / "runs" / "run_all.sh").read_text()
+    script = script_with_units(tmp_path / "runs" / "run_all.sh")
     assert f"--model-revision {'b' * 40} --model-code-revision {SHA}" in script
     recorded = (tmp_path / "r" / "experiment.toml").read_text()
     assert f'code_revision = "{SHA}"' in recorded
@@ -314,4 +315,4 @@ def test_status_counts_without_consent_but_emits_only_with_it(tmp_path, capsys):
     assert not (tmp_path / "rest").exists()
     assert status.main([*emit, "--trust-remote-code", "evil"]) == 1
     assert "remote code: 1 model(s)" in capsys.readouterr().out
-    assert "--trust-remote-code" in (tmp_path / "rest" / "run_all.sh").read_text()
+    assert "--trust-remote-code" in script_with_units(tmp_path / "rest" / "run_all.sh")
