@@ -9,7 +9,8 @@ A protocol cell's cost is built from measured parts and the protocol's own count
   evaluations inside it (`training.dev_eval_time_s`), over `training.steps`, from cells of
   the task where there are some, else of the model; wall time with dev evaluations is not a
   step's cost (a 4-step smoke cell evaluates dev after every step). The step comes from the
-  cells that ran after another in their process (`later_in_process`), whose batch widths
+  cells that ran after another in their process (`later_in_process`: `training.process_cell`,
+  or for older results their timings), whose batch widths
   were mostly met before; all cells when none did;
 - **first meetings**: what a process's first cell paid per step beyond that
   (`first_meeting_s`), a fresh process's cost of meeting a batch width, charged for at most
@@ -198,6 +199,7 @@ class _Measured:
     on_protocol: bool
     cap: int
     reasons: tuple[str, ...]
+    process_cell: int | None = None  # its number among its process's cells (1: the first)
 
     @property
     def gap(self) -> float | None:
@@ -228,6 +230,7 @@ def _measured(r) -> _Measured:
         cap=int(t.get("max_steps") or steps),
         reasons=() if on else tuple(r.data["protocol"].get("off_protocol_reasons") or
                                     ["off-protocol"]),
+        process_cell=t.get("process_cell"),
     )  # fmt: skip
 
 
@@ -243,13 +246,18 @@ def later_in_process(cells: list[_Measured]) -> list[bool]:
     a later one also for at least one whole earlier cell. So a cell is later when its gap
     exceeds the smallest gap (a first cell's imports) by at least (0.9 of) the shortest
     cell (`wall_time_s`). A first cell whose imports took longer than that by more than the
-    shortest cell counts as later; a result without the timings counts as a first cell."""
-    gaps = [c.gap for c in cells if c.gap is not None]
+    shortest cell counts as later; a result without the timings counts as a first cell.
+    A result that records its number among its process's cells (`training.process_cell`,
+    written since 2026-12-06) says so exactly, and that number decides."""
+    gaps = [c.gap for c in cells if c.gap is not None and c.process_cell is None]
     walls = [c.wall_s for c in cells if c.wall_s is not None]
-    if not gaps or not walls:
-        return [False] * len(cells)
-    floor = min(gaps) + 0.9 * min(walls)
-    return [c.gap is not None and c.gap >= floor for c in cells]
+    floor = min(gaps) + 0.9 * min(walls) if gaps and walls else None
+    return [
+        c.process_cell > 1
+        if c.process_cell is not None
+        else floor is not None and c.gap is not None and c.gap >= floor
+        for c in cells
+    ]
 
 
 def _cost(model: str, device: str, on_gpu: bool, cells: list[_Measured]) -> ModelCost:

@@ -116,6 +116,7 @@ def test_smoke_cells_are_priced_by_their_steps_not_their_dev_evaluations(
           "--progress", "quiet"), tmp_path)  # fmt: skip
     first, second = [r.data["training"] for r in load_results(tmp_path / "r")]  # s42, s43
     assert all(len(t["dev_history"]) == 4 and t["steps"] == 4 for t in (first, second))
+    assert (first["process_cell"], second["process_cell"]) == (1, 2)  # recorded, exact
     # the second cell's process had run the first before it: its start-up holds it
     assert estimate.later_in_process(
         [estimate._measured(r) for r in load_results(tmp_path / "r")]) == [False, True]  # fmt: skip
@@ -165,6 +166,25 @@ def test_smoke_cells_are_priced_by_their_steps_not_their_dev_evaluations(
     assert estimate.main(["--results-dir", str(tmp_path / "r"), "--tasks", "glue_rte"]) == 0
     text = capsys.readouterr().out
     assert "| glue_rte | 1,560 |" in text and "unlike the protocol's cells: tiny on CPU" in text
+
+
+def test_a_recorded_process_cell_decides_over_the_timings():
+    """`training.process_cell` says which cells ran after another in their process; the
+    timing rule is only for results that predate it."""
+
+    def cell(gap: float, process_cell: int | None) -> estimate._Measured:
+        return estimate._Measured(
+            task="glue_rte", steps=10, train_s=5.0, step_s=5.0, dev_s=None, evaluations=1,
+            startup_s=gap + 1.0, setup_s=1.0, wall_s=6.0, on_protocol=False, cap=10,
+            reasons=("x",), process_cell=process_cell,
+        )  # fmt: skip
+
+    # Timings alone: the large gap looks like a later cell, the small ones like first cells.
+    assert estimate.later_in_process([cell(10, None), cell(10, None), cell(40, None)]) == [
+        False, False, True]  # fmt: skip
+    # Recorded numbers win: a slow first cell (a long import) is first, a quick later one later.
+    assert estimate.later_in_process([cell(10, 2), cell(10, None), cell(40, 1)]) == [
+        True, False, False]  # fmt: skip
 
 
 def test_warm_workers_per_gpu_from_the_model_and_the_card(tmp_path):

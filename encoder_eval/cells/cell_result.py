@@ -149,6 +149,7 @@ def build_result(cell: ResolvedCell, trained: Trained, scored: CellScores) -> di
         train_tokens_per_s=round(st.real_tokens / train_time, 1) if train_time > 0 else None,
         peak_memory_bytes=peak_memory(device),
         peak_memory_scope=cell.peak_scope,
+        process_cell=cell.process_cell,
         process_id=os.getpid(),
         warm_unit=warm_unit(),
         oom_retries=st.oom_retries,

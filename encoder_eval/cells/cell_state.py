@@ -72,6 +72,7 @@ class ResolvedCell:
     kind: Kind
     device: torch.device
     peak_scope: str  # what peak_memory_bytes covers: "cell" or "process" (reset_peak_memory)
+    process_cell: int  # its number among the cells its process started (devices.count_cell)
     eval_batch: int
     loaded: LoadedModel
     model: nn.Module

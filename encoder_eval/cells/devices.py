@@ -332,6 +332,18 @@ def mark_unit_start(unit: int, arrived: float | None = None) -> None:
     _WARM_UNIT[:] = [unit]
 
 
+_CELLS_STARTED: list[int] = [0]  # cells this process has started (`count_cell`)
+
+
+def count_cell() -> int:
+    """Count a cell starting in this process and return its number (1: the process's first).
+    Not reset between a warm worker's units: what a process has met (its batch widths,
+    compiled kernels, cuDNN plans) is the process's, and `estimate` reads this number
+    (`training.process_cell`) to tell a process's first cell from later ones."""
+    _CELLS_STARTED[0] += 1
+    return _CELLS_STARTED[0]
+
+
 def warm_unit() -> int | None:
     """This unit's number in its warm worker (1, 2, ...), or None in a fresh process."""
     return _WARM_UNIT[0] if _WARM_UNIT else None

@@ -56,6 +56,7 @@ from encoder_eval.cells.devices import (
     check_bf16,
     compile_failures,
     compile_model,
+    count_cell,
     device_rng_state,
     forget_compiled,
     release_cached_memory,
@@ -304,6 +305,7 @@ def _setup(
     apply_deterministic(recipe.deterministic)
     attn_environment = apply_sdpa_environment(device)  # before the first CUDA attention
     peak_scope = reset_peak_memory(device)  # the cell's own peak, from its data and model on
+    process_cell = count_cell()
     note = _Progress(cfg.progress, None, cell_label(cfg)).note  # what happens before step 1
     eval_batch = recipe.eval_batch_size or EVAL_BATCH_SIZE.get(device.type, EVAL_BATCH_SIZE["cuda"])
     t0 = time.perf_counter()
@@ -396,6 +398,7 @@ def _setup(
         kind=kind,
         device=device,
         peak_scope=peak_scope,
+        process_cell=process_cell,
         eval_batch=eval_batch,
         loaded=loaded,
         model=model,

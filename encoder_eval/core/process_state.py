@@ -13,6 +13,8 @@ Not registered, on purpose (the same in every unit of a worker, or per cell alre
 - the model, optimizer and device memory: `train.run_cell` frees them at every cell;
 - imported code: a unit whose trusted remote code (or deterministic setting) differs from
   what the worker already ran runs in a fresh process (`run.unit_identity`);
+- the count of cells a process has started (`devices.count_cell`): what a process has met
+  (batch widths, kernels) is the process's, and results record it as such;
 - facts about the machine and the installation read once per process (`cpu.cpu_native_bf16`,
   `heap`'s allocator knobs, `provenance.harness_git`: the worker runs the code it imported).
 

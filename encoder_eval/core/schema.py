@@ -208,6 +208,9 @@ class Training:
     )
     process_id: int | None = _since(1)
     warm_unit: int | None = _since(1)
+    # The cell's number among the cells its process started (1: the first, which meets every
+    # batch width for the first time; a warm worker's count runs across its units).
+    process_cell: int | None = _since(1)
     # Out of memory (CUDA): training steps retried with the micro-batch halved, the
     # micro-batch and gradient accumulation the last step ran with (the effective batch is
     # the recipe's throughout), evaluations rescored with the evaluation batch halved, and
