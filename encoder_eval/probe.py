@@ -13,7 +13,7 @@ import sys
 from encoder_eval.cells.probe_cell import run_from_args, run_probe
 from encoder_eval.cells.probe_flags import add_probe_flags
 from encoder_eval.cells.unit_spec import PROBE, SPEC_FLAG, UnitSpec, spec_argv
-from encoder_eval.core.errors import ArgumentParser, HarnessError, report_errors
+from encoder_eval.core.errors import ArgumentParser, report_errors
 from encoder_eval.reports.neuco import main as neuco_main
 
 NEUCO_FLAGS = ("--annotation-path", "--annotation_path", "--submission-file", "--submission_file")
@@ -43,11 +43,7 @@ def unit_spec(argv: list[str], prog: str | None = None) -> UnitSpec:
     into the same object."""
     path = spec_argv(argv)
     if path is not None:
-        spec = UnitSpec.read(path)
-        if spec.kind != PROBE:
-            raise HarnessError(f"{SPEC_FLAG} {path} is a {spec.kind} unit; run it with its module")
-        print(f"spec {path}: {spec.summary()}", flush=True)
-        return spec
+        return UnitSpec.read_unit(path, PROBE)
     return UnitSpec.from_args(build_parser(prog).parse_args(argv), PROBE)
 
 

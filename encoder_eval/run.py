@@ -31,7 +31,6 @@ from encoder_eval.core.errors import (
     STOP_WORDS,
     STOPS,
     ArgumentParser,
-    HarnessError,
     exit_code_for,
     raise_on_sigterm,
     report_errors,
@@ -64,11 +63,7 @@ def unit_spec(argv: list[str] | None = None) -> UnitSpec:
     argv = sys.argv[1:] if argv is None else list(argv)
     path = spec_argv(argv)
     if path is not None:
-        spec = UnitSpec.read(path)
-        if spec.kind != FINETUNE:
-            raise HarnessError(f"{SPEC_FLAG} {path} is a {spec.kind} unit; run it with its module")
-        print(f"spec {path}: {spec.summary()}", flush=True)
-        return spec
+        return UnitSpec.read_unit(path, FINETUNE)
     return UnitSpec.from_args(build_parser().parse_args(argv))
 
 

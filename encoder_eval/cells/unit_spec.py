@@ -166,6 +166,17 @@ class UnitSpec:
             raise HarnessError(f"--spec {path}: cannot read it ({exc})") from None
         return cls.from_json(text, f"--spec {path}")
 
+    @classmethod
+    def read_unit(cls, path: str | os.PathLike, kind: str) -> UnitSpec:
+        """The spec in file `path` as a command of `kind` runs it: refused when it holds
+        another kind of unit, and its one-line summary printed (the unit's log says what
+        runs)."""
+        spec = cls.read(path)
+        if spec.kind != kind:
+            raise HarnessError(f"{SPEC_FLAG} {path} is a {spec.kind} unit; run it with its module")
+        print(f"spec {path}: {spec.summary()}", flush=True)
+        return spec
+
     def write(self, path: str | os.PathLike) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -374,6 +374,21 @@ def stage_results(
 # ----------------------------------------------------------------------------- upload
 
 
+def _dataset_api(repo_id: str, create: bool, private: bool, token: str | None):
+    """huggingface_hub's client for the dataset repository `repo_id`, made first with
+    `create` (`private` its visibility); a clear error when the `push` extra is missing."""
+    try:
+        from huggingface_hub import HfApi
+    except ImportError:
+        raise HarnessError(
+            "push needs huggingface_hub: pip install 'encoder-eval-harness[push]'"
+        ) from None
+    api = HfApi()
+    if create:
+        api.create_repo(repo_id, repo_type="dataset", exist_ok=True, private=private, token=token)
+    return api
+
+
 def upload_staged(
     staged: Staged,
     repo_id: str,
@@ -389,16 +404,7 @@ def upload_staged(
     repository's `results/` under `path_in_repo` is replaced: results no longer in the
     folder are deleted); with `create`, make the repository first if it does not exist.
     Returns the commit's URL. `token` None: huggingface_hub's own (HF_TOKEN, the login)."""
-    try:
-        from huggingface_hub import HfApi
-    except ImportError:
-        raise HarnessError(
-            "push needs huggingface_hub: pip install 'encoder-eval-harness[push]'"
-        ) from None
-
-    api = HfApi()
-    if create:
-        api.create_repo(repo_id, repo_type="dataset", exist_ok=True, private=private, token=token)
+    api = _dataset_api(repo_id, create, private, token)
     info = api.upload_folder(
         repo_id=repo_id,
         repo_type="dataset",
@@ -463,16 +469,9 @@ def upload_benchmark(
     `hub_results.benchmark_files`) to the root of the dataset repository `repo_id`, in one
     `HfApi.create_commit`; `create`: make the repository first (`private` its visibility).
     Returns the commit's URL. `token` None: huggingface_hub's own."""
-    try:
-        from huggingface_hub import CommitOperationAdd, HfApi
-    except ImportError:
-        raise HarnessError(
-            "push needs huggingface_hub: pip install 'encoder-eval-harness[push]'"
-        ) from None
+    api = _dataset_api(repo_id, create, private, token)
+    from huggingface_hub import CommitOperationAdd
 
-    api = HfApi()
-    if create:
-        api.create_repo(repo_id, repo_type="dataset", exist_ok=True, private=private, token=token)
     info = api.create_commit(
         repo_id,
         [
