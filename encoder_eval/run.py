@@ -8,6 +8,8 @@ The flags are declared once, as dataclass fields: the cell's identity and paths
 
 The module run with `--warm-worker` is the warm worker `run_all.sh --warm` starts:
 one long-lived process that runs unit after unit (`serve`), paying the imports once.
+Given several spec files (`--spec A --spec B ...`, a warm Slurm job of `sweep`), it runs
+them one after another in one process by the same rules (`run_job`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import NoReturn
 
 from encoder_eval.cells.run_flags import add_run_flags
 from encoder_eval.cells.runner import plan_cells, resolve_model, run_configs
-from encoder_eval.cells.unit_spec import FINETUNE, SPEC_FLAG, UnitSpec, spec_argv
+from encoder_eval.cells.unit_spec import FINETUNE, SPEC_FLAG, UnitSpec, spec_argv, spec_paths
 from encoder_eval.core import process_state
 from encoder_eval.core.errors import (
     EXIT_INCOMPLETE,
@@ -52,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
         SPEC_FLAG,
         metavar="FILE",
         help="run the unit a spec file holds (what `sweep` writes beside its script, one per "
-        "unit), given alone: its identity, recipe and paths",
+        "unit), given alone: its identity, recipe and paths; repeated (--spec A --spec B), "
+        "the units one after another in one warm process (a Slurm job of a warm sweep)",
     )
     return parser
 
@@ -69,6 +72,10 @@ def unit_spec(argv: list[str] | None = None) -> UnitSpec:
 
 @report_errors
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    paths = spec_paths(argv)
+    if paths is not None and (len(paths) > 1 or JOB_ENV in os.environ):  # a job's units left
+        return run_job(paths)
     spec = unit_spec(argv)
     args = spec.namespace()
     cells = plan_cells(args)  # bad input ends here, before torch is imported
@@ -119,11 +126,12 @@ def _imported_remote_code() -> bool:
 
 @dataclass
 class _Request:
-    """One unit to run: the unit's stdout file, its stderr file or pipe, its spec file,
-    when it arrived (`time.time()`), and why a fresh worker runs it (after a restart)."""
+    """One unit to run: the unit's stdout file, its stderr file or pipe (None: this
+    process's own, as in a job of several units), its spec file, when it arrived
+    (`time.time()`), and why a fresh worker runs it (after a restart)."""
 
-    out: str
-    err: str
+    out: str | None
+    err: str | None
     spec: str
     arrived: float
     restarted_because: str | None = None
@@ -178,25 +186,28 @@ class _WarmWorker:
 
 
 def _one_unit(request: _Request, unit: int) -> int:
-    """Run `main(["--spec", SPEC])` with stdout appended to the request's `out` file and stderr to its
-    `err` (the unit's log and its progress pipe), as a fresh `run` process would; its exit
-    code. `unit` is its number in this worker process (1: the first)."""
+    """Run `main(["--spec", SPEC])` with stdout appended to the request's `out` file and
+    stderr to its `err` (the unit's log and its progress pipe; None: left as they are), as
+    a fresh `run` process would; its exit code. `unit` is its number in this worker process
+    (1: the first)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    opened: list[int] = []
-    try:  # both before either replaces the worker's own output
-        for path in (request.out, request.err):
-            opened.append(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666))
-    except OSError as exc:  # the run's folder is gone (a tmp purge): the unit fails, not us
-        for fd in opened:
-            os.close(fd)
-        print(f"error: warm worker: cannot open the unit's output ({exc}); the unit did not "
-              "run", file=sys.stderr, flush=True)  # fmt: skip
-        return EXIT_INCOMPLETE
-    saved = os.dup(1), os.dup(2)
-    for fd, opened_fd in zip((1, 2), opened, strict=True):
-        os.dup2(opened_fd, fd)
-        os.close(opened_fd)
+    saved = None
+    if request.out is not None and request.err is not None:
+        opened: list[int] = []
+        try:  # both before either replaces the worker's own output
+            for path in (request.out, request.err):
+                opened.append(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666))
+        except OSError as exc:  # the run's folder is gone (a tmp purge): the unit fails, not us
+            for fd in opened:
+                os.close(fd)
+            print(f"error: warm worker: cannot open the unit's output ({exc}); the unit did "
+                  "not run", file=sys.stderr, flush=True)  # fmt: skip
+            return EXIT_INCOMPLETE
+        saved = os.dup(1), os.dup(2)
+        for fd, opened_fd in zip((1, 2), opened, strict=True):
+            os.dup2(opened_fd, fd)
+            os.close(opened_fd)
     from encoder_eval.cells import devices  # torch: never on `run --help`'s path
 
     devices.mark_unit_start(unit, request.arrived)  # start-up counts from its arrival
@@ -219,10 +230,63 @@ def _one_unit(request: _Request, unit: int) -> int:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        os.close(saved[0])
-        os.close(saved[1])
+        if saved is not None:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+# A job that starts over in a fresh process (`run_job`) hands on where it stands through
+# this variable: JSON of {"first": unit number, "total": units, "code": exit code so far,
+# "why": why the fresh process}.
+JOB_ENV = "ENCODER_EVAL_JOB_STATE"
+
+
+def run_job(paths: list[str]) -> int:
+    """A job of several units (`run --spec A --spec B ...`: a Slurm job or array task of a
+    warm sweep, `plans/emit.py`): run them one after another in this process, by the warm
+    worker's rules (`serve`): every registered piece of process state is reset before each
+    unit after the first, and a unit whose remote code or deterministic setting differs
+    from the earlier units', or one after a reset that did not take, runs in a fresh
+    process (this one replaces itself with the units left). Each unit's lines start with
+    `== unit I of N: SPEC`. Exit code: a stop (Ctrl-C 130, SIGTERM 75) ends the job with
+    its code at once (a requeued job skips the cells already done); otherwise 0 when every
+    unit exited 0, else the first other unit's code, after all units ran."""
+    state = json.loads(os.environ.pop(JOB_ENV, "") or "{}")
+    first, total = int(state.get("first", 1)), int(state.get("total", len(paths)))
+    code, why = int(state.get("code", 0)), state.get("why")
+    signal.signal(signal.SIGTERM, raise_on_sigterm)
+    started = _process_start()
+    from encoder_eval.cells import train  # noqa: F401  - the imports every unit needs, now
+
+    process_state.snapshot_environment()  # what each unit starts from, after those imports
+    worker = _WarmWorker(None)
+    try:
+        for i, path in enumerate(paths):
+            arrived = started if worker.units == 0 else time.time()
+            request = _Request(None, None, path, arrived, why if i == 0 else None)
+            fresh = worker.why_fresh(request)
+            if fresh is not None:
+                _restart_job(paths[i:], first + i, total, code, fresh)
+            print(f"== unit {first + i} of {total}: {path}", flush=True)
+            unit_code = worker.run(request)
+            if unit_code in STOP_WORDS:
+                return unit_code
+            code = code or unit_code
+    except STOPS as exc:
+        return exit_code_for(exc)
+    return code
+
+
+def _restart_job(paths: list[str], first: int, total: int, code: int, why: str) -> NoReturn:
+    """Replace this process by a fresh `run` of the units `paths` (the same process id and
+    output), the first of them number `first` of the job's `total`."""
+    os.environ[JOB_ENV] = json.dumps({"first": first, "total": total, "code": code, "why": why})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    argv = [word for path in paths for word in (SPEC_FLAG, path)]
+    os.execv(sys.executable, [sys.executable, "-m", "encoder_eval.run", *argv])
 
 
 def _process_start() -> float:

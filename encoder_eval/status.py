@@ -89,6 +89,7 @@ from encoder_eval.plans.arguments import (
     add_plan_arguments,
     check_utf8_args,
     check_utf8_plan,
+    emit_options,
     plan_from_args,
 )
 from encoder_eval.plans.emit import emit
@@ -362,11 +363,8 @@ def main(argv: list[str] | None = None) -> int:
             args.emit,
             args.mode,
             cells=status.to_run,
-            template=args.slurm_template,
-            requeue=args.requeue,
-            python=args.python,
-            group=args.group,
             known=status.states,
+            **emit_options(args),
         )
     print(format_status(status, limit=None if args.list_all else 50))
     if args.emit:

@@ -68,6 +68,7 @@ from encoder_eval.plans.arguments import (
     add_probe_arguments,
     check_utf8_args,
     check_utf8_plan,
+    emit_options,
     format_grid,
     plan_and_config,
 )
@@ -171,10 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         plan,
         out_dir,
         args.mode,
-        template=args.slurm_template,
-        requeue=args.requeue,
-        python=args.python,
-        group=args.group,
+        **emit_options(args),
     )
     if plan.phase == PROBE_PHASE:  # experiment.toml records the fine-tuning phases only
         print(emitted.describe())

@@ -36,7 +36,11 @@ from encoder_eval.core.receipt import (
     read_receipt,
     receipt_path,
 )
-from encoder_eval.plans.arguments import add_cell_place_arguments, add_emit_arguments
+from encoder_eval.plans.arguments import (
+    add_cell_place_arguments,
+    add_emit_arguments,
+    emit_options,
+)
 from encoder_eval.plans.emit import emit
 from encoder_eval.plans.plan import parse_seeds, split_csv
 from encoder_eval.plans.tracking import (
@@ -318,10 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             plan,
             Path(args.out_dir) / "launch",
             args.mode,
-            template=args.slurm_template,
-            requeue=args.requeue,
-            python=args.python,
-            group=args.group,
+            **emit_options(args),
         )
         print(emitted.describe())
         print(

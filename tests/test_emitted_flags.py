@@ -55,7 +55,7 @@ def test_launch_sh_units_and_their_template_variables_carry_one_precision(tmp_pa
     """launch.sh's unit lines, and the RECIPE_ARGS and RUN_ARGS a Slurm template receives,
     say fp32 once, and never the protocol's bf16."""
     template = str(REPO / "examples" / "slurm_template.sh")
-    flags = ["--precision", "fp32", "--mode", "slurm", "--slurm-template", template]
+    flags = ["--precision", "fp32", "--mode", "slurm", "--slurm-template", template, "--no-warm"]
     assert sweep.main(_select(tmp_path, *flags)) == 0
     text = (tmp_path / "runs" / "launch.sh").read_text()
     lines = [ln for ln in text.splitlines() if ln.startswith("unit ")]
@@ -105,7 +105,7 @@ def test_precision_and_limit_given_to_a_sweep_are_on_every_line_once_with_their_
     template receives, and the experiment file carry each flag once, with its value (the
     limit used to cross the plan as a string, outside the recipe a template receives)."""
     template = str(REPO / "examples" / "slurm_template.sh")
-    emit = ["--mode", "slurm", "--slurm-template", template] if mode == "slurm" else []
+    emit = ["--mode", "slurm", "--slurm-template", template, "--no-warm"] if mode == "slurm" else []
     flags = ["--precision", "fp32", "--limit", "16", "--report-to", "tensorboard", "--group", "lr",
              *emit]  # fmt: skip
     assert sweep.main(_select(tmp_path, *flags)) == 0

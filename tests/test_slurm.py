@@ -196,6 +196,66 @@ def test_select_and_report_through_real_slurm(tmp_path, small_mirror):
     assert not (tmp_path / "canary").exists()
 
 
+def _trained(result: dict) -> dict:
+    """What a result says about training and scores, to the last bit (no timings)."""
+    t = result["training"]
+    keys = ("steps", "best_step", "final_loss", "dev_history", "stopped_by")
+    return {"status": result["status"], "dev": result["dev"], "report": result["report"],
+            "recipe": result["recipe"], **{k: t[k] for k in keys}}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_warm_jobs_through_real_slurm_give_each_unit_a_fresh_processs_result(
+    tmp_path, small_mirror
+):
+    """Both Slurm modes run warm by default: one job (array task) runs a model's four units
+    one after another in one process (`run --spec A --spec B ...`), and each of its results
+    equals, bit for bit, the same sweep's with --no-warm (one job and process a unit)."""
+    from tiny_models import build_tiny_model
+
+    model_dir = build_tiny_model("bert", tmp_path / "models" / "tiny", num_labels=None)
+    tpl = template(
+        tmp_path / "job.sh", f'exec {shlex.quote(sys.executable)} -m encoder_eval.run "$@"\n'
+    )
+    common = ["--phase", "select", "--model", f"tiny={model_dir}", "--tasks",
+              "glue_rte,glue_stsb", "--lr-keys", "lr03,lr10", "--seeds", "42", "--data-dir",
+              str(small_mirror), "--max-steps", "3", "--max-seq-len", "64", "--device", "cpu",
+              "--precision", "fp32", "--slurm-template", str(tpl)]  # fmt: skip
+    runs = {"warm": ("slurm", []), "cold": ("slurm", ["--no-warm"]),
+            "warm-array": ("slurm-array", [])}  # fmt: skip
+    ids = []
+    try:
+        for name, (mode, flags) in runs.items():
+            wrote = sh(py("encoder_eval.sweep", *common, "--mode", mode, *flags, "--out-dir",
+                          f"runs/{name}", "--results-dir", f"results/{name}"), tmp_path)  # fmt: skip
+            jobs = 4 if flags else 1
+            assert f"4 to run) in {jobs} job(s)" in wrote.stdout, wrote.stdout
+            launch = sh(["bash", f"runs/{name}/launch.sh"], tmp_path)
+            ids += job_ids(launch.stdout)
+        assert len(ids) == 4 + 1 + 1
+        wait_for(ids, tmp_path / "runs" / "warm" / "logs")
+    finally:
+        _cancel_all(ids)
+    results = {}
+    for name in runs:
+        logs = "\n".join(p.read_text() for p in (tmp_path / "runs" / name).rglob("*.out"))
+        loaded = load_results(tmp_path / "results" / name)
+        assert len(loaded) == 4, (name, logs)
+        results[name] = {Path(r.path).name: r.data for r in loaded}
+        if name != "cold":
+            assert [f"== unit {i} of 4:" in logs for i in (1, 2, 3, 4)] == [True] * 4, logs
+    cold = results["cold"]
+    for name in ("warm", "warm-array"):
+        warm = results[name]
+        assert warm.keys() == cold.keys()
+        for file in cold:
+            assert _trained(warm[file]) == _trained(cold[file]), (name, file)
+        training = [r["training"] for r in warm.values()]
+        assert len({t["process_id"] for t in training}) == 1, training  # one process ran all
+        assert sorted(t["warm_unit"] for t in training) == [1, 2, 3, 4]
+    assert all("warm_unit" not in r["training"] for r in cold.values())
+
+
 def test_a_corrupt_result_is_kept_aside_and_its_cell_run_again_through_real_slurm(tmp_path):
     """A truncated result is not done: launch.sh (one sbatch per cell) and an array task's
     own check on the node each move it into .corrupt/, byte for byte, and the cell runs."""
@@ -219,7 +279,7 @@ def test_a_corrupt_result_is_kept_aside_and_its_cell_run_again_through_real_slur
                                 extra_models=["a=org/a"], tasks=["glue_rte"], lr_keys=["lr03"],
                                 seeds=[42, 43])  # fmt: skip
         out = tmp_path / f"runs-{mode}"
-        emitted = sweep.emit(plan, out, mode, template=tpl, group="cell")  # one cell a job
+        emitted = sweep.emit(plan, out, mode, template=tpl, group="cell", units_per_job=1)
         done, spoiled = (Path(plan.out_json(c)) for c in plan.cells)
         done.write_text(json.dumps(make_result("a", "glue_rte", "lr03", 42, "select")))
         text = json.dumps(make_result("a", "glue_rte", "lr03", 43, "select"))
@@ -287,7 +347,7 @@ def test_status_tells_thousands_of_queued_array_cells_and_emit_leaves_them(tmp_p
     tpl = _held_template(tmp_path / "noop.sh", "sleep 300")
     models = [a for m in "abcdef" for a in ("--model", f"{m}=org/{m}")]
     plan_flags = ["--phase", "select", *models, "--tasks", "all", "--results-dir", "res"]
-    slurm = ["--slurm-template", str(tpl), "--group", "cell"]
+    slurm = ["--slurm-template", str(tpl), "--group", "cell", "--no-warm"]  # a cell a job
     ids: list[str] = []
     try:
         sweep_out = sh(py("encoder_eval.sweep", *plan_flags, *slurm, "--mode", "slurm-array",
@@ -345,12 +405,13 @@ def test_status_tells_thousands_of_queued_array_cells_and_emit_leaves_them(tmp_p
 
 
 def test_status_tells_queued_per_unit_jobs_and_emit_leaves_them(tmp_path):
-    """--mode slurm, default grouping (the seeds of one LR per job): held jobs' cells are
-    queued; a cancelled job's three cells are missing, and only they are emitted."""
+    """--mode slurm, default grouping (the seeds of one LR per unit), one unit a job
+    (--no-warm): held jobs' cells are queued; a cancelled job's three cells are missing,
+    and only they are emitted."""
     tpl = _held_template(tmp_path / "noop.sh", "true")
     plan_flags = ["--phase", "select", "--model", "a=org/a", "--tasks", "glue_rte,sg_cb",
                   "--lr-keys", "lr03,lr06", "--results-dir", "res"]  # fmt: skip
-    slurm = ["--slurm-template", str(tpl), "--mode", "slurm"]
+    slurm = ["--slurm-template", str(tpl), "--mode", "slurm", "--no-warm"]
     ids: list[str] = []
     try:
         out = sh(py("encoder_eval.sweep", *plan_flags, *slurm, "--out-dir", "runs"), tmp_path)

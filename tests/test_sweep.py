@@ -20,6 +20,7 @@ from result_helpers import make_result, write_result
 from spec_helpers import spec_args
 
 from encoder_eval import sweep
+from encoder_eval.cells.unit_spec import UnitSpec
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
 from encoder_eval.core.results import result_filename
@@ -551,7 +552,9 @@ def test_slurm_one_sbatch_per_missing_cell_with_the_contract(tmp_path, fake_slur
                             extra_models=[f"{evil}={model_dir}"], tasks=["glue_rte"],
                             lr_keys=["lr03", "lr06"], seeds=[42], max_steps=4,
                             data_dir=tmp_path, device="cpu")  # fmt: skip
-    emitted = sweep.emit_slurm(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl, requeue=True))
+    emitted = sweep.emit_slurm(
+        plan, tmp_path / "runs", sweep.SlurmLaunch(tpl, requeue=True, units_per_job=1)
+    )
     assert (tmp_path / "runs" / "template.sh").read_text() == tpl.read_text()
     # One cell is already done: it is not submitted.
     mark_done(plan, plan.cells[0])
@@ -595,7 +598,8 @@ def test_slurm_launch_moves_corrupt_results_aside_and_resubmits(tmp_path, fake_s
     env, tpl = fake_slurm
     plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
                             tasks=["glue_rte"], lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
-    emitted = sweep.emit(plan, tmp_path / "runs", mode, template=tpl, group="cell")
+    emitted = sweep.emit(plan, tmp_path / "runs", mode, template=tpl, group="cell",
+                         units_per_job=1)  # fmt: skip
     mark_done(plan, *plan.cells)
     spoiled = _corrupt_three(plan)
     proc = subprocess.run(["bash", str(emitted.script)], env=env, capture_output=True, text=True,
@@ -616,7 +620,9 @@ def test_slurm_does_not_resubmit_queued_cells(tmp_path, fake_slurm):
     env, tpl = fake_slurm
     plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
                             tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42, 43])  # fmt: skip
-    emitted = sweep.emit_slurm(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl, group="cell"))
+    emitted = sweep.emit_slurm(
+        plan, tmp_path / "runs", sweep.SlurmLaunch(tpl, group="cell", units_per_job=1)
+    )
     queue = tmp_path / "queue.txt"
     queue.write_text(emit.slurm_job_name(plan, plan.cells[:1]) + "\n")
     proc = subprocess.run(["bash", str(emitted.script)], env={**env, "FAKE_QUEUE": str(queue)},
@@ -635,7 +641,9 @@ def test_slurm_array_chunks_to_max_array_size(tmp_path, fake_slurm):
     plan = sweep.build_plan("select", results_dir=tmp_path / "res",
                             extra_models=[f"{evil}={model_dir}"], tasks=["glue_rte", "glue_sst2"],
                             lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
-    emitted = sweep.emit_slurm_array(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl, group="cell"))
+    emitted = sweep.emit_slurm_array(
+        plan, tmp_path / "runs", sweep.SlurmLaunch(tpl, group="cell", units_per_job=1)
+    )
     manifest = (tmp_path / "runs" / "manifest.tsv").read_text().splitlines()
     assert len(manifest) == 1 + 8 and manifest[0].startswith("N\tOUT_JSON_1..N\tOUT_JSON\tMODEL\t")
     array = (tmp_path / "runs" / "array.sh").read_text()
@@ -672,7 +680,8 @@ def test_slurm_group_pair_runs_one_job_per_pair(tmp_path, fake_slurm):
     plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
                             tasks=["glue_rte", "glue_sst2"], lr_keys=["lr03", "lr06"],
                             seeds=[42, 43])  # fmt: skip
-    emitted = sweep.emit(plan, tmp_path / "runs", "slurm", template=tpl, group="pair")
+    emitted = sweep.emit(plan, tmp_path / "runs", "slurm", template=tpl, group="pair",
+                         units_per_job=1)  # fmt: skip
     assert emitted.n_units == 2 and "in 2 job(s), one per (model, task)" in emitted.describe()
     mark_done(plan, plan.cells[0])  # a glue_rte cell done: still submitted
     mark_done(plan, *plan.cells[4:])  # glue_sst2 all done: not submitted
@@ -696,7 +705,8 @@ def test_slurm_array_group_lr_rows_are_units(tmp_path, fake_slurm):
     env, tpl = fake_slurm
     plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
                             tasks=["glue_rte"], lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
-    emitted = sweep.emit(plan, tmp_path / "runs", "slurm-array", template=tpl, group="lr")
+    emitted = sweep.emit(plan, tmp_path / "runs", "slurm-array", template=tpl, group="lr",
+                         units_per_job=1)  # fmt: skip
     assert emitted.n_units == 2
     rows = (tmp_path / "runs" / "manifest.tsv").read_text().splitlines()[1:]
     assert [r.split("\t")[0] for r in rows] == ["2", "2"]
@@ -817,7 +827,8 @@ def test_a_newline_in_the_results_dir_never_becomes_code(tmp_path, fake_python, 
 def test_slurm_modes_group_by_lr_and_slurm_says_its_cost_past_max_array_size(
     tmp_path, fake_slurm, monkeypatch
 ):
-    """Both Slurm modes run the seeds of one (model, task, LR) per job by default; --mode
+    """Both Slurm modes run the seeds of one (model, task, LR) per unit by default (one unit
+    a job here: --no-warm); --mode
     slurm says, past the cluster's MaxArraySize, how many sbatch calls it makes and the
     array jobs slurm-array would need; a rerun's units hold only the cells not done."""
     env, tpl = fake_slurm
@@ -827,19 +838,84 @@ def test_slurm_modes_group_by_lr_and_slurm_says_its_cost_past_max_array_size(
                             tasks=["glue_rte", "glue_sst2"], lr_keys=["lr03", "lr06"],
                             seeds=[42, 43, 44])  # fmt: skip
     for mode in ("slurm", "slurm-array"):
-        emitted = sweep.emit(plan, tmp_path / f"runs-{mode}", mode, template=tpl)
+        emitted = sweep.emit(plan, tmp_path / f"runs-{mode}", mode, template=tpl, units_per_job=1)
         assert emitted.group == "lr" and emitted.n_units == 4
         units = json.loads((tmp_path / f"runs-{mode}" / "units.json").read_text())
         assert units == [[plan.out_json(c) for c in plan.cells[i : i + 3]] for i in (0, 3, 6, 9)]
-    text = sweep.emit(plan, tmp_path / "runs", "slurm", template=tpl).describe()
+    text = sweep.emit(plan, tmp_path / "runs", "slurm", template=tpl, units_per_job=1).describe()
     assert "in 4 job(s), one per (model, task, LR)" in text
     assert ("--mode slurm submits these 4 jobs with 4 sbatch calls, one after another" in text
             and "as 2 array job(s) of at most 3 tasks (MaxArraySize)" in text)  # fmt: skip
     monkeypatch.setenv("FAKE_MAX_ARRAY", "4")
-    assert "note:" not in sweep.emit(plan, tmp_path / "runs", "slurm", template=tpl).describe()
+    assert "note:" not in sweep.emit(plan, tmp_path / "runs", "slurm", template=tpl,
+                                     units_per_job=1).describe()  # fmt: skip
     mark_done(plan, plan.cells[0], *plan.cells[3:6])  # glue_rte: lr03 s42 and all of lr06
     rest = [c for c in plan.cells if c not in (plan.cells[0], *plan.cells[3:6])]
-    emitted = sweep.emit(plan, tmp_path / "rest", "slurm-array", template=tpl, cells=rest)
+    emitted = sweep.emit(plan, tmp_path / "rest", "slurm-array", template=tpl, cells=rest,
+                         units_per_job=1)  # fmt: skip
     units = json.loads((tmp_path / "rest" / "units.json").read_text())
     assert units == [[plan.out_json(c) for c in cs] for cs in
                      (plan.cells[1:3], plan.cells[6:9], plan.cells[9:12])]  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["slurm", "slurm-array"])
+def test_warm_slurm_jobs_pack_consecutive_units_of_one_model(tmp_path, fake_slurm, mode):
+    """By default a Slurm job (array task) runs up to DEFAULT_UNITS_PER_JOB units of one
+    model in one warm process: "$@" and RUN_ARGS are one --spec per unit, the variables
+    list the job's values, units.json holds each job's cells; models are never mixed."""
+    import shlex
+
+    env, tpl = fake_slurm
+    plan = sweep.build_plan("select", results_dir=tmp_path / "res",
+                            extra_models=["a=org/a", "b=org/b"], tasks=["glue_rte", "glue_sst2"],
+                            lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
+    assert emit.DEFAULT_UNITS_PER_JOB == 4
+    emitted = sweep.emit(plan, tmp_path / "runs", mode, template=tpl)
+    assert (emitted.n_units, emitted.n_jobs, emitted.units_per_job) == (8, 2, 4)
+    assert "in 2 job(s), each up to 4 units of one model in one warm process" in (
+        emitted.describe()
+    )
+    jobs = json.loads((tmp_path / "runs" / "units.json").read_text())
+    assert jobs == [[plan.out_json(c) for c in plan.cells[i : i + 8]] for i in (0, 8)]
+    mark_done(plan, *plan.cells[:4])  # model a's glue_rte units: its job still runs
+    proc = subprocess.run(["bash", str(emitted.script)], env=env, capture_output=True,
+                          text=True, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    ran = sorted(_lines(env["FAKE_JOBS"]), key=lambda j: j["env"]["MODEL"])
+    assert [j["env"]["MODEL"] for j in ran] == ["a", "b"]
+    for job, cells in zip(ran, (plan.cells[:8], plan.cells[8:]), strict=True):
+        argv = job["argv"]
+        assert argv[::2] == ["--spec"] * 4 and shlex.split(job["env"]["RUN_ARGS"]) == argv
+        units = [UnitSpec.read(p).argv() for p in argv[1::2]]
+        assert units == [plan.run_args(cells[i : i + 2]) for i in (0, 2, 4, 6)]
+        assert job["env"]["TASK"] == "glue_rte,glue_sst2" and job["env"]["N_CELLS"] == "8"
+        assert (job["env"]["LR_KEY"], job["env"]["SEED"]) == ("lr03,lr06", "42,43")
+        assert shlex.split(job["env"]["OUT_JSON"]) == [plan.out_json(c) for c in cells]
+    # Three units a job: a model's four units make two jobs, never one with the other model.
+    smaller = sweep.emit(plan, tmp_path / "runs3", mode, template=tpl, units_per_job=3)
+    jobs = json.loads((tmp_path / "runs3" / "units.json").read_text())
+    assert smaller.n_jobs == 4 and [len(j) for j in jobs] == [6, 2, 6, 2]
+
+
+def test_units_per_job_and_no_warm_are_checked(tmp_path, capsys):
+    base = ["--phase", "select", "--model", "a=org/a", "--tasks", "glue_rte",
+            "--results-dir", str(tmp_path / "res"), "--out-dir", str(tmp_path / "runs")]  # fmt: skip
+    tpl = tmp_path / "t.sh"
+    tpl.write_text('#!/bin/bash\npython -m encoder_eval.run "$@"\n')
+    slurm = ["--mode", "slurm", "--slurm-template", str(tpl)]
+    cases = [
+        ([*slurm, "--no-warm", "--units-per-job", "3"], "give --no-warm or --units-per-job 3"),
+        ([*slurm, "--units-per-job", "0"], "--units-per-job 0: give 1 or more"),
+        (["--units-per-job", "2"], "--units-per-job and --no-warm are for --mode slurm"),
+        (["--no-warm"], "run_all.sh chooses at run time"),
+    ]
+    for flags, message in cases:
+        capsys.readouterr()
+        assert sweep.main([*base, *flags]) == 2, flags
+        assert message in capsys.readouterr().err, flags
+        assert not (tmp_path / "runs").exists()
+    probe = ["--phase", "probe", *base[2:], *slurm, "--units-per-job", "2"]
+    assert sweep.main(probe) == 2
+    assert "a probe sweep runs one unit a job" in capsys.readouterr().err
+    assert sweep.main([*base, *slurm, "--no-warm"]) == 0
+    assert "in 10 job(s), one per (model, task, LR)" in capsys.readouterr().out

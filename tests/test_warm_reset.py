@@ -6,7 +6,8 @@ The sequence is the hostile one: a model whose trusted remote code replaces torc
 import, then a plain tiny BERT (same gelu name, so a leaked patch changes its loss), a user
 task, two units whose tracker fails, a unit naming the user task without its task file,
 and a `--deterministic` unit. The worker is driven through its own request protocol (the one
-`run_all.sh --warm` speaks) and every unit is also run as a fresh `python -m encoder_eval.run`.
+`run_all.sh --warm` speaks), then as one job of several units (`run --spec A --spec B ...`,
+what a warm Slurm job runs), and every unit is also run as a fresh `python -m encoder_eval.run`.
 """
 
 from __future__ import annotations
@@ -138,6 +139,20 @@ def _warm(units: list[tuple[str, list[str]]], logs: Path, environment: dict) -> 
     return codes
 
 
+def _job(units: list[tuple[str, list[str]]], logs: Path, environment: dict) -> tuple[int, dict]:
+    """Run the units as one job of several units (`run --spec A --spec B ...`, what a warm
+    Slurm job runs); its exit code and each unit's part of its one log, by name."""
+    specs = []
+    for name, argv in units:
+        spec = UnitSpec.from_args(run_command.build_parser().parse_args(argv))
+        specs += ["--spec", str(spec.write(logs / f"{name}.spec.json"))]
+    code = _fresh(specs, logs / "job.log", environment)
+    text = (logs / "job.log").read_text()
+    parts = text.split("== unit ")[1:]
+    assert len(parts) == len(units), text[-3000:]
+    return code, {name: part for (name, _), part in zip(units, parts, strict=True)}
+
+
 def _what_training_produced(path: Path) -> dict:
     """Everything a result says about training and scores, to the last bit (no timings)."""
     r = json.loads(path.read_text())
@@ -189,16 +204,24 @@ def test_a_warm_worker_gives_every_unit_a_fresh_processs_result(
     }  # fmt: skip
     fresh_records = {n: json.loads(fresh[n].read_text())["training"] for n in fresh}
     assert all("warm_unit" not in r for r in fresh_records.values())
-    for name in ("plain", "deterministic"):
-        assert "note: warm worker: this unit runs in a fresh process" in logs[name], logs[name]
-    assert "fresh process" not in logs["user_task"] + logs["tracker_1"] + logs["tracker_2"]
+    _assert_logs_of_a_warm_process(logs)
     assert json.loads(warm["deterministic"].read_text())["recipe"]["deterministic"] is True
 
-    # Each unit whose tracker fails says so in its own log, as a fresh process does.
-    for name in ("tracker_1", "tracker_2"):
-        assert "--report-to mlflow failed" in logs[name], logs[name][-2000:]
-    # The user task is gone once its unit is over: named without its file, it is refused.
-    assert "unknown task 'my_rte'" in logs["no_task_file"], logs["no_task_file"][-2000:]
+    # The same units as one job of several units (a warm Slurm job) follow the same rules.
+    job_units = [(n, [a.replace(str(tmp_path / "results"), str(tmp_path / "job"))
+                      for a in argv]) for n, argv in units]  # fmt: skip
+    (tmp_path / "job-logs").mkdir()
+    job_code, job_logs = _job(job_units, tmp_path / "job-logs", environment)
+    assert job_code == 2  # the first unit that failed: the task named without its file
+    job = {n: tmp_path / "job" / n / "cell.json" for n in warm}
+    for name in job:
+        assert _what_training_produced(job[name]) == _what_training_produced(fresh[name]), name
+    job_records = {n: json.loads(job[n].read_text())["training"] for n in job}
+    assert {n: r["warm_unit"] for n, r in job_records.items()} == {
+        n: r["warm_unit"] for n, r in records.items()
+    }
+    assert len({r["process_id"] for r in job_records.values()}) == 1, job_records
+    _assert_logs_of_a_warm_process(job_logs)
 
     # Peak memory is the cell's own where Linux lets the peak be reset.
     scope = "cell" if _clear_refs_works() else "process"
@@ -207,6 +230,18 @@ def test_a_warm_worker_gives_every_unit_a_fresh_processs_result(
         assert w["peak_memory_scope"] == f["peak_memory_scope"] == scope
         if scope == "cell":
             assert w["peak_memory_bytes"] <= 1.5 * f["peak_memory_bytes"], (name, w, f)
+
+
+def _assert_logs_of_a_warm_process(logs: dict[str, str]) -> None:
+    """Each unit's log says what a fresh process's would, and which units started afresh."""
+    for name in ("plain", "deterministic"):
+        assert "note: warm worker: this unit runs in a fresh process" in logs[name], logs[name]
+    assert "fresh process" not in logs["user_task"] + logs["tracker_1"] + logs["tracker_2"]
+    # Each unit whose tracker fails says so in its own log, as a fresh process does.
+    for name in ("tracker_1", "tracker_2"):
+        assert "--report-to mlflow failed" in logs[name], logs[name][-2000:]
+    # The user task is gone once its unit is over: named without its file, it is refused.
+    assert "unknown task 'my_rte'" in logs["no_task_file"], logs["no_task_file"][-2000:]
 
 
 def test_the_resets_put_back_what_a_unit_changed(monkeypatch):

@@ -201,13 +201,28 @@ class UnitSpec:
 def spec_argv(argv: list[str]) -> str | None:
     """The spec file `argv` names (`--spec FILE` or `--spec=FILE`, alone), else None; a
     `--spec` among other flags is refused (a spec is the whole unit)."""
+    paths = spec_paths(argv)
+    if paths is not None and len(paths) > 1:
+        raise HarnessError(f"give one {SPEC_FLAG} FILE here: this command runs one unit")
+    return None if paths is None else paths[0]
+
+
+def spec_paths(argv: list[str]) -> list[str] | None:
+    """The spec files `argv` names (`--spec FILE`, or `--spec=FILE`, repeated: a job of
+    several units), else None when it names none; a `--spec` among other flags is refused
+    (a spec is the whole unit)."""
     if not any(a == SPEC_FLAG or a.startswith(SPEC_FLAG + "=") for a in argv):
         return None
-    if len(argv) == 1 and argv[0].startswith(SPEC_FLAG + "="):
-        return argv[0].split("=", 1)[1]
-    if len(argv) == 2 and argv[0] == SPEC_FLAG:
-        return argv[1]
-    raise HarnessError(f"{SPEC_FLAG} FILE runs a unit as its spec says; give no other flag")
+    paths, rest = [], list(argv)
+    while rest:
+        word = rest.pop(0)
+        if word.startswith(SPEC_FLAG + "="):
+            paths.append(word.split("=", 1)[1])
+        elif word == SPEC_FLAG and rest:
+            paths.append(rest.pop(0))
+        else:
+            raise HarnessError(f"{SPEC_FLAG} FILE runs a unit as its spec says; give no other flag")
+    return paths
 
 
 def cell_flag_values(

@@ -27,6 +27,7 @@ from encoder_eval.core.protocol import (
 from encoder_eval.data.models import MODES
 from encoder_eval.data.tasks import MULTILINGUAL_TASKS, TASK_GROUPS
 from encoder_eval.plans.emit import (
+    DEFAULT_UNITS_PER_JOB,
     EMIT_MODES,
 )
 from encoder_eval.plans.plan import (
@@ -212,6 +213,21 @@ def add_emit_arguments(p: argparse.ArgumentParser, out_flag: str = "--out-dir") 
         "one (default: pair for shell, lr for slurm/slurm-array: start-up paid "
         "once per 3-5 cells, jobs short enough for time limits)",
     )
+    g.add_argument(
+        "--units-per-job",
+        type=int,
+        metavar="N",
+        help="slurm/slurm-array: units (see --group) one job or array task runs one after "
+        f"another in one warm process, consecutive units of one model (default "
+        f"{DEFAULT_UNITS_PER_JOB}; a probe sweep 1): a GPU process's start-up and first "
+        "steps are paid once per job",
+    )
+    g.add_argument(
+        "--no-warm",
+        action="store_true",
+        help="slurm/slurm-array: one unit a job, in its own process (--units-per-job 1); "
+        "run_all.sh takes --no-warm when it runs instead",
+    )
     g.add_argument("--requeue", action="store_true", help="pass --requeue to sbatch")
     g.add_argument(
         "--python",
@@ -219,6 +235,24 @@ def add_emit_arguments(p: argparse.ArgumentParser, out_flag: str = "--out-dir") 
         "script checks which cells are done with (default: this one; $PYTHON "
         "overrides at run time)",
     )
+
+
+def emit_options(args: argparse.Namespace) -> dict:
+    """The keywords of `emit.emit` that `add_emit_arguments`'s flags set (one reading for
+    `sweep`, `status --emit` and `track sweep`); `--no-warm` with `--units-per-job` above 1
+    is refused."""
+    per_job = args.units_per_job
+    if args.no_warm:
+        if per_job is not None and per_job != 1:
+            raise HarnessError(f"give --no-warm or --units-per-job {per_job}, not both")
+        per_job = 1
+    return {
+        "template": args.slurm_template,
+        "requeue": args.requeue,
+        "python": args.python,
+        "group": args.group,
+        "units_per_job": per_job,
+    }
 
 
 def _flags_given(args: argparse.Namespace, flags: tuple) -> list[str]:

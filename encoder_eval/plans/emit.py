@@ -39,13 +39,25 @@ from encoder_eval.core.results import CORRUPT, DONE_STATES, QUARANTINE_DIR
 from encoder_eval.data.model_memory import model_size, training_memory_bytes
 from encoder_eval.plans.plan import GROUPS, PROBE, Cell, Plan
 
-__all__ = ["Emitted", "SlurmLaunch", "emit", "emit_shell", "emit_slurm", "emit_slurm_array"]
+__all__ = [
+    "Emitted",
+    "SlurmLaunch",
+    "emit",
+    "emit_shell",
+    "emit_slurm",
+    "emit_slurm_array",
+    "slurm_jobs",
+]
 
 EMIT_MODES = ("shell", "slurm", "slurm-array")
 # Cells one process runs, by mode: on a cluster the seeds of one (model, task, LR), so a job
 # pays its start-up (imports, model load, tokenisation: 10-20 s) once for 3 (select) or 5
 # (report) cells, and stays a few cells long against time limits (docs/slurm.md).
 DEFAULT_GROUP = {"shell": "pair", "slurm": "lr", "slurm-array": "lr"}
+# Units one Slurm job (or array task) runs, one after another in one warm process
+# (`run --spec A --spec B ...`, `run.run_job`): a GPU process's start-up and its first
+# meetings with each batch width cost most (docs/slurm.md, "Warm jobs"). `--no-warm`: 1.
+DEFAULT_UNITS_PER_JOB = 4
 DEFAULT_MAX_ARRAY_SIZE = 1001
 # Where a Slurm job's cells are written down, in its comment (`queue.py` reads them back):
 # `ee-unit:<i>:<UNITS_FILE>` for a job of --mode slurm, `ee-rows:<rows file>` for an array.
@@ -88,20 +100,31 @@ class Emitted:
     group: str = "pair"
     remote_code: list[str] = field(default_factory=list)  # models that run remote code
     max_array_size: int = DEFAULT_MAX_ARRAY_SIZE  # the cluster's, for the cost note
+    n_jobs: int | None = None  # Slurm jobs (array tasks): units packed by `slurm_jobs`
+    units_per_job: int = 1  # at most, in one warm process
 
     def describe(self) -> str:
         todo = self.n_cells - self.n_done
         what = f"{self.n_cells} cell(s) ({self.n_done} already done, {todo} to run)"
-        what += f" in {self.n_units} {'process(es)' if self.mode == 'shell' else 'job(s)'}, "
-        what += f"one per {_GROUP_WORDS[self.group]}"
+        jobs = self.n_units if self.n_jobs is None else self.n_jobs
+        if self.mode == "shell":
+            what += f" in {self.n_units} process(es), one per {_GROUP_WORDS[self.group]}"
+        elif self.units_per_job > 1:
+            what += (
+                f" in {jobs} job(s), each up to {self.units_per_job} units of one model in one "
+                f"warm process (a unit: one {_GROUP_WORDS[self.group]}); give your template's "
+                "--time for that many units, or --units-per-job N / --no-warm"
+            )
+        else:
+            what += f" in {jobs} job(s), one per {_GROUP_WORDS[self.group]}"
         text = f"wrote {self.script}: {what}; run: bash {shlex.quote(str(self.script))}"
-        if self.mode == "slurm" and self.n_units > self.max_array_size:
-            arrays = -(-self.n_units // self.max_array_size)
+        if self.mode == "slurm" and jobs > self.max_array_size:
+            arrays = -(-jobs // self.max_array_size)
             text += (
-                f"\nnote: --mode slurm submits these {self.n_units} jobs with {self.n_units} "
+                f"\nnote: --mode slurm submits these {jobs} jobs with {jobs} "
                 "sbatch calls, one after another (each a round trip to the controller; many "
                 "clusters cap a user's queued jobs, MaxSubmitJobs, below this); --mode "
-                f"slurm-array submits the same {self.n_units} jobs as {arrays} array job(s) "
+                f"slurm-array submits the same {jobs} jobs as {arrays} array job(s) "
                 f"of at most {self.max_array_size} tasks (MaxArraySize)"
             )
         if self.corrupt:
@@ -267,10 +290,10 @@ def _short_hash(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:6]
 
 
-def _unit_env(plan: Plan, cells: list[Cell]) -> dict[str, str]:
-    """The variables a Slurm template receives for one job's cells (see `emit_slurm`)."""
+def _unit_env(plan: Plan, cells: list[Cell], run_args: list[str]) -> dict[str, str]:
+    """The variables a Slurm template receives for one job's cells (see `emit_slurm`);
+    `run_args`: the `run` arguments `RUN_ARGS` holds."""
     cell = cells[0]
-    run_args = plan.run_args(cells)
     outs = [plan.out_json(c) for c in cells]
     probe = cell.kind == PROBE
     return {
@@ -278,7 +301,7 @@ def _unit_env(plan: Plan, cells: list[Cell]) -> dict[str, str]:
         "MODEL": cell.model,
         "MODEL_PATH": cell.model_path,
         "MODE": cell.mode,
-        "TASK": cell.task,
+        "TASK": ",".join(dict.fromkeys(c.task for c in cells)),
         "LR": "" if probe else ",".join(dict.fromkeys(f"{c.lr:g}" for c in cells)),
         "LR_KEY": "" if probe else ",".join(dict.fromkeys(c.lr_key for c in cells)),
         "SEED": ",".join(dict.fromkeys(str(c.seed) for c in cells)),
@@ -291,6 +314,49 @@ def _unit_env(plan: Plan, cells: list[Cell]) -> dict[str, str]:
         "RUN_ARGS": shlex.join(run_args),
         "N_CELLS": str(len(cells)),
     }
+
+
+def slurm_jobs(plan: Plan, units: list[list[Cell]], per_job: int) -> list[list[list[Cell]]]:
+    """`units` packed into Slurm jobs (array tasks), in plan order: up to `per_job`
+    consecutive units of one model (its name, path, mode, trust and revisions: a job's
+    warm process meets one model's code), each job run by one process (`run.run_job`);
+    a probe plan's units run one a job (`encoder_eval.probe` runs one unit)."""
+    if per_job < 1:
+        raise HarnessError(f"--units-per-job {per_job}: give 1 or more")
+    per_job = 1 if plan.kind == PROBE else per_job
+    jobs: list[list[list[Cell]]] = []
+    for unit in units:
+        if jobs and len(jobs[-1]) < per_job and _job_model(jobs[-1][0]) == _job_model(unit):
+            jobs[-1].append(unit)
+        else:
+            jobs.append([unit])
+    return jobs
+
+
+def _job_model(unit: list[Cell]) -> tuple:
+    c = unit[0]
+    return c.model, c.model_path, c.mode, c.trust_remote_code, c.revision, c.code_revision
+
+
+def _job_parts(
+    plan: Plan, job: list[list[Cell]], out: Path, group: str, specs: dict[Path, UnitSpec]
+) -> tuple[list[Cell], dict[str, str], list[str]]:
+    """(the job's cells, its template variables, its `run` arguments: one `--spec FILE` per
+    unit) of one Slurm job (array task); each unit's spec is added to `specs`."""
+    cells = [c for unit in job for c in unit]
+    args = [w for unit in job for w in _spec_args(plan, unit, out, _unit_label(unit, group), specs)]
+    # One unit: its flags, as written out (a job of several units has only its specs).
+    env = _unit_env(plan, cells, plan.run_args(cells) if len(job) == 1 else args)
+    return cells, env, args
+
+
+def _job_name(plan: Plan, job: list[list[Cell]], group: str) -> str:
+    """A job's name (`slurm_job_name`); a job of several units is named for its first unit
+    and how many it runs (unique: the units of a plan have distinct labels)."""
+    if len(job) == 1:
+        return slurm_job_name(plan, job[0])
+    stem = f"{_unit_label(job[0], group)}_{len(job)}units"
+    return f"{job_prefix(plan)}{stem[:160]}"
 
 
 def _spec_args(
@@ -325,7 +391,8 @@ def _slurm_comment(text: str) -> str:
 
 
 def _write_units(out: Path, plan: Plan, units: list[list[Cell]]) -> Path:
-    """`out/units.json`: each unit's result files, in unit order (`queue.py` reads it)."""
+    """`out/units.json`: each job's result files (all its units' cells), in job order
+    (`queue.py` reads it)."""
     path = out / UNITS_FILE
     write_atomic(path, json.dumps([[plan.out_json(c) for c in u] for u in units]) + "\n")
     return path
@@ -538,7 +605,8 @@ class SlurmLaunch:
     `template`, the `cells` (default: every cell of the plan), `requeue` (`sbatch
     --requeue`), the `group` of cells one job runs (`Plan.units`), the `python` that checks
     done cells (default: this one) and `known`, the cells' states already read by result
-    file (`results.cell_state`)."""
+    file (`results.cell_state`), and `units_per_job`, the units one job runs in one warm
+    process (`slurm_jobs`; 1: one unit a job, its own process)."""
 
     template: str | os.PathLike | None
     cells: list[Cell] | None = None
@@ -546,6 +614,7 @@ class SlurmLaunch:
     group: str = DEFAULT_GROUP["slurm"]
     python: str | None = None
     known: dict[str, str] | None = None
+    units_per_job: int = DEFAULT_UNITS_PER_JOB
 
     def parts(self) -> tuple:
         """(template, requeue, group, python, known)."""
@@ -641,17 +710,17 @@ def emit_slurm(
     out = _prepare_out_dir(plan, out_dir)
     tpl = out / "template.sh"
     logs = out / "logs"
-    units = plan.units(cells, group)
+    jobs = slurm_jobs(plan, plan.units(cells, group), launch.units_per_job)
     specs: dict[Path, UnitSpec] = {}
-    units_words = []
-    for i, unit_cells in enumerate(units):
-        env = _unit_env(plan, unit_cells)
-        words = ["unit", slurm_job_name(plan, unit_cells), _sbatch_path(logs) + "/%x-%j.out"]
+    units_words, job_cells = [], []
+    for i, job in enumerate(jobs):
+        unit_cells, env, args = _job_parts(plan, job, out, group, specs)
+        job_cells.append(unit_cells)
+        words = ["unit", _job_name(plan, job, group), _sbatch_path(logs) + "/%x-%j.out"]
         words.append(_slurm_comment(f"{UNIT_COMMENT}{i}:{out / UNITS_FILE}"))
         words += [str(len(unit_cells)), *(plan.out_json(c) for c in unit_cells)]
         words += [f"{k}={v}" for k, v in env.items()]
-        label = _unit_label(unit_cells, group)
-        units_words.append([*words, "--", *_spec_args(plan, unit_cells, out, label, specs)])
+        units_words.append([*words, "--", *args])
     launch = _fill(
         "launch_slurm.sh",
         words={"TEMPLATE": tpl, "PYTHON": python or sys.executable, "PHASE": plan.phase},
@@ -665,12 +734,15 @@ def emit_slurm(
     _make_dirs(plan, out)
     _write_specs(specs)
     _write_script(tpl, text)
-    units_file = _write_units(out, plan, units)
+    units_file = _write_units(out, plan, job_cells)
     script = out / "launch.sh"
     _write_script(script, launch)
     n_done, corrupt = _states(plan, cells, known)
     files = [script, tpl, units_file]
-    return Emitted("slurm", script, len(cells), n_done, len(units), files, corrupt, group)
+    n_units = sum(len(job) for job in jobs)
+    emitted = Emitted("slurm", script, len(cells), n_done, n_units, files, corrupt, group)
+    emitted.n_jobs, emitted.units_per_job = len(jobs), max(len(job) for job in jobs)
+    return emitted
 
 
 def split_template_header(text: str) -> tuple[str, str]:
@@ -722,14 +794,14 @@ def emit_slurm_array(
     cells = _cells_or_all(plan, launch.cells)
     text = _read_template(template, need_bash=True, module=plan.module)
     out = _prepare_out_dir(plan, out_dir)
-    rows = []
-    units = plan.units(cells, group)
+    rows, job_cells = [], []
+    jobs = slurm_jobs(plan, plan.units(cells, group), launch.units_per_job)
     specs: dict[Path, UnitSpec] = {}
-    for unit_cells in units:
-        env = _unit_env(plan, unit_cells)
+    for job in jobs:
+        unit_cells, env, args = _job_parts(plan, job, out, group, specs)
+        job_cells.append(unit_cells)
         outs = [plan.out_json(c) for c in unit_cells]
-        values = [str(len(outs)), *outs, *(env[k] for k in SLURM_VARIABLES)]
-        values += _spec_args(plan, unit_cells, out, _unit_label(unit_cells, group), specs)
+        values = [str(len(outs)), *outs, *(env[k] for k in SLURM_VARIABLES), *args]
         for v in values:
             if "\t" in v or "\n" in v or "\r" in v:
                 raise HarnessError(
@@ -774,12 +846,15 @@ def emit_slurm_array(
     header = "\t".join(["N", "OUT_JSON_1..N", *SLURM_VARIABLES, "RUN_ARG..."])
     write_atomic(manifest, header + "\n" + "".join(r + "\n" for r in rows))
     _write_script(array, head + preamble + rest)
-    units_file = _write_units(out, plan, units)
+    units_file = _write_units(out, plan, job_cells)
     script = out / "launch.sh"
     _write_script(script, launch)
     n_done, corrupt = _states(plan, cells, known)
     files = [script, array, manifest, units_file]
-    return Emitted("slurm-array", script, len(cells), n_done, len(units), files, corrupt, group)
+    n_units = sum(len(job) for job in jobs)
+    emitted = Emitted("slurm-array", script, len(cells), n_done, n_units, files, corrupt, group)
+    emitted.n_jobs, emitted.units_per_job = len(jobs), max(len(job) for job in jobs)
+    return emitted
 
 
 def emit(
@@ -793,30 +868,46 @@ def emit(
     python: str | None = None,
     group: str | None = None,
     known: dict[str, str] | None = None,
+    units_per_job: int | None = None,
 ) -> Emitted:
     """Write the launch script of `mode` for `cells` (default: every cell of the plan).
 
     `group` says which cells share one process (`Plan.units`); default `DEFAULT_GROUP`:
     one per (model, task) in shell mode, one per (model, task, LR) in the Slurm modes; a
-    probe plan's units are always one per (model, task). `known`: the cells' states
-    already read, by result file (`results.cell_state`), so no file is read twice.
+    probe plan's units are always one per (model, task). `units_per_job` (Slurm modes):
+    the units one job runs in one warm process (`slurm_jobs`; default
+    `DEFAULT_UNITS_PER_JOB`, a probe plan 1). `known`: the cells' states already read, by
+    result file (`results.cell_state`), so no file is read twice.
     """
     if mode not in EMIT_MODES:
         raise HarnessError(f"--mode {mode!r} must be one of {', '.join(EMIT_MODES)}")
     group = group or ("pair" if plan.kind == PROBE else DEFAULT_GROUP[mode])
     if group not in GROUPS:
         raise HarnessError(f"--group {group!r} must be one of {', '.join(GROUPS)}")
+    if units_per_job is not None and units_per_job < 1:
+        raise HarnessError(f"--units-per-job {units_per_job}: give 1 or more")
     if mode == "shell":
         if template is not None or requeue:
             raise HarnessError("--slurm-template and --requeue are for --mode slurm/slurm-array")
+        if units_per_job is not None:
+            raise HarnessError(
+                "--units-per-job and --no-warm are for --mode slurm/slurm-array; run_all.sh "
+                "chooses at run time (bash run_all.sh --warm | --no-warm)"
+            )
         emitted = emit_shell(plan, out_dir, cells, python=python, group=group, known=known)
-    elif mode == "slurm":
-        launch = SlurmLaunch(template, cells, requeue, group, python, known)
-        emitted = emit_slurm(plan, out_dir, launch)
-        emitted.max_array_size = cluster_max_array_size()
     else:
-        launch = SlurmLaunch(template, cells, requeue, group, python, known)
-        emitted = emit_slurm_array(plan, out_dir, launch)
+        if plan.kind == PROBE and (units_per_job or 1) > 1:
+            raise HarnessError(
+                f"--units-per-job {units_per_job}: a probe sweep runs one unit a job "
+                "(encoder_eval.probe runs one unit); drop --units-per-job"
+            )
+        per_job = DEFAULT_UNITS_PER_JOB if units_per_job is None else units_per_job
+        launch = SlurmLaunch(template, cells, requeue, group, python, known, per_job)
+        if mode == "slurm":
+            emitted = emit_slurm(plan, out_dir, launch)
+            emitted.max_array_size = cluster_max_array_size()
+        else:
+            emitted = emit_slurm_array(plan, out_dir, launch)
     emitted.remote_code = remote_code_models(plan.cells if cells is None else cells)
     return emitted
 
