@@ -14,28 +14,46 @@ from encoder_eval.cells.probe_flags import probe_parser
 from encoder_eval.cells.run_flags import run_parser
 from encoder_eval.cells.unit_spec import PROBE, UnitSpec, spec_argv
 from encoder_eval.core.errors import HarnessError
-from encoder_eval.plans.plan import build_plan, build_probe_plan
+from encoder_eval.plans.plan import (
+    CellSettings,
+    PlanInputs,
+    ProbeSettings,
+    build_plan,
+    build_probe_plan,
+)
 
 
 def _plans(tmp_path):
     select = build_plan(
-        "select", results_dir=tmp_path / "r", models=["a"], extra_models=["a=org/a"],
-        tasks=["glue_rte"], lr_keys=["lr03", "lr06"], seeds=[42, 43], max_steps=5,
-        precision="fp32", limit=16,
-        extra_run_args=["--pad-multiple", "32", "--no-save-predictions", "--report-to",
-                        "tensorboard", "--tracking-dir", str(tmp_path / "t")],
-    )  # fmt: skip
+        "select",
+        PlanInputs(tmp_path / "r", models=["a"], extra_models=["a=org/a"], tasks=["glue_rte"]),
+        CellSettings.from_argv(
+            [
+                *"--pad-multiple 32 --no-save-predictions --report-to tensorboard --tracking-dir".split(),
+                str(tmp_path / "t"),
+            ]
+        ).given(max_steps=5, limit=16, precision="fp32"),
+        lr_keys=["lr03", "lr06"],
+        seeds=[42, 43],
+    )
     report = build_plan(
-        "report", results_dir=tmp_path / "r2", models=["a"], extra_models=["a=org/a"],
-        tasks=["glue_rte", "glue_sst2"], seeds=[45], precision="auto",
-        selection={"pairs": {"a": {t: {"lr_key": "lr03", "lr": 1.67e-05}
-                                   for t in ("glue_rte", "glue_sst2")}}},
-    )  # fmt: skip
+        "report",
+        PlanInputs(
+            tmp_path / "r2", models=["a"], extra_models=["a=org/a"], tasks=["glue_rte", "glue_sst2"]
+        ),
+        CellSettings().given(precision="auto"),
+        seeds=[45],
+        selection={
+            "pairs": {
+                "a": {t: {"lr_key": "lr03", "lr": 1.67e-05} for t in ("glue_rte", "glue_sst2")}
+            }
+        },
+    )
     probe = build_probe_plan(
-        results_dir=tmp_path / "p", models=["a"], extra_models=["a=org/a"],
-        tasks=["glue_rte"], poolings=["mean", "first"], limit=32, precision="fp32",
-        extra_run_args=["--batch-size", "8", "--store-probes"],
-    )  # fmt: skip
+        PlanInputs(tmp_path / "p", models=["a"], extra_models=["a=org/a"], tasks=["glue_rte"]),
+        ProbeSettings(poolings=["mean", "first"], precision="fp32"),
+        CellSettings.from_argv(["--batch-size", "8", "--store-probes"], PROBE).given(limit=32),
+    )
     return [select, report, probe]
 
 
