@@ -98,3 +98,52 @@ def test_spec_refusals(tmp_path, capsys):
     bad.write_text(json.dumps({"spec_version": 1, "kind": "finetune", "flags": {"tsk": "x"}}))
     assert run.main(["--spec", str(bad)]) == 2
     assert "unknown entry flags.tsk" in capsys.readouterr().err
+
+
+def test_an_experiments_typed_recipe_reaches_the_plans_unit_specs_without_flags(
+    tmp_path, monkeypatch
+):
+    """An entry of the experiment file's `[recipe]` (and its `report_to`) reaches every
+    unit's spec of the select sweep, and of the report sweep that inherits it through the
+    selection, as a typed value: nothing on the way reads cell flags
+    (`cell_flag_values` is not called) and the plan has no extra run arguments."""
+    from result_helpers import make_selection
+
+    from encoder_eval.cells import unit_spec
+    from encoder_eval.core.protocol import Precision
+    from encoder_eval.plans import experiment
+    from encoder_eval.plans import plan as plan_module
+
+    exp = tmp_path / "exp.toml"
+    exp.write_text('version = 1\ntasks = ["glue_rte"]\nlr_keys = ["lr06"]\nreport_to = "mlflow"\n'
+                   '[models.a]\npath = "org/a"\n[seeds]\nselect = [42]\nreport = [45]\n'
+                   '[recipe]\nmax_steps = 30\nmicro_batch = 8\nprecision = "fp32"\nlimit = 16\n'
+                   'warmup_ratio = 0.2\nbatching = "random"\n')  # fmt: skip
+
+    def no_flags(*args, **kwargs):
+        raise AssertionError("the typed recipe went through cell flags")
+
+    monkeypatch.setattr(plan_module, "cell_flag_values", no_flags)
+    monkeypatch.setattr(unit_spec, "cell_flag_values", no_flags)
+
+    def plan_of(*argv: str):
+        return sweep.plan_from_args(sweep.build_parser().parse_args(list(argv)))
+
+    select = plan_of("--experiment", str(exp), "--phase", "select",
+                     "--results-dir", str(tmp_path / "sel"))  # fmt: skip
+    doc = make_selection({("a", "glue_rte"): "lr06"})
+    doc["experiment"] = experiment.Experiment(
+        models={"a": experiment.ModelSpec("org/a")}, tasks=["glue_rte"],
+        seeds={"select": [42], "report": [45]}, max_steps=select.max_steps,
+        recipe_entries=select.recipe_entries(), report_to=select.report_to, phase="select",
+    ).to_dict()  # fmt: skip
+    (tmp_path / "selection.json").write_text(json.dumps(doc))
+    report = plan_of("--phase", "report", "--selection", str(tmp_path / "selection.json"),
+                     "--results-dir", str(tmp_path / "rep"))  # fmt: skip
+    for plan in (select, report):
+        assert plan.extra_run_args == [] and len(plan.units()) == 1
+        spec = plan.unit_spec(plan.units()[0])
+        recipe = spec.recipe
+        assert (recipe.max_steps, recipe.micro_batch, recipe.limit) == (30, 8, 16)
+        assert (recipe.warmup_ratio, recipe.batching) == (0.2, "random")
+        assert recipe.precision is Precision.FP32 and spec.flags.report_to == "mlflow"

@@ -6,7 +6,8 @@ keys and seeds, the recipe entries that differ from the protocol (`[recipe]`, ty
 `max_steps`, `max_seq_len`, `precision`, `limit`, ...), `report_to`, the data directory, the
 device, the selection split, the cell flags the harness does not model (`extra_run_args`)
 and, per phase, where it ran. Files written before the recipe was typed held its entries in
-`extra_run_args`; they are read into `[recipe]` (`unit_spec.cell_flag_values`). `select`, the report sweep,
+`extra_run_args`; they are read into `[recipe]` (`unit_spec.cell_flag_values`). A plan
+takes the recipe typed (`Experiment.cell_settings`), never as flags. `select`, the report sweep,
 `status` and `summarize` read it, so the shrinking flags are given once. A user may write
 the file first and pass it with `sweep --experiment FILE`::
 
@@ -413,6 +414,8 @@ def _read_extra_run_args(r: _Reader, exp: Experiment, argv: list[str]) -> None:
     parser cannot read (a flag of a newer harness, a redacted value) stays as given."""
     from encoder_eval.cells.unit_spec import cell_flag_values
 
+    if not argv:  # what every file written since the recipe was typed holds
+        return
     try:
         values, report_to, rest = cell_flag_values(argv)
     except HarnessError:
