@@ -960,3 +960,14 @@ def test_slurm_modes_group_by_lr_and_slurm_says_its_cost_past_max_array_size(
     units = json.loads((tmp_path / "rest" / "units.json").read_text())
     assert units == [[plan.out_json(c) for c in cs] for cs in
                      (plan.cells[1:3], plan.cells[6:9], plan.cells[9:12])]  # fmt: skip
+
+
+@pytest.mark.parametrize("phase", ["select", "probe"])
+def test_extra_run_args_that_print_and_exit_are_refused_not_run(tmp_path, capsys, phase):
+    """`--extra-run-args=--help` is refused in one line (reading the text into the plan's
+    settings never lets the cell command's parser exit the sweep)."""
+    rc = sweep.main(["--phase", phase, "--model", "a=org/a", "--tasks", "glue_rte",
+                     "--extra-run-args=--help", "--out-dir", str(tmp_path / "runs"),
+                     "--results-dir", str(tmp_path / "res")])  # fmt: skip
+    assert rc == 2 and "prints and exits (--help?)" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

@@ -337,11 +337,11 @@ class CellSettings:
     def from_argv(cls, argv: Sequence[str], kind: str = FINETUNE) -> CellSettings:
         """Cell flags given as text, read once by the cell command's own parser
         (`unit_spec.cell_flag_values`): the recipe entries they set, `--report-to` and the
-        rest. A list that parser cannot read stays as given (the plan refuses it, saying
-        why)."""
+        rest. A list that parser cannot read, or that asks it to print and exit (`--help`),
+        stays as given (the plan refuses it, saying why)."""
         try:
             values, report_to, rest = cell_flag_values(list(argv), kind)
-        except HarnessError:
+        except (HarnessError, SystemExit):
             return cls(extra_run_args=tuple(argv))
         return cls(dataclasses.replace(PROTOCOL_RECIPE, **values), report_to, tuple(rest))
 
