@@ -43,7 +43,8 @@ and names the cell) is skipped when the script gets to it, a corrupt result file
 aside into `<results dir>/.corrupt/` and its cell runs again, so re-running a script fills
 the gaps. Nothing here imports torch: it runs on a login node.
 
-This module is the command line; what a phase runs is `plan.py` (Cell, Plan, build_plan),
+This module is the command line; what a phase runs is `plan.py` (Cell, Plan, and
+`build_plan` over typed `PlanInputs` and `CellSettings`),
 how it is launched `emit.py` (the script bodies are `encoder_eval/plans/templates/*.sh`).
 
 Adding a model is one row of `MODEL_REGISTRY` (re-exported here from `models.py`)::

@@ -15,7 +15,13 @@ from encoder_eval.cells.probe_flags import ProbeFlags, probe_parser
 from encoder_eval.cells.run_flags import RunFlags, run_parser
 from encoder_eval.core.flags import flag_field, flag_values, flags_argv
 from encoder_eval.core.protocol import Recipe, recipe_argv, recipe_from_args
-from encoder_eval.plans.plan import _RESERVED_PROBE_FLAGS, _RESERVED_RUN_FLAGS, build_plan
+from encoder_eval.plans.plan import (
+    _RESERVED_PROBE_FLAGS,
+    _RESERVED_RUN_FLAGS,
+    CellSettings,
+    PlanInputs,
+    build_plan,
+)
 
 FLAGGED_RECIPE = tuple(f.name for f in dataclasses.fields(Recipe) if f.metadata["flag"])
 
@@ -80,10 +86,19 @@ def test_probe_flags_written_back_parse_to_the_same_values():
 
 
 def test_a_plans_unit_line_parses_back_to_its_cells(tmp_path):
-    plan = build_plan("select", results_dir=tmp_path, extra_models=["a=org/a"],
-                      tasks=["glue_rte"], lr_keys=["lr03", "lr06"], seeds=[42, 99],
-                      trust_remote_code=["a"], pins={"a": ("abc", None)}, precision="fp32",
-                      report_to="mlflow", extra_run_args=["--no-cache"])  # fmt: skip
+    plan = build_plan(
+        "select",
+        PlanInputs(
+            tmp_path,
+            extra_models=["a=org/a"],
+            tasks=["glue_rte"],
+            trust_remote_code=["a"],
+            pins={"a": ("abc", None)},
+        ),
+        CellSettings.from_argv(["--no-cache"]).given(precision="fp32", report_to="mlflow"),
+        lr_keys=["lr03", "lr06"],
+        seeds=[42, 99],
+    )
     [unit] = plan.units()
     parsed = run_parser().parse_args(plan.run_args(unit))
     flags = RunFlags(**flag_values(RunFlags, parsed))

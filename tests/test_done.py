@@ -28,6 +28,7 @@ from result_helpers import make_result, write_result
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.core.protocol import LR_GRID
 from encoder_eval.core.results import QUARANTINE_DIR, cell_lock, result_filename, settle_cell
+from encoder_eval.plans.plan import PlanInputs
 
 MODEL, TASK = "m", "glue_rte"
 
@@ -215,14 +216,18 @@ def test_colliding_model_names_are_refused_and_never_count_as_each_other(tmp_pat
     from encoder_eval.plans import plan as plan_mod
 
     with pytest.raises(HarnessError) as refused:
-        plan_mod.build_plan("select", results_dir=tmp_path, extra_models=["a/b=org/x",
-                            "a_b=org/y"], tasks=[TASK], lr_keys=["lr03"], seeds=[42])  # fmt: skip
+        plan_mod.build_plan("select", PlanInputs(tmp_path, extra_models=["a/b=org/x",
+                            "a_b=org/y"], tasks=[TASK]), lr_keys=["lr03"], seeds=[42])  # fmt: skip
     message = str(refused.value)
     assert "'a/b'" in message and "'a_b'" in message and "one result file" in message
     theirs = write_result(tmp_path, make_result("a/b", TASK, "lr03", 42, "select", 0.5))
     assert theirs.name == result_filename("a_b", TASK, LR_GRID["lr03"], 42)
-    mine = plan_mod.build_plan("select", results_dir=tmp_path, extra_models=["a_b=org/y"],
-                               tasks=[TASK], lr_keys=["lr03"], seeds=[42])  # fmt: skip
+    mine = plan_mod.build_plan(
+        "select",
+        PlanInputs(tmp_path, extra_models=["a_b=org/y"], tasks=[TASK]),
+        lr_keys=["lr03"],
+        seeds=[42],
+    )
     (cell,) = mine.cells
     state, _, why = mine.cell_status(cell)
     assert state == "kept" and "a valid result of model 'a/b'" in why

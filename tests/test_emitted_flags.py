@@ -15,7 +15,7 @@ from encoder_eval.cells.unit_spec import cell_flag_values
 from encoder_eval.core.protocol import PROTOCOL_RECIPE, SPELLED_OUT, recipe_flag
 from encoder_eval.core.results import EXPERIMENT_NAME
 from encoder_eval.plans import experiment
-from encoder_eval.plans.plan import build_plan
+from encoder_eval.plans.plan import CellSettings, PlanInputs, build_plan
 
 
 def _unit_argvs(script: str) -> list[list[str]]:
@@ -71,10 +71,15 @@ def test_launch_sh_units_and_their_template_variables_carry_one_precision(tmp_pa
 
 
 def test_recipe_args_take_the_extra_values_and_run_args_keep_the_other_extras(tmp_path):
-    plan = build_plan("select", results_dir=tmp_path, extra_models=["a=org/a"],
-                      tasks=["glue_rte"], lr_keys=["lr06"], seeds=[42],
-                      extra_run_args=["--micro-batch", "8", "--precision", "fp32",
-                                      "--precision", "bf16-autocast", "--no-cache"])  # fmt: skip
+    plan = build_plan(
+        "select",
+        PlanInputs(tmp_path, extra_models=["a=org/a"], tasks=["glue_rte"]),
+        CellSettings.from_argv(
+            "--micro-batch 8 --precision fp32 --precision bf16-autocast --no-cache".split()
+        ),
+        lr_keys=["lr06"],
+        seeds=[42],
+    )
     assert plan.recipe.precision == PROTOCOL_RECIPE.precision  # the last one wins
     assert plan.recipe.micro_batch == 8
     assert plan.extra_run_args == ["--no-cache"]  # only what the plan does not model

@@ -25,6 +25,7 @@ from test_sweep import _lines, fake_slurm, hostile  # noqa: F401  (fake_slurm is
 
 from encoder_eval import sweep
 from encoder_eval.core.results import result_filename
+from encoder_eval.plans.plan import PlanInputs
 
 CANARY = "canary"
 EVIL = hostile(Path(CANARY))  # no "/": it can name a directory
@@ -82,9 +83,18 @@ def test_slurm_scripts_get_hostile_directories_verbatim(tmp_path, fake_slurm, mo
     rdir, out = tmp_path / f"res {EVIL}", tmp_path / f"runs {EVIL}"
     model_dir = tmp_path / f"m {EVIL}"
     model_dir.mkdir()
-    plan = sweep.build_plan("select", results_dir=rdir, extra_models=[f"{EVIL}={model_dir}"],
-                            tasks=["glue_rte"], lr_keys=["lr06"], seeds=[42], data_dir=data,
-                            pins={EVIL: (f"c {EVIL}", None)})  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(
+            rdir,
+            extra_models=[f"{EVIL}={model_dir}"],
+            tasks=["glue_rte"],
+            pins={EVIL: (f"c {EVIL}", None)},
+            data_dir=data,
+        ),
+        lr_keys=["lr06"],
+        seeds=[42],
+    )
     emitted = sweep.emit(plan, out, mode, template=tpl)
     proc = subprocess.run(["bash", str(emitted.script)], env=env_, capture_output=True,
                           text=True, cwd=tmp_path)  # fmt: skip

@@ -8,6 +8,7 @@ from encoder_eval import run as run_command
 from encoder_eval.cells import runner
 from encoder_eval.core.errors import HarnessError
 from encoder_eval.data import models
+from encoder_eval.plans.plan import PlanInputs
 
 
 def planned(tmp_path, *flags: str):
@@ -81,8 +82,12 @@ def test_no_form_lets_an_unknown_mode_into_the_path(spec):
 def _plan(tmp_path, spec: str):
     from encoder_eval import sweep
 
-    return sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=[spec],
-                            tasks=["glue_rte"], lr_keys=["lr06"], seeds=[42])  # fmt: skip
+    return sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path / "res", extra_models=[spec], tasks=["glue_rte"]),
+        lr_keys=["lr06"],
+        seeds=[42],
+    )
 
 
 @pytest.mark.parametrize(

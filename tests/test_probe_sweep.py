@@ -5,6 +5,7 @@ for real), and their done checks.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -24,17 +25,27 @@ from encoder_eval import probe as probe_command
 from encoder_eval import sweep
 from encoder_eval.cells import probe_cell as probe_model
 from encoder_eval.cells.probing import PROBE_SCHEMA, PROBE_SCHEMA_VERSION
+from encoder_eval.cells.unit_spec import PROBE
 from encoder_eval.core.errors import EXIT_INPUT_ERROR, HarnessError
 from encoder_eval.core.results import read_result
+from encoder_eval.plans.plan import CellSettings, PlanInputs, ProbeSettings
 
 TESTS = Path(__file__).resolve().parent
 
 
 def probe_plan(tmp_path, **kw) -> sweep.Plan:
+    """A probe plan of models a, b on glue_rte, glue_sst2 with poolings mean, first, but
+    for what `kw` says: `PlanInputs` fields, `ProbeSettings` fields, `max_seq_len` and
+    `extra_run_args` (the plan's settings)."""
     kw.setdefault("extra_models", ["a=org/a", "b=org/b"])
     kw.setdefault("tasks", ["glue_rte", "glue_sst2"])
     kw.setdefault("poolings", ["mean", "first"])
-    return sweep.build_probe_plan(results_dir=tmp_path / "res", **kw)
+    fields = {name: {f.name for f in dataclasses.fields(cls)}
+              for name, cls in (("inputs", PlanInputs), ("probe", ProbeSettings))}  # fmt: skip
+    inputs = PlanInputs(tmp_path / "res", **{k: v for k, v in kw.items() if k in fields["inputs"]})
+    probe = ProbeSettings(**{k: v for k, v in kw.items() if k in fields["probe"]})
+    settings = CellSettings.from_argv(kw.get("extra_run_args", ()), PROBE)
+    return sweep.build_probe_plan(inputs, probe, settings.given(max_seq_len=kw.get("max_seq_len")))
 
 
 def probe_record(model: str, pooling: str, task: str) -> dict:
@@ -86,8 +97,14 @@ def test_probe_plan_has_a_cell_per_model_pooling_task_and_a_unit_per_model_task(
 def test_probe_defaults_are_the_probes_and_a_path_with_a_colon_survives(tmp_path):
     mdir = tmp_path / "m:odd"
     mdir.mkdir()
-    plan = sweep.build_probe_plan(results_dir=tmp_path / "r", extra_models=[f"m={mdir}:auto"],
-                                  tasks=["glue_sst2"], trust_remote_code=["m"])  # fmt: skip
+    plan = sweep.build_probe_plan(
+        PlanInputs(
+            tmp_path / "r",
+            extra_models=[f"m={mdir}:auto"],
+            tasks=["glue_sst2"],
+            trust_remote_code=["m"],
+        )
+    )
     (cell,) = plan.cells
     assert (cell.pooling, cell.seed) == ("mean", 42)
     args = plan.run_args(plan.cells)

@@ -31,6 +31,7 @@ from encoder_eval.core.errors import EXIT_INPUT_ERROR, HarnessError
 from encoder_eval.core.protocol import LR_GRID
 from encoder_eval.data import loaders
 from encoder_eval.plans import plan
+from encoder_eval.plans.plan import CellSettings, PlanInputs
 
 EVIL = "attacker/evil-model"
 TASK = "xnli"
@@ -103,13 +104,23 @@ def test_files_cannot_add_reserved_run_flags(tmp_path, capsys):
                                    "--help"])  # fmt: skip
 def test_reserved_flags_are_found_by_parsing_not_by_spelling(tmp_path, extra):
     with pytest.raises(HarnessError, match=r"^--extra-run-args"):
-        plan.build_plan("select", results_dir=tmp_path, models=["xlm-r-base"], tasks=[TASK],
-                        lr_keys=["lr06"], seeds=[42], extra_run_args=extra.split())  # fmt: skip
+        plan.build_plan(
+            "select",
+            PlanInputs(tmp_path, models=["xlm-r-base"], tasks=[TASK]),
+            CellSettings.from_argv(extra.split()),
+            lr_keys=["lr06"],
+            seeds=[42],
+        )
 
 
 def test_allowed_extra_run_args_still_pass(tmp_path):
-    p = plan.build_plan("select", results_dir=tmp_path, models=["xlm-r-base"], tasks=[TASK],
-                        lr_keys=["lr06"], seeds=[42], extra_run_args=["--micro-batch", "8"])  # fmt: skip
+    p = plan.build_plan(
+        "select",
+        PlanInputs(tmp_path, models=["xlm-r-base"], tasks=[TASK]),
+        CellSettings.from_argv(["--micro-batch", "8"]),
+        lr_keys=["lr06"],
+        seeds=[42],
+    )
     argv = p.run_args(p.cells)
     assert p.recipe.micro_batch == 8 and argv.count("--micro-batch") == 1
     assert argv[argv.index("--micro-batch") + 1] == "8"
@@ -152,8 +163,12 @@ def test_a_local_folder_named_like_a_registry_model_gets_no_trust(tmp_path, monk
     # The same in a sweep's plan, where a registry row's Hub id names a local folder.
     monkeypatch.chdir(tmp_path)
     (tmp_path / "EuroBERT" / "EuroBERT-210m").mkdir(parents=True)
-    p = plan.build_plan("select", results_dir=tmp_path / "r", models=["eurobert-210m"],
-                        tasks=[TASK], lr_keys=["lr06"], seeds=[42])  # fmt: skip
+    p = plan.build_plan(
+        "select",
+        PlanInputs(tmp_path / "r", models=["eurobert-210m"], tasks=[TASK]),
+        lr_keys=["lr06"],
+        seeds=[42],
+    )
     assert p.cells[0].model_path == str(tmp_path / "EuroBERT" / "EuroBERT-210m")
     assert p.cells[0].trust_remote_code is False
     assert probe_model.resolve_model("eurobert-210m=someone/other").trust_remote_code is False
@@ -276,8 +291,12 @@ def test_pins_reach_every_cell_from_a_file_and_the_registry(tmp_path, capsys, mo
     monkeypatch.setitem(models.MODEL_REGISTRY, "pinned",
                         models.ModelEntry("org/pinned", mode="auto", trust_remote_code=True,
                                           revision="c" * 40, code_revision=SHA))  # fmt: skip
-    p = plan.build_plan("select", results_dir=tmp_path / "r2", models=["pinned"], tasks=[TASK],
-                        lr_keys=["lr06"], seeds=[42])  # fmt: skip
+    p = plan.build_plan(
+        "select",
+        PlanInputs(tmp_path / "r2", models=["pinned"], tasks=[TASK]),
+        lr_keys=["lr06"],
+        seeds=[42],
+    )
     args = p.run_args(p.cells)
     assert "--trust-remote-code" in args and args[args.index("--model-code-revision") + 1] == SHA
     parsed = run_command.build_parser().parse_args(["--model-key", "pinned", "--task", TASK, "--lr",

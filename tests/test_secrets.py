@@ -21,6 +21,7 @@ from encoder_eval import run as run_command
 from encoder_eval import sweep
 from encoder_eval.cells import runner
 from encoder_eval.data.models import MODEL_REGISTRY, model_entry
+from encoder_eval.plans.plan import PlanInputs
 
 MODEL, TASK = "tiny", "glue_rte"
 
@@ -73,8 +74,9 @@ def test_a_demo_sized_sweep_writes_the_token_nowhere(tmp_path, tiny_models, smal
 
 
 def test_trust_remote_code_follows_the_registry_column(tmp_path):
-    plan = sweep.build_plan("select", results_dir=tmp_path, tasks=["xnli"], lr_keys=["lr06"],
-                            seeds=[42])  # fmt: skip
+    plan = sweep.build_plan(
+        "select", PlanInputs(tmp_path, tasks=["xnli"]), lr_keys=["lr06"], seeds=[42]
+    )
     assert len(plan.cells) == len(MODEL_REGISTRY)
     for unit in plan.units():
         args = plan.run_args(unit)
@@ -89,9 +91,17 @@ def test_trust_remote_code_follows_the_registry_column(tmp_path):
     assert not model_entry("xlm-r-base").trust_remote_code
     # Added models never get it unless the sweep is told to trust them.
     for trust in (False, True):
-        added = sweep.build_plan("select", results_dir=tmp_path, extra_models=["mine=org/x"],
-                                 tasks=["xnli"], lr_keys=["lr06"], seeds=[42],
-                                 trust_remote_code=["mine"] if trust else ())  # fmt: skip
+        added = sweep.build_plan(
+            "select",
+            PlanInputs(
+                tmp_path,
+                extra_models=["mine=org/x"],
+                tasks=["xnli"],
+                trust_remote_code=["mine"] if trust else (),
+            ),
+            lr_keys=["lr06"],
+            seeds=[42],
+        )
         assert ("--trust-remote-code" in added.run_args(added.cells)) is trust
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from encoder_eval import sweep
+from encoder_eval.plans.plan import CellSettings, PlanInputs
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATES = sorted((REPO / "encoder_eval" / "plans" / "templates").glob("*.sh"))
@@ -49,9 +50,18 @@ def test_the_shipped_templates_pass():
 def test_the_emitted_scripts_pass(tmp_path, mode, group):
     mdir = tmp_path / "a model"
     mdir.mkdir()
-    plan = sweep.build_plan("select", results_dir=tmp_path / "res", tasks=["glue_rte", "glue_sst2"],
-                            extra_models=["a=org/a", f"b={mdir}"], lr_keys=["lr03", "lr06"],
-                            seeds=[42, 43], max_steps=4, data_dir=tmp_path)  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(
+            tmp_path / "res",
+            extra_models=["a=org/a", f"b={mdir}"],
+            tasks=["glue_rte", "glue_sst2"],
+            data_dir=tmp_path,
+        ),
+        CellSettings().given(max_steps=4),
+        lr_keys=["lr03", "lr06"],
+        seeds=[42, 43],
+    )
     template = None if mode == "shell" else EXAMPLE
     emitted = sweep.emit(plan, tmp_path / "runs", mode, template=template, group=group,
                          requeue=mode != "shell")  # fmt: skip

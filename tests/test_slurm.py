@@ -24,6 +24,7 @@ from scipy import stats as sps
 from spec_helpers import spec_args
 
 from encoder_eval.core.results import load_results
+from encoder_eval.plans.plan import PlanInputs
 
 REPO = Path(__file__).resolve().parents[1]
 WAIT_S = 420
@@ -103,9 +104,14 @@ def test_contract_values_arrive_verbatim_and_are_never_executed(tmp_path):
             p.unlink()
         model_dir = tmp_path / f"models-{mode}" / name  # a hostile local model path
         model_dir.mkdir(parents=True)
-        plan = sweep.build_plan("select", results_dir=tmp_path / f"res-{mode}",
-                                extra_models=[f"{name}={model_dir}"], tasks=["glue_rte"],
-                                lr_keys=["lr06"], seeds=[42])  # fmt: skip
+        plan = sweep.build_plan(
+            "select",
+            PlanInputs(
+                tmp_path / f"res-{mode}", extra_models=[f"{name}={model_dir}"], tasks=["glue_rte"]
+            ),
+            lr_keys=["lr06"],
+            seeds=[42],
+        )
         out = tmp_path / f"runs-{mode}"
         emitted = sweep.emit(plan, out, mode, template=tpl)
         launch = sh(["bash", str(emitted.script)], seen)
@@ -275,9 +281,12 @@ def test_a_corrupt_result_is_kept_aside_and_its_cell_run_again_through_real_slur
         "PY\n"
     ))  # fmt: skip
     for mode in ("slurm", "slurm-array"):
-        plan = sweep.build_plan("select", results_dir=tmp_path / f"res-{mode}",
-                                extra_models=["a=org/a"], tasks=["glue_rte"], lr_keys=["lr03"],
-                                seeds=[42, 43])  # fmt: skip
+        plan = sweep.build_plan(
+            "select",
+            PlanInputs(tmp_path / f"res-{mode}", extra_models=["a=org/a"], tasks=["glue_rte"]),
+            lr_keys=["lr03"],
+            seeds=[42, 43],
+        )
         out = tmp_path / f"runs-{mode}"
         emitted = sweep.emit(plan, out, mode, template=tpl, group="cell", units_per_job=1)
         done, spoiled = (Path(plan.out_json(c)) for c in plan.cells)
@@ -359,8 +368,12 @@ def test_status_tells_thousands_of_queued_array_cells_and_emit_leaves_them(tmp_p
         assert launch.returncode == 0, launch.stdout + launch.stderr
         assert len(ids) == 4 and "submitted 3060 array task(s)" in launch.stdout
 
-        plan = sweep.build_plan("select", results_dir=tmp_path / "res", tasks=["all"],
-                                extra_models=[f"{m}=org/{m}" for m in "abcdef"])  # fmt: skip
+        plan = sweep.build_plan(
+            "select",
+            PlanInputs(
+                tmp_path / "res", extra_models=[f"{m}=org/{m}" for m in "abcdef"], tasks=["all"]
+            ),
+        )
         units = json.loads((tmp_path / "runs" / "units.json").read_text())
         assert units == [[plan.out_json(c)] for c in plan.cells]
         rows = sorted((tmp_path / "runs" / "arrays").iterdir())

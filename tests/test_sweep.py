@@ -7,6 +7,7 @@ real cluster.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -22,11 +23,14 @@ from spec_helpers import spec_args
 from encoder_eval import sweep
 from encoder_eval.cells.unit_spec import UnitSpec
 from encoder_eval.core.errors import HarnessError
-from encoder_eval.core.protocol import LR_GRID, REPORT_SEEDS, SELECT_SEEDS
+from encoder_eval.core.protocol import LR_GRID, PROTOCOL_RECIPE, REPORT_SEEDS, SELECT_SEEDS
 from encoder_eval.core.results import result_filename
 from encoder_eval.data import models
 from encoder_eval.data.tasks import MULTILINGUAL_TASKS
 from encoder_eval.plans import emit, selection
+from encoder_eval.plans.plan import CellSettings, PlanInputs
+
+INPUT_FIELDS = {f.name for f in dataclasses.fields(PlanInputs)}
 
 RECIPE = ["--weight-decay", "0.1", "--adam-beta2", "0.95", "--early-stop", "--patience", "3",
           "--epoch-cap", "20", "--bsz", "32"]  # fmt: skip
@@ -71,7 +75,7 @@ def test_registry_is_the_models_registry():
 
 
 def test_select_plan_default_is_the_full_protocol(tmp_path):
-    plan = sweep.build_plan("select", results_dir=tmp_path)
+    plan = sweep.build_plan("select", PlanInputs(tmp_path))
     assert len(plan.cells) == 14 * len(MULTILINGUAL_TASKS) * 10 * 3
     assert {c.task for c in plan.cells} == set(MULTILINGUAL_TASKS)
     assert {c.seed for c in plan.cells} == set(SELECT_SEEDS)
@@ -99,8 +103,11 @@ def test_select_plan_default_is_the_full_protocol(tmp_path):
 
 
 def test_units_of_a_subset_that_is_not_a_product_fall_back_to_one_per_lr(tmp_path):
-    plan = sweep.build_plan("select", results_dir=tmp_path, models=["xlm-r-base"],
-                            tasks=["xnli"], lr_keys=["lr01", "lr02"])  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path, models=["xlm-r-base"], tasks=["xnli"]),
+        lr_keys=["lr01", "lr02"],
+    )
     missing = [c for c in plan.cells if (c.lr_key, c.seed) != ("lr01", 43)]  # lr01/s43 done
     units = plan.units(missing)
     assert [[(c.lr_key, c.seed) for c in u] for u in units] == [
@@ -115,8 +122,11 @@ def test_units_of_a_subset_that_is_not_a_product_fall_back_to_one_per_lr(tmp_pat
 
 def test_report_plan_uses_the_selected_lr_and_report_seeds(tmp_path):
     sel = selection_for({"xlm-r-base": {"xnli": "lr06", "paws_x": "lr02"}})
-    plan = sweep.build_plan("report", results_dir=tmp_path, models=["xlm-r-base"],
-                            tasks=["xnli", "paws_x"], selection=sel)  # fmt: skip
+    plan = sweep.build_plan(
+        "report",
+        PlanInputs(tmp_path, models=["xlm-r-base"], tasks=["xnli", "paws_x"]),
+        selection=sel,
+    )
     assert [(c.task, c.lr_key) for c in plan.cells[::5]] == [("xnli", "lr06"), ("paws_x", "lr02")]
     assert [c.seed for c in plan.cells[:5]] == list(REPORT_SEEDS)
     args = plan.run_args(plan.units()[0])
@@ -129,37 +139,56 @@ def test_the_selection_split_reaches_every_cell_and_a_report_phase_follows_its_s
 ):
     from result_helpers import make_selection
 
-    plan = sweep.build_plan("select", results_dir=tmp_path, models=["xlm-r-base"],
-                            tasks=["xnli"], selection_split="holdout")  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path, models=["xlm-r-base"], tasks=["xnli"]),
+        CellSettings().given(selection_split="holdout"),
+    )
     assert has_flags(plan.run_args(plan.units()[0]), ["--selection-split", "holdout"])
     strict = make_selection({("xlm-r-base", "xnli"): "lr06"}, selection_split="holdout")
-    plan = sweep.build_plan("report", results_dir=tmp_path, models=["xlm-r-base"],
-                            tasks=["xnli"], selection=strict)  # fmt: skip
+    plan = sweep.build_plan(
+        "report", PlanInputs(tmp_path, models=["xlm-r-base"], tasks=["xnli"]), selection=strict
+    )
     assert plan.selection_split == "holdout"
-    with pytest.raises(HarnessError, match="--selection-split dev contradicts the selection"):
-        sweep.build_plan("report", results_dir=tmp_path, models=["xlm-r-base"], tasks=["xnli"],
-                         selection=strict, selection_split="dev")  # fmt: skip
+    plain = make_selection({("xlm-r-base", "xnli"): "lr06"})  # its select cells used dev
+    with pytest.raises(HarnessError, match="--selection-split holdout contradicts the selection"):
+        sweep.build_plan(
+            "report",
+            PlanInputs(tmp_path, models=["xlm-r-base"], tasks=["xnli"]),
+            CellSettings().given(selection_split="holdout"),
+            selection=plain,
+        )
 
 
 def test_report_plan_refuses_pairs_without_selection(tmp_path):
     sel = selection_for({"xlm-r-base": {"xnli": "lr06"}})
     with pytest.raises(HarnessError, match="no selected LR for 1 pair.*xlm-r-base/paws_x"):
-        sweep.build_plan("report", results_dir=tmp_path, models=["xlm-r-base"],
-                         tasks=["xnli", "paws_x"], selection=sel)  # fmt: skip
+        sweep.build_plan(
+            "report",
+            PlanInputs(tmp_path, models=["xlm-r-base"], tasks=["xnli", "paws_x"]),
+            selection=sel,
+        )
     with pytest.raises(HarnessError, match="needs --selection"):
-        sweep.build_plan("report", results_dir=tmp_path)
+        sweep.build_plan("report", PlanInputs(tmp_path))
     with pytest.raises(HarnessError, match="--lr-keys is for --phase select"):
-        sweep.build_plan("report", results_dir=tmp_path, selection=sel, lr_keys=["lr01"])
+        sweep.build_plan("report", PlanInputs(tmp_path), lr_keys=["lr01"], selection=sel)
 
 
 def test_model_additions_and_shrinking(tmp_path):
     mdir = tmp_path / "my model"
     mdir.mkdir()
     plan = sweep.build_plan(
-        "select", results_dir=tmp_path / "r", extra_models=[f"mine={mdir}:liquid-bidir"],
-        tasks=["glue_rte"], lr_keys=["lr08", "lr03"], seeds=[42, 7], max_steps=4,
-        max_seq_len=64, device="cpu",
-    )  # fmt: skip
+        "select",
+        PlanInputs(
+            tmp_path / "r",
+            extra_models=[f"mine={mdir}:liquid-bidir"],
+            tasks=["glue_rte"],
+            device="cpu",
+        ),
+        CellSettings().given(max_steps=4, max_seq_len=64),
+        lr_keys=["lr08", "lr03"],
+        seeds=[42, 7],
+    )
     assert {c.model for c in plan.cells} == {"mine"}  # additions only, when given
     assert [c.lr_key for c in plan.cells] == ["lr03", "lr03", "lr08", "lr08"]  # grid order
     assert plan.cells[0].mode == "liquid-bidir" and plan.cells[0].model_path == str(mdir)
@@ -167,8 +196,12 @@ def test_model_additions_and_shrinking(tmp_path):
     args = plan.run_args(plan.units()[0])
     assert has_flags(args, ["--seed", "42,7", "--max-steps", "4", "--max-seq-len", "64",
                             "--device", "cpu", "--allow-off-protocol", "--no-trust-remote-code"])  # fmt: skip
-    both = sweep.build_plan("select", results_dir=tmp_path, extra_models=["mine=org/x"],
-                            models=["mine", "xlm-r-base"], tasks=["xnli"])  # fmt: skip
+    both = sweep.build_plan(
+        "select",
+        PlanInputs(
+            tmp_path, models=["mine", "xlm-r-base"], extra_models=["mine=org/x"], tasks=["xnli"]
+        ),
+    )
     assert {c.model for c in both.cells} == {"mine", "xlm-r-base"}
 
 
@@ -181,13 +214,21 @@ def test_model_additions_and_shrinking(tmp_path):
         ({"extra_models": ["noequals"]}, "NAME=PATH_OR_HUB_ID"),
         ({"max_steps": 0}, "--max-steps"),
         ({"extra_run_args": ["--seed", "1"]}, "may not set --seed"),
+        ({"extra_run_args": ["--limit", "16"]}, "sets --limit 16, which the plan models"),
         ({"data_dir": "/nonexistent/dir"}, "not a directory"),
         ({"selection": {"pairs": {}}}, "--selection is for --phase report"),
     ],
 )
 def test_bad_inputs_raise_one_line_errors(tmp_path, kwargs, message):
+    """Bad inputs, bad settings (a modelled flag among the extra run arguments) and bad
+    phase arguments are each refused in one line."""
+    inputs = PlanInputs(tmp_path, **{k: v for k, v in kwargs.items() if k in INPUT_FIELDS})
+    settings = CellSettings(
+        dataclasses.replace(PROTOCOL_RECIPE, max_steps=kwargs.get("max_steps", 10_000)),
+        extra_run_args=kwargs.get("extra_run_args", ()),
+    )
     with pytest.raises(HarnessError, match=message) as info:
-        sweep.build_plan("select", results_dir=tmp_path, **kwargs)
+        sweep.build_plan("select", inputs, settings, selection=kwargs.get("selection"))
     assert "\n" not in str(info.value)
 
 
@@ -215,11 +256,19 @@ def test_cli_errors_exit_2_and_write_nothing(tmp_path, capsys):
 def test_tasks_takes_group_names(tmp_path, capsys):
     from encoder_eval.data.tasks import TASK_GROUPS, group_tasks
 
-    everything = sweep.build_plan("select", results_dir=tmp_path, models=["xlm-r-base"],
-                                  tasks=["all"], lr_keys=["lr06"], seeds=[42])  # fmt: skip
+    everything = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path, models=["xlm-r-base"], tasks=["all"]),
+        lr_keys=["lr06"],
+        seeds=[42],
+    )
     assert [c.task for c in everything.cells] == group_tasks("all") and len(everything.cells) == 17
-    mixed = sweep.build_plan("select", results_dir=tmp_path, models=["xlm-r-base"],
-                             tasks=["xnli", "glue", "xnli"], lr_keys=["lr06"], seeds=[42])  # fmt: skip
+    mixed = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path, models=["xlm-r-base"], tasks=["xnli", "glue", "xnli"]),
+        lr_keys=["lr06"],
+        seeds=[42],
+    )
     assert [c.task for c in mixed.cells] == ["xnli", *group_tasks("glue")]
     out = tmp_path / "runs"
     rc = sweep.main(["--phase", "select", "--tasks", "all", "--models", "xlm-r-base",
@@ -231,8 +280,12 @@ def test_tasks_takes_group_names(tmp_path, capsys):
 
 def test_task_files_reach_every_run(tmp_path):
     """The plan hands its task files to every process (`--tasks-file F`, absolute)."""
-    plan = sweep.build_plan("select", results_dir=tmp_path, models=["xlm-r-base"],
-                            tasks=["xnli"], lr_keys=["lr06"], seeds=[42])  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path, models=["xlm-r-base"], tasks=["xnli"]),
+        lr_keys=["lr06"],
+        seeds=[42],
+    )
     assert plan.tasks_files == [] and "--tasks-file" not in plan.run_args(plan.cells)
     plan.tasks_files = ["/abs/mine.toml", "/abs/more tasks.yaml"]
     args = plan.run_args(plan.cells)
@@ -240,7 +293,9 @@ def test_task_files_reach_every_run(tmp_path):
     assert args[args.index("--tasks-file", args.index("--tasks-file") + 1) + 1] == (
         "/abs/more tasks.yaml")  # fmt: skip
     with pytest.raises(HarnessError, match="may not set --tasks-file"):
-        sweep.build_plan("select", results_dir=tmp_path, extra_run_args=["--tasks-file", "x"])
+        sweep.build_plan(
+            "select", PlanInputs(tmp_path), CellSettings.from_argv(["--tasks-file", "x"])
+        )
     parsed = sweep.build_parser().parse_args(["--tasks-file", "a.toml", "--tasks-file", "b.yaml"])
     assert parsed.tasks_file == ["a.toml", "b.yaml"]
 
@@ -305,9 +360,12 @@ def _calls(log: Path) -> list[list[str]]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
-def shell_plan(tmp_path, **kw) -> sweep.Plan:
-    return sweep.build_plan("select", results_dir=tmp_path / "res", tasks=["glue_rte", "glue_sst2"],
-                            lr_keys=["lr03", "lr06"], seeds=[42, 43], max_steps=4, **kw)  # fmt: skip
+def shell_plan(tmp_path, extra_models: list[str]) -> sweep.Plan:
+    inputs = PlanInputs(
+        tmp_path / "res", extra_models=extra_models, tasks=["glue_rte", "glue_sst2"]
+    )
+    return sweep.build_plan("select", inputs, CellSettings().given(max_steps=4),
+                            lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
 
 
 def test_shell_runs_one_process_per_unit_and_skips_done_units(tmp_path, fake_python):
@@ -403,8 +461,12 @@ def _assert_kept_aside(plan: sweep.Plan, spoiled: dict[str, bytes], stderr: str)
 
 def test_shell_moves_corrupt_results_aside_and_reruns_their_cells(tmp_path, fake_python):
     env, log = fake_python
-    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
-                            tasks=["glue_rte"], lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path / "res", extra_models=["a=org/a"], tasks=["glue_rte"]),
+        lr_keys=["lr03", "lr06"],
+        seeds=[42, 43],
+    )
     script = str(sweep.emit(plan, tmp_path / "runs", "shell", group="cell").script)
     assert subprocess.run(["bash", script], env=env, capture_output=True).returncode == 0
     spoiled = _corrupt_three(plan)
@@ -440,9 +502,12 @@ def test_shell_passes_hostile_values_verbatim(tmp_path, fake_python):
     evil = hostile(canary) + "\nsecond line"
     mdir = tmp_path / evil
     mdir.mkdir()
-    plan = sweep.build_plan("select", results_dir=tmp_path / f"res {evil}",
-                            extra_models=[f"{evil}={mdir}"], tasks=["glue_rte"],
-                            lr_keys=["lr06"], seeds=[42])  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path / f"res {evil}", extra_models=[f"{evil}={mdir}"], tasks=["glue_rte"]),
+        lr_keys=["lr06"],
+        seeds=[42],
+    )
     emitted = sweep.emit_shell(plan, tmp_path / f"runs {evil}")
     proc = subprocess.run(
         ["bash", str(emitted.script)], env=env, capture_output=True, text=True, cwd=tmp_path
@@ -548,10 +613,19 @@ def test_slurm_one_sbatch_per_missing_cell_with_the_contract(tmp_path, fake_slur
     evil = hostile(canary) + "\nline two"
     model_dir = tmp_path / "models" / evil  # a hostile local model path
     model_dir.mkdir(parents=True)
-    plan = sweep.build_plan("select", results_dir=tmp_path / "res",
-                            extra_models=[f"{evil}={model_dir}"], tasks=["glue_rte"],
-                            lr_keys=["lr03", "lr06"], seeds=[42], max_steps=4,
-                            data_dir=tmp_path, device="cpu")  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(
+            tmp_path / "res",
+            extra_models=[f"{evil}={model_dir}"],
+            tasks=["glue_rte"],
+            data_dir=tmp_path,
+            device="cpu",
+        ),
+        CellSettings().given(max_steps=4),
+        lr_keys=["lr03", "lr06"],
+        seeds=[42],
+    )
     emitted = sweep.emit_slurm(
         plan, tmp_path / "runs", sweep.SlurmLaunch(tpl, requeue=True, units_per_job=1)
     )
@@ -596,10 +670,13 @@ def test_slurm_one_sbatch_per_missing_cell_with_the_contract(tmp_path, fake_slur
 @pytest.mark.parametrize("mode", ["slurm", "slurm-array"])
 def test_slurm_launch_moves_corrupt_results_aside_and_resubmits(tmp_path, fake_slurm, mode):
     env, tpl = fake_slurm
-    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
-                            tasks=["glue_rte"], lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
-    emitted = sweep.emit(plan, tmp_path / "runs", mode, template=tpl, group="cell",
-                         units_per_job=1)  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path / "res", extra_models=["a=org/a"], tasks=["glue_rte"]),
+        lr_keys=["lr03", "lr06"],
+        seeds=[42, 43],
+    )
+    emitted = sweep.emit(plan, tmp_path / "runs", mode, template=tpl, group="cell", units_per_job=1)
     mark_done(plan, *plan.cells)
     spoiled = _corrupt_three(plan)
     proc = subprocess.run(["bash", str(emitted.script)], env=env, capture_output=True, text=True,
@@ -618,8 +695,12 @@ def test_slurm_launch_moves_corrupt_results_aside_and_resubmits(tmp_path, fake_s
 
 def test_slurm_does_not_resubmit_queued_cells(tmp_path, fake_slurm):
     env, tpl = fake_slurm
-    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
-                            tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42, 43])  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path / "res", extra_models=["a=org/a"], tasks=["glue_rte"]),
+        lr_keys=["lr03"],
+        seeds=[42, 43],
+    )
     emitted = sweep.emit_slurm(
         plan, tmp_path / "runs", sweep.SlurmLaunch(tpl, group="cell", units_per_job=1)
     )
@@ -638,9 +719,14 @@ def test_slurm_array_chunks_to_max_array_size(tmp_path, fake_slurm):
     evil = hostile(canary)
     model_dir = tmp_path / "models" / evil  # a hostile local model path
     model_dir.mkdir(parents=True)
-    plan = sweep.build_plan("select", results_dir=tmp_path / "res",
-                            extra_models=[f"{evil}={model_dir}"], tasks=["glue_rte", "glue_sst2"],
-                            lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(
+            tmp_path / "res", extra_models=[f"{evil}={model_dir}"], tasks=["glue_rte", "glue_sst2"]
+        ),
+        lr_keys=["lr03", "lr06"],
+        seeds=[42, 43],
+    )
     emitted = sweep.emit_slurm_array(
         plan, tmp_path / "runs", sweep.SlurmLaunch(tpl, group="cell", units_per_job=1)
     )
@@ -677,11 +763,15 @@ def test_slurm_array_chunks_to_max_array_size(tmp_path, fake_slurm):
 
 def test_slurm_group_pair_runs_one_job_per_pair(tmp_path, fake_slurm):
     env, tpl = fake_slurm
-    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
-                            tasks=["glue_rte", "glue_sst2"], lr_keys=["lr03", "lr06"],
-                            seeds=[42, 43])  # fmt: skip
-    emitted = sweep.emit(plan, tmp_path / "runs", "slurm", template=tpl, group="pair",
-                         units_per_job=1)  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path / "res", extra_models=["a=org/a"], tasks=["glue_rte", "glue_sst2"]),
+        lr_keys=["lr03", "lr06"],
+        seeds=[42, 43],
+    )
+    emitted = sweep.emit(
+        plan, tmp_path / "runs", "slurm", template=tpl, group="pair", units_per_job=1
+    )
     assert emitted.n_units == 2 and "in 2 job(s), one per (model, task)" in emitted.describe()
     mark_done(plan, plan.cells[0])  # a glue_rte cell done: still submitted
     mark_done(plan, *plan.cells[4:])  # glue_sst2 all done: not submitted
@@ -703,10 +793,15 @@ def test_slurm_group_pair_runs_one_job_per_pair(tmp_path, fake_slurm):
 
 def test_slurm_array_group_lr_rows_are_units(tmp_path, fake_slurm):
     env, tpl = fake_slurm
-    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
-                            tasks=["glue_rte"], lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
-    emitted = sweep.emit(plan, tmp_path / "runs", "slurm-array", template=tpl, group="lr",
-                         units_per_job=1)  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path / "res", extra_models=["a=org/a"], tasks=["glue_rte"]),
+        lr_keys=["lr03", "lr06"],
+        seeds=[42, 43],
+    )
+    emitted = sweep.emit(
+        plan, tmp_path / "runs", "slurm-array", template=tpl, group="lr", units_per_job=1
+    )
     assert emitted.n_units == 2
     rows = (tmp_path / "runs" / "manifest.tsv").read_text().splitlines()[1:]
     assert [r.split("\t")[0] for r in rows] == ["2", "2"]
@@ -735,8 +830,12 @@ def test_slurm_array_group_lr_rows_are_units(tmp_path, fake_slurm):
 
 def test_slurm_array_task_skips_a_done_cell(tmp_path, fake_slurm):
     env, tpl = fake_slurm
-    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
-                            tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42])  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path / "res", extra_models=["a=org/a"], tasks=["glue_rte"]),
+        lr_keys=["lr03"],
+        seeds=[42],
+    )
     sweep.emit_slurm_array(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl))
     rows = tmp_path / "rows.txt"
     rows.write_text("0\n")
@@ -752,8 +851,12 @@ def test_slurm_array_task_skips_a_done_cell(tmp_path, fake_slurm):
 
 def test_slurm_array_task_runs_a_cell_whose_result_is_corrupt(tmp_path, fake_slurm):
     env, tpl = fake_slurm
-    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
-                            tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42])  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path / "res", extra_models=["a=org/a"], tasks=["glue_rte"]),
+        lr_keys=["lr03"],
+        seeds=[42],
+    )
     sweep.emit_slurm_array(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl))
     rows = tmp_path / "rows.txt"
     rows.write_text("0\n")
@@ -773,8 +876,12 @@ def test_slurm_array_task_runs_a_cell_whose_result_is_corrupt(tmp_path, fake_slu
 
 def test_slurm_array_refuses_while_its_jobs_are_queued(tmp_path, fake_slurm):
     env, tpl = fake_slurm
-    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
-                            tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42])  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path / "res", extra_models=["a=org/a"], tasks=["glue_rte"]),
+        lr_keys=["lr03"],
+        seeds=[42],
+    )
     emitted = sweep.emit_slurm_array(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl))
     queue = tmp_path / "queue.txt"
     queue.write_text("12345\n")  # squeue -n NAME -o %i prints job ids
@@ -786,8 +893,12 @@ def test_slurm_array_refuses_while_its_jobs_are_queued(tmp_path, fake_slurm):
 
 def test_slurm_array_refuses_values_with_newlines(tmp_path, fake_slurm):
     _, tpl = fake_slurm
-    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a\nb=org/a"],
-                            tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42])  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path / "res", extra_models=["a\nb=org/a"], tasks=["glue_rte"]),
+        lr_keys=["lr03"],
+        seeds=[42],
+    )
     with pytest.raises(HarnessError, match="use --mode slurm"):
         sweep.emit_slurm_array(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl))
     assert not (tmp_path / "runs").exists()
@@ -808,8 +919,12 @@ def test_a_newline_in_the_results_dir_never_becomes_code(tmp_path, fake_python, 
     slurm_env, tpl = fake_slurm
     canary = tmp_path / "canary"
     rdir = tmp_path / "res\ntouch canary\n"
-    plan = sweep.build_plan("select", results_dir=rdir, extra_models=["a=org/a"],
-                            tasks=["glue_rte"], lr_keys=["lr03"], seeds=[42])  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(rdir, extra_models=["a=org/a"], tasks=["glue_rte"]),
+        lr_keys=["lr03"],
+        seeds=[42],
+    )
     emitted = sweep.emit(plan, tmp_path / "runs", mode, template=None if mode == "shell" else tpl)
     text = emitted.script.read_text()
     assert "\ntouch canary" not in text.split("set -")[0]  # the header stays comments
@@ -834,9 +949,12 @@ def test_slurm_modes_group_by_lr_and_slurm_says_its_cost_past_max_array_size(
     env, tpl = fake_slurm
     monkeypatch.setenv("PATH", env["PATH"])  # the fake scontrol: MaxArraySize 3
     monkeypatch.setenv("FAKE_MAX_ARRAY", "3")
-    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a"],
-                            tasks=["glue_rte", "glue_sst2"], lr_keys=["lr03", "lr06"],
-                            seeds=[42, 43, 44])  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path / "res", extra_models=["a=org/a"], tasks=["glue_rte", "glue_sst2"]),
+        lr_keys=["lr03", "lr06"],
+        seeds=[42, 43, 44],
+    )
     for mode in ("slurm", "slurm-array"):
         emitted = sweep.emit(plan, tmp_path / f"runs-{mode}", mode, template=tpl, units_per_job=1)
         assert emitted.group == "lr" and emitted.n_units == 4
@@ -847,15 +965,31 @@ def test_slurm_modes_group_by_lr_and_slurm_says_its_cost_past_max_array_size(
     assert ("--mode slurm submits these 4 jobs with 4 sbatch calls, one after another" in text
             and "as 2 array job(s) of at most 3 tasks (MaxArraySize)" in text)  # fmt: skip
     monkeypatch.setenv("FAKE_MAX_ARRAY", "4")
-    assert "note:" not in sweep.emit(plan, tmp_path / "runs", "slurm", template=tpl,
-                                     units_per_job=1).describe()  # fmt: skip
+    assert (
+        "note:"
+        not in sweep.emit(
+            plan, tmp_path / "runs", "slurm", template=tpl, units_per_job=1
+        ).describe()
+    )
     mark_done(plan, plan.cells[0], *plan.cells[3:6])  # glue_rte: lr03 s42 and all of lr06
     rest = [c for c in plan.cells if c not in (plan.cells[0], *plan.cells[3:6])]
-    emitted = sweep.emit(plan, tmp_path / "rest", "slurm-array", template=tpl, cells=rest,
-                         units_per_job=1)  # fmt: skip
+    emitted = sweep.emit(
+        plan, tmp_path / "rest", "slurm-array", template=tpl, cells=rest, units_per_job=1
+    )
     units = json.loads((tmp_path / "rest" / "units.json").read_text())
     assert units == [[plan.out_json(c) for c in cs] for cs in
                      (plan.cells[1:3], plan.cells[6:9], plan.cells[9:12])]  # fmt: skip
+
+
+@pytest.mark.parametrize("phase", ["select", "probe"])
+def test_extra_run_args_that_print_and_exit_are_refused_not_run(tmp_path, capsys, phase):
+    """`--extra-run-args=--help` is refused in one line (reading the text into the plan's
+    settings never lets the cell command's parser exit the sweep)."""
+    rc = sweep.main(["--phase", phase, "--model", "a=org/a", "--tasks", "glue_rte",
+                     "--extra-run-args=--help", "--out-dir", str(tmp_path / "runs"),
+                     "--results-dir", str(tmp_path / "res")])  # fmt: skip
+    assert rc == 2 and "prints and exits (--help?)" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize("mode", ["slurm", "slurm-array"])
@@ -866,9 +1000,9 @@ def test_warm_slurm_jobs_pack_consecutive_units_of_one_model(tmp_path, fake_slur
     import shlex
 
     env, tpl = fake_slurm
-    plan = sweep.build_plan("select", results_dir=tmp_path / "res",
-                            extra_models=["a=org/a", "b=org/b"], tasks=["glue_rte", "glue_sst2"],
-                            lr_keys=["lr03", "lr06"], seeds=[42, 43])  # fmt: skip
+    inputs = PlanInputs(tmp_path / "res", extra_models=["a=org/a", "b=org/b"],
+                        tasks=["glue_rte", "glue_sst2"])  # fmt: skip
+    plan = sweep.build_plan("select", inputs, lr_keys=["lr03", "lr06"], seeds=[42, 43])
     assert emit.DEFAULT_UNITS_PER_JOB == 4
     emitted = sweep.emit(plan, tmp_path / "runs", mode, template=tpl)
     assert (emitted.n_units, emitted.n_jobs, emitted.units_per_job) == (8, 2, 4)

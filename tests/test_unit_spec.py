@@ -14,28 +14,46 @@ from encoder_eval.cells.probe_flags import probe_parser
 from encoder_eval.cells.run_flags import run_parser
 from encoder_eval.cells.unit_spec import PROBE, UnitSpec, spec_argv
 from encoder_eval.core.errors import HarnessError
-from encoder_eval.plans.plan import build_plan, build_probe_plan
+from encoder_eval.plans.plan import (
+    CellSettings,
+    PlanInputs,
+    ProbeSettings,
+    build_plan,
+    build_probe_plan,
+)
 
 
 def _plans(tmp_path):
     select = build_plan(
-        "select", results_dir=tmp_path / "r", models=["a"], extra_models=["a=org/a"],
-        tasks=["glue_rte"], lr_keys=["lr03", "lr06"], seeds=[42, 43], max_steps=5,
-        precision="fp32", limit=16,
-        extra_run_args=["--pad-multiple", "32", "--no-save-predictions", "--report-to",
-                        "tensorboard", "--tracking-dir", str(tmp_path / "t")],
-    )  # fmt: skip
+        "select",
+        PlanInputs(tmp_path / "r", models=["a"], extra_models=["a=org/a"], tasks=["glue_rte"]),
+        CellSettings.from_argv(
+            [
+                *"--pad-multiple 32 --no-save-predictions --report-to tensorboard --tracking-dir".split(),
+                str(tmp_path / "t"),
+            ]
+        ).given(max_steps=5, limit=16, precision="fp32"),
+        lr_keys=["lr03", "lr06"],
+        seeds=[42, 43],
+    )
     report = build_plan(
-        "report", results_dir=tmp_path / "r2", models=["a"], extra_models=["a=org/a"],
-        tasks=["glue_rte", "glue_sst2"], seeds=[45], precision="auto",
-        selection={"pairs": {"a": {t: {"lr_key": "lr03", "lr": 1.67e-05}
-                                   for t in ("glue_rte", "glue_sst2")}}},
-    )  # fmt: skip
+        "report",
+        PlanInputs(
+            tmp_path / "r2", models=["a"], extra_models=["a=org/a"], tasks=["glue_rte", "glue_sst2"]
+        ),
+        CellSettings().given(precision="auto"),
+        seeds=[45],
+        selection={
+            "pairs": {
+                "a": {t: {"lr_key": "lr03", "lr": 1.67e-05} for t in ("glue_rte", "glue_sst2")}
+            }
+        },
+    )
     probe = build_probe_plan(
-        results_dir=tmp_path / "p", models=["a"], extra_models=["a=org/a"],
-        tasks=["glue_rte"], poolings=["mean", "first"], limit=32, precision="fp32",
-        extra_run_args=["--batch-size", "8", "--store-probes"],
-    )  # fmt: skip
+        PlanInputs(tmp_path / "p", models=["a"], extra_models=["a=org/a"], tasks=["glue_rte"]),
+        ProbeSettings(poolings=["mean", "first"], precision="fp32"),
+        CellSettings.from_argv(["--batch-size", "8", "--store-probes"], PROBE).given(limit=32),
+    )
     return [select, report, probe]
 
 
@@ -80,3 +98,52 @@ def test_spec_refusals(tmp_path, capsys):
     bad.write_text(json.dumps({"spec_version": 1, "kind": "finetune", "flags": {"tsk": "x"}}))
     assert run.main(["--spec", str(bad)]) == 2
     assert "unknown entry flags.tsk" in capsys.readouterr().err
+
+
+def test_an_experiments_typed_recipe_reaches_the_plans_unit_specs_without_flags(
+    tmp_path, monkeypatch
+):
+    """An entry of the experiment file's `[recipe]` (and its `report_to`) reaches every
+    unit's spec of the select sweep, and of the report sweep that inherits it through the
+    selection, as a typed value: nothing on the way reads cell flags
+    (`cell_flag_values` is not called) and the plan has no extra run arguments."""
+    from result_helpers import make_selection
+
+    from encoder_eval.cells import unit_spec
+    from encoder_eval.core.protocol import Precision
+    from encoder_eval.plans import experiment
+    from encoder_eval.plans import plan as plan_module
+
+    exp = tmp_path / "exp.toml"
+    exp.write_text('version = 1\ntasks = ["glue_rte"]\nlr_keys = ["lr06"]\nreport_to = "mlflow"\n'
+                   '[models.a]\npath = "org/a"\n[seeds]\nselect = [42]\nreport = [45]\n'
+                   '[recipe]\nmax_steps = 30\nmicro_batch = 8\nprecision = "fp32"\nlimit = 16\n'
+                   'warmup_ratio = 0.2\nbatching = "random"\n')  # fmt: skip
+
+    def no_flags(*args, **kwargs):
+        raise AssertionError("the typed recipe went through cell flags")
+
+    monkeypatch.setattr(plan_module, "cell_flag_values", no_flags)
+    monkeypatch.setattr(unit_spec, "cell_flag_values", no_flags)
+
+    def plan_of(*argv: str):
+        return sweep.plan_from_args(sweep.build_parser().parse_args(list(argv)))
+
+    select = plan_of("--experiment", str(exp), "--phase", "select",
+                     "--results-dir", str(tmp_path / "sel"))  # fmt: skip
+    doc = make_selection({("a", "glue_rte"): "lr06"})
+    doc["experiment"] = experiment.Experiment(
+        models={"a": experiment.ModelSpec("org/a")}, tasks=["glue_rte"],
+        seeds={"select": [42], "report": [45]}, max_steps=select.max_steps,
+        recipe_entries=select.recipe_entries(), report_to=select.report_to, phase="select",
+    ).to_dict()  # fmt: skip
+    (tmp_path / "selection.json").write_text(json.dumps(doc))
+    report = plan_of("--phase", "report", "--selection", str(tmp_path / "selection.json"),
+                     "--results-dir", str(tmp_path / "rep"))  # fmt: skip
+    for plan in (select, report):
+        assert plan.extra_run_args == [] and len(plan.units()) == 1
+        spec = plan.unit_spec(plan.units()[0])
+        recipe = spec.recipe
+        assert (recipe.max_steps, recipe.micro_batch, recipe.limit) == (30, 8, 16)
+        assert (recipe.warmup_ratio, recipe.batching) == (0.2, "random")
+        assert recipe.precision is Precision.FP32 and spec.flags.report_to == "mlflow"

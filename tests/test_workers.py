@@ -27,6 +27,7 @@ from test_sweep import FAKE_PYTHON, TESTS, _calls, _exe
 from encoder_eval import sweep
 from encoder_eval.core.protocol import LR_GRID
 from encoder_eval.core.results import read_result, result_filename
+from encoder_eval.plans.plan import PlanInputs
 
 MODEL, TASK, LR_KEYS, SEEDS = "tiny", "glue_rte", ("lr03", "lr06", "lr10"), (42, 43)
 PROGRESS = re.compile(
@@ -133,8 +134,14 @@ def fake(tmp_path):
     """A plan of 4 units (2 models x 2 tasks) and a fake python that records each run."""
     exe = _exe(tmp_path / "python", FAKE_PYTHON.format(python=sys.executable, tests=TESTS))
     log = tmp_path / "calls.jsonl"
-    plan = sweep.build_plan("select", results_dir=tmp_path / "res", extra_models=["a=org/a", "b=org/b"],
-                            tasks=["glue_rte", "glue_sst2"], lr_keys=["lr03"], seeds=[42])  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(
+            tmp_path / "res", extra_models=["a=org/a", "b=org/b"], tasks=["glue_rte", "glue_sst2"]
+        ),
+        lr_keys=["lr03"],
+        seeds=[42],
+    )
     emitted = sweep.emit_shell(plan, tmp_path / "runs")
     return emitted.script, exe, log
 
@@ -209,9 +216,12 @@ def test_gpus_choose_workers_per_gpu_from_the_model_and_the_card(tmp_path, card_
     ENCODER_EVAL_GPU_MEMORY_GIB here, from nvidia-smi on a GPU machine."""
     exe = _exe(tmp_path / "python", FAKE_PYTHON.format(python=sys.executable, tests=TESTS))
     log, seen = tmp_path / "calls.jsonl", tmp_path / "gpus.txt"
-    plan = sweep.build_plan("select", results_dir=tmp_path / "res", models=["xlm-r-base"],
-                            tasks=["glue_rte", "glue_sst2"], lr_keys=["lr03", "lr06"],
-                            seeds=[42])  # fmt: skip
+    plan = sweep.build_plan(
+        "select",
+        PlanInputs(tmp_path / "res", models=["xlm-r-base"], tasks=["glue_rte", "glue_sst2"]),
+        lr_keys=["lr03", "lr06"],
+        seeds=[42],
+    )
     script = sweep.emit_shell(plan, tmp_path / "runs", group="lr").script
     wrapper = _barrier_python(tmp_path, exe, seen, k)
     proc = _run(script, wrapper, log, "--gpus", "7", "--no-warm",

@@ -13,12 +13,19 @@ from dataclasses import dataclass, field
 from encoder_eval.cells.probing import DEFAULT_K_FOLDS, DEFAULT_SEED
 from encoder_eval.core.errors import ArgumentParser
 from encoder_eval.core.flags import add_flags, flag_field
-from encoder_eval.core.protocol import DEVICES, Precision, precision_flag, seed_arg
+from encoder_eval.core.protocol import (
+    DEVICES,
+    PROTOCOL_RECIPE,
+    Precision,
+    precision_flag,
+    seed_arg,
+)
 from encoder_eval.data.models import FIXED_POOLINGS
 
 # What a probe run writes and reads by default (`probe_cell.ProbeRun` holds the same).
 DEFAULT_POOLINGS = ("mean",)
-DEFAULT_MAX_SEQ_LEN = 256  # the fine-tuning protocol's length limit
+# The probe's default length: the fine-tuning protocol's (a probe plan's recipe holds it).
+DEFAULT_MAX_SEQ_LEN = PROTOCOL_RECIPE.max_seq_len
 
 
 @dataclass

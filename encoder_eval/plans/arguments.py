@@ -32,7 +32,11 @@ from encoder_eval.plans.emit import (
 )
 from encoder_eval.plans.plan import (
     GROUPS,
+    PROBE,
+    CellSettings,
     Plan,
+    PlanInputs,
+    ProbeSettings,
     build_plan,
     build_probe_plan,
     split_csv,
@@ -259,12 +263,8 @@ def _flags_given(args: argparse.Namespace, flags: tuple) -> list[str]:
     return [flag for dest, flag in flags if getattr(args, dest, None) not in (None, "", [])]
 
 
-def _extra_args(args: argparse.Namespace, given_extra: tuple[str, ...] | None = None) -> list[str]:
-    """--extra-run-args as a list (`given_extra`, else shell-split from `args`); the cell
-    flags the sweep takes directly (--limit, --precision, --report-to) go to the plan as
-    values, which it merges with these (`unit_spec.cell_flag_values`)."""
-    if given_extra is not None:
-        return list(given_extra)
+def _extra_args(args: argparse.Namespace) -> list[str]:
+    """--extra-run-args shell-split into a list (`CellSettings.from_argv` reads it once)."""
     try:
         return shlex.split(args.extra_run_args or "")
     except ValueError as exc:
@@ -279,31 +279,32 @@ def probe_plan_from_args(args: argparse.Namespace) -> Plan:
             f"{wrong[0]} is for --phase select/report; drop it for --phase "
             "probe (its flags: --pooling, --k-folds, --seed, --precision)"
         )
-    pooling = None if args.pooling is None else split_csv(args.pooling)
     seed = None
     if args.seed is not None:
         try:
             seed = check_seed(int(args.seed))
         except ValueError:
             raise HarnessError(f"--seed {args.seed!r} must be one integer, e.g. 42") from None
-    return build_probe_plan(
-        results_dir=args.results_dir or os.path.join("results", PROBE_PHASE),
-        models=split_csv(args.models) or None,
-        extra_models=args.model,
-        tasks=split_csv(args.tasks) or None,
-        poolings=pooling,
+    probe = ProbeSettings.asked(
+        poolings=None if args.pooling is None else tuple(split_csv(args.pooling)),
         k_folds=args.k_folds,
         seed=seed,
-        max_seq_len=args.max_seq_len,
         precision=args.precision,
+    )
+    inputs = PlanInputs(
+        results_dir=args.results_dir or os.path.join("results", PROBE_PHASE),
+        models=tuple(split_csv(args.models)),
+        extra_models=tuple(args.model),
+        tasks=tuple(split_csv(args.tasks)),
+        tasks_files=tuple(args.tasks_file),
+        trust_remote_code=tuple(split_csv(args.trust_remote_code)),
         data_dir=args.data_dir,
         device=args.device,
-        extra_run_args=_extra_args(args),
-        trust_remote_code=split_csv(args.trust_remote_code),
-        tasks_files=args.tasks_file,
-        limit=args.limit,
-        report_to=args.report_to or None,
     )
+    settings = CellSettings.from_argv(_extra_args(args), PROBE).given(
+        max_seq_len=args.max_seq_len, limit=args.limit, report_to=args.report_to or None
+    )
+    return build_probe_plan(inputs, probe, settings)
 
 
 def plan_from_args(args: argparse.Namespace, cfg: SweepConfig | None = None) -> Plan:
@@ -316,7 +317,9 @@ def plan_and_config(
 ) -> tuple[Plan, SweepConfig | None]:
     """The Plan the parsed plan flags describe, and for a fine-tuning phase the flags
     merged with their experiment files (`cfg`, else `sweep_config.resolve(args)`; None for
-    the probe phase, which reads no experiment file)."""
+    the probe phase, which reads no experiment file). The plan's settings are the
+    experiment's or `--extra-run-args`' (`cfg.cell_settings`, typed) with the recipe
+    entries the sweep's own flags give."""
     if (args.phase if cfg is None else cfg.phase) == PROBE_PHASE:
         return probe_plan_from_args(args), None
     wrong = _flags_given(args, _PROBE_FLAGS)
@@ -331,28 +334,32 @@ def plan_and_config(
     selection = None
     if cfg.selection is not None:
         selection = load_selection(cfg.selection)
-    extra = _extra_args(args, given_extra=cfg.extra_run_args)
-    plan = build_plan(
-        cfg.phase,
+    inputs = PlanInputs(
         results_dir=cfg.results_dir or os.path.join("results", cfg.phase),
-        models=list(cfg.models) or None,
-        extra_models=list(cfg.model),
-        tasks=list(cfg.tasks) or None,
-        lr_keys=None if cfg.lr_keys is None else list(cfg.lr_keys),
-        seeds=None if cfg.seeds is None else list(cfg.seeds),
-        selection=selection,
-        max_steps=cfg.max_steps,
-        max_seq_len=cfg.max_seq_len,
+        models=cfg.models,
+        extra_models=cfg.model,
+        tasks=cfg.tasks,
+        tasks_files=cfg.tasks_files,
+        trust_remote_code=cfg.trust_remote_code,
+        pins=cfg.model_pins,
         data_dir=cfg.data_dir,
         device=cfg.device,
-        extra_run_args=extra,
-        trust_remote_code=list(cfg.trust_remote_code),
-        pins=cfg.model_pins or None,
+    )
+    settings = cfg.cell_settings.given(
+        max_steps=cfg.max_steps,
+        max_seq_len=cfg.max_seq_len,
         selection_split=cfg.selection_split,
-        tasks_files=list(cfg.tasks_files) or None,
         limit=getattr(args, "limit", None),
         precision=getattr(args, "precision", None),
         report_to=getattr(args, "report_to", None) or None,
+    )
+    plan = build_plan(
+        cfg.phase,
+        inputs,
+        settings,
+        lr_keys=None if cfg.lr_keys is None else list(cfg.lr_keys),
+        seeds=None if cfg.seeds is None else list(cfg.seeds),
+        selection=selection,
     )
     return plan, cfg
 

@@ -6,7 +6,8 @@ keys and seeds, the recipe entries that differ from the protocol (`[recipe]`, ty
 `max_steps`, `max_seq_len`, `precision`, `limit`, ...), `report_to`, the data directory, the
 device, the selection split, the cell flags the harness does not model (`extra_run_args`)
 and, per phase, where it ran. Files written before the recipe was typed held its entries in
-`extra_run_args`; they are read into `[recipe]` (`unit_spec.cell_flag_values`). `select`, the report sweep,
+`extra_run_args`; they are read into `[recipe]` (`unit_spec.cell_flag_values`). A plan
+takes the recipe typed (`Experiment.cell_settings`), never as flags. `select`, the report sweep,
 `status` and `summarize` read it, so the shrinking flags are given once. A user may write
 the file first and pass it with `sweep --experiment FILE`::
 
@@ -88,7 +89,7 @@ from encoder_eval.data.models import (
     check_model_name,
 )
 from encoder_eval.data.tasks import TASK_KNOBS, resolve_task_names
-from encoder_eval.plans.plan import canonical_cell_flags, cell_flags
+from encoder_eval.plans.plan import CellSettings
 from encoder_eval.plans.redaction import REDACTED, redact_data, redact_text  # noqa: F401
 from encoder_eval.plans.toml_text import dumps
 
@@ -181,11 +182,16 @@ class Experiment:
     phase: str | None = None  # the phase of the sweep that wrote the file (None: user-written)
     version: int = VERSION
 
-    def cell_flags(self) -> list[str]:
-        """The cell flags this experiment sets beyond its own fields, in their one spelling
-        (`plan.cell_flags`): its recipe entries, `--report-to`, then `extra_run_args`."""
-        recipe = dataclasses.replace(PROTOCOL_RECIPE, **self.recipe_entries)
-        return cell_flags(recipe, self.report_to, self.extra_run_args)
+    def cell_settings(self) -> CellSettings:
+        """What this experiment sets for every cell beyond its own fields (max_steps,
+        max_seq_len, selection_split), typed, as a plan takes it: its `[recipe]` entries,
+        `report_to` and `extra_run_args` (`plan.CellSettings`; no flags between)."""
+        entries = {
+            name: Precision.of(value) if name == "precision" else value
+            for name, value in self.recipe_entries.items()
+        }
+        recipe = dataclasses.replace(PROTOCOL_RECIPE, **entries)
+        return CellSettings(recipe, self.report_to, tuple(self.extra_run_args))
 
     def redacted(self) -> Experiment:
         """This experiment without local paths (model directories, the data directory, task
@@ -408,6 +414,8 @@ def _read_extra_run_args(r: _Reader, exp: Experiment, argv: list[str]) -> None:
     parser cannot read (a flag of a newer harness, a redacted value) stays as given."""
     from encoder_eval.cells.unit_spec import cell_flag_values
 
+    if not argv:  # what every file written since the recipe was typed holds
+        return
     try:
         values, report_to, rest = cell_flag_values(argv)
     except HarnessError:
@@ -562,20 +570,19 @@ class Fact:
     def get(self, exp: Experiment, phase: str) -> Any:
         if self.attr == "seeds":
             return exp.seeds.get(phase)
-        if self.attr == "extra_run_args":  # the cell flags the experiment sets, in one spelling
-            return exp.cell_flags()
+        if self.attr == "extra_run_args":  # what the experiment sets for every cell, typed
+            return exp.cell_settings()
         return getattr(exp, self.attr)
 
     def from_args(self, args: argparse.Namespace) -> Any:
         """The flag's value as the experiment holds it (None: not given); `resolve`'s draft
-        holds LR keys, seeds and extra run arguments as lists already (`_typed_draft`)."""
+        holds LR keys and seeds as lists already, extra run arguments as `CellSettings`
+        (`_typed_draft`)."""
         raw = getattr(args, self.attr)
         if raw is None or raw == "" or raw == []:
             return None
         if self.attr == "data_dir":
             return os.path.abspath(raw)
-        if self.attr == "extra_run_args":
-            return _canonical_extra(raw)
         return raw
 
     def to_args(self, value: Any) -> Any:
@@ -585,6 +592,8 @@ class Fact:
         value = self.default if value is None else value
         if value is None:
             return "none"
+        if isinstance(value, CellSettings):  # shown as the cell flags it stands for
+            value = value.argv()
         if isinstance(value, list):
             return ",".join(map(str, value)) if value else "none"
         return str(value)
@@ -597,15 +606,15 @@ SELECT_FACTS = (
     Fact("data_dir", "--data-dir"),
     Fact("device", "--device", "auto"),
     Fact("selection_split", "--selection-split", PROTOCOL_RECIPE.selection_split),
-    Fact("extra_run_args", "--extra-run-args", []),
+    Fact("extra_run_args", "--extra-run-args", CellSettings()),
 )
 LR_KEYS_FACT = Fact("lr_keys", "--lr-keys", list(LR_GRID))
 
 
 def _canonical_extra(argv: list[str] | tuple[str, ...]) -> list[str]:
-    """Extra run arguments in their one spelling (`plan.canonical_cell_flags`): an
+    """Extra run arguments in their one spelling (`CellSettings.from_argv`, then `argv`): an
     experiment written before it, or flags given in another order, say the same thing."""
-    return canonical_cell_flags(list(argv))
+    return CellSettings.from_argv(argv).argv()
 
 
 def seeds_fact(phase: str) -> Fact:

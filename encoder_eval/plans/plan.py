@@ -14,13 +14,12 @@ import argparse
 import dataclasses
 import os
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from encoder_eval.cells.probe_cell import result_path
 from encoder_eval.cells.probe_flags import (
-    DEFAULT_MAX_SEQ_LEN,
     DEFAULT_POOLINGS,
     ProbeFlags,
     probe_parser,
@@ -69,7 +68,15 @@ from encoder_eval.data.models import (
 from encoder_eval.data.taskfile import register_task_files
 from encoder_eval.data.tasks import resolve_task_names
 
-__all__ = ["Cell", "Plan", "ProbeSettings", "build_plan", "build_probe_plan"]
+__all__ = [
+    "Cell",
+    "CellSettings",
+    "Plan",
+    "PlanInputs",
+    "ProbeSettings",
+    "build_plan",
+    "build_probe_plan",
+]
 
 # The module a unit's process runs, by the plan's kind of cell: `unit_spec.MODULES`.
 # How many cells share one `encoder_eval.run` process (see `Plan.units`).
@@ -148,30 +155,6 @@ def parse_seeds(text: str | None, flag: str = "--seeds") -> list[int] | None:
 # `recipe.max_seq_len`, `selection_split`); the others are its `[recipe]` entries
 # (`Plan.recipe_entries`).
 TYPED_ENTRIES = ("max_steps", "max_seq_len", "selection_split")
-
-
-def cell_flags(
-    recipe: Recipe, report_to: str | None, others: Sequence[str], skip: Sequence[str] = ()
-) -> list[str]:
-    """The one spelling of cell flags beyond a cell's identity: the recipe entries that
-    differ from the protocol (`recipe_argv`, but `skip`), `--report-to`, then `others`."""
-    names = tuple(n for n in changed_entries(recipe) if n not in skip)
-    return [
-        *recipe_argv(recipe, names),
-        *(["--report-to", report_to] if report_to else []),
-        *others,
-    ]
-
-
-def canonical_cell_flags(argv: Sequence[str]) -> list[str]:
-    """`argv` (extra run arguments) in `cell_flags`' one spelling and order, so that two
-    flag lists that say the same thing compare equal however the flags were given (a list
-    `run`'s parser cannot read, as given)."""
-    try:
-        recipe, report_to, rest = cell_flag_values(list(argv))
-    except HarnessError:
-        return list(argv)
-    return cell_flags(dataclasses.replace(PROTOCOL_RECIPE, **recipe), report_to, rest)
 
 
 def parse_lr_keys(text: str | None) -> list[str] | None:
@@ -294,12 +277,112 @@ class Cell:
 
 @dataclass(frozen=True)
 class ProbeSettings:
-    """What every unit of a probe plan passes to `encoder_eval.probe` besides its cells."""
+    """What every unit of a probe plan passes to `encoder_eval.probe` besides its cells and
+    its recipe (length, limit). Given to `build_probe_plan` as asked (defaults:
+    `encoder_eval.probe`'s); the plan holds them checked, a precision as its word."""
 
-    poolings: tuple[str, ...]
-    k_folds: int
-    seed: int
-    precision: str
+    poolings: tuple[str, ...] = DEFAULT_POOLINGS
+    k_folds: int = DEFAULT_K_FOLDS
+    seed: int = DEFAULT_SEED
+    precision: str = Precision.BF16.value
+
+    @classmethod
+    def asked(cls, **values: object) -> ProbeSettings:
+        """The settings a command's flags ask for (a value None: not given, the default)."""
+        return cls(**{name: value for name, value in values.items() if value is not None})
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What every phase's plan covers and where its cells run, as the caller asks it
+    (`build_plan` and `build_probe_plan` check it): the models (`resolve_models`: names,
+    `--model NAME=PATH[:MODE]` additions, the names allowed remote code, per-model
+    (weights, code) revision pins), the tasks and the user task files that define some,
+    the data directory, the device and the results directory. Empty means the default."""
+
+    results_dir: str | os.PathLike
+    models: tuple[str, ...] = ()
+    extra_models: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
+    tasks_files: tuple[str | os.PathLike, ...] = ()
+    trust_remote_code: tuple[str, ...] = ()
+    pins: Mapping[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    data_dir: str | os.PathLike | None = None
+    device: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("models", "extra_models", "tasks", "tasks_files", "trust_remote_code"):
+            object.__setattr__(self, name, tuple(getattr(self, name) or ()))
+        object.__setattr__(self, "pins", dict(self.pins or {}))
+
+
+@dataclass(frozen=True)
+class CellSettings:
+    """What every cell of a plan runs with beyond its identity: the recipe, typed (for a
+    probe plan only its length and limit count), `run --report-to` (None: none), and the
+    cell flags the harness does not model, in the cell command's one spelling.
+
+    Cell flags given as text (`sweep --extra-run-args`, an older experiment file's
+    `extra_run_args`) become settings once, at the edge (`from_argv`); an experiment file's
+    typed `[recipe]` becomes settings without flags (`Experiment.cell_settings`)."""
+
+    recipe: Recipe = PROTOCOL_RECIPE
+    report_to: str | None = None
+    extra_run_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "extra_run_args", tuple(self.extra_run_args))
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str], kind: str = FINETUNE) -> CellSettings:
+        """Cell flags given as text, read once by the cell command's own parser
+        (`unit_spec.cell_flag_values`): the recipe entries they set, `--report-to` and the
+        rest. A list that parser cannot read, or that asks it to print and exit (`--help`),
+        stays as given (the plan refuses it, saying why)."""
+        try:
+            values, report_to, rest = cell_flag_values(list(argv), kind)
+        except (HarnessError, SystemExit):
+            return cls(extra_run_args=tuple(argv))
+        return cls(dataclasses.replace(PROTOCOL_RECIPE, **values), report_to, tuple(rest))
+
+    def argv(self) -> list[str]:
+        """These settings as cell flags in their one spelling and order, for a message or
+        a comparison of flag lists: the recipe entries that differ from the protocol
+        (`recipe_argv`), `--report-to`, then the flags the harness does not model."""
+        return [
+            *recipe_argv(self.recipe, changed_entries(self.recipe)),
+            *(["--report-to", self.report_to] if self.report_to else []),
+            *self.extra_run_args,
+        ]
+
+    def given(self, *, report_to: str | None = None, **entries: object) -> CellSettings:
+        """These settings with the recipe entries (and `--report-to`) a command's own flags
+        give (None: not given); a given value that contradicts one these settings set
+        (from `--extra-run-args` or an experiment) is refused, naming both."""
+        recipe, changed = self.recipe, set(changed_entries(self.recipe))
+        values: dict[str, object] = {}
+        for name, value in entries.items():
+            if value is None:
+                continue
+            if name == "precision":
+                value = Precision.of(str(value))
+            if name in changed and getattr(recipe, name) != value:
+                asked = recipe_argv(dataclasses.replace(recipe, **{name: value}), (name,))
+                raise HarnessError(
+                    f"{shlex.join(asked)} contradicts {shlex.join(recipe_argv(recipe, (name,)))}"
+                    " of --extra-run-args or of the select phase's experiment; give one value"
+                )
+            values[name] = value
+        if report_to and self.report_to and report_to != self.report_to:
+            raise HarnessError(
+                f"--report-to {report_to} contradicts --report-to {self.report_to} of "
+                "--extra-run-args or of the select phase's experiment; give one value"
+            )
+        return dataclasses.replace(
+            self,
+            recipe=dataclasses.replace(recipe, **values),
+            report_to=report_to or self.report_to,
+        )
 
 
 @dataclass
@@ -526,21 +609,19 @@ def check_file_names(cells: list[Cell]) -> None:
             )
 
 
-def _models_and_tasks(
-    models: list[str] | None,
-    extra_models: list[str] | None,
-    trust_remote_code: Sequence[str],
-    pins: dict[str, tuple[str | None, str | None]] | None,
-    tasks: list[str] | None,
-    tasks_files: list[str | os.PathLike] | None,
-) -> tuple[dict[str, ModelEntry], list[str], list[str]]:
+def _models_and_tasks(inputs: PlanInputs) -> tuple[dict[str, ModelEntry], list[str], list[str]]:
     """What every phase's plan covers: the models (`resolve_models`: remote code, pins), the
     tasks (`resolve_tasks`, after the user task files are registered, so their tasks are
     known) and those files as absolute paths (each cell's run reads them too)."""
-    resolved = resolve_models(models, extra_models, trust_remote_code, pins)
-    files = [os.path.abspath(f) for f in tasks_files or []]
+    resolved = resolve_models(
+        list(inputs.models) or None,
+        list(inputs.extra_models),
+        inputs.trust_remote_code,
+        inputs.pins or None,
+    )
+    files = [os.path.abspath(f) for f in inputs.tasks_files]
     register_task_files(files)
-    return resolved, resolve_tasks(tasks), files
+    return resolved, resolve_tasks(list(inputs.tasks) or None), files
 
 
 def _cell(
@@ -576,9 +657,9 @@ def _abs_if_local(path: str) -> str:
 
 
 def _check_run_inputs(
-    device: str | None,
-    extra_run_args: list[str] | None,
-    data_dir: str | os.PathLike | None,
+    inputs: PlanInputs,
+    settings: CellSettings,
+    kind: str,
     reserved: tuple[str, ...],
     per: str,
     parser: Callable[[], argparse.ArgumentParser],
@@ -586,13 +667,24 @@ def _check_run_inputs(
     """The device, extra run arguments and data directory every phase's plan takes,
     checked: (device, extra args, absolute data dir or None). The extra arguments are
     parsed with the cell command's own `parser()`, so a flag is found however it is
-    spelled; any of `reserved` is refused, as is anything that command would refuse."""
-    device = device or "auto"
+    spelled; any of `reserved` is refused, as is anything that command would refuse or a
+    flag the settings model (a recipe entry, `--report-to`: `CellSettings.from_argv` reads
+    those out of text)."""
+    device = inputs.device or "auto"
     if device not in DEVICES:
         raise HarnessError(f"--device {device!r} must be auto, cuda or cpu")
-    extra = list(extra_run_args or [])
+    extra = list(settings.extra_run_args)
     if extra:
         _refuse_reserved(extra, parser(), reserved, per)
+        read = CellSettings.from_argv(extra, kind)
+        modelled = read.argv()[: len(read.argv()) - len(read.extra_run_args)]
+        if modelled:
+            raise HarnessError(
+                f"--extra-run-args {shlex.join(extra)!r} sets {shlex.join(modelled)}, which "
+                "the plan models: give it in the plan's settings (its recipe, report_to)"
+            )
+        extra = list(read.extra_run_args)
+    data_dir = inputs.data_dir
     if data_dir is not None:
         if not Path(data_dir).is_dir():
             raise HarnessError(f"--data-dir {data_dir} is not a directory; give the mirror's path")
@@ -641,43 +733,25 @@ def _refuse_reserved(
 
 def build_plan(
     phase: str,
+    inputs: PlanInputs,
+    settings: CellSettings = CellSettings(),
     *,
-    results_dir: str | os.PathLike,
-    models: list[str] | None = None,
-    extra_models: list[str] | None = None,
-    tasks: list[str] | None = None,
     lr_keys: list[str] | None = None,
     seeds: list[int] | None = None,
     selection: dict | None = None,
-    max_steps: int | None = None,
-    max_seq_len: int | None = None,
-    data_dir: str | os.PathLike | None = None,
-    device: str | None = None,
-    extra_run_args: list[str] | None = None,
-    trust_remote_code: Sequence[str] = (),
-    pins: dict[str, tuple[str | None, str | None]] | None = None,
-    selection_split: str | None = None,
-    tasks_files: list[str | os.PathLike] | None = None,
-    limit: int | None = None,
-    precision: str | None = None,
-    report_to: str | None = None,
 ) -> Plan:
     """Expand a phase into its cells, checking every input; raises HarnessError on bad input.
 
     select: models x tasks x LR keys (default: the whole grid) x seeds (default 42-44).
     report: models x tasks x seeds (default 45-49) at each pair's LR in `selection`, with
-    the selection split its select cells used (a contradicting `selection_split` is refused).
-    `tasks_files` (user task files) are registered before the tasks are resolved, and every
-    cell's run reads them too. `trust_remote_code`: the models the user lets run remote code
-    (`resolve_models`); `pins`: per-model (weights, code) revisions. `max_steps`,
-    `max_seq_len`, `limit`, `precision` (a word of `protocol.PRECISIONS`) and `report_to`
-    join what `extra_run_args` sets (`unit_spec.cell_flag_values`), which they may not contradict.
+    the selection split its select cells used (a recipe that asks for another split is
+    refused). `inputs`: the models, tasks and places every phase shares (`PlanInputs`; user
+    task files are registered before the tasks are resolved, and every cell's run reads
+    them too); `settings`: every cell's recipe, `--report-to` and unmodelled flags.
     """
     if phase not in PHASES:
         raise HarnessError(f"--phase {phase!r} must be select or report")
-    resolved, task_list, files = _models_and_tasks(
-        models, extra_models, trust_remote_code, pins, tasks, tasks_files
-    )
+    resolved, task_list, files = _models_and_tasks(inputs)
     shrunk = []
     if seeds is None:
         seeds = list(PHASE_SEEDS[phase])
@@ -704,21 +778,12 @@ def build_plan(
                 "create it with encoder-eval select"
             )
     device, extra, data_dir = _check_run_inputs(
-        device, extra_run_args, data_dir, _RESERVED_RUN_FLAGS, "cell", run_parser
+        inputs, settings, FINETUNE, _RESERVED_RUN_FLAGS, "cell", run_parser
     )
-    from_extra = dataclasses.replace(PROTOCOL_RECIPE, **cell_flag_values(extra)[0])
-    if selection_split is None and "selection_split" in changed_entries(from_extra):
-        selection_split = from_extra.selection_split
-    selection_split = _selection_split(phase, selection, selection_split)
-    recipe, report_to, extra = _plan_recipe(
-        extra,
-        max_steps=max_steps,
-        max_seq_len=max_seq_len,
-        selection_split=selection_split,
-        limit=limit,
-        precision=precision,
-        report_to=report_to,
-    )
+    recipe = settings.recipe
+    asked = recipe.selection_split if "selection_split" in changed_entries(recipe) else None
+    recipe = dataclasses.replace(recipe, selection_split=_selection_split(phase, selection, asked))
+    _check_recipe(recipe)
     shrunk += _departures(recipe)
 
     cells: list[Cell] = []
@@ -749,53 +814,24 @@ def build_plan(
     return Plan(
         phase=phase,
         cells=cells,
-        results_dir=os.path.abspath(results_dir),
+        results_dir=os.path.abspath(inputs.results_dir),
         recipe=recipe,
         data_dir=data_dir,
         device=device,
-        report_to=report_to,
+        report_to=settings.report_to,
         extra_run_args=extra,
         tasks_files=files,
         shrunk=shrunk,
     )
 
 
-def _plan_recipe(
-    extra: list[str], *, report_to: str | None, kind: str = FINETUNE, **given: object
-) -> tuple[Recipe, str | None, list[str]]:
-    """The plan's recipe, `--report-to` and remaining extra arguments: what `extra` sets
-    (`unit_spec.cell_flag_values`), with the entries `given` by the sweep's own flags (None:
-    not given), each checked; a given value that contradicts the extra arguments' is
-    refused."""
-    values, extra_report_to, rest = cell_flag_values(extra, kind)
-    recipe = dataclasses.replace(PROTOCOL_RECIPE, **values)
-    from_extra = set(changed_entries(recipe))
-    values: dict[str, object] = {}
-    for name, value in given.items():
-        if value is None:
-            continue
-        if name == "precision":
-            value = Precision.of(str(value))
-        had = getattr(recipe, name)
-        if name in from_extra and had != value:
-            flag = recipe_argv(recipe, (name,))
-            raise HarnessError(
-                f"{shlex.join(recipe_argv(dataclasses.replace(recipe, **{name: value}), (name,)))}"
-                f" contradicts {shlex.join(flag)} of --extra-run-args or of the select phase's "
-                "experiment; give one value"
-            )
-        values[name] = value
-    recipe = dataclasses.replace(recipe, **values)
+def _check_recipe(recipe: Recipe) -> None:
+    """Refuse a plan's recipe whose step cap or length is under 1, or whose limit
+    `limit.check_limit` refuses."""
     for name in ("max_steps", "max_seq_len"):
         if getattr(recipe, name) < 1:
             raise HarnessError(f"--{name.replace('_', '-')} must be at least 1")
     check_limit(recipe.limit)
-    if report_to and extra_report_to and report_to != extra_report_to:
-        raise HarnessError(
-            f"--report-to {report_to} contradicts --report-to {extra_report_to} of "
-            "--extra-run-args or of the select phase's experiment; give one value"
-        )
-    return recipe, report_to or extra_report_to, rest
 
 
 def _departures(recipe: Recipe) -> list[str]:
@@ -842,51 +878,38 @@ def _selection_split(phase: str, selection: dict | None, requested: str | None) 
 
 
 def build_probe_plan(
-    *,
-    results_dir: str | os.PathLike,
-    models: list[str] | None = None,
-    extra_models: list[str] | None = None,
-    tasks: list[str] | None = None,
-    poolings: list[str] | None = None,
-    k_folds: int | None = None,
-    seed: int | None = None,
-    max_seq_len: int | None = None,
-    precision: str | None = None,
-    data_dir: str | os.PathLike | None = None,
-    device: str | None = None,
-    extra_run_args: list[str] | None = None,
-    trust_remote_code: Sequence[str] = (),
-    pins: dict[str, tuple[str | None, str | None]] | None = None,
-    tasks_files: list[str | os.PathLike] | None = None,
-    limit: int | None = None,
-    report_to: str | None = None,
+    inputs: PlanInputs,
+    probe: ProbeSettings = ProbeSettings(),
+    settings: CellSettings = CellSettings(),
 ) -> Plan:
     """The probe phase: one cell per (model, pooling, task), one unit per (model, task); raises
-    HarnessError on bad input. Defaults are `encoder_eval.probe`'s (pooling mean, 10 folds,
-    seed 42, length 256, bf16); models and tasks are chosen as for the other phases."""
+    HarnessError on bad input. `probe`: the probe's poolings, folds, seed and precision
+    (defaults `encoder_eval.probe`'s: mean, 10 folds, seed 42, bf16); `settings`: its
+    recipe's length (default 256) and limit, and `encoder_eval.probe` flags the plan does
+    not model. Models and tasks are chosen as for the other phases (`inputs`)."""
     from encoder_eval.cells.embed import check_poolings  # the probe's rules (imports torch)
 
-    resolved, task_list, files = _models_and_tasks(
-        models, extra_models, trust_remote_code, pins, tasks, tasks_files
-    )
-    poolings = list(check_poolings(DEFAULT_POOLINGS if poolings is None else poolings))
-    precision = precision_word(precision or "bf16")  # refuses an unknown one
-    seed = check_seed(DEFAULT_SEED if seed is None else seed)
+    resolved, task_list, files = _models_and_tasks(inputs)
+    poolings = list(check_poolings(list(probe.poolings)))
+    precision = precision_word(probe.precision or "bf16")  # refuses an unknown one
+    seed = check_seed(probe.seed)
     try:
-        k_folds = ProbeConfig(DEFAULT_K_FOLDS if k_folds is None else k_folds, seed).k_folds
+        k_folds = ProbeConfig(probe.k_folds, seed).k_folds
     except HarnessError as exc:
         raise HarnessError(f"--k-folds: {exc}") from None
-    max_seq_len = DEFAULT_MAX_SEQ_LEN if max_seq_len is None else max_seq_len
-    if max_seq_len < 1:
+    recipe = settings.recipe
+    if recipe.max_seq_len < 1:
         raise HarnessError("--max-seq-len must be at least 1")
     device, extra, data_dir = _check_run_inputs(
-        device, extra_run_args, data_dir, _RESERVED_PROBE_FLAGS, "unit", probe_parser
+        inputs, settings, PROBE, _RESERVED_PROBE_FLAGS, "unit", probe_parser
     )
-    # The probe's flags left a recipe flag other than --limit out (reserved or unknown).
-    recipe, report_to, extra = _plan_recipe(
-        extra, max_seq_len=max_seq_len, limit=limit, report_to=report_to, kind=PROBE
-    )
-    if report_to:
+    others = [n for n in changed_entries(recipe) if n not in ("max_seq_len", "limit")]
+    if others:
+        raise HarnessError(
+            f"a probe plan's recipe sets its length and limit only, not {', '.join(others)}"
+        )
+    check_limit(recipe.limit)
+    if settings.report_to:
         raise HarnessError("--report-to is for fine-tuning phases; a probe cell has no curves")
     cells = [
         _cell(name, entry, task, "", 0.0, seed, PROBE_PHASE, pooling)
@@ -898,7 +921,7 @@ def build_probe_plan(
     return Plan(
         phase=PROBE_PHASE,
         cells=cells,
-        results_dir=os.path.abspath(results_dir),
+        results_dir=os.path.abspath(inputs.results_dir),
         recipe=recipe,
         data_dir=data_dir,
         device=device,

@@ -37,21 +37,24 @@ from encoder_eval.plans.experiment import (
     task_rows_file,
     write,
 )
-from encoder_eval.plans.plan import parse_lr_keys, parse_seeds, split_csv
+from encoder_eval.plans.plan import CellSettings, parse_lr_keys, parse_seeds, split_csv
 from encoder_eval.plans.selection import load_selection
 
 
 def _typed_draft(draft: argparse.Namespace) -> None:
-    """Parse the draft's LR keys, seeds and extra run arguments once, into lists: the fill
-    and its checks work on values, never on text written back to be parsed again."""
+    """Parse the draft's LR keys, seeds and extra run arguments once: LR keys and seeds
+    into lists, `--extra-run-args` into `CellSettings` (None: not given), the value an
+    experiment's recipe, report_to and extra_run_args are compared with and filled as. The
+    fill and its checks work on values, never on text written back to be parsed again."""
     for name, parse in (("lr_keys", parse_lr_keys), ("seeds", parse_seeds)):
         value = getattr(draft, name, None)
         if isinstance(value, str):
             setattr(draft, name, parse(value) if value else None)
     try:
-        draft.extra_run_args = shlex.split(draft.extra_run_args or "")
+        argv = shlex.split(draft.extra_run_args or "")
     except ValueError as exc:
         raise HarnessError(f"--extra-run-args is not valid shell quoting ({exc})") from None
+    draft.extra_run_args = CellSettings.from_argv(argv) if argv else None
 
 
 def _models_from_args(args: argparse.Namespace) -> dict[str, ModelSpec | None] | None:
@@ -276,7 +279,9 @@ class SweepConfig:
     data_dir: str | None = None
     device: str | None = None
     selection_split: str | None = None
-    extra_run_args: tuple[str, ...] = ()
+    # The experiment's other recipe entries, report_to and extra_run_args, typed, or what
+    # --extra-run-args says instead (`_fill`: a flag given wins).
+    cell_settings: CellSettings = CellSettings()
     sources: tuple[Experiment | None, Experiment | None] = (None, None)
     unconsented: str | None = None
 
@@ -297,7 +302,7 @@ def resolve(args: argparse.Namespace, *, results_manifest: bool = False) -> Swee
             draft.seeds = draft.seed
     _typed_draft(draft)
     _fill_draft(draft, results_manifest)
-    extra, lr_keys, seeds = draft.extra_run_args, draft.lr_keys, draft.seeds
+    lr_keys, seeds = draft.lr_keys, draft.seeds
     return SweepConfig(
         phase=draft.phase,
         results_dir=draft.results_dir,
@@ -316,7 +321,7 @@ def resolve(args: argparse.Namespace, *, results_manifest: bool = False) -> Swee
         data_dir=draft.data_dir,
         device=draft.device,
         selection_split=draft.selection_split,
-        extra_run_args=tuple(extra),
+        cell_settings=draft.extra_run_args or CellSettings(),
         sources=draft.experiment_sources,
         unconsented=getattr(draft, "unconsented", None),
     )

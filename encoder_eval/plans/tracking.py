@@ -42,7 +42,15 @@ from encoder_eval.core.receipt import (
 )
 from encoder_eval.core.results import DONE_STATES, cell_state, read_result
 from encoder_eval.core.schema import CellResult
-from encoder_eval.plans.plan import build_plan, build_probe_plan, resolve_tasks, split_csv
+from encoder_eval.plans.plan import (
+    CellSettings,
+    PlanInputs,
+    ProbeSettings,
+    build_plan,
+    build_probe_plan,
+    resolve_tasks,
+    split_csv,
+)
 from encoder_eval.plans.selection import load_selection
 
 STEP_DIR = re.compile(r"checkpoint-(\d+)")
@@ -257,42 +265,35 @@ def build_track_plan(
     """The sweep `Plan` of the cells behind the receipts of `checkpoints` (each checkpoint is
     a `--model ID=PATH` addition): the probe phase, or the report phase under a selection
     that gives every (checkpoint, task) the fixed LR."""
-    specs = [f"{c.id}={c.path}" for c in checkpoints]
-    names = [c.id for c in checkpoints]
-    common = dict(
+    inputs = PlanInputs(
         results_dir=results_dir(out_dir),
-        models=names,
-        extra_models=specs,
-        tasks=list(setup.tasks),
-        max_seq_len=setup.max_seq_len,
+        models=tuple(c.id for c in checkpoints),
+        extra_models=tuple(f"{c.id}={c.path}" for c in checkpoints),
+        tasks=tuple(setup.tasks),
         data_dir=data_dir,
         device=device,
     )
     if no_cache and setup.kind != "probe":
         raise HarnessError("--no-cache is for --kind probe (fine-tune cells cache no embeddings)")
     if setup.kind == "probe":
-        common["extra_run_args"] = ["--no-cache"] if no_cache else []
-        return build_probe_plan(
-            poolings=[setup.pooling],
+        probe = ProbeSettings.asked(
+            poolings=(setup.pooling,),
             k_folds=setup.k_folds,
             seed=setup.seed,
             precision=setup.precision,
-            **common,
         )
+        settings = CellSettings(extra_run_args=("--no-cache",) if no_cache else ())
+        return build_probe_plan(inputs, probe, settings.given(max_seq_len=setup.max_seq_len))
     selection = {
         "pairs": {
             c.id: {t: {"lr_key": setup.lr_key, "lr": setup.lr} for t in setup.tasks}
             for c in checkpoints
         }
     }
-    return build_plan(
-        "report",
-        selection=selection,
-        seeds=list(setup.seeds),
-        max_steps=setup.max_steps,
-        precision=setup.precision,
-        **common,
+    settings = CellSettings().given(
+        max_seq_len=setup.max_seq_len, max_steps=setup.max_steps, precision=setup.precision
     )
+    return build_plan("report", inputs, settings, selection=selection, seeds=list(setup.seeds))
 
 
 def _run_missing(plan, log: Callable[[str], None]) -> None:
