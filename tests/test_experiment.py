@@ -513,6 +513,27 @@ def test_flags_win_over_a_user_file_in_the_select_phase(tmp_path):
     assert experiment.load(tmp_path / "r" / EXPERIMENT_NAME).max_steps == 8
 
 
+def test_extra_run_args_add_to_a_user_files_recipe_entry_by_entry(tmp_path):
+    """--extra-run-args given with an experiment file wins for the entries it names; the
+    file's other [recipe] entries (precision, limit) stay, in the units and the record."""
+    path = write_file(tmp_path, "tasks = ['glue_rte']\nlr_keys = ['lr03']\n"
+                      "[models.m]\npath = 'org/m'\n"
+                      "[recipe]\nlimit = 16\nprecision = 'fp32'\nwarmup_ratio = 0.2\n")  # fmt: skip
+    for extra, want in (
+        ("--pad-multiple 32", {"--limit": "16", "--precision": "fp32", "--pad-multiple": "32"}),
+        ("--limit 8 --precision bf16", {"--limit": "8", "--precision": "bf16"}),
+    ):
+        out, res = tmp_path / f"o{len(extra)}", tmp_path / f"r{len(extra)}"
+        argv = ["--experiment", str(path), "--phase", "select", "--extra-run-args", extra,
+                "--out-dir", str(out), "--results-dir", str(res)]  # fmt: skip
+        assert sweep.main(argv) == EXIT_OK
+        (unit,) = unit_args(out / "run_all.sh")
+        assert {f: flag(unit, f) for f in want} == want, (extra, unit)
+        assert flag(unit, "--warmup-ratio") == "0.2", (extra, unit)
+        entries = experiment.load(res / EXPERIMENT_NAME).recipe_entries
+        assert entries["warmup_ratio"] == 0.2 and entries["limit"] == int(want["--limit"])
+
+
 def test_a_user_files_value_that_contradicts_the_select_phase_is_named_as_such(tmp_path, capsys):
     rdir, _ = select_sweep(tmp_path)
     fill_select(rdir)

@@ -329,6 +329,9 @@ class CellSettings:
     recipe: Recipe = PROTOCOL_RECIPE
     report_to: str | None = None
     extra_run_args: tuple[str, ...] = ()
+    # The recipe entries the text named (`from_argv`), also those it set to the protocol's
+    # value; None: the entries that differ from the protocol. Not part of the settings.
+    named: tuple[str, ...] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra_run_args", tuple(self.extra_run_args))
@@ -343,7 +346,22 @@ class CellSettings:
             values, report_to, rest = cell_flag_values(list(argv), kind)
         except (HarnessError, SystemExit):
             return cls(extra_run_args=tuple(argv))
-        return cls(dataclasses.replace(PROTOCOL_RECIPE, **values), report_to, tuple(rest))
+        recipe = dataclasses.replace(PROTOCOL_RECIPE, **values)
+        return cls(recipe, report_to, tuple(rest), tuple(values))
+
+    def over(self, base: CellSettings) -> CellSettings:
+        """These settings (given on the command line) on top of `base` (an experiment
+        file's): each recipe entry these name wins and `base` keeps every other entry it
+        sets; `--report-to`, and the flags the harness does not model, likewise as a whole.
+        So `--extra-run-args '--pad-multiple 32'` adds to an experiment's `[recipe]`
+        instead of dropping its precision or limit."""
+        named = set(changed_entries(self.recipe) if self.named is None else self.named)
+        kept = {n: getattr(base.recipe, n) for n in changed_entries(base.recipe) if n not in named}
+        return CellSettings(
+            dataclasses.replace(self.recipe, **kept),
+            self.report_to or base.report_to,
+            self.extra_run_args or base.extra_run_args,
+        )
 
     def argv(self) -> list[str]:
         """These settings as cell flags in their one spelling and order, for a message or

@@ -233,10 +233,13 @@ def _fill(
         *([seeds_fact(phase)] if phase in PHASE_SEEDS else []),
     ]
     for fact in (*facts, *cells):
-        want = fact.get(exp, phase)
-        if fact.from_args(args) is None and want is not None:
+        want, have = fact.get(exp, phase), fact.from_args(args)
+        if have is None and want is not None:
             setattr(args, fact.attr, fact.to_args(want))
             given[fact.attr] = f"{fact.attr} = {fact.show(want)} in {source}"
+        elif isinstance(have, CellSettings) and isinstance(want, CellSettings):
+            # Cell flags given win entry by entry: the file's other recipe entries stay.
+            setattr(args, fact.attr, have.over(want))
     requested = _models_from_args(args)
     if exp.models and requested is None:
         _set_models(args, exp.models, source)
