@@ -18,7 +18,8 @@ A protocol cell's cost is built from measured parts and the protocol's own count
 - **dev evaluations**: the protocol's cadence on the task (`protocol.eval_interval`) times the
   measured seconds of one evaluation of that task (`dev_eval_time_s` over the evaluations in
   `dev_history`); a task no cell measured is counted without them, and the output says so;
-- **start-up**: one fresh process per cell (the default) pays `process_start_to_first_step_s`
+- **start-up**: one fresh process per cell (the bound above every plan; GPU plans are warm
+  by default: `run_all.sh --gpus`, warm Slurm jobs) pays `process_start_to_first_step_s`
   per cell (per task the smallest, a process's first cell; the median over tasks); a warm
   worker pays it once and each cell only `time_to_first_step_s` (its model load,
   tokenisation, first step), and K warm workers per GPU (`core/gpu_share.workers_per_gpu`

@@ -697,6 +697,14 @@ def emit_slurm(
     `launch.sh` submits a unit while any of its cells is not done; the process then skips
     the cells already done.
 
+    A warm job (`launch.units_per_job` above 1, the default: `slurm_jobs`) runs several
+    units of one model one after another in one process, with the same contract, and:
+    ``"$@"`` and ``RUN_ARGS`` are one ``--spec FILE`` per unit (``python -m
+    encoder_eval.run "$@"`` runs them all, `run.run_job`); ``TASK``, ``LR``, ``LR_KEY``
+    and ``SEED`` list the job's distinct values, ``OUT_JSON`` and ``N_CELLS`` all its
+    cells; the job is named for its first unit and its number of units, and `units.json`
+    lists each job's result files.
+
     slurm-array mode (`emit_slurm_array`) keeps this same contract for every array task.
 
     A probe sweep (`--phase probe`) keeps it too, for jobs of one (model, task) each: the

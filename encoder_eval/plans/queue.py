@@ -2,9 +2,10 @@
 
 Every job a launch script submits (`emit.py`) is named `ee-<phase>-<hash of the results
 directory>-...` (`emit.job_prefix`) and carries, as its Slurm comment, where its cells are
-written down: `ee-unit:<i>:<out dir>/units.json` for a job of `--mode slurm` (unit i of that
-file), `ee-rows:<out dir>/arrays/rows-....txt` for an array job (array task t runs the unit
-on line t + 1 of that rows file). `units.json` lists each unit's result files, so one
+written down: `ee-unit:<i>:<out dir>/units.json` for a job of `--mode slurm` (entry i of that
+file), `ee-rows:<out dir>/arrays/rows-....txt` for an array job (array task t runs the entry
+on line t + 1 of that rows file). `units.json` lists each job's result files (all its units'
+in a warm job, `emit.slurm_jobs`), so one
 `squeue` call tells which result files jobs of this results directory will write, however
 the cells were grouped and whichever script (sweep or `status --emit`) submitted them.
 """
