@@ -105,6 +105,43 @@ def test_a_stop_signal_saves_state_exits_with_its_code_and_the_rerun_matches(
     assert again.returncode == 0
 
 
+def test_sigterm_to_a_warm_job_ends_it_at_once_and_the_rerun_resumes(
+    tmp_path, tiny_models, small_mirror, uninterrupted
+):
+    """A warm Slurm job's process (`run --spec A --spec B`, `run.run_job`) preempted in its
+    first unit saves that cell's state and exits 75 without starting the second; the
+    requeued job resumes the cell (the same result as never stopped) and runs the second."""
+    from encoder_eval import run as run_command
+    from encoder_eval.cells.unit_spec import UnitSpec
+
+    specs = []
+    for name, seed in (("first", str(SEED)), ("second", "46")):
+        argv = [str(a) for a in _cell(tiny_models, small_mirror, tmp_path / name / "cell.json")[3:]]
+        argv[argv.index("--seed") + 1] = seed
+        if name == "second":  # what it runs matters less than whether it runs
+            argv[argv.index("--max-steps") + 1] = "3"
+        spec = UnitSpec.from_args(run_command.build_parser().parse_args(argv))
+        specs += ["--spec", str(spec.write(tmp_path / f"{name}.json"))]
+    job = py("encoder_eval.run", *specs)
+    proc = subprocess.Popen(job, cwd=tmp_path, env=run_env(PYTHONUNBUFFERED="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        _wait_for_step(proc, 4)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == EXIT_PREEMPTED, err
+    assert "== unit 1 of 2" in out and "== unit 2" not in out, out
+    assert (tmp_path / "first" / ".resume-cell.json.pt").exists()
+    assert not (tmp_path / "second").exists()
+    again = sh(job, tmp_path)
+    assert "== unit 2 of 2" in again.stdout
+    _assert_same_as(read_json(tmp_path / "first" / "cell.json"), uninterrupted)
+    assert read_json(tmp_path / "second" / "cell.json")["status"] == "ok"
+
+
 def test_sigterm_to_a_whole_run_all_sh_like_slurm_then_the_rerun_resumes(
     tmp_path, tiny_models, small_mirror, uninterrupted
 ):
