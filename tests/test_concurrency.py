@@ -82,9 +82,10 @@ def test_an_array_task_and_a_shell_run_at_once(tmp_path, tiny_models, small_mirr
     tpl = tmp_path / "job.sh"
     tpl.write_text(f'#!/bin/bash\nexec {sys.executable} -m encoder_eval.run "$@"\n')
     shell = _sweep(tmp_path, tiny_models, small_mirror, "shell")
-    # one cell per array task (Slurm plans group by LR by default), as the rows below say
+    # one cell per array task (Slurm plans group by LR and pack 4 units a job by default),
+    # as the rows below say
     array = _sweep(tmp_path, tiny_models, small_mirror, "slurm-array", "--slurm-template",
-                   str(tpl), "--group", "cell")  # fmt: skip
+                   str(tpl), "--group", "cell", "--no-warm")  # fmt: skip
     rows = tmp_path / "rows.txt"
     rows.write_text("".join(f"{i}\n" for i in range(len(_expected()))))
     # The array's tasks, one after another (as a one-slot cluster runs them), each logged.
