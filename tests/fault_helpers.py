@@ -189,3 +189,14 @@ def skip_without_permission_bits(problem: str | None, why: str) -> None:
     if os.environ.get(REQUIRE_PERMISSIONS_ENV) == "1":
         pytest.fail(f"{REQUIRE_PERMISSIONS_ENV}=1 but {why}: {problem}")
     pytest.skip(f"{why}: {problem}")
+
+
+def two_long_units_sweep(model_dir, mirror, runs: Path, results: Path, cwd: Path) -> Path:
+    """Sweep two units ("tiny" on glue_rte, lr03 and lr06, seed 42) of 40 steps each, long
+    enough to stop mid-cell; the script's path."""
+    sh(py("encoder_eval.sweep", "--phase", "select", "--model", f"tiny={model_dir}",
+          "--tasks", "glue_rte", "--lr-keys", "lr03,lr06", "--seeds", "42", "--group", "lr",
+          "--max-steps", "40", "--max-seq-len", "128", "--device", "cpu", "--precision", "fp32",
+          "--data-dir", mirror, "--extra-run-args", "--epoch-cap 100 --no-early-stop",
+          "--out-dir", runs, "--results-dir", results), cwd)  # fmt: skip
+    return runs / "run_all.sh"

@@ -17,7 +17,15 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fault_helpers import SHRINK, env, py, result_files, sh, wait_until_started
+from fault_helpers import (
+    SHRINK,
+    env,
+    py,
+    result_files,
+    sh,
+    two_long_units_sweep,
+    wait_until_started,
+)
 
 from encoder_eval import sweep
 from encoder_eval.core.errors import EXIT_INCOMPLETE, EXIT_INPUT_ERROR
@@ -110,12 +118,7 @@ def test_a_stopped_warm_worker_is_killed_and_its_unit_fails(tmp_path, tiny_model
     script kills it, fails its unit with a line saying why, runs the next unit in a fresh
     worker and exits 1 naming the cell not done; it never waits forever."""
     runs, results = tmp_path / "runs", tmp_path / "results"
-    sh(py("encoder_eval.sweep", "--phase", "select", "--model", f"{MODEL}={tiny_models['bert']}",
-          "--tasks", TASK, "--lr-keys", "lr03,lr06", "--seeds", "42", "--group", "lr",
-          "--max-steps", "40", "--max-seq-len", "128", "--device", "cpu", "--precision", "fp32",
-          "--data-dir", small_mirror, "--extra-run-args", "--epoch-cap 100 --no-early-stop",
-          "--out-dir", runs, "--results-dir", results), tmp_path)  # fmt: skip
-    script = runs / "run_all.sh"
+    script = two_long_units_sweep(tiny_models["bert"], small_mirror, runs, results, tmp_path)
     assert "--stopped-timeout" in sh(["bash", str(script), "--help"], tmp_path).stdout
     first = runs / "logs" / f"{MODEL}_{TASK}_lr03.log"
     proc = subprocess.Popen(["bash", str(script), "--warm", "--stopped-timeout", "3"],

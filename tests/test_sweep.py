@@ -828,8 +828,8 @@ def test_slurm_array_group_lr_rows_are_units(tmp_path, fake_slurm):
     assert len(_lines(env["FAKE_JOBS"])) == 1
 
 
-def test_slurm_array_task_skips_a_done_cell(tmp_path, fake_slurm):
-    env, tpl = fake_slurm
+def _one_cell_array(tmp_path: Path, tpl: Path) -> tuple[sweep.Plan, Path]:
+    """A one-cell select plan emitted as an array job, and a rows file naming its row."""
     plan = sweep.build_plan(
         "select",
         PlanInputs(tmp_path / "res", extra_models=["a=org/a"], tasks=["glue_rte"]),
@@ -839,6 +839,12 @@ def test_slurm_array_task_skips_a_done_cell(tmp_path, fake_slurm):
     sweep.emit_slurm_array(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl))
     rows = tmp_path / "rows.txt"
     rows.write_text("0\n")
+    return plan, rows
+
+
+def test_slurm_array_task_skips_a_done_cell(tmp_path, fake_slurm):
+    env, tpl = fake_slurm
+    plan, rows = _one_cell_array(tmp_path, tpl)
     mark_done(plan, plan.cells[0])
     proc = subprocess.run(
         ["bash", str(tmp_path / "runs" / "array.sh"), str(tmp_path / "runs" / "manifest.tsv"),
@@ -851,15 +857,7 @@ def test_slurm_array_task_skips_a_done_cell(tmp_path, fake_slurm):
 
 def test_slurm_array_task_runs_a_cell_whose_result_is_corrupt(tmp_path, fake_slurm):
     env, tpl = fake_slurm
-    plan = sweep.build_plan(
-        "select",
-        PlanInputs(tmp_path / "res", extra_models=["a=org/a"], tasks=["glue_rte"]),
-        lr_keys=["lr03"],
-        seeds=[42],
-    )
-    sweep.emit_slurm_array(plan, tmp_path / "runs", sweep.SlurmLaunch(tpl))
-    rows = tmp_path / "rows.txt"
-    rows.write_text("0\n")
+    plan, rows = _one_cell_array(tmp_path, tpl)
     out = Path(plan.out_json(plan.cells[0]))
     out.write_text('{"schema": "encoder-eval-result", "cell": {"mod')  # truncated
     proc = subprocess.run(

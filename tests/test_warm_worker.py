@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fault_helpers import SHRINK, env, py, sh, wait_until_started
+from fault_helpers import SHRINK, env, py, sh, two_long_units_sweep, wait_until_started
 
 from encoder_eval.core.results import result_filename
 
@@ -135,12 +135,7 @@ def test_a_stop_signal_saves_the_warm_workers_cell_and_stops_the_script(
     """Ctrl-C (SIGINT to the foreground group) or Slurm's SIGTERM to every process: the
     running cell saves its state, no next unit starts, and a rerun with --warm finishes."""
     rdir, runs = tmp_path / "results", tmp_path / "runs"
-    sh(py("encoder_eval.sweep", "--phase", "select", "--model", f"{MODEL}={tiny_models['bert']}",
-          "--tasks", TASK, "--lr-keys", "lr03,lr06", "--seeds", "42", "--group", "lr",
-          "--max-steps", "40", "--max-seq-len", "128", "--device", "cpu", "--precision", "fp32",
-          "--data-dir", small_mirror, "--extra-run-args", "--epoch-cap 100 --no-early-stop",
-          "--out-dir", runs, "--results-dir", rdir), tmp_path)  # fmt: skip
-    script = runs / "run_all.sh"
+    script = two_long_units_sweep(tiny_models["bert"], small_mirror, runs, rdir, tmp_path)
     first, second = (runs / "logs" / f"{MODEL}_{TASK}_{key}.log" for key in ("lr03", "lr06"))
     proc = subprocess.Popen(["bash", str(script), "--warm"], cwd=tmp_path, env=env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,

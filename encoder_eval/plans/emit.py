@@ -892,8 +892,6 @@ def emit(
     group = group or ("pair" if plan.kind == PROBE else DEFAULT_GROUP[mode])
     if group not in GROUPS:
         raise HarnessError(f"--group {group!r} must be one of {', '.join(GROUPS)}")
-    if units_per_job is not None and units_per_job < 1:
-        raise HarnessError(f"--units-per-job {units_per_job}: give 1 or more")
     if mode == "shell":
         if template is not None or requeue:
             raise HarnessError("--slurm-template and --requeue are for --mode slurm/slurm-array")

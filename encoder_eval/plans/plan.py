@@ -695,7 +695,8 @@ def _check_run_inputs(
     if extra:
         _refuse_reserved(extra, parser(), reserved, per)
         read = CellSettings.from_argv(extra, kind)
-        modelled = read.argv()[: len(read.argv()) - len(read.extra_run_args)]
+        flags = read.argv()  # the modelled flags first, then the others
+        modelled = flags[: len(flags) - len(read.extra_run_args)]
         if modelled:
             raise HarnessError(
                 f"--extra-run-args {shlex.join(extra)!r} sets {shlex.join(modelled)}, which "
